@@ -1,0 +1,131 @@
+# corral — build, install, test.
+#
+# Variables follow LuaRocks' make backend so that `luarocks make` can drive this file
+# (rockspec/corral-scm-1.rockspec passes them); every one can be overridden by hand.
+
+LUA_VERSION ?= 5.4
+LUA         ?= lua$(LUA_VERSION)
+PKG_CONFIG  ?= pkg-config
+CC          ?= cc
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+LUA_INCDIR  ?= /usr/include/lua$(LUA_VERSION)
+LUA_LIBDIR  ?=
+LUA_LIBNAME ?= lua$(LUA_VERSION)
+INST_BINDIR ?= $(PREFIX)/bin
+INST_LIBDIR ?= $(PREFIX)/lib/lua/$(LUA_VERSION)
+INST_LUADIR ?= $(PREFIX)/share/lua/$(LUA_VERSION)
+LIBFLAG     ?= -shared
+CAP_INCDIR     ?=
+CAP_LIBDIR     ?=
+MNL_INCDIR     ?=
+MNL_LIBDIR     ?=
+NFTNL_INCDIR   ?=
+NFTNL_LIBDIR   ?=
+SECCOMP_INCDIR ?=
+SECCOMP_LIBDIR ?=
+
+BUILD ?= build
+OPT   ?= -O2 -g
+SAN   ?=
+
+WARN = -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+       -Wformat=2 -Werror
+incflag = $(if $(1),-I$(1))
+libflag = $(if $(1),-L$(1))
+CORE_CFLAGS = $(WARN) $(OPT) $(SAN) -fPIC -fvisibility=hidden -D_GNU_SOURCE \
+       -Icore/lib -Icore/lua $(call incflag,$(LUA_INCDIR)) \
+       $(call incflag,$(CAP_INCDIR)) $(call incflag,$(MNL_INCDIR)) \
+       $(call incflag,$(NFTNL_INCDIR)) $(call incflag,$(SECCOMP_INCDIR))
+EXT_LIBS = $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(MNL_LIBDIR)) \
+       $(call libflag,$(NFTNL_LIBDIR)) $(call libflag,$(SECCOMP_LIBDIR)) \
+       -lcap -lseccomp -lnftnl -lmnl -lpthread
+
+# readline gives the REPL line editing and history; without it the REPL still works.
+HAVE_READLINE := $(shell printf '\#include <stdio.h>\n\#include <readline/readline.h>\n' | \
+                   $(CC) -E - >/dev/null 2>&1 && echo 1)
+HOST_DEFS = $(if $(HAVE_READLINE),-DCORRAL_USE_READLINE)
+HOST_LIBS = $(call libflag,$(LUA_LIBDIR)) -l$(LUA_LIBNAME) $(if $(HAVE_READLINE),-lreadline) \
+            $(EXT_LIBS) -ldl -lm
+
+LIB_SRC  := $(sort $(wildcard core/lib/*.c))
+BIND_SRC := $(sort $(wildcard core/lua/*.c))
+LIB_OBJ  := $(LIB_SRC:core/lib/%.c=$(BUILD)/obj/lib/%.o)
+BIND_OBJ := $(BIND_SRC:core/lua/%.c=$(BUILD)/obj/lua/%.o)
+HEADERS  := $(wildcard core/lib/*.h core/lua/*.h)
+CTEST_SRC := $(sort $(wildcard tests/c/test_*.c))
+CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
+
+CORE_SO  = corral/core.so
+HOST     = $(BUILD)/corral
+LIBCORE  = $(BUILD)/libcorral.a
+
+.PHONY: all deps test test-c demo install lint asan fuzz bench clean
+
+all: $(CORE_SO) $(HOST)
+
+deps:
+	@scripts/install-deps
+
+$(BUILD)/obj/lib/%.o: core/lib/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CORE_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/lua/%.o: core/lua/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CORE_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(LIBCORE): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(CORE_SO): $(BIND_OBJ) $(LIBCORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(LIBFLAG) $(SAN) $(LDFLAGS) -o $@ $(BIND_OBJ) $(LIBCORE) $(EXT_LIBS)
+
+# The host exports the Lua API (-rdynamic) so that C modules it loads (cjson, …)
+# bind to the same interpreter.
+$(HOST): core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CORE_CFLAGS) $(HOST_DEFS) $(CFLAGS) -fvisibility=default -rdynamic $(LDFLAGS) \
+	    -o $@ core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(LIBCORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CORE_CFLAGS) $(CFLAGS) -Itests/c -o $@ $< $(LIBCORE) $(EXT_LIBS)
+
+test-c: $(CTEST_BIN)
+
+test: deps all test-c
+	@scripts/run-tests --lua $(LUA) --build $(BUILD)
+
+demo: deps all
+	@$(HOST) scripts/demo.lua
+
+install: all
+	install -d $(DESTDIR)$(INST_BINDIR) $(DESTDIR)$(INST_LIBDIR)/corral \
+	    $(DESTDIR)$(INST_LUADIR)/corral
+	install -m 0755 $(HOST) $(DESTDIR)$(INST_BINDIR)/corral
+	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
+	cd lua && find corral -name '*.lua' -exec install -D -m 0644 {} \
+	    $(DESTDIR)$(INST_LUADIR)/{} \;
+
+lint:
+	luacheck lua tests scripts/*.lua
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.c tests/c/*.[ch]
+
+# The whole suite, through the host, under AddressSanitizer and UBSan.
+asan: deps
+	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	    build/asan/corral test-c
+	ASAN_OPTIONS=detect_leaks=0 scripts/run-tests --lua build/asan/corral --build build/asan
+
+fuzz: deps
+	@scripts/run-fuzz
+
+bench: deps all
+	@for b in scripts/bench/*; do [ -x "$$b" ] && "$$b"; done
+
+clean:
+	rm -rf build corral

@@ -1,0 +1,18 @@
+/*
+ * The control-plane confinement wrapper: `corral exec-confined …` builds the mount +
+ * pid namespace layer and the Landlock layer, then execs the command. It runs in C,
+ * before any Lua state exists, because it sits on every confined launch.
+ */
+#ifndef CORRAL_CONFINE_H
+#define CORRAL_CONFINE_H
+
+/* Exit statuses of the wrapper itself (the command's own status passes through). */
+#define CORRAL_EXIT_SETUP 125    /* a layer could not be built: nothing was executed */
+#define CORRAL_EXIT_NOEXEC 126   /* the command exists but could not be executed */
+#define CORRAL_EXIT_NOTFOUND 127 /* the command was not found */
+
+/* argv[0] is "exec-confined". Never returns on success of the exec path in the child;
+ * returns the exit status to use for the wrapper process. */
+int corral_exec_confined_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,22 @@
+/*
+ * SBPL emission: the text of a macOS sandbox-exec profile for the control-plane
+ * confinement (seed 000). Emission only; nothing here runs on macOS.
+ */
+#ifndef CORRAL_SBPL_H
+#define CORRAL_SBPL_H
+
+#include <stddef.h>
+
+struct corral_sbpl_spec {
+    const char *permit_path;           /* resolved, absolute */
+    const char *const *extras;         /* resolved, absolute; emitted after the deny */
+    size_t n_extras;
+    const char *const *runtime_reads;  /* what a process needs to start (read-only) */
+    size_t n_runtime_reads;
+};
+
+/* Returns 0 and a malloc'd NUL-terminated profile in *out, or -EINVAL when a path is
+ * relative or contains a NUL or a newline, -ENOMEM. */
+int corral_sbpl_emit(const struct corral_sbpl_spec *spec, char **out);
+
+#endif

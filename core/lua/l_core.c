@@ -1,0 +1,43 @@
+/*
+ * luaopen_corral_core: the one exported symbol of corral/core.so, and the function the
+ * `corral` host preloads. Each binding module adds its functions to one table.
+ */
+#include <errno.h>
+
+#include "lcorral.h"
+
+#define CORRAL_EXPORT __attribute__((visibility("default")))
+
+CORRAL_EXPORT int luaopen_corral_core(lua_State *L);
+
+static void push_errno_constants(lua_State *L)
+{
+    static const struct {
+        const char *name;
+        int value;
+    } names[] = {
+        {"EPERM", EPERM},   {"ENOENT", ENOENT},       {"EACCES", EACCES},
+        {"EEXIST", EEXIST}, {"ENOTDIR", ENOTDIR},     {"EINVAL", EINVAL},
+        {"ELOOP", ELOOP},   {"ENAMETOOLONG", ENAMETOOLONG}, {"ENOSYS", ENOSYS},
+        {"EOPNOTSUPP", EOPNOTSUPP}, {"EROFS", EROFS}, {"EXDEV", EXDEV},
+        {"ECONNREFUSED", ECONNREFUSED}, {"EAGAIN", EAGAIN}, {"EBADF", EBADF},
+    };
+    lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        lua_pushinteger(L, names[i].value);
+        lua_setfield(L, -2, names[i].name);
+    }
+    lua_setfield(L, -2, "errno");
+}
+
+int luaopen_corral_core(lua_State *L)
+{
+    lua_newtable(L);
+#define CORRAL_CALL_OPEN(name) corral_open_##name(L);
+    CORRAL_MODULES(CORRAL_CALL_OPEN)
+#undef CORRAL_CALL_OPEN
+    push_errno_constants(L);
+    lua_pushliteral(L, "corral.core 0.1");
+    lua_setfield(L, -2, "_VERSION");
+    return 1;
+}

@@ -1,0 +1,27 @@
+/*
+ * A minimal test harness for the C unit tests: CHECK(cond) records a pass or a
+ * failure with its location; DONE() prints "N passed, N failed" and returns the exit
+ * status. Each test binary is a plain main().
+ */
+#ifndef CORRAL_CHECK_H
+#define CORRAL_CHECK_H
+
+#include <stdio.h>
+
+static int check_passed, check_failed;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            check_passed++;                                                                        \
+        } else {                                                                                   \
+            check_failed++;                                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
+        }                                                                                          \
+    } while (0)
+
+#define DONE()                                                                                     \
+    (printf("%s: %d passed, %d failed\n", __FILE__, check_passed, check_failed),                   \
+     check_failed ? 1 : 0)
+
+#endif
