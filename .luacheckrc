@@ -1,3 +1,3 @@
 std = "lua54"
-max_line_length = 100
+max_line_length = 120
 files["tests/"] = { std = "+busted" }

@@ -1,7 +1,154 @@
-/* placeholder: replaced by the real binding */
+/*
+ * Bindings for the control-plane wrapper: where the `corral` executable is (the
+ * wrapper every confined launch spec names), and the runtime read set it shows.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <sys/utsname.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "confine.h"
 #include "lcorral.h"
+#include "path.h"
+
+static int l_runtime_paths(lua_State *L)
+{
+    size_t n;
+    const char *const *paths = corral_confine_runtime_paths(&n);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, paths[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+static int push_if_executable(lua_State *L, const char *candidate)
+{
+    char *resolved = NULL;
+    if (access(candidate, X_OK) != 0) return 0;
+    if (corral_resolve_file(candidate, &resolved) < 0) return 0;
+    lua_pushstring(L, resolved);
+    free(resolved);
+    return 1;
+}
+
+/* The host sets the registry field at start-up (core/host/main.c). Loaded as
+ * corral/core.so into another interpreter, look beside the module: the build tree keeps
+ * the host at ../build/corral, a LuaRocks or `make install` tree at ../../../../bin. */
+static int l_host_executable(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "corral.host_executable") == LUA_TSTRING) return 1;
+    lua_pop(L, 1);
+    Dl_info info;
+    if (dladdr((void *)l_host_executable, &info) && info.dli_fname) {
+        char dir[PATH_MAX];
+        if (snprintf(dir, sizeof dir, "%s", info.dli_fname) < (int)sizeof dir) {
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = '\0';
+            static const char *const rel[] = {"/../build/corral", "/../../../../bin/corral"};
+            for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+                char cand[PATH_MAX + 32];
+                snprintf(cand, sizeof cand, "%s%s", slash ? dir : ".", rel[i]);
+                if (push_if_executable(L, cand)) return 1;
+            }
+        }
+    }
+    char *found = NULL;
+    if (corral_resolve_executable("corral", getenv("PATH"), &found) == 0 && found[0] == '/') {
+        int ok = push_if_executable(L, found);
+        free(found);
+        if (ok) return 1;
+    } else {
+        free(found);
+    }
+    luaL_pushfail(L);
+    lua_pushliteral(L, "the corral executable was not found beside corral/core.so or on PATH");
+    return 2;
+}
+
+/* core.uname() → sysname, release: chooses the confinement backend (Linux, Darwin). */
+static int l_uname(lua_State *L)
+{
+    struct utsname u;
+    if (uname(&u) < 0) return corral_pushfail(L, "uname", errno);
+    lua_pushstring(L, u.sysname);
+    lua_pushstring(L, u.release);
+    return 2;
+}
+
+/* core.environ() → {name = value}: the environment the CLI passes through. */
+static int l_environ(lua_State *L)
+{
+    extern char **environ;
+    lua_newtable(L);
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        lua_pushlstring(L, *e, (size_t)(eq - *e));
+        lua_pushstring(L, eq + 1);
+        lua_rawset(L, -3);
+    }
+    return 1;
+}
+
+static char **check_strings(lua_State *L, int arg, const char *what)
+{
+    luaL_checktype(L, arg, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, arg);
+    char **v = (char **)lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, arg, i);
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len);
+        if (!s || strlen(s) != len) luaL_argerror(L, arg, what);
+        v[i - 1] = (char *)s; /* kept alive by the table */
+        lua_pop(L, 1);
+    }
+    v[n] = NULL;
+    return v;
+}
+
+/* core.execve(path, argv, envp, cd): replaces this process (a launch spec's last step).
+ * argv and envp are lists of strings ("NAME=value" for envp). Returns only on failure. */
+static int l_execve(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    char **argv = check_strings(L, 2, "argv must be a list of strings without NUL");
+    char **envp = check_strings(L, 3, "envp must be a list of strings without NUL");
+    const char *cd = luaL_optstring(L, 4, NULL);
+    if (cd && chdir(cd) < 0) return corral_pushfail(L, cd, errno);
+    execve(path, argv, envp);
+    return corral_pushfail(L, path, errno);
+}
+
+/* core.mkdtemp(prefix) → a new private directory (mode 0700) "<prefix>XXXXXX". */
+static int l_mkdtemp(lua_State *L)
+{
+    const char *prefix = corral_checkpath(L, 1);
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%sXXXXXX", prefix) >= (int)sizeof buf)
+        return luaL_argerror(L, 1, "prefix too long");
+    if (!mkdtemp(buf)) return corral_pushfail(L, "mkdtemp", errno);
+    lua_pushstring(L, buf);
+    return 1;
+}
+
 int corral_open_confine(lua_State *L)
 {
-    (void)L;
+    static const luaL_Reg fns[] = {{"uname", l_uname},
+                                   {"environ", l_environ},
+                                   {"execve", l_execve},
+                                   {"mkdtemp", l_mkdtemp},
+                                   {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+    lua_pushcfunction(L, l_runtime_paths);
+    lua_setfield(L, -2, "confine_runtime_paths");
+    lua_pushcfunction(L, l_host_executable);
+    lua_setfield(L, -2, "host_executable");
     return 0;
 }

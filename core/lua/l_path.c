@@ -1,7 +1,58 @@
-/* placeholder: replaced by the real binding */
+/*
+ * core.resolve_executable / resolve_path / resolve_file: the one resolver (core/lib/path.c)
+ * for Lua, so a grant and the invocation it covers are computed by the same code.
+ */
+#include <stdlib.h>
+
 #include "lcorral.h"
+#include "path.h"
+
+/* Pushes the malloc'd result and frees it; the copy into Lua happens before the free,
+ * and a memory error raised by the push would only leak this one string. */
+static int push_owned(lua_State *L, char *s)
+{
+    lua_pushstring(L, s);
+    free(s);
+    return 1;
+}
+
+/* core.resolve_executable(cmd [, path_env]) -> resolved | cmd unchanged | nil, msg, errno */
+static int l_resolve_executable(lua_State *L)
+{
+    const char *cmd = corral_checkpath(L, 1);
+    const char *path_env = lua_isnoneornil(L, 2) ? getenv("PATH") : corral_checkpath(L, 2);
+    char *out = NULL;
+    int err = corral_resolve_executable(cmd, path_env, &out);
+    if (err) return corral_pushfail(L, cmd, err);
+    return push_owned(L, out);
+}
+
+/* core.resolve_path(p) -> resolved directory | nil, msg, errno */
+static int l_resolve_path(lua_State *L)
+{
+    const char *p = corral_checkpath(L, 1);
+    char *out = NULL;
+    int err = corral_resolve_dir(p, &out);
+    if (err) return corral_pushfail(L, p, err);
+    return push_owned(L, out);
+}
+
+/* core.resolve_file(p) -> resolved existing path of any type | nil, msg, errno */
+static int l_resolve_file(lua_State *L)
+{
+    const char *p = corral_checkpath(L, 1);
+    char *out = NULL;
+    int err = corral_resolve_file(p, &out);
+    if (err) return corral_pushfail(L, p, err);
+    return push_owned(L, out);
+}
+
 int corral_open_path(lua_State *L)
 {
-    (void)L;
+    static const luaL_Reg fns[] = {{"resolve_executable", l_resolve_executable},
+                                   {"resolve_path", l_resolve_path},
+                                   {"resolve_file", l_resolve_file},
+                                   {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -1,21 +1,235 @@
---- The `corral` subcommands (placeholder: the real dispatcher replaces this).
+--- The `corral` subcommands. The host (core/host/main.c) calls `main` when its first
+-- argument names a command; everything here is ordinary Lua over the library.
+--
+-- Exit statuses of the commands themselves: 0 success, 1 failure, 2 bad usage or an
+-- invalid argument, 3 a protection this host cannot enforce (`cannot_enforce`). A
+-- command that runs another program (`confine --exec`) exits with that program's status;
+-- the confinement wrapper itself exits 125 when a layer cannot be built (nothing ran),
+-- 126 when the command cannot be executed, 127 when it is not found.
+-- @module corral.cli
+local core = require "corral.core"
+local errors = require "corral.errors"
+local shell = require "corral.shell"
+
 local M = {}
 
-M.commands = { help = true }
+local EXIT_USAGE, EXIT_CANNOT = 2, 3
 
---- Whether name is a subcommand.
-function M.is_command(name)
-  return M.commands[name] ~= nil
+local function json()
+  local ok, dkjson = pcall(require, "dkjson")
+  if ok then return dkjson end
+  local ok2, cjson = pcall(require, "cjson")
+  if ok2 then return cjson end
+  error("JSON output needs dkjson or lua-cjson (Debian: lua-dkjson)")
 end
 
---- Runs a subcommand; argv[1] is its name. Returns the exit status.
-function M.main(argv)
-  if argv[1] == "help" then
-    io.write("corral: commands: help\n")
-    return 0
+local function fail(cmd, err)
+  io.stderr:write(string.format("corral %s: %s\n", cmd, tostring(err)))
+  if errors.is(err, "cannot_enforce") then return EXIT_CANNOT end
+  if errors.is(err) then return EXIT_USAGE end
+  return 1
+end
+
+--- Parses `argv[2..]` against `spec` (`{name = "value" | "list" | "flag"}`); options are
+-- `--name value` or `--name=value`; `--` ends them. Returns the options and the rest.
+-- @tparam {string,...} argv
+-- @tparam table spec
+-- @treturn table options
+-- @treturn {string,...} remaining words
+-- @return[2] nil
+-- @treturn[2] table invalid_argument naming the option
+function M.parse(argv, spec)
+  local opts, rest = {}, {}
+  for name, kind in pairs(spec) do
+    if kind == "list" then opts[name] = {} end
   end
-  io.stderr:write("corral: unknown command\n")
-  return 2
+  local i = 2
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--" then
+      for j = i + 1, #argv do rest[#rest + 1] = argv[j] end
+      break
+    end
+    local name, inline = a:match("^%-%-([%w-]+)=(.*)$")
+    name = name or a:match("^%-%-([%w-]+)$")
+    if not name then
+      rest[#rest + 1] = a
+    else
+      local kind = spec[name]
+      if not kind then return nil, errors.invalid_argument("--" .. name, "unknown option") end
+      if kind == "flag" then
+        if inline then return nil, errors.invalid_argument("--" .. name, "takes no value") end
+        opts[name] = true
+      else
+        local v = inline
+        if not v then
+          i = i + 1
+          v = argv[i]
+          if v == nil then return nil, errors.invalid_argument("--" .. name, "needs a value") end
+        end
+        if kind == "list" then opts[name][#opts[name] + 1] = v else opts[name] = v end
+      end
+    end
+    i = i + 1
+  end
+  return opts, rest
 end
+
+local commands = {}
+local order = {}
+
+local function command(name, summary, usage, fn)
+  commands[name] = { summary = summary, usage = usage, run = fn }
+  order[#order + 1] = name
+end
+
+command("help", "list the commands, or explain one",
+  "corral help [COMMAND]",
+  function(argv)
+    local name = argv[2]
+    if name then
+      local c = commands[name]
+      if not c then return fail("help", errors.invalid_argument("COMMAND", "no command " .. name)) end
+      io.write(c.usage, "\n\n", c.summary, "\n")
+      return 0
+    end
+    io.write("corral — process confinement with a C core and Lua policy\n\n")
+    io.write("usage: corral COMMAND [ARGS]   |   corral [lua options] [script [args]]\n\n")
+    for _, n in ipairs(order) do io.write(string.format("  %-14s %s\n", n, commands[n].summary)) end
+    io.write("\n`corral help COMMAND` explains one; `corral` alone opens a REPL.\n")
+    return 0
+  end)
+
+command("confine", "confine a trusted process to one directory (control-plane profile)",
+  [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--json] [--exec] -- CMD ARGS...
+
+Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
+each --extra) and nothing else outside the runtime (read-only); the environment passes
+through unmodified, credential included; egress stays permitted. Prints the spec (the
+command to run is the confinement wrapper); environment values are never printed, only
+the names. --exec runs it instead and exits with the command's status. On Linux the
+spec names the layers that hold here: ns (mount+pid namespace) and landlock.
+Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
+  function(argv)
+    local opts, rest = M.parse(argv, { permit = "value", extra = "list", cd = "value",
+                                       json = "flag", exec = "flag" })
+    if not opts then return fail("confine", rest) end
+    if #rest == 0 then
+      return fail("confine", errors.invalid_argument("CMD", "missing (after --)"))
+    end
+    local cmdargs = { table.unpack(rest, 2) }
+    local confinement = require "corral.confinement"
+    local spec, err = confinement.confine({ rest[1], cmdargs }, {
+      permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
+      env = core.environ(),
+    })
+    if not spec then return fail("confine", err) end
+    if opts.exec then
+      local _, msg = confinement.exec(spec)
+      return fail("confine", msg)
+    end
+    local names = {}
+    for i, pair in ipairs(spec.env) do names[i] = pair[1] end
+    if opts.json then
+      io.write(json().encode({ cmd = spec.cmd, args = spec.args, cd = spec.cd,
+        layers = spec.layers, env_names = names }), "\n")
+    else
+      io.write("cmd:    ", spec.cmd, "\n")
+      io.write("args:   ", shell.join(spec.args), "\n")
+      io.write("cd:     ", spec.cd, "\n")
+      io.write("layers: ", table.concat(spec.layers, ", "), "\n")
+      io.write("env:    ", #names, " variables passed through unmodified (values not shown)\n")
+    end
+    return 0
+  end)
+
+command("sbpl", "print the macOS sandbox-exec profile for a boundary",
+  [[corral sbpl --permit DIR [--extra DIR]...
+
+Emits the SBPL deny-default profile the control-plane confinement uses on macOS, with
+DIR and each --extra resolved first (SBPL matches resolved paths; a grant written
+against a symlink silently never matches).]],
+  function(argv)
+    local opts, rest = M.parse(argv, { permit = "value", extra = "list" })
+    if not opts then return fail("sbpl", rest) end
+    if #rest > 0 then return fail("sbpl", errors.invalid_argument(rest[1], "unexpected argument")) end
+    local spec, err = require("corral.confinement").sandbox_exec_spec({ "/bin/sh" },
+      { permit_path = opts.permit, permit_extra_subpaths = opts.extra })
+    if not spec then return fail("sbpl", err) end
+    io.write(spec.profile)
+    if spec.profile:sub(-1) ~= "\n" then io.write("\n") end
+    return 0
+  end)
+
+command("resolve", "resolve a command the way the kernel will",
+  [[corral resolve CMD
+
+A bare name through PATH, then every symlink component by component. A name not on
+PATH is printed unchanged (the exec would earn the OS's own error).]],
+  function(argv)
+    if #argv ~= 2 then return fail("resolve", errors.invalid_argument("CMD", "exactly one is needed")) end
+    local r, err = core.resolve_executable(argv[2])
+    if not r then return fail("resolve", err) end
+    io.write(r, "\n")
+    return 0
+  end)
+
+command("probe", "establish which protections hold on this host, by doing them",
+  [[corral probe [--json]
+
+Each capability runs a control that must succeed and then the breach that must be
+denied. Prints capability, holds/absent, the detail measured, and what it gates.]],
+  function(argv)
+    local opts, rest = M.parse(argv, { json = "flag" })
+    if not opts then return fail("probe", rest) end
+    local results = require("corral.capability").probe()
+    if opts.json then
+      io.write(json().encode(results), "\n")
+      return 0
+    end
+    for _, r in ipairs(results) do
+      io.write(string.format("%-26s %-7s %s%s\n", r.name, r.holds and "holds" or "absent",
+        r.detail, #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or ""))
+    end
+    return 0
+  end)
+
+command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
+  [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers ns,landlock] -- CMD ARGS...
+
+The wrapper named by `corral confine` specs, run in C before any Lua state exists.
+Every layer named in --layers must be built or nothing runs (exit 125).]],
+  function()
+    -- Reached only if the host's C fast path was bypassed (e.g. via corral.cli.main).
+    return fail("exec-confined", "must be run as `corral exec-confined`")
+  end)
+
+--- Whether `name` is a subcommand.
+-- @tparam string name
+-- @treturn boolean
+function M.is_command(name)
+  return commands[name] ~= nil
+end
+
+--- Runs a subcommand; `argv[1]` is its name.
+-- @tparam {string,...} argv
+-- @treturn integer exit status
+function M.main(argv)
+  local c = commands[argv[1]]
+  if not c then return fail("", errors.invalid_argument("COMMAND", "no command " .. tostring(argv[1]))) end
+  local ok, status = xpcall(c.run, debug.traceback, argv)
+  if not ok then
+    io.stderr:write("corral ", argv[1], ": ", tostring(status), "\n")
+    return 1
+  end
+  return status
+end
+
+--- Registers a subcommand (later modules add theirs: run, …).
+-- @tparam string name
+-- @tparam string summary
+-- @tparam string usage
+-- @tparam function fn receives argv, returns an exit status
+M.register = command
 
 return M

@@ -1,0 +1,23 @@
+/*
+ * Capabilities through libcap: read the current sets, drop every one of them.
+ */
+#ifndef CORRAL_CAPS_H
+#define CORRAL_CAPS_H
+
+#include <stddef.h>
+
+/* Clears the bounding, ambient, inheritable, permitted and effective sets and locks
+ * the securebits so that a uid-0 process regains nothing across execve. Must be called
+ * while the process still holds CAP_SETPCAP for the bounding set (it is dropped last).
+ * Returns 0 or -errno. */
+int corral_caps_drop_all(void);
+
+/* Writes the current effective/permitted/inheritable sets as libcap text ("=" when
+ * empty) into buf. Returns 0 or -errno. */
+int corral_caps_text(char *buf, size_t len);
+
+/* 1 when the calling process holds the capability in its effective set, 0 when not,
+ * -errno on failure. */
+int corral_caps_have(int cap);
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * A new root built from nothing: an empty read-only tmpfs holding only the binds a plan
+ * names, a fresh /proc, a minimal /dev, then pivot_root into it with the old root
+ * detached. Files outside the plan are not hidden, they are absent, so no chmod, chown,
+ * utime, unix-socket connect or device open can reach them by path.
+ *
+ * Used by the control-plane wrapper (confine.c) and by tenant spawns. The caller has
+ * already unshared a mount namespace (and a pid namespace, when proc is asked for, and
+ * is that namespace's member).
+ */
+#ifndef CORRAL_MOUNT_H
+#define CORRAL_MOUNT_H
+
+#include <stddef.h>
+
+enum {
+    CORRAL_BIND_RW = 1 << 0,       /* read-write; default read-only */
+    CORRAL_BIND_OPTIONAL = 1 << 1, /* a missing source is skipped */
+    CORRAL_BIND_DEVICES = 1 << 2,  /* keep device nodes usable (no nodev) */
+};
+
+struct corral_bind {
+    const char *src;  /* host path, resolved */
+    const char *dest; /* absolute path inside the new root */
+    unsigned flags;
+};
+
+struct corral_symlink {
+    const char *target;   /* link contents */
+    const char *linkpath; /* absolute path inside the new root */
+};
+
+struct corral_root_plan {
+    const struct corral_bind *binds;
+    size_t n_binds;
+    const struct corral_symlink *symlinks;
+    size_t n_symlinks;
+    int proc;              /* mount a fresh procfs at /proc */
+    int dev;               /* minimal /dev: null zero full random urandom tty, fd links */
+    unsigned long tmp_mib; /* when non-zero: a tmpfs /tmp capped at this size */
+};
+
+/* Builds the root described by plan and pivots into it. Returns 0, or -errno with
+ * *step naming what failed ("open_tree /usr", "pivot_root", …). */
+int corral_root_build(const struct corral_root_plan *plan, const char **step);
+
+#endif

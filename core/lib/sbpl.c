@@ -1,0 +1,252 @@
+/*
+ * SBPL emission for the control-plane profile (seed 000): a trusted process, egress
+ * permitted, environment untouched, one data boundary. Text only; it is compiled by
+ * sandbox-exec on macOS, never here.
+ *
+ * Shape: (version 1), (deny default), the runtime a process needs to start, then the
+ * boundary, then the caller's extras. SBPL applies the last matching rule, so the grants
+ * follow the deny, and nothing is emitted after the last extra.
+ *
+ * Seed 000, R30: the first two deny-default profiles exited 134 on every case, control
+ * included, because the runtime's own read set was not permitted. Every allowance in the
+ * runtime block below says which failure it prevents.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sbpl.h"
+
+struct buf {
+    char *p;
+    size_t len, cap;
+    int err;
+};
+
+static void buf_reserve(struct buf *b, size_t n)
+{
+    if (b->err || b->len + n + 1 <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) {
+        b->err = -ENOMEM;
+        return;
+    }
+    b->p = np;
+    b->cap = cap;
+}
+
+static void buf_add(struct buf *b, const char *s, size_t n)
+{
+    buf_reserve(b, n);
+    if (b->err) return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void buf_puts(struct buf *b, const char *s)
+{
+    buf_add(b, s, strlen(s));
+}
+
+/* An SBPL string literal: the reader is TinyScheme's, where `\` escapes the next
+ * character, so `\` and `"` are the two bytes a path could use to close the literal and
+ * write its own rules (bazelbuild/bazel#29441 is that injection in a real profile
+ * writer). Newlines never get here: corral_sbpl_check_path refuses them. */
+static void buf_string(struct buf *b, const char *s)
+{
+    buf_add(b, "\"", 1);
+    for (const char *c = s; *c; c++) {
+        if (*c == '"' || *c == '\\') buf_add(b, "\\", 1);
+        buf_add(b, c, 1);
+    }
+    buf_add(b, "\"", 1);
+}
+
+/* (allow <ops> (<filter> "<path>")) on one line. */
+static void buf_rule(struct buf *b, const char *ops, const char *filter, const char *path)
+{
+    buf_puts(b, "(allow ");
+    buf_puts(b, ops);
+    buf_puts(b, " (");
+    buf_puts(b, filter);
+    buf_puts(b, " ");
+    buf_string(b, path);
+    buf_puts(b, "))\n");
+}
+
+int corral_sbpl_check_path(const char *path)
+{
+    if (!path || path[0] != '/') return -EINVAL;
+    /* A newline or CR ends a line in the profile and would make the emitted text read
+     * differently from what a reviewer sees; no resolved path needs one. */
+    if (strpbrk(path, "\n\r")) return -EINVAL;
+    /* The filters match resolved paths (seed 000: a grant written against a symlink
+     * silently never matches), so a `.`/`..` component, `//` or a trailing slash is a
+     * grant that could never match anything: refuse it rather than emit it. */
+    for (const char *c = path; *c; c++) {
+        if (c[0] != '/') continue;
+        const char *n = c + 1;
+        if (*n == '\0') {
+            if (c != path) return -EINVAL; /* trailing slash; "/" itself is canonical */
+            continue;
+        }
+        if (*n == '/') return -EINVAL;
+        if (n[0] == '.' && (n[1] == '/' || n[1] == '\0')) return -EINVAL;
+        if (n[0] == '.' && n[1] == '.' && (n[2] == '/' || n[2] == '\0')) return -EINVAL;
+    }
+    return 0;
+}
+
+/* Device nodes every program may touch. Seed 003 lists /dev/null as residue a native
+ * process keeps; the random devices are read by libSystem's arc4random fallback and by
+ * every TLS stack the egress path uses; /dev/tty is the controlling terminal an
+ * interactive child writes prompts to; /dev/dtracehelper is opened by dyld for
+ * USDT-probed binaries (agent-safehouse's debugging guide lists its denials as the
+ * usual harmless noise; granting it keeps real denials readable in the log). */
+static const char *const device_literals[] = {
+    "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/dtracehelper",
+};
+
+/* Mach services the runtime reaches during ordinary startup and egress. Named, not a
+ * blanket (allow mach-lookup): a service such as launchservicesd opens files and
+ * launches applications on the caller's behalf, outside this sandbox. Not measured
+ * from here (emission only on Linux): a service missing from this list fails the one
+ * call that looks it up; it does not kill the process as a missing read path does. */
+static const char *const mach_services[] = {
+    "com.apple.system.logger",                        /* asl/os_log from libSystem */
+    "com.apple.logd",                                 /* os_log */
+    "com.apple.system.notification_center",           /* notify(3), used by libinfo/tz */
+    "com.apple.system.opendirectoryd.libinfo",        /* getpwuid/getgrgid */
+    "com.apple.system.opendirectoryd.membership",     /* group membership checks */
+    "com.apple.SystemConfiguration.DNSConfiguration", /* resolver configuration */
+    "com.apple.SystemConfiguration.configd",          /* network reachability */
+    "com.apple.dnssd.service",                        /* getaddrinfo via mDNSResponder */
+    "com.apple.trustd.agent",                         /* TLS certificate evaluation */
+    "com.apple.trustd",                               /* (older name of the same) */
+    "com.apple.ocspd",                                /* revocation checks during TLS */
+    "com.apple.SecurityServer",                       /* Security.framework keychain reads */
+    "com.apple.securityd.xpc",                        /* (the same, over XPC) */
+    "com.apple.cfprefsd.daemon",                      /* CFPreferences (system domain) */
+    "com.apple.cfprefsd.agent",                       /* CFPreferences (user domain) */
+};
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Every proper ancestor of path, root excluded, gets file-read-metadata: getcwd and
+ * the shell's PWD check stat their way up (seed 000, measured: a child whose cwd the
+ * profile does not cover cannot getcwd). Metadata only: no listing, no contents. */
+static bool is_ancestor(const char *a, size_t alen, const char *of)
+{
+    return strncmp(a, of, alen) == 0 && of[alen] == '/';
+}
+
+/* The permit path and extras[0..n_prev) had their ancestors emitted already. */
+static void buf_ancestors(struct buf *b, const char *path, const char *permit,
+                          const char *const *prev, size_t n_prev)
+{
+    size_t len = strlen(path);
+    char *tmp = malloc(len + 1);
+    if (!tmp) {
+        b->err = -ENOMEM;
+        return;
+    }
+    for (size_t i = 1; i < len; i++) {
+        if (path[i] != '/') continue;
+        bool dup = permit && is_ancestor(path, i, permit);
+        for (size_t k = 0; k < n_prev && !dup; k++)
+            dup = is_ancestor(path, i, prev[k]);
+        if (dup) continue;
+        memcpy(tmp, path, i);
+        tmp[i] = '\0';
+        buf_rule(b, "file-read-metadata", "literal", tmp);
+    }
+    free(tmp);
+}
+
+static int check_spec(const struct corral_sbpl_spec *s)
+{
+    if (!s || corral_sbpl_check_path(s->permit_path)) return -EINVAL;
+    if (s->n_extras && !s->extras) return -EINVAL;
+    if (s->n_runtime_reads && !s->runtime_reads) return -EINVAL;
+    for (size_t i = 0; i < s->n_extras; i++)
+        if (corral_sbpl_check_path(s->extras[i])) return -EINVAL;
+    for (size_t i = 0; i < s->n_runtime_reads; i++)
+        if (corral_sbpl_check_path(s->runtime_reads[i])) return -EINVAL;
+    return 0;
+}
+
+int corral_sbpl_emit(const struct corral_sbpl_spec *spec, char **out)
+{
+    if (!out) return -EINVAL;
+    *out = NULL;
+    int err = check_spec(spec);
+    if (err) return err;
+
+    struct buf b = {0};
+    buf_puts(&b, "(version 1)\n"
+                 "(deny default)\n"
+                 "; runtime: what a process needs to start and to reach the network\n"
+                 /* The control-plane process runs the caller's command and its
+                  * children (shells, git, the CLI's own helpers). */
+                 "(allow process-exec)\n"
+                 "(allow process-fork)\n"
+                 /* Job control and shutdown inside its own tree, nothing outside it. */
+                 "(allow signal (target same-sandbox))\n"
+                 /* libSystem and language runtimes read hw.* and kern.* (page size,
+                  * CPU count, osversion) while they start. Reading is not a boundary
+                  * this profile draws; sysctl-write stays denied. */
+                 "(allow sysctl-read)\n");
+    buf_puts(&b, "(allow mach-lookup");
+    for (size_t i = 0; i < N_ELEMS(mach_services); i++) {
+        buf_puts(&b, "\n  (global-name ");
+        buf_string(&b, mach_services[i]);
+        buf_puts(&b, ")");
+    }
+    buf_puts(&b, ")\n");
+    buf_puts(&b,
+             /* notify(3) maps the notification center's state through POSIX shm, and
+              * Python's multiprocessing uses shm and semaphores. */
+             "(allow ipc-posix-shm)\n"
+             "(allow ipc-posix-sem)\n"
+             /* Seed 000: egress is permitted for the control plane; it is what holds
+              * the credential and talks to the service. */
+             "(allow network*)\n");
+    /* No iokit-open: a command-line process opens no IOKit user client to start or to
+     * reach the network; a caller that needs one has a GPU/USB use case to measure. */
+
+    /* dyld reads the root node itself to resolve absolute paths; without it every
+     * dynamically linked process aborts with 134 before main even when /usr and
+     * /System are granted (akitaonrails/ai-jail#77, measured on macOS 26). A literal,
+     * not a subpath: the names under / become listable, nothing below them. */
+    buf_rule(&b, "file-read*", "literal", "/");
+    for (size_t i = 0; i < spec->n_runtime_reads; i++)
+        buf_rule(&b, "file-read*", "subpath", spec->runtime_reads[i]);
+    for (size_t i = 0; i < N_ELEMS(device_literals); i++)
+        buf_rule(&b, "file-read* file-write* file-ioctl", "literal", device_literals[i]);
+    /* /dev/fd/N reopens a descriptor the process already holds (/dev/stdout is a link
+     * to it): no new object becomes reachable. */
+    buf_rule(&b, "file-read* file-write*", "subpath", "/dev/fd");
+    buf_ancestors(&b, spec->permit_path, NULL, NULL, 0);
+    for (size_t i = 0; i < spec->n_extras; i++)
+        buf_ancestors(&b, spec->extras[i], spec->permit_path, spec->extras, i);
+
+    buf_puts(&b, "; boundary\n");
+    buf_rule(&b, "file-read* file-write*", "subpath", spec->permit_path);
+    if (spec->n_extras) buf_puts(&b, "; permit_extra_subpaths, written down by the caller\n");
+    for (size_t i = 0; i < spec->n_extras; i++)
+        buf_rule(&b, "file-read* file-write*", "subpath", spec->extras[i]);
+
+    if (b.err) {
+        free(b.p);
+        return b.err;
+    }
+    *out = b.p;
+    return 0;
+}

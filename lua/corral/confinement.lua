@@ -1,0 +1,240 @@
+--- Control-plane confinement: a *trusted* process that holds a credential, confined to
+-- one directory (seed 000).
+--
+-- This is the mirror image of a tenant sandbox, not a smaller one: the environment
+-- passes through untouched (credential included) and egress is permitted. It is a
+-- distinct entry point on purpose: no option here can reach the tenant profile, and no
+-- option of the tenant profile can reach this one.
+--
+-- `confine` returns a launch spec `{cmd, args, env, cd, layers}` whose `cmd` is the
+-- confinement wrapper, or `nil, cannot_enforce(capability, detail)` — never a spec with
+-- the confinement omitted.
+-- @module corral.confinement
+local core = require "corral.core"
+local errors = require "corral.errors"
+local capability = require "corral.capability"
+
+local M = {}
+
+local KNOWN_OPTS = { permit_path = true, env = true, cd = true, permit_extra_subpaths = true }
+
+local function has_nul(s)
+  return s:find("\0", 1, true) ~= nil
+end
+
+-- Resolves an absolute directory argument, or explains which argument is wrong.
+local function resolve_dir(name, value)
+  if type(value) ~= "string" then
+    return nil, errors.invalid_argument(name, "must be a string path, got " .. type(value))
+  end
+  if value == "" then return nil, errors.invalid_argument(name, "is empty") end
+  if has_nul(value) then return nil, errors.invalid_argument(name, "contains a NUL byte") end
+  if value:find("[\n\r]") then
+    return nil, errors.invalid_argument(name, "contains a newline")
+  end
+  if value:sub(1, 1) ~= "/" then
+    return nil, errors.invalid_argument(name, "must be absolute, got " .. value)
+  end
+  local resolved, err = core.resolve_path(value)
+  if not resolved then return nil, errors.invalid_argument(name, value .. ": " .. err) end
+  return resolved
+end
+
+local function is_beneath(path, dir)
+  if dir == "/" then return true end
+  return path == dir or path:sub(1, #dir + 1) == dir .. "/"
+end
+
+-- The environment, normalised to a list of {name, value} pairs: the order the caller
+-- gave for a list, sorted by name for a map. Values are passed through unmodified.
+local function normalise_env(env)
+  if env == nil then return {} end
+  if type(env) ~= "table" then
+    return nil, errors.invalid_argument("env", "must be a table, got " .. type(env))
+  end
+  local out = {}
+  local function add(name, value)
+    if type(name) ~= "string" or name == "" or name:find("[=%z]") then
+      return errors.invalid_argument("env", "bad variable name " .. string.format("%q", name))
+    end
+    if type(value) ~= "string" or has_nul(value) then
+      return errors.invalid_argument("env", "value of " .. name .. " must be a string without NUL")
+    end
+    out[#out + 1] = { name, value }
+  end
+  if #env > 0 then
+    for _, pair in ipairs(env) do
+      if type(pair) ~= "table" then
+        return nil, errors.invalid_argument("env", "list entries must be {name, value} pairs")
+      end
+      local e = add(pair[1], pair[2])
+      if e then return nil, e end
+    end
+  else
+    local names = {}
+    for k in pairs(env) do names[#names + 1] = k end
+    table.sort(names, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(names) do
+      local e = add(k, env[k])
+      if e then return nil, e end
+    end
+  end
+  return out
+end
+
+local function check_command(command)
+  if type(command) ~= "table" then
+    return nil, nil, errors.invalid_argument("command", "must be {cmd, args}")
+  end
+  local cmd = command.cmd or command[1]
+  local args = command.args or command[2] or {}
+  if type(cmd) ~= "string" or cmd == "" or has_nul(cmd) then
+    return nil, nil, errors.invalid_argument("cmd", "must be a non-empty string without NUL")
+  end
+  if type(args) ~= "table" then
+    return nil, nil, errors.invalid_argument("args", "must be a list of strings")
+  end
+  for i, a in ipairs(args) do
+    if type(a) ~= "string" or has_nul(a) then
+      return nil, nil, errors.invalid_argument("args", "entry " .. i .. " must be a string without NUL")
+    end
+  end
+  return cmd, args
+end
+
+-- Validates the options shared by every platform; returns the resolved boundary.
+local function check_opts(opts)
+  if type(opts) ~= "table" then
+    return nil, errors.invalid_argument("opts", "must be a table")
+  end
+  for k in pairs(opts) do
+    if not KNOWN_OPTS[k] then
+      return nil, errors.invalid_argument(tostring(k), "unknown option")
+    end
+  end
+  if opts.permit_path == nil then
+    return nil, errors.invalid_argument("permit_path", "is required")
+  end
+  local permit, err = resolve_dir("permit_path", opts.permit_path)
+  if not permit then return nil, err end
+  local extras = {}
+  local list = opts.permit_extra_subpaths or {}
+  if type(list) ~= "table" then
+    return nil, errors.invalid_argument("permit_extra_subpaths", "must be a list of paths")
+  end
+  for i, p in ipairs(list) do
+    local r, e = resolve_dir("permit_extra_subpaths[" .. i .. "]", p)
+    if not r then return nil, e end
+    extras[#extras + 1] = r
+  end
+  local cd = permit
+  if opts.cd ~= nil then
+    local e
+    cd, e = resolve_dir("cd", opts.cd)
+    if not cd then return nil, e end
+    local inside = is_beneath(cd, permit)
+    for _, x in ipairs(extras) do inside = inside or is_beneath(cd, x) end
+    if not inside then
+      -- Seed 000: a child started outside the boundary resolves every relative path
+      -- outside it and cannot even getcwd; a starting point is never a boundary.
+      return nil, errors.invalid_argument("cd", cd .. " is outside the boundary " .. permit)
+    end
+  end
+  local env, e = normalise_env(opts.env)
+  if not env then return nil, e end
+  return { permit = permit, extras = extras, cd = cd, env = env }
+end
+
+--- The confinement layers that hold on this host (probed once per process).
+-- @treturn {string,...} layer names in order, a subset of {"ns", "landlock"}
+-- @treturn string detail of what was measured
+function M.layers()
+  local ns = capability.check("confinement.namespace")
+  local ll = capability.check("confinement.landlock")
+  local layers = {}
+  if ns.holds then layers[#layers + 1] = "ns" end
+  if ll.holds then layers[#layers + 1] = "landlock" end
+  return layers, string.format("namespace: %s; landlock: %s", ns.detail, ll.detail)
+end
+
+local function linux_spec(cmd, args, o)
+  local layers, detail = M.layers()
+  if #layers == 0 then
+    return nil, errors.cannot_enforce("filesystem_confinement",
+      "neither the namespace layer nor Landlock holds here: " .. detail)
+  end
+  local host, why = core.host_executable()
+  if not host then return nil, errors.cannot_enforce("filesystem_confinement", why) end
+  local resolved, err = core.resolve_executable(cmd)
+  if not resolved then return nil, errors.invalid_argument("cmd", cmd .. ": " .. err) end
+  local wargs = { "exec-confined", "--layers", table.concat(layers, ","), "--permit", o.permit }
+  for _, x in ipairs(o.extras) do
+    wargs[#wargs + 1] = "--extra"
+    wargs[#wargs + 1] = x
+  end
+  wargs[#wargs + 1] = "--cd"
+  wargs[#wargs + 1] = o.cd
+  wargs[#wargs + 1] = "--"
+  wargs[#wargs + 1] = resolved
+  for _, a in ipairs(args) do wargs[#wargs + 1] = a end
+  return { cmd = host, args = wargs, env = o.env, cd = o.cd, layers = layers }
+end
+
+--- The macOS launch spec: `sandbox-exec -p <profile> <resolved cmd> args…`.
+-- Public so that the emitted profile can be checked on any host (it cannot run here).
+-- @tparam table command `{cmd, args}`
+-- @tparam table opts as for `confine`
+-- @treturn table the spec, with `profile` holding the SBPL text
+-- @return[2] nil
+-- @treturn[2] table error
+function M.sandbox_exec_spec(command, opts)
+  local cmd, args, err = check_command(command)
+  if not cmd then return nil, err end
+  local o, e = check_opts(opts)
+  if not o then return nil, e end
+  local sbpl = require "corral.sbpl"
+  local profile, perr = core.sbpl(o.permit, o.extras, sbpl.runtime_read_paths())
+  if not profile then return nil, errors.invalid_argument("permit_path", perr) end
+  local resolved = core.resolve_executable(cmd) or cmd
+  local sargs = { "-p", profile, resolved }
+  for _, a in ipairs(args) do sargs[#sargs + 1] = a end
+  return { cmd = "/usr/bin/sandbox-exec", args = sargs, env = o.env, cd = o.cd,
+           layers = { "seatbelt" }, profile = profile }
+end
+
+--- Builds a launch spec confining `command` to `opts.permit_path`.
+--
+-- @tparam table command `{cmd, args}` (or `{cmd = , args = }`)
+-- @tparam table opts `permit_path` (required, absolute, an existing directory);
+--   `env` (passed through unmodified, credential included; a `{name = value}` map or a
+--   list of `{name, value}` pairs; default none); `cd` (default: the resolved
+--   permit_path; must lie inside the boundary); `permit_extra_subpaths` (default `{}`,
+--   the only value corral ever chooses itself).
+-- @treturn table `{cmd, args, env, cd, layers}`: launch `cmd` with `args`, `env` and
+--   working directory `cd`; `cmd` is the confinement wrapper
+-- @return[2] nil
+-- @treturn[2] table `cannot_enforce` or `invalid_argument` error
+function M.confine(command, opts)
+  local cmd, args, err = check_command(command)
+  if not cmd then return nil, err end
+  local o, e = check_opts(opts)
+  if not o then return nil, e end
+  local sys = core.uname()
+  if sys == "Linux" then return linux_spec(cmd, args, o) end
+  if sys == "Darwin" then return M.sandbox_exec_spec(command, opts) end
+  return nil, errors.cannot_enforce("filesystem_confinement",
+    "no confinement backend for " .. tostring(sys))
+end
+
+--- Launches a spec in place of this process (`execve`); returns only on failure.
+-- @tparam table spec a launch spec from `confine`
+-- @return nil, message, errno
+function M.exec(spec)
+  local argv = { spec.cmd }
+  for _, a in ipairs(spec.args) do argv[#argv + 1] = a end
+  local envp = {}
+  for i, pair in ipairs(spec.env) do envp[i] = pair[1] .. "=" .. pair[2] end
+  return core.execve(spec.cmd, argv, envp, spec.cd)
+end
+
+return M

@@ -1,0 +1,103 @@
+--- macOS sandbox-exec (SBPL) profiles for the control-plane confinement (seed 000).
+--
+-- The profile denies by default, grants the runtime a process needs to start, then the
+-- one data boundary (`permit_path`) and the caller's `extras`, in that order: SBPL applies
+-- the last matching rule. Emission is C (`core.sbpl`); this module chooses the runtime read
+-- set and resolves the caller's paths, because SBPL matches resolved paths and a grant
+-- written against a symlink silently never matches (seed 000).
+-- @module corral.sbpl
+local core = require "corral.core"
+local errors = require "corral.errors"
+
+local M = {}
+
+-- Seed 000, R30: the first two deny-default profiles exited 134 on every case, control
+-- included, because the runtime's own read set was not permitted. So this list is
+-- generous about the runtime (read-only, never written) while the data boundary stays one
+-- path. Each entry is the resolved spelling: /etc, /var and /tmp are links into /private
+-- on macOS, and a grant on the link would never match.
+local RUNTIME_READ_PATHS = {
+  "/usr/lib",       -- dyld itself and the system dylibs outside the shared cache
+  "/usr/libexec",   -- helpers system tools exec (path_helper from /etc/profile, …)
+  "/usr/bin",       -- the commands a process runs; exec needs the binary readable
+  "/bin",           -- sh, bash, zsh, cat: what scripts and `system()` start
+  "/usr/sbin",      -- system commands on the default PATH (sysctl, scutil, …)
+  "/sbin",          -- the same, the rest of the default PATH
+  "/System",        -- frameworks and the dyld shared cache (/System/Library/dyld since
+                    -- macOS 12, NixOS/nix#5888; under /System/Volumes/Preboot/Cryptexes
+                    -- since 13): without it nothing links
+  "/Library/Apple", -- Apple components kept off the sealed volume (the Rosetta runtime)
+  "/private/etc",   -- /etc: passwd, hosts, ssl/cert.pem for TLS egress, shell profiles
+  "/private/var/run/resolv.conf", -- /etc/resolv.conf's target: resolvers that read it
+                                  -- directly (Go's, c-ares) need it for egress
+  "/private/var/db/timezone",     -- /etc/localtime's target: localtime(3)
+  "/private/var/db/dyld",         -- the dyld shared cache before macOS 11
+  "/private/var/db/xcode_select_link", -- xcrun (behind /usr/bin/git, cc, …) reads it
+  "/Library/Developer/CommandLineTools", -- what those /usr/bin shims exec
+  "/Library/Preferences", -- system-wide preferences: CFPreferences and the network stack
+                          -- read them (Apple's sandbox-violation guide shows networkd
+                          -- settings read from here)
+  "/usr/share",     -- locale, terminfo, zoneinfo and other read-only data
+  "/opt/homebrew",  -- Homebrew on Apple silicon: the interpreters and CLIs users run
+  "/usr/local",     -- Homebrew on Intel, and other installers' binaries and libraries
+}
+
+--- The runtime read set: directories a confined process may read (never write) so that
+-- it can start, link, run the system's commands and reach the network.
+-- @treturn {string,...} a fresh list of absolute, resolved macOS paths
+function M.runtime_read_paths()
+  local out = {}
+  for i, p in ipairs(RUNTIME_READ_PATHS) do out[i] = p end
+  return out
+end
+
+-- Resolves one caller path: it must exist on this host and be a directory.
+local function resolve(name, value)
+  if type(value) ~= "string" then
+    return nil, errors.invalid_argument(name, "must be a string path, got " .. type(value))
+  end
+  if value:find("\0", 1, true) then
+    return nil, errors.invalid_argument(name, "contains a NUL byte")
+  end
+  local resolved, msg = core.resolve_path(value)
+  if not resolved then return nil, errors.invalid_argument(name, msg) end
+  if resolved == "/" then
+    -- A subpath of / grants every file on the machine: not a boundary at all.
+    return nil, errors.invalid_argument(name, value .. " resolves to /, which confines nothing")
+  end
+  return resolved
+end
+
+--- The SBPL profile confining a process to `permit_path` (and `extras`).
+--
+-- Every path is resolved first (it must be an existing directory on this host: they are
+-- the caller's own paths), and the profile grants the resolved spelling.
+-- @tparam string permit_path the one directory the process may read and write
+-- @tparam[opt] {string,...} extras further directories to grant read-write, after the
+--   boundary; default none
+-- @treturn[1] string the profile text for `sandbox-exec -p`
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` error naming `permit_path` or `extras[i]`
+function M.profile(permit_path, extras)
+  local permit, err = resolve("permit_path", permit_path)
+  if not permit then return nil, err end
+  if extras ~= nil and type(extras) ~= "table" then
+    return nil, errors.invalid_argument("extras", "must be a list, got " .. type(extras))
+  end
+  local resolved = {}
+  for i, p in ipairs(extras or {}) do
+    local r, e = resolve("extras[" .. i .. "]", p)
+    if not r then return nil, e end
+    resolved[i] = r
+  end
+  local text, msg = core.sbpl(permit, resolved, M.runtime_read_paths())
+  if not text then
+    -- core.sbpl names the argument ("sbpl: extras[2]: Invalid argument"): a resolved
+    -- path the profile cannot spell, e.g. one containing a newline.
+    local name = msg:match("^sbpl: ([%w_%[%]]+):") or "permit_path"
+    return nil, errors.invalid_argument(name, msg)
+  end
+  return text
+end
+
+return M
