@@ -11,26 +11,42 @@
 
 #include "caps.h"
 
-int corral_caps_drop_all(void)
+void *corral_caps_empty(void)
 {
-    /* Bounding set first: removing from it needs CAP_SETPCAP, which goes last. */
-    /* cap_max_bits() is the running kernel's count, which may exceed the headers'. */
-    for (cap_value_t c = 0; c < (cap_value_t)cap_max_bits(); c++) {
-        if (cap_drop_bound(c) < 0 && errno != EINVAL) return -errno;
-    }
-    if (CAP_AMBIENT_SUPPORTED() && cap_reset_ambient() < 0) return -errno;
-    /* Lock the securebits so uid 0 gains nothing from execve or setuid fixups. Fails
-     * with EPERM where we no longer hold CAP_SETPCAP; the empty bounding set already
-     * ensures that, so only a real error is reported. */
+    return cap_init();
+}
+
+void corral_caps_free(void *caps)
+{
+    if (caps) cap_free(caps);
+}
+
+int corral_caps_drop_all_with(void *empty)
+{
+    /* Lock the securebits first, while CAP_SETPCAP is still held, so uid 0 gains
+     * nothing from execve or setuid fixups. EPERM means CAP_SETPCAP is already gone;
+     * the empty bounding set below then ensures the same. */
     unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
                          SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED;
     if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0 && errno != EPERM) return -errno;
-    cap_t empty = cap_init();
+    /* Bounding set next: removing from it needs CAP_SETPCAP, which goes last.
+     * cap_max_bits() is the running kernel's count, which may exceed the headers'. */
+    for (cap_value_t c = 0; c < (cap_value_t)cap_max_bits(); c++) {
+        if (cap_get_bound(c) <= 0) continue; /* already gone, or unknown to the kernel */
+        if (cap_drop_bound(c) < 0) return -errno;
+    }
+    if (CAP_AMBIENT_SUPPORTED() && cap_reset_ambient() < 0) return -errno;
+    if (cap_set_proc((cap_t)empty) < 0) return -errno;
+    return 0;
+}
+
+int corral_caps_drop_all(void)
+{
+    void *empty = corral_caps_empty();
     if (!empty) return -errno;
-    int r = cap_set_proc(empty);
-    int err = errno;
-    cap_free(empty);
-    return r < 0 ? -err : 0;
+    int r = corral_caps_drop_all_with(empty);
+    corral_caps_free(empty);
+    return r;
 }
 
 int corral_caps_text(char *buf, size_t len)

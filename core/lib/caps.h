@@ -12,6 +12,14 @@
  * Returns 0 or -errno. */
 int corral_caps_drop_all(void);
 
+/* The async-signal-safe form for a child forked from a possibly multi-threaded parent:
+ * `empty` comes from corral_caps_empty() in the parent, so nothing allocates here. */
+int corral_caps_drop_all_with(void *empty);
+
+/* An empty capability state for corral_caps_drop_all_with; free with corral_caps_free. */
+void *corral_caps_empty(void);
+void corral_caps_free(void *caps);
+
 /* Writes the current effective/permitted/inheritable sets as libcap text ("=" when
  * empty) into buf. Returns 0 or -errno. */
 int corral_caps_text(char *buf, size_t len);

@@ -39,7 +39,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "caps.h"
@@ -47,6 +46,7 @@
 #include "landlock.h"
 #include "mount.h"
 #include "path.h"
+#include "reaper.h"
 
 #define MAX_EXTRAS 64
 
@@ -312,48 +312,6 @@ static int apply_landlock(const struct confine_opts *o)
     return r;
 }
 
-static int status_of(int wstatus)
-{
-    if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-    if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-    return CORRAL_EXIT_SETUP;
-}
-
-static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH};
-
-/* Waits for child while forwarding the caller's signals to it; returns its status. */
-static int supervise(pid_t child, const sigset_t *mask)
-{
-    for (;;) {
-        siginfo_t si;
-        int sig = sigwaitinfo(mask, &si);
-        if (sig < 0) {
-            if (errno == EINTR) continue;
-            return CORRAL_EXIT_SETUP;
-        }
-        if (sig != SIGCHLD) {
-            kill(child, sig);
-            continue;
-        }
-        /* Reap everything (as pid 1 we inherit orphans); stop when `child` is gone. */
-        for (;;) {
-            int ws;
-            pid_t p = waitpid(-1, &ws, WNOHANG);
-            if (p <= 0) break;
-            if (p == child) return status_of(ws);
-        }
-    }
-}
-
-static void block_signals(sigset_t *mask, sigset_t *old)
-{
-    sigemptyset(mask);
-    sigaddset(mask, SIGCHLD);
-    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
-        sigaddset(mask, forwarded[i]);
-    sigprocmask(SIG_BLOCK, mask, old);
-}
-
 static int exec_command(const struct confine_opts *o, const sigset_t *old)
 {
     sigprocmask(SIG_SETMASK, old, NULL);
@@ -390,7 +348,7 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask,
         return CORRAL_EXIT_SETUP;
     }
     if (child == 0) _exit(exec_command(o, old));
-    return supervise(child, mask);
+    return corral_reaper_wait(child, mask);
 }
 
 int corral_exec_confined_main(int argc, char **argv)
@@ -412,7 +370,7 @@ int corral_exec_confined_main(int argc, char **argv)
     if (check_stdio() < 0) return CORRAL_EXIT_SETUP;
 
     sigset_t mask, old;
-    block_signals(&mask, &old);
+    corral_reaper_block(&mask, &old);
     if (!o.layer_ns) return confine_and_run(&o, &mask, &old);
 
     int r = enter_namespaces();
@@ -439,5 +397,5 @@ int corral_exec_confined_main(int argc, char **argv)
         _exit(confine_and_run(&o, &mask, &old));
     }
     if (self >= 0) close(self);
-    return supervise(init, &mask);
+    return corral_reaper_wait(init, &mask);
 }

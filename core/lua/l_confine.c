@@ -138,9 +138,21 @@ static int l_mkdtemp(lua_State *L)
     return 1;
 }
 
+/* core.readlink(path) → target, or nil, msg, errno (EINVAL: not a symlink). */
+static int l_readlink(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    char buf[PATH_MAX];
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
+    if (n < 0) return corral_pushfail(L, path, errno);
+    lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
 int corral_open_confine(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"uname", l_uname},
+                                   {"readlink", l_readlink},
                                    {"environ", l_environ},
                                    {"execve", l_execve},
                                    {"mkdtemp", l_mkdtemp},

@@ -1,7 +1,91 @@
-/* placeholder: replaced by the real binding */
+/*
+ * core.nft: the sandbox egress ruleset (core/lib/nft.h).
+ *
+ *   core.nft.apply(netns_fd, plan)   -> true | nil, msg, errno
+ *   core.nft.verify(netns_fd, plan)  -> true | nil, msg, errno (EPROTO: differs)
+ *   core.nft.delete(netns_fd [, table]) -> true | nil, msg, errno
+ *
+ * plan = {dns_port = N, acceptor_port = N, mark = 42, table = "corral",
+ *         test_bad_message = false}
+ */
+#include <stdint.h>
+#include <string.h>
+
 #include "lcorral.h"
+#include "nft.h"
+
+static lua_Integer int_field(lua_State *L, int arg, const char *key, lua_Integer dflt,
+                             lua_Integer min, lua_Integer max)
+{
+    lua_Integer v = dflt;
+    int isnum = 1;
+    if (lua_getfield(L, arg, key) != LUA_TNIL) v = lua_tointegerx(L, -1, &isnum);
+    lua_pop(L, 1);
+    if (!isnum || v < min || v > max)
+        luaL_argerror(L, arg, lua_pushfstring(L, "%s must be an integer in %I..%I", key, min, max));
+    return v;
+}
+
+static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
+{
+    luaL_checktype(L, arg, LUA_TTABLE);
+    memset(p, 0, sizeof *p);
+    p->dns_port = (uint16_t)int_field(L, arg, "dns_port", 0, 1, 65535);
+    p->acceptor_port = (uint16_t)int_field(L, arg, "acceptor_port", 0, 1, 65535);
+    p->mark = (uint32_t)int_field(L, arg, "mark", CORRAL_NFT_MARK, 1, UINT32_MAX);
+    /* The string stays referenced by the plan table, which stays on the stack. */
+    if (lua_getfield(L, arg, "table") != LUA_TNIL) {
+        size_t len;
+        const char *t = lua_tolstring(L, -1, &len);
+        if (!t || lua_type(L, -1) != LUA_TSTRING || len == 0 || strlen(t) != len)
+            luaL_argerror(L, arg, "table must be a non-empty string");
+        p->table = t;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, arg, "test_bad_message");
+    p->test_bad_message = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+}
+
+static int result(lua_State *L, const char *what, int err)
+{
+    if (err < 0) return corral_pushfail(L, what, err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_apply(lua_State *L)
+{
+    struct corral_nft_plan p;
+    int fd = corral_checkfd(L, 1);
+    check_plan(L, 2, &p);
+    return result(L, "nft apply", corral_nft_apply(fd, &p));
+}
+
+static int l_verify(lua_State *L)
+{
+    struct corral_nft_plan p;
+    int fd = corral_checkfd(L, 1);
+    check_plan(L, 2, &p);
+    return result(L, "nft verify", corral_nft_verify(fd, &p));
+}
+
+static int l_delete(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    const char *table = luaL_optstring(L, 2, CORRAL_NFT_TABLE);
+    return result(L, "nft delete", corral_nft_delete(fd, table));
+}
+
 int corral_open_nft(lua_State *L)
 {
-    (void)L;
+    static const luaL_Reg funcs[] = {
+        {"apply", l_apply}, {"verify", l_verify}, {"delete", l_delete}, {NULL, NULL}};
+    luaL_newlib(L, funcs);
+    lua_pushinteger(L, CORRAL_NFT_MARK);
+    lua_setfield(L, -2, "DEFAULT_MARK");
+    lua_pushstring(L, CORRAL_NFT_TABLE);
+    lua_setfield(L, -2, "DEFAULT_TABLE");
+    lua_setfield(L, -2, "nft");
     return 0;
 }

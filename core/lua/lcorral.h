@@ -46,7 +46,9 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(ns)                                                                                          \
     X(dns)                                                                                         \
     X(nft)                                                                                         \
-    X(rtnl)
+    X(rtnl)                                                                                        \
+    X(spawn)                                                                                       \
+    X(sock)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

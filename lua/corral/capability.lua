@@ -45,7 +45,185 @@ local function probe_layer(layer)
   return false, string.format("wrapper exited %d: %s", status, out)
 end
 
+-- A child in the tenant namespaces (user, mount, pid, ipc, uts, cgroup, empty net),
+-- running argv; `binds` adds to the runtime. Returns its output and exit code.
+local function tenant_child(argv, opts)
+  opts = opts or {}
+  local binds, links = {}, {}
+  for _, p in ipairs(core.confine_runtime_paths()) do
+    local target = core.readlink(p)
+    if target then links[#links + 1] = { target = target, path = p }
+    else binds[#binds + 1] = { src = p, dest = p, optional = true } end
+  end
+  for _, b in ipairs(opts.binds or {}) do binds[#binds + 1] = b end
+  local out_path = os.tmpname()
+  local out = assert(io.open(out_path, "w"))
+  local proc, err = core.spawn({
+    path = argv[1], argv = argv, env = { "PATH=/usr/bin:/bin" }, cwd = "/",
+    new_net = true, uid = 65534, gid = 65534, binds = binds, symlinks = links,
+    proc = true, dev = true, seccomp = opts.seccomp ~= false,
+    cgroup_procs = opts.cgroup_procs, stdout = out, stderr = out,
+  })
+  out:close()
+  if not proc then
+    os.remove(out_path)
+    return nil, err
+  end
+  local code = proc:wait(10)
+  if not code then proc:kill(); code = proc:wait() end
+  proc:close()
+  local f = io.open(out_path)
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  os.remove(out_path)
+  return text, code
+end
+
+local function with_tmpdir(fn)
+  local dir, err = core.mkdtemp("/tmp/corral-probe-")
+  if not dir then return false, err end
+  local ok, a, b, c = pcall(fn, dir)
+  shell.capture({ "rm", "-rf", dir })
+  if not ok then return false, "probe error: " .. tostring(a) end
+  return a, b, c
+end
+
+local function trim(s) return (tostring(s or ""):gsub("%s+$", "")) end
+
 local probes = {
+  {
+    name = "filesystem_confinement",
+    gates = { "native", "bwrap" },
+    run = function()
+      return with_tmpdir(function(dir)
+        shell.capture({ "sh", "-c", 'mkdir -p "$1/a" "$1/b" && echo own > "$1/a/f" && echo sibling > "$1/b/f" ' ..
+          '&& chmod -R a+rX "$1"', "sh", dir })
+        local out, code = tenant_child({ "/bin/sh", "-c",
+          'cat /storage/f || exit 10; if cat "$1/b/f" 2>/dev/null || ls "$1" 2>/dev/null; then exit 11; fi',
+          "sh", dir }, { binds = { { src = dir .. "/a", dest = "/storage", rw = true } } })
+        if code == 0 then return true, "a confined child read its own storage; a sibling's was absent" end
+        if code == 10 then return false, "control failed: the child could not read its own storage: " .. trim(out) end
+        if code == 11 then return false, "breach: the sibling's storage was readable" end
+        return false, "child failed: " .. trim(out) .. " (" .. tostring(code) .. ")"
+      end)
+    end,
+  },
+  {
+    name = "network_restriction",
+    gates = { "native", "bwrap" },
+    run = function()
+      local lfd, port = core.tcp_listen("127.0.0.1", 0)
+      if not lfd then return false, "cannot listen on loopback: " .. tostring(port) end
+      local c, cerr = core.tcp_connect("127.0.0.1", port, 2)
+      if not c then lfd:close(); return false, "control failed: the host cannot reach its own listener: " .. cerr end
+      c:close()
+      local host = core.host_executable()
+      if not host then lfd:close(); return false, "the corral executable was not found for the child" end
+      -- The child is corral itself, so the attempt needs no client program inside.
+      local out, code = tenant_child({ host, "-e", string.format(
+        "local fd = require('corral.core').tcp_connect('127.0.0.1', %d, 1) os.exit(fd and 11 or 0)", port) },
+        { binds = { { src = host, dest = host } } })
+      lfd:close()
+      if code == 0 then return true, "the host reached its loopback listener; a child in an empty netns could not" end
+      if code == 11 then return false, "breach: the child reached the host's loopback listener" end
+      return false, "child failed: " .. trim(out)
+    end,
+  },
+  {
+    name = "resource_limits",
+    gates = { "native", "bwrap" },
+    run = function()
+      if not core.cgroup then return false, "no cgroup support in this build" end
+      local cg, err = core.cgroup.create({ pids = 6 })
+      if not cg then return false, "cannot create a cgroup beneath our own: " .. tostring(err) end
+      local procs = {}
+      for _, dir in pairs(cg:paths()) do procs[#procs + 1] = dir .. "/cgroup.procs" end
+      -- init + sh are 2 of the 6. dash exits when a fork fails, so each success is
+      -- printed as it happens and counted afterwards.
+      local out, code = tenant_child({ "/bin/sh", "-c",
+        'for i in 1 2 3 4 5 6; do sleep 3 & echo forked; done; kill $(jobs -p) 2>/dev/null' },
+        { cgroup_procs = procs })
+      cg:destroy()
+      if not out then return false, "spawn failed: " .. tostring(code) end
+      local _, n = out:gsub("forked", "")
+      if n == 0 then return false, "control failed: no fork succeeded under a pids cap of 6" end
+      if n >= 6 then return false, "breach: all 6 forks succeeded under a pids cap of 6" end
+      local info = core.cgroup.info()
+      return true, string.format("pids cap 6: %d forks succeeded, the next failed (cgroup %s)", n,
+        info and (info.v2 and not info.v1 and "v2" or "v1") or "?")
+    end,
+  },
+  {
+    name = "privilege_separation",
+    gates = { "native", "bwrap" },
+    run = function()
+      local out, code = tenant_child({ "/bin/sh", "-c", [[
+        grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
+        unshare -U true 2>/dev/null && echo nested-userns-ok; exit 0]] })
+      if code ~= 0 then return false, "control failed: the child did not run: " .. trim(out) end
+      local eff, bnd = out:match("CapEff:%s*(%x+)"), out:match("CapBnd:%s*(%x+)")
+      local nnp = out:match("NoNewPrivs:%s*(%d)")
+      if not eff then return false, "control failed: no status read: " .. trim(out) end
+      if tonumber(eff, 16) ~= 0 or tonumber(bnd, 16) ~= 0 or nnp ~= "1" then
+        return false, "breach: capabilities or no_new_privs not dropped: " .. trim(out)
+      end
+      if out:find("nested-userns-ok", 1, true) then
+        return false, "breach: the tenant entered a nested user namespace"
+      end
+      return true, "tenant root holds no capability (CapEff/CapBnd 0, NoNewPrivs 1); nested user namespace refused"
+    end,
+  },
+  {
+    name = "disk_quota",
+    gates = {},
+    run = function()
+      return false, "no quota mechanism: storage is a plain host directory (only /tmp, a capped tmpfs, is bounded)"
+    end,
+  },
+  {
+    name = "user_namespaces",
+    gates = { "native" },
+    run = function()
+      local out, code = tenant_child({ "/bin/sh", "-c", 'id -u; cat /proc/self/uid_map' }, { seccomp = false })
+      if not out then return false, "spawn failed: " .. tostring(code) end
+      if code ~= 0 then return false, "child failed: " .. trim(out) end
+      local inside, outside = out:match("^(%d+)%s+%d+%s+(%d+)")
+      if inside ~= "0" or outside == "0" then return false, "unexpected mapping: " .. trim(out) end
+      return true, "tenant root maps to host uid " .. outside
+    end,
+  },
+  {
+    name = "seccomp",
+    gates = { "native" },
+    run = function()
+      local script = 'unshare -U true 2>/dev/null && echo allowed || echo denied'
+      local control = tenant_child({ "/bin/sh", "-c", script }, { seccomp = false })
+      local filtered = tenant_child({ "/bin/sh", "-c", script }, { seccomp = true })
+      if not (control or ""):find("allowed") then
+        return false, "control failed: unshare(CLONE_NEWUSER) fails even without the filter: " .. trim(control)
+      end
+      if not (filtered or ""):find("denied") then return false, "breach: the filter let unshare(CLONE_NEWUSER) through" end
+      return true, "without the filter a nested user namespace is created; with it, refused (EPERM)"
+    end,
+  },
+  {
+    name = "cgroups",
+    gates = { "native" },
+    run = function()
+      if not core.cgroup then return false, "no cgroup support in this build" end
+      local info, err = core.cgroup.info()
+      if not info then return false, tostring(err) end
+      local cg, cerr = core.cgroup.create({ pids = 16, memory = 64 * 1024 * 1024 })
+      if not cg then return false, "cannot create a cgroup beneath our own: " .. tostring(cerr) end
+      local ok, derr = cg:destroy()
+      if ok == nil and derr then return false, "cannot remove it: " .. tostring(derr) end
+      local names = {}
+      for k in pairs(info.paths or {}) do names[#names + 1] = k end
+      table.sort(names)
+      return true, "created and removed beneath our own cgroup (" .. tostring(info.version) .. "): " ..
+        table.concat(names, ", ")
+    end,
+  },
   {
     name = "confinement.namespace",
     gates = { "confine" },

@@ -1,0 +1,766 @@
+/*
+ * The sandbox egress ruleset over NETLINK_NETFILTER: built with libnftnl, sent as one
+ * batch, read back with GETTABLE/GETCHAIN/GETRULE and compared expression by expression
+ * with the rules the same plan builds. See nft.h.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_conntrack_common.h>
+#include <linux/netfilter/nf_nat.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
+#include <libnftnl/common.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <libnftnl/table.h>
+
+#include "nft.h"
+#include "rtnl.h"
+
+#define MAX_RULES 16     /* the plan builds 13; the test hook adds one */
+#define MAX_READ 64      /* read-back beyond this is a mismatch anyway */
+#define BATCH_SIZE 65536 /* measured (strace): the apply batch is 3460 bytes */
+#define MSG_MAX 4096     /* room checked before each message is built */
+#define NL_RECV_SIZE 32768
+#define ACK_TIMEOUT_MS 1000
+#define VERIFY_TRIES 3
+
+/* The kernel's LOOPBACK_IFINDEX: lo is registered first in every netns and always gets
+ * ifindex 1 (include/linux/netdevice.h); `nft list` renders `oif 1` as `oif "lo"`. */
+#define LO_IFINDEX 1u
+
+struct chain_spec {
+    const char *name, *type;
+    int32_t prio;
+    uint32_t policy;
+};
+
+/* nat at -100 (NF_IP_PRI_NAT_DST) so that redirects happen before filter at 0 sees the
+ * packet, whose `ct status dnat` then accepts it. */
+static const struct chain_spec CHAINS[] = {
+    {CORRAL_NFT_NAT_CHAIN, "nat", -100, NF_ACCEPT},
+    {CORRAL_NFT_FILTER_CHAIN, "filter", 0, NF_DROP},
+};
+#define NCHAINS (sizeof CHAINS / sizeof CHAINS[0])
+
+struct ruleset {
+    struct nftnl_rule *rule[MAX_RULES];
+    size_t n;
+};
+
+static void ruleset_free(struct ruleset *rs)
+{
+    for (size_t i = 0; i < rs->n; i++)
+        nftnl_rule_free(rs->rule[i]);
+    rs->n = 0;
+}
+
+static void close_nl(struct mnl_socket **nl)
+{
+    if (*nl) mnl_socket_close(*nl);
+}
+static void free_ptr(void *p)
+{
+    free(*(void **)p);
+}
+#define cleanup_nl __attribute__((cleanup(close_nl)))
+#define cleanup_free __attribute__((cleanup(free_ptr)))
+#define cleanup_ruleset __attribute__((cleanup(ruleset_free)))
+
+static int plan_table(const struct corral_nft_plan *p, const char **table)
+{
+    if (!p || !p->dns_port || !p->acceptor_port) return -EINVAL;
+    /* mark 0 would make `meta mark 0 return/accept` exempt every unmarked packet. */
+    if (!p->mark) return -EINVAL;
+    *table = p->table ? p->table : CORRAL_NFT_TABLE;
+    size_t len = strlen(*table);
+    return len == 0 || len >= NFT_TABLE_MAXNAMELEN ? -EINVAL : 0;
+}
+
+/* Rule builder: the first failure sticks in err and turns every later step into a no-op,
+ * so a ruleset is written straight through and checked once. */
+struct builder {
+    struct ruleset *rs;
+    struct nftnl_rule *r;
+    int err;
+};
+
+static void rule_begin(struct builder *b, const char *table, const char *chain)
+{
+    if (b->err) return;
+    if (b->rs->n == MAX_RULES) {
+        b->err = -E2BIG;
+        return;
+    }
+    struct nftnl_rule *r = nftnl_rule_alloc();
+    if (!r) {
+        b->err = -ENOMEM;
+        return;
+    }
+    b->rs->rule[b->rs->n++] = r;
+    b->r = r;
+    nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+    if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, table) < 0 ||
+        nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, chain) < 0)
+        b->err = -ENOMEM;
+}
+
+static struct nftnl_expr *expr_add(struct builder *b, const char *name)
+{
+    if (b->err) return NULL;
+    struct nftnl_expr *e = nftnl_expr_alloc(name);
+    if (!e) {
+        b->err = -ENOMEM;
+        return NULL;
+    }
+    nftnl_rule_add_expr(b->r, e);
+    return e;
+}
+
+static void meta_load(struct builder *b, uint32_t key)
+{
+    struct nftnl_expr *e = expr_add(b, "meta");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, key);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_DREG, NFT_REG_1);
+}
+
+static void cmp(struct builder *b, uint32_t op, const void *data, uint32_t len)
+{
+    struct nftnl_expr *e = expr_add(b, "cmp");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
+    if (nftnl_expr_set(e, NFTNL_EXPR_CMP_DATA, data, len) < 0) b->err = -ENOMEM;
+}
+
+static void cmp_u8(struct builder *b, uint8_t v)
+{
+    cmp(b, NFT_CMP_EQ, &v, sizeof v);
+}
+
+static void cmp_u32(struct builder *b, uint32_t v)
+{
+    cmp(b, NFT_CMP_EQ, &v, sizeof v);
+}
+
+static void payload(struct builder *b, uint32_t base, uint32_t offset, uint32_t len)
+{
+    struct nftnl_expr *e = expr_add(b, "payload");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
+}
+
+static void verdict(struct builder *b, int v)
+{
+    struct nftnl_expr *e = expr_add(b, "immediate");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_VERDICT);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_VERDICT, (uint32_t)v);
+}
+
+/* `meta l4proto P` */
+static void l4proto(struct builder *b, uint8_t proto)
+{
+    meta_load(b, NFT_META_L4PROTO);
+    cmp_u8(b, proto);
+}
+
+/* `th dport P` (tcp and udp keep the destination port at offset 2) */
+static void dport(struct builder *b, uint16_t port)
+{
+    uint16_t be = htons(port);
+    payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, sizeof be);
+    cmp(b, NFT_CMP_EQ, &be, sizeof be);
+}
+
+/* `ip daddr 127.0.0.0/8`: in an inet table the family is matched first; a /8 is a 1-byte
+ * load of the first byte of the destination (offset 16), as nft itself emits it. */
+static void ip4_daddr_loopback(struct builder *b)
+{
+    meta_load(b, NFT_META_NFPROTO);
+    cmp_u8(b, NFPROTO_IPV4);
+    payload(b, NFT_PAYLOAD_NETWORK_HEADER, 16, 1);
+    cmp_u8(b, 127);
+}
+
+/* `ip6 daddr ::1` (destination at offset 24) */
+static void ip6_daddr_loopback(struct builder *b)
+{
+    static const struct in6_addr lo6 = IN6ADDR_LOOPBACK_INIT;
+    meta_load(b, NFT_META_NFPROTO);
+    cmp_u8(b, NFPROTO_IPV6);
+    payload(b, NFT_PAYLOAD_NETWORK_HEADER, 24, sizeof lo6);
+    cmp(b, NFT_CMP_EQ, &lo6, sizeof lo6);
+}
+
+/* `redirect to :port`. PROTO_MAX and the flag are written the way the kernel reports them
+ * back (nft_redir_init sets both when only PROTO_MIN is given), so that the read-back
+ * compares equal. */
+static void redirect(struct builder *b, uint16_t port)
+{
+    uint16_t be = htons(port);
+    struct nftnl_expr *e = expr_add(b, "immediate");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    if (nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &be, sizeof be) < 0) b->err = -ENOMEM;
+    e = expr_add(b, "redir");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_FLAGS, NF_NAT_RANGE_PROTO_SPECIFIED);
+}
+
+/* `ct KEY & mask != 0` (ct state / ct status bit sets) */
+static void ct_any(struct builder *b, uint32_t key, uint32_t mask)
+{
+    static const uint32_t zero;
+    struct nftnl_expr *e = expr_add(b, "ct");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, key);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
+    e = expr_add(b, "bitwise");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof mask);
+    if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof mask) < 0 ||
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof zero) < 0)
+        b->err = -ENOMEM;
+    cmp(b, NFT_CMP_NEQ, &zero, sizeof zero);
+}
+
+static void reject(struct builder *b, uint32_t type, uint8_t code)
+{
+    struct nftnl_expr *e = expr_add(b, "reject");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_REJECT_TYPE, type);
+    nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, code);
+}
+
+static int build_rules(const struct corral_nft_plan *p, const char *table, struct ruleset *rs)
+{
+    const char *nat = CORRAL_NFT_NAT_CHAIN, *filter = CORRAL_NFT_FILTER_CHAIN;
+    struct builder b = {.rs = rs, .r = NULL, .err = 0};
+
+    /* nat_out: what is exempt returns first; DNS before the catch-all TCP redirect. */
+    rule_begin(&b, table, nat);
+    meta_load(&b, NFT_META_MARK);
+    cmp_u32(&b, p->mark);
+    verdict(&b, NFT_RETURN);
+
+    rule_begin(&b, table, nat);
+    ip4_daddr_loopback(&b);
+    verdict(&b, NFT_RETURN);
+
+    rule_begin(&b, table, nat);
+    ip6_daddr_loopback(&b);
+    verdict(&b, NFT_RETURN);
+
+    static const uint8_t dns_protos[] = {IPPROTO_UDP, IPPROTO_TCP};
+    for (size_t i = 0; i < sizeof dns_protos; i++) {
+        rule_begin(&b, table, nat);
+        l4proto(&b, dns_protos[i]);
+        dport(&b, 53);
+        redirect(&b, p->dns_port);
+    }
+
+    rule_begin(&b, table, nat);
+    l4proto(&b, IPPROTO_TCP);
+    redirect(&b, p->acceptor_port);
+
+    /* filter_out, policy drop */
+    rule_begin(&b, table, filter);
+    ct_any(&b, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
+    verdict(&b, NF_ACCEPT);
+
+    rule_begin(&b, table, filter);
+    meta_load(&b, NFT_META_MARK);
+    cmp_u32(&b, p->mark);
+    verdict(&b, NF_ACCEPT);
+
+    rule_begin(&b, table, filter);
+    ct_any(&b, NFT_CT_STATUS, IPS_DST_NAT);
+    verdict(&b, NF_ACCEPT);
+
+    rule_begin(&b, table, filter);
+    meta_load(&b, NFT_META_OIF);
+    cmp_u32(&b, LO_IFINDEX);
+    ip4_daddr_loopback(&b);
+    verdict(&b, NF_ACCEPT);
+
+    rule_begin(&b, table, filter);
+    meta_load(&b, NFT_META_OIF);
+    cmp_u32(&b, LO_IFINDEX);
+    ip6_daddr_loopback(&b);
+    verdict(&b, NF_ACCEPT);
+
+    /* Reject rather than leave it to the drop policy: a client gets ECONNREFUSED/EPERM at
+     * once instead of retrying until its own timeout (tests/c/test_nft.c measures it). */
+    rule_begin(&b, table, filter);
+    l4proto(&b, IPPROTO_TCP);
+    reject(&b, NFT_REJECT_TCP_RST, 0);
+
+    rule_begin(&b, table, filter);
+    reject(&b, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED);
+
+    if (p->test_bad_message) {
+        rule_begin(&b, table, "corral-no-such-chain");
+        verdict(&b, NF_ACCEPT);
+    }
+    return b.err;
+}
+
+/* ---- batch ---- */
+
+struct batch {
+    char *buf;
+    size_t len;
+    uint32_t seq;   /* next sequence number */
+    uint32_t first; /* sequence number of the first message between BEGIN and END */
+    uint32_t n;     /* messages between BEGIN and END, each of which the kernel acks */
+};
+
+static void batch_free(struct batch *b)
+{
+    free(b->buf);
+}
+#define cleanup_batch __attribute__((cleanup(batch_free)))
+
+static char *batch_slot(struct batch *b)
+{
+    return b->len + MSG_MAX <= BATCH_SIZE ? b->buf + b->len : NULL;
+}
+
+static int batch_commit(struct batch *b, struct nlmsghdr *nlh, int counted)
+{
+    if (nlh->nlmsg_len > MSG_MAX) return -E2BIG;
+    b->len += NLMSG_ALIGN(nlh->nlmsg_len);
+    b->seq++;
+    b->n += counted ? 1 : 0;
+    return 0;
+}
+
+static int batch_init(struct batch *b)
+{
+    b->buf = calloc(1, BATCH_SIZE);
+    if (!b->buf) return -ENOMEM;
+    b->len = 0;
+    b->seq = 1;
+    b->first = 2;
+    b->n = 0;
+    return batch_commit(b, nftnl_batch_begin(b->buf, b->seq), 0);
+}
+
+static int batch_end(struct batch *b)
+{
+    char *slot = batch_slot(b);
+    if (!slot) return -E2BIG;
+    return batch_commit(b, nftnl_batch_end(slot, b->seq), 0);
+}
+
+static int batch_table(struct batch *b, const char *name, uint16_t type, uint16_t flags)
+{
+    char *slot = batch_slot(b);
+    if (!slot) return -E2BIG;
+    struct nftnl_table *t = nftnl_table_alloc();
+    if (!t) return -ENOMEM;
+    nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
+    if (nftnl_table_set_str(t, NFTNL_TABLE_NAME, name) < 0) {
+        nftnl_table_free(t);
+        return -ENOMEM;
+    }
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(slot, type, NFPROTO_INET, flags | NLM_F_ACK, b->seq);
+    nftnl_table_nlmsg_build_payload(nlh, t);
+    nftnl_table_free(t);
+    return batch_commit(b, nlh, 1);
+}
+
+static int batch_chain(struct batch *b, const char *table, const struct chain_spec *spec)
+{
+    char *slot = batch_slot(b);
+    if (!slot) return -E2BIG;
+    struct nftnl_chain *c = nftnl_chain_alloc();
+    if (!c) return -ENOMEM;
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, NF_INET_LOCAL_OUT);
+    nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, spec->prio);
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, spec->policy);
+    if (nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table) < 0 ||
+        nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, spec->name) < 0 ||
+        nftnl_chain_set_str(c, NFTNL_CHAIN_TYPE, spec->type) < 0) {
+        nftnl_chain_free(c);
+        return -ENOMEM;
+    }
+    struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(slot, NFT_MSG_NEWCHAIN, NFPROTO_INET,
+                                                 NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK, b->seq);
+    nftnl_chain_nlmsg_build_payload(nlh, c);
+    nftnl_chain_free(c);
+    return batch_commit(b, nlh, 1);
+}
+
+static int batch_rule(struct batch *b, struct nftnl_rule *r)
+{
+    char *slot = batch_slot(b);
+    if (!slot) return -E2BIG;
+    struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(slot, NFT_MSG_NEWRULE, NFPROTO_INET,
+                                                 NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK, b->seq);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    return batch_commit(b, nlh, 1);
+}
+
+/*
+ * Sends the batch and collects one ack per message between BEGIN and END. The kernel
+ * processes a batch inside sendmsg and queues every ack (errors included: nfnetlink
+ * reports all of them, then aborts the whole batch) before sendmsg returns; the poll
+ * timeout only guards against a reply that never comes.
+ */
+static int batch_run(struct mnl_socket *nl, const struct batch *b)
+{
+    int fd = mnl_socket_get_fd(nl);
+    uint32_t portid = mnl_socket_get_portid(nl);
+    uint32_t acked = 0;
+    int first_err = 0;
+    cleanup_free char *buf = malloc(NL_RECV_SIZE);
+    if (!buf) return -ENOMEM;
+
+    if (mnl_socket_sendto(nl, b->buf, b->len) < 0) return -errno;
+    while (acked < b->n) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN, .revents = 0};
+        int pr = poll(&pfd, 1, ACK_TIMEOUT_MS);
+        if (pr < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (pr == 0) break;
+        ssize_t got = recv(fd, buf, NL_RECV_SIZE, MSG_DONTWAIT);
+        if (got < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            return -errno;
+        }
+        int len = (int)got;
+        for (const struct nlmsghdr *nlh = (const struct nlmsghdr *)buf; mnl_nlmsg_ok(nlh, len);
+             nlh = mnl_nlmsg_next(nlh, &len)) {
+            if (nlh->nlmsg_pid != portid || nlh->nlmsg_type != NLMSG_ERROR) continue;
+            if (nlh->nlmsg_len < mnl_nlmsg_size(sizeof(struct nlmsgerr))) {
+                if (!first_err) first_err = -EPROTO;
+                continue;
+            }
+            const struct nlmsgerr *e = mnl_nlmsg_get_payload(nlh);
+            if (e->error && !first_err) first_err = e->error > 0 ? -e->error : e->error;
+            if (nlh->nlmsg_seq >= b->first && nlh->nlmsg_seq < b->first + b->n) acked++;
+        }
+    }
+    if (first_err) return first_err;
+    return acked == b->n ? 0 : -ETIMEDOUT;
+}
+
+static int nft_open(int netns_fd, struct mnl_socket **nl)
+{
+    int err = corral_netlink_open_in(netns_fd, NETLINK_NETFILTER, nl);
+    if (err) return err;
+    /* Errors then carry only the header of the failed message, not a copy of it. */
+    int one = 1;
+    (void)mnl_socket_setsockopt(*nl, NETLINK_CAP_ACK, &one, sizeof one);
+    return 0;
+}
+
+int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan)
+{
+    const char *table;
+    cleanup_ruleset struct ruleset rs = {.n = 0};
+    cleanup_batch struct batch b = {.buf = NULL};
+    cleanup_nl struct mnl_socket *nl = NULL;
+    int err = plan_table(plan, &table);
+    if (err) return err;
+    err = build_rules(plan, table, &rs);
+    if (err) return err;
+
+    err = batch_init(&b);
+    if (!err) err = batch_table(&b, table, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
+    for (size_t i = 0; !err && i < NCHAINS; i++)
+        err = batch_chain(&b, table, &CHAINS[i]);
+    for (size_t i = 0; !err && i < rs.n; i++)
+        err = batch_rule(&b, rs.rule[i]);
+    if (!err) err = batch_end(&b);
+    if (err) return err;
+
+    err = nft_open(netns_fd, &nl);
+    if (err) return err;
+    return batch_run(nl, &b);
+}
+
+int corral_nft_delete(int netns_fd, const char *table)
+{
+    cleanup_batch struct batch b = {.buf = NULL};
+    cleanup_nl struct mnl_socket *nl = NULL;
+    if (!table) table = CORRAL_NFT_TABLE;
+    size_t len = strlen(table);
+    if (len == 0 || len >= NFT_TABLE_MAXNAMELEN) return -EINVAL;
+
+    int err = batch_init(&b);
+    if (!err) err = batch_table(&b, table, NFT_MSG_DELTABLE, 0);
+    if (!err) err = batch_end(&b);
+    if (!err) err = nft_open(netns_fd, &nl);
+    if (err) return err;
+    return batch_run(nl, &b);
+}
+
+/* ---- read back ---- */
+
+struct readback {
+    const char *table;
+    int table_seen;
+    uint32_t table_flags;
+    struct nftnl_chain *chain[MAX_READ];
+    size_t nchain;
+    struct nftnl_rule *rule[MAX_READ];
+    size_t nrule;
+    int overflow;
+};
+
+static void readback_free(struct readback *rb)
+{
+    for (size_t i = 0; i < rb->nchain; i++)
+        nftnl_chain_free(rb->chain[i]);
+    for (size_t i = 0; i < rb->nrule; i++)
+        nftnl_rule_free(rb->rule[i]);
+    rb->nchain = rb->nrule = 0;
+    rb->table_seen = 0;
+    rb->overflow = 0;
+}
+#define cleanup_readback __attribute__((cleanup(readback_free)))
+
+static int str_eq(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+static int table_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct readback *rb = data;
+    struct nftnl_table *t = nftnl_table_alloc();
+    if (!t) {
+        errno = ENOMEM;
+        return MNL_CB_ERROR;
+    }
+    if (nftnl_table_nlmsg_parse(nlh, t) < 0) {
+        nftnl_table_free(t);
+        errno = EPROTO;
+        return MNL_CB_ERROR;
+    }
+    if (str_eq(nftnl_table_get_str(t, NFTNL_TABLE_NAME), rb->table)) {
+        rb->table_seen = 1;
+        rb->table_flags = nftnl_table_is_set(t, NFTNL_TABLE_FLAGS)
+                              ? nftnl_table_get_u32(t, NFTNL_TABLE_FLAGS)
+                              : 0;
+    }
+    nftnl_table_free(t);
+    return MNL_CB_OK;
+}
+
+static int chain_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct readback *rb = data;
+    struct nftnl_chain *c = nftnl_chain_alloc();
+    if (!c) {
+        errno = ENOMEM;
+        return MNL_CB_ERROR;
+    }
+    if (nftnl_chain_nlmsg_parse(nlh, c) < 0) {
+        nftnl_chain_free(c);
+        errno = EPROTO;
+        return MNL_CB_ERROR;
+    }
+    if (!str_eq(nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE), rb->table)) {
+        nftnl_chain_free(c);
+    } else if (rb->nchain == MAX_READ) {
+        nftnl_chain_free(c);
+        rb->overflow = 1;
+    } else {
+        rb->chain[rb->nchain++] = c;
+    }
+    return MNL_CB_OK;
+}
+
+static int rule_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct readback *rb = data;
+    struct nftnl_rule *r = nftnl_rule_alloc();
+    if (!r) {
+        errno = ENOMEM;
+        return MNL_CB_ERROR;
+    }
+    if (nftnl_rule_nlmsg_parse(nlh, r) < 0) {
+        nftnl_rule_free(r);
+        errno = EPROTO;
+        return MNL_CB_ERROR;
+    }
+    if (!str_eq(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), rb->table)) {
+        nftnl_rule_free(r);
+    } else if (rb->nrule == MAX_READ) {
+        nftnl_rule_free(r);
+        rb->overflow = 1;
+    } else {
+        rb->rule[rb->nrule++] = r;
+    }
+    return MNL_CB_OK;
+}
+
+static int read_back(struct mnl_socket *nl, struct readback *rb)
+{
+    char buf[1024];
+    struct nlmsghdr *nlh;
+
+    struct nftnl_table *t = nftnl_table_alloc();
+    if (!t) return -ENOMEM;
+    if (nftnl_table_set_str(t, NFTNL_TABLE_NAME, rb->table) < 0) {
+        nftnl_table_free(t);
+        return -ENOMEM;
+    }
+    nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETTABLE, NFPROTO_INET, NLM_F_ACK, 0);
+    nftnl_table_nlmsg_build_payload(nlh, t);
+    nftnl_table_free(t);
+    int err = corral_netlink_talk(nl, nlh, table_cb, rb);
+    if (err) return err;
+    if (!rb->table_seen) return -ENOENT;
+
+    nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFPROTO_INET, NLM_F_DUMP, 0);
+    err = corral_netlink_talk(nl, nlh, chain_cb, rb);
+    if (err) return err;
+
+    /* The kernel filters a rule dump by NFTA_RULE_TABLE; rule_cb checks it again. */
+    struct nftnl_rule *r = nftnl_rule_alloc();
+    if (!r) return -ENOMEM;
+    if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, rb->table) < 0) {
+        nftnl_rule_free(r);
+        return -ENOMEM;
+    }
+    nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, 0);
+    nftnl_rule_nlmsg_build_payload(nlh, r);
+    nftnl_rule_free(r);
+    return corral_netlink_talk(nl, nlh, rule_cb, rb);
+}
+
+/* One expression as libnftnl prints it ("cmp eq reg 1 0x0000002a"), its name first: the
+ * rendering covers every attribute the kernel reports for the expressions used here. */
+static int expr_text(const struct nftnl_expr *e, char *buf, size_t size)
+{
+    const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
+    int n = snprintf(buf, size, "%s ", name ? name : "?");
+    if (n < 0 || (size_t)n >= size) return -1;
+    int m = nftnl_expr_snprintf(buf + n, size - (size_t)n, e, NFTNL_OUTPUT_DEFAULT, 0);
+    return m < 0 || (size_t)m >= size - (size_t)n ? -1 : 0;
+}
+
+static int rule_equal(const struct nftnl_rule *want, const struct nftnl_rule *got)
+{
+    char a[512], b[512];
+    int equal = 1;
+    struct nftnl_expr_iter *iw = nftnl_expr_iter_create(want);
+    struct nftnl_expr_iter *ig = nftnl_expr_iter_create(got);
+    if (!iw || !ig) {
+        equal = -ENOMEM;
+    } else {
+        for (;;) {
+            struct nftnl_expr *ew = nftnl_expr_iter_next(iw);
+            struct nftnl_expr *eg = nftnl_expr_iter_next(ig);
+            if (!ew || !eg) {
+                equal = !ew && !eg;
+                break;
+            }
+            if (expr_text(ew, a, sizeof a) < 0 || expr_text(eg, b, sizeof b) < 0 ||
+                strcmp(a, b) != 0) {
+                equal = 0;
+                break;
+            }
+        }
+    }
+    if (iw) nftnl_expr_iter_destroy(iw);
+    if (ig) nftnl_expr_iter_destroy(ig);
+    return equal;
+}
+
+static int chain_matches(const struct nftnl_chain *c, const struct chain_spec *spec)
+{
+    return nftnl_chain_is_set(c, NFTNL_CHAIN_HOOKNUM) && nftnl_chain_is_set(c, NFTNL_CHAIN_PRIO) &&
+           nftnl_chain_is_set(c, NFTNL_CHAIN_POLICY) &&
+           nftnl_chain_get_u32(c, NFTNL_CHAIN_HOOKNUM) == NF_INET_LOCAL_OUT &&
+           nftnl_chain_get_s32(c, NFTNL_CHAIN_PRIO) == spec->prio &&
+           nftnl_chain_get_u32(c, NFTNL_CHAIN_POLICY) == spec->policy &&
+           str_eq(nftnl_chain_get_str(c, NFTNL_CHAIN_TYPE), spec->type);
+}
+
+static int compare(const struct readback *rb, const struct ruleset *want)
+{
+    if (rb->table_flags != 0) return -EPROTO; /* dormant, or owned by some socket */
+    if (rb->overflow || rb->nchain != NCHAINS || rb->nrule != want->n) return -EPROTO;
+    for (size_t i = 0; i < NCHAINS; i++) {
+        const struct nftnl_chain *c = NULL;
+        for (size_t j = 0; j < rb->nchain; j++)
+            if (str_eq(nftnl_chain_get_str(rb->chain[j], NFTNL_CHAIN_NAME), CHAINS[i].name))
+                c = rb->chain[j];
+        if (!c || !chain_matches(c, &CHAINS[i])) return -EPROTO;
+
+        /* The rules of this chain, in kernel order, against the plan's, in plan order. */
+        size_t g = 0;
+        for (size_t w = 0; w < want->n; w++) {
+            if (!str_eq(nftnl_rule_get_str(want->rule[w], NFTNL_RULE_CHAIN), CHAINS[i].name))
+                continue;
+            while (g < rb->nrule &&
+                   !str_eq(nftnl_rule_get_str(rb->rule[g], NFTNL_RULE_CHAIN), CHAINS[i].name))
+                g++;
+            if (g == rb->nrule) return -EPROTO;
+            int eq = rule_equal(want->rule[w], rb->rule[g]);
+            if (eq < 0) return eq;
+            if (!eq) return -EPROTO;
+            g++;
+        }
+        while (g < rb->nrule) {
+            if (str_eq(nftnl_rule_get_str(rb->rule[g], NFTNL_RULE_CHAIN), CHAINS[i].name))
+                return -EPROTO;
+            g++;
+        }
+    }
+    return 0;
+}
+
+int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
+{
+    const char *table;
+    cleanup_ruleset struct ruleset rs = {.n = 0};
+    int err = plan_table(plan, &table);
+    if (err) return err;
+    struct corral_nft_plan good = *plan;
+    good.test_bad_message = false;
+    err = build_rules(&good, table, &rs);
+    if (err) return err;
+
+    /* A dump that raced with a ruleset change (NLM_F_DUMP_INTR) is read again from the
+     * start on a fresh socket: the rest of the interrupted dump is still queued on the old
+     * one. */
+    for (int tries = 0; tries < VERIFY_TRIES; tries++) {
+        cleanup_nl struct mnl_socket *nl = NULL;
+        cleanup_readback struct readback rb = {.table = table};
+        err = nft_open(netns_fd, &nl);
+        if (err) return err;
+        err = read_back(nl, &rb);
+        if (err == -EINTR) continue;
+        if (err) return err;
+        return compare(&rb, &rs);
+    }
+    return -EAGAIN;
+}

@@ -1,0 +1,48 @@
+/*
+ * The egress ruleset of a sandbox netns: one `inet` table with a nat/output chain that
+ * redirects DNS to the in-netns responder and every other TCP connection to the acceptor,
+ * and a filter/output chain (policy drop) that lets through only established, marked,
+ * redirected and loopback traffic and rejects the rest at once.
+ *
+ * Programmed over NETLINK_NETFILTER (libnftnl + libmnl) in one batch, read back and
+ * compared by corral_nft_verify. See DESIGN.md "Egress data path".
+ */
+#ifndef CORRAL_NFT_H
+#define CORRAL_NFT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CORRAL_NFT_TABLE "corral"
+#define CORRAL_NFT_MARK 42
+#define CORRAL_NFT_NAT_CHAIN "nat_out"
+#define CORRAL_NFT_FILTER_CHAIN "filter_out"
+
+struct corral_nft_plan {
+    const char *table;      /* NULL: CORRAL_NFT_TABLE */
+    uint16_t dns_port;      /* udp/tcp 53 is redirected to 127.0.0.1 / [::1] this port */
+    uint16_t acceptor_port; /* every other TCP connection is redirected here */
+    uint32_t mark;          /* sockets with this SO_MARK bypass both chains; never 0 */
+    /* Test hook: appends to the batch one rule for a chain that does not exist, so the
+     * kernel must reject the batch and create nothing. */
+    bool test_bad_message;
+};
+
+/*
+ * Creates the table, both chains and all rules in one batch inside netns_fd. The kernel
+ * applies the batch whole or not at all; -EEXIST if the table already exists, -EINVAL
+ * for a plan with a zero port or mark.
+ */
+int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan);
+
+/*
+ * Reads the table back (table flags, chains with hook, priority, type and policy, every
+ * rule's expressions in order) and compares it with what the plan implies. 0 if equal,
+ * -EPROTO on any difference, -ENOENT if the table is missing.
+ */
+int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan);
+
+/* Deletes the table (NULL: CORRAL_NFT_TABLE) and everything in it; -ENOENT if missing. */
+int corral_nft_delete(int netns_fd, const char *table);
+
+#endif

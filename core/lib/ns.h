@@ -1,0 +1,57 @@
+/*
+ * Namespace primitives: namespace fds of a process, entering and leaving namespaces,
+ * comparing them, and writing a child user namespace's id maps.
+ */
+#ifndef CORRAL_NS_H
+#define CORRAL_NS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The CLONE_NEW* flag for a kind name ("user", "mnt", "pid", "net", "ipc", "uts",
+ * "cgroup", "time"), or -EINVAL. */
+int corral_ns_type(const char *kind);
+
+/* The kind name for a CLONE_NEW* flag, or NULL. */
+const char *corral_ns_kind(int nstype);
+
+/* Opens /proc/PID/ns/KIND (pid 0: the calling process) O_RDONLY|O_CLOEXEC. Returns the
+ * fd or -errno (-EINVAL for an unknown kind). */
+int corral_ns_open(pid_t pid, const char *kind);
+
+/* setns(fd, nstype); nstype 0 accepts any kind. Returns 0 or -errno. */
+int corral_ns_setns(int fd, int nstype);
+
+/* unshare(flags). Returns 0 or -errno. */
+int corral_ns_unshare(int flags);
+
+struct corral_ns_info {
+    int nstype;   /* CLONE_NEW* from the NS_GET_NSTYPE ioctl */
+    uint64_t ino; /* with dev, identifies the namespace */
+    uint64_t dev;
+};
+
+/* Describes a namespace fd. Returns 0 or -errno (-ENOTTY: not a namespace fd). */
+int corral_ns_info(int fd, struct corral_ns_info *out);
+
+/* 1 when both fds name the same namespace, 0 when not, or -errno. */
+int corral_ns_same(int fd1, int fd2);
+
+/* One line of a uid_map or gid_map. */
+struct corral_id_map {
+    uint32_t inside;
+    uint32_t outside;
+    uint32_t count;
+};
+
+/* Writes /proc/PID/uid_map and /proc/PID/gid_map for a process in a new user namespace
+ * (either list may be empty to leave that map alone). When the kernel refuses the
+ * gid_map with EPERM (a writer without CAP_SETGID over the parent namespace), writes
+ * "deny" to /proc/PID/setgroups and tries once more, which is the one case where an
+ * unprivileged writer may map its own gid. Returns 0 or -errno (-EINVAL for an empty
+ * range, or a map longer than the kernel accepts in its single write). */
+int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid,
+                         const struct corral_id_map *gid, size_t ngid);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * Init loop for pid namespaces (see reaper.h). sigwaitinfo on blocked signals rather
+ * than handlers: no async-signal-safety questions, and no signal is lost between a
+ * check and a wait.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "reaper.h"
+
+static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH};
+
+void corral_reaper_block(sigset_t *mask, sigset_t *old)
+{
+    sigemptyset(mask);
+    sigaddset(mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+        sigaddset(mask, forwarded[i]);
+    sigprocmask(SIG_BLOCK, mask, old);
+}
+
+int corral_status_code(int wstatus)
+{
+    if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+    return 125;
+}
+
+int corral_reaper_wait(pid_t child, const sigset_t *mask)
+{
+    for (;;) {
+        /* Reap first: the child may have exited before we started waiting. */
+        for (;;) {
+            int ws;
+            pid_t p = waitpid(-1, &ws, WNOHANG);
+            if (p == child) return corral_status_code(ws);
+            if (p <= 0) break;
+        }
+        siginfo_t si;
+        int sig = sigwaitinfo(mask, &si);
+        if (sig < 0) {
+            if (errno == EINTR) continue;
+            return 125;
+        }
+        if (sig != SIGCHLD) kill(child, sig);
+    }
+}

@@ -1,0 +1,24 @@
+/*
+ * The init of a pid namespace: reap every process (orphans reparent to it), forward the
+ * caller's termination signals to the one child that matters, and report its status.
+ * pid 1 ignores any signal it has no handler for, so the command itself must not be
+ * pid 1 or a SIGTERM from outside would be lost; this loop is what sits there instead.
+ */
+#ifndef CORRAL_REAPER_H
+#define CORRAL_REAPER_H
+
+#include <signal.h>
+#include <sys/types.h>
+
+/* Blocks SIGCHLD and the forwarded signals (HUP INT QUIT TERM USR1 USR2 WINCH) into
+ * *mask, saving the previous mask in *old (restore it in the child before exec). */
+void corral_reaper_block(sigset_t *mask, sigset_t *old);
+
+/* Waits for `child` while forwarding the signals in mask to it and reaping everything
+ * else; returns its exit status, or 128+N when signal N killed it. */
+int corral_reaper_wait(pid_t child, const sigset_t *mask);
+
+/* The status convention: exit code, or 128+signal. */
+int corral_status_code(int wstatus);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * Netlink sockets in another network namespace, and the rtnetlink verbs a sandbox netns
+ * needs: loopback up with default routes through it, veth pairs, addresses, link up and
+ * delete.
+ *
+ * Every verb takes the target netns as an fd (open("/proc/PID/ns/net") or
+ * /run/netns/NAME). The netlink socket is created on a short-lived thread that setns()es
+ * into the target and exits; a netlink socket stays bound to the netns it was created in,
+ * so the calling thread never changes namespace. All functions return 0 (or a value) or
+ * -errno.
+ */
+#ifndef CORRAL_RTNL_H
+#define CORRAL_RTNL_H
+
+#include <libmnl/libmnl.h>
+
+/*
+ * Opens a netlink socket of protocol `bus` (NETLINK_ROUTE, NETLINK_NETFILTER, …) inside
+ * the netns `netns_fd`, bound with an automatic port id, CLOEXEC. Before returning it
+ * checks (SIOCGSKNS) that the socket belongs to that netns. *out is set only on success.
+ */
+int corral_netlink_open_in(int netns_fd, int bus, struct mnl_socket **out);
+
+/*
+ * Sends one request (its nlmsg_seq is assigned here) and reads replies until the ack or
+ * the end of a dump; `cb` (may be NULL) sees every data message. A callback that returns
+ * MNL_CB_ERROR must set errno. An interrupted dump (NLM_F_DUMP_INTR) returns -EINTR and
+ * leaves the socket unusable for further requests.
+ */
+int corral_netlink_talk(struct mnl_socket *nl, struct nlmsghdr *nlh, mnl_cb_t cb, void *data);
+
+/* Opens `path` read-only and CLOEXEC and checks that it is a network namespace (-EINVAL if
+ * not). Returns the fd. */
+int corral_netns_open(const char *path);
+
+/* The ifindex of `ifname` in the netns, or -ENODEV. */
+int corral_rtnl_link_index(int netns_fd, const char *ifname);
+
+/*
+ * Brings `lo` up and adds default routes for IPv4 (with preferred source 127.0.0.1) and
+ * IPv6 through it, so that a connect to any address reaches the output hook where nft
+ * redirects it. Fails with -EEXIST if a default route is already there.
+ */
+int corral_rtnl_lo_default_routes(int netns_fd);
+
+/* Creates a veth pair: `host_name` in host_netns_fd, its peer `peer_name` in peer_netns_fd.
+ * Both ends start down. */
+int corral_rtnl_veth(int host_netns_fd, const char *host_name, int peer_netns_fd,
+                     const char *peer_name);
+
+/* Adds addr/prefixlen (family AF_INET: 4 bytes, AF_INET6: 16 bytes, network order) to
+ * ifname. IPv6 addresses skip duplicate address detection. */
+int corral_rtnl_addr(int netns_fd, const char *ifname, int family, const void *addr, int prefixlen);
+
+int corral_rtnl_link_up(int netns_fd, const char *ifname);
+
+/* Deletes ifname (a veth takes its peer with it). */
+int corral_rtnl_link_del(int netns_fd, const char *ifname);
+
+#endif

@@ -1,0 +1,224 @@
+/*
+ * The tenant seccomp deny-list, built with libseccomp (never hand-written BPF) and
+ * exported to a plain sock_filter array so that the child can install it with two
+ * syscalls and no allocation.
+ *
+ * libseccomp 2.5.4 (installed here) has no seccomp_export_bpf_mem, so the program is
+ * exported into a memfd and read back.
+ */
+#include <errno.h>
+#include <linux/seccomp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Found as core/lib/seccomp.h through -Icore/lib, which then pulls libseccomp's header
+ * with #include_next (a quoted include would make #include_next find this file again). */
+#define CORRAL_SECCOMP_IMPL
+#include <seccomp.h>
+
+#ifndef CLONE_NEWUSER
+#define CLONE_NEWUSER 0x10000000
+#endif
+
+/* Denied outright with EPERM. Mount and the new mount API rearrange the tenant's view;
+ * the rest reach the kernel or other processes (ptrace family, pidfd_getfd), load code
+ * into the kernel (modules, kexec, bpf), widen the kernel attack surface with little
+ * legitimate tenant use (io_uring, userfaultfd, perf, keyrings, file handles), or change
+ * host-wide state (clock, swap, reboot, accounting, quota, syslog). setns: a tenant has
+ * no business entering namespaces. */
+static const char *const deny_eperm[] = {
+    "mount",
+    "umount2",
+    "pivot_root",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "open_tree",
+    "move_mount",
+    "mount_setattr",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "syslog",
+    "quotactl",
+    "quotactl_fd",
+    "lookup_dcookie",
+    "vhangup",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "setns",
+};
+
+static int resolve(const char *name)
+{
+    int nr = seccomp_syscall_resolve_name(name);
+    /* A name this libseccomp does not know cannot be denied: refuse to build a filter
+     * that silently lacks it (a negative pseudo-number other than the error value only
+     * means the syscall does not exist on this architecture, which is fine). */
+    return nr == __NR_SCMP_ERROR ? -EOPNOTSUPP : nr;
+}
+
+static int add_rules(scmp_filter_ctx ctx)
+{
+    const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
+    int rc;
+
+    for (size_t i = 0; i < sizeof deny_eperm / sizeof deny_eperm[0]; i++) {
+        int nr = resolve(deny_eperm[i]);
+        if (nr == -EOPNOTSUPP) return nr;
+        rc = seccomp_rule_add(ctx, eperm, nr, 0);
+        if (rc < 0) return rc;
+    }
+
+    /* clone3 keeps its flags in memory that a filter cannot read; ENOSYS makes glibc
+     * fall back to clone, whose flags are a register the rule below inspects. */
+    int nr = resolve("clone3");
+    if (nr == -EOPNOTSUPP) return nr;
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+    if (rc < 0) return rc;
+
+    /* A user namespace gives the tenant every capability over the namespaces it then
+     * creates (DESIGN.md invariant 4 keeps capabilities away from the tenant). */
+    rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(unshare), 1,
+                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER));
+    if (rc < 0) return rc;
+#if defined(__s390__) || defined(__s390x__)
+    /* s390 swaps clone's first two arguments. */
+    rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1,
+                          SCMP_A1(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER));
+#else
+    rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(clone), 1,
+                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER));
+#endif
+    if (rc < 0) return rc;
+
+    /* TIOCSTI pushes input into a terminal the tenant shares with its operator;
+     * TIOCLINUX can do the same on a virtual console. The kernel takes the request as an
+     * unsigned int, so only the low 32 bits are compared: a caller setting upper bits
+     * reaches the same ioctl. */
+    static const unsigned long tty_requests[] = {TIOCSTI, TIOCLINUX};
+    for (size_t i = 0; i < 2; i++) {
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(ioctl), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, tty_requests[i]));
+        if (rc < 0) return rc;
+    }
+
+    /* personality: only 0 (PER_LINUX) and the 0xffffffff query pass. libseccomp allows
+     * one comparison per argument in a rule, so "neither all-zero nor all-one" is spelt
+     * as 32 rules: any other 32-bit value has some bit i set whose cyclic neighbour
+     * i+1 is clear. The kernel reads the argument as an unsigned int, so upper bits are
+     * ignored here as well. */
+    for (unsigned i = 0; i < 32; i++) {
+        uint64_t bit = 1ULL << i, next = 1ULL << ((i + 1) % 32);
+        rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(personality), 1,
+                              SCMP_A0(SCMP_CMP_MASKED_EQ, bit | next, bit));
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+static int export_program(scmp_filter_ctx ctx, struct corral_bpf *out)
+{
+    int fd = memfd_create("corral-seccomp", MFD_CLOEXEC);
+    if (fd < 0) return -errno;
+
+    int rc = seccomp_export_bpf(ctx, fd);
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) < 0) rc = -errno;
+    if (rc == 0) {
+        size_t size = (size_t)st.st_size;
+        if (size == 0 || size % sizeof(struct sock_filter) != 0 ||
+            size / sizeof(struct sock_filter) > BPF_MAXINSNS)
+            rc = -EINVAL;
+        else if (!(out->insns = malloc(size)))
+            rc = -ENOMEM;
+        else {
+            size_t got = 0;
+            while (got < size) {
+                ssize_t n = pread(fd, (char *)out->insns + got, size - got, (off_t)got);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) {
+                    rc = n < 0 ? -errno : -EIO;
+                    break;
+                }
+                got += (size_t)n;
+            }
+            out->len = (unsigned short)(size / sizeof(struct sock_filter));
+        }
+    }
+    close(fd);
+    if (rc < 0) corral_bpf_free(out);
+    return rc;
+}
+
+int corral_seccomp_tenant_program(struct corral_bpf *out)
+{
+    out->insns = NULL;
+    out->len = 0;
+
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx) return -ENOMEM;
+
+    /* A filter for the native architecture only: anything else (i386 through int 0x80,
+     * and on x86_64 the x32 numbers >= 0x40000000, which libseccomp rejects in the
+     * native branch) takes the bad-arch action, and that is EPERM, not libseccomp's
+     * default kill. */
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(EPERM));
+    if (rc == 0) rc = add_rules(ctx);
+    if (rc == 0) rc = export_program(ctx, out);
+    seccomp_release(ctx);
+    return rc;
+}
+
+int corral_seccomp_install(const struct corral_bpf *prog)
+{
+    if (!prog || !prog->insns || prog->len == 0) return -EINVAL;
+    struct sock_fprog fprog = {.len = prog->len, .filter = prog->insns};
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return -errno;
+    long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog);
+    if (r < 0) return -errno;
+    /* With TSYNC a positive result is the id of a thread that could not be synchronised;
+     * nothing was installed. */
+    if (r > 0) return -EBUSY;
+    return 0;
+}
+
+void corral_bpf_free(struct corral_bpf *prog)
+{
+    if (!prog) return;
+    free(prog->insns);
+    prog->insns = NULL;
+    prog->len = 0;
+}

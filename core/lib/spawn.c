@@ -1,0 +1,274 @@
+/*
+ * Tenant spawn (see spawn.h). Ownership order (DESIGN invariant 4): a pre-made netns is
+ * joined by the *parent's* thread before clone3 creates the user namespace, because
+ * joining needs CAP_SYS_ADMIN over the netns's owner (the host), which the tenant's new
+ * user namespace never has; the tenant therefore sits in a netns whose owner it holds no
+ * capability in. Measured here: root inside a child user namespace of a host-owned netns
+ * gets EPERM from `nft flush ruleset` and from SO_MARK.
+ *
+ * The child never allocates: the parent may be multi-threaded, so everything it needs
+ * (seccomp program, empty capability state, strings) is prepared before clone3.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "caps.h"
+#include "ns.h"
+#include "reaper.h"
+#include "spawn.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+enum step {
+    STEP_SYNC,
+    STEP_CGROUPNS,
+    STEP_IDS,
+    STEP_ROOT,
+    STEP_HOSTNAME,
+    STEP_CWD,
+    STEP_RLIMIT,
+    STEP_SETSID,
+    STEP_STDIO,
+    STEP_FDS,
+    STEP_CAPS,
+    STEP_NNP,
+    STEP_SECCOMP,
+    STEP_FORK,
+    STEP_EXEC,
+    STEP_COUNT
+};
+
+static const char *const step_names[STEP_COUNT] = {
+    [STEP_SYNC] = "wait for parent",   [STEP_CGROUPNS] = "cgroup namespace",
+    [STEP_IDS] = "set ids",            [STEP_ROOT] = "build root",
+    [STEP_HOSTNAME] = "hostname",      [STEP_CWD] = "chdir",
+    [STEP_RLIMIT] = "rlimits",         [STEP_SETSID] = "setsid",
+    [STEP_STDIO] = "stdio",            [STEP_FDS] = "close fds",
+    [STEP_CAPS] = "drop capabilities", [STEP_NNP] = "no_new_privs",
+    [STEP_SECCOMP] = "seccomp",        [STEP_FORK] = "fork tenant",
+    [STEP_EXEC] = "exec",
+};
+
+struct report {
+    int32_t step;
+    int32_t err;
+};
+
+__attribute__((noreturn)) static void child_fail(int fd, enum step step, int err)
+{
+    struct report r = {step, err < 0 ? -err : err};
+    ssize_t n = write(fd, &r, sizeof r);
+    (void)n;
+    _exit(CORRAL_SPAWN_EXEC_FAILED);
+}
+
+/* The tenant itself (pid 2): restore the signal mask and exec. */
+__attribute__((noreturn)) static void tenant_exec(const struct corral_spawn_plan *p, int fd,
+                                                  const sigset_t *old)
+{
+    sigprocmask(SIG_SETMASK, old, NULL);
+    execve(p->path, p->argv, p->envp);
+    child_fail(fd, STEP_EXEC, errno);
+}
+
+__attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p, int errfd,
+                                                 int syncfd, void *empty_caps)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char c;
+    if (read(syncfd, &c, 1) != 1) child_fail(errfd, STEP_SYNC, EPIPE);
+    close(syncfd);
+    /* The parent has placed us in the sandbox's cgroup: a cgroup namespace made now is
+     * rooted there, so the tenant sees its own cgroup as "/". */
+    if (unshare(CLONE_NEWCGROUP) < 0) child_fail(errfd, STEP_CGROUPNS, errno);
+    if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
+        child_fail(errfd, STEP_IDS, errno);
+    const char *what = NULL;
+    int r = corral_root_build(&p->root, &what);
+    if (r < 0) child_fail(errfd, STEP_ROOT, r);
+    if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
+        child_fail(errfd, STEP_HOSTNAME, errno);
+    if (chdir(p->cwd ? p->cwd : "/") < 0) child_fail(errfd, STEP_CWD, errno);
+    for (size_t i = 0; i < p->n_rlimits; i++) {
+        struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
+        if (setrlimit(p->rlimits[i].resource, &rl) < 0) child_fail(errfd, STEP_RLIMIT, errno);
+    }
+    /* A new session: no controlling terminal to inject keystrokes into. */
+    if (setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
+    for (int i = 0; i < 3; i++)
+        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
+    /* Everything beyond 0-2 closes at exec, but for the fds the caller keeps. */
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+        child_fail(errfd, STEP_FDS, errno);
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
+    if ((r = corral_caps_drop_all_with(empty_caps)) < 0) child_fail(errfd, STEP_CAPS, r);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STEP_NNP, errno);
+    if (p->seccomp && (r = corral_seccomp_install(p->seccomp)) < 0)
+        child_fail(errfd, STEP_SECCOMP, r);
+
+    sigset_t mask, old;
+    corral_reaper_block(&mask, &old);
+    int execp[2];
+    if (pipe2(execp, O_CLOEXEC) < 0) child_fail(errfd, STEP_FORK, errno);
+    pid_t tenant = fork();
+    if (tenant < 0) child_fail(errfd, STEP_FORK, errno);
+    if (tenant == 0) {
+        close(execp[0]);
+        tenant_exec(p, execp[1], &old);
+    }
+    close(execp[1]);
+    /* EOF means the tenant's exec succeeded (the pipe closed on exec); a report means
+     * it failed, and is forwarded to the spawner so the failure is the spawn's. */
+    struct report rep;
+    ssize_t n;
+    do n = read(execp[0], &rep, sizeof rep);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof rep) {
+        ssize_t w = write(errfd, &rep, sizeof rep);
+        (void)w;
+        _exit(CORRAL_SPAWN_EXEC_FAILED);
+    }
+    close(execp[0]);
+    close(errfd);
+    _exit(corral_reaper_wait(tenant, &mask));
+}
+
+static int write_pid(int fd, pid_t pid)
+{
+    char buf[24];
+    int len = snprintf(buf, sizeof buf, "%d\n", (int)pid);
+    if (write(fd, buf, (size_t)len) != len) return -errno;
+    return 0;
+}
+
+/* Joins netns_fd on this thread for the duration of clone3; a thread that cannot get
+ * back to its own netns would carry the host's work into a sandbox, so that is fatal. */
+static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, int *err)
+{
+    int saved = -1;
+    if (netns_fd >= 0) {
+        saved = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (saved < 0 || setns(netns_fd, CLONE_NEWNET) < 0) {
+            *err = errno;
+            if (saved >= 0) close(saved);
+            return -1;
+        }
+    }
+    pid_t pid = (pid_t)syscall(SYS_clone3, ca, sizeof *ca);
+    *err = errno;
+    if (pid == 0) return 0;
+    if (saved >= 0) {
+        if (setns(saved, CLONE_NEWNET) < 0) abort();
+        close(saved);
+    }
+    return pid;
+}
+
+int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *out,
+                 const char **step)
+{
+    int errp[2] = {-1, -1}, syncp[2] = {-1, -1}, pidfd = -1, r = 0;
+    pid_t pid = -1;
+    void *empty = NULL;
+    *step = "prepare";
+    out->pid = -1;
+    out->pidfd = -1;
+    if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0) {
+        r = -errno;
+        goto fail;
+    }
+    empty = corral_caps_empty();
+    if (!empty) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    uint64_t flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+                     CLONE_PIDFD;
+    if (p->new_net && p->netns_fd < 0) flags |= CLONE_NEWNET;
+    struct clone_args ca = {.flags = flags,
+                            .pidfd = (uint64_t)(uintptr_t)&pidfd,
+                            .exit_signal = SIGCHLD};
+    int err = 0;
+    *step = "clone3";
+    pid = clone_in_netns(&ca, p->netns_fd, &err);
+    if (pid == 0) {
+        close(errp[0]);
+        close(syncp[1]);
+        child_main(p, errp[1], syncp[0], empty);
+    }
+    if (pid < 0) {
+        r = -err;
+        goto fail;
+    }
+    close(errp[1]);
+    errp[1] = -1;
+    close(syncp[0]);
+    syncp[0] = -1;
+
+    /* The tenant's root maps to an unprivileged host id; without privilege over other
+     * ids, a caller can only map its own. */
+    *step = "id maps";
+    struct corral_id_map uid = {0, geteuid() == 0 ? p->outside_uid : geteuid(), 1};
+    struct corral_id_map gid = {0, geteuid() == 0 ? p->outside_gid : getegid(), 1};
+    if ((r = corral_ns_write_maps(pid, &uid, 1, &gid, 1)) < 0) goto fail;
+    *step = "cgroup attach";
+    for (size_t i = 0; i < p->n_cgroup_fds; i++)
+        if ((r = write_pid(p->cgroup_procs_fds[i], pid)) < 0) goto fail;
+    *step = "release child";
+    if (write(syncp[1], "x", 1) != 1) {
+        r = -EPIPE;
+        goto fail;
+    }
+    close(syncp[1]);
+    syncp[1] = -1;
+
+    struct report rep;
+    ssize_t n;
+    do n = read(errp[0], &rep, sizeof rep);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof rep) {
+        *step = rep.step >= 0 && rep.step < STEP_COUNT ? step_names[rep.step] : "child";
+        r = -rep.err;
+        goto fail;
+    }
+    close(errp[0]);
+    corral_caps_free(empty);
+    out->pid = pid;
+    out->pidfd = pidfd;
+    return 0;
+
+fail:
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    if (pidfd >= 0) close(pidfd);
+    for (int i = 0; i < 2; i++) {
+        if (errp[i] >= 0) close(errp[i]);
+        if (syncp[i] >= 0) close(syncp[i]);
+    }
+    corral_caps_free(empty);
+    return r;
+}
+
+int corral_pidfd_signal(int pidfd, int sig)
+{
+    if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0) return -errno;
+    return 0;
+}

@@ -1,0 +1,65 @@
+/*
+ * Spawning a tenant: one clone3 into new user, mount, pid, ipc, uts (and net, or a
+ * pre-made netns) namespaces, a setup plan run in the child, then exec. A failed step
+ * never execs: the child reports {step, errno} over a CLOEXEC pipe and exits, and the
+ * parent returns that error.
+ *
+ * Process shape: the cloned child is pid 1 of the new pid namespace. It builds the root,
+ * drops everything, installs the seccomp filter, then forks the tenant (pid 2) and stays
+ * as its init: it reaps orphans and forwards SIGTERM/SIGINT/SIGHUP, which pid 1 would
+ * otherwise ignore. Its exit takes every process of the namespace with it.
+ */
+#ifndef CORRAL_SPAWN_H
+#define CORRAL_SPAWN_H
+
+#include <stddef.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "mount.h"
+#include "seccomp.h"
+
+struct corral_rlimit {
+    int resource; /* RLIMIT_* */
+    rlim_t cur, max;
+};
+
+struct corral_spawn_plan {
+    const char *path;   /* resolved executable, as seen inside the new root */
+    char *const *argv;  /* NULL-terminated */
+    char *const *envp;  /* NULL-terminated, exactly what the tenant gets */
+    const char *cwd;    /* inside the new root */
+    const char *hostname;
+    int new_net;        /* 1: a fresh empty netns (only lo, down) */
+    int netns_fd;       /* >= 0: join this host-owned netns before the user ns exists */
+    uid_t outside_uid;  /* host ids the tenant's root maps to */
+    gid_t outside_gid;
+    struct corral_root_plan root;
+    const struct corral_bpf *seccomp; /* installed last; NULL: none */
+    const struct corral_rlimit *rlimits;
+    size_t n_rlimits;
+    const int *cgroup_procs_fds; /* "cgroup.procs" files the parent writes the pid into */
+    size_t n_cgroup_fds;
+    int stdio[3];       /* -1: inherit */
+    const int *keep_fds; /* inherited unchanged beyond 0-2 */
+    size_t n_keep_fds;
+};
+
+struct corral_spawn_result {
+    pid_t pid;   /* pid 1 of the sandbox, in the host's pid namespace */
+    int pidfd;   /* CLOEXEC pidfd of that process */
+};
+
+/* Spawns per plan. Returns 0, or -errno with *step naming the failed step (a static
+ * string). On failure nothing is left running. */
+int corral_spawn(const struct corral_spawn_plan *plan, struct corral_spawn_result *out,
+                 const char **step);
+
+/* Signals a process through its pidfd (a recycled pid can never be hit). 0 or -errno. */
+int corral_pidfd_signal(int pidfd, int sig);
+
+/* The exit status a tenant's init reports: the tenant's own status, or 128+N when it
+ * was killed by signal N. */
+#define CORRAL_SPAWN_EXEC_FAILED 127
+
+#endif

@@ -1,0 +1,371 @@
+/*
+ * core.spawn(plan) → process: the tenant spawn primitive (core/lib/spawn.c) from a Lua
+ * table. Strings are used in place: they stay reachable from the plan table, which is on
+ * the stack for the whole call, and pointer arrays live in scratch userdata also kept on
+ * the stack, so nothing the child reads can be collected or moved.
+ *
+ * A process userdata that is collected or closed before it was waited for is killed
+ * (SIGKILL to its init takes the whole pid namespace with it): a sandbox never outlives
+ * the object that owns it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lcorral.h"
+#include "reaper.h"
+#include "seccomp.h"
+#include "spawn.h"
+
+#define PROC_TYPE "corral.process"
+
+typedef struct {
+    pid_t pid;
+    int pidfd;
+    int reaped;
+    int code;     /* exit code of the sandbox's init (the tenant's status) */
+    int signaled; /* init itself was killed (limit, stop): signal number */
+} process;
+
+static void *scratch(lua_State *L, size_t size)
+{
+    void *p = lua_newuserdatauv(L, size ? size : 1, 0);
+    memset(p, 0, size ? size : 1);
+    return p;
+}
+
+static const char *opt_string(lua_State *L, int t, const char *field)
+{
+    lua_getfield(L, t, field);
+    const char *s = NULL;
+    if (!lua_isnil(L, -1)) {
+        size_t len;
+        s = lua_tolstring(L, -1, &len);
+        if (!s || strlen(s) != len)
+            luaL_error(L, "spawn: %s must be a string without NUL bytes", field);
+    }
+    lua_pop(L, 1); /* still referenced by the plan table */
+    return s;
+}
+
+static int opt_bool(lua_State *L, int t, const char *field)
+{
+    lua_getfield(L, t, field);
+    int b = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return b;
+}
+
+static lua_Integer opt_int(lua_State *L, int t, const char *field, lua_Integer def)
+{
+    lua_getfield(L, t, field);
+    lua_Integer v = def;
+    if (!lua_isnil(L, -1)) {
+        int ok;
+        v = lua_tointegerx(L, -1, &ok);
+        if (!ok) luaL_error(L, "spawn: %s must be an integer", field);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* A list of strings at plan[field] as a NULL-terminated array (scratch left on stack). */
+static char **string_list(lua_State *L, int t, const char *field)
+{
+    if (lua_getfield(L, t, field) != LUA_TTABLE)
+        luaL_error(L, "spawn: %s must be a list of strings", field);
+    int list = lua_gettop(L);
+    lua_Integer n = luaL_len(L, list);
+    char **v = scratch(L, sizeof(char *) * (size_t)(n + 1));
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, list, i);
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len);
+        if (lua_type(L, -1) != LUA_TSTRING || strlen(s) != len)
+            luaL_error(L, "spawn: %s[%d] must be a string without NUL bytes", field, (int)i);
+        v[i - 1] = (char *)s;
+        lua_pop(L, 1);
+    }
+    lua_remove(L, list); /* the scratch stays; the list is still in the plan */
+    return v;
+}
+
+static int fd_of(lua_State *L, int idx)
+{
+    if (lua_isinteger(L, idx)) return (int)lua_tointeger(L, idx);
+    corral_fd *f = luaL_testudata(L, idx, CORRAL_FD_TYPE);
+    if (f) return f->fd;
+    luaL_Stream *s = luaL_testudata(L, idx, LUA_FILEHANDLE);
+    if (s && s->f) return fileno(s->f);
+    luaL_error(L, "spawn: expected an fd, a corral.fd or a Lua file");
+    return -1;
+}
+
+static const struct {
+    const char *name;
+    int resource;
+} rlimit_names[] = {{"nofile", RLIMIT_NOFILE}, {"fsize", RLIMIT_FSIZE}, {"nproc", RLIMIT_NPROC},
+                    {"core", RLIMIT_CORE},     {"as", RLIMIT_AS},       {"stack", RLIMIT_STACK},
+                    {"cpu", RLIMIT_CPU},       {"memlock", RLIMIT_MEMLOCK}};
+
+static int process_new(lua_State *L, pid_t pid, int pidfd)
+{
+    process *p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = (process){.pid = pid, .pidfd = pidfd};
+    luaL_setmetatable(L, PROC_TYPE);
+    return 1;
+}
+
+static int l_spawn(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    struct corral_spawn_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.path = opt_string(L, 1, "path");
+    if (!plan.path) return luaL_argerror(L, 1, "plan.path is required");
+    plan.argv = string_list(L, 1, "argv");
+    plan.envp = string_list(L, 1, "env");
+    plan.cwd = opt_string(L, 1, "cwd");
+    plan.hostname = opt_string(L, 1, "hostname");
+    plan.new_net = opt_bool(L, 1, "new_net");
+    plan.netns_fd = -1;
+    if (lua_getfield(L, 1, "netns") != LUA_TNIL) plan.netns_fd = fd_of(L, -1);
+    lua_pop(L, 1);
+    plan.outside_uid = (uid_t)opt_int(L, 1, "uid", 65534);
+    plan.outside_gid = (gid_t)opt_int(L, 1, "gid", 65534);
+
+    /* Root plan. */
+    size_t nb = 0, ns = 0;
+    if (lua_getfield(L, 1, "binds") == LUA_TTABLE) nb = (size_t)luaL_len(L, -1);
+    int binds_t = lua_gettop(L);
+    struct corral_bind *binds = scratch(L, sizeof *binds * nb);
+    for (size_t i = 0; i < nb; i++) {
+        lua_geti(L, binds_t, (lua_Integer)i + 1);
+        int b = lua_gettop(L);
+        if (!lua_istable(L, b)) return luaL_error(L, "spawn: binds[%d] must be a table", (int)i + 1);
+        binds[i].src = opt_string(L, b, "src");
+        binds[i].dest = opt_string(L, b, "dest");
+        if (!binds[i].src || !binds[i].dest || binds[i].dest[0] != '/')
+            return luaL_error(L, "spawn: binds[%d] needs src and an absolute dest", (int)i + 1);
+        binds[i].flags = (opt_bool(L, b, "rw") ? CORRAL_BIND_RW : 0) |
+                         (opt_bool(L, b, "optional") ? CORRAL_BIND_OPTIONAL : 0) |
+                         (opt_bool(L, b, "devices") ? CORRAL_BIND_DEVICES : 0);
+        lua_pop(L, 1);
+    }
+    if (lua_getfield(L, 1, "symlinks") == LUA_TTABLE) ns = (size_t)luaL_len(L, -1);
+    int links_t = lua_gettop(L);
+    struct corral_symlink *links = scratch(L, sizeof *links * ns);
+    for (size_t i = 0; i < ns; i++) {
+        lua_geti(L, links_t, (lua_Integer)i + 1);
+        links[i].target = opt_string(L, -1, "target");
+        links[i].linkpath = opt_string(L, -1, "path");
+        if (!links[i].target || !links[i].linkpath)
+            return luaL_error(L, "spawn: symlinks[%d] needs target and path", (int)i + 1);
+        lua_pop(L, 1);
+    }
+    plan.root = (struct corral_root_plan){.binds = binds,
+                                          .n_binds = nb,
+                                          .symlinks = links,
+                                          .n_symlinks = ns,
+                                          .proc = opt_bool(L, 1, "proc"),
+                                          .dev = opt_bool(L, 1, "dev"),
+                                          .tmp_mib = (unsigned long)opt_int(L, 1, "tmp_mib", 0)};
+
+    /* rlimits = {nofile = {cur, max} | n, …} */
+    struct corral_rlimit *rl = scratch(L, sizeof *rl * (sizeof rlimit_names / sizeof rlimit_names[0]));
+    size_t nrl = 0;
+    if (lua_getfield(L, 1, "rlimits") == LUA_TTABLE) {
+        for (size_t i = 0; i < sizeof rlimit_names / sizeof rlimit_names[0]; i++) {
+            int ty = lua_getfield(L, -1, rlimit_names[i].name);
+            if (ty == LUA_TNUMBER) {
+                rl[nrl++] = (struct corral_rlimit){rlimit_names[i].resource,
+                                                   (rlim_t)lua_tointeger(L, -1),
+                                                   (rlim_t)lua_tointeger(L, -1)};
+            } else if (ty != LUA_TNIL) {
+                return luaL_error(L, "spawn: rlimits.%s must be a number", rlimit_names[i].name);
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    plan.rlimits = rl;
+    plan.n_rlimits = nrl;
+
+    /* cgroup.procs paths the parent writes the pid into before the child proceeds. */
+    size_t ncg = 0;
+    if (lua_getfield(L, 1, "cgroup_procs") == LUA_TTABLE) ncg = (size_t)luaL_len(L, -1);
+    int cg_t = lua_gettop(L);
+    int *cgfds = scratch(L, sizeof(int) * (ncg ? ncg : 1));
+    for (size_t i = 0; i < ncg; i++) cgfds[i] = -1;
+    for (size_t i = 0; i < ncg; i++) {
+        lua_geti(L, cg_t, (lua_Integer)i + 1);
+        const char *path = lua_tostring(L, -1);
+        int fd = path ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+        int err = errno;
+        lua_pop(L, 1);
+        if (fd < 0) {
+            for (size_t j = 0; j < i; j++) close(cgfds[j]);
+            return corral_pushfail(L, path ? path : "cgroup_procs", err);
+        }
+        cgfds[i] = fd;
+    }
+    plan.cgroup_procs_fds = cgfds;
+    plan.n_cgroup_fds = ncg;
+
+    plan.stdio[0] = plan.stdio[1] = plan.stdio[2] = -1;
+    static const char *const stdio_names[] = {"stdin", "stdout", "stderr"};
+    for (int i = 0; i < 3; i++) {
+        if (lua_getfield(L, 1, stdio_names[i]) != LUA_TNIL) plan.stdio[i] = fd_of(L, -1);
+        lua_pop(L, 1);
+    }
+
+    struct corral_bpf bpf = {0};
+    int r = 0;
+    if (opt_bool(L, 1, "seccomp")) {
+        r = corral_seccomp_tenant_program(&bpf);
+        if (r < 0) {
+            for (size_t i = 0; i < ncg; i++) close(cgfds[i]);
+            return corral_pushfail(L, "seccomp", r);
+        }
+        plan.seccomp = &bpf;
+    }
+
+    struct corral_spawn_result res;
+    const char *step = "";
+    r = corral_spawn(&plan, &res, &step);
+    corral_bpf_free(&bpf);
+    for (size_t i = 0; i < ncg; i++) close(cgfds[i]);
+    if (r < 0) {
+        luaL_pushfail(L);
+        lua_pushfstring(L, "spawn: %s: %s", step, strerror(-r));
+        lua_pushinteger(L, -r);
+        lua_pushstring(L, step);
+        return 4;
+    }
+    return process_new(L, res.pid, res.pidfd);
+}
+
+static process *checkproc(lua_State *L)
+{
+    return luaL_checkudata(L, 1, PROC_TYPE);
+}
+
+static void reap(process *p, int flags)
+{
+    if (p->reaped) return;
+    int ws;
+    pid_t r;
+    do r = waitpid(p->pid, &ws, flags);
+    while (r < 0 && errno == EINTR);
+    if (r != p->pid) return;
+    p->reaped = 1;
+    if (WIFSIGNALED(ws)) {
+        p->signaled = WTERMSIG(ws);
+        p->code = 128 + p->signaled;
+    } else {
+        p->code = corral_status_code(ws);
+    }
+    if (p->pidfd >= 0) {
+        close(p->pidfd);
+        p->pidfd = -1;
+    }
+}
+
+/* p:wait([timeout_seconds]) → code, how ("exited" | "killed") | nil, "timeout" */
+static int l_wait(lua_State *L)
+{
+    process *p = checkproc(L);
+    if (!p->reaped) {
+        if (!lua_isnoneornil(L, 2) && p->pidfd >= 0) {
+            double t = luaL_checknumber(L, 2);
+            struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+            int n;
+            do n = poll(&pfd, 1, t < 0 ? -1 : (int)(t * 1000));
+            while (n < 0 && errno == EINTR);
+            if (n == 0) {
+                luaL_pushfail(L);
+                lua_pushliteral(L, "timeout");
+                return 2;
+            }
+        }
+        reap(p, 0);
+    }
+    lua_pushinteger(L, p->code);
+    lua_pushstring(L, p->signaled ? "killed" : "exited");
+    if (p->signaled) {
+        lua_pushinteger(L, p->signaled);
+        return 3;
+    }
+    return 2;
+}
+
+static int l_kill(lua_State *L)
+{
+    process *p = checkproc(L);
+    int sig = (int)luaL_optinteger(L, 2, SIGKILL);
+    if (p->reaped) return corral_pushfail(L, "kill", ESRCH);
+    /* Through the pidfd: a recycled pid can never be hit. */
+    if ((sig = corral_pidfd_signal(p->pidfd, sig)) < 0)
+        return corral_pushfail(L, "kill", sig);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_pid(lua_State *L)
+{
+    lua_pushinteger(L, checkproc(L)->pid);
+    return 1;
+}
+
+static int l_running(lua_State *L)
+{
+    process *p = checkproc(L);
+    reap(p, WNOHANG);
+    lua_pushboolean(L, !p->reaped);
+    return 1;
+}
+
+static int l_close(lua_State *L)
+{
+    process *p = checkproc(L);
+    if (!p->reaped && p->pid > 0) {
+        if (p->pidfd >= 0) corral_pidfd_signal(p->pidfd, SIGKILL);
+        reap(p, 0);
+    }
+    if (p->pidfd >= 0) {
+        close(p->pidfd);
+        p->pidfd = -1;
+    }
+    return 0;
+}
+
+static int l_tostring(lua_State *L)
+{
+    process *p = checkproc(L);
+    lua_pushfstring(L, "corral.process (pid %d, %s)", (int)p->pid, p->reaped ? "exited" : "running");
+    return 1;
+}
+
+int corral_open_spawn(lua_State *L)
+{
+    static const luaL_Reg methods[] = {{"wait", l_wait}, {"kill", l_kill}, {"pid", l_pid},
+                                       {"running", l_running}, {"close", l_close}, {NULL, NULL}};
+    static const luaL_Reg meta[] = {{"__gc", l_close}, {"__close", l_close},
+                                    {"__tostring", l_tostring}, {"__index", NULL}, {NULL, NULL}};
+    if (luaL_newmetatable(L, PROC_TYPE)) {
+        luaL_setfuncs(L, meta, 0);
+        luaL_newlib(L, methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    lua_pushcfunction(L, l_spawn);
+    lua_setfield(L, -2, "spawn");
+    return 0;
+}

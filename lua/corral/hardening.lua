@@ -1,0 +1,96 @@
+--- The tenant hardening profile: the mirror image of `corral.confine`.
+--
+-- Untrusted code gets an environment that starts empty but for a minimal base; the host
+-- adds variables by name; a fixed list of forbidden name fragments then refuses even
+-- named ones, and values that carry a credential (a URL with user information) are
+-- refused too. The list is never widened and no option disables it: credentials reach a
+-- process only through the control-plane entry point (DESIGN invariant 6).
+-- @module corral.hardening
+local errors = require "corral.errors"
+
+local M = {}
+
+local FRAGMENTS = {
+  "KEY", "TOKEN", "SECRET", "PASSW", "PASSPHRASE", "CREDENTIAL", "AUTH", "COOKIE",
+  "SESSION", "PRIVATE", "CERT", "AWS_", "GCP_", "GOOGLE_", "AZURE_", "GITHUB_", "GH_",
+  "GITLAB_", "ANTHROPIC_", "OPENAI_", "HF_", "DOCKER_", "KUBE", "VAULT_", "SSH_", "GPG_",
+  "NPM_", "PYPI_", "STRIPE_", "SLACK_", "SENTRY_", "DSN",
+}
+
+-- A read-only view: a tenant profile cannot be handed a shorter list by accident.
+M.forbidden_env_fragments = setmetatable({}, {
+  __index = FRAGMENTS,
+  __len = function() return #FRAGMENTS end,
+  __newindex = function() error("forbidden_env_fragments is fixed and never widened", 2) end,
+  __pairs = function() return ipairs(FRAGMENTS) end,
+})
+
+--- The base every tenant environment starts from.
+-- @treturn table name → value
+function M.base_env()
+  return {
+    PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    HOME = "/storage",
+    LANG = "C.UTF-8",
+    TERM = "dumb",
+    TZ = "UTC",
+  }
+end
+
+--- Why a variable may not reach a tenant, or nil when it may.
+-- @tparam string name
+-- @tparam string value
+-- @treturn[1] nil allowed
+-- @treturn[2] string the reason
+function M.refusal(name, value)
+  local upper = name:upper()
+  for _, f in ipairs(FRAGMENTS) do
+    if upper:find(f, 1, true) then
+      return "name contains the forbidden fragment " .. f
+    end
+  end
+  -- scheme://user:password@host or scheme://token@host: a credential in the value.
+  if value:find("%a[%w+.-]*://[^/%s@]+@") then
+    return "value carries credentials in a URL's user information"
+  end
+  return nil
+end
+
+--- Builds a tenant environment: the base, plus each variable the host names.
+-- @tparam[opt] table extra name → value the host adds
+-- @treturn[1] table name → value
+-- @return[2] nil
+-- @treturn[2] table `refused_env` error naming the first refused variable
+function M.environment(extra)
+  local env = M.base_env()
+  local names = {}
+  for name in pairs(extra or {}) do names[#names + 1] = name end
+  table.sort(names, function(a, b) return tostring(a) < tostring(b) end)
+  for _, name in ipairs(names) do
+    local value = extra[name]
+    if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+      return nil, errors.invalid_argument("env", "bad variable name " .. tostring(name))
+    end
+    if type(value) ~= "string" or value:find("\0", 1, true) then
+      return nil, errors.invalid_argument("env", name .. " must be a string without NUL")
+    end
+    local why = M.refusal(name, value)
+    if why then
+      return nil, errors.new("refused_env", { argument = name, detail = why })
+    end
+    env[name] = value
+  end
+  return env
+end
+
+--- The environment as a sorted "NAME=value" list, as exec takes it.
+-- @tparam table env name → value
+-- @treturn {string,...}
+function M.envp(env)
+  local out = {}
+  for k, v in pairs(env) do out[#out + 1] = k .. "=" .. v end
+  table.sort(out)
+  return out
+end
+
+return M

@@ -1,0 +1,237 @@
+--- The `native` mechanism: tenant sandboxes built from corral's own kernel primitives.
+--
+-- Each command runs as root of a fresh user namespace mapped to an unprivileged host id
+-- (distinct per sandbox), in new mount, pid, ipc, uts, cgroup and net namespaces (the net
+-- namespace is empty: no network unless an egress allowlist is given), under a root that
+-- shows the runtime read-only, the sandbox's storage read-write at /storage, its
+-- workspace at /workspace, a fresh /proc, a minimal /dev and a 64 MiB tmpfs /tmp; every
+-- capability dropped, no_new_privs, the tenant seccomp filter, a new session, rlimits,
+-- and a cgroup beneath the host's own for memory, pids and cpu.
+--
+-- disk_quota is not constructed: /storage is a plain host directory. Only /tmp is
+-- bounded (a size-capped tmpfs, whose pages the memory cgroup also charges).
+-- @module corral.mechanism.native
+local core = require "corral.core"
+local errors = require "corral.errors"
+local sandbox = require "corral.sandbox"
+local hardening = require "corral.hardening"
+local capability = require "corral.capability"
+
+local M = { name = "native" }
+
+local state = {} -- id → {cgroup =, process =, status =}
+
+M.TMP_MIB = 64
+
+local function has_resource_limits(sb)
+  local l = sb.limits or {}
+  return l.memory ~= nil or l.pids ~= nil or l.cpu ~= nil
+end
+
+--- What a sandbox under this mechanism needs: the tenant profile's guarantees, plus the
+-- kernel features native builds them from.
+-- @tparam table sb
+-- @treturn {string,...}
+function M.required_capabilities(sb)
+  local req = { "filesystem_confinement", "privilege_separation", "network_restriction",
+                "user_namespaces", "seccomp" }
+  if has_resource_limits(sb) then req[#req + 1] = "resource_limits" end
+  return req
+end
+
+--- What native builds itself (user_namespaces and seccomp come from the host kernel and
+-- are asked of the probe; resource_limits is constructed only where cgroups hold).
+-- @treturn {string,...}
+function M.constructed_capabilities()
+  local c = { "filesystem_confinement", "privilege_separation", "network_restriction" }
+  if capability.check("cgroups").holds then c[#c + 1] = "resource_limits" end
+  return c
+end
+
+-- The runtime, read-only, at the same paths; merged-/usr links recreated as links.
+local function runtime_binds(binds, links)
+  for _, p in ipairs(core.confine_runtime_paths()) do
+    local target = core.readlink(p)
+    if target then
+      links[#links + 1] = { target = target, path = p }
+    else
+      binds[#binds + 1] = { src = p, dest = p, optional = true }
+    end
+  end
+end
+
+--- The spawn plan for running argv in sandbox sb (see core.spawn).
+-- @tparam table sb a validated sandbox
+-- @tparam {string,...} argv
+-- @tparam[opt] table opts `extra_binds` (list of {src, dest}), stdin/stdout/stderr
+-- @treturn table plan
+-- @return[2] nil
+-- @treturn[2] table error
+function M.plan(sb, argv, opts)
+  opts = opts or {}
+  local st = state[sb.id]
+  local binds, links = {}, {}
+  runtime_binds(binds, links)
+  binds[#binds + 1] = { src = sandbox.storage_path(sb), dest = "/storage", rw = true }
+  if sb.workspace_path then
+    binds[#binds + 1] = { src = sb.workspace_path, dest = "/workspace", rw = true }
+  end
+  for _, b in ipairs(opts.extra_binds or {}) do binds[#binds + 1] = b end
+  local path = argv[1]
+  if not path:find("/", 1, true) then
+    path = core.resolve_executable(path, sb.env.PATH)
+  end
+  local limits = sb.limits or {}
+  local id = sandbox.host_id(sb)
+  local plan = {
+    path = path, argv = argv, env = hardening.envp(sb.env), cwd = "/storage",
+    hostname = "corral", new_net = true, uid = id, gid = id,
+    binds = binds, symlinks = links, proc = true, dev = true, tmp_mib = M.TMP_MIB,
+    seccomp = true,
+    rlimits = { core = 0, nofile = limits.nofile, fsize = limits.fsize },
+    cgroup_procs = {},
+    stdin = opts.stdin, stdout = opts.stdout, stderr = opts.stderr,
+  }
+  if st and st.cgroup then
+    for _, dir in pairs(st.cgroup:paths()) do plan.cgroup_procs[#plan.cgroup_procs + 1] = dir .. "/cgroup.procs" end
+  end
+  return plan
+end
+
+local function mkdir_p(path, mode, owner)
+  local shell = require "corral.shell"
+  local out, status = shell.capture({ "sh", "-c",
+    'mkdir -p -m 0711 "$(dirname "$1")" && mkdir -p -m "$2" "$1" && chown "$3:$3" "$1"', "sh",
+    path, mode, tostring(owner) })
+  if status ~= 0 then return nil, out end
+  return true
+end
+
+--- Creates the storage directory (owned by the sandbox's host id) and the cgroup.
+function M.provision(sb)
+  if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
+  local ok, err = mkdir_p(sandbox.storage_path(sb), "0700", sandbox.host_id(sb))
+  if not ok then
+    return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage: " .. err)
+  end
+  local st = { status = "provisioned" }
+  if has_resource_limits(sb) then
+    local l = sb.limits
+    local cg, cerr = core.cgroup.create({
+      memory = l.memory, pids = l.pids,
+      cpu_quota_us = l.cpu and math.floor(l.cpu * 100000) or nil,
+      cpu_period_us = l.cpu and 100000 or nil,
+    })
+    if not cg then return nil, errors.cannot_enforce("resource_limits", tostring(cerr)) end
+    st.cgroup = cg
+  end
+  state[sb.id] = st
+  return true
+end
+
+local function spawn(sb, argv, opts)
+  local st = state[sb.id]
+  if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
+  local plan = M.plan(sb, argv, opts)
+  local proc, err = core.spawn(plan)
+  if not proc then return nil, errors.cannot_enforce("filesystem_confinement", err) end
+  return proc
+end
+
+local function classify(sb, proc, code, how, timed_out)
+  local st = state[sb.id]
+  local result = { code = code, how = how }
+  if timed_out then result.limit = "wall" end
+  if st and st.cgroup then
+    local usage = st.cgroup:usage()
+    result.usage = usage
+    if usage and (usage.oom_kills or 0) > (st.oom_seen or 0) then
+      st.oom_seen = usage.oom_kills
+      result.limit = result.limit or "memory"
+    end
+  end
+  proc:close()
+  return result
+end
+
+--- Starts argv as the sandbox's long-running process.
+function M.start(sb, argv, opts)
+  local st = state[sb.id]
+  if st and st.process and st.process:running() then
+    return nil, errors.invalid_argument("sandbox", sb.id .. " is already running")
+  end
+  local proc, err = spawn(sb, argv, opts)
+  if not proc then return nil, err end
+  st.process, st.status = proc, "running"
+  return true
+end
+
+--- Runs argv in the sandbox to completion (bounded by limits.wall).
+-- @treturn table `{code =, how = "exited"|"killed", limit = nil|"wall"|"memory", usage =}`
+function M.exec(sb, argv, opts)
+  local proc, err = spawn(sb, argv, opts)
+  if not proc then return nil, err end
+  local wall = sb.limits and sb.limits.wall
+  local code, how = proc:wait(wall)
+  local timed_out = false
+  if not code then
+    timed_out = true
+    proc:kill()
+    code, how = proc:wait()
+  end
+  return classify(sb, proc, code, how, timed_out)
+end
+
+--- Waits for the long-running process started by `start`.
+function M.wait(sb, timeout)
+  local st = state[sb.id]
+  if not (st and st.process) then return nil, errors.invalid_argument("sandbox", "not started") end
+  local code, how = st.process:wait(timeout)
+  if not code then return nil, how end
+  st.status = "stopped"
+  local result = classify(sb, st.process, code, how, false)
+  st.process = nil
+  return result
+end
+
+--- Stops the sandbox's processes: its init gets SIGKILL, which ends the pid namespace.
+function M.stop(sb)
+  local st = state[sb.id]
+  if not st then return true end
+  if st.process then
+    st.process:close()
+    st.process = nil
+  end
+  if st.cgroup then st.cgroup:kill() end
+  st.status = "stopped"
+  return true
+end
+
+--- Stops and removes everything the sandbox holds but its storage (data outlives it).
+function M.destroy(sb)
+  local st = state[sb.id]
+  if not st then return true end
+  M.stop(sb)
+  if st.cgroup then
+    local ok, err = st.cgroup:destroy()
+    if ok == nil and err then return nil, errors.cannot_enforce("resource_limits", tostring(err)) end
+  end
+  state[sb.id] = nil
+  return true
+end
+
+--- "absent" | "provisioned" | "running" | "stopped"
+function M.status(sb)
+  local st = state[sb.id]
+  if not st then return "absent" end
+  if st.process and not st.process:running() then st.status = "stopped" end
+  return st.status
+end
+
+--- The cgroup directories of a provisioned sandbox (for leak checks).
+function M.cgroup_paths(sb)
+  local st = state[sb.id]
+  return st and st.cgroup and st.cgroup:paths() or {}
+end
+
+return M

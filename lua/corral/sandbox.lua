@@ -1,0 +1,142 @@
+--- Sandboxes: a plain table, validated once, with clear errors naming the field.
+--
+-- `corral.sandbox{ id, storage_root?, workspace_path?, service_port?, env?, limits?,
+-- network? }`. A sandbox's storage is `storage_root/id`; ids are checked so that no id
+-- can name `..` or a sibling.
+-- @module corral.sandbox
+local core = require "corral.core"
+local errors = require "corral.errors"
+local hardening = require "corral.hardening"
+
+local M = {}
+
+M.DEFAULT_STORAGE_ROOT = "/var/lib/corral/sandboxes"
+
+local FIELDS = { id = true, storage_root = true, workspace_path = true, service_port = true,
+                 env = true, limits = true, network = true }
+local LIMITS = { memory = true, pids = true, cpu = true, fsize = true, nofile = true, wall = true }
+
+local UNITS = { [""] = 1, K = 1024, M = 1024 ^ 2, G = 1024 ^ 3, T = 1024 ^ 4 }
+
+--- Parses a size: a number of bytes, or "256M", "1G", "512K".
+-- @param v number or string
+-- @treturn integer|nil bytes
+function M.parse_size(v)
+  if math.type(v) == "integer" and v > 0 then return v end
+  if type(v) ~= "string" then return nil end
+  local n, unit = v:upper():match("^(%d+%.?%d*)%s*([KMGT]?)I?B?$")
+  if not n then return nil end
+  local bytes = math.floor(tonumber(n) * UNITS[unit])
+  return bytes > 0 and bytes or nil
+end
+
+--- Parses a duration: seconds, or "30s", "5m", "1h", "250ms".
+-- @param v number or string
+-- @treturn number|nil seconds
+function M.parse_duration(v)
+  if type(v) == "number" and v > 0 then return v end
+  if type(v) ~= "string" then return nil end
+  local n, unit = v:match("^(%d+%.?%d*)%s*(%a*)$")
+  local scale = ({ [""] = 1, s = 1, ms = 0.001, m = 60, h = 3600 })[unit or ""]
+  if not n or not scale then return nil end
+  local s = tonumber(n) * scale
+  return s > 0 and s or nil
+end
+
+local function bad(field, detail)
+  return nil, errors.invalid_argument(field, detail)
+end
+
+local function check_limits(l)
+  if l == nil then return {} end
+  if type(l) ~= "table" then return bad("limits", "must be a table") end
+  local out = {}
+  for k, v in pairs(l) do
+    if not LIMITS[k] then return bad("limits." .. tostring(k), "unknown limit") end
+    if k == "memory" or k == "fsize" then
+      out[k] = M.parse_size(v)
+      if not out[k] then return bad("limits." .. k, "must be a size like 256M, got " .. tostring(v)) end
+    elseif k == "pids" or k == "nofile" then
+      if math.type(v) ~= "integer" or v < 1 then
+        return bad("limits." .. k, "must be a positive integer, got " .. tostring(v))
+      end
+      out[k] = v
+    elseif k == "cpu" then
+      if type(v) ~= "number" or v <= 0 or v > 1024 then
+        return bad("limits.cpu", "must be a number of cores > 0 (0.5 = half a core), got " .. tostring(v))
+      end
+      out[k] = v
+    elseif k == "wall" then
+      out[k] = M.parse_duration(v)
+      if not out[k] then return bad("limits.wall", "must be a duration like 30s, got " .. tostring(v)) end
+    end
+  end
+  return out
+end
+
+--- Validates a sandbox description once.
+-- @tparam table t the fields above
+-- @treturn[1] table the sandbox (a new table; `t` is not modified)
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` or `refused_env` naming the field
+function M.new(t)
+  if type(t) ~= "table" then return bad("sandbox", "must be a table") end
+  for k in pairs(t) do
+    if not FIELDS[k] then return bad(tostring(k), "unknown field") end
+  end
+  local id = t.id
+  if type(id) ~= "string" or not id:match("^[%w][%w_.-]*$") or #id > 64 or id:find("..", 1, true) then
+    return bad("id", "must be 1-64 characters of [A-Za-z0-9_.-], starting alphanumeric, without '..'; got "
+      .. string.format("%q", tostring(id)))
+  end
+  local sb = { id = id }
+  local root = t.storage_root or M.DEFAULT_STORAGE_ROOT
+  if type(root) ~= "string" or root:sub(1, 1) ~= "/" or root:find("\0", 1, true) then
+    return bad("storage_root", "must be an absolute path")
+  end
+  sb.storage_root = root
+  if t.workspace_path ~= nil then
+    if type(t.workspace_path) ~= "string" or t.workspace_path:sub(1, 1) ~= "/" then
+      return bad("workspace_path", "must be an absolute path to an existing directory")
+    end
+    local r, err = core.resolve_path(t.workspace_path)
+    if not r then return bad("workspace_path", err) end
+    sb.workspace_path = r
+  end
+  if t.service_port ~= nil then
+    if math.type(t.service_port) ~= "integer" or t.service_port < 1 or t.service_port > 65535 then
+      return bad("service_port", "must be a port number 1-65535")
+    end
+    sb.service_port = t.service_port
+  end
+  local env, err = hardening.environment(t.env)
+  if not env then return nil, err end
+  sb.env = env
+  local limits, lerr = check_limits(t.limits)
+  if not limits then return nil, lerr end
+  sb.limits = limits
+  if t.network ~= nil then
+    if type(t.network) ~= "table" then return bad("network", "must be a table") end
+    sb.network = t.network
+  end
+  return sb
+end
+
+--- The sandbox's storage directory: `storage_root/id`.
+-- @tparam table sb
+-- @treturn string
+function M.storage_path(sb)
+  return sb.storage_root .. "/" .. sb.id
+end
+
+--- The unprivileged host id a sandbox's root maps to: distinct per id (FNV-1a), in a
+-- range no login account uses.
+-- @tparam table sb
+-- @treturn integer
+function M.host_id(sb)
+  local h = 2166136261
+  for i = 1, #sb.id do h = ((h ~ sb.id:byte(i)) * 16777619) & 0xffffffff end
+  return 200000 + h % 100000
+end
+
+return M

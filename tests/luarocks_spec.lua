@@ -1,0 +1,63 @@
+-- The LuaRocks build: `luarocks make` installs the C module, the Lua modules and the
+-- `corral` executable into a tree, and both entry points work from there.
+local h = require "helpers"
+local shell = require "corral.shell"
+
+describe("luarocks make into a temporary tree", function()
+  local src, tree
+
+  setup(function()
+    src = h.tmpdir("rock-src")
+    tree = h.tmpdir("rock-tree")
+    -- Build from a copy so the rock's own build does not touch this checkout's build/.
+    local out, status = h.sh('git ls-files -z --cached --others --exclude-standard | ' ..
+      'tar --null -T - -cf - | tar -C "$1" -xf -', src)
+    assert.are.equal(0, status, out)
+    out, status = h.sh('cd "$1" && luarocks --lua-version=5.4 make --deps-mode=none --tree="$2" ' ..
+      'rockspec/corral-scm-1.rockspec 2>&1', src, tree)
+    assert.are.equal(0, status, out)
+  end)
+
+  teardown(function()
+    h.rmrf(src)
+    h.rmrf(tree)
+  end)
+
+  it("installs the executable, the C module and the Lua modules", function()
+    assert.truthy(h.read(tree .. "/bin/corral"))
+    assert.truthy(h.read(tree .. "/lib/lua/5.4/corral/core.so"))
+    assert.truthy(h.read(tree .. "/share/lua/5.4/corral/init.lua"))
+    assert.truthy(h.read(tree .. "/share/lua/5.4/corral/confinement.lua"))
+  end)
+
+  it("runs `corral confine` from the tree, naming the installed wrapper", function()
+    local box = h.tmpdir("rock-box")
+    local out, status = h.capture({ tree .. "/bin/corral", "confine", "--json", "--permit", box,
+      "--", "true" })
+    assert.are.equal(0, status, out)
+    local spec = require("dkjson").decode(out)
+    assert.are.equal(tree .. "/bin/corral", spec.cmd)
+    out, status = h.capture({ tree .. "/bin/corral", "confine", "--exec", "--permit", box, "--",
+      "sh", "-c", "echo installed > f && cat f && cat /etc/hostname >/dev/null && ls " .. h.tmpdir("x") })
+    h.rmrf(box)
+    assert.matches("installed", out)
+    assert.are_not.equal(0, status) -- the ls of a directory outside the boundary fails
+  end)
+
+  it("loads `require \"corral\"` from a stock lua5.4 with the tree's paths", function()
+    local box = h.tmpdir("rock-box")
+    local code = [[
+      local corral = require "corral"
+      local spec = assert(corral.confine({"true", {}}, {permit_path = arg[1]}))
+      print(spec.cmd)
+      print(package.searchpath("corral.core", package.cpath))]]
+    local out, status = shell.capture({ "env",
+      "LUA_PATH=" .. tree .. "/share/lua/5.4/?.lua;" .. tree .. "/share/lua/5.4/?/init.lua;;",
+      "LUA_CPATH=" .. tree .. "/lib/lua/5.4/?.so;;",
+      "lua5.4", "-e", "arg = {[1] = " .. string.format("%q", box) .. "}\n" .. code })
+    h.rmrf(box)
+    assert.are.equal(0, status, out)
+    assert.matches(tree .. "/bin/corral", out, 1, true)
+    assert.matches(tree .. "/lib/lua/5.4/corral/core.so", out, 1, true)
+  end)
+end)

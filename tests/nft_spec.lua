@@ -1,0 +1,205 @@
+-- core.nft and core.rtnl against the real kernel, in throwaway iproute2 namespaces
+-- (corral-t-<pid>-<n>, always deleted in after_each). The nft and ip CLIs are only used
+-- here, to read back what the bindings programmed (the control) and to tamper with it.
+-- 192.0.2.0/24 is a documentation range that exists only on the veth between two test
+-- namespaces.
+local core = require "corral.core"
+local nft, rtnl = core.nft, core.rtnl
+
+local EPROTO, ENOENT, EEXIST = 71, core.errno.ENOENT, core.errno.EEXIST
+
+local function run(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return ok == true, out
+end
+
+local function own_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("l"):match("^(%d+)")
+  f:close()
+  return pid
+end
+
+local is_root = select(2, run("id -u")):match("^0") ~= nil
+
+-- Each netns is recorded before anything can fail, so after_each always removes it.
+local created, serial = {}, 0
+local function netns()
+  serial = serial + 1
+  local name = ("corral-t-%s-%d"):format(own_pid(), serial)
+  local entry = { name = name }
+  created[#created + 1] = entry
+  assert(run("ip netns add " .. name))
+  entry.fd = assert(rtnl.netns_open("/run/netns/" .. name))
+  return name, entry.fd
+end
+
+local function cleanup()
+  for _, e in ipairs(created) do
+    if e.fd then e.fd:close() end
+    run("ip netns del " .. e.name)
+  end
+  created = {}
+end
+
+-- Each needle found after the previous one.
+local function in_order(text, needles)
+  local at = 1
+  for _, n in ipairs(needles) do
+    local s, e = text:find(n, at, true)
+    if not s then return false, n end
+    at = e + 1
+  end
+  return true
+end
+
+local plan = { dns_port = 5353, acceptor_port = 4000 }
+
+describe("core.nft #root #netns", function()
+  before_each(function()
+    if not is_root then pending("needs root: network namespaces and nftables") end
+  end)
+  after_each(cleanup)
+
+  it("applies one table, reads back the same, notices tampering, deletes it", function()
+    local name, ns = netns()
+    local nsx = "ip netns exec " .. name .. " "
+
+    assert.is_true(nft.apply(ns, plan))
+    local ok, out = run(nsx .. "nft list table inet corral")
+    assert.is_true(ok, out)
+    assert.is_true(in_order(out, {
+      "chain nat_out", "type nat hook output priority -100",
+      "meta mark 0x0000002a return", "ip daddr 127.0.0.0/8 return", "ip6 daddr ::1 return",
+      "udp dport 53 redirect to :5353", "tcp dport 53 redirect to :5353",
+      "meta l4proto tcp redirect to :4000",
+      "chain filter_out", "policy drop;",
+      "ct state established,related accept", "meta mark 0x0000002a accept",
+      "ct status dnat accept", 'oif "lo" ip daddr 127.0.0.0/8 accept',
+      'oif "lo" ip6 daddr ::1 accept', "meta l4proto tcp reject with tcp reset",
+      "reject with icmpx admin-prohibited",
+    }))
+    assert.is_true(nft.verify(ns, plan))
+
+    local r, msg, err = nft.apply(ns, plan)
+    assert.is_nil(r)
+    assert.equal(EEXIST, err)
+    assert.matches("^nft apply: ", msg)
+
+    -- A rule added behind our back.
+    assert.is_true((run(nsx .. "nft add rule inet corral nat_out meta l4proto udp return")))
+    r, msg, err = nft.verify(ns, plan)
+    assert.is_nil(r)
+    assert.equal(EPROTO, err)
+    assert.matches("^nft verify: ", msg)
+
+    assert.is_true(nft.delete(ns))
+    ok = run(nsx .. "nft list table inet corral")
+    assert.is_false(ok)
+    r, msg, err = nft.verify(ns, plan)
+    assert.is_nil(r)
+    assert.matches("^nft verify: ", msg)
+    assert.equal(ENOENT, err)
+  end)
+
+  it("creates nothing when one message of the batch is bad", function()
+    local name, ns = netns()
+    local bad = { dns_port = 5353, acceptor_port = 4000, test_bad_message = true }
+    local r, _, err = nft.apply(ns, bad)
+    assert.is_nil(r)
+    assert.equal(ENOENT, err)
+    local ok, out = run("ip netns exec " .. name .. " nft list ruleset")
+    assert.is_true(ok)
+    assert.equal("", (out:gsub("%s", "")))
+
+    -- Control: the same batch without it, under a custom table name and mark.
+    local good = { dns_port = 5353, acceptor_port = 4000, table = "sbx", mark = 7 }
+    assert.is_true(nft.apply(ns, good))
+    ok, out = run("ip netns exec " .. name .. " nft list ruleset")
+    assert.is_true(ok)
+    assert.matches("table inet sbx", out, 1, true)
+    assert.matches("meta mark 0x00000007 return", out, 1, true)
+    assert.is_true(nft.verify(ns, good))
+    assert.is_true(nft.delete(ns, "sbx"))
+  end)
+
+  it("rejects malformed plans and fds as argument errors", function()
+    local _, ns = netns()
+    assert.has_error(function() nft.apply(ns, { dns_port = 0, acceptor_port = 4000 }) end)
+    assert.has_error(function() nft.apply(ns, { dns_port = 53, acceptor_port = 70000 }) end)
+    assert.has_error(function() nft.apply(ns, { dns_port = 53, acceptor_port = 1, mark = 0 }) end)
+    assert.has_error(function() nft.apply(ns, { dns_port = 53, acceptor_port = 1, table = "" }) end)
+    assert.has_error(function() nft.apply(42, plan) end)
+    local closed = assert(rtnl.netns_open("/proc/self/ns/net"))
+    closed:close()
+    assert.has_error(function() nft.apply(closed, plan) end)
+    -- Control: the same call with a good plan and an open fd.
+    assert.is_true(nft.apply(ns, plan))
+  end)
+end)
+
+describe("core.rtnl #root #netns", function()
+  before_each(function()
+    if not is_root then pending("needs root: network namespaces") end
+  end)
+  after_each(cleanup)
+
+  it("opens only network namespaces", function()
+    local r, _, err = rtnl.netns_open("/")
+    assert.is_nil(r)
+    assert.equal(core.errno.EINVAL, err)
+    local fd = assert(rtnl.netns_open("/proc/self/ns/net"))
+    fd:close()
+  end)
+
+  it("brings lo up with default routes through it", function()
+    local name, ns = netns()
+    local _, before = run("ip -n " .. name .. " route show default")
+    assert.equal("", before)
+    assert.is_true(rtnl.lo_default_routes(ns))
+    assert.equal(1, rtnl.link_index(ns, "lo"))
+    local _, v4 = run("ip -n " .. name .. " route show default")
+    local _, v6 = run("ip -n " .. name .. " -6 route show default")
+    assert.matches("default dev lo proto static scope link src 127.0.0.1", v4, 1, true)
+    assert.matches("default dev lo", v6, 1, true)
+    local _, link = run("ip -n " .. name .. " link show lo")
+    assert.matches("UP", link, 1, true)
+    local r, _, err = rtnl.lo_default_routes(ns)
+    assert.is_nil(r)
+    assert.equal(EEXIST, err)
+  end)
+
+  it("joins two namespaces with a veth that carries a ping, then deletes it", function()
+    local a, nsa = netns()
+    local b, nsb = netns()
+    assert.is_true(rtnl.veth(nsa, "corral-t0a", nsb, "corral-t0b"))
+    assert.is_true(rtnl.addr(nsa, "corral-t0a", "192.0.2.1", 24))
+    assert.is_true(rtnl.addr(nsb, "corral-t0b", "192.0.2.2", 24))
+    assert.is_true(rtnl.addr(nsa, "corral-t0a", "2001:db8::1", 64))
+    -- Down: no reply.
+    assert.is_false((run("ip netns exec " .. a .. " busybox ping -c1 -W1 192.0.2.2")))
+    assert.is_true(rtnl.link_up(nsa, "corral-t0a"))
+    assert.is_true(rtnl.link_up(nsb, "corral-t0b"))
+    local ok, out = run("ip netns exec " .. a .. " busybox ping -c1 -W1 192.0.2.2")
+    assert.is_true(ok, out)
+    local _, addrs = run("ip -n " .. a .. " addr show corral-t0a")
+    assert.matches("inet 192.0.2.1/24", addrs, 1, true)
+    assert.matches("inet6 2001:db8::1/64", addrs, 1, true)
+
+    assert.is_true(rtnl.link_del(nsa, "corral-t0a"))
+    local r, _, err = rtnl.link_index(nsb, "corral-t0b")
+    assert.is_nil(r)
+    assert.equal(19, err) -- ENODEV: the peer went with it
+    assert.is_false((run("ip -n " .. b .. " link show corral-t0b")))
+  end)
+
+  it("rejects bad addresses as argument errors", function()
+    local _, ns = netns()
+    assert.has_error(function() rtnl.addr(ns, "lo", "not-an-address", 8) end)
+    assert.has_error(function() rtnl.addr(ns, "lo", "192.0.2.9", 33) end)
+    -- Control: a good one.
+    assert.is_true(rtnl.addr(ns, "lo", "192.0.2.9", 32))
+  end)
+end)
