@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -87,7 +88,7 @@ __attribute__((noreturn)) static void tenant_exec(const struct corral_spawn_plan
 }
 
 __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p, int errfd,
-                                                 int syncfd, void *empty_caps)
+                                                 int syncfd, void *empty_caps, int parent_pidfd)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     char c;
@@ -98,6 +99,17 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     if (unshare(CLONE_NEWCGROUP) < 0) child_fail(errfd, STEP_CGROUPNS, errno);
     if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
         child_fail(errfd, STEP_IDS, errno);
+    /* Changing ids clears the parent-death signal (prctl(2)); arm it again, then make
+     * sure the parent did not die in between. Measured: without this, `kill -9` of
+     * `corral run` left the tenant running. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (parent_pidfd >= 0) {
+        /* The parent lives outside our pid namespace (getppid() reads 0): its pidfd,
+         * opened before clone3, is readable once it has exited. */
+        struct pollfd pf = {.fd = parent_pidfd, .events = POLLIN};
+        if (poll(&pf, 1, 0) > 0) _exit(CORRAL_SPAWN_EXEC_FAILED);
+        close(parent_pidfd);
+    }
     const char *what = NULL;
     int r = corral_root_build(&p->root, &what);
     if (r < 0) child_fail(errfd, STEP_ROOT, r);
@@ -183,7 +195,7 @@ static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, int *err)
 int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *out,
                  const char **step)
 {
-    int errp[2] = {-1, -1}, syncp[2] = {-1, -1}, pidfd = -1, r = 0;
+    int errp[2] = {-1, -1}, syncp[2] = {-1, -1}, pidfd = -1, self_pidfd = -1, r = 0;
     pid_t pid = -1;
     void *empty = NULL;
     *step = "prepare";
@@ -206,11 +218,12 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
                             .exit_signal = SIGCHLD};
     int err = 0;
     *step = "clone3";
+    self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     pid = clone_in_netns(&ca, p->netns_fd, &err);
     if (pid == 0) {
         close(errp[0]);
         close(syncp[1]);
-        child_main(p, errp[1], syncp[0], empty);
+        child_main(p, errp[1], syncp[0], empty, self_pidfd);
     }
     if (pid < 0) {
         r = -err;
@@ -248,6 +261,7 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
         goto fail;
     }
     close(errp[0]);
+    close(self_pidfd);
     corral_caps_free(empty);
     out->pid = pid;
     out->pidfd = pidfd;
@@ -263,6 +277,7 @@ fail:
         if (errp[i] >= 0) close(errp[i]);
         if (syncp[i] >= 0) close(syncp[i]);
     }
+    if (self_pidfd >= 0) close(self_pidfd);
     corral_caps_free(empty);
     return r;
 }

@@ -194,6 +194,87 @@ denied. Prints capability, holds/absent, the detail measured, and what it gates.
     return 0
   end)
 
+command("run", "run a tenant command in a sandbox (credentials stripped, no network)",
+  [[corral run [--mechanism native|bwrap|FILE.lua] [--id ID] [--storage DIR] [--workspace DIR]
+           [--memory 256M] [--pids 64] [--cpu 0.5] [--wall 30s] [--fsize 1G] [--nofile 256]
+           [--env NAME]... -- CMD ARGS...
+
+Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
+host id, its storage read-write at /storage (DIR, or a temporary directory removed
+afterwards; DIR's owner becomes the sandbox's host id), --workspace at /workspace, the
+runtime read-only, no network at all, host processes invisible, every capability
+dropped, the tenant seccomp filter. The environment starts from PATH HOME LANG TERM TZ;
+--env NAME adds the caller's NAME, unless it is credential-shaped (refused by name).
+Exit status: the command's own (128+N when killed by signal N); 121 when the memory
+cap ended it; 124 when --wall did; 120 when the sandbox could not start; 2 for an
+invalid argument or a refused variable; 3 when this host cannot enforce a protection.]],
+  function(argv)
+    local opts, rest = M.parse(argv, { mechanism = "value", id = "value", storage = "value",
+      workspace = "value", memory = "value", pids = "value", cpu = "value", wall = "value",
+      fsize = "value", nofile = "value", env = "list" })
+    if not opts then return fail("run", rest) end
+    if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
+    local corral = require "corral"
+    local mech, merr = corral.mechanism.load(opts.mechanism or "native")
+    if not mech then return fail("run", merr) end
+    local limits = {}
+    for _, k in ipairs({ "memory", "fsize", "wall" }) do limits[k] = opts[k] end
+    for _, k in ipairs({ "pids", "nofile" }) do
+      if opts[k] then
+        limits[k] = math.tointeger(tonumber(opts[k]))
+        if not limits[k] then return fail("run", errors.invalid_argument("--" .. k, "must be an integer")) end
+      end
+    end
+    if opts.cpu then
+      limits.cpu = tonumber(opts.cpu)
+      if not limits.cpu then return fail("run", errors.invalid_argument("--cpu", "must be a number of cores")) end
+    end
+    local env = {}
+    local host_env = core.environ()
+    for _, name in ipairs(opts.env) do
+      if host_env[name] == nil then
+        return fail("run", errors.invalid_argument("--env", name .. " is not set in this environment"))
+      end
+      env[name] = host_env[name]
+    end
+    local temp
+    local root, id
+    id = opts.id
+    if opts.storage then
+      local dir, err = core.resolve_path(opts.storage)
+      if not dir then return fail("run", errors.invalid_argument("--storage", opts.storage .. ": " .. err)) end
+      root, id = dir:match("^(.*)/([^/]+)$")
+      if root == "" then root = "/" end
+    else
+      temp = assert(core.mkdtemp("/tmp/corral-run-"))
+      os.execute("chmod 0711 " .. shell.quote(temp))
+      root, id = temp, id or "tenant"
+    end
+    local sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
+      env = env, limits = limits })
+    local function cleanup()
+      if temp then shell.capture({ "rm", "-rf", temp }) end
+    end
+    if not sb then cleanup() return fail("run", err) end
+    local ok, perr = corral.provision(mech, sb)
+    if not ok then cleanup() return fail("run", perr) end
+    local result, xerr = corral.exec(mech, sb, rest)
+    corral.destroy(mech, sb)
+    cleanup()
+    if not result then
+      io.stderr:write("corral run: ", tostring(xerr), "\n")
+      return errors.is(xerr, "cannot_enforce") and 120 or EXIT_USAGE
+    end
+    if result.limit == "memory" then
+      io.stderr:write("corral run: the memory cap ended the sandbox\n")
+      return 121
+    elseif result.limit == "wall" then
+      io.stderr:write("corral run: the wall-clock limit ended the sandbox\n")
+      return 124
+    end
+    return result.code
+  end)
+
 command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
   [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers ns,landlock] -- CMD ARGS...
 

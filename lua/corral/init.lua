@@ -1,6 +1,10 @@
 --- corral: process confinement with a C core and Lua policy.
 --
--- `require "corral"` gives the entry points; each lives in its own module.
+-- `require "corral"` gives the entry points; each lives in its own module. Two of them
+-- are deliberately distinct and share no option: `confine` (a *trusted* control-plane
+-- process: environment through, egress permitted) and the tenant calls below
+-- (`sandbox`, `provision`, `start`, `exec`, …: credentials stripped, no network unless
+-- an allowlist is given).
 -- @module corral
 local M = {}
 
@@ -20,5 +24,69 @@ M.probe = function(...) return require("corral.capability").probe(...) end
 --- Resolves a command the way the kernel will (PATH, then every symlink).
 -- @function resolve_executable
 M.resolve_executable = M.core.resolve_executable
+
+--- Validates a tenant sandbox description (see corral.sandbox).
+-- @function sandbox
+M.sandbox = function(...) return require("corral.sandbox").new(...) end
+
+--- The mechanism behaviour: load, check, gate (see corral.mechanism).
+M.mechanism = setmetatable({}, { __index = function(_, k) return require("corral.mechanism")[k] end })
+
+local function mech_of(m)
+  return require("corral.mechanism").load(m)
+end
+
+-- Every host call goes through the gate before the mechanism builds anything.
+local function gated(name)
+  return function(m, sb, ...)
+    local mech, err = mech_of(m)
+    if not mech then return nil, err end
+    if type(sb) ~= "table" or type(sb.id) ~= "string" then
+      return nil, M.errors.invalid_argument("sandbox", "must be a sandbox from corral.sandbox{}")
+    end
+    local ok, gerr = require("corral.mechanism").gate(mech, sb)
+    if not ok then return nil, gerr end
+    return mech[name](sb, ...)
+  end
+end
+
+local function plain(name)
+  return function(m, sb, ...)
+    local mech, err = mech_of(m)
+    if not mech then return nil, err end
+    return mech[name](sb, ...)
+  end
+end
+
+--- Provisions a sandbox under a mechanism (gated).
+-- @function provision
+M.provision = gated("provision")
+--- Starts a sandbox's long-running process (gated).
+-- @function start
+M.start = gated("start")
+--- Runs a command in a sandbox to completion (gated).
+-- @function exec
+M.exec = gated("exec")
+--- Stops a sandbox's processes.
+-- @function stop
+M.stop = plain("stop")
+--- Destroys a sandbox (stop, then release everything but its storage).
+-- @function destroy
+M.destroy = plain("destroy")
+--- A sandbox's status.
+-- @function status
+M.status = plain("status")
+
+--- Where a sandbox is reachable: `true, nil` for "not reachable" (never an error), or
+-- `true, "host:port"`. A mechanism without the callback answers `true, nil`.
+-- @function address
+function M.address(m, sb)
+  local mech, err = mech_of(m)
+  if not mech then return nil, err end
+  if not mech.address then return true, nil end
+  local ok, found, addr = pcall(mech.address, sb)
+  if not ok or not found then return true, nil end
+  return true, addr
+end
 
 return M

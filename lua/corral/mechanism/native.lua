@@ -132,8 +132,17 @@ end
 local function spawn(sb, argv, opts)
   local st = state[sb.id]
   if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
+  opts = opts or {}
+  local out
+  if opts.output then
+    -- opts.output: a host path that receives the tenant's stdout and stderr.
+    out = io.open(opts.output, "w")
+    if not out then return nil, errors.invalid_argument("output", "cannot open " .. opts.output) end
+    opts = setmetatable({ stdout = out, stderr = out }, { __index = opts })
+  end
   local plan = M.plan(sb, argv, opts)
   local proc, err = core.spawn(plan)
+  if out then out:close() end
   if not proc then return nil, errors.cannot_enforce("filesystem_confinement", err) end
   return proc
 end

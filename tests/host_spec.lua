@@ -1,0 +1,435 @@
+-- The `corral` host executable: lua.c's command line, the preloaded core, exe-relative
+-- module paths, the exec-confined fast path, subcommands, and the REPL driven through a
+-- real pseudo-terminal (util-linux `script`). Run `make` first.
+
+local function sh_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+local cwd = io.popen("pwd"):read("l")
+local HOST = os.getenv("CORRAL_HOST") or "build/corral"
+if HOST:sub(1, 1) ~= "/" then HOST = cwd .. "/" .. HOST end
+local Q = sh_quote(HOST)
+-- A caller's LUA_INIT must not leak into the children whose output is asserted.
+local CLEAN = "env -u LUA_INIT -u LUA_INIT_5_4 "
+-- For tests about commands rather than path discovery: the repository's modules.
+local WITH_LUA = "LUA_PATH=" .. sh_quote(cwd .. "/lua/?.lua;" .. cwd .. "/lua/?/init.lua;;") .. " "
+
+local function slurp(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+-- Runs a shell command; returns stdout, stderr, exit status.
+local function run(cmd)
+  local errf = os.tmpname()
+  local p = assert(io.popen("( " .. cmd .. " ) 2>" .. errf))
+  local out = p:read("a")
+  local _, _, code = p:close()
+  local err = slurp(errf)
+  os.remove(errf)
+  return out, err, code
+end
+
+local function tempdir()
+  local d = io.popen("mktemp -d"):read("l")
+  finally(function() os.execute("rm -rf " .. sh_quote(d)) end)
+  return d
+end
+
+-- Drives the host on a pseudo-terminal. steps: strings are typed, numbers are pauses
+-- (seconds). Returns the terminal output (CR and escape sequences removed) and status.
+local function repl(args, steps, env)
+  local feed = {}
+  for _, s in ipairs(steps) do
+    if type(s) == "number" then
+      feed[#feed + 1] = "sleep " .. s
+    else
+      feed[#feed + 1] = "printf '%s' " .. sh_quote(s)
+    end
+  end
+  -- env: `env` arguments, options (-u) first
+  local cmd = "(" .. table.concat(feed, "; ") .. ") | " .. CLEAN
+    .. (env or "CORRAL_HISTORY=") .. " TERM=dumb timeout 10 script -qfec "
+    .. sh_quote(HOST .. (args ~= "" and " " .. args or "")) .. " /dev/null"
+  local out, _, code = run(cmd)
+  out = out:gsub("\r", ""):gsub("\27%[[%d;?]*%a", "")
+  return out, code
+end
+
+-- Position of output line s: a whole line, or right after a prompt (without readline the
+-- terminal echoes typed-ahead input before the prompt). Echoed input never matches.
+local function line_at(out, s)
+  return ("\n" .. out):find("\n" .. s .. "\n", 1, true) or out:find("> " .. s .. "\n", 1, true)
+end
+
+local function has_readline()
+  local out = run("ldd " .. Q)
+  return out:find("libreadline", 1, true) ~= nil
+end
+
+describe("corral host: lua.c command line", function()
+  it("runs several -e statements in order", function()
+    local out, err, code = run(CLEAN .. Q
+      .. [[ -e 'io.write("a")' -e 'x = 1' -e 'io.write("b", x)' -e 'x = x * 10' -e 'print(x)']])
+    assert.are.equal(0, code)
+    assert.are.equal("ab110\n", out)
+    assert.are.equal("", err)
+  end)
+
+  it("-v prints the corral and Lua versions and exits", function()
+    local out, _, code = run(CLEAN .. Q .. " -v")
+    assert.are.equal(0, code)
+    assert.matches("^corral %d+%.%d+ %(Lua 5%.4%.%d+%)\n$", out)
+  end)
+
+  it("rejects unknown options and options missing their argument", function()
+    local out, _, code = run(CLEAN .. Q .. " -e 'print(\"ok\")'")
+    assert.are.equal(0, code)
+    assert.are.equal("ok\n", out)
+    local _, err
+    _, err, code = run(CLEAN .. Q .. " -x")
+    assert.are.equal(1, code)
+    assert.matches("unrecognized option '%-x'", err)
+    _, err, code = run(CLEAN .. Q .. " -e")
+    assert.are.equal(1, code)
+    assert.matches("'%-e' needs argument", err)
+  end)
+
+  it("-l requires a module into a global, -l g=mod into g", function()
+    local d = tempdir()
+    write(d .. "/hostmod.lua", "return { v = 42 }\n")
+    local env = CLEAN .. "LUA_PATH=" .. sh_quote(d .. "/?.lua;;") .. " "
+    -- control: without -l the global does not exist
+    local out, _, code = run(env .. Q .. " -e 'print(hostmod)'")
+    assert.are.equal(0, code)
+    assert.are.equal("nil\n", out)
+    out, _, code = run(env .. Q .. " -l hostmod -e 'print(hostmod.v)'")
+    assert.are.equal(0, code)
+    assert.are.equal("42\n", out)
+    out, _, code = run(env .. Q .. " -l m=hostmod -e 'print(m.v, hostmod)'")
+    assert.are.equal(0, code)
+    assert.are.equal("42\tnil\n", out)
+    local err
+    out, err, code = run(env .. Q .. " -l no_such_module_here -e 'print(1)'")
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.matches("module 'no_such_module_here' not found", err)
+  end)
+
+  it("builds the arg table and passes the script arguments as ...", function()
+    local d = tempdir()
+    local script = d .. "/args.lua"
+    write(script, 'print(#arg, arg[-3] == os.getenv("HOST_UNDER_TEST"), arg[-2], arg[-1],'
+      .. ' arg[0], arg[1], arg[2], select("#", ...), ...)\n')
+    local out, _, code = run(CLEAN .. "HOST_UNDER_TEST=" .. Q .. " " .. Q
+      .. " -e 'x=1' " .. sh_quote(script) .. " one two")
+    assert.are.equal(0, code)
+    assert.are.equal(table.concat({ "2", "true", "-e", "x=1", script, "one", "two", "2",
+      "one", "two" }, "\t") .. "\n", out)
+    -- no script: the program is arg[0] and the options follow it
+    out, _, code = run(CLEAN .. "H=" .. Q .. " " .. Q
+      .. [[ -e 'print(arg[0] == os.getenv("H"), arg[1], arg[-1])']])
+    assert.are.equal(0, code)
+    assert.are.equal("true\t-e\tnil\n", out)
+  end)
+
+  it("runs a script from a file, from stdin with -, and stdin when not a terminal", function()
+    local d = tempdir()
+    write(d .. "/s.lua", 'print("from file", ...)\n')
+    local out, _, code = run(CLEAN .. Q .. " " .. sh_quote(d .. "/s.lua") .. " p")
+    assert.are.equal(0, code)
+    assert.are.equal("from file\tp\n", out)
+    out, _, code = run("printf 'print(\"from stdin\", arg[0], ...)' | " .. CLEAN .. Q .. " - p q")
+    assert.are.equal(0, code)
+    assert.are.equal("from stdin\t-\tp\tq\n", out)
+    out, _, code = run("printf 'print(6 * 7)' | " .. CLEAN .. Q)
+    assert.are.equal(0, code)
+    assert.are.equal("42\n", out)
+  end)
+
+  it("reports an error with a traceback on stderr and exits 1", function()
+    local out, err, code = run(CLEAN .. Q .. " -e 'print(\"fine\")'")
+    assert.are.equal(0, code)
+    assert.are.equal("fine\n", out)
+    assert.are.equal("", err)
+    local d = tempdir()
+    write(d .. "/e.lua", 'local function inner() error("deep") end\ninner()\n')
+    out, err, code = run(CLEAN .. Q .. " " .. sh_quote(d .. "/e.lua"))
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.matches("^corral: [^\n]*e%.lua:1: deep\n", err)
+    assert.truthy(err:find("stack traceback:", 1, true))
+    assert.truthy(err:find("inner", 1, true))
+    out, err, code = run(CLEAN .. Q .. " -e 'error(\"boom\")'")
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.matches("^corral: %(command line%):1: boom\nstack traceback:", err)
+  end)
+
+  it("os.exit sets the exit status and stops at once", function()
+    local out, _, code = run(CLEAN .. Q .. " -e 'os.exit(3)' -e 'print(\"after\")'")
+    assert.are.equal(3, code)
+    assert.are.equal("", out)
+    _, _, code = run(CLEAN .. Q .. " -e 'os.exit(true)'")
+    assert.are.equal(0, code)
+    _, _, code = run(CLEAN .. Q .. " -e 'os.exit(false)'")
+    assert.are.equal(1, code)
+  end)
+
+  it("honours LUA_INIT_5_4 / LUA_INIT (and @file) and ignores them with -E", function()
+    local d = tempdir()
+    write(d .. "/init.lua", 'init_v = "from file"\n')
+    local probe = " -e 'print(init_v)'"
+    local out = run(CLEAN .. "LUA_INIT='init_v = \"plain\"' " .. Q .. probe)
+    assert.are.equal("plain\n", out)
+    out = run(CLEAN .. "LUA_INIT='init_v = \"plain\"' LUA_INIT_5_4='init_v = \"versioned\"' "
+      .. Q .. probe)
+    assert.are.equal("versioned\n", out)
+    out = run(CLEAN .. "LUA_INIT=" .. sh_quote("@" .. d .. "/init.lua") .. " " .. Q .. probe)
+    assert.are.equal("from file\n", out)
+    out = run(CLEAN .. "LUA_INIT='init_v = \"plain\"' " .. Q .. " -E" .. probe)
+    assert.are.equal("nil\n", out)
+    -- an init error stops before the -e statements
+    local err, code
+    out, err, code = run(CLEAN .. "LUA_INIT='error(\"init broke\")' " .. Q .. probe)
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.truthy(err:find("init broke", 1, true))
+  end)
+
+  it("-E also ignores LUA_PATH", function()
+    local d = tempdir()
+    write(d .. "/hostmod2.lua", "return 7\n")
+    local env = CLEAN .. "LUA_PATH=" .. sh_quote(d .. "/?.lua;;") .. " "
+    local out, _, code = run(env .. Q .. " -l hostmod2 -e 'print(hostmod2)'")
+    assert.are.equal(0, code)
+    assert.are.equal("7\n", out)
+    _, _, code = run(env .. Q .. " -E -l hostmod2 -e 'print(hostmod2)'")
+    assert.are.equal(1, code)
+  end)
+
+  it("-W turns warnings on", function()
+    local _, err, code = run(CLEAN .. Q .. " -e 'warn(\"hello\")'")
+    assert.are.equal(0, code)
+    assert.are.equal("", err)
+    _, err, code = run(CLEAN .. Q .. " -W -e 'warn(\"hello\")'")
+    assert.are.equal(0, code)
+    assert.truthy(err:find("Lua warning: hello", 1, true))
+  end)
+end)
+
+describe("corral host: additions", function()
+  it("preloads corral.core (no core.so on the cpath)", function()
+    local empty = tempdir()
+    local env = CLEAN .. "LUA_CPATH=" .. sh_quote(empty .. "/?.so") .. " "
+    -- control: a stock interpreter with the same cpath cannot load the core
+    local _, _, code = run(env .. "lua5.4 -e 'require \"corral.core\"'")
+    assert.is_not.equal(0, code)
+    local out
+    out, _, code = run(env .. Q .. " -e 'local c = require \"corral.core\"; print(type(c),"
+      .. " c._VERSION ~= nil, (package.searchpath(\"corral.core\", package.cpath)))'")
+    assert.are.equal(0, code)
+    assert.are.equal("table\ttrue\tnil\n", out)
+  end)
+
+  it("records the resolved executable in the registry", function()
+    local real = io.popen("readlink -f " .. Q):read("l")
+    local out, _, code = run(CLEAN .. Q
+      .. " -e 'print(debug.getregistry()[\"corral.host_executable\"])'")
+    assert.are.equal(0, code)
+    assert.are.equal(real .. "\n", out)
+  end)
+
+  it("finds lua/ beside its build directory when run from another directory", function()
+    -- The layout is rebuilt around a copy so that any CORRAL_HOST (build/asan/corral too)
+    -- is tested as build/corral with lua/ beside build/.
+    local tree = tempdir()
+    assert.is_true(os.execute("mkdir -p " .. sh_quote(tree .. "/build") .. " && cp " .. Q .. " "
+      .. sh_quote(tree .. "/build/corral") .. " && ln -s " .. sh_quote(cwd .. "/lua") .. " "
+      .. sh_quote(tree .. "/lua")))
+    local env = "cd /tmp && " .. CLEAN .. "-u LUA_PATH -u LUA_PATH_5_4 "
+    -- control: from /tmp a stock interpreter does not find corral.cli
+    local _, _, code = run(env .. "lua5.4 -e 'require \"corral.cli\"'")
+    assert.is_not.equal(0, code)
+    local out
+    out, _, code = run(env .. sh_quote(tree .. "/build/corral") .. " -e 'require \"corral.cli\";"
+      .. " print(package.searchpath(\"corral.cli\", package.path))'")
+    assert.are.equal(0, code)
+    assert.matches("/lua/corral/cli%.lua\n$", out)
+  end)
+
+  it("finds modules of an installed tree (PREFIX/bin -> PREFIX/share/lua/5.4)", function()
+    local prefix = tempdir()
+    assert.is_true(os.execute("mkdir -p " .. sh_quote(prefix .. "/bin") .. " "
+      .. sh_quote(prefix .. "/share/lua/5.4") .. " && cp " .. Q .. " "
+      .. sh_quote(prefix .. "/bin/corral")))
+    write(prefix .. "/share/lua/5.4/host_spec_marker.lua", 'return "installed"\n')
+    local probe = " -e 'print((require \"host_spec_marker\"))'"
+    -- control: the build-tree host does not see the installed tree
+    local _, _, code = run(CLEAN .. Q .. probe)
+    assert.is_not.equal(0, code)
+    local out
+    out, _, code = run("cd / && " .. CLEAN .. sh_quote(prefix .. "/bin/corral") .. probe)
+    assert.are.equal(0, code)
+    assert.are.equal("installed\n", out)
+    local real = io.popen("readlink -f " .. sh_quote(prefix)):read("l")
+    out, _, code = run("cd / && " .. CLEAN .. "P=" .. sh_quote(real) .. " "
+      .. sh_quote(prefix .. "/bin/corral")
+      .. " -e 'print((package.cpath:find(os.getenv(\"P\")..\"/lib/lua/5.4/?.so\", 1, true)))'")
+    assert.are.equal(0, code)
+    assert.are.equal("1\n", out)
+  end)
+
+  it("dispatches exec-confined before any Lua runs", function()
+    local env = CLEAN .. "LUA_INIT='io.stderr:write(\"LUA_RAN\\n\")' "
+    -- control: LUA_INIT shows whenever a Lua state runs
+    local _, err, code = run(env .. Q .. " -e ''")
+    assert.are.equal(0, code)
+    assert.truthy(err:find("LUA_RAN", 1, true))
+    local out
+    out, err, code = run(env .. Q .. " exec-confined")
+    assert.is_not.equal(0, code)
+    assert.is_nil(out:find("LUA_RAN", 1, true))
+    assert.is_nil(err:find("LUA_RAN", 1, true))
+  end)
+
+  it("runs a subcommand through corral.cli, and ./name as a script", function()
+    local d = tempdir()
+    write(d .. "/help", 'print("script named help")\n')
+    local out, _, code = run("cd " .. sh_quote(d) .. " && " .. CLEAN .. WITH_LUA .. Q .. " ./help")
+    assert.are.equal(0, code)
+    assert.are.equal("script named help\n", out)
+    out, _, code = run("cd " .. sh_quote(d) .. " && " .. CLEAN .. WITH_LUA .. Q .. " help")
+    assert.are.equal(0, code)
+    assert.truthy(#out > 0)
+    assert.is_nil(out:find("script named help", 1, true))
+  end)
+
+  it("passes every argv string to cli.main and exits with its result", function()
+    -- LUA_INIT runs before the command, so it can stand in for cli.main.
+    local fake = 'package.loaded["corral.cli"] = { main = function(a) '
+      .. 'print(table.concat(a, ","), arg[1], #arg) return _G.RESULT end }'
+    local function cmd(result)
+      return run(CLEAN .. WITH_LUA .. "LUA_INIT=" .. sh_quote("RESULT = " .. result .. "; " .. fake) .. " "
+        .. Q .. " help x y")
+    end
+    local out, _, code = cmd("7")
+    assert.are.equal(7, code)
+    assert.are.equal("help,x,y\thelp\t3\n", out)
+    _, _, code = cmd("false")
+    assert.are.equal(1, code)
+    _, _, code = cmd("nil")
+    assert.are.equal(0, code)
+  end)
+end)
+
+describe("corral host: REPL on a terminal", function()
+  it("opens with no arguments, prints expression values and has core loaded", function()
+    local out, code = repl("", {
+      "20+22\n",
+      "print(type(core), type(no_such_global))\n",
+      "_PROMPT = 'hp> '\n",
+      "print(1)\n",
+      "os.exit(0)\n",
+    })
+    assert.are.equal(0, code)
+    assert.truthy(out:find("corral %d+%.%d+ — Lua 5%.4; `corral` and `core` are loaded"))
+    assert.truthy(line_at(out, "42"))
+    assert.truthy(line_at(out, "table\tnil"))
+    assert.truthy(out:find("hp> ", 1, true))
+    assert.truthy(line_at(out, "1"))
+  end)
+
+  it("continues an incomplete chunk across lines", function()
+    local out, code = repl("-i", {
+      "function f(x)\n",
+      "  return x * 3\n",
+      "end\n",
+      "print(f(14))\n",
+      "os.exit(0)\n",
+    })
+    assert.are.equal(0, code)
+    assert.truthy(out:find("corral>> ", 1, true)) -- control: it did ask for more
+    assert.truthy(line_at(out, "42"))
+    assert.is_nil(out:find("<eof>", 1, true))
+  end)
+
+  it("prints an error with a traceback and evaluates the next line", function()
+    local out, code = repl("-i", {
+      'error("bo".."om")\n',
+      "print(6*7)\n",
+      "os.exit(0)\n",
+    })
+    assert.are.equal(0, code)
+    local err_at = out:find("stdin:1: boom\nstack traceback:", 1, true)
+    assert.truthy(err_at)
+    local next_at = line_at(out, "42")
+    assert.truthy(next_at)
+    assert.truthy(next_at > err_at)
+  end)
+
+  it("Ctrl-C interrupts a running chunk and the REPL goes on", function()
+    local out, code = repl("-i", {
+      "while true do end\n",
+      0.8,
+      "\3",
+      0.3,
+      'print("al".."ive")\n',
+      "os.exit(0)\n",
+    })
+    assert.are.equal(0, code)
+    local int_at = out:find("interrupted!", 1, true)
+    assert.truthy(int_at) -- control: the loop was running when Ctrl-C came
+    local alive_at = line_at(out, "alive")
+    assert.truthy(alive_at)
+    assert.truthy(alive_at > int_at)
+  end)
+
+  it("Ctrl-C at the prompt discards the pending input", function()
+    local out, code = repl("-i", {
+      "print(1\n",
+      0.8,
+      "\3",
+      0.3,
+      "print(5*5)\n",
+      "os.exit(0)\n",
+    })
+    assert.are.equal(0, code)
+    assert.truthy(out:find("corral>> ", 1, true)) -- control: "print(1" was pending
+    assert.truthy(line_at(out, "25"))
+    assert.is_nil(out:find("expected", 1, true))
+  end)
+
+  it("keeps history in $HOME/.corral_history unless CORRAL_HISTORY is empty", function()
+    if not has_readline() then
+      pending("host built without readline: no history")
+      return
+    end
+    local home = tempdir()
+    local _, code = repl("-i", { "hist_probe = 1\n", "os.exit(0)\n" },
+      "-u CORRAL_HISTORY HOME=" .. sh_quote(home))
+    assert.are.equal(0, code)
+    assert.truthy((slurp(home .. "/.corral_history") or ""):find("hist_probe = 1", 1, true))
+    local home2 = tempdir()
+    _, code = repl("-i", { "hist_probe = 2\n", "os.exit(0)\n" },
+      "HOME=" .. sh_quote(home2) .. " CORRAL_HISTORY=")
+    assert.are.equal(0, code)
+    assert.is_nil(slurp(home2 .. "/.corral_history"))
+    local file = home2 .. "/elsewhere"
+    _, code = repl("-i", { "hist_probe = 3\n", "os.exit(0)\n" },
+      "HOME=" .. sh_quote(home2) .. " CORRAL_HISTORY=" .. sh_quote(file))
+    assert.are.equal(0, code)
+    assert.truthy((slurp(file) or ""):find("hist_probe = 3", 1, true))
+    assert.is_nil(slurp(home2 .. "/.corral_history"))
+  end)
+end)

@@ -1,0 +1,274 @@
+-- Tenant sandboxes under the `native` and `bwrap` mechanisms: every breach attempt
+-- runs after a control that succeeds in the same sandbox, in the same run.
+local corral = require "corral"
+local h = require "helpers"
+
+local SECRET = "sibling-storage-secret-91c2"
+
+for _, mech_name in ipairs({ "native", "bwrap" }) do
+  describe(mech_name .. " tenant sandbox #root", function()
+    local mech, root, sb, sibling, n = nil, nil, nil, nil, 0
+
+    local function new_sandbox(extra)
+      n = n + 1
+      local t = { id = "t" .. n, storage_root = root }
+      for k, v in pairs(extra or {}) do t[k] = v end
+      local s = assert(corral.sandbox(t))
+      assert(corral.provision(mech, s))
+      return s
+    end
+
+    local function run(s, script, opts)
+      local out_path = root .. "/out-" .. s.id .. "-" .. math.random(1e9)
+      local result = assert(corral.exec(mech, s, { "/bin/sh", "-c", script }, { output = out_path,
+        table.unpack(opts or {}) }))
+      local out = h.read(out_path) or ""
+      os.remove(out_path)
+      return out, result
+    end
+
+    before_each(function()
+      mech = assert(corral.mechanism.load(mech_name))
+      root = h.tmpdir("tenant")
+      os.execute("chmod 0711 " .. root)
+      sibling = assert(corral.sandbox({ id = "sibling", storage_root = root }))
+      assert(corral.provision(mech, sibling))
+      h.write(root .. "/sibling/secret", SECRET)
+      sb = new_sandbox()
+      h.write(root .. "/" .. sb.id .. "/own", "own-data")
+      os.execute("chown -R " .. require("corral.sandbox").host_id(sb) .. " " .. root .. "/" .. sb.id)
+    end)
+
+    after_each(function()
+      corral.destroy(mech, sb)
+      corral.destroy(mech, sibling)
+      h.rmrf(root)
+    end)
+
+    local CONTROL = 'cat /storage/own >/dev/null && echo w > /storage/w && [ "$(cat /storage/w)" = w ] ' ..
+      '&& echo control-ok || exit 90; '
+
+    it("runs the control: reads and writes its own storage", function()
+      local out, r = run(sb, CONTROL)
+      assert.are.equal(0, r.code, out)
+      assert.matches("control%-ok", out)
+    end)
+
+    local breaches = {
+      { "a sibling's storage by host path", 'cat "$1/sibling/secret"' },
+      { "..", 'cat /storage/../sibling/secret; cat ../sibling/secret' },
+      { "a symlink planted to the sibling", 'cat /storage/link/secret' },
+      { "/proc/self/root", 'cat "/proc/self/root$1/sibling/secret"' },
+      { "/proc/1/root", 'cat "/proc/1/root$1/sibling/secret"' },
+    }
+    for _, b in ipairs(breaches) do
+      it("denies reading " .. b[1] .. " after the control", function()
+        os.execute("ln -s " .. root .. "/sibling " .. root .. "/" .. sb.id .. "/link")
+        local out = run(sb, CONTROL .. b[2] .. " 2>&1; exit 0")
+        assert.matches("control%-ok", out)
+        assert.is_nil(out:find(SECRET, 1, true), out)
+      end)
+    end
+
+    it("keeps writes outside /storage off the host", function()
+      local marker = "corral-marker-" .. math.random(1e9)
+      local out = run(sb, CONTROL .. 'echo x > /usr/' .. marker .. '; echo x > /etc/' .. marker ..
+        '; echo x > /' .. marker .. '; echo x > /tmp/' .. marker .. ' && echo tmp-private-ok; exit 0')
+      assert.matches("control%-ok", out)
+      assert.matches("tmp%-private%-ok", out)
+      for _, d in ipairs({ "/usr/", "/etc/", "/", "/tmp/" }) do
+        assert.is_nil(h.read(d .. marker), d .. marker .. " reached the host")
+      end
+    end)
+
+    it("cannot see or signal a host process", function()
+      local pid = h.sh("sleep 30 >/dev/null 2>&1 & echo $!"):match("%d+")
+      local out = run(sb, 'kill -0 $$ && echo self-signal-ok; ls /proc | grep -cx "' .. pid ..
+        '"; kill -9 ' .. pid .. ' 2>&1; echo kill-rc=$?; exit 0')
+      local alive = h.sh("kill -0 " .. pid .. " && echo alive")
+      os.execute("kill " .. pid .. " 2>/dev/null")
+      assert.matches("self%-signal%-ok", out)
+      assert.matches("\n0\n", out)
+      assert.is_nil(out:match("kill%-rc=0"))
+      assert.matches("alive", alive)
+    end)
+
+    it("cannot mount or enter a nested user namespace; setuid gains nothing", function()
+      local out = run(sb, CONTROL .. [[
+        grep -E '^(CapEff|NoNewPrivs):' /proc/self/status
+        mount -t tmpfs none /mnt 2>&1 && echo MOUNTED
+        unshare -U true 2>&1 && echo NESTED
+        /usr/bin/mount -t tmpfs none /tmp 2>&1 && echo SETUID-MOUNTED
+        exit 0]])
+      assert.matches("control%-ok", out)
+      assert.matches("CapEff:%s+0000000000000000", out)
+      assert.matches("NoNewPrivs:%s+1", out)
+      assert.is_nil(out:find("MOUNTED", 1, true), out)
+      assert.is_nil(out:find("NESTED", 1, true), out)
+    end)
+
+    it("denies ptrace of another tenant process and TIOCSTI, while harmless ioctls work", function()
+      local out = run(sb, CONTROL .. [[
+        perl -e 'ioctl(STDIN, 0x541B, my $n = pack("L", 0)) ? print "fionread-ok\n" : print "fionread: $!\n";
+                 my $c = "x"; ioctl(STDIN, 0x5412, $c) ? print "TIOCSTI-INJECTED\n" : print "tiocsti: $!\n";
+                 syscall(101, 16, 1, 0, 0) == 0 ? print "PTRACE-ATTACHED\n" : print "ptrace: $!\n"' < /storage/own
+        exit 0]])
+      assert.matches("control%-ok", out)
+      assert.matches("fionread%-ok", out)
+      assert.matches("tiocsti: Operation not permitted", out)
+      assert.matches("ptrace: Operation not permitted", out)
+      assert.is_nil(out:find("INJECTED", 1, true))
+      assert.is_nil(out:find("ATTACHED", 1, true))
+    end)
+
+    it("strips credentials: forbidden variables refused by name, PATH and HOME arrive", function()
+      local s, err = corral.sandbox({ id = "envt", storage_root = root, env = { GITHUB_TOKEN = "ghp_x" } })
+      assert.is_nil(s)
+      assert.are.equal("refused_env", err.code)
+      assert.are.equal("GITHUB_TOKEN", err.argument)
+      local s2, err2 = corral.sandbox({ id = "envt", storage_root = root,
+        env = { DB = "postgres://app:hunter2@db/x" } })
+      assert.is_nil(s2)
+      assert.are.equal("DB", err2.argument)
+      local ok = new_sandbox({ env = { FOO = "bar" } })
+      local out = run(ok, 'env | sort')
+      corral.destroy(mech, ok)
+      assert.matches("PATH=/", out)
+      assert.matches("HOME=/storage", out)
+      assert.matches("FOO=bar", out)
+      for line in out:gmatch("[^\n]+") do
+        local name = line:match("^([%w_]+)=")
+        if name then assert.is_nil(require("corral.hardening").refusal(name, ""), line) end
+      end
+    end)
+
+    it("inherits no fd beyond 0-2", function()
+      local f = assert(io.open("/etc/hostname")) -- not CLOEXEC in Lua: a real leak candidate
+      local out = run(sb, 'ls /proc/self/fd | sort -n | tr "\\n" " "')
+      f:close()
+      assert.matches("^0 1 2 3 $", out) -- 3 is ls's own directory handle
+    end)
+
+    it("has no network", function()
+      local lfd, port = assert(corral.core.tcp_listen("127.0.0.1", 0))
+      assert(corral.core.tcp_connect("127.0.0.1", port, 1)):close() -- control from the host
+      local out = run(sb, 'cat /proc/net/dev | grep -c ":" ; nc -z -w 1 127.0.0.1 ' .. port ..
+        ' && echo REACHED; getent hosts localhost >/dev/null && echo lo-name-ok; exit 0')
+      lfd:close()
+      assert.is_nil(out:find("REACHED", 1, true))
+      assert.matches("^1\n", out) -- only lo
+    end)
+
+    it("contains a fork bomb with the pids cap; the host stays responsive", function()
+      local s = new_sandbox({ limits = { pids = 24, wall = 3 } })
+      local t0 = os.time()
+      local out, r = run(s, 'echo started; bomb() { bomb | bomb & }; bomb; sleep 5')
+      local host_ok = h.sh("echo host-alive")
+      corral.destroy(mech, s)
+      assert.matches("started", out)
+      assert.matches("host%-alive", host_ok)
+      assert.are.equal("wall", r.limit)
+      assert.truthy(os.time() - t0 < 10)
+    end)
+
+    it("kills a memory hog at its cap, after a smaller allocation succeeds", function()
+      local s = new_sandbox({ limits = { memory = "48M" } })
+      local out, r = run(s, 'x=$(head -c 8000000 /dev/zero | tr "\\0" a); echo small-ok ${#x}')
+      assert.matches("small%-ok 8000000", out)
+      assert.is_nil(r.limit)
+      local _, r2 = run(s, 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo BIG ${#x}')
+      corral.destroy(mech, s)
+      assert.are.equal("memory", r2.limit)
+    end)
+
+    it("--wall kills on time, and a command within it finishes", function()
+      local s = new_sandbox({ limits = { wall = 1 } })
+      local out, r = run(s, 'echo quick')
+      assert.are.equal(0, r.code)
+      assert.matches("quick", out)
+      local _, r2 = run(s, 'sleep 10')
+      corral.destroy(mech, s)
+      assert.are.equal("wall", r2.limit)
+    end)
+
+    it("dies with its parent: killing `corral run` kills the tree", function()
+      local num = tostring(math.random(1e9))
+      local tag = "corral-orphan-" .. num
+      local pattern = "corral-orpha[n]-" .. num -- does not match the pgrep's own shell
+      local pid = h.sh(h.host .. " run --mechanism " .. mech_name .. " -- sh -c 'sleep 60 # " .. tag ..
+        "' >/dev/null 2>&1 & echo $!"):match("%d+")
+      assert(h.wait_for(function() return h.sh("pgrep -f '" .. pattern .. "'"):match("%d") ~= nil end, 5),
+        "control: the tenant never started")
+      os.execute("kill -9 " .. pid)
+      assert(h.wait_for(function() return h.sh("pgrep -f '" .. pattern .. "'"):match("%d") == nil end, 5),
+        "the tenant outlived its parent")
+    end)
+
+    it("leaves no cgroup, mount or process behind after destroy or a failed start", function()
+      local mounts = h.sh("wc -l < /proc/self/mountinfo")
+      local s = new_sandbox({ limits = { pids = 16 } })
+      local paths = mech_name == "native" and mech.cgroup_paths(s) or {}
+      local _, r = run(s, 'exit 3')
+      assert.are.equal(3, r.code)
+      local bad = corral.exec(mech, s, { "/nonexistent/program" })
+      assert.truthy(bad == nil or bad.code == 127 or bad.code ~= 0)
+      corral.destroy(mech, s)
+      for _, p in pairs(paths) do assert.is_nil(io.open(p .. "/cgroup.procs"), p .. " left behind") end
+      assert.are.equal(mounts, h.sh("wc -l < /proc/self/mountinfo"))
+      assert.are.equal("absent", corral.status(mech, s))
+    end)
+  end)
+end
+
+describe("the gate", function()
+  local function fake(required, constructed, log)
+    return {
+      required_capabilities = function() return required end,
+      constructed_capabilities = function() return constructed end,
+      provision = function() log[#log + 1] = "provision"; return true end,
+      start = function() return true end, exec = function() return { code = 0 } end,
+      stop = function() return true end, destroy = function() return true end,
+      status = function() return "provisioned" end,
+    }
+  end
+  local sb = assert(corral.sandbox({ id = "gate", storage_root = "/tmp/corral-gate" }))
+
+  it("admits a mechanism whose requirement the probe establishes (control)", function()
+    local log = {}
+    assert.is_true(corral.provision(fake({ "filesystem_confinement" }, {}, log), sb))
+    assert.are.same({ "provision" }, log)
+  end)
+
+  it("refuses a mechanism requiring a capability the probe reports absent, naming it", function()
+    local log = {}
+    local ok, err = corral.provision(fake({ "disk_quota" }, {}, log), sb)
+    assert.is_nil(ok)
+    assert.are.equal("cannot_enforce", err.code)
+    assert.are.equal("disk_quota", err.capability)
+    assert.are.same({}, log) -- nothing was built
+  end)
+
+  it("admits one that constructs that capability itself", function()
+    local log = {}
+    assert.is_true(corral.provision(fake({ "disk_quota" }, { "disk_quota" }, log), sb))
+    assert.are.same({ "provision" }, log)
+  end)
+
+  it("refuses an unknown capability rather than failing open", function()
+    local ok, err = corral.provision(fake({ "teleportation" }, {}, {}), sb)
+    assert.is_nil(ok)
+    assert.are.equal("teleportation", err.capability)
+  end)
+
+  it("names every missing callback of a custom mechanism", function()
+    local m, err = corral.mechanism.load({ provision = function() end })
+    assert.is_nil(m)
+    assert.matches("start, exec, stop, destroy, status", tostring(err))
+  end)
+
+  it("answers true, nil for address when the mechanism has no callback", function()
+    local ok, addr = corral.address(fake({}, {}, {}), sb)
+    assert.is_true(ok)
+    assert.is_nil(addr)
+  end)
+end)
