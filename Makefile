@@ -137,6 +137,7 @@ asan: deps
 	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    build/asan/corral test-c
+	@ln -sfn ../lua build/lua  # the host finds its modules at <exe dir>/../lua
 	ASAN_OPTIONS=detect_leaks=0 scripts/run-tests --lua build/asan/corral --build build/asan
 
 fuzz: deps

@@ -210,8 +210,15 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
       local paths = mech_name == "native" and mech.cgroup_paths(s) or {}
       local _, r = run(s, 'exit 3')
       assert.are.equal(3, r.code)
-      local bad = corral.exec(mech, s, { "/nonexistent/program" })
-      assert.truthy(bad == nil or bad.code == 127 or bad.code ~= 0)
+      local bad, err = corral.exec(mech, s, { "/nonexistent/program" })
+      if mech_name == "native" then
+        -- the failed exec step is the spawn's failure: nothing ran, nothing is left running
+        assert.is_nil(bad)
+        assert.matches("exec: No such file", tostring(err))
+      else
+        assert.are.equal(1, bad.code) -- bubblewrap's own status for a failed execvp
+      end
+      for _, p in pairs(paths) do assert.are.equal("", h.read(p .. "/cgroup.procs")) end
       corral.destroy(mech, s)
       for _, p in pairs(paths) do assert.is_nil(io.open(p .. "/cgroup.procs"), p .. " left behind") end
       assert.are.equal(mounts, h.sh("wc -l < /proc/self/mountinfo"))

@@ -52,7 +52,7 @@
 
 /* What a process needs to start, shown read-only. Generous on purpose (seed 000, R30:
  * profiles that named too little exited 134 on every case, control included). */
-static const char *const runtime_paths[] = {"/usr",   "/bin",   "/sbin", "/lib",
+static const char *const runtime_paths[] = {"/usr",   "/bin",   "/sbin",   "/lib",
                                             "/lib32", "/lib64", "/libx32", "/etc"};
 #define N_RUNTIME (sizeof runtime_paths / sizeof runtime_paths[0])
 
@@ -188,7 +188,8 @@ static int check_stdio(void)
         if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
             char what[16];
             snprintf(what, sizeof what, "fd %d", fd);
-            diag(0, "%s is a directory; an inherited directory would lead out of the boundary", what);
+            diag(0, "%s is a directory; an inherited directory would lead out of the boundary",
+                 what);
             return -EBADF;
         }
     }
@@ -247,8 +248,8 @@ static int build_root(const struct confine_opts *o)
             nl++;
             continue;
         }
-        binds[nb++] = (struct corral_bind){runtime_paths[i], runtime_paths[i],
-                                           CORRAL_BIND_OPTIONAL};
+        binds[nb++] =
+            (struct corral_bind){runtime_paths[i], runtime_paths[i], CORRAL_BIND_OPTIONAL};
     }
     binds[nb++] = (struct corral_bind){o->permit, o->permit, CORRAL_BIND_RW};
     for (size_t i = 0; i < o->n_extras; i++)
@@ -262,12 +263,8 @@ static int build_root(const struct confine_opts *o)
     if (corral_resolve_file("/etc/resolv.conf", &resolv) == 0 && !covered_by_runtime(resolv))
         binds[nb++] = (struct corral_bind){resolv, resolv, CORRAL_BIND_OPTIONAL};
 
-    struct corral_root_plan plan = {.binds = binds,
-                                    .n_binds = nb,
-                                    .symlinks = links,
-                                    .n_symlinks = nl,
-                                    .proc = 1,
-                                    .dev = 1};
+    struct corral_root_plan plan = {
+        .binds = binds, .n_binds = nb, .symlinks = links, .n_symlinks = nl, .proc = 1, .dev = 1};
     const char *step = "";
     int r = corral_root_build(&plan, &step);
     if (r < 0) diag(r, "namespace layer: %s", step);
@@ -293,10 +290,9 @@ static int apply_landlock(const struct confine_opts *o)
     for (size_t i = 0; r == 0 && i < N_RUNTIME; i++)
         r = corral_landlock_allow_path(rs, abi, runtime_paths[i], CORRAL_LL_READ_EXEC, 1);
     for (size_t i = 0; r == 0 && i < N_DEVICES; i++)
-        r = corral_landlock_allow_path(rs, abi, device_paths[i],
-                                       CORRAL_LL_READ_FILE | CORRAL_LL_WRITE_FILE |
-                                           CORRAL_LL_IOCTL_DEV,
-                                       1);
+        r = corral_landlock_allow_path(
+            rs, abi, device_paths[i],
+            CORRAL_LL_READ_FILE | CORRAL_LL_WRITE_FILE | CORRAL_LL_IOCTL_DEV, 1);
     if (r == 0)
         r = corral_landlock_allow_path(rs, abi, "/proc", CORRAL_LL_READ_FILE | CORRAL_LL_READ_DIR,
                                        0);
@@ -323,8 +319,7 @@ static int exec_command(const struct confine_opts *o, const sigset_t *old)
 }
 
 /* Runs in pid 1 of the new namespaces (or in the wrapper itself without the ns layer). */
-static int confine_and_run(const struct confine_opts *o, const sigset_t *mask,
-                           const sigset_t *old)
+static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, const sigset_t *old)
 {
     if (o->layer_ns && build_root(o) < 0) return CORRAL_EXIT_SETUP;
     if (chdir(o->cd) < 0) {
@@ -355,13 +350,15 @@ int corral_exec_confined_main(int argc, char **argv)
 {
     /* Nothing but 0-2 crosses into the boundary; closed before anything is opened. */
     if (syscall(SYS_close_range, 3, ~0U, 0) < 0) {
-        for (int fd = 3; fd < 1024; fd++) close(fd);
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
     }
     struct confine_opts o = {0};
     if (parse(argc, argv, &o) < 0) return CORRAL_EXIT_SETUP;
     if (!is_beneath(o.cd, o.permit)) {
         int inside = 0;
-        for (size_t i = 0; i < o.n_extras; i++) inside |= is_beneath(o.cd, o.extras[i]);
+        for (size_t i = 0; i < o.n_extras; i++)
+            inside |= is_beneath(o.cd, o.extras[i]);
         if (!inside) {
             diag(0, "--cd %s is outside the boundary", o.cd);
             return CORRAL_EXIT_SETUP;

@@ -23,8 +23,8 @@
 #define CORRAL_LL_MAKE_FIFO (1ULL << 10)
 #define CORRAL_LL_MAKE_BLOCK (1ULL << 11)
 #define CORRAL_LL_MAKE_SYM (1ULL << 12)
-#define CORRAL_LL_REFER (1ULL << 13)    /* ABI 2 */
-#define CORRAL_LL_TRUNCATE (1ULL << 14) /* ABI 3 */
+#define CORRAL_LL_REFER (1ULL << 13)     /* ABI 2 */
+#define CORRAL_LL_TRUNCATE (1ULL << 14)  /* ABI 3 */
 #define CORRAL_LL_IOCTL_DEV (1ULL << 15) /* ABI 5 */
 
 /* Scopes (ABI 6): IPC that leaves the domain. */
@@ -36,7 +36,7 @@
 #define CORRAL_LL_FS_ALL ((1ULL << 16) - 1)
 /* A file (not a directory) can only carry these rights in a path-beneath rule. */
 #define CORRAL_LL_FILE_RIGHTS                                                                      \
-    (CORRAL_LL_EXECUTE | CORRAL_LL_WRITE_FILE | CORRAL_LL_READ_FILE | CORRAL_LL_TRUNCATE |        \
+    (CORRAL_LL_EXECUTE | CORRAL_LL_WRITE_FILE | CORRAL_LL_READ_FILE | CORRAL_LL_TRUNCATE |         \
      CORRAL_LL_IOCTL_DEV)
 
 /* The best ABI the running kernel supports, or -errno (-ENOSYS / -EOPNOTSUPP when

@@ -147,7 +147,8 @@ static int make_mountpoint(int rootfd, const char *rel, int is_dir)
 
 static const char *relative(const char *abs)
 {
-    while (*abs == '/') abs++;
+    while (*abs == '/')
+        abs++;
     return abs;
 }
 
@@ -226,24 +227,24 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
     static char step_buf[PATH_MAX + 32];
     struct build_state s = {.trees = NULL, .rootfd = -1, .n = plan->n_binds};
     int r = 0;
-    for (size_t i = 0; i < N_DEV; i++) s.dev_trees[i] = -1;
+    for (size_t i = 0; i < N_DEV; i++)
+        s.dev_trees[i] = -1;
     *step = "";
 
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) FAIL("make / private", -errno);
 
     s.trees = calloc(plan->n_binds ? plan->n_binds : 1, sizeof *s.trees);
     if (!s.trees) FAIL("alloc", -ENOMEM);
-    for (size_t i = 0; i < plan->n_binds; i++) s.trees[i] = -1;
+    for (size_t i = 0; i < plan->n_binds; i++)
+        s.trees[i] = -1;
 
     /* Clone every source first: nothing mounted below can shadow one. */
     for (size_t i = 0; i < plan->n_binds; i++) {
         const struct corral_bind *b = &plan->binds[i];
-        int t = sys_open_tree(AT_FDCWD, b->src,
-                              OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+        int t = sys_open_tree(AT_FDCWD, b->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
         if (t < 0) {
             int err = errno;
-            if ((b->flags & CORRAL_BIND_OPTIONAL) && (err == ENOENT || err == ENOTDIR))
-                continue;
+            if ((b->flags & CORRAL_BIND_OPTIONAL) && (err == ENOENT || err == ENOTDIR)) continue;
             snprintf(step_buf, sizeof step_buf, "open_tree %s", b->src);
             FAIL(step_buf, -err);
         }
@@ -286,8 +287,7 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
             r = make_mountpoint(s.rootfd, rel, S_ISDIR(st.st_mode));
             if (r < 0) FAIL(step_buf, r);
         }
-        if (sys_move_mount(s.trees[i], "", s.rootfd, *rel ? rel : ".",
-                           MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        if (sys_move_mount(s.trees[i], "", s.rootfd, *rel ? rel : ".", MOVE_MOUNT_F_EMPTY_PATH) < 0)
             FAIL(step_buf, -errno);
     }
     for (size_t i = 0; i < plan->n_symlinks; i++) {
@@ -298,15 +298,14 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
         }
     }
     if (plan->dev && (r = build_dev(s.rootfd, s.dev_trees)) < 0) FAIL("minimal /dev", r);
-    if (plan->proc &&
-        (r = attach_fs(s.rootfd, "proc", "proc", NULL,
-                       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)) < 0)
+    if (plan->proc && (r = attach_fs(s.rootfd, "proc", "proc", NULL,
+                                     MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)) < 0)
         FAIL("mount /proc", r);
     if (plan->tmp_mib) {
         char opts[48];
         snprintf(opts, sizeof opts, "mode=1777,size=%lum", plan->tmp_mib);
-        if ((r = attach_fs(s.rootfd, "tmp", "tmpfs", opts,
-                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0)
+        if ((r = attach_fs(s.rootfd, "tmp", "tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) <
+            0)
             FAIL("mount /tmp", r);
     }
     /* The skeleton itself is read-only: nothing new can be created beside the binds. */

@@ -5,6 +5,7 @@
  * numbers alone are only unique within one nsfs instance.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/nsfs.h>
 #include <sched.h>
@@ -134,4 +135,30 @@ int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid
         if (rc < 0) return rc;
     }
     return 0;
+}
+
+struct new_net_job {
+    int fd;
+};
+
+static void *new_net_thread(void *arg)
+{
+    struct new_net_job *job = arg;
+    if (unshare(CLONE_NEWNET) < 0) {
+        job->fd = -errno;
+        return NULL;
+    }
+    job->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (job->fd < 0) job->fd = -errno;
+    return NULL;
+}
+
+int corral_ns_new_net(void)
+{
+    struct new_net_job job = {.fd = -EIO};
+    pthread_t t;
+    int r = pthread_create(&t, NULL, new_net_thread, &job);
+    if (r != 0) return -r;
+    pthread_join(t, NULL);
+    return job.fd;
 }

@@ -54,4 +54,10 @@ struct corral_id_map {
 int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid,
                          const struct corral_id_map *gid, size_t ngid);
 
+/* A new, empty network namespace owned by the caller's user namespace, held only by
+ * the returned CLOEXEC fd (it disappears when the last fd and process let go). Made on
+ * a short-lived thread so the calling thread never changes namespace. Returns the fd
+ * or -errno. */
+int corral_ns_new_net(void);
+
 #endif

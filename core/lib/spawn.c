@@ -55,13 +55,20 @@ enum step {
 };
 
 static const char *const step_names[STEP_COUNT] = {
-    [STEP_SYNC] = "wait for parent",   [STEP_CGROUPNS] = "cgroup namespace",
-    [STEP_IDS] = "set ids",            [STEP_ROOT] = "build root",
-    [STEP_HOSTNAME] = "hostname",      [STEP_CWD] = "chdir",
-    [STEP_RLIMIT] = "rlimits",         [STEP_SETSID] = "setsid",
-    [STEP_STDIO] = "stdio",            [STEP_FDS] = "close fds",
-    [STEP_CAPS] = "drop capabilities", [STEP_NNP] = "no_new_privs",
-    [STEP_SECCOMP] = "seccomp",        [STEP_FORK] = "fork tenant",
+    [STEP_SYNC] = "wait for parent",
+    [STEP_CGROUPNS] = "cgroup namespace",
+    [STEP_IDS] = "set ids",
+    [STEP_ROOT] = "build root",
+    [STEP_HOSTNAME] = "hostname",
+    [STEP_CWD] = "chdir",
+    [STEP_RLIMIT] = "rlimits",
+    [STEP_SETSID] = "setsid",
+    [STEP_STDIO] = "stdio",
+    [STEP_FDS] = "close fds",
+    [STEP_CAPS] = "drop capabilities",
+    [STEP_NNP] = "no_new_privs",
+    [STEP_SECCOMP] = "seccomp",
+    [STEP_FORK] = "fork tenant",
     [STEP_EXEC] = "exec",
 };
 
@@ -149,7 +156,8 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
      * it failed, and is forwarded to the spawner so the failure is the spawn's. */
     struct report rep;
     ssize_t n;
-    do n = read(execp[0], &rep, sizeof rep);
+    do
+        n = read(execp[0], &rep, sizeof rep);
     while (n < 0 && errno == EINTR);
     if (n == (ssize_t)sizeof rep) {
         ssize_t w = write(errfd, &rep, sizeof rep);
@@ -210,12 +218,11 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
         r = -ENOMEM;
         goto fail;
     }
-    uint64_t flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-                     CLONE_PIDFD;
+    uint64_t flags =
+        CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
     if (p->new_net && p->netns_fd < 0) flags |= CLONE_NEWNET;
-    struct clone_args ca = {.flags = flags,
-                            .pidfd = (uint64_t)(uintptr_t)&pidfd,
-                            .exit_signal = SIGCHLD};
+    struct clone_args ca = {
+        .flags = flags, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD};
     int err = 0;
     *step = "clone3";
     self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
@@ -253,7 +260,8 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
 
     struct report rep;
     ssize_t n;
-    do n = read(errp[0], &rep, sizeof rep);
+    do
+        n = read(errp[0], &rep, sizeof rep);
     while (n < 0 && errno == EINTR);
     if (n == (ssize_t)sizeof rep) {
         *step = rep.step >= 0 && rep.step < STEP_COUNT ? step_names[rep.step] : "child";

@@ -25,14 +25,14 @@ struct corral_rlimit {
 };
 
 struct corral_spawn_plan {
-    const char *path;   /* resolved executable, as seen inside the new root */
-    char *const *argv;  /* NULL-terminated */
-    char *const *envp;  /* NULL-terminated, exactly what the tenant gets */
-    const char *cwd;    /* inside the new root */
+    const char *path;  /* resolved executable, as seen inside the new root */
+    char *const *argv; /* NULL-terminated */
+    char *const *envp; /* NULL-terminated, exactly what the tenant gets */
+    const char *cwd;   /* inside the new root */
     const char *hostname;
-    int new_net;        /* 1: a fresh empty netns (only lo, down) */
-    int netns_fd;       /* >= 0: join this host-owned netns before the user ns exists */
-    uid_t outside_uid;  /* host ids the tenant's root maps to */
+    int new_net;       /* 1: a fresh empty netns (only lo, down) */
+    int netns_fd;      /* >= 0: join this host-owned netns before the user ns exists */
+    uid_t outside_uid; /* host ids the tenant's root maps to */
     gid_t outside_gid;
     struct corral_root_plan root;
     const struct corral_bpf *seccomp; /* installed last; NULL: none */
@@ -40,14 +40,14 @@ struct corral_spawn_plan {
     size_t n_rlimits;
     const int *cgroup_procs_fds; /* "cgroup.procs" files the parent writes the pid into */
     size_t n_cgroup_fds;
-    int stdio[3];       /* -1: inherit */
+    int stdio[3];        /* -1: inherit */
     const int *keep_fds; /* inherited unchanged beyond 0-2 */
     size_t n_keep_fds;
 };
 
 struct corral_spawn_result {
-    pid_t pid;   /* pid 1 of the sandbox, in the host's pid namespace */
-    int pidfd;   /* CLOEXEC pidfd of that process */
+    pid_t pid; /* pid 1 of the sandbox, in the host's pid namespace */
+    int pidfd; /* CLOEXEC pidfd of that process */
 };
 
 /* Spawns per plan. Returns 0, or -errno with *step naming the failed step (a static

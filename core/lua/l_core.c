@@ -16,11 +16,21 @@ static void push_errno_constants(lua_State *L)
         const char *name;
         int value;
     } names[] = {
-        {"EPERM", EPERM},   {"ENOENT", ENOENT},       {"EACCES", EACCES},
-        {"EEXIST", EEXIST}, {"ENOTDIR", ENOTDIR},     {"EINVAL", EINVAL},
-        {"ELOOP", ELOOP},   {"ENAMETOOLONG", ENAMETOOLONG}, {"ENOSYS", ENOSYS},
-        {"EOPNOTSUPP", EOPNOTSUPP}, {"EROFS", EROFS}, {"EXDEV", EXDEV},
-        {"ECONNREFUSED", ECONNREFUSED}, {"EAGAIN", EAGAIN}, {"EBADF", EBADF},
+        {"EPERM", EPERM},
+        {"ENOENT", ENOENT},
+        {"EACCES", EACCES},
+        {"EEXIST", EEXIST},
+        {"ENOTDIR", ENOTDIR},
+        {"EINVAL", EINVAL},
+        {"ELOOP", ELOOP},
+        {"ENAMETOOLONG", ENAMETOOLONG},
+        {"ENOSYS", ENOSYS},
+        {"EOPNOTSUPP", EOPNOTSUPP},
+        {"EROFS", EROFS},
+        {"EXDEV", EXDEV},
+        {"ECONNREFUSED", ECONNREFUSED},
+        {"EAGAIN", EAGAIN},
+        {"EBADF", EBADF},
     };
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

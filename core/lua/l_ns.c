@@ -128,6 +128,16 @@ static size_t checkmap(lua_State *L, int arg, struct corral_id_map *m)
     return (size_t)n;
 }
 
+/* core.ns.new_net() → fd of a new empty network namespace owned by the host. */
+static int l_new_net(lua_State *L)
+{
+    corral_fd *f = corral_newfd(L);
+    int fd = corral_ns_new_net();
+    if (fd < 0) return corral_pushfail(L, "new_net", fd);
+    f->fd = fd;
+    return 1;
+}
+
 static int l_write_maps(lua_State *L)
 {
     lua_Integer pid = luaL_checkinteger(L, 1);
@@ -146,6 +156,7 @@ int corral_open_ns(lua_State *L)
     static const luaL_Reg fns[] = {
         {"open", l_open},   {"info", l_info},       {"same", l_same},
         {"setns", l_setns}, {"unshare", l_unshare}, {"write_maps", l_write_maps},
+        {"new_net", l_new_net},
         {NULL, NULL}};
     static const struct {
         const char *name;

@@ -111,8 +111,8 @@ static int fd_of(lua_State *L, int idx)
 static const struct {
     const char *name;
     int resource;
-} rlimit_names[] = {{"nofile", RLIMIT_NOFILE}, {"fsize", RLIMIT_FSIZE}, {"nproc", RLIMIT_NPROC},
-                    {"core", RLIMIT_CORE},     {"as", RLIMIT_AS},       {"stack", RLIMIT_STACK},
+} rlimit_names[] = {{"nofile", RLIMIT_NOFILE}, {"fsize", RLIMIT_FSIZE},    {"nproc", RLIMIT_NPROC},
+                    {"core", RLIMIT_CORE},     {"as", RLIMIT_AS},          {"stack", RLIMIT_STACK},
                     {"cpu", RLIMIT_CPU},       {"memlock", RLIMIT_MEMLOCK}};
 
 static int process_new(lua_State *L, pid_t pid, int pidfd)
@@ -149,7 +149,8 @@ static int l_spawn(lua_State *L)
     for (size_t i = 0; i < nb; i++) {
         lua_geti(L, binds_t, (lua_Integer)i + 1);
         int b = lua_gettop(L);
-        if (!lua_istable(L, b)) return luaL_error(L, "spawn: binds[%d] must be a table", (int)i + 1);
+        if (!lua_istable(L, b))
+            return luaL_error(L, "spawn: binds[%d] must be a table", (int)i + 1);
         binds[i].src = opt_string(L, b, "src");
         binds[i].dest = opt_string(L, b, "dest");
         if (!binds[i].src || !binds[i].dest || binds[i].dest[0] != '/')
@@ -179,15 +180,16 @@ static int l_spawn(lua_State *L)
                                           .tmp_mib = (unsigned long)opt_int(L, 1, "tmp_mib", 0)};
 
     /* rlimits = {nofile = {cur, max} | n, …} */
-    struct corral_rlimit *rl = scratch(L, sizeof *rl * (sizeof rlimit_names / sizeof rlimit_names[0]));
+    struct corral_rlimit *rl =
+        scratch(L, sizeof *rl * (sizeof rlimit_names / sizeof rlimit_names[0]));
     size_t nrl = 0;
     if (lua_getfield(L, 1, "rlimits") == LUA_TTABLE) {
         for (size_t i = 0; i < sizeof rlimit_names / sizeof rlimit_names[0]; i++) {
             int ty = lua_getfield(L, -1, rlimit_names[i].name);
             if (ty == LUA_TNUMBER) {
-                rl[nrl++] = (struct corral_rlimit){rlimit_names[i].resource,
-                                                   (rlim_t)lua_tointeger(L, -1),
-                                                   (rlim_t)lua_tointeger(L, -1)};
+                rl[nrl++] =
+                    (struct corral_rlimit){rlimit_names[i].resource, (rlim_t)lua_tointeger(L, -1),
+                                           (rlim_t)lua_tointeger(L, -1)};
             } else if (ty != LUA_TNIL) {
                 return luaL_error(L, "spawn: rlimits.%s must be a number", rlimit_names[i].name);
             }
@@ -203,7 +205,8 @@ static int l_spawn(lua_State *L)
     if (lua_getfield(L, 1, "cgroup_procs") == LUA_TTABLE) ncg = (size_t)luaL_len(L, -1);
     int cg_t = lua_gettop(L);
     int *cgfds = scratch(L, sizeof(int) * (ncg ? ncg : 1));
-    for (size_t i = 0; i < ncg; i++) cgfds[i] = -1;
+    for (size_t i = 0; i < ncg; i++)
+        cgfds[i] = -1;
     for (size_t i = 0; i < ncg; i++) {
         lua_geti(L, cg_t, (lua_Integer)i + 1);
         const char *path = lua_tostring(L, -1);
@@ -211,7 +214,8 @@ static int l_spawn(lua_State *L)
         int err = errno;
         lua_pop(L, 1);
         if (fd < 0) {
-            for (size_t j = 0; j < i; j++) close(cgfds[j]);
+            for (size_t j = 0; j < i; j++)
+                close(cgfds[j]);
             return corral_pushfail(L, path ? path : "cgroup_procs", err);
         }
         cgfds[i] = fd;
@@ -231,7 +235,8 @@ static int l_spawn(lua_State *L)
     if (opt_bool(L, 1, "seccomp")) {
         r = corral_seccomp_tenant_program(&bpf);
         if (r < 0) {
-            for (size_t i = 0; i < ncg; i++) close(cgfds[i]);
+            for (size_t i = 0; i < ncg; i++)
+                close(cgfds[i]);
             return corral_pushfail(L, "seccomp", r);
         }
         plan.seccomp = &bpf;
@@ -241,7 +246,8 @@ static int l_spawn(lua_State *L)
     const char *step = "";
     r = corral_spawn(&plan, &res, &step);
     corral_bpf_free(&bpf);
-    for (size_t i = 0; i < ncg; i++) close(cgfds[i]);
+    for (size_t i = 0; i < ncg; i++)
+        close(cgfds[i]);
     if (r < 0) {
         luaL_pushfail(L);
         lua_pushfstring(L, "spawn: %s: %s", step, strerror(-r));
@@ -262,7 +268,8 @@ static void reap(process *p, int flags)
     if (p->reaped) return;
     int ws;
     pid_t r;
-    do r = waitpid(p->pid, &ws, flags);
+    do
+        r = waitpid(p->pid, &ws, flags);
     while (r < 0 && errno == EINTR);
     if (r != p->pid) return;
     p->reaped = 1;
@@ -287,7 +294,8 @@ static int l_wait(lua_State *L)
             double t = luaL_checknumber(L, 2);
             struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
             int n;
-            do n = poll(&pfd, 1, t < 0 ? -1 : (int)(t * 1000));
+            do
+                n = poll(&pfd, 1, t < 0 ? -1 : (int)(t * 1000));
             while (n < 0 && errno == EINTR);
             if (n == 0) {
                 luaL_pushfail(L);
@@ -312,8 +320,7 @@ static int l_kill(lua_State *L)
     int sig = (int)luaL_optinteger(L, 2, SIGKILL);
     if (p->reaped) return corral_pushfail(L, "kill", ESRCH);
     /* Through the pidfd: a recycled pid can never be hit. */
-    if ((sig = corral_pidfd_signal(p->pidfd, sig)) < 0)
-        return corral_pushfail(L, "kill", sig);
+    if ((sig = corral_pidfd_signal(p->pidfd, sig)) < 0) return corral_pushfail(L, "kill", sig);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -346,19 +353,31 @@ static int l_close(lua_State *L)
     return 0;
 }
 
+/* The pidfd: readable once the sandbox's init has exited (for core.poll). */
+static int l_fileno(lua_State *L)
+{
+    process *p = checkproc(L);
+    lua_pushinteger(L, p->pidfd);
+    return 1;
+}
+
 static int l_tostring(lua_State *L)
 {
     process *p = checkproc(L);
-    lua_pushfstring(L, "corral.process (pid %d, %s)", (int)p->pid, p->reaped ? "exited" : "running");
+    lua_pushfstring(L, "corral.process (pid %d, %s)", (int)p->pid,
+                    p->reaped ? "exited" : "running");
     return 1;
 }
 
 int corral_open_spawn(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"wait", l_wait}, {"kill", l_kill}, {"pid", l_pid},
-                                       {"running", l_running}, {"close", l_close}, {NULL, NULL}};
-    static const luaL_Reg meta[] = {{"__gc", l_close}, {"__close", l_close},
-                                    {"__tostring", l_tostring}, {"__index", NULL}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"wait", l_wait},       {"kill", l_kill},   {"pid", l_pid},
+                                       {"running", l_running}, {"fileno", l_fileno}, {"close", l_close}, {NULL, NULL}};
+    static const luaL_Reg meta[] = {{"__gc", l_close},
+                                    {"__close", l_close},
+                                    {"__tostring", l_tostring},
+                                    {"__index", NULL},
+                                    {NULL, NULL}};
     if (luaL_newmetatable(L, PROC_TYPE)) {
         luaL_setfuncs(L, meta, 0);
         luaL_newlib(L, methods);

@@ -48,7 +48,8 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(nft)                                                                                         \
     X(rtnl)                                                                                        \
     X(spawn)                                                                                       \
-    X(sock)
+    X(sock)                                                                                        \
+    X(netio)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

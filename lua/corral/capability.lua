@@ -202,7 +202,9 @@ local probes = {
       if not (control or ""):find("allowed") then
         return false, "control failed: unshare(CLONE_NEWUSER) fails even without the filter: " .. trim(control)
       end
-      if not (filtered or ""):find("denied") then return false, "breach: the filter let unshare(CLONE_NEWUSER) through" end
+      if not (filtered or ""):find("denied") then
+        return false, "breach: the filter let unshare(CLONE_NEWUSER) through"
+      end
       return true, "without the filter a nested user namespace is created; with it, refused (EPERM)"
     end,
   },

@@ -1,0 +1,135 @@
+-- The `corral` subcommands, run as a user would: the real executable, real processes.
+local h = require "helpers"
+local json = require "dkjson"
+
+describe("corral CLI", function()
+  local root, box, sib
+  setup(function()
+    root = h.tmpdir("cli")
+    box, sib = root .. "/box", root .. "/sibling"
+    assert(os.execute("mkdir " .. box .. " " .. sib .. " && echo cli-secret > " .. sib .. "/s"))
+  end)
+  teardown(function() h.rmrf(root) end)
+
+  it("help lists every command and explains one", function()
+    local out, status = h.corral("help")
+    assert.are.equal(0, status)
+    for _, c in ipairs({ "confine", "sbpl", "resolve", "probe", "run" }) do assert.matches(c, out) end
+    out, status = h.corral("help", "confine")
+    assert.are.equal(0, status)
+    assert.matches("%-%-permit DIR", out)
+    out, status = h.corral("help", "nonsense")
+    assert.are.equal(2, status)
+    assert.matches("COMMAND", out)
+  end)
+
+  it("confine prints a spec naming the wrapper, and --json the same as JSON", function()
+    local out, status = h.corral("confine", "--permit", box, "--", "sh", "-c", "true")
+    assert.are.equal(0, status, out)
+    assert.matches("cmd:%s+" .. h.host:gsub("%p", "%%%0"), out)
+    assert.matches("layers: ns, landlock", out)
+    assert.matches("values not shown", out)
+    out, status = h.capture({ "env", "ANTHROPIC_API_KEY=sk-never-printed", h.host, "confine", "--json",
+      "--permit", box, "--", "true" })
+    assert.are.equal(0, status, out)
+    assert.is_nil(out:find("sk-never-printed", 1, true))
+    local spec = json.decode(out)
+    assert.are.equal(h.host, spec.cmd)
+    assert.are.equal("exec-confined", spec.args[1])
+    assert.are.equal(box, spec.cd)
+    assert.truthy(#spec.env_names > 0)
+  end)
+
+  it("confine --exec runs it: the control inside succeeds, the sibling is denied, env passes", function()
+    local out, status = h.capture({ "env", "ANTHROPIC_API_KEY=sk-passes", h.host, "confine", "--exec",
+      "--permit", box, "--", "sh", "-c",
+      'echo in > f && cat f && printf "%s\\n" "$ANTHROPIC_API_KEY" && cat ' .. sib .. '/s' })
+    assert.matches("in\nsk%-passes\n", out)
+    assert.is_nil(out:find("cli-secret", 1, true))
+    assert.are.equal(1, status) -- cat's own status for the denied read
+  end)
+
+  it("confine --exec passes the command's exit status through", function()
+    local _, status = h.corral("confine", "--exec", "--permit", box, "--", "sh", "-c", "exit 7")
+    assert.are.equal(7, status)
+  end)
+
+  local bad = {
+    { { "confine", "--", "true" }, "permit_path" },
+    { { "confine", "--permit", "relative", "--", "true" }, "absolute" },
+    { { "confine", "--permit", "/etc/passwd", "--", "true" }, "Not a directory" },
+    { { "confine", "--permit", "/nonexistent/x", "--", "true" }, "No such file" },
+    { { "confine", "--bogus", "x", "--permit", "/tmp", "--", "true" }, "%-%-bogus: unknown option" },
+    { { "confine", "--permit", "/tmp" }, "CMD" },
+  }
+  for _, c in ipairs(bad) do
+    it("confine refuses " .. table.concat(c[1], " ") .. " with a clear error and no spec", function()
+      local out, status = h.corral(table.unpack(c[1]))
+      assert.are.equal(2, status, out)
+      assert.matches(c[2], out)
+      assert.is_nil(out:find("exec-confined", 1, true))
+    end)
+  end
+
+  it("the wrapper itself refuses bad input and runs nothing", function()
+    local cases = {
+      { "exec-confined", "--", "true" },
+      { "exec-confined", "--permit", "rel", "--", "true" },
+      { "exec-confined", "--permit", box, "--layers", "none", "--", "true" },
+      { "exec-confined", "--permit", box, "--cd", "/tmp", "--", "true" },
+      { "exec-confined", "--permit", box, "--what", "x", "--", "true" },
+    }
+    for _, argv in ipairs(cases) do
+      local out, status = h.corral(table.unpack(argv))
+      assert.are.equal(125, status, table.concat(argv, " ") .. ": " .. out)
+      assert.matches("corral exec%-confined:", out)
+    end
+    local out, status = h.corral("exec-confined", "--permit", box, "--", "sh", "-c", "echo ran") -- control
+    assert.are.equal(0, status, out)
+    assert.matches("ran", out)
+  end)
+
+  it("the unprivileged path: confine works for a non-root caller (user namespace)", function()
+    os.execute("chmod 0777 " .. box .. " && chmod 0755 " .. root)
+    local out, status = h.capture({ "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+      h.host, "confine", "--exec", "--permit", box, "--", "sh", "-c",
+      'id -u; echo u > mine && cat mine; grep -c . /proc/self/uid_map; cat ' .. sib .. '/s' })
+    assert.matches("^65534\nu\n1\n", out)
+    assert.is_nil(out:find("cli-secret", 1, true))
+    assert.are_not.equal(0, status)
+  end)
+
+  it("sbpl prints the deny-default profile with the resolved boundary", function()
+    os.execute("ln -sfn " .. box .. " " .. root .. "/link")
+    local out, status = h.corral("sbpl", "--permit", root .. "/link")
+    assert.are.equal(0, status, out)
+    assert.matches("^%(version 1%)", out)
+    assert.matches("%(deny default%)", out)
+    assert.matches('%(subpath "' .. box:gsub("%p", "%%%0") .. '"%)', out)
+    assert.is_nil(out:find(root .. "/link", 1, true))
+  end)
+
+  it("resolve follows PATH and symlinks, and leaves unknown names unchanged", function()
+    local out, status = h.corral("resolve", "sh")
+    assert.are.equal(0, status)
+    assert.are.equal(h.sh("readlink -f $(command -v sh)"), out)
+    out, status = h.corral("resolve", "no-such-command-corral")
+    assert.are.equal(0, status)
+    assert.are.equal("no-such-command-corral\n", out)
+  end)
+
+  it("probe reports each capability with its detail, as text and JSON", function()
+    local out, status = h.corral("probe", "--json")
+    assert.are.equal(0, status, out)
+    local results = json.decode(out)
+    local by = {}
+    for _, r in ipairs(results) do by[r.name] = r end
+    assert.is_true(by["confinement.landlock"].holds)
+    assert.matches("ABI %d", by["confinement.landlock"].detail)
+    assert.is_true(by.filesystem_confinement.holds)
+    assert.is_false(by.disk_quota.holds)
+    out = h.corral("probe")
+    assert.matches("filesystem_confinement%s+holds", out)
+    assert.matches("disk_quota%s+absent", out)
+  end)
+end)
