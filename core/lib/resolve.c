@@ -29,7 +29,8 @@ int corral_resolve_host(const char *name, char (*out)[46], size_t max)
                             : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
         if (!inet_ntop(ai->ai_family, a, text, sizeof text)) continue;
         int dup = 0;
-        for (size_t i = 0; i < n; i++) dup |= strcmp(out[i], text) == 0;
+        for (size_t i = 0; i < n; i++)
+            dup |= strcmp(out[i], text) == 0;
         if (!dup) memcpy(out[n++], text, sizeof text);
     }
     freeaddrinfo(res);

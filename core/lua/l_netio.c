@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "lcorral.h"
 #include "resolve.h"
@@ -46,7 +49,8 @@ static int l_poll(lua_State *L)
         lua_pop(L, 1);
     }
     int r;
-    do r = poll(pfd, (nfds_t)n, t < 0 ? -1 : (int)(t * 1000));
+    do
+        r = poll(pfd, (nfds_t)n, t < 0 ? -1 : (int)(t * 1000));
     while (r < 0 && errno == EINTR);
     if (r < 0) return corral_pushfail(L, "poll", errno);
     lua_newtable(L);
@@ -100,13 +104,49 @@ static int l_resolve_host(lua_State *L)
     return 1;
 }
 
+/* core.read(fd, max) → data ("" at EOF) | nil, msg, errno (EAGAIN when nothing waits) */
+static int l_read(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    lua_Integer max = luaL_optinteger(L, 2, 65536);
+    if (max < 1 || max > 1 << 20) return luaL_argerror(L, 2, "1..1048576");
+    luaL_Buffer b;
+    char *p = luaL_buffinitsize(L, &b, (size_t)max);
+    ssize_t n = recv(fd, p, (size_t)max, MSG_DONTWAIT);
+    if (n < 0 && errno == ENOTSOCK) n = read(fd, p, (size_t)max);
+    if (n < 0) return corral_pushfail(L, "read", errno);
+    luaL_pushresultsize(&b, (size_t)n);
+    return 1;
+}
+
+/* core.write(fd, data) → bytes written | nil, msg, errno */
+static int l_write(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    size_t len;
+    const char *data = luaL_checklstring(L, 2, &len);
+    ssize_t n = write(fd, data, len);
+    if (n < 0) return corral_pushfail(L, "write", errno);
+    lua_pushinteger(L, n);
+    return 1;
+}
+
+/* core.monotime() → seconds (CLOCK_MONOTONIC), for deadlines that wall-clock jumps
+ * cannot move. */
+static int l_monotime(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+    return 1;
+}
+
 int corral_open_netio(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"poll", l_poll},
-                                   {"udp_recv", l_udp_recv},
-                                   {"udp_send", l_udp_send},
-                                   {"resolve_host", l_resolve_host},
-                                   {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"poll", l_poll},         {"udp_recv", l_udp_recv},
+                                   {"udp_send", l_udp_send}, {"resolve_host", l_resolve_host},
+                                   {"read", l_read},         {"write", l_write},
+                                   {"monotime", l_monotime}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -153,11 +153,10 @@ static int l_write_maps(lua_State *L)
 
 int corral_open_ns(lua_State *L)
 {
-    static const luaL_Reg fns[] = {
-        {"open", l_open},   {"info", l_info},       {"same", l_same},
-        {"setns", l_setns}, {"unshare", l_unshare}, {"write_maps", l_write_maps},
-        {"new_net", l_new_net},
-        {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"open", l_open},       {"info", l_info},
+                                   {"same", l_same},       {"setns", l_setns},
+                                   {"unshare", l_unshare}, {"write_maps", l_write_maps},
+                                   {"new_net", l_new_net}, {NULL, NULL}};
     static const struct {
         const char *name;
         int value;

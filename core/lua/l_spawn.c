@@ -371,8 +371,9 @@ static int l_tostring(lua_State *L)
 
 int corral_open_spawn(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"wait", l_wait},       {"kill", l_kill},   {"pid", l_pid},
-                                       {"running", l_running}, {"fileno", l_fileno}, {"close", l_close}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"wait", l_wait},     {"kill", l_kill},   {"pid", l_pid}, {"running", l_running},
+        {"fileno", l_fileno}, {"close", l_close}, {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", l_close},
                                     {"__close", l_close},
                                     {"__tostring", l_tostring},

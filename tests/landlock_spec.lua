@@ -1,0 +1,39 @@
+-- core.landlock_restrict: a process confines itself; a control read inside succeeds in
+-- the same process whose read outside is denied.
+local h = require "helpers"
+
+describe("core.landlock_restrict", function()
+  local root
+  setup(function()
+    root = h.tmpdir("ll")
+    assert(os.execute("mkdir " .. root .. "/in " .. root .. "/out && echo i > " .. root ..
+      "/in/f && echo o > " .. root .. "/out/f"))
+  end)
+  teardown(function() h.rmrf(root) end)
+
+  it("reports the ABI", function()
+    local abi = assert(require("corral.core").landlock_abi())
+    assert.truthy(abi >= 1)
+  end)
+
+  it("denies outside after allowing inside, in one restricted process", function()
+    local code = string.format([[
+      local core = require "corral.core"
+      assert(core.landlock_restrict({ {path = %q, access = "rw"}, {path = "/usr", access = "rx"} }))
+      local f = assert(io.open(%q)) print("inside:" .. f:read("l")) f:close()
+      local g = io.open(%q, "w") if g then g:write("x") g:close() print("write-inside-ok") end
+      print("outside:" .. tostring(io.open(%q)))]], root .. "/in", root .. "/in/f", root .. "/in/new",
+      root .. "/out/f")
+    local out, status = h.corral("-e", code)
+    assert.are.equal(0, status, out)
+    assert.matches("inside:i", out)
+    assert.matches("write%-inside%-ok", out)
+    assert.matches("outside:nil", out)
+  end)
+
+  it("rejects a bad access mode before restricting anything", function()
+    local out, status = h.corral("-e", [[require("corral.core").landlock_restrict({{path = "/", access = "all"}})]])
+    assert.are.equal(1, status)
+    assert.matches('access must be "r", "rx" or "rw"', out)
+  end)
+end)
