@@ -200,6 +200,26 @@ static int l_spawn(lua_State *L)
     plan.rlimits = rl;
     plan.n_rlimits = nrl;
 
+    /* keep_fds = {fd, …}: inherited unchanged beyond 0-2 (everything else closes). */
+    size_t nkeep = 0;
+    if (lua_getfield(L, 1, "keep_fds") == LUA_TTABLE) nkeep = (size_t)luaL_len(L, -1);
+    int keep_t = lua_gettop(L);
+    int *keep = scratch(L, sizeof(int) * (nkeep ? nkeep : 1));
+    for (size_t i = 0; i < nkeep; i++) {
+        lua_geti(L, keep_t, (lua_Integer)i + 1);
+        keep[i] = fd_of(L, -1);
+        lua_pop(L, 1);
+    }
+    plan.keep_fds = keep;
+    plan.n_keep_fds = nkeep;
+
+    plan.stdio[0] = plan.stdio[1] = plan.stdio[2] = -1;
+    static const char *const stdio_names[] = {"stdin", "stdout", "stderr"};
+    for (int i = 0; i < 3; i++) {
+        if (lua_getfield(L, 1, stdio_names[i]) != LUA_TNIL) plan.stdio[i] = fd_of(L, -1);
+        lua_pop(L, 1);
+    }
+
     /* cgroup.procs paths the parent writes the pid into before the child proceeds. */
     size_t ncg = 0;
     if (lua_getfield(L, 1, "cgroup_procs") == LUA_TTABLE) ncg = (size_t)luaL_len(L, -1);
@@ -222,13 +242,6 @@ static int l_spawn(lua_State *L)
     }
     plan.cgroup_procs_fds = cgfds;
     plan.n_cgroup_fds = ncg;
-
-    plan.stdio[0] = plan.stdio[1] = plan.stdio[2] = -1;
-    static const char *const stdio_names[] = {"stdin", "stdout", "stderr"};
-    for (int i = 0; i < 3; i++) {
-        if (lua_getfield(L, 1, stdio_names[i]) != LUA_TNIL) plan.stdio[i] = fd_of(L, -1);
-        lua_pop(L, 1);
-    }
 
     struct corral_bpf bpf = {0};
     int r = 0;

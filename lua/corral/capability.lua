@@ -59,8 +59,8 @@ local function tenant_child(argv, opts)
   local out_path = os.tmpname()
   local out = assert(io.open(out_path, "w"))
   local proc, err = core.spawn({
-    path = argv[1], argv = argv, env = { "PATH=/usr/bin:/bin" }, cwd = "/",
-    new_net = true, uid = 65534, gid = 65534, binds = binds, symlinks = links,
+    path = argv[1], argv = argv, env = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin" }, cwd = "/",
+    new_net = opts.netns == nil, netns = opts.netns, uid = 65534, gid = 65534, binds = binds, symlinks = links,
     proc = true, dev = true, seccomp = opts.seccomp ~= false,
     cgroup_procs = opts.cgroup_procs, stdout = out, stderr = out,
   })
@@ -224,6 +224,35 @@ local probes = {
       table.sort(names)
       return true, "created and removed beneath our own cgroup (" .. tostring(info.version) .. "): " ..
         table.concat(names, ", ")
+    end,
+  },
+  {
+    name = "nftables",
+    gates = { "native (egress)" },
+    run = function()
+      local netns, err = core.ns.new_net()
+      if not netns then return false, "cannot create a network namespace: " .. tostring(err) end
+      local plan = { dns_port = 5353, acceptor_port = 15001, mark = 42 }
+      local ok
+      ok, err = core.nft.apply(netns, plan)
+      if ok then ok, err = core.nft.verify(netns, plan) end
+      if not ok then
+        netns:close()
+        return false, "control failed: ruleset not applied and read back: " .. tostring(err)
+      end
+      -- The breach: a tenant in this netns (its own user namespace, root inside) tries
+      -- to flush the table. Ownership order must make that EPERM.
+      local out, code = tenant_child({ "/bin/sh", "-c",
+        'command -v nft >/dev/null || exit 20; nft flush ruleset 2>&1 && exit 11; exit 0' },
+        { netns = netns })
+      local intact = core.nft.verify(netns, plan)
+      netns:close()
+      if code == 20 then
+        return intact and true or false, "ruleset applied and read back; no nft binary to attempt the breach with"
+      end
+      if code == 11 or not intact then return false, "breach: a tenant flushed the ruleset: " .. trim(out) end
+      if code ~= 0 then return false, "child failed: " .. trim(out) end
+      return true, "ruleset applied in one batch and read back; a tenant's `nft flush ruleset` was refused"
     end,
   },
   {
