@@ -1,6 +1,6 @@
 /*
- * TCP helpers (see sock.h). Non-blocking connect with poll, so a probe against a
- * filtered destination reports a timeout instead of hanging.
+ * TCP helpers and the egress socket verbs (see sock.h). Connects are non-blocking with
+ * poll, so a probe against a filtered destination reports a timeout instead of hanging.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -10,10 +10,22 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <linux/netfilter_ipv4.h>
 
+#include "listen.h"
 #include "sock.h"
 
-static int fill(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len)
+#ifndef IP6T_SO_ORIGINAL_DST
+#define IP6T_SO_ORIGINAL_DST 80 /* linux/netfilter_ipv6/ip6_tables.h, which needs kernel types */
+#endif
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) close(*fd);
+}
+#define cleanup_fd __attribute__((cleanup(close_fd)))
+
+int corral_sockaddr_from(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len)
 {
     memset(ss, 0, sizeof *ss);
     struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
@@ -38,7 +50,7 @@ int corral_tcp_listen(const char *addr, int port, int *bound)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    int family = fill(addr, port, &ss, &len);
+    int family = corral_sockaddr_from(addr, port, &ss, &len);
     if (family < 0) return family;
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
@@ -64,7 +76,7 @@ int corral_tcp_connect(const char *addr, int port, int timeout_ms)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    int family = fill(addr, port, &ss, &len);
+    int family = corral_sockaddr_from(addr, port, &ss, &len);
     if (family < 0) return family;
     int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -errno;
@@ -74,7 +86,8 @@ int corral_tcp_connect(const char *addr, int port, int timeout_ms)
         if (err == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
             int n;
-            do n = poll(&p, 1, timeout_ms);
+            do
+                n = poll(&p, 1, timeout_ms);
             while (n < 0 && errno == EINTR);
             if (n == 0) {
                 err = ETIMEDOUT;
@@ -97,10 +110,148 @@ int corral_tcp_accept(int listen_fd, int timeout_ms)
 {
     struct pollfd p = {.fd = listen_fd, .events = POLLIN};
     int n;
-    do n = poll(&p, 1, timeout_ms);
+    do
+        n = poll(&p, 1, timeout_ms);
     while (n < 0 && errno == EINTR);
     if (n == 0) return -ETIMEDOUT;
     if (n < 0) return -errno;
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
     return fd < 0 ? -errno : fd;
+}
+
+int corral_sockaddr_text(const struct sockaddr_storage *ss, char *buf, size_t len, int *port)
+{
+    const void *addr;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in4 = (const struct sockaddr_in *)ss;
+        addr = &in4->sin_addr;
+        *port = ntohs(in4->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        addr = &in6->sin6_addr;
+        *port = ntohs(in6->sin6_port);
+    } else {
+        return -EAFNOSUPPORT;
+    }
+    if (!inet_ntop(ss->ss_family, addr, buf, (socklen_t)len)) return -errno;
+    return 0;
+}
+
+int corral_original_dst(int fd, struct sockaddr_storage *out)
+{
+    struct sockaddr_storage local;
+    socklen_t len = sizeof local;
+    if (getsockname(fd, (struct sockaddr *)&local, &len) < 0) return -errno;
+    int v4 = local.ss_family == AF_INET;
+    if (local.ss_family == AF_INET6)
+        v4 = IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)&local)->sin6_addr);
+    else if (!v4)
+        return -EAFNOSUPPORT;
+
+    memset(out, 0, sizeof *out);
+    len = v4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    /* measured here (tests/c/test_listen.c): SOL_IP SO_ORIGINAL_DST on an AF_INET6
+     * listener's accepted v4-mapped connection returns the IPv4 original destination. */
+    int r = v4 ? getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, out, &len)
+               : getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, out, &len);
+    if (r < 0) return -errno;
+    if (out->ss_family != (v4 ? AF_INET : AF_INET6)) return -EPROTO;
+    return 0;
+}
+
+int corral_set_mark_checked(int fd, uint32_t mark)
+{
+    uint32_t back = 0;
+    socklen_t len = sizeof back;
+    if (setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof mark) < 0) return -errno;
+    if (getsockopt(fd, SOL_SOCKET, SO_MARK, &back, &len) < 0) return -errno;
+    return len == sizeof back && back == mark ? 0 : -EPROTO;
+}
+
+int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32_t mark,
+                                int netns_fd, int *in_progress, const char **what)
+{
+    const char *step = "socket";
+    if (!what) what = &step;
+    *what = "socket";
+    if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) return -EAFNOSUPPORT;
+    cleanup_fd int fd = -1;
+    if (netns_fd < 0) {
+        fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) return -errno;
+    } else {
+        fd = corral_socket_in_netns(netns_fd, sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+            if (fd != -EMFILE && fd != -ENFILE && fd != -ENOMEM) *what = "setns";
+            return fd;
+        }
+    }
+    if (mark) {
+        *what = "setsockopt_mark";
+        int r = corral_set_mark_checked(fd, mark);
+        if (r < 0) return r;
+    }
+    *what = "connect";
+    *in_progress = 0;
+    if (connect(fd, sa, len) < 0) {
+        if (errno != EINPROGRESS) return -errno;
+        *in_progress = 1;
+    }
+    int ret = fd;
+    fd = -1;
+    return ret;
+}
+
+int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t mark,
+                             int timeout_ms, int netns_fd, const char **what)
+{
+    const char *step = "socket";
+    if (!what) what = &step;
+    int in_progress = 0;
+    cleanup_fd int fd = corral_connect_marked_start(sa, len, mark, netns_fd, &in_progress, what);
+    if (fd < 0) return fd;
+    if (in_progress) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int n;
+        do
+            n = poll(&p, 1, timeout_ms);
+        while (n < 0 && errno == EINTR);
+        if (n < 0) return -errno;
+        if (n == 0) {
+            *what = "timeout";
+            return -ETIMEDOUT;
+        }
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0) return -errno;
+        if (err) return -err;
+    }
+    if (mark) {
+        /* Once more on the connected socket: the fd handed out is the one checked. */
+        *what = "setsockopt_mark";
+        uint32_t back = 0;
+        socklen_t ml = sizeof back;
+        if (getsockopt(fd, SOL_SOCKET, SO_MARK, &back, &ml) < 0) return -errno;
+        if (back != mark) return -EPROTO;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) return -errno;
+    int ret = fd;
+    fd = -1;
+    return ret;
+}
+
+int corral_connect_marked(const struct sockaddr *sa, socklen_t len, uint32_t mark, int timeout_ms,
+                          int netns_fd)
+{
+    return corral_connect_marked_ex(sa, len, mark, timeout_ms, netns_fd, NULL);
+}
+
+int corral_reset(int fd)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    int err = 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) < 0) err = -errno;
+    close(fd);
+    return err;
 }

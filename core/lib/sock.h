@@ -1,10 +1,15 @@
 /*
- * Plain TCP sockets for probes and tests: a listener on a loopback address with a
- * kernel-chosen port, and a connect with a deadline. (Mark-checked and setns sockets
- * for the egress plane build on these.)
+ * TCP sockets: plain helpers for probes and tests (a loopback listener with a
+ * kernel-chosen port, a connect with a deadline, an accept with a deadline), and the
+ * egress data path's socket verbs: the original destination of a redirected
+ * connection, mark-checked upstream sockets, and an immediate reset.
  */
 #ifndef CORRAL_SOCK_H
 #define CORRAL_SOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
 /* Listens on addr:port (port 0: the kernel chooses); returns a CLOEXEC fd and the bound
  * port in *bound, or -errno. addr is a numeric IPv4 or IPv6 address. */
@@ -16,5 +21,59 @@ int corral_tcp_connect(const char *addr, int port, int timeout_ms);
 
 /* Accepts one connection within timeout_ms; returns a CLOEXEC fd or -errno. */
 int corral_tcp_accept(int listen_fd, int timeout_ms);
+
+/* Fills *ss and *len from a numeric IPv4 or IPv6 address (no brackets) and a port in
+ * 0..65535. Returns the family (AF_INET or AF_INET6) or -EINVAL. */
+int corral_sockaddr_from(const char *ip, int port, struct sockaddr_storage *ss, socklen_t *len);
+
+/* Writes the numeric address of an AF_INET or AF_INET6 sockaddr into buf (IPv6 without
+ * brackets; len >= 46 always suffices) and its port into *port. Returns 0 or -errno
+ * (-EAFNOSUPPORT for another family, -ENOSPC for a short buffer). */
+int corral_sockaddr_text(const struct sockaddr_storage *ss, char *buf, size_t len, int *port);
+
+/*
+ * The destination a redirected connection was addressed to before the nft redirect
+ * rewrote it, from conntrack: SO_ORIGINAL_DST (SOL_IP) for an IPv4 connection,
+ * IP6T_SO_ORIGINAL_DST (SOL_IPV6) for IPv6. The family is taken from the accepted
+ * socket's local address, and an IPv4-mapped IPv6 address (a dual-stack listener
+ * accepting an IPv4 connection) counts as IPv4. Returns 0 or -errno; -ENOENT means the
+ * connection was not redirected (no conntrack entry), and every failure is a deny.
+ */
+int corral_original_dst(int fd, struct sockaddr_storage *out);
+
+/* Sets SO_MARK to mark, reads it back and compares. Returns 0, -errno from the kernel
+ * (-EPERM without CAP_NET_ADMIN over the socket's netns), or -EPROTO when the value
+ * read back differs. */
+int corral_set_mark_checked(int fd, uint32_t mark);
+
+/*
+ * Creates a TCP socket for sa's family in the netns netns_fd (-1: the caller's own;
+ * the socket is made on a thread that enters it, see listen.h), sets and reads back
+ * SO_MARK when mark is not 0, then starts a non-blocking connect. Returns a CLOEXEC,
+ * O_NONBLOCK fd and sets *in_progress (1: EINPROGRESS, wait for writability and read
+ * SO_ERROR; 0: already connected), or -errno and no fd. When what is not NULL it names
+ * the step that failed: "setns", "socket", "setsockopt_mark" or "connect".
+ */
+int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32_t mark,
+                                int netns_fd, int *in_progress, const char **what);
+
+/*
+ * Blocking form: as corral_connect_marked_start, then waits up to timeout_ms (-1: no
+ * limit) for the connection, reads the mark back once more, and returns a connected,
+ * blocking CLOEXEC fd or -errno and no fd. A mark that cannot be set or does not read
+ * back is an error before connect is ever called. mark 0: no mark is set.
+ */
+int corral_connect_marked(const struct sockaddr *sa, socklen_t len, uint32_t mark, int timeout_ms,
+                          int netns_fd);
+
+/* corral_connect_marked, naming the failed step in *what (may be NULL) as above, or
+ * "timeout" / "connect" for the wait. */
+int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t mark,
+                             int timeout_ms, int netns_fd, const char **what);
+
+/* Closes fd with SO_LINGER {1, 0}, so the peer sees a reset at once instead of an
+ * orderly end of stream (the acceptor's deny). The fd is closed in every case; returns
+ * 0 or -errno from setsockopt (-ENOTSOCK, …). */
+int corral_reset(int fd);
 
 #endif

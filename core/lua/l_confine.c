@@ -149,11 +149,22 @@ static int l_readlink(lua_State *L)
     return 1;
 }
 
+/* core.getpid() */
+static int l_getpid(lua_State *L)
+{
+    lua_pushinteger(L, getpid());
+    return 1;
+}
+
 int corral_open_confine(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"uname", l_uname},     {"readlink", l_readlink},
-                                   {"environ", l_environ}, {"execve", l_execve},
-                                   {"mkdtemp", l_mkdtemp}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"uname", l_uname},
+                                   {"getpid", l_getpid},
+                                   {"readlink", l_readlink},
+                                   {"environ", l_environ},
+                                   {"execve", l_execve},
+                                   {"mkdtemp", l_mkdtemp},
+                                   {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     lua_pushcfunction(L, l_runtime_paths);
     lua_setfield(L, -2, "confine_runtime_paths");

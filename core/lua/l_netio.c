@@ -17,6 +17,7 @@
 
 static int fd_at(lua_State *L, int idx)
 {
+    idx = lua_absindex(L, idx);
     if (lua_isinteger(L, idx)) return (int)lua_tointeger(L, idx);
     corral_fd *f = luaL_testudata(L, idx, CORRAL_FD_TYPE);
     if (f) return f->fd;

@@ -49,7 +49,10 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(rtnl)                                                                                        \
     X(spawn)                                                                                       \
     X(sock)                                                                                        \
-    X(netio)
+    X(listen)                                                                                      \
+    X(relay)                                                                                       \
+    X(netio)                                                                                       \
+    X(inet)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

@@ -75,6 +75,35 @@ function M.parse(argv, spec)
   return opts, rest
 end
 
+--- The `network` table from run's egress options, or nil when none was given.
+-- @tparam table opts parsed options
+-- @treturn table|nil network
+-- @return[2] nil
+-- @treturn[2] table error naming the option
+function M.network_options(opts)
+  local allow = {}
+  for _, e in ipairs(opts.allow or {}) do allow[#allow + 1] = e end
+  if opts["allow-file"] then
+    local f, ferr = io.open(opts["allow-file"])
+    if not f then return nil, errors.invalid_argument("--allow-file", tostring(ferr)) end
+    for line in f:lines() do
+      line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
+      if line ~= "" then allow[#allow + 1] = line end
+    end
+    f:close()
+  end
+  local resolve
+  for _, r in ipairs(opts.resolve or {}) do
+    local name, addr = r:match("^([^=]+)=(.+)$")
+    if not name then return nil, errors.invalid_argument("--resolve", r .. ": expected NAME=ADDR") end
+    resolve = resolve or {}
+    resolve[name:lower()] = resolve[name:lower()] or {}
+    table.insert(resolve[name:lower()], addr)
+  end
+  if #allow == 0 and #(opts.internal or {}) == 0 and not resolve then return nil end
+  return { allow = allow, internal = opts.internal, resolve = resolve }
+end
+
 local commands = {}
 local order = {}
 
@@ -197,7 +226,8 @@ denied. Prints capability, holds/absent, the detail measured, and what it gates.
 command("run", "run a tenant command in a sandbox (credentials stripped, no network)",
   [[corral run [--mechanism native|bwrap|FILE.lua] [--id ID] [--storage DIR] [--workspace DIR]
            [--memory 256M] [--pids 64] [--cpu 0.5] [--wall 30s] [--fsize 1G] [--nofile 256]
-           [--env NAME]... -- CMD ARGS...
+           [--env NAME]... [--allow ENTRY]... [--allow-file FILE] [--internal CIDR]...
+           [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE] -- CMD ARGS...
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (DIR, or a temporary directory removed
@@ -205,13 +235,23 @@ afterwards; DIR's owner becomes the sandbox's host id), --workspace at /workspac
 runtime read-only, no network at all, host processes invisible, every capability
 dropped, the tenant seccomp filter. The environment starts from PATH HOME LANG TERM TZ;
 --env NAME adds the caller's NAME, unless it is credential-shaped (refused by name).
+Egress: --allow ENTRY (pypi.org:443, *.pythonhosted.org:443, 10.20.0.0/16:5432,
+[2001:db8::1]:22; no port = any) lets the tenant connect there — any program, any TCP
+port, no proxy variables: its DNS gets synthetic addresses for allowed names and
+NXDOMAIN for the rest, and every connection is decided by the host, resolved on the host
+and relayed. --allow-file reads one entry per line (# comments). --internal CIDR admits
+a private range that an allowed name resolves into. --resolve NAME=ADDR answers the
+host-side resolution of NAME from this table instead of the host's resolver. Every
+decision is written as a JSON line to --log-json. --service-port N relays a kernel-chosen
+port on 127.0.0.1 to port N inside (printed on stderr).
 Exit status: the command's own (128+N when killed by signal N); 121 when the memory
 cap ended it; 124 when --wall did; 120 when the sandbox could not start; 2 for an
 invalid argument or a refused variable; 3 when this host cannot enforce a protection.]],
   function(argv)
     local opts, rest = M.parse(argv, { mechanism = "value", id = "value", storage = "value",
       workspace = "value", memory = "value", pids = "value", cpu = "value", wall = "value",
-      fsize = "value", nofile = "value", env = "list" })
+      fsize = "value", nofile = "value", env = "list", allow = "list", ["allow-file"] = "value",
+      internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value" })
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
     local corral = require "corral"
@@ -250,17 +290,37 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
       os.execute("chmod 0711 " .. shell.quote(temp))
       root, id = temp, id or "tenant"
     end
+    local network, nerr = M.network_options(opts)
+    if nerr then return fail("run", nerr) end
+    local service_port
+    if opts["service-port"] then
+      service_port = math.tointeger(tonumber(opts["service-port"]))
+      if not service_port then
+        return fail("run", errors.invalid_argument("--service-port", "must be a port number"))
+      end
+    end
+    local log_close
+    if opts["log-json"] then
+      local events = require "corral.egress.events"
+      local writer, closer = events.json_lines_writer(opts["log-json"])
+      if not writer then return fail("run", errors.invalid_argument("--log-json", tostring(closer))) end
+      events.subscribe(writer)
+      log_close = closer
+    end
     local sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
-      env = env, limits = limits })
+      env = env, limits = limits, network = network, service_port = service_port })
     local function cleanup()
       if temp then shell.capture({ "rm", "-rf", temp }) end
     end
     if not sb then cleanup() return fail("run", err) end
     local ok, perr = corral.provision(mech, sb)
     if not ok then cleanup() return fail("run", perr) end
+    local _, addr = corral.address(mech, sb)
+    if addr then io.stderr:write("corral run: service port ", service_port, " on ", addr, "\n") end
     local result, xerr = corral.exec(mech, sb, rest)
     corral.destroy(mech, sb)
     cleanup()
+    if log_close then log_close() end
     if not result then
       io.stderr:write("corral run: ", tostring(xerr), "\n")
       return errors.is(xerr, "cannot_enforce") and 120 or EXIT_USAGE

@@ -29,6 +29,17 @@ M.resolve_executable = M.core.resolve_executable
 -- @function sandbox
 M.sandbox = function(...) return require("corral.sandbox").new(...) end
 
+--- Egress allowlists: allow/revoke at run time, events (see corral.egress).
+M.egress = setmetatable({}, { __index = function(_, k) return require("corral.egress")[k] end })
+
+--- REPL diagnostics (see corral.repl): sandboxes(), ruleset(id), decisions(n).
+-- @function sandboxes
+M.sandboxes = function(...) return require("corral.repl").sandboxes(...) end
+-- @function ruleset
+M.ruleset = function(...) return require("corral.repl").ruleset(...) end
+-- @function decisions
+M.decisions = function(...) return require("corral.repl").decisions(...) end
+
 --- The mechanism behaviour: load, check, gate (see corral.mechanism).
 M.mechanism = setmetatable({}, { __index = function(_, k) return require("corral.mechanism")[k] end })
 

@@ -116,8 +116,9 @@ function M.new(t)
   if not limits then return nil, lerr end
   sb.limits = limits
   if t.network ~= nil then
-    if type(t.network) ~= "table" then return bad("network", "must be a table") end
-    sb.network = t.network
+    local net, nerr = require("corral.egress.plane").policy(t.network)
+    if not net then return nil, nerr end
+    sb.network = net
   end
   return sb
 end

@@ -32,10 +32,15 @@ end
 -- kernel features native builds them from.
 -- @tparam table sb
 -- @treturn {string,...}
+local function needs_plane(sb)
+  return sb.network ~= nil or sb.service_port ~= nil
+end
+
 function M.required_capabilities(sb)
   local req = { "filesystem_confinement", "privilege_separation", "network_restriction",
                 "user_namespaces", "seccomp" }
   if has_resource_limits(sb) then req[#req + 1] = "resource_limits" end
+  if needs_plane(sb) then req[#req + 1] = "nftables" end
   return req
 end
 
@@ -85,7 +90,8 @@ function M.plan(sb, argv, opts)
   local id = sandbox.host_id(sb)
   local plan = {
     path = path, argv = argv, env = hardening.envp(sb.env), cwd = "/storage",
-    hostname = "corral", new_net = true, uid = id, gid = id,
+    hostname = "corral", new_net = not (st and st.plane), netns = st and st.plane and st.plane.netns,
+    uid = id, gid = id,
     binds = binds, symlinks = links, proc = true, dev = true, tmp_mib = M.TMP_MIB,
     seccomp = true,
     rlimits = { core = 0, nofile = limits.nofile, fsize = limits.fsize },
@@ -114,6 +120,15 @@ function M.provision(sb)
   if not ok then
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage: " .. err)
   end
+  -- The tenant's own id opens its storage (the bind is made inside its user namespace):
+  -- every directory above it must be searchable by that id, or the spawn fails late.
+  local shell = require "corral.shell"
+  local _, searchable = shell.capture({ "setpriv", "--reuid=" .. sandbox.host_id(sb), "--regid=" ..
+    sandbox.host_id(sb), "--clear-groups", "test", "-x", sandbox.storage_path(sb) })
+  if searchable ~= 0 then
+    return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the sandbox's " ..
+      "host id " .. sandbox.host_id(sb) .. " (give every directory above the storage o+x, e.g. mode 0711)")
+  end
   local st = { status = "provisioned" }
   if has_resource_limits(sb) then
     local l = sb.limits
@@ -124,6 +139,22 @@ function M.provision(sb)
     })
     if not cg then return nil, errors.cannot_enforce("resource_limits", tostring(cerr)) end
     st.cgroup = cg
+  end
+  if needs_plane(sb) then
+    local plane, perr = require("corral.egress.plane").new(sb.id, sb.network)
+    if not plane then
+      if st.cgroup then st.cgroup:destroy() end
+      return nil, perr
+    end
+    st.plane = plane
+    require("corral.egress.loop").add(plane)
+    if sb.service_port then
+      local served, serr = plane:serve(sb.service_port)
+      if not served then
+        M.destroy_state(st)
+        return nil, serr
+      end
+    end
   end
   state[sb.id] = st
   return true
@@ -175,13 +206,29 @@ function M.start(sb, argv, opts)
   return true
 end
 
+-- Waits for proc, serving the egress loop meanwhile when the sandbox has a plane.
+local function wait_serving(st, proc, wall)
+  if not st.plane then
+    local code, how = proc:wait(wall)
+    return code, how
+  end
+  local loop = require "corral.egress.loop"
+  local deadline = wall and core.monotime() + wall
+  while true do
+    local left = deadline and deadline - core.monotime()
+    if left and left <= 0 then return nil, "timeout" end
+    local hit = loop.step(left and math.min(left, 1) or 1, { proc })
+    if hit[1] or not proc:running() then return proc:wait() end
+  end
+end
+
 --- Runs argv in the sandbox to completion (bounded by limits.wall).
 -- @treturn table `{code =, how = "exited"|"killed", limit = nil|"wall"|"memory", usage =}`
 function M.exec(sb, argv, opts)
   local proc, err = spawn(sb, argv, opts)
   if not proc then return nil, err end
   local wall = sb.limits and sb.limits.wall
-  local code, how = proc:wait(wall)
+  local code, how = wait_serving(state[sb.id], proc, wall)
   local timed_out = false
   if not code then
     timed_out = true
@@ -189,6 +236,22 @@ function M.exec(sb, argv, opts)
     code, how = proc:wait()
   end
   return classify(sb, proc, code, how, timed_out)
+end
+
+--- Serves the egress loop for up to `seconds` (for hosts that run a sandbox started
+-- with `start` and want its connections relayed while they wait).
+function M.serve(seconds)
+  local loop = require "corral.egress.loop"
+  local deadline = core.monotime() + (seconds or 0)
+  repeat loop.step(math.max(0, math.min(1, deadline - core.monotime()))) until core.monotime() >= deadline
+end
+
+--- Where the sandbox's service_port is reachable from the host: `true, "127.0.0.1:PORT"`
+-- (the kernel chose PORT), or `true, nil`.
+function M.address(sb)
+  local st = state[sb.id]
+  if st and st.plane and st.plane.service_addr then return true, st.plane.service_addr end
+  return true, nil
 end
 
 --- Waits for the long-running process started by `start`.
@@ -216,16 +279,29 @@ function M.stop(sb)
   return true
 end
 
+--- Releases a sandbox's cgroup and egress plane (also for a half-built provision).
+function M.destroy_state(st)
+  if st.plane then
+    require("corral.egress.loop").remove(st.plane)
+    st.plane:close()
+    st.plane = nil
+  end
+  if st.cgroup then
+    local ok, err = st.cgroup:destroy()
+    if ok == nil and err then return nil, errors.cannot_enforce("resource_limits", tostring(err)) end
+    st.cgroup = nil
+  end
+  return true
+end
+
 --- Stops and removes everything the sandbox holds but its storage (data outlives it).
 function M.destroy(sb)
   local st = state[sb.id]
   if not st then return true end
   M.stop(sb)
-  if st.cgroup then
-    local ok, err = st.cgroup:destroy()
-    if ok == nil and err then return nil, errors.cannot_enforce("resource_limits", tostring(err)) end
-  end
+  local ok, err = M.destroy_state(st)
   state[sb.id] = nil
+  if not ok then return nil, err end
   return true
 end
 

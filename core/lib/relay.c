@@ -1,0 +1,657 @@
+/*
+ * The egress relay loop (see relay.h).
+ *
+ * Every socket is registered once, edge-triggered, for input and output; the loop keeps
+ * what epoll last reported (rd/wr) and works each direction until the kernel says
+ * EAGAIN, so back-pressure costs no epoll_ctl: a direction whose pipe is full simply
+ * is not read until the pipe drains into the other socket.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include "relay.h"
+#include "sock.h"
+
+/* epoll data of the loop's own fds; a connection's is its address | side (malloc
+ * aligns to 16, and no address is below 4096). */
+#define TAG_TIMER 1u
+#define TAG_NOTIFY 2u
+#define BATCH 256
+#define KEY_BUCKETS 64
+/* A connection moves at most this many pipe-fulls per direction before the loop turns
+ * to the others, so one fast transfer cannot starve the rest of the loop. */
+#define TURN_BUDGET 16
+/* measured here (scripts/bench/egress): see the pipe size note in corral_relay_new. */
+#ifndef PIPE_BYTES
+#define PIPE_BYTES (256 * 1024)
+#endif
+
+enum state { CONNECTING, OPEN };
+
+struct key_entry {
+    struct key_entry *next;
+    size_t count;
+    char name[];
+};
+
+struct dir {
+    int pipe[2];    /* made on the first read; -1 until then */
+    size_t queued;  /* bytes in the pipe */
+    size_t cap;     /* what the pipe holds */
+    uint64_t bytes; /* delivered to the destination socket */
+    bool eof, shut; /* source read EOF; destination shut down for writing */
+};
+
+struct conn {
+    struct conn *prev, *next; /* the live list, then the graveyard */
+    struct conn *ready_next;  /* out of budget: to be worked again before waiting */
+    uint64_t id;
+    int fd[2];         /* [0] a, the client; [1] b, upstream */
+    bool rd[2], wr[2]; /* readiness as last reported (edge-triggered) */
+    struct dir d[2];   /* d[0]: a to b; d[1]: b to a */
+    enum state state;
+    bool dead, in_ready;
+    int idle_ms;
+    int64_t last_ms;          /* last byte moved */
+    int64_t connect_deadline; /* 0: none */
+    struct key_entry *key;
+};
+
+struct corral_relay {
+    int epfd, timerfd, notifyfd;
+    bool notified;
+    int64_t armed_ms; /* the timer's expiry, 0 when disarmed */
+    int64_t now_ms;
+    uint64_t next_id;
+    size_t live;
+    size_t pipe_bytes;
+    struct conn *conns, *graveyard, *ready;
+    struct key_entry *keys[KEY_BUCKETS];
+    struct corral_relay_event *q; /* events not yet returned: q[qhead .. qhead+qlen) */
+    size_t qhead, qlen, qcap;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int sock_error(int fd)
+{
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) return errno;
+    return err;
+}
+
+static unsigned key_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % KEY_BUCKETS;
+}
+
+static struct key_entry *key_find(const struct corral_relay *r, const char *name)
+{
+    for (struct key_entry *e = r->keys[key_hash(name)]; e; e = e->next)
+        if (strcmp(e->name, name) == 0) return e;
+    return NULL;
+}
+
+static void key_release(struct corral_relay *r, struct key_entry *k)
+{
+    if (!k || --k->count) return;
+    for (struct key_entry **p = &r->keys[key_hash(k->name)]; *p; p = &(*p)->next) {
+        if (*p == k) {
+            *p = k->next;
+            free(k);
+            return;
+        }
+    }
+}
+
+/* Room for every event the live connections can still produce (at most two each), so
+ * that queueing one never fails. */
+static int reserve_events(struct corral_relay *r)
+{
+    size_t need = r->qlen + 2 * (r->live + 1);
+    if (r->qhead && r->qhead + need > r->qcap) {
+        memmove(r->q, r->q + r->qhead, r->qlen * sizeof *r->q);
+        r->qhead = 0;
+    }
+    if (r->qhead + need <= r->qcap) return 0;
+    size_t cap = r->qcap ? r->qcap : 64;
+    while (cap < r->qhead + need)
+        cap *= 2;
+    void *q = realloc(r->q, cap * sizeof *r->q);
+    if (!q) return -ENOMEM;
+    r->q = q;
+    r->qcap = cap;
+    return 0;
+}
+
+static void push_event(struct corral_relay *r, const struct conn *c, int kind, int err)
+{
+    struct corral_relay_event *e = &r->q[r->qhead + r->qlen++];
+    e->id = c->id;
+    e->kind = kind;
+    e->err = err;
+    e->bytes_a_to_b = c->d[0].bytes;
+    e->bytes_b_to_a = c->d[1].bytes;
+}
+
+static void arm(struct corral_relay *r, int64_t at_ms)
+{
+    if (at_ms == r->armed_ms) return;
+    struct itimerspec its = {{0, 0}, {at_ms / 1000, (at_ms % 1000) * 1000000}};
+    if (timerfd_settime(r->timerfd, TFD_TIMER_ABSTIME, &its, NULL) == 0) r->armed_ms = at_ms;
+}
+
+static int64_t deadline(const struct conn *c)
+{
+    if (c->state == CONNECTING) return c->connect_deadline;
+    return c->idle_ms > 0 ? c->last_ms + c->idle_ms : 0;
+}
+
+static void arm_for(struct corral_relay *r, const struct conn *c)
+{
+    int64_t dl = deadline(c);
+    if (dl && (!r->armed_ms || dl < r->armed_ms)) arm(r, dl);
+}
+
+static void drop_fd(struct corral_relay *r, int *fd, bool reset)
+{
+    if (*fd < 0) return;
+    /* Explicitly: a duplicate of the fd elsewhere (a fork) would keep it registered, and
+     * its events would then name a freed connection. */
+    epoll_ctl(r->epfd, EPOLL_CTL_DEL, *fd, NULL);
+    if (reset)
+        corral_reset(*fd);
+    else
+        close(*fd);
+    *fd = -1;
+}
+
+static void close_pipes(struct conn *c)
+{
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            if (c->d[i].pipe[j] >= 0) {
+                close(c->d[i].pipe[j]);
+                c->d[i].pipe[j] = -1;
+            }
+}
+
+/* Ends a connection whose sockets are already closed: queues its event, and moves it to
+ * the graveyard, which run empties once no epoll event of this batch can name it. */
+static void finish(struct corral_relay *r, struct conn *c, int kind, int err)
+{
+    close_pipes(c);
+    c->dead = true;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        r->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = NULL;
+    c->next = r->graveyard;
+    r->graveyard = c;
+    r->live--;
+    key_release(r, c->key);
+    c->key = NULL;
+    push_event(r, c, kind, err);
+}
+
+/* Ends a connection on an error: the side that reported it (bad, or -1 for neither) is
+ * closed, the other reset, so that an aborted relay never looks like a clean end. */
+static void abort_conn(struct corral_relay *r, struct conn *c, int bad, int err)
+{
+    for (int i = 0; i < 2; i++)
+        drop_fd(r, &c->fd[i], i != bad);
+    finish(r, c, c->state == CONNECTING ? CORRAL_RELAY_FAILED : CORRAL_RELAY_CLOSED, err);
+}
+
+static void touch(struct corral_relay *r, struct conn *c)
+{
+    c->last_ms = r->now_ms;
+}
+
+static int pump_dir(struct corral_relay *r, struct conn *c, int i, bool *progress, int *bad)
+{
+    struct dir *d = &c->d[i];
+    int src = c->fd[i], dst = c->fd[1 - i];
+    bool open = c->state == OPEN;
+    if (!open && i == 1) return 0;
+
+    while (open && d->queued && c->wr[1 - i]) {
+        ssize_t n =
+            splice(d->pipe[0], NULL, dst, NULL, d->queued, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0) {
+            d->queued -= (size_t)n;
+            d->bytes += (uint64_t)n;
+            touch(r, c);
+            *progress = true;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && errno == EAGAIN) {
+            c->wr[1 - i] = false;
+        } else {
+            *bad = 1 - i;
+            return n < 0 ? -errno : -EIO;
+        }
+    }
+
+    while (!d->eof && c->rd[i] && (d->pipe[0] < 0 || d->queued < d->cap)) {
+        if (d->pipe[0] < 0) {
+            if (pipe2(d->pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+                *bad = -1;
+                return -errno;
+            }
+            int sz = fcntl(d->pipe[1], F_SETPIPE_SZ, (int)r->pipe_bytes);
+            if (sz < 0) sz = fcntl(d->pipe[1], F_GETPIPE_SZ);
+            d->cap = sz > 0 ? (size_t)sz : 65536;
+        }
+        ssize_t n = splice(src, NULL, d->pipe[1], NULL, d->cap - d->queued,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0) {
+            d->queued += (size_t)n;
+            touch(r, c);
+            *progress = true;
+        } else if (n == 0) {
+            d->eof = true;
+            *progress = true;
+        } else if (errno == EINTR) {
+            continue;
+        } else if (errno == EAGAIN) {
+            /* With bytes queued, EAGAIN may mean the pipe ran out of slots (each holds a
+             * fragment of an skb, not a full page), not that the socket is empty: keep
+             * rd set and read again once the pipe has drained. */
+            if (!d->queued) c->rd[i] = false;
+            break;
+        } else {
+            *bad = i;
+            return -errno;
+        }
+    }
+
+    if (open && d->eof && !d->queued && !d->shut) {
+        if (shutdown(dst, SHUT_WR) < 0 && errno != ENOTCONN) {
+            *bad = 1 - i;
+            return -errno;
+        }
+        d->shut = true;
+        *progress = true;
+    }
+    return 0;
+}
+
+static void pump(struct corral_relay *r, struct conn *c)
+{
+    for (int turn = 0;; turn++) {
+        if (turn == TURN_BUDGET) {
+            if (!c->in_ready) {
+                c->in_ready = true;
+                c->ready_next = r->ready;
+                r->ready = c;
+            }
+            return;
+        }
+        bool progress = false;
+        for (int i = 0; i < 2; i++) {
+            int bad = -1;
+            int err = pump_dir(r, c, i, &progress, &bad);
+            if (err < 0) {
+                abort_conn(r, c, bad, -err);
+                return;
+            }
+        }
+        if (!progress) break;
+    }
+    if (c->state == OPEN && c->d[0].shut && c->d[1].shut) {
+        drop_fd(r, &c->fd[0], false);
+        drop_fd(r, &c->fd[1], false);
+        finish(r, c, CORRAL_RELAY_CLOSED, 0);
+    }
+}
+
+static void connected(struct corral_relay *r, struct conn *c)
+{
+    c->state = OPEN;
+    c->rd[1] = c->wr[1] = true;
+    c->connect_deadline = 0;
+    touch(r, c);
+    push_event(r, c, CORRAL_RELAY_CONNECTED, 0);
+    arm_for(r, c);
+}
+
+static void handle(struct corral_relay *r, struct conn *c, int side, uint32_t ev)
+{
+    if (c->dead) return;
+    if (ev & EPOLLERR) {
+        int err = sock_error(c->fd[side]);
+        if (err) {
+            abort_conn(r, c, side, err);
+            return;
+        }
+    }
+    if (c->state == CONNECTING && side == 1) {
+        if (!(ev & EPOLLOUT)) return;
+        connected(r, c);
+    }
+    if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) c->rd[side] = true;
+    if (ev & (EPOLLOUT | EPOLLHUP)) c->wr[side] = true;
+    pump(r, c);
+}
+
+static void sweep(struct corral_relay *r)
+{
+    int64_t next = 0;
+    struct conn *c = r->conns;
+    while (c) {
+        struct conn *after = c->next;
+        int64_t dl = deadline(c);
+        if (dl && dl <= r->now_ms) {
+            /* Both reset on an idle timeout too: a peer must not take a cut stream for a
+             * complete one. */
+            abort_conn(r, c, -1, ETIMEDOUT);
+        } else if (dl && (!next || dl < next)) {
+            next = dl;
+        }
+        c = after;
+    }
+    if (next) {
+        arm(r, next);
+    } else if (r->armed_ms) {
+        struct itimerspec off = {{0, 0}, {0, 0}};
+        timerfd_settime(r->timerfd, 0, &off, NULL);
+        r->armed_ms = 0;
+    }
+}
+
+int corral_relay_new(struct corral_relay **out)
+{
+    struct corral_relay *r = calloc(1, sizeof *r);
+    if (!r) return -ENOMEM;
+    r->epfd = r->timerfd = r->notifyfd = -1;
+    r->next_id = 1;
+    r->pipe_bytes = PIPE_BYTES;
+    int err = 0;
+    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (r->epfd < 0) goto fail;
+    r->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (r->timerfd < 0) goto fail;
+    r->notifyfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->notifyfd < 0) goto fail;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_TIMER};
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->timerfd, &ev) < 0) goto fail;
+    ev.data.u64 = TAG_NOTIFY;
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->notifyfd, &ev) < 0) goto fail;
+    *out = r;
+    return 0;
+fail:
+    err = -errno;
+    corral_relay_free(r);
+    return err;
+}
+
+static void free_list(struct conn *c)
+{
+    while (c) {
+        struct conn *next = c->next;
+        free(c);
+        c = next;
+    }
+}
+
+void corral_relay_free(struct corral_relay *r)
+{
+    if (!r) return;
+    for (struct conn *c = r->conns; c; c = c->next) {
+        for (int i = 0; i < 2; i++)
+            if (c->fd[i] >= 0) corral_reset(c->fd[i]);
+        close_pipes(c);
+    }
+    free_list(r->conns);
+    free_list(r->graveyard);
+    for (int i = 0; i < KEY_BUCKETS; i++) {
+        struct key_entry *e = r->keys[i];
+        while (e) {
+            struct key_entry *next = e->next;
+            free(e);
+            e = next;
+        }
+    }
+    if (r->epfd >= 0) close(r->epfd);
+    if (r->timerfd >= 0) close(r->timerfd);
+    if (r->notifyfd >= 0) close(r->notifyfd);
+    free(r->q);
+    free(r);
+}
+
+int corral_relay_fd(const struct corral_relay *r)
+{
+    return r ? r->epfd : -EINVAL;
+}
+
+static int prepare(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0) return -errno;
+    if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) return -errno;
+    /* The loop forwards each chunk as it arrives; with Nagle on its side, the second
+     * small write of a request would wait for the ACK of the first, which the server
+     * delays until it answers: a 40 ms stall added to an exchange the ends made without
+     * one. (Not a TCP socket: ignored.) */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return 0;
+}
+
+static int key_admits(const struct corral_relay *r, const struct corral_relay_opts *o)
+{
+    if (!o || !o->key || o->max_per_key <= 0) return 0;
+    const struct key_entry *e = key_find(r, o->key);
+    return e && e->count >= (size_t)o->max_per_key ? -EUSERS : 0;
+}
+
+static int add(struct corral_relay *r, int a, int b, enum state state, int connect_timeout_ms,
+               const struct corral_relay_opts *o, uint64_t *id)
+{
+    int err;
+    struct conn *c = NULL;
+    struct key_entry *k = NULL;
+    if (!r || a < 0 || b < 0 || a == b) {
+        err = -EINVAL;
+        goto fail;
+    }
+    if (o && (o->idle_ms < 0 || o->max_per_key < 0)) {
+        err = -EINVAL;
+        goto fail;
+    }
+    if ((err = key_admits(r, o)) < 0) goto fail;
+    if ((err = prepare(a)) < 0 || (err = prepare(b)) < 0) goto fail;
+    if ((err = reserve_events(r)) < 0) goto fail;
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    if (o && o->key) {
+        k = key_find(r, o->key);
+        if (!k) {
+            size_t n = strlen(o->key);
+            k = calloc(1, sizeof *k + n + 1);
+            if (!k) {
+                err = -ENOMEM;
+                goto fail;
+            }
+            memcpy(k->name, o->key, n + 1);
+            unsigned h = key_hash(o->key);
+            k->next = r->keys[h];
+            r->keys[h] = k;
+        }
+        k->count++;
+    }
+    r->now_ms = mono_ms();
+    c->id = r->next_id++;
+    c->fd[0] = a;
+    c->fd[1] = b;
+    for (int i = 0; i < 2; i++)
+        c->d[i].pipe[0] = c->d[i].pipe[1] = -1;
+    c->state = state;
+    c->idle_ms = o ? o->idle_ms : 0;
+    c->last_ms = r->now_ms;
+    c->connect_deadline =
+        state == CONNECTING && connect_timeout_ms > 0 ? r->now_ms + connect_timeout_ms : 0;
+    c->key = k;
+    for (int i = 0; i < 2; i++) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                                 .data.u64 = (uint64_t)(uintptr_t)c | (uint64_t)i};
+        if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, c->fd[i], &ev) < 0) {
+            err = -errno;
+            goto fail;
+        }
+    }
+    c->next = r->conns;
+    if (r->conns) r->conns->prev = c;
+    r->conns = c;
+    r->live++;
+    arm_for(r, c);
+    if (id) *id = c->id;
+    return 0;
+
+fail:
+    if (c) {
+        epoll_ctl(r->epfd, EPOLL_CTL_DEL, a, NULL);
+        epoll_ctl(r->epfd, EPOLL_CTL_DEL, b, NULL);
+        free(c);
+    }
+    if (k) key_release(r, k);
+    if (a >= 0) corral_reset(a);
+    if (b >= 0 && b != a) corral_reset(b);
+    return err;
+}
+
+int corral_relay_add_pair(struct corral_relay *r, int a, int b,
+                          const struct corral_relay_opts *opts, uint64_t *id)
+{
+    return add(r, a, b, OPEN, 0, opts, id);
+}
+
+int corral_relay_add_connecting(struct corral_relay *r, int client_fd, int upstream_fd,
+                                int connect_timeout_ms, const struct corral_relay_opts *opts,
+                                uint64_t *id)
+{
+    /* Registering a socket whose connect already finished reports EPOLLOUT at once, so
+     * one path serves both. */
+    return add(r, client_fd, upstream_fd, CONNECTING, connect_timeout_ms, opts, id);
+}
+
+int corral_relay_add_connect(struct corral_relay *r, int client_fd, const struct sockaddr *upstream,
+                             socklen_t len, uint32_t mark, int connect_timeout_ms,
+                             const struct corral_relay_opts *opts, uint64_t *id)
+{
+    int err = r ? key_admits(r, opts) : -EINVAL;
+    if (err < 0) {
+        if (client_fd >= 0) corral_reset(client_fd);
+        return err;
+    }
+    int in_progress;
+    int up = corral_connect_marked_start(upstream, len, mark, -1, &in_progress, NULL);
+    if (up < 0) {
+        if (client_fd >= 0) corral_reset(client_fd);
+        return up;
+    }
+    return add(r, client_fd, up, CONNECTING, connect_timeout_ms, opts, id);
+}
+
+static void dispatch(struct corral_relay *r, const struct epoll_event *ev)
+{
+    uint64_t tag = ev->data.u64;
+    if (tag == TAG_TIMER) {
+        uint64_t ticks;
+        ssize_t got = read(r->timerfd, &ticks, sizeof ticks); /* EAGAIN: already read */
+        (void)got;
+        r->armed_ms = 0;
+        sweep(r);
+        return;
+    }
+    if (tag == TAG_NOTIFY) return;
+    handle(r, (struct conn *)(uintptr_t)(tag & ~(uint64_t)1), (int)(tag & 1), ev->events);
+}
+
+static void notify(struct corral_relay *r)
+{
+    bool pending = r->qlen || r->ready;
+    uint64_t v = 1;
+    if (pending && !r->notified) {
+        if (write(r->notifyfd, &v, sizeof v) == sizeof v) r->notified = true;
+    } else if (!pending && r->notified) {
+        if (read(r->notifyfd, &v, sizeof v) == sizeof v) r->notified = false;
+    }
+}
+
+int corral_relay_run(struct corral_relay *r, int timeout_ms, struct corral_relay_event *events,
+                     size_t max)
+{
+    if (!r || (max && !events)) return -EINVAL;
+    struct epoll_event evs[BATCH];
+    int wait = r->qlen || r->ready ? 0 : timeout_ms;
+    int n = epoll_wait(r->epfd, evs, BATCH, wait);
+    if (n < 0) {
+        if (errno != EINTR) return -errno;
+        n = 0;
+    }
+    r->now_ms = mono_ms();
+    for (int i = 0; i < n; i++)
+        dispatch(r, &evs[i]);
+
+    struct conn *ready = r->ready;
+    r->ready = NULL;
+    while (ready) {
+        struct conn *c = ready;
+        ready = c->ready_next;
+        c->in_ready = false;
+        if (!c->dead) pump(r, c);
+    }
+    /* A deadline can pass while connections keep the loop busy; the timer is level-
+     * triggered, but a loop that never waits would not see it before the next batch. */
+    if (r->armed_ms && r->armed_ms <= r->now_ms) {
+        r->armed_ms = 0;
+        sweep(r);
+    }
+
+    free_list(r->graveyard);
+    r->graveyard = NULL;
+
+    size_t k = r->qlen < max ? r->qlen : max;
+    if (k) memcpy(events, r->q + r->qhead, k * sizeof *events);
+    r->qhead += k;
+    r->qlen -= k;
+    if (!r->qlen) r->qhead = 0;
+    notify(r);
+    return (int)k;
+}
+
+size_t corral_relay_count(const struct corral_relay *r, const char *key)
+{
+    if (!r) return 0;
+    if (!key) return r->live;
+    const struct key_entry *e = key_find(r, key);
+    return e ? e->count : 0;
+}

@@ -1,0 +1,104 @@
+/*
+ * The egress relay: one epoll loop per host process that copies bytes both ways
+ * between pairs of connected TCP sockets (the tenant's accepted connection and its
+ * upstream), with half-close, reset propagation, idle and connect timeouts, bounded
+ * buffers and per-key connection caps.
+ *
+ * Each direction moves through a pipe with splice(2), so payload pages go from one
+ * socket to the other without a copy through user space, and the pipe's capacity is the
+ * only buffer: while it is full the loop stops reading that side. The pipes are made on
+ * the first byte of each direction, so an idle connection holds only its two sockets.
+ *
+ * The loop never calls back: corral_relay_run returns what happened as events, and the
+ * caller (Lua) acts on them afterwards. corral_relay_fd is an epoll fd that is readable
+ * whenever run has work to do, so the loop nests inside any other event loop.
+ *
+ * Ownership: every add verb takes its sockets whatever it returns. On a failure it
+ * resets them (SO_LINGER 0), so a tenant sees the same immediate reset as a deny.
+ */
+#ifndef CORRAL_RELAY_H
+#define CORRAL_RELAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct corral_relay;
+
+struct corral_relay_opts {
+    int idle_ms;     /* 0: none; else both sockets closed after this long with no byte */
+    const char *key; /* NULL: none; else counted under this key (e.g. a sandbox id) */
+    int max_per_key; /* 0: no cap; else an add that would exceed it fails -EUSERS */
+};
+
+enum corral_relay_kind {
+    CORRAL_RELAY_CONNECTED = 1, /* an add_connect's upstream connected; now a pair */
+    CORRAL_RELAY_CLOSED,        /* a pair ended; err 0 for a clean end both ways */
+    CORRAL_RELAY_FAILED,        /* an add_connect never connected; the client was reset */
+};
+
+struct corral_relay_event {
+    uint64_t id;
+    int kind; /* enum corral_relay_kind */
+    /* Positive errno: CLOSED: 0 (both directions ended), ETIMEDOUT (idle), or the error
+     * one side reported (ECONNRESET, EPIPE, …; the other side was then reset).
+     * FAILED: the connect error (ECONNREFUSED, ETIMEDOUT for the connect timeout, …). */
+    int err;
+    uint64_t bytes_a_to_b; /* delivered from a (the client) to b (upstream) */
+    uint64_t bytes_b_to_a;
+};
+
+/* A new, empty loop. Returns 0 or -errno. */
+int corral_relay_new(struct corral_relay **out);
+
+/* Resets every connection the loop holds and closes every fd it owns. NULL is a no-op. */
+void corral_relay_free(struct corral_relay *r);
+
+/* The epoll fd: readable when corral_relay_run has work (I/O, a timer, queued events). */
+int corral_relay_fd(const struct corral_relay *r);
+
+/*
+ * Relays between two connected sockets a (client side) and b (upstream side); both
+ * become non-blocking and the loop's. *id (may be NULL) receives the connection's id.
+ * Returns 0 or -errno: -EUSERS when opts->key already has max_per_key connections
+ * (chosen over -EMFILE, which a real fd shortage also returns), -EINVAL, -ENOMEM, or
+ * what epoll_ctl reports. opts may be NULL.
+ */
+int corral_relay_add_pair(struct corral_relay *r, int a, int b,
+                          const struct corral_relay_opts *opts, uint64_t *id);
+
+/*
+ * Connects to upstream (a TCP socket made here, non-blocking, with SO_MARK mark set and
+ * read back when mark is not 0) and relays client_fd to it once connected: run reports
+ * CONNECTED, then CLOSED; or FAILED (and client_fd reset) when the connect fails or
+ * takes longer than connect_timeout_ms (0: no limit). Bytes the client sends meanwhile
+ * wait in the pipe. Returns 0 or -errno for what fails before the connect is under way
+ * (socket, mark: -EPERM or -EPROTO, -EUSERS as above); a refused connect is a FAILED
+ * event, not a return value.
+ */
+int corral_relay_add_connect(struct corral_relay *r, int client_fd, const struct sockaddr *upstream,
+                             socklen_t len, uint32_t mark, int connect_timeout_ms,
+                             const struct corral_relay_opts *opts, uint64_t *id);
+
+/*
+ * As add_connect with an upstream socket the caller made: upstream_fd is a TCP socket
+ * whose non-blocking connect has been started (corral_connect_marked_start, e.g. in
+ * another netns) or has completed.
+ */
+int corral_relay_add_connecting(struct corral_relay *r, int client_fd, int upstream_fd,
+                                int connect_timeout_ms, const struct corral_relay_opts *opts,
+                                uint64_t *id);
+
+/*
+ * Waits up to timeout_ms (-1: no limit, 0: poll) for work, does it, and copies up to max
+ * events into events. Events that do not fit stay queued for the next call (which then
+ * does not wait). Returns the number of events copied, or -errno.
+ */
+int corral_relay_run(struct corral_relay *r, int timeout_ms, struct corral_relay_event *events,
+                     size_t max);
+
+/* Live connections (connecting or relaying): all of them when key is NULL, else those
+ * counted under key. */
+size_t corral_relay_count(const struct corral_relay *r, const char *key);
+
+#endif

@@ -1,0 +1,546 @@
+--- Egress allowlists: the grammar an operator writes in `network.allow`, and matching.
+--
+-- An entry is a destination and an optional port list:
+--
+--     pypi.org                    the name itself, any port
+--     api.example.com:443         one port
+--     *.example.com:80,443        any name *below* example.com (a.example.com,
+--                                 a.b.example.com), never example.com itself
+--     10.1.2.3:8000-8100          an IPv4 address, a port range
+--     10.20.0.0/16                an IPv4 network
+--     [2001:db8::1]:22            an IPv6 address: always in brackets
+--     [2001:db8::]/32:443         an IPv6 network: the prefix length after the bracket
+--
+-- Ports: `:443`, `:8000-8100`, `:80,443,8000-8100`; 1-65535; no port means any port.
+-- IPv6 text is only accepted in brackets so that a trailing `:443` is never read as
+-- part of the address (`2001:db8::1:443` is a valid address *and* a plausible typo for
+-- port 443; refusing it is the only reading that cannot widen a grant).
+--
+-- Names are normalised (ASCII lowercase, one trailing dot dropped) and must be
+-- hostnames: labels of 1-63 characters of `[a-z0-9-]`, not starting or ending with `-`,
+-- at most 253 characters in all. Refused, each with a reason naming the fix:
+--
+-- * non-ASCII names: write the A-label (punycode, `xn--…`) form; corral does not
+--   convert, so what is granted is exactly what the DNS resolves.
+-- * underscores (`_dmarc.example.com`): SRV/TXT owner names, never a host one connects to.
+-- * a numeric last label (`1.2.3`, `10.1`, `0x7f000001`): the C library's resolver
+--   reads such a "name" as an IPv4 address (inet_aton: 1.2.0.3, 10.0.0.1, 127.0.0.1),
+--   so it would grant an address the operator never wrote as one.
+-- * a wildcard over a single label (`*.com`, `*.`, `*`): it would grant a whole
+--   top-level domain. (No public-suffix list is consulted: `*.co.uk` is accepted.)
+--
+-- An IPv4-mapped IPv6 address or network (`[::ffff:10.0.0.1]`, `[::ffff:10.0.0.0]/104`)
+-- is stored as its IPv4 form, and a mapped destination is matched as IPv4, so the two
+-- spellings of one address never disagree.
+-- @module corral.egress.allowlist
+local core = require "corral.core"
+local errors = require "corral.errors"
+
+local inet = core.inet
+
+local M = {}
+
+--- The argument name every allowlist error carries.
+M.ARGUMENT = "network.allow"
+
+local function bad(entry, reason)
+  return nil, errors.invalid_argument(M.ARGUMENT, string.format('"%s": %s', tostring(entry), reason))
+end
+
+--- Reads an IP address given as text or as network-order bytes.
+--
+-- A string of 4 bytes is binary. A string of 16 bytes is text if it parses as an
+-- address, binary otherwise (no 16-byte binary address whose bytes all spell valid
+-- address text is in allocated unicast space). Any other length is text. A 4-character
+-- IPv6 text (`"1::1"`) must be bracketed (`"[1::1]"`): none is a global unicast address.
+-- An IPv4-mapped IPv6 address is returned as its 4 IPv4 bytes.
+-- @tparam string ip
+-- @treturn[1] string 4 or 16 bytes
+-- @treturn[1] string family, `"inet"` or `"inet6"` (of the returned bytes)
+-- @return[2] nil
+-- @treturn[2] string why `ip` is not an address
+function M.address(ip)
+  if type(ip) ~= "string" then return nil, "not an IP address: " .. tostring(ip) end
+  local bytes
+  if #ip == 4 then
+    bytes = ip
+  else
+    local fam, b, v4 = inet.parse(ip)
+    if fam then
+      bytes = v4 or b
+    elseif #ip == 16 then
+      bytes = ip
+    else
+      return nil, string.format("not an IP address: %q", ip)
+    end
+  end
+  bytes = inet.unmap(bytes) or bytes
+  return bytes, #bytes == 4 and "inet" or "inet6"
+end
+
+--- The text form of an address (text or bytes, as `address`); IPv6 without brackets.
+-- @tparam string ip
+-- @treturn string|nil
+function M.address_text(ip)
+  local b = M.address(ip)
+  return b and inet.format(b)
+end
+
+-- "[v6]" for IPv6 so that a port or prefix can follow; v4 bare.
+local function host_text(bytes)
+  local t = inet.format(bytes)
+  return #bytes == 16 and "[" .. t .. "]" or t
+end
+
+local function numeric_label(label)
+  return label:match("^%d+$") or label:match("^0x%x*$")
+end
+
+--- Normalises a hostname: ASCII lowercase, one trailing dot dropped, then checked.
+-- @tparam string name
+-- @treturn[1] string the normalised name
+-- @return[2] nil
+-- @treturn[2] string the reason it is not a hostname
+function M.normalize_name(name)
+  if type(name) ~= "string" then return nil, "not a string" end
+  if name:find("[\128-\255]") then
+    return nil, "non-ASCII name: write its A-label (punycode) form, e.g. xn--bcher-kva.example for "
+      .. "b\195\188cher.example"
+  end
+  local n = name:lower()
+  if n:sub(-1) == "." then n = n:sub(1, -2) end
+  if n == "" then return nil, "empty name" end
+  if #n > 253 then return nil, "name longer than 253 characters" end
+  local labels = {}
+  for label in (n .. "."):gmatch("([^.]*)%.") do
+    if label == "" then return nil, "empty label (two dots, or a leading dot)" end
+    if #label > 63 then return nil, string.format("label longer than 63 characters: %s", label) end
+    if label:find("_", 1, true) then
+      return nil, string.format("underscore in label %q: not a hostname", label)
+    end
+    local c = label:match("[^a-z0-9-]")
+    if c then return nil, string.format("character %q is not allowed in a hostname", c) end
+    if label:sub(1, 1) == "-" or label:sub(-1) == "-" then
+      return nil, string.format("label %q starts or ends with '-'", label)
+    end
+    labels[#labels + 1] = label
+  end
+  if numeric_label(labels[#labels]) then
+    return nil, string.format("last label %q is numeric: resolvers read such a name as an IPv4 address; "
+      .. "write an address as four decimal parts (10.0.0.1)", labels[#labels])
+  end
+  return n, #labels
+end
+
+local function parse_ports(text)
+  if text == "" then return nil, "empty port list after ':'" end
+  local ranges = {}
+  for item in (text .. ","):gmatch("([^,]*),") do
+    local a, b = item:match("^(%d+)%-(%d+)$")
+    if not a then a = item:match("^(%d+)$"); b = a end
+    if not a then
+      return nil, item == "" and "empty item in the port list" or string.format("bad port %q", item)
+    end
+    local lo, hi = tonumber(a), tonumber(b)
+    if #a > 5 or lo < 1 or lo > 65535 then return nil, string.format("port %s out of range 1-65535", a) end
+    if #b > 5 or hi < 1 or hi > 65535 then return nil, string.format("port %s out of range 1-65535", b) end
+    if lo > hi then return nil, string.format("port range %s-%s is reversed", a, b) end
+    ranges[#ranges + 1] = { lo, hi }
+  end
+  table.sort(ranges, function(x, y) return x[1] < y[1] end)
+  local merged = {}
+  for _, r in ipairs(ranges) do
+    local last = merged[#merged]
+    if last and r[1] <= last[2] + 1 then
+      if r[2] > last[2] then last[2] = r[2] end
+    else
+      merged[#merged + 1] = { r[1], r[2] }
+    end
+  end
+  return merged
+end
+
+local function ports_text(ports)
+  local parts = {}
+  for i, r in ipairs(ports) do
+    parts[i] = r[1] == r[2] and tostring(r[1]) or (r[1] .. "-" .. r[2])
+  end
+  return table.concat(parts, ",")
+end
+
+--- The port list of an entry as text (`"80,443,8000-8100"`), or `"any"`.
+-- @tparam table entry
+-- @treturn string
+function M.ports_text(entry)
+  return entry.ports and ports_text(entry.ports) or "any"
+end
+
+-- An IPv4-mapped network of prefix >= 96 is the IPv4 network it maps.
+local function fold_network(bytes, prefix)
+  local v4 = inet.unmap(bytes)
+  if v4 and prefix >= 96 then return v4, prefix - 96 end
+  return bytes, prefix
+end
+
+-- Parses "addr" or "addr/len" where addr is bare IPv4 or bracketed/bare IPv6 text.
+-- Returns bytes, prefix, is_network or nil, reason.
+local function parse_net(addr, len)
+  local family, bytes = inet.parse(addr)
+  if not family then
+    if addr:match("^[%d.]+$") then
+      return nil, "not a valid IPv4 address (four decimal parts 0-255, no leading zeros)"
+    end
+    return nil, "not a valid IP address"
+  end
+  local bits = #bytes * 8
+  if len == nil then
+    local b, p = fold_network(bytes, bits)
+    return b, p, false
+  end
+  if not len:match("^%d%d?%d?$") then return nil, string.format("bad prefix length %q", len) end
+  local prefix = tonumber(len)
+  if prefix > bits then
+    return nil, string.format("prefix length /%d is longer than the %d bits of an %s address", prefix, bits,
+      family == "inet" and "IPv4" or "IPv6")
+  end
+  local net = inet.mask(bytes, prefix)
+  if net ~= bytes then
+    return nil, string.format("host bits set after /%d: the network is %s/%d", prefix, host_text(net), prefix)
+  end
+  local b, p = fold_network(bytes, prefix)
+  return b, p, true
+end
+
+--- Parses a CIDR or an address as written in `network.internal`: `10.0.0.0/8`,
+-- `10.1.2.3`, `fd00::/8`, `[fd00::]/8` (no port; brackets optional).
+-- @tparam string text
+-- @treturn[1] string network bytes (IPv4-mapped networks folded to IPv4)
+-- @treturn[1] integer prefix length
+-- @return[2] nil
+-- @treturn[2] string reason
+function M.parse_cidr(text)
+  if type(text) ~= "string" then return nil, "not a string" end
+  local addr, len = text:match("^(.-)/(.*)$")
+  if not addr then addr = text end
+  local inner = addr:match("^%[(.*)%]$")
+  if inner and not inner:find(":", 1, true) then return nil, "brackets are for IPv6 addresses" end
+  local bytes, prefix = parse_net(addr, len)
+  if not bytes then return nil, prefix end
+  return bytes, prefix
+end
+
+local function canonical(e)
+  local t
+  if e.kind == "name" then
+    t = e.name
+  elseif e.kind == "wildcard" then
+    t = "*." .. e.suffix
+  elseif e.kind == "address" then
+    t = host_text(e.bytes)
+  else
+    t = host_text(e.bytes) .. "/" .. e.prefix
+  end
+  if e.ports then t = t .. ":" .. ports_text(e.ports) end
+  return t
+end
+
+--- Parses one allowlist entry.
+-- @tparam string s the entry as written
+-- @treturn[1] table the entry: `{kind = "name"|"wildcard"|"address"|"network", text =
+-- canonical form, name? =, suffix? =, bytes? =, prefix? =, family? =, cidr? = the
+-- address or network as `addr/len` text (IP entries only), ports = nil (any)
+-- or a sorted, merged list of `{lo, hi}`, source = s}`
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` on `network.allow`, detail `"<entry>": <reason>`
+function M.parse_entry(s)
+  if type(s) ~= "string" then return bad(s, "an entry must be a string, got " .. type(s)) end
+  if s == "" then return bad(s, "empty entry") end
+  if s:find("%s") then return bad(s, "contains whitespace") end
+  if s:find("\0", 1, true) then return bad(s, "contains a NUL byte") end
+  local host, net, port
+  if s:sub(1, 1) == "[" then
+    local close = s:find("]", 1, true)
+    if not close then return bad(s, "'[' without ']'") end
+    host = s:sub(1, close)
+    local rest = s:sub(close + 1)
+    if host:find("/", 1, true) then
+      local a, l = host:match("^%[(.-)/(.*)%]$")
+      return bad(s, string.format("write the prefix length after the bracket: [%s]/%s", a, l))
+    end
+    if not host:find(":", 1, true) then
+      return bad(s, "brackets are for IPv6 addresses; write an IPv4 address without them")
+    end
+    local len, p = rest:match("^/([^:]*)(.*)$")
+    if len then net = len; rest = p end
+    if rest ~= "" then
+      port = rest:match("^:(.*)$")
+      if not port then return bad(s, string.format("unexpected %q after the address", rest)) end
+    end
+  else
+    local _, colons = s:gsub(":", "")
+    if colons >= 2 then
+      local a, l = s:match("^([^/]*)/(%d*)$")
+      if a then
+        return bad(s, string.format("write IPv6 networks with the address in brackets: [%s]/%s or [%s]/%s:443",
+          a, l, a, l))
+      end
+      return bad(s, string.format("write IPv6 addresses in brackets: [%s] or [%s]:443", s, s))
+    end
+    host, port = s:match("^([^:]*):(.*)$")
+    if not host then host = s end
+    local a, l = host:match("^(.-)/(.*)$")
+    if a then host, net = a, l end
+  end
+  if host == "" then return bad(s, "no destination before ':'") end
+
+  local e = { source = s }
+  if port then
+    local ports, why = parse_ports(port)
+    if not ports then return bad(s, why) end
+    e.ports = ports
+  end
+
+  local is_ip = host:sub(1, 1) == "[" or net ~= nil or inet.parse(host) or host:match("^[%d.]+$")
+  if is_ip then
+    local bytes, prefix, is_net = parse_net(host, net)
+    if not bytes then return bad(s, prefix) end
+    e.kind = is_net and "network" or "address"
+    e.bytes, e.prefix = bytes, prefix
+    e.family = #bytes == 4 and "inet" or "inet6"
+    e.cidr = inet.format(bytes) .. "/" .. prefix
+  elseif host == "*" or host == "*." then
+    return bad(s, "a wildcard needs a domain: *.example.com")
+  elseif host:sub(1, 2) == "*." then
+    local suffix, nlabels = M.normalize_name(host:sub(3))
+    if not suffix then return bad(s, nlabels) end
+    if nlabels < 2 then
+      return bad(s, string.format("a wildcard over the single label %q would match a whole top-level "
+        .. "domain; name at least two labels (*.example.%s)", suffix, suffix))
+    end
+    e.kind, e.suffix = "wildcard", suffix
+  elseif host:find("*", 1, true) then
+    return bad(s, "'*' is only allowed as the whole first label: *.example.com")
+  else
+    local name, why = M.normalize_name(host)
+    if not name then return bad(s, why) end
+    e.kind, e.name = "name", name
+  end
+  e.text = canonical(e)
+  return e
+end
+
+local Allowlist = {}
+Allowlist.__index = Allowlist
+
+--- An empty allowlist.
+-- @treturn table
+function M.new()
+  return setmetatable({ list = {}, index = nil }, Allowlist)
+end
+
+--- Parses a list of entries into an allowlist.
+-- @tparam {string,...} list
+-- @treturn[1] table the allowlist
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the first bad entry
+function M.parse(list)
+  if type(list) ~= "table" or getmetatable(list) ~= nil then
+    return nil, errors.invalid_argument(M.ARGUMENT, "must be a list of strings, got " .. type(list))
+  end
+  local al = M.new()
+  for i = 1, #list do
+    local _, err = al:add(list[i])
+    if err then return nil, err end
+  end
+  for k in pairs(list) do
+    if math.type(k) ~= "integer" or k < 1 or k > #list then
+      return nil, errors.invalid_argument(M.ARGUMENT, "must be a list (array) of strings; found key "
+        .. tostring(k))
+    end
+  end
+  return al
+end
+
+--- Whether `x` is an allowlist built by this module.
+-- @param x
+-- @treturn boolean
+function M.is_allowlist(x)
+  return getmetatable(x) == Allowlist
+end
+
+local function as_entry(e)
+  if type(e) == "table" and e.text and e.kind then return e end
+  return M.parse_entry(e)
+end
+
+--- Adds an entry (a string, or a table from `parse_entry`). An entry equal to one
+-- already present (same canonical text) is not added twice.
+-- @tparam string|table e
+-- @treturn[1] table the entry in the list
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the entry
+function Allowlist:add(e)
+  local entry, err = as_entry(e)
+  if not entry then return nil, err end
+  for _, have in ipairs(self.list) do
+    if have.text == entry.text then return have end
+  end
+  self.list[#self.list + 1] = entry
+  self.index = nil
+  return entry
+end
+
+--- Removes every entry equal to `e` (same canonical text: `pypi.org:443,80` equals
+-- `PyPI.org.:80,443`).
+-- @tparam string|table e
+-- @treturn[1] integer how many were removed
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the entry
+function Allowlist:remove(e)
+  local entry, err = as_entry(e)
+  if not entry then return nil, err end
+  local kept, n = {}, 0
+  for _, have in ipairs(self.list) do
+    if have.text == entry.text then n = n + 1 else kept[#kept + 1] = have end
+  end
+  self.list = kept
+  self.index = nil
+  return n
+end
+
+--- The entries, in the order they were added (a new list; the entries are shared).
+-- @treturn {table,...}
+function Allowlist:entries()
+  return table.move(self.list, 1, #self.list, 1, {})
+end
+
+--- The canonical texts of the entries.
+-- @treturn {string,...}
+function Allowlist:texts()
+  local t = {}
+  for i, e in ipairs(self.list) do t[i] = e.text end
+  return t
+end
+
+function Allowlist:__len()
+  return #self.list
+end
+
+function Allowlist:__tostring()
+  return "allowlist{" .. table.concat(self:texts(), " ") .. "}"
+end
+
+local function build_index(al)
+  local idx = { names = {}, wildcards = {}, nets = {} }
+  for _, e in ipairs(al.list) do
+    local bucket
+    if e.kind == "name" then
+      bucket = idx.names[e.name] or {}
+      idx.names[e.name] = bucket
+    elseif e.kind == "wildcard" then
+      bucket = idx.wildcards[e.suffix] or {}
+      idx.wildcards[e.suffix] = bucket
+    else
+      bucket = idx.nets
+    end
+    bucket[#bucket + 1] = e
+  end
+  al.index = idx
+  return idx
+end
+
+local function port_ok(e, port)
+  if e.ports == nil or port == nil then return true end
+  for _, r in ipairs(e.ports) do
+    if port >= r[1] and port <= r[2] then return true end
+  end
+  return false
+end
+
+local function first(bucket, port)
+  if not bucket then return nil end
+  for _, e in ipairs(bucket) do
+    if port_ok(e, port) then return e end
+  end
+  return nil
+end
+
+local function match_name(idx, name, port)
+  local e = first(idx.names[name], port)
+  if e then return e end
+  -- every proper suffix on a label boundary, longest first: a.b.example.com tries
+  -- b.example.com, example.com, com; "evilexample.com" never yields "example.com"
+  local pos = name:find(".", 1, true)
+  while pos do
+    e = first(idx.wildcards[name:sub(pos + 1)], port)
+    if e then return e end
+    pos = name:find(".", pos + 1, true)
+  end
+  return nil
+end
+
+local function match_ip(idx, bytes, port)
+  for _, e in ipairs(idx.nets) do
+    if #e.bytes == #bytes and inet.in_cidr(bytes, e.bytes, e.prefix) and port_ok(e, port) then return e end
+  end
+  return nil
+end
+
+--- Matches a destination. A name matches an exact entry, or a wildcard whose suffix it
+-- ends with on a label boundary (never the suffix itself); an IP (text or bytes; an
+-- IPv4-mapped address as IPv4) matches an address or network entry of its family. With
+-- both, the name is tried first, then the IP. `port = nil` asks whether the destination
+-- is allowed on any port (the DNS responder's question).
+-- @tparam table q `{name =, ip =, port =}`
+-- @treturn table|nil the first entry that matches
+function Allowlist:match(q)
+  local idx = self.index or build_index(self)
+  local port = q.port
+  if port ~= nil and math.type(port) ~= "integer" then return nil end
+  if q.name ~= nil then
+    local name = M.normalize_name(q.name)
+    local e = name and match_name(idx, name, port)
+    if e then return e end
+  end
+  if q.ip ~= nil then
+    local bytes = M.address(q.ip)
+    if bytes then return match_ip(idx, bytes, port) end
+  end
+  return nil
+end
+
+--- Whether one entry matches a destination (the same rules as `match`, without the
+-- index: a name for name and wildcard entries, an IP for address and network entries).
+-- @tparam table e an entry
+-- @tparam table q `{name =, ip =, port =}`
+-- @treturn boolean
+function M.matches(e, q)
+  if q.port ~= nil and math.type(q.port) ~= "integer" then return false end
+  if not port_ok(e, q.port) then return false end
+  if e.kind == "name" or e.kind == "wildcard" then
+    local name = q.name ~= nil and M.normalize_name(q.name)
+    if not name then return false end
+    if e.kind == "name" then return name == e.name end
+    return #name > #e.suffix + 1 and name:sub(-#e.suffix - 1) == "." .. e.suffix
+  end
+  local b = q.ip ~= nil and M.address(q.ip)
+  return b and #b == #e.bytes and inet.in_cidr(b, e.bytes, e.prefix) or false
+end
+
+--- Whether a name is allowed on any port (the DNS responder's question).
+-- @tparam table allowlist
+-- @tparam string name
+-- @treturn table|nil the first matching name or wildcard entry
+function M.match_name(allowlist, name)
+  return allowlist:match({ name = name })
+end
+
+--- `allowlist:match(q)` as a function.
+-- @tparam table allowlist
+-- @tparam table q
+-- @treturn table|nil
+function M.match(allowlist, q)
+  return allowlist:match(q)
+end
+
+return M

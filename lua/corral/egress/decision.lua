@@ -1,0 +1,210 @@
+--- The egress decision: may this sandbox open this connection?
+--
+-- `decide(ctx, policy)` is pure: no I/O, no events (the `corral.egress` facade emits
+-- them). The order, first refusal wins:
+--
+-- 1. The context must name a port (1-65535) and a destination: `name`, the name the
+--    synthetic address maps to, or else `ip`, the address the tenant connected to. An
+--    address inside the synthetic ranges that maps to no name is refused: it is never a
+--    real destination.
+-- 2. With an allowlist, a name must match a name or wildcard entry on that port, and an
+--    IP must match an address or network entry on that port (IP entries never grant a
+--    name and name entries never grant an IP).
+-- 3. With a `decide` hook, the hook is asked. **With an allowlist, the hook can only
+--    narrow:** it is asked only about connections the list allows, so no hook bug can
+--    open what the operator did not write down. **Without an allowlist, the hook is the
+--    sole authority** (`network = {decide = fn}` is an allowlist written as code,
+--    DESIGN.md), but a bare IP it allows is still checked against
+--    `corral.egress.ranges` with `policy.internal`: a hook alone cannot open a private,
+--    loopback or metadata address by IP.
+-- 4. Neither list nor hook: refused.
+--
+-- The hook runs on a deep copy of the context (plus `entry`, the canonical text of the
+-- matching entry, if any) inside a coroutine with a count hook: after `budget`
+-- instructions (default 100,000) every further instruction raises, so a loop, even one
+-- that catches errors, ends promptly. It answers `true`/`false` or `"allow"`/`"deny"`,
+-- optionally followed by a reason string. An error, a yield, an exhausted budget, or
+-- any other answer is a deny whose reason says which. Limits: the budget counts Lua
+-- instructions, so one long C call (a huge `string.rep`) is not interrupted, and memory
+-- is not bounded; the hook is the operator's code, and the budget guards the event loop
+-- against its mistakes, not against a hook that removes the count hook itself.
+-- @module corral.egress.decision
+local allowlist = require "corral.egress.allowlist"
+local ranges = require "corral.egress.ranges"
+local synthetic = require "corral.egress.synthetic"
+
+local M = {}
+
+--- Default instruction budget of a decide hook.
+M.DEFAULT_BUDGET = 100000
+
+local REASON_MAX = 200
+
+local function verdict(v, reason, by, entry)
+  return { verdict = v, reason = reason, by = by, entry = entry and entry.text }
+end
+
+local function deny(reason, by, entry) return verdict("deny", reason, by or "policy", entry) end
+
+local function copy(v, seen)
+  if type(v) ~= "table" then return v end
+  seen = seen or {}
+  if seen[v] then return seen[v] end
+  local t = {}
+  seen[v] = t
+  for k, x in pairs(v) do t[copy(k, seen)] = copy(x, seen) end
+  return t
+end
+
+local function describe(x)
+  if type(x) == "string" then return string.format("%q", x:sub(1, 40)) end
+  return type(x) == "table" and "a table" or tostring(x)
+end
+
+--- Runs a decide hook under an instruction budget.
+-- @tparam function fn the hook
+-- @tparam table ctx what it is given (already a copy)
+-- @tparam[opt] integer budget instructions (default `DEFAULT_BUDGET`)
+-- @treturn[1] boolean true to allow
+-- @treturn string the hook's reason, or why its answer counts as a deny
+function M.run_hook(fn, ctx, budget)
+  budget = budget or M.DEFAULT_BUDGET
+  if math.type(budget) ~= "integer" or budget < 1 then
+    return false, "decide hook budget must be a positive integer, got " .. tostring(budget)
+  end
+  local co = coroutine.create(fn)
+  local exhausted = false
+  local function on_count()
+    if not exhausted then
+      exhausted = true
+      -- from here on every instruction raises, so a pcall around a loop cannot outlast it
+      debug.sethook(co, on_count, "", 1)
+    end
+    error("instruction budget exhausted", 0)
+  end
+  debug.sethook(co, on_count, "", budget)
+  local res = table.pack(coroutine.resume(co, ctx))
+  local status = coroutine.status(co)
+  coroutine.close(co)
+  if exhausted then
+    return false, string.format("decide hook exceeded its budget of %d instructions", budget)
+  end
+  if not res[1] then return false, "decide hook failed: " .. tostring(res[2]):sub(1, REASON_MAX) end
+  if status ~= "dead" then return false, "decide hook yielded; it must return an answer" end
+  local answer, reason = res[2], res[3]
+  if type(reason) ~= "string" then reason = nil else reason = reason:sub(1, REASON_MAX) end
+  if answer == true or answer == "allow" then return true, reason or "allowed by the decide hook" end
+  if answer == false or answer == "deny" then return false, reason or "denied by the decide hook" end
+  return false, string.format("decide hook returned %s; it must return true/false or \"allow\"/\"deny\"",
+    describe(answer))
+end
+
+local function port_list(al, q)
+  local seen = {}
+  for _, e in ipairs(al:entries()) do
+    if allowlist.matches(e, q) then seen[#seen + 1] = allowlist.ports_text(e) end
+  end
+  return table.concat(seen, ",")
+end
+
+--- Decides one connection.
+-- @tparam table ctx `{sandbox =, name? =, ip? =, port =, family? =}`
+-- @tparam table policy `{allowlist? = allowlist or list of strings, decide? = function,
+-- budget? = integer, internal? = list of CIDRs}` (nil: deny)
+-- @treturn table `{verdict = "allow"|"deny", reason = string, by =
+-- "allowlist"|"hook"|"policy", entry = canonical text of the matching entry or nil}`
+function M.decide(ctx, policy)
+  if type(ctx) ~= "table" then return deny("no connection context") end
+  if type(policy) ~= "table" then return deny("no egress policy for this sandbox") end
+  local port = ctx.port
+  if math.type(port) ~= "integer" or port < 1 or port > 65535 then
+    return deny("bad destination port " .. tostring(port))
+  end
+
+  local q, dest = { port = port }
+  if ctx.name ~= nil then
+    local name, why = allowlist.normalize_name(ctx.name)
+    if not name then return deny(string.format("bad name %s: %s", describe(ctx.name), why)) end
+    q.name, dest = name, name
+  elseif ctx.ip ~= nil then
+    local bytes, why = allowlist.address(ctx.ip)
+    if not bytes then return deny(why) end
+    dest = allowlist.address_text(bytes)
+    if synthetic.is_synthetic(bytes) then
+      return deny(string.format("%s is a synthetic address that no name maps to", dest))
+    end
+    q.ip = bytes
+  else
+    return deny("no destination: neither a name nor an address")
+  end
+  local where = string.format("%s port %d", dest, port)
+
+  local al, entry = policy.allowlist, nil
+  if al ~= nil then
+    if not allowlist.is_allowlist(al) then
+      local parsed, err = allowlist.parse(al)
+      if not parsed then return deny("the allowlist is invalid: " .. tostring(err)) end
+      al = parsed
+    end
+    entry = al:match(q)
+    if not entry then
+      local ports = port_list(al, { name = q.name, ip = q.ip })
+      if ports ~= "" then
+        return deny(string.format("%s: %s is allowed only on ports %s", where, dest, ports), "allowlist")
+      end
+      return deny(string.format("%s: %s is not in the allowlist", where, dest), "allowlist")
+    end
+  elseif policy.decide == nil then
+    return deny(string.format("%s: no allowlist and no decide hook", where))
+  elseif q.ip then
+    local ok, why = ranges.check(q.ip, policy.internal)
+    if not ok then return deny(string.format("%s: %s", where, why)) end
+  end
+
+  if policy.decide ~= nil then
+    if type(policy.decide) ~= "function" then return deny("the decide hook is not a function") end
+    local hctx = copy(ctx)
+    hctx.entry = entry and entry.text
+    local ok, reason = M.run_hook(policy.decide, hctx, policy.budget)
+    return verdict(ok and "allow" or "deny", reason, "hook", entry)
+  end
+  return verdict("allow", string.format("%s: allowed by %s", where, entry.text), "allowlist", entry)
+end
+
+--- Whether the DNS responder should answer a name with a synthetic address: with an
+-- allowlist, when a name entry matches it on some port; with only a hook, any valid
+-- name (the hook decides at connect time; names never leave the host either way).
+-- @tparam string name
+-- @tparam table policy as for `decide` (nil: no)
+-- @treturn[1] boolean true
+-- @return[2] nil
+-- @treturn[2] string why not
+function M.resolvable(name, policy)
+  local n, why = allowlist.normalize_name(name)
+  if not n then return nil, why end
+  if type(policy) ~= "table" then return nil, "no egress policy for this sandbox" end
+  local al = policy.allowlist
+  if al ~= nil then
+    if not allowlist.is_allowlist(al) then
+      al = allowlist.parse(al)
+      if not al then return nil, "the allowlist is invalid" end
+    end
+    if al:match({ name = n }) then return true end
+    return nil, n .. " is not in the allowlist"
+  end
+  if type(policy.decide) == "function" then return true end
+  return nil, "no allowlist and no decide hook"
+end
+
+--- Checks a host-side resolution of an allowed name against the special ranges and
+-- the policy's `internal` list (see `corral.egress.ranges.check`).
+-- @tparam string ip text or bytes
+-- @tparam[opt] table policy
+-- @treturn[1] boolean true
+-- @return[2] nil
+-- @treturn[2] string why not
+function M.check_resolved(ip, policy)
+  return ranges.check(ip, policy and policy.internal)
+end
+
+return M

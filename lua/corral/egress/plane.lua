@@ -1,0 +1,287 @@
+--- The egress data plane of one sandbox: its network namespace, ruleset, DNS
+-- responder and acceptor, driven by one process-wide loop (see corral.egress.loop).
+--
+-- Ownership order (DESIGN invariant 4): the host creates the netns (owned by the host's
+-- user namespace, in which the tenant holds no capability), brings lo up with default
+-- routes via lo, binds the responder and acceptor inside it from setns threads, programs
+-- and verifies the nftables table — all before the tenant exists. The tenant then joins
+-- the netns from the spawner before its own user namespace is made.
+--
+-- DNS: names on the allowlist are answered with a synthetic address (stable per name per
+-- sandbox); every other name is NXDOMAIN; other query types REFUSED. Nothing the tenant
+-- asks is ever forwarded, and no upstream DNS response is ever parsed.
+-- Acceptor: SO_ORIGINAL_DST → synthetic address → name (or the literal IP) → decide →
+-- deny: RST at once; allow: resolve on the host, refuse private/loopback/link-local/
+-- CGNAT/metadata results unless `network.internal` lists the range, connect upstream
+-- from the host netns, relay both ways.
+-- @module corral.egress.plane
+local core = require "corral.core"
+local errors = require "corral.errors"
+local egress = require "corral.egress"
+local allowlist = require "corral.egress.allowlist"
+local decision = require "corral.egress.decision"
+local ranges = require "corral.egress.ranges"
+local synthetic = require "corral.egress.synthetic"
+local events = require "corral.egress.events"
+
+local M = {}
+local Plane = {}
+Plane.__index = Plane
+
+M.MARK = 42
+M.TTL = 60
+local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
+                max_connections = true, idle = true, connect_timeout = true }
+
+local function bad(detail)
+  return nil, errors.invalid_argument("network", detail)
+end
+
+local function deny(_, client, ctx, reason)
+  core.reset(client)
+  ctx.verdict, ctx.reason = "deny", reason
+  events.emit(ctx)
+end
+
+--- Validates `sandbox.network` once (a malformed entry refuses the sandbox).
+-- @tparam table network `{allow = {...}, decide = fn?, internal = {cidr...}?,
+--   resolve = fn|table?, budget = n?, max_connections = n?, idle = s?, connect_timeout = s?}`
+-- @treturn table the network table, checked
+-- @return[2] nil
+-- @treturn[2] table error naming the entry and the reason
+function M.policy(network)
+  if type(network) ~= "table" then return bad("must be a table") end
+  for k in pairs(network) do
+    if not KNOWN[k] then return bad("unknown field " .. tostring(k)) end
+  end
+  local _, err = allowlist.parse(network.allow or {})
+  if err then return nil, err end
+  if network.decide ~= nil and type(network.decide) ~= "function" then
+    return bad("decide must be a function")
+  end
+  local _, ierr = ranges.parse_internal(network.internal)
+  if ierr then return nil, ierr end
+  local resolve = network.resolve
+  if resolve ~= nil and type(resolve) ~= "function" and type(resolve) ~= "table" then
+    return bad("resolve must be a function or a table of name → address(es)")
+  end
+  for _, k in ipairs({ "max_connections", "budget" }) do
+    if network[k] ~= nil and (math.type(network[k]) ~= "integer" or network[k] < 1) then
+      return bad(k .. " must be a positive integer")
+    end
+  end
+  return network
+end
+
+--- Creates and programs the plane for sandbox id with policy (from M.policy).
+-- @treturn table plane, with `netns` (fd userdata for the spawner)
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce("network_restriction", what failed)
+function M.new(id, network)
+  network = network or {}
+  local self = setmetatable({ id = id, network = network, synth = synthetic.new(id), tcp_dns = {},
+    max_connections = network.max_connections or 256, idle = network.idle or 300,
+    connect_timeout = network.connect_timeout or 10 }, Plane)
+  local function fail(what, err)
+    self:close()
+    return nil, errors.cannot_enforce("network_restriction", what .. ": " .. tostring(err))
+  end
+  -- The policy lives in the process-wide registry: allow/revoke apply to the next
+  -- decision, and a tenant has no path to it.
+  local _, perr = egress.registry:set(id, network.allow or {}, { decide = network.decide,
+    budget = network.budget, internal = network.internal })
+  if perr then return nil, perr end
+  local err
+  self.netns, err = core.ns.new_net()
+  if not self.netns then return fail("netns", err) end
+  local ok
+  ok, err = core.rtnl.lo_default_routes(self.netns)
+  if not ok then return fail("lo and default routes", err) end
+  -- The responder holds port 53 itself, so a resolver configured at a loopback address
+  -- (127.0.0.53, 127.0.0.1) reaches it directly, and any other :53 is redirected to it.
+  self.dns_udp, self.dns_port = core.listen_in_netns(self.netns, "udp", "::", 53)
+  if not self.dns_udp then return fail("DNS responder (udp)", self.dns_port) end
+  self.dns_tcp, err = core.listen_in_netns(self.netns, "tcp", "::", 53)
+  if not self.dns_tcp then return fail("DNS responder (tcp)", err) end
+  self.acceptor, self.acceptor_port = core.listen_in_netns(self.netns, "tcp", "::", 0)
+  if not self.acceptor then return fail("acceptor", self.acceptor_port) end
+  local plan = { dns_port = self.dns_port, acceptor_port = self.acceptor_port, mark = M.MARK }
+  ok, err = core.nft.apply(self.netns, plan)
+  if not ok then return fail("nftables ruleset", err) end
+  -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
+  ok, err = core.nft.verify(self.netns, plan)
+  if not ok then return fail("nftables read-back", err) end
+  return self
+end
+
+--- Inbound: the host listens on 127.0.0.1 at a port the kernel chooses and relays each
+-- connection to `port` on the sandbox's own loopback. Two provisions can never be handed
+-- the same port: the kernel allocates it, and `address` reads back what it allocated.
+function Plane:serve(port)
+  local fd, bound = core.tcp_listen("127.0.0.1", 0)
+  if not fd then return nil, errors.cannot_enforce("network_restriction", "service listener: " .. tostring(bound)) end
+  self.service, self.service_port, self.service_addr = fd, port, "127.0.0.1:" .. bound
+  return true
+end
+
+function Plane:service_accept(loop)
+  local client = core.tcp_accept(self.service, 0)
+  if not client then return end
+  -- A socket made inside the sandbox's netns reaches its loopback; the mark exempts it
+  -- from the redirect like every host-made socket there.
+  local inner, err = core.connect_marked("127.0.0.1", self.service_port, M.MARK, 2, self.netns)
+  local ctx = { sandbox = self.id, kind = "inbound", port = self.service_port }
+  if not inner then return deny(self, client, ctx, "service port: " .. tostring(err)) end
+  local id = loop.relay:add_pair(client, inner, { idle = self.idle, key = self.id .. "/inbound" })
+  ctx.verdict = "allow"
+  loop.pending[id] = ctx
+  events.emit(ctx)
+end
+
+--- The fds the loop polls for this plane, with their handlers.
+function Plane:watch()
+  local w = {
+    { fd = self.dns_udp, on = function() self:dns_udp_ready() end },
+    { fd = self.dns_tcp, on = function() self:dns_tcp_accept() end },
+    { fd = self.acceptor, on = function(loop) self:accept(loop) end },
+  }
+  if self.service then
+    w[#w + 1] = { fd = self.service, on = function(loop) self:service_accept(loop) end }
+  end
+  for conn in pairs(self.tcp_dns) do
+    w[#w + 1] = { fd = conn, on = function() self:dns_tcp_read(conn) end }
+  end
+  return w
+end
+
+-- The answer to one DNS query: synthetic for allowed names, NXDOMAIN otherwise.
+function Plane:answer(query)
+  local q = core.dns.parse(query)
+  if not q then return core.dns.answer(query, core.dns.FORMERR) end
+  local name = q.name
+  local allowed = q.hostname and decision.resolvable(name, egress.registry:get(self.id))
+  local verdict, rcode, addr
+  if not allowed then
+    rcode, verdict = core.dns.NXDOMAIN, "nxdomain"
+  elseif q.qclass ~= 1 or (q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA) then
+    rcode, verdict = core.dns.REFUSED, "refused"
+  else
+    local _, bytes = self.synth:address(name, q.qtype == core.dns.A and "inet" or "inet6")
+    if bytes then
+      addr, rcode, verdict = bytes, core.dns.NOERROR, "answered"
+    else
+      rcode, verdict = core.dns.SERVFAIL, "no synthetic address left"
+    end
+  end
+  -- A query type nobody answers is refused even for names not allowed (TXT, ANY):
+  -- a tenant learns nothing from it either way.
+  if q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA then rcode, verdict = core.dns.REFUSED, "refused" end
+  events.emit({ sandbox = self.id, kind = "dns", name = name, qtype = q.qtype, verdict = verdict })
+  return core.dns.answer(query, rcode, addr, M.TTL)
+end
+
+function Plane:dns_udp_ready()
+  for _ = 1, 64 do
+    local msg, addr, port = core.udp_recv(self.dns_udp)
+    if not msg then return end
+    local reply = self:answer(msg)
+    if reply then core.udp_send(self.dns_udp, reply, addr, port) end
+  end
+end
+
+function Plane:dns_tcp_accept()
+  local c = core.tcp_accept(self.dns_tcp, 0)
+  if c then self.tcp_dns[c] = "" end
+end
+
+-- DNS over TCP: a 2-byte length, then the message; one query per connection suffices
+-- for resolvers falling back from truncation and for `dig +tcp`.
+function Plane:dns_tcp_read(conn)
+  local chunk = core.read(conn, 4096)
+  if not chunk or chunk == "" then
+    self.tcp_dns[conn] = nil
+    conn:close()
+    return
+  end
+  local buf = self.tcp_dns[conn] .. chunk
+  if #buf > 2 + 512 then self.tcp_dns[conn] = nil; conn:close(); return end
+  if #buf >= 2 then
+    local len = buf:byte(1) * 256 + buf:byte(2)
+    if #buf >= 2 + len then
+      local reply = self:answer(buf:sub(3, 2 + len))
+      if reply then core.write(conn, string.char(#reply // 256, #reply % 256) .. reply) end
+      self.tcp_dns[conn] = nil
+      conn:close()
+      return
+    end
+  end
+  self.tcp_dns[conn] = buf
+end
+
+-- The host-side addresses for a permitted name: the operator's resolver, else the host's.
+function Plane:resolve(name)
+  local r = self.network.resolve
+  if type(r) == "table" then
+    local v = r[name]
+    if type(v) == "string" then v = { v } end
+    return v or nil, "no address for " .. name .. " in the operator's table"
+  elseif type(r) == "function" then
+    local ok, v = pcall(r, name)
+    if not ok then return nil, "resolver error: " .. tostring(v) end
+    if type(v) == "string" then v = { v } end
+    return v
+  end
+  return core.resolve_host(name)
+end
+
+--- Accepts one redirected connection and decides it.
+function Plane:accept(loop)
+  local client = core.tcp_accept(self.acceptor, 0)
+  if not client then return end
+  local ip, port = core.original_dst(client)
+  local ctx = { sandbox = self.id, kind = "connect", ip = ip, port = port }
+  if not ip then return deny(self, client, ctx, "no original destination: " .. tostring(port)) end
+  local name = self.synth:lookup(ip)
+  ctx.name = name
+  local policy = egress.registry:get(self.id)
+  local verdict = decision.decide({ sandbox = self.id, name = name, ip = (not name) and ip or nil, port = port },
+    policy)
+  if verdict.verdict ~= "allow" then return deny(self, client, ctx, verdict.reason) end
+  if loop.relay:count(self.id) >= self.max_connections then
+    return deny(self, client, ctx, "connection cap reached (" .. self.max_connections .. ")")
+  end
+  local upstream = ip
+  if name then
+    local addrs, rerr = self:resolve(name)
+    if not addrs or #addrs == 0 then
+      return deny(self, client, ctx, "cannot resolve " .. name .. " on the host: " .. tostring(rerr))
+    end
+    upstream = nil
+    local why
+    for _, a in ipairs(addrs) do
+      local ok, r = decision.check_resolved(a, policy)
+      if ok then upstream = a; break end
+      why = a .. ": " .. tostring(r)
+    end
+    if not upstream then return deny(self, client, ctx, "resolved into a refused range (" .. why .. ")") end
+  end
+  ctx.upstream = upstream
+  local id, cerr = loop.relay:add_connect(client, upstream, port, {
+    timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections })
+  if not id then return deny(self, client, ctx, "upstream: " .. tostring(cerr)) end
+  ctx.verdict, ctx.reason = "allow", verdict.reason
+  loop.pending[id] = ctx
+  events.emit(ctx)
+end
+
+--- Releases everything the plane holds; idempotent.
+function Plane:close()
+  egress.registry:remove(self.id)
+  for conn in pairs(self.tcp_dns or {}) do conn:close() end
+  self.tcp_dns = {}
+  for _, k in ipairs({ "service", "acceptor", "dns_tcp", "dns_udp", "netns" }) do
+    if self[k] then self[k]:close(); self[k] = nil end
+  end
+end
+
+return M

@@ -1,0 +1,147 @@
+--- The registry: each sandbox's egress policy, in the host process's memory.
+--
+-- A tenant has no path to it. A policy is a live table `{sandbox =, allowlist =,
+-- decide =, budget =, internal =, synthetic =}`; `allow` and `revoke` change its
+-- allowlist in place, so the next `decide` (which reads the policy afresh) sees the
+-- change. Connections already relayed are not affected.
+-- @module corral.egress.registry
+local errors = require "corral.errors"
+local allowlist = require "corral.egress.allowlist"
+local decision = require "corral.egress.decision"
+local ranges = require "corral.egress.ranges"
+local synthetic = require "corral.egress.synthetic"
+
+local M = {}
+
+local Registry = {}
+Registry.__index = Registry
+
+--- An empty registry.
+-- @treturn table
+function M.new()
+  return setmetatable({ policies = {} }, Registry)
+end
+
+local function check_id(id)
+  if type(id) ~= "string" or id == "" then
+    error("registry: sandbox id must be a non-empty string, got " .. tostring(id), 3)
+  end
+end
+
+--- Sets a sandbox's policy, replacing any previous one (its synthetic allocator is kept,
+-- so names keep their addresses).
+-- @tparam string id the sandbox id
+-- @param list an allowlist (from `corral.egress.allowlist`), a list of entry strings,
+-- or nil (then `opts.decide` is the sole authority, or everything is denied)
+-- @tparam[opt] table opts `{decide = function, budget = integer, internal = {cidr,...},
+-- synthetic_limit = integer}`
+-- @treturn[1] table the policy
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the field or entry
+function Registry:set(id, list, opts)
+  check_id(id)
+  opts = opts or {}
+  local al = list
+  if al ~= nil and not allowlist.is_allowlist(al) then
+    local err
+    al, err = allowlist.parse(al)
+    if not al then return nil, err end
+  end
+  if opts.decide ~= nil and type(opts.decide) ~= "function" then
+    return nil, errors.invalid_argument("network.decide", "must be a function, got " .. type(opts.decide))
+  end
+  if opts.budget ~= nil and (math.type(opts.budget) ~= "integer" or opts.budget < 1) then
+    return nil, errors.invalid_argument("network.budget", "must be a positive integer (instructions)")
+  end
+  local internal, ierr = ranges.parse_internal(opts.internal)
+  if not internal then return nil, ierr end
+  local old = self.policies[id]
+  local policy = {
+    sandbox = id,
+    allowlist = al,
+    decide = opts.decide,
+    budget = opts.budget,
+    internal = internal,
+    synthetic = old and old.synthetic or synthetic.new(id, { limit = opts.synthetic_limit }),
+  }
+  self.policies[id] = policy
+  return policy
+end
+
+--- Allows one more destination for a sandbox (creating its policy if it has none).
+-- @tparam string id
+-- @tparam string entry as in an allowlist
+-- @treturn[1] table the entry
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the entry and the reason
+function Registry:allow(id, entry)
+  check_id(id)
+  local e, err = allowlist.parse_entry(entry)
+  if not e then return nil, err end
+  local policy = self.policies[id]
+  if not policy then
+    policy = assert(self:set(id, allowlist.new()))
+  elseif policy.allowlist == nil then
+    policy.allowlist = allowlist.new()
+  end
+  return policy.allowlist:add(e)
+end
+
+--- Removes every entry equal to `entry` (same canonical text) from a sandbox's list.
+-- @tparam string id
+-- @tparam string entry
+-- @treturn[1] integer how many were removed (0 when the sandbox has no list)
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the entry
+function Registry:revoke(id, entry)
+  check_id(id)
+  local e, err = allowlist.parse_entry(entry)
+  if not e then return nil, err end
+  local policy = self.policies[id]
+  if not policy or not policy.allowlist then return 0 end
+  return policy.allowlist:remove(e)
+end
+
+--- A sandbox's live policy.
+-- @tparam string id
+-- @treturn table|nil
+function Registry:get(id)
+  check_id(id)
+  return self.policies[id]
+end
+
+--- Forgets a sandbox.
+-- @tparam string id
+-- @treturn boolean whether it was registered
+function Registry:remove(id)
+  check_id(id)
+  local had = self.policies[id] ~= nil
+  self.policies[id] = nil
+  return had
+end
+
+--- Every registered sandbox, sorted by id.
+-- @treturn {table,...} `{sandbox =, entries = {canonical text,...}|nil, decide = boolean,
+-- internal = {text,...}, names = number of synthetic addresses given}`
+function Registry:list()
+  local out = {}
+  for id, p in pairs(self.policies) do
+    local internal = {}
+    for i, n in ipairs(p.internal) do internal[i] = n.text end
+    out[#out + 1] = { sandbox = id, entries = p.allowlist and p.allowlist:texts(), decide = p.decide ~= nil,
+      internal = internal, names = p.synthetic:count() }
+  end
+  table.sort(out, function(a, b) return a.sandbox < b.sandbox end)
+  return out
+end
+
+--- Decides a connection with the sandbox's current policy (`ctx.sandbox` is its id).
+-- @tparam table ctx as for `corral.egress.decision.decide`
+-- @treturn table the verdict
+function Registry:decide(ctx)
+  local id = type(ctx) == "table" and ctx.sandbox
+  local policy = type(id) == "string" and self.policies[id] or nil
+  return decision.decide(ctx, policy)
+end
+
+return M

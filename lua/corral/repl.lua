@@ -1,0 +1,51 @@
+--- Diagnostics for the REPL: what this host process is serving right now.
+--
+--     corral> corral.sandboxes()        -- sandboxes with an egress plane, and live connections
+--     corral> corral.ruleset("alice")   -- the nftables table in alice's netns, as the kernel has it
+--     corral> corral.decisions(20)      -- the last decisions (DNS answers, connects, closes)
+-- @module corral.repl
+local core = require "corral.core"
+local shell = require "corral.shell"
+
+local M = {}
+
+local function planes()
+  return require("corral.egress.loop").planes()
+end
+
+--- The sandboxes this process serves, with their live relayed connections.
+-- @treturn {table,...} `{id =, connections =, dns_port =, acceptor_port =, service =}`
+function M.sandboxes()
+  local loop = require("corral.egress.loop").get()
+  local out = {}
+  for _, p in ipairs(planes()) do
+    out[#out + 1] = { id = p.id, connections = loop.relay:count(p.id), dns_port = p.dns_port,
+                      acceptor_port = p.acceptor_port, service = p.service_addr }
+  end
+  table.sort(out, function(a, b) return a.id < b.id end)
+  return out
+end
+
+--- The ruleset in a sandbox's network namespace, read back from the kernel (`nft`).
+-- @tparam string id
+-- @treturn string the ruleset text
+function M.ruleset(id)
+  for _, p in ipairs(planes()) do
+    if p.id == id and p.netns then
+      local fd = p.netns:fileno()
+      local out = shell.capture({ "nsenter", "--net=/proc/" .. core.getpid() .. "/fd/" .. fd, "nft", "list",
+        "ruleset" })
+      return out
+    end
+  end
+  return nil, "no sandbox " .. tostring(id) .. " with an egress plane in this process"
+end
+
+--- The most recent decisions, newest last.
+-- @tparam[opt=20] integer n
+-- @treturn {table,...}
+function M.decisions(n)
+  return require("corral.egress.events").recent(n or 20)
+end
+
+return M

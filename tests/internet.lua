@@ -1,0 +1,63 @@
+-- A test "internet": a network namespace of the test's own, reached from the host over a
+-- veth pair in a 10.x /24 routed only there, with an HTTP server and a TCP echo on it.
+-- Nothing here sends traffic anywhere else. `stop` removes the netns, the link and the
+-- servers, even after a failed test.
+local h = require "helpers"
+
+local M = {}
+
+local function sh(fmt, ...)
+  local out, status = h.sh(string.format(fmt, ...))
+  return out, status
+end
+
+--- Starts the internet; returns {ns, host_ip, ip, ip6, http_port, echo_port, udp_log, blob, blob_sha}.
+function M.start()
+  local n = tonumber(h.sh("echo $$"):match("%d+")) % 200 + 20
+  local net = {
+    ns = "corral-t-inet-" .. n, veth = "crlh" .. n, peer = "crli" .. n,
+    host_ip = "10.77." .. n .. ".1", ip = "10.77." .. n .. ".2", cidr = "10.77." .. n .. ".0/24",
+    ip6 = "fd77:" .. n .. "::2", host_ip6 = "fd77:" .. n .. "::1", cidr6 = "fd77:" .. n .. "::/64",
+    http_port = 8080, echo_port = 9007, udp_port = 9443,
+    dir = h.tmpdir("inet"),
+  }
+  M.stop({ ns = net.ns, veth = net.veth }) -- a leftover from an interrupted run
+  local script = [[
+    set -e
+    ip netns add "$NS"
+    ip link add "$VETH" type veth peer name "$PEER"
+    ip link set "$PEER" netns "$NS"
+    ip addr add "$HOST_IP/24" dev "$VETH"
+    ip -6 addr add "$HOST_IP6/64" dev "$VETH" nodad
+    ip link set "$VETH" up
+    ip netns exec "$NS" ip link set lo up
+    ip netns exec "$NS" ip addr add "$IP/24" dev "$PEER"
+    ip netns exec "$NS" ip -6 addr add "$IP6/64" dev "$PEER" nodad
+    ip netns exec "$NS" ip link set "$PEER" up
+    head -c 3000000 /dev/urandom > "$DIR/blob"
+    echo hello-from-the-internet > "$DIR/index.html"
+    ip netns exec "$NS" busybox httpd -p "$HTTP" -h "$DIR"
+    ip netns exec "$NS" socat TCP6-LISTEN:"$ECHO",ipv6only=0,fork,reuseaddr EXEC:cat >/dev/null 2>&1 &
+    ip netns exec "$NS" socat -u UDP6-RECV:"$UDP",ipv6only=0 OPEN:"$DIR/udp.log",creat,append >/dev/null 2>&1 &
+    ip netns exec "$NS" socat -u TCP6-LISTEN:9444,ipv6only=0,fork,reuseaddr OPEN:"$DIR/tcp9444.log",creat,append >/dev/null 2>&1 &
+  ]]
+  local env = string.format("NS=%s VETH=%s PEER=%s HOST_IP=%s HOST_IP6=%s IP=%s IP6=%s HTTP=%d ECHO=%d UDP=%d DIR=%s",
+    net.ns, net.veth, net.peer, net.host_ip, net.host_ip6, net.ip, net.ip6, net.http_port, net.echo_port,
+    net.udp_port, net.dir)
+  local out, status = h.sh(env .. " sh -c '" .. script:gsub("'", "'\\''") .. "'")
+  assert(status == 0, "internet set-up failed: " .. out)
+  net.blob_sha = h.sh("sha256sum " .. net.dir .. "/blob"):match("^(%x+)")
+  assert(h.wait_for(function()
+    return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, net.echo_port)):match("^1")
+  end, 5), "echo server did not start")
+  return net
+end
+
+--- Removes everything start made.
+function M.stop(net)
+  sh("ip netns pids %s 2>/dev/null | xargs -r kill 2>/dev/null; ip link del %s 2>/dev/null; " ..
+     "ip netns del %s 2>/dev/null; true", net.ns, net.veth, net.ns)
+  if net.dir then h.rmrf(net.dir) end
+end
+
+return M
