@@ -249,6 +249,35 @@ describe("egress #root #netns", function()
     assert.matches("hello%-from%-the%-internet", out) -- b's own egress works
   end)
 
+  it("applies allow/revoke to the next connection, and a decide hook can only narrow", function()
+    local egress = require "corral.egress"
+    local root = h.tmpdir("egress-live")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "live", storage_root = root, network = {
+      allow = { "logger.test:9444" }, internal = { net.cidr },
+      resolve = { ["pypi.org"] = net.ip, ["logger.test"] = net.ip },
+      decide = function(ctx) return ctx.name ~= "logger.test" or ctx.port == 9444 end } }))
+    assert(corral.provision("native", sb))
+    local out_path = root .. "/out"
+    local function try()
+      assert(corral.exec("native", sb, { "sh", "-c",
+        "curl -s --max-time 5 http://pypi.org:8080/index.html; echo rc=$?" }, { output = out_path }))
+      return h.read(out_path)
+    end
+    assert.matches("rc=[1-9]", try())                       -- not on the list yet
+    assert(egress.allow(sb, "pypi.org:8080"))
+    assert.matches("hello%-from%-the%-internet", try())      -- allowed from the next connection on
+    assert.truthy(egress.revoke(sb, "pypi.org:8080") >= 1)
+    assert.matches("rc=[1-9]", try())                       -- revoked again
+    -- the hook narrows: it refuses pypi.org even when the list allows it
+    egress.registry:get("live").decide = function(ctx) return ctx.name ~= "pypi.org" end
+    assert(egress.allow(sb, "pypi.org:8080"))
+    local out = try()
+    corral.destroy("native", sb)
+    h.rmrf(root)
+    assert.matches("rc=[1-9]", out)
+  end)
+
   it("1,000 plane create/destroy cycles leave no fd, netns or table behind", function()
     local plane = require "corral.egress.plane"
     local pid = corral.core.getpid()
