@@ -53,3 +53,49 @@ if status ~= 0 or write ~= "allowed" or read ~= "denied" then
   os.exit(1)
 end
 say("\nThe control (the write) succeeded in the same confined shell whose read was denied.")
+
+-- Part two: a tenant with an egress allowlist (needs root for the test network).
+local core = corral.core
+if io.popen("id -u"):read("l") ~= "0" then
+  say("\n(egress demo skipped: it builds a test network and needs root)")
+  return
+end
+say("\ncorral demo — a tenant that may reach pypi.org:8080 and nothing else")
+local n = core.getpid() % 200 + 20
+local ns, veth, ip = "corral-demo-" .. n, "crld" .. n, "10.78." .. n .. ".2"
+local www = assert(core.mkdtemp("/tmp/corral-demo-www-"))
+local function net(cmd) return shell.capture({ "sh", "-c", cmd }) end
+local setup = string.format([[
+  set -e
+  ip netns add %s; ip link add %s type veth peer name %sp; ip link set %sp netns %s
+  ip addr add 10.78.%d.1/24 dev %s; ip link set %s up
+  ip -n %s link set lo up; ip -n %s addr add %s/24 dev %sp; ip -n %s link set %sp up
+  echo 'hello from the (test) internet' > %s/index.html
+  ip netns exec %s busybox httpd -p 8080 -h %s]], ns, veth, veth, veth, ns, n, veth, veth, ns, ns, ip, veth,
+  ns, veth, www, ns, www)
+local built, built_status = net(setup)
+local function teardown()
+  net(string.format("ip netns pids %s | xargs -r kill; ip link del %s; ip netns del %s", ns, veth, ns))
+  os.execute("rm -rf " .. shell.quote(www))
+end
+if built_status ~= 0 then
+  say("  could not build the test network: %s", built)
+  teardown()
+  return
+end
+local tenant = [[
+for url in http://pypi.org:8080/ http://evil.example:8080/ http://10.78.]] .. n .. [[.2:8080/; do
+  if out=$(curl -sS --max-time 3 "$url" 2>&1); then echo "ALLOWED $url -> $out"
+  else echo "DENIED  $url -> ${out#curl: }"; fi
+done]]
+out = shell.capture({ corral.core.host_executable(), "run", "--allow", "pypi.org:8080",
+  "--resolve", "pypi.org=" .. ip, "--internal", "10.78." .. n .. ".0/24", "--", "sh", "-c", tenant })
+teardown()
+for line in out:gmatch("[^\n]+") do say("  %s", line) end
+if not out:find("ALLOWED http://pypi.org", 1, true) or out:find("ALLOWED http://evil", 1, true)
+   or out:find("ALLOWED http://10.", 1, true) then
+  say("\nunexpected egress result")
+  os.exit(1)
+end
+say("\nThe allowed name was relayed (control); the other name got NXDOMAIN from the sandbox's own")
+say("responder, and the bare IP was reset by the acceptor — any program, no proxy variables.")

@@ -486,7 +486,7 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
         err = -EINVAL;
         goto fail;
     }
-    if (o && (o->idle_ms < 0 || o->max_per_key < 0)) {
+    if (o && (o->idle_ms < 0 || o->max_per_key < 0 || (o->max_per_key && !o->key))) {
         err = -EINVAL;
         goto fail;
     }

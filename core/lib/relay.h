@@ -28,7 +28,8 @@ struct corral_relay;
 struct corral_relay_opts {
     int idle_ms;     /* 0: none; else both sockets closed after this long with no byte */
     const char *key; /* NULL: none; else counted under this key (e.g. a sandbox id) */
-    int max_per_key; /* 0: no cap; else an add that would exceed it fails -EUSERS */
+    int max_per_key; /* 0: no cap; else an add that would exceed it fails -EUSERS
+                      * (a cap needs a key: -EINVAL without one) */
 };
 
 enum corral_relay_kind {

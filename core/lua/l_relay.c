@@ -17,7 +17,9 @@
  * deny does. kind is "connected", "closed" or "failed"; up counts bytes from a (the
  * client) to b (upstream), down the other way; err is 0 or an errno, msg its text. A key
  * is a string or an integer (the integer 5 and the string "5" are the same key).
- * add_connect's timeout defaults to 10 s; mark 0 (the default) sets no mark.
+ * add_connect's timeout defaults to 10 s (0: none); mark 0 (the default) sets no mark;
+ * idle 0 (the default) is no idle limit. run's timeout defaults to 0 (do not wait);
+ * negative waits for work without a limit.
  *
  * Nothing here calls back into Lua: run returns events and the caller acts on them.
  */
