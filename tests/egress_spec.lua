@@ -160,6 +160,20 @@ describe("egress #root #netns", function()
     assert.matches("hello%-from%-the%-internet", out) -- the ruleset still holds afterwards
   end)
 
+  it("refuses a direct connection to the acceptor's own port, even with loopback allowed", function()
+    local log = net.dir .. "/direct.jsonl"
+    local out = run([[
+      curl -sS --max-time 5 http://pypi.org:8080/index.html
+      for p in $(ss -Htln | awk '{print $4}' | sed 's/.*://' | sort -u); do
+        [ "$p" = 53 ] && continue
+        r=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 127.0.0.1 "$p" 2>/dev/null)
+        [ -n "$r" ] && echo "DIRECT-$p-ANSWERED: $r"
+      done; exit 0]], { "--allow", "127.0.0.0/8", "--log-json", log })
+    assert.matches("hello%-from%-the%-internet", out) -- control through the acceptor
+    assert.is_nil(out:find("ANSWERED", 1, true), out)
+    assert.matches('"reason":"direct connection to the acceptor"', h.read(log) or "")
+  end)
+
   it("fails every connection when the acceptor is gone, and none leaks out", function()
     local root = h.tmpdir("egress-acc")
     os.execute("chmod 0711 " .. root)

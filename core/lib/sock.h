@@ -36,8 +36,11 @@ int corral_sockaddr_text(const struct sockaddr_storage *ss, char *buf, size_t le
  * rewrote it, from conntrack: SO_ORIGINAL_DST (SOL_IP) for an IPv4 connection,
  * IP6T_SO_ORIGINAL_DST (SOL_IPV6) for IPv6. The family is taken from the accepted
  * socket's local address, and an IPv4-mapped IPv6 address (a dual-stack listener
- * accepting an IPv4 connection) counts as IPv4. Returns 0 or -errno; -ENOENT means the
- * connection was not redirected (no conntrack entry), and every failure is a deny.
+ * accepting an IPv4 connection) counts as IPv4. Returns 0 or -errno; -ENOENT means
+ * conntrack has no entry (no ruleset in that netns), and every failure is a deny. A
+ * connection that was tracked but not translated (a tenant dialling the acceptor's own
+ * port) reads back its own destination, the acceptor's address: loopback, to be refused
+ * (measured: tests/c/test_listen.c).
  */
 int corral_original_dst(int fd, struct sockaddr_storage *out);
 

@@ -270,6 +270,17 @@ static void test_redirect_original_dst(void)
     close(a);
     close(c);
 
+    /* Measured: once the ruleset has conntrack running in the netns, a tenant that dials
+     * the acceptor's own port directly is not redirected, and its "original destination"
+     * is the acceptor itself, not ENOENT: the decision must refuse loopback. */
+    c = connect_inside(ns, SOCK_STREAM, "127.0.0.1", port, &err);
+    a = corral_tcp_accept(l, 1000);
+    CHECK(c >= 0 && a >= 0 && corral_original_dst(a, &od) == 0);
+    CHECK(corral_sockaddr_text(&od, ip, sizeof ip, &oport) == 0);
+    CHECK(strcmp(ip, "127.0.0.1") == 0 && oport == port);
+    close(a);
+    close(c);
+
     /* A v4-only listener in the same netns takes the IPv4 redirect as plain AF_INET. */
     close(l);
     l = corral_listen_in_netns(ns, SOCK_STREAM, "127.0.0.1", port, NULL);

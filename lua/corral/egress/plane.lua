@@ -241,6 +241,13 @@ function Plane:accept(loop)
   local ip, port = core.original_dst(client)
   local ctx = { sandbox = self.id, kind = "connect", ip = ip, port = port }
   if not ip then return deny(self, client, ctx, "no original destination: " .. tostring(port)) end
+  -- Loopback destinations are never redirected (the ruleset returns them), so a
+  -- loopback original destination is a tenant dialling the acceptor itself (measured:
+  -- SO_ORIGINAL_DST then reads 127.0.0.1:<acceptor port>, not ENOENT). Never relayed,
+  -- whatever the allowlist says.
+  if ip:match("^127%.") or ip == "::1" or ip:match("^::ffff:127%.") then
+    return deny(self, client, ctx, "direct connection to the acceptor")
+  end
   local name = self.synth:lookup(ip)
   ctx.name = name
   local policy = egress.registry:get(self.id)
