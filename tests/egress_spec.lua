@@ -188,7 +188,8 @@ describe("egress #root #netns", function()
     local plane = require("corral.egress.loop").planes()[1]
     plane.acceptor:close()
     plane.acceptor = nil
-    assert(corral.exec("native", sb, { "sh", "-c", script .. "; nc -N -w 2 " .. net.ip .. " 9444 </dev/null; echo rc=$?" },
+    local direct = "; nc -N -w 2 " .. net.ip .. " 9444 </dev/null; echo rc=$?"
+    assert(corral.exec("native", sb, { "sh", "-c", script .. direct },
       { output = out_path }))
     corral.destroy("native", sb)
     local out = h.read(out_path)
@@ -292,6 +293,40 @@ describe("egress #root #netns", function()
     assert.matches("rc=[1-9]", out)
   end)
 
+  it("connects upstream through the sandbox's own link with a mark-checked socket", function()
+    local n = tonumber(net.ip:match("%.(%d+)%.2$"))
+    local peer_ip, my_ip = "10.80." .. n .. ".1", "10.80." .. n .. ".2"
+    -- The server on the link's far end answers with the address the connection came
+    -- from: the sandbox's own link address, not the host's (no traffic is sent from the
+    -- host to this network at all).
+    os.execute(string.format("ip netns exec %s socat TCP-LISTEN:9445,fork,reuseaddr " ..
+      "SYSTEM:'echo from=$SOCAT_PEERADDR' >/dev/null 2>&1 &", net.ns))
+    local root = h.tmpdir("egress-link")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "link", storage_root = root, network = {
+      allow = { "pypi.org:8080", "whoami.test:9445" }, internal = { "10.80." .. n .. ".0/24" },
+      resolve = { ["pypi.org"] = peer_ip, ["whoami.test"] = peer_ip },
+      link = { peer_netns = "/run/netns/" .. net.ns, address = my_ip .. "/24",
+               peer_address = peer_ip .. "/24", gateway = peer_ip } } }))
+    assert(corral.provision("native", sb))
+    local out_path = root .. "/out"
+    local r = assert(corral.exec("native", sb, { "sh", "-c",
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html; nc -w 2 whoami.test 9445 </dev/null; " ..
+      "echo x | nc -u -w 1 " .. peer_ip .. " 9443; " ..
+      "curl -sS --max-time 3 http://" .. peer_ip .. ":8080/ && echo LITERAL-OK; exit 0" }, { output = out_path }))
+    corral.destroy("native", sb)
+    local out = h.read(out_path)
+    h.rmrf(root)
+    assert.are.equal(0, r.code)
+    assert.matches("hello%-from%-the%-internet", out)
+    assert.matches("from=" .. my_ip:gsub("%.", "%%."), out) -- it came through the link
+    assert.is_nil(out:find("LITERAL-OK", 1, true), out) -- the tenant cannot use the link itself
+    assert.are.equal("", h.read(net.dir .. "/udp.log") or "")
+    assert(h.wait_for(function()
+      return not h.sh("ip netns exec " .. net.ns .. " ip -o link"):find("crl%x+%d+@")
+    end, 3), "the link outlived its sandbox")
+  end)
+
   it("1,000 plane create/destroy cycles leave no fd, netns or table behind", function()
     local plane = require "corral.egress.plane"
     local pid = corral.core.getpid()
@@ -299,7 +334,8 @@ describe("egress #root #netns", function()
     -- a plane's netns lives only as long as an fd (or a process) holds it: count ours,
     -- and the named ones
     local netns_count = function()
-      return tonumber(h.sh("ls -l /proc/" .. pid .. "/fd | grep -c 'net:\\['; ip netns list | wc -l"):gsub("\n", "+"):match("^(%d+)")) ,
+      local counts = h.sh("ls -l /proc/" .. pid .. "/fd | grep -c 'net:\\['")
+      return tonumber(counts:match("^(%d+)")),
         h.sh("ip netns list")
     end
     local f0, n0, named0 = fds(), netns_count()

@@ -39,7 +39,8 @@ function M.start()
     ip netns exec "$NS" busybox httpd -p "$HTTP" -h "$DIR"
     ip netns exec "$NS" socat TCP6-LISTEN:"$ECHO",ipv6only=0,fork,reuseaddr EXEC:cat >/dev/null 2>&1 &
     ip netns exec "$NS" socat -u UDP6-RECV:"$UDP",ipv6only=0 OPEN:"$DIR/udp.log",creat,append >/dev/null 2>&1 &
-    ip netns exec "$NS" socat -u TCP6-LISTEN:9444,ipv6only=0,fork,reuseaddr OPEN:"$DIR/tcp9444.log",creat,append >/dev/null 2>&1 &
+    ip netns exec "$NS" socat -u TCP6-LISTEN:9444,ipv6only=0,fork,reuseaddr \
+      OPEN:"$DIR/tcp9444.log",creat,append >/dev/null 2>&1 &
   ]]
   local env = string.format("NS=%s VETH=%s PEER=%s HOST_IP=%s HOST_IP6=%s IP=%s IP6=%s HTTP=%d ECHO=%d UDP=%d DIR=%s",
     net.ns, net.veth, net.peer, net.host_ip, net.host_ip6, net.ip, net.ip6, net.http_port, net.echo_port,

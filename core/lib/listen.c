@@ -93,6 +93,15 @@ int corral_listen_in_netns(int netns_fd, int type, const char *addr, int port, i
     if (family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&ss)->sin6_addr) &&
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) < 0)
         return -errno;
+    /* A datagram server answers from the address each query arrived at (core/lib/udp.c):
+     * ask for that address with every datagram. */
+    if (type == SOCK_DGRAM) {
+        if (family == AF_INET6 &&
+            setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one) < 0)
+            return -errno;
+        if (setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) < 0 && family == AF_INET)
+            return -errno;
+    }
     if (bind(fd, (struct sockaddr *)&ss, len) < 0) return -errno;
     if (type == SOCK_STREAM && listen(fd, SOMAXCONN) < 0) return -errno;
     len = sizeof ss;

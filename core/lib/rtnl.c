@@ -324,3 +324,27 @@ int corral_rtnl_addr(int netns_fd, const char *ifname, int family, const void *a
     }
     return corral_netlink_talk(nl, nlh, NULL, NULL);
 }
+
+int corral_rtnl_default_via(int netns_fd, int family, const void *gateway, const char *ifname)
+{
+    cleanup_nl struct mnl_socket *nl = NULL;
+    char buf[NL_REQ_SIZE];
+    int err = check_ifname(ifname);
+    if (err) return err;
+    if (family != AF_INET && family != AF_INET6) return -EAFNOSUPPORT;
+    err = rtnl_open(netns_fd, &nl);
+    if (err) return err;
+    int oif = link_index(nl, ifname);
+    if (oif < 0) return oif;
+    struct nlmsghdr *nlh = put_request(buf, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL);
+    struct rtmsg *rtm = mnl_nlmsg_put_extra_header(nlh, sizeof *rtm);
+    rtm->rtm_family = (unsigned char)family;
+    rtm->rtm_dst_len = 0;
+    rtm->rtm_table = RT_TABLE_MAIN;
+    rtm->rtm_protocol = RTPROT_STATIC;
+    rtm->rtm_type = RTN_UNICAST;
+    rtm->rtm_scope = RT_SCOPE_UNIVERSE;
+    mnl_attr_put(nlh, RTA_GATEWAY, family == AF_INET ? 4 : 16, gateway);
+    mnl_attr_put_u32(nlh, RTA_OIF, (uint32_t)oif);
+    return corral_netlink_talk(nl, nlh, NULL, NULL);
+}

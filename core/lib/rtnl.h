@@ -57,4 +57,8 @@ int corral_rtnl_link_up(int netns_fd, const char *ifname);
 /* Deletes ifname (a veth takes its peer with it). */
 int corral_rtnl_link_del(int netns_fd, const char *ifname);
 
+/* A default route in netns_fd via gateway (4 or 16 bytes, by family) on ifname: the
+ * sandbox's own routed link, for operators who give it one. Returns 0 or -errno. */
+int corral_rtnl_default_via(int netns_fd, int family, const void *gateway, const char *ifname);
+
 #endif

@@ -4,7 +4,8 @@
  *   core.relay.new()                                   -> loop
  *   loop:fileno()                                      -> the epoll fd (readable: call run)
  *   loop:add_pair(fd_a, fd_b [, {idle=s, key=, max_per_key=}])          -> id
- *   loop:add_connect(client_fd, ip, port [, {mark=, timeout=s, idle=s, key=, max_per_key=}])
+ *   loop:add_connect(client_fd, ip, port [, {mark=, timeout=s, idle=s, key=, max_per_key=,
+ *                                           netns=fd}])
  *                                                      -> id
  *   loop:run([timeout_s])                              -> {{id=, kind=, up=, down=, err=,
  *                                                           msg=}, …}
@@ -61,6 +62,7 @@ struct opts {
     struct corral_relay_opts o;
     uint32_t mark;
     int timeout_ms;
+    int netns_fd; /* upstream made in this netns (the sandbox's own link); -1: here */
 };
 
 /* Reads the options table at arg (absent: defaults). A key string stays referenced by
@@ -69,8 +71,15 @@ static void check_opts(lua_State *L, int arg, struct opts *p)
 {
     memset(p, 0, sizeof *p);
     p->timeout_ms = 10000;
+    p->netns_fd = -1;
     if (lua_isnoneornil(L, arg)) return;
     luaL_checktype(L, arg, LUA_TTABLE);
+    if (lua_getfield(L, arg, "netns") != LUA_TNIL) {
+        corral_fd *f = luaL_testudata(L, -1, CORRAL_FD_TYPE);
+        if (!f || f->fd < 0) luaL_argerror(L, arg, "netns must be an open corral.fd");
+        p->netns_fd = f->fd;
+    }
+    lua_pop(L, 1);
     if (lua_getfield(L, arg, "idle") != LUA_TNIL) {
         if (!lua_isnumber(L, -1)) luaL_argerror(L, arg, "idle must be a number of seconds");
         p->o.idle_ms = ms_of(L, arg, "idle", lua_tonumber(L, -1));
@@ -191,8 +200,8 @@ static int l_add_connect(lua_State *L)
      * refusal names its step ("setsockopt_mark: …"). */
     const char *what = "connect";
     int in_progress = 0;
-    int up =
-        corral_connect_marked_start((struct sockaddr *)&ss, len, p.mark, -1, &in_progress, &what);
+    int up = corral_connect_marked_start((struct sockaddr *)&ss, len, p.mark, p.netns_fd,
+                                         &in_progress, &what);
     if (up < 0) {
         corral_reset(client);
         return corral_pushfail(L, what, up);

@@ -78,6 +78,21 @@ static int l_addr(lua_State *L)
     return result(L, ifname, corral_rtnl_addr(ns, ifname, family, bytes, (int)prefix));
 }
 
+/* core.rtnl.default_via(netns, gateway_ip, ifname) */
+static int l_default_via(lua_State *L)
+{
+    unsigned char bytes[sizeof(struct in6_addr)];
+    int ns = corral_checkfd(L, 1);
+    const char *gw = corral_checkpath(L, 2);
+    const char *ifname = corral_checkpath(L, 3);
+    int family = AF_INET;
+    if (inet_pton(AF_INET, gw, bytes) != 1) {
+        family = AF_INET6;
+        if (inet_pton(AF_INET6, gw, bytes) != 1) return luaL_argerror(L, 2, "not an IP address");
+    }
+    return result(L, "default route", corral_rtnl_default_via(ns, family, bytes, ifname));
+}
+
 static int l_link_up(lua_State *L)
 {
     int ns = corral_checkfd(L, 1);
@@ -100,6 +115,7 @@ int corral_open_rtnl(lua_State *L)
                                      {"veth", l_veth},
                                      {"addr", l_addr},
                                      {"link_up", l_link_up},
+                                     {"default_via", l_default_via},
                                      {"link_del", l_link_del},
                                      {NULL, NULL}};
     luaL_newlib(L, funcs);

@@ -31,7 +31,8 @@ Plane.__index = Plane
 M.MARK = 42
 M.TTL = 60
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
-                max_connections = true, idle = true, connect_timeout = true }
+                max_connections = true, idle = true, connect_timeout = true, link = true }
+local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
 
 local function bad(detail)
   return nil, errors.invalid_argument("network", detail)
@@ -65,6 +66,24 @@ function M.policy(network)
   if resolve ~= nil and type(resolve) ~= "function" and type(resolve) ~= "table" then
     return bad("resolve must be a function or a table of name → address(es)")
   end
+  if network.link ~= nil then
+    local l = network.link
+    if type(l) ~= "table" then return bad("link must be a table") end
+    for k in pairs(l) do
+      if not LINK[k] then return bad("link: unknown field " .. tostring(k)) end
+    end
+    if type(l.peer_netns) ~= "string" or l.peer_netns:sub(1, 1) ~= "/" then
+      return bad("link.peer_netns must be the path of a network namespace (e.g. /run/netns/NAME)")
+    end
+    for _, k in ipairs({ "address", "peer_address" }) do
+      if l[k] ~= nil and (type(l[k]) ~= "string" or not l[k]:match("^[%x:.]+/%d+$")) then
+        return bad("link." .. k .. " must be ADDRESS/PREFIX")
+      end
+    end
+    if not l.address or type(l.gateway) ~= "string" or not core.inet.parse(l.gateway) then
+      return bad("link needs address (ADDRESS/PREFIX) and gateway (an address)")
+    end
+  end
   for _, k in ipairs({ "max_connections", "budget" }) do
     if network[k] ~= nil and (math.type(network[k]) ~= "integer" or network[k] < 1) then
       return bad(k .. " must be a positive integer")
@@ -95,8 +114,13 @@ function M.new(id, network)
   self.netns, err = core.ns.new_net()
   if not self.netns then return fail("netns", err) end
   local ok
-  ok, err = core.rtnl.lo_default_routes(self.netns)
-  if not ok then return fail("lo and default routes", err) end
+  if network.link then
+    ok, err = self:attach_link(network.link)
+    if not ok then return fail("link", err) end
+  else
+    ok, err = core.rtnl.lo_default_routes(self.netns)
+    if not ok then return fail("lo and default routes", err) end
+  end
   -- The responder holds port 53 itself, so a resolver configured at a loopback address
   -- (127.0.0.53, 127.0.0.1) reaches it directly, and any other :53 is redirected to it.
   self.dns_udp, self.dns_port = core.listen_in_netns(self.netns, "udp", "::", 53)
@@ -136,6 +160,36 @@ function Plane:service_accept(loop)
   ctx.verdict = "allow"
   loop.pending[id] = ctx
   events.emit(ctx)
+end
+
+-- The sandbox's own routed link: a veth with one end in the sandbox netns (corral0) and
+-- the other in the operator's namespace, a default route through it. Tenant traffic is
+-- still redirected before it can use the route (nat/output sees the rerouted packet);
+-- only the host's mark-checked upstream sockets leave through it.
+function Plane:attach_link(link)
+  local ok, err = core.rtnl.link_up(self.netns, "lo")
+  if not ok then return nil, err end
+  local peer
+  peer, err = core.rtnl.netns_open(link.peer_netns)
+  if not peer then return nil, err end
+  local h = 0
+  for i = 1, #self.id do h = (h * 31 + self.id:byte(i)) % 0xffffff end
+  self.peer_ifname = string.format("crl%06x%03d", h, math.random(0, 999))
+  ok, err = core.rtnl.veth(self.netns, "corral0", peer, self.peer_ifname)
+  if ok then
+    local addr, len = link.address:match("^(.*)/(%d+)$")
+    ok, err = core.rtnl.addr(self.netns, "corral0", addr, tonumber(len))
+  end
+  if ok then ok, err = core.rtnl.link_up(self.netns, "corral0") end
+  if ok and link.peer_address then
+    local addr, len = link.peer_address:match("^(.*)/(%d+)$")
+    ok, err = core.rtnl.addr(peer, self.peer_ifname, addr, tonumber(len))
+  end
+  if ok then ok, err = core.rtnl.link_up(peer, self.peer_ifname) end
+  if ok then ok, err = core.rtnl.default_via(self.netns, link.gateway, "corral0") end
+  peer:close()
+  self.link = ok and link or nil
+  return ok, err
 end
 
 --- The fds the loop polls for this plane, with their handlers.
@@ -182,10 +236,10 @@ end
 
 function Plane:dns_udp_ready()
   for _ = 1, 64 do
-    local msg, addr, port = core.udp_recv(self.dns_udp)
+    local msg, addr, port, localaddr = core.udp_recv(self.dns_udp)
     if not msg then return end
     local reply = self:answer(msg)
-    if reply then core.udp_send(self.dns_udp, reply, addr, port) end
+    if reply then core.udp_send(self.dns_udp, reply, addr, port, localaddr) end
   end
 end
 
@@ -273,8 +327,12 @@ function Plane:accept(loop)
     if not upstream then return deny(self, client, ctx, "resolved into a refused range (" .. why .. ")") end
   end
   ctx.upstream = upstream
+  -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
+  -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
+  -- which the ruleset's mark rules exempt from the redirect.
   local id, cerr = loop.relay:add_connect(client, upstream, port, {
-    timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections })
+    timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
+    mark = self.link and M.MARK or nil, netns = self.link and self.netns or nil })
   if not id then return deny(self, client, ctx, "upstream: " .. tostring(cerr)) end
   ctx.verdict, ctx.reason = "allow", verdict.reason
   loop.pending[id] = ctx
