@@ -327,6 +327,36 @@ describe("egress #root #netns", function()
     end, 3), "the link outlived its sandbox")
   end)
 
+  it("shows sandboxes, their ruleset and recent decisions in the REPL helpers", function()
+    local root = h.tmpdir("egress-repl")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "repl", storage_root = root, network = { allow = { "pypi.org:8080" },
+      internal = { net.cidr }, resolve = { ["pypi.org"] = net.ip } } }))
+    assert(corral.provision("native", sb))
+    assert(corral.exec("native", sb, { "sh", "-c", "curl -s --max-time 5 http://pypi.org:8080/ >/dev/null" }))
+    local listed
+    for _, s in ipairs(corral.sandboxes()) do listed = listed or s.id == "repl" end
+    local rules = corral.ruleset("repl")
+    local recent = corral.decisions(50)
+    corral.destroy("native", sb)
+    h.rmrf(root)
+    assert.is_true(listed)
+    assert.matches("table inet corral", rules)
+    assert.matches("redirect to :53", rules)
+    local seen
+    for _, e in ipairs(recent) do seen = seen or (e.sandbox == "repl" and e.verdict == "allow") end
+    assert.is_true(seen)
+    assert.is_nil(corral.ruleset("repl")) -- gone with the sandbox
+  end)
+
+  it("refuses an allowlist under bwrap by name instead of running without it", function()
+    local out, status = h.corral("run", "--mechanism", "bwrap", "--allow", "pypi.org:443", "--", "true")
+    assert.are.equal(3, status, out)
+    assert.matches("cannot_enforce: network_restriction", out)
+    local _, ok_status = h.corral("run", "--mechanism", "bwrap", "--", "true") -- control
+    assert.are.equal(0, ok_status)
+  end)
+
   it("1,000 plane create/destroy cycles leave no fd, netns or table behind", function()
     local plane = require "corral.egress.plane"
     local pid = corral.core.getpid()

@@ -60,6 +60,13 @@ function M.args(sb, argv)
 end
 
 function M.provision(sb)
+  -- bubblewrap can only unshare an empty netns or share the caller's; it cannot join the
+  -- host-programmed one an allowlist needs. Refused by name rather than run with no
+  -- network (which would silently drop the allowlist) or the host's (fail open).
+  if sb.network or sb.service_port then
+    return nil, errors.cannot_enforce("network_restriction",
+      "the bwrap mechanism cannot apply an egress allowlist or a service port; use the native mechanism")
+  end
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
   local id = sandbox.host_id(sb)
   local out, status = shell.capture({ "sh", "-c",
