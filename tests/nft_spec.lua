@@ -8,41 +8,9 @@ local nft, rtnl = core.nft, core.rtnl
 
 local EPROTO, ENOENT, EEXIST = 71, core.errno.ENOENT, core.errno.EEXIST
 
-local function run(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local ok = p:close()
-  return ok == true, out
-end
-
-local function own_pid()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("l"):match("^(%d+)")
-  f:close()
-  return pid
-end
-
-local is_root = select(2, run("id -u")):match("^0") ~= nil
-
--- Each netns is recorded before anything can fail, so after_each always removes it.
-local created, serial = {}, 0
-local function netns()
-  serial = serial + 1
-  local name = ("corral-t-%s-%d"):format(own_pid(), serial)
-  local entry = { name = name }
-  created[#created + 1] = entry
-  assert(run("ip netns add " .. name))
-  entry.fd = assert(rtnl.netns_open("/run/netns/" .. name))
-  return name, entry.fd
-end
-
-local function cleanup()
-  for _, e in ipairs(created) do
-    if e.fd then e.fd:close() end
-    run("ip netns del " .. e.name)
-  end
-  created = {}
-end
+local testns = require "netns"
+local run, is_root = testns.run, testns.is_root
+local netns, cleanup = testns.netns, testns.cleanup
 
 -- Each needle found after the previous one.
 local function in_order(text, needles)

@@ -25,27 +25,11 @@
 #include <sys/socket.h>
 
 #include "check.h"
+#include "ns.h"
 #include "listen.h"
 #include "nft.h"
 #include "rtnl.h"
 #include "sock.h"
-
-static void *unshare_thread(void *arg)
-{
-    int *fd = arg;
-    if (unshare(CLONE_NEWNET) == 0) *fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    return NULL;
-}
-
-/* A fresh netns that lives exactly as long as the returned fd. */
-static int anon_netns(void)
-{
-    int fd = -1;
-    pthread_t t;
-    if (pthread_create(&t, NULL, unshare_thread, &fd) != 0) return -1;
-    pthread_join(t, NULL);
-    return fd;
-}
 
 static int count_fds(void)
 {
@@ -123,7 +107,7 @@ static int reserve_port(int *port)
 
 static void test_lands_in_netns(int host)
 {
-    int ns = anon_netns();
+    int ns = corral_ns_new_net();
     CHECK(ns >= 0);
     CHECK(corral_rtnl_lo_default_routes(ns) == 0);
     int port = 0, bound = 0;
@@ -207,7 +191,7 @@ static void test_no_netns_binds_nothing(int host)
 /* The redirect end to end: ruleset → one [::] listener → original destination. */
 static void test_redirect_original_dst(void)
 {
-    int ns = anon_netns();
+    int ns = corral_ns_new_net();
     CHECK(ns >= 0);
     CHECK(corral_rtnl_lo_default_routes(ns) == 0);
     int port = 0;

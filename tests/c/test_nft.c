@@ -32,6 +32,7 @@
 #include <linux/netfilter_ipv4.h>
 
 #include "check.h"
+#include "ns.h"
 #include "nft.h"
 #include "rtnl.h"
 
@@ -41,23 +42,6 @@
 
 #define DNS_PORT 5353
 #define ACCEPTOR_PORT 4000
-
-static void *unshare_thread(void *arg)
-{
-    int *fd = arg;
-    if (unshare(CLONE_NEWNET) == 0) *fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    return NULL;
-}
-
-/* A fresh netns that lives exactly as long as the returned fd. */
-static int anon_netns(void)
-{
-    int fd = -1;
-    pthread_t t;
-    if (pthread_create(&t, NULL, unshare_thread, &fd) != 0) return -1;
-    pthread_join(t, NULL);
-    return fd;
-}
 
 static int ns_fd; /* for the nft CLI: nsenter --net=/proc/PID/fd/N */
 
@@ -543,7 +527,7 @@ static int count_fds(void)
 int main(void)
 {
     int fds = count_fds();
-    ns_fd = anon_netns();
+    ns_fd = corral_ns_new_net();
     CHECK(ns_fd >= 0);
     if (ns_fd < 0) return DONE();
     test_apply_verify_tamper_delete();

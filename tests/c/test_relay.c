@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "ns.h"
 #include "listen.h"
 #include "relay.h"
 #include "rtnl.h"
@@ -48,23 +49,6 @@ static long now_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
-static void *unshare_thread(void *arg)
-{
-    int *fd = arg;
-    if (unshare(CLONE_NEWNET) == 0) *fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    return NULL;
-}
-
-/* A fresh netns that lives exactly as long as the returned fd. */
-static int anon_netns(void)
-{
-    int fd = -1;
-    pthread_t t;
-    if (pthread_create(&t, NULL, unshare_thread, &fd) != 0) return -1;
-    pthread_join(t, NULL);
-    return fd;
 }
 
 /* ---- events: everything run returns goes into one log ---- */
@@ -393,7 +377,7 @@ static void test_connect(struct corral_relay *r)
     close(c);
 
     /* An upstream started in another netns (the sandbox's own link case). */
-    int ns = anon_netns();
+    int ns = corral_ns_new_net();
     CHECK(ns >= 0 && corral_rtnl_lo_default_routes(ns) == 0);
     int nport = 0;
     int nl = corral_listen_in_netns(ns, SOCK_STREAM, "127.0.0.1", 0, &nport);

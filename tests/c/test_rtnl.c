@@ -26,23 +26,8 @@
 #include <linux/sockios.h>
 
 #include "check.h"
+#include "ns.h"
 #include "rtnl.h"
-
-static void *unshare_thread(void *arg)
-{
-    int *fd = arg;
-    if (unshare(CLONE_NEWNET) == 0) *fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    return NULL;
-}
-
-static int anon_netns(void)
-{
-    int fd = -1;
-    pthread_t t;
-    if (pthread_create(&t, NULL, unshare_thread, &fd) != 0) return -1;
-    pthread_join(t, NULL);
-    return fd;
-}
 
 static ino_t ino_of(int fd)
 {
@@ -316,7 +301,7 @@ static int count_fds(void)
 int main(void)
 {
     int fds = count_fds();
-    int a = anon_netns(), b = anon_netns();
+    int a = corral_ns_new_net(), b = corral_ns_new_net();
     CHECK(a >= 0 && b >= 0);
     if (a < 0 || b < 0) return DONE();
     test_open_in(a);

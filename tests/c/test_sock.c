@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "ns.h"
 #include "listen.h"
 #include "rtnl.h"
 #include "sock.h"
@@ -39,22 +40,6 @@ static int count_fds(void)
         n++;
     closedir(d);
     return n;
-}
-
-static void *unshare_thread(void *arg)
-{
-    int *fd = arg;
-    if (unshare(CLONE_NEWNET) == 0) *fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    return NULL;
-}
-
-static int anon_netns(void)
-{
-    int fd = -1;
-    pthread_t t;
-    if (pthread_create(&t, NULL, unshare_thread, &fd) != 0) return -1;
-    pthread_join(t, NULL);
-    return fd;
 }
 
 static socklen_t addr_of(const char *ip, int port, struct sockaddr_storage *ss)
@@ -162,7 +147,7 @@ static void test_mark_checked(void)
 
 static void test_connect_in_netns(void)
 {
-    int ns = anon_netns();
+    int ns = corral_ns_new_net();
     CHECK(ns >= 0 && corral_rtnl_lo_default_routes(ns) == 0);
     int port = 0;
     int l = corral_listen_in_netns(ns, SOCK_STREAM, "127.0.0.1", 0, &port);

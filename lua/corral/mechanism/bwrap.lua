@@ -22,10 +22,8 @@ local M = { name = "bwrap" }
 
 local state = {}
 
-local function has_resource_limits(sb)
-  local l = sb.limits or {}
-  return l.memory ~= nil or l.pids ~= nil or l.cpu ~= nil
-end
+local limits = require "corral.limits"
+local has_resource_limits = limits.wants_cgroup
 
 function M.required_capabilities(sb)
   local req = { "filesystem_confinement", "privilege_separation", "network_restriction", "bwrap" }
@@ -74,13 +72,9 @@ function M.provision(sb)
     sandbox.storage_path(sb), tostring(id) })
   if status ~= 0 then return nil, errors.cannot_enforce("filesystem_confinement", out) end
   local st = { status = "provisioned" }
-  if has_resource_limits(sb) then
-    local l = sb.limits
-    local cg, err = core.cgroup.create({ memory = l.memory, pids = l.pids,
-      cpu_quota_us = l.cpu and math.floor(l.cpu * 100000) or nil, cpu_period_us = l.cpu and 100000 or nil })
-    if not cg then return nil, errors.cannot_enforce("resource_limits", tostring(err)) end
-    st.cgroup = cg
-  end
+  local cerr
+  st.cgroup, cerr = limits.cgroup(sb)
+  if cerr then return nil, cerr end
   state[sb.id] = st
   return true
 end
@@ -126,15 +120,7 @@ function M.exec(sb, argv, opts)
   if how == "signal" then code = 128 + code end
   local result = { code = code, how = how == "signal" and "killed" or "exited" }
   if wall and code == 137 and os.time() - started >= math.floor(wall) then result.limit = "wall" end
-  if st.cgroup then
-    local usage = st.cgroup:usage()
-    result.usage = usage
-    if usage and (usage.oom_kills or 0) > (st.oom_seen or 0) then
-      st.oom_seen = usage.oom_kills
-      result.limit = result.limit or "memory"
-    end
-  end
-  return result
+  return limits.observe(st, result)
 end
 
 function M.start(sb, argv)

@@ -23,10 +23,8 @@ local state = {} -- id → {cgroup =, process =, status =}
 
 M.TMP_MIB = 64
 
-local function has_resource_limits(sb)
-  local l = sb.limits or {}
-  return l.memory ~= nil or l.pids ~= nil or l.cpu ~= nil
-end
+local limits = require "corral.limits"
+local has_resource_limits = limits.wants_cgroup
 
 --- What a sandbox under this mechanism needs: the tenant profile's guarantees, plus the
 -- kernel features native builds them from.
@@ -86,7 +84,7 @@ function M.plan(sb, argv, opts)
   if not path:find("/", 1, true) then
     path = core.resolve_executable(path, sb.env.PATH)
   end
-  local limits = sb.limits or {}
+  local lim = sb.limits or {}
   local id = sandbox.host_id(sb)
   local plan = {
     path = path, argv = argv, env = hardening.envp(sb.env), cwd = "/storage",
@@ -94,7 +92,7 @@ function M.plan(sb, argv, opts)
     uid = id, gid = id,
     binds = binds, symlinks = links, proc = true, dev = true, tmp_mib = M.TMP_MIB,
     seccomp = true,
-    rlimits = { core = 0, nofile = limits.nofile, fsize = limits.fsize },
+    rlimits = { core = 0, nofile = lim.nofile, fsize = lim.fsize },
     cgroup_procs = {},
     stdin = opts.stdin, stdout = opts.stdout, stderr = opts.stderr,
   }
@@ -130,16 +128,9 @@ function M.provision(sb)
       "host id " .. sandbox.host_id(sb) .. " (give every directory above the storage o+x, e.g. mode 0711)")
   end
   local st = { status = "provisioned" }
-  if has_resource_limits(sb) then
-    local l = sb.limits
-    local cg, cerr = core.cgroup.create({
-      memory = l.memory, pids = l.pids,
-      cpu_quota_us = l.cpu and math.floor(l.cpu * 100000) or nil,
-      cpu_period_us = l.cpu and 100000 or nil,
-    })
-    if not cg then return nil, errors.cannot_enforce("resource_limits", tostring(cerr)) end
-    st.cgroup = cg
-  end
+  local cerr
+  st.cgroup, cerr = limits.cgroup(sb)
+  if cerr then return nil, cerr end
   if needs_plane(sb) then
     local plane, perr = require("corral.egress.plane").new(sb.id, sb.network)
     if not plane then
@@ -180,16 +171,7 @@ end
 
 local function classify(sb, proc, code, how, timed_out)
   local st = state[sb.id]
-  local result = { code = code, how = how }
-  if timed_out then result.limit = "wall" end
-  if st and st.cgroup then
-    local usage = st.cgroup:usage()
-    result.usage = usage
-    if usage and (usage.oom_kills or 0) > (st.oom_seen or 0) then
-      st.oom_seen = usage.oom_kills
-      result.limit = result.limit or "memory"
-    end
-  end
+  local result = limits.observe(st, { code = code, how = how, limit = timed_out and "wall" or nil })
   proc:close()
   return result
 end

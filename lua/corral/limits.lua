@@ -1,0 +1,54 @@
+--- Resource limits shared by the mechanisms that apply them through corral's cgroups.
+--
+-- One place builds a sandbox's cgroup from `sb.limits` (beneath the host's own cgroup,
+-- never at a hierarchy's root) and one place reads back what ended a run, so that every
+-- mechanism reports a memory kill the same way.
+-- @module corral.limits
+local core = require "corral.core"
+local errors = require "corral.errors"
+
+local M = {}
+
+--- Whether the sandbox asks for limits a cgroup enforces (memory, pids, cpu).
+-- @tparam table sb
+-- @treturn boolean
+function M.wants_cgroup(sb)
+  local l = sb.limits or {}
+  return l.memory ~= nil or l.pids ~= nil or l.cpu ~= nil
+end
+
+--- The sandbox's cgroup, or nil when it asks for none.
+-- @tparam table sb
+-- @treturn[1] userdata|nil the cgroup
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce("resource_limits", …)
+function M.cgroup(sb)
+  if not M.wants_cgroup(sb) then return nil end
+  local l = sb.limits
+  local cg, err = core.cgroup.create({
+    memory = l.memory, pids = l.pids,
+    cpu_quota_us = l.cpu and math.floor(l.cpu * 100000) or nil,
+    cpu_period_us = l.cpu and 100000 or nil,
+  })
+  if not cg then return nil, errors.cannot_enforce("resource_limits", tostring(err)) end
+  return cg
+end
+
+--- Adds the cgroup's usage to a run's result, and `limit = "memory"` when the cgroup's
+-- OOM killer fired during it (`st.oom_seen` remembers the count between runs).
+-- @tparam table st the mechanism's state for the sandbox (`cgroup`, `oom_seen`)
+-- @tparam table result `{code, how, limit?}`
+-- @treturn table result
+function M.observe(st, result)
+  if st and st.cgroup then
+    local usage = st.cgroup:usage()
+    result.usage = usage
+    if usage and (usage.oom_kills or 0) > (st.oom_seen or 0) then
+      st.oom_seen = usage.oom_kills
+      result.limit = result.limit or "memory"
+    end
+  end
+  return result
+end
+
+return M
