@@ -61,6 +61,8 @@ describe("corral CLI", function()
     { { "confine", "--permit", "/nonexistent/x", "--", "true" }, "No such file" },
     { { "confine", "--bogus", "x", "--permit", "/tmp", "--", "true" }, "%-%-bogus: unknown option" },
     { { "confine", "--permit", "/tmp" }, "CMD" },
+    { { "confine", "--permit", "/", "--", "true" }, "would confine nothing" },
+    { { "confine", "--permit", "/proc/self", "--", "true" }, "would confine nothing" },
   }
   for _, c in ipairs(bad) do
     it("confine refuses " .. table.concat(c[1], " ") .. " with a clear error and no spec", function()
@@ -78,6 +80,8 @@ describe("corral CLI", function()
       { "exec-confined", "--permit", box, "--layers", "none", "--", "true" },
       { "exec-confined", "--permit", box, "--cd", "/tmp", "--", "true" },
       { "exec-confined", "--permit", box, "--what", "x", "--", "true" },
+      { "exec-confined", "--permit", "/", "--", "true" },
+      { "exec-confined", "--permit", box, "--extra", "/sys", "--", "true" },
     }
     for _, argv in ipairs(cases) do
       local out, status = h.corral(table.unpack(argv))
@@ -87,6 +91,22 @@ describe("corral CLI", function()
     local out, status = h.corral("exec-confined", "--permit", box, "--", "sh", "-c", "echo ran") -- control
     assert.are.equal(0, status, out)
     assert.matches("ran", out)
+  end)
+
+  it("run never takes over an existing directory it does not own as storage", function()
+    local before = h.sh("stat -c '%u %g %a' /etc")
+    local out, status = h.corral("run", "--storage", "/etc", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("owned by uid 0", out)
+    assert.are.equal(before, h.sh("stat -c '%u %g %a' /etc"))
+    local dir = h.tmpdir("cli-store")
+    os.execute("chmod 0711 " .. dir)
+    out, status = h.corral("run", "--storage", dir .. "/alice", "--", "sh", "-c", "echo kept > /storage/f")
+    assert.are.equal(0, status, out) -- control: corral creates it
+    out, status = h.corral("run", "--storage", dir .. "/alice", "--", "cat", "/storage/f")
+    h.rmrf(dir)
+    assert.are.equal(0, status, out)
+    assert.matches("kept", out) -- and reuses it, since it belongs to the sandbox's id
   end)
 
   it("the unprivileged path: confine works for a non-root caller (user namespace)", function()

@@ -88,6 +88,13 @@ __attribute__((format(printf, 2, 3))) static void diag(int err, const char *fmt,
     fputc('\n', stderr);
 }
 
+static int is_beneath(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (strcmp(dir, "/") == 0) return 1;
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
 static int resolve_dir_arg(const char *opt, const char *value, char **out)
 {
     if (value[0] != '/') {
@@ -95,8 +102,16 @@ static int resolve_dir_arg(const char *opt, const char *value, char **out)
         return -EINVAL;
     }
     int r = corral_resolve_dir(value, out);
-    if (r < 0) diag(r, "cannot resolve %s", value);
-    return r;
+    if (r < 0) {
+        diag(r, "cannot resolve %s", value);
+        return r;
+    }
+    /* A boundary at / (or on the kernel's pseudo-filesystems) confines nothing. */
+    if (strcmp(*out, "/") == 0 || is_beneath(*out, "/proc") || is_beneath(*out, "/sys")) {
+        diag(0, "%s %s would confine nothing", opt, *out);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 static int parse_layers(const char *s, struct confine_opts *o)
@@ -170,13 +185,6 @@ static int parse(int argc, char **argv, struct confine_opts *o)
     o->argv = &argv[i];
     if (!o->cd) o->cd = o->permit;
     return 0;
-}
-
-static int is_beneath(const char *path, const char *dir)
-{
-    size_t n = strlen(dir);
-    if (strcmp(dir, "/") == 0) return 1;
-    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
 }
 
 /* Inherited stdio that is a directory would let the command list and fchmod it

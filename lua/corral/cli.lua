@@ -231,8 +231,8 @@ command("run", "run a tenant command in a sandbox (credentials stripped, no netw
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (DIR, or a temporary directory removed
-afterwards; DIR's owner becomes the sandbox's host id), --workspace at /workspace, the
-runtime read-only, no network at all, host processes invisible, every capability
+afterwards; corral creates DIR, or it must already belong to the sandbox's host id),
+--workspace at /workspace, the runtime read-only, no network at all, host processes invisible, every capability
 dropped, the tenant seccomp filter. The environment starts from PATH HOME LANG TERM TZ;
 --env NAME adds the caller's NAME, unless it is credential-shaped (refused by name).
 Egress: --allow ENTRY (pypi.org:443, *.pythonhosted.org:443, 10.20.0.0/16:5432,
@@ -281,10 +281,14 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     local root, id
     id = opts.id
     if opts.storage then
-      local dir, err = core.resolve_path(opts.storage)
-      if not dir then return fail("run", errors.invalid_argument("--storage", opts.storage .. ": " .. err)) end
-      root, id = dir:match("^(.*)/([^/]+)$")
-      if root == "" then root = "/" end
+      -- DIR may not exist yet (corral creates it); its parent must, and is resolved.
+      local parent, base = opts.storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
+      if not parent or opts.storage:sub(1, 1) ~= "/" then
+        return fail("run", errors.invalid_argument("--storage", opts.storage .. ": must be an absolute path"))
+      end
+      local dir, err = core.resolve_path(parent == "" and "/" or parent)
+      if not dir then return fail("run", errors.invalid_argument("--storage", parent .. ": " .. err)) end
+      root, id = dir, base
     else
       temp = assert(core.mkdtemp("/tmp/corral-run-"))
       os.execute("chmod 0711 " .. shell.quote(temp))

@@ -37,6 +37,13 @@ local function resolve_dir(name, value)
   end
   local resolved, err = core.resolve_path(value)
   if not resolved then return nil, errors.invalid_argument(name, value .. ": " .. err) end
+  -- A boundary at / (or on the kernel's pseudo-filesystems) confines nothing.
+  for _, k in ipairs({ "/proc", "/sys" }) do
+    if resolved == k or resolved:sub(1, #k + 1) == k .. "/" then
+      return nil, errors.invalid_argument(name, resolved .. " would confine nothing")
+    end
+  end
+  if resolved == "/" then return nil, errors.invalid_argument(name, "/ would confine nothing") end
   return resolved
 end
 

@@ -127,7 +127,43 @@ end
 -- @tparam table sb
 -- @treturn string
 function M.storage_path(sb)
-  return sb.storage_root .. "/" .. sb.id
+  return (sb.storage_root:gsub("/+$", "")) .. "/" .. sb.id
+end
+
+--- Creates the sandbox's storage directory, owned by its host id, or accepts an existing
+-- one only when that id already owns it: corral never takes over a directory someone
+-- else owns (a `--storage /etc` must not hand /etc to a tenant). Every directory above
+-- it must be searchable by the host id, because the tenant's own id opens it.
+-- @tparam table sb
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table invalid_argument("storage", …) or cannot_enforce
+function M.prepare_storage(sb)
+  local shell = require "corral.shell"
+  local path, id = M.storage_path(sb), tostring(M.host_id(sb))
+  local out, status = shell.capture({ "sh", "-c", [[
+    mkdir -p -m 0711 "$(dirname "$1")" || exit 4
+    if mkdir -m 0700 "$1" 2>/dev/null; then chown "$2:$2" "$1" || exit 4; exit 0; fi
+    if [ -L "$1" ] || [ ! -d "$1" ]; then echo "$1 exists and is not a directory"; exit 3; fi
+    owner=$(stat -c %u "$1")
+    if [ "$owner" != "$2" ]; then
+      printf '%s exists and is owned by uid %s; a tenant storage must be created by corral ' "$1" "$owner"
+      printf 'or owned by the sandbox host id %s\n' "$2"
+      exit 3
+    fi]], "sh", path, id })
+  out = out:gsub("%s+$", "")
+  if status == 3 then return nil, errors.invalid_argument("storage", out) end
+  if status ~= 0 then
+    return nil, errors.cannot_enforce("filesystem_confinement",
+      "cannot create storage " .. path .. ": " .. out)
+  end
+  local _, searchable = shell.capture({ "setpriv", "--reuid=" .. id, "--regid=" .. id, "--clear-groups",
+    "test", "-x", path })
+  if searchable ~= 0 then
+    return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
+      "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
+  end
+  return true
 end
 
 --- The unprivileged host id a sandbox's root maps to: distinct per id (FNV-1a), in a

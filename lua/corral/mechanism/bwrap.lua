@@ -66,11 +66,8 @@ function M.provision(sb)
       "the bwrap mechanism cannot apply an egress allowlist or a service port; use the native mechanism")
   end
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-  local id = sandbox.host_id(sb)
-  local out, status = shell.capture({ "sh", "-c",
-    'mkdir -p -m 0711 "$(dirname "$1")" && mkdir -p -m 0700 "$1" && chown "$2:$2" "$1"', "sh",
-    sandbox.storage_path(sb), tostring(id) })
-  if status ~= 0 then return nil, errors.cannot_enforce("filesystem_confinement", out) end
+  local ok, err = sandbox.prepare_storage(sb)
+  if not ok then return nil, err end
   local st = { status = "provisioned" }
   local cerr
   st.cgroup, cerr = limits.cgroup(sb)

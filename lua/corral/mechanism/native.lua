@@ -102,31 +102,11 @@ function M.plan(sb, argv, opts)
   return plan
 end
 
-local function mkdir_p(path, mode, owner)
-  local shell = require "corral.shell"
-  local out, status = shell.capture({ "sh", "-c",
-    'mkdir -p -m 0711 "$(dirname "$1")" && mkdir -p -m "$2" "$1" && chown "$3:$3" "$1"', "sh",
-    path, mode, tostring(owner) })
-  if status ~= 0 then return nil, out end
-  return true
-end
-
 --- Creates the storage directory (owned by the sandbox's host id) and the cgroup.
 function M.provision(sb)
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-  local ok, err = mkdir_p(sandbox.storage_path(sb), "0700", sandbox.host_id(sb))
-  if not ok then
-    return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage: " .. err)
-  end
-  -- The tenant's own id opens its storage (the bind is made inside its user namespace):
-  -- every directory above it must be searchable by that id, or the spawn fails late.
-  local shell = require "corral.shell"
-  local _, searchable = shell.capture({ "setpriv", "--reuid=" .. sandbox.host_id(sb), "--regid=" ..
-    sandbox.host_id(sb), "--clear-groups", "test", "-x", sandbox.storage_path(sb) })
-  if searchable ~= 0 then
-    return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the sandbox's " ..
-      "host id " .. sandbox.host_id(sb) .. " (give every directory above the storage o+x, e.g. mode 0711)")
-  end
+  local ok, err = sandbox.prepare_storage(sb)
+  if not ok then return nil, err end
   local st = { status = "provisioned" }
   local cerr
   st.cgroup, cerr = limits.cgroup(sb)
