@@ -111,6 +111,19 @@ describe("confine (control-plane profile) #root", function()
     assert.is_nil(h.read(outside_sock .. ".log"))
   end)
 
+  it("denies an abstract unix socket outside, while one made inside works", function()
+    local name = "corral-test-" .. math.random(1e9)
+    local pid = h.sh('socat ABSTRACT-LISTEN:' .. name .. ',fork SYSTEM:"echo host-service" >/dev/null 2>&1 & echo $!')
+      :match("%d+")
+    assert(h.wait_for(function() return h.sh("echo | socat - ABSTRACT-CONNECT:" .. name):match("host%-service") end))
+    local spec = confine('socat ABSTRACT-LISTEN:inner,fork SYSTEM:"echo inner-ok" & sleep 0.3; ' ..
+      'echo | socat - ABSTRACT-CONNECT:inner; echo | socat - ABSTRACT-CONNECT:"$1" 2>&1; kill %1; exit 0', nil, name)
+    local out = h.run_spec(spec)
+    os.execute("kill " .. pid .. " 2>/dev/null")
+    assert.matches("inner%-ok", out) -- control: abstract sockets inside the boundary work
+    assert.is_nil(out:find("host-service", 1, true), out)
+  end)
+
   it("hides /proc/<parent pid>/root and the host's processes", function()
     local parent = h.sh("echo $PPID"):match("%d+") -- this test runner's pid
     local spec = confine(CONTROL .. 'test -r /proc/self/status && echo proc-ok; ' ..

@@ -357,6 +357,34 @@ describe("egress #root #netns", function()
     assert.are.equal(0, ok_status)
   end)
 
+  it("bounds DNS-over-TCP connections a tenant holds open; answers keep flowing", function()
+    local root = h.tmpdir("egress-flood")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "flood", storage_root = root, network = { allow = { "pypi.org:8080" } } }))
+    assert(corral.provision("native", sb))
+    assert(corral.start("native", sb, { "sh", "-c",
+      "for i in $(seq 1 120); do sleep 30 | nc 127.0.0.1 53 >/dev/null 2>&1 & done; sleep 30" }))
+    local native = require "corral.mechanism.native"
+    native.serve(2)
+    local plane
+    for _, p in ipairs(require("corral.egress.loop").planes()) do if p.id == "flood" then plane = p end end
+    local held = 0
+    for _ in pairs(plane.tcp_dns) do held = held + 1 end
+    -- control: the responder still answers over UDP while the connections are held
+    local client = assert(corral.core.listen_in_netns(plane.netns, "udp", "127.0.0.1", 0))
+    local q = string.char(0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 4) .. "pypi" .. string.char(3) .. "org" ..
+      string.char(0, 0, 1, 0, 1)
+    corral.core.udp_send(client, q, "127.0.0.1", 53)
+    native.serve(0.2)
+    local answer = corral.core.udp_recv(client)
+    client:close()
+    corral.destroy("native", sb)
+    h.rmrf(root)
+    assert.truthy(held <= require("corral.egress.plane").TCP_DNS_MAX, held)
+    assert.truthy(held > 0, "control: the tenant's connections never arrived")
+    assert.truthy(answer and #answer > 12, "the responder stopped answering")
+  end)
+
   it("1,000 plane create/destroy cycles leave no fd, netns or table behind", function()
     local plane = require "corral.egress.plane"
     local pid = corral.core.getpid()

@@ -30,6 +30,8 @@ Plane.__index = Plane
 
 M.MARK = 42
 M.TTL = 60
+M.TCP_DNS_MAX = 32
+M.TCP_DNS_IDLE = 5
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
                 max_connections = true, idle = true, connect_timeout = true, link = true }
 local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
@@ -99,6 +101,7 @@ end
 function M.new(id, network)
   network = network or {}
   local self = setmetatable({ id = id, network = network, synth = synthetic.new(id), tcp_dns = {},
+    tcp_dns_started = {},
     max_connections = network.max_connections or 256, idle = network.idle or 300,
     connect_timeout = network.connect_timeout or 10 }, Plane)
   local function fail(what, err)
@@ -245,7 +248,20 @@ end
 
 function Plane:dns_tcp_accept()
   local c = core.tcp_accept(self.dns_tcp, 0)
-  if c then self.tcp_dns[c] = "" end
+  if not c then return end
+  -- Bounded: a tenant holding connections open must not exhaust the host's fds, so past
+  -- the cap, and past a few seconds of silence, DNS over TCP is closed.
+  local n, now = 0, core.monotime()
+  for conn, started in pairs(self.tcp_dns_started) do
+    if now - started > M.TCP_DNS_IDLE then
+      self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
+      conn:close()
+    else
+      n = n + 1
+    end
+  end
+  if n >= M.TCP_DNS_MAX then c:close() return end
+  self.tcp_dns[c], self.tcp_dns_started[c] = "", now
 end
 
 -- DNS over TCP: a 2-byte length, then the message; one query per connection suffices
@@ -253,18 +269,22 @@ end
 function Plane:dns_tcp_read(conn)
   local chunk = core.read(conn, 4096)
   if not chunk or chunk == "" then
-    self.tcp_dns[conn] = nil
+    self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
     conn:close()
     return
   end
   local buf = self.tcp_dns[conn] .. chunk
-  if #buf > 2 + 512 then self.tcp_dns[conn] = nil; conn:close(); return end
+  if #buf > 2 + 512 then
+    self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
+    conn:close()
+    return
+  end
   if #buf >= 2 then
     local len = buf:byte(1) * 256 + buf:byte(2)
     if #buf >= 2 + len then
       local reply = self:answer(buf:sub(3, 2 + len))
       if reply then core.write(conn, string.char(#reply // 256, #reply % 256) .. reply) end
-      self.tcp_dns[conn] = nil
+      self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
       conn:close()
       return
     end
@@ -343,7 +363,7 @@ end
 function Plane:close()
   egress.registry:remove(self.id)
   for conn in pairs(self.tcp_dns or {}) do conn:close() end
-  self.tcp_dns = {}
+  self.tcp_dns, self.tcp_dns_started = {}, {}
   for _, k in ipairs({ "service", "acceptor", "dns_tcp", "dns_udp", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
   end
