@@ -212,9 +212,10 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
       assert.are.equal(3, r.code)
       local bad, err = corral.exec(mech, s, { "/nonexistent/program" })
       if mech_name == "native" then
-        -- the failed exec step is the spawn's failure: nothing ran, nothing is left running
-        assert.is_nil(bad)
-        assert.matches("exec: No such file", tostring(err))
+        -- the failed exec step is the tenant's failure, reported as a shell does
+        assert.is_nil(err)
+        assert.are.equal(127, bad.code)
+        assert.matches("exec: No such file", bad.error)
       else
         assert.are.equal(1, bad.code) -- bubblewrap's own status for a failed execvp
       end
@@ -226,6 +227,43 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
     end)
   end)
 end
+
+describe("corral run cleans up #root", function()
+  local function own_pids_cgroup()
+    local info = corral.core.cgroup.info()
+    return info.paths.pids or info.paths.unified
+  end
+  local function corral_dirs(base)
+    return h.sh("ls -d " .. base .. "/corral-* 2>/dev/null | sort")
+  end
+
+  it("forwards SIGTERM to the tenant and still removes its cgroup", function()
+    local base = own_pids_cgroup()
+    local before = corral_dirs(base)
+    local out = h.sh(h.host .. [[ run --pids 16 -- sh -c 'trap "echo got-TERM; exit 7" TERM; sleep 30 & wait' \
+      > "$1" 2>&1 & p=$!; sleep 0.7; s=$(date +%s%N); kill -TERM $p; wait $p; echo "rc=$?"
+      echo "ms=$(( ($(date +%s%N) - s) / 1000000 ))"]], os.tmpname())
+    assert.matches("rc=7", out)
+    -- measured: with the host's signal mask inherited, the tenant ignored the forwarded
+    -- SIGTERM until its own 30 s ran out
+    assert.truthy(tonumber(out:match("ms=(%d+)")) < 5000, out)
+    assert.are.equal(before, corral_dirs(base))
+  end)
+
+  it("sweeps empty cgroups a killed corral left, never a live one's", function()
+    local base = own_pids_cgroup()
+    local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a pid that has exited
+    local stale, live = base .. "/corral-" .. dead .. "-77", base .. "/corral-" .. corral.core.getpid() .. "-77"
+    assert(os.execute("mkdir " .. stale .. " " .. live))
+    local out, status = h.corral("run", "--pids", "16", "--", "true")
+    local stale_left, live_left = io.open(stale .. "/cgroup.procs"), io.open(live .. "/cgroup.procs")
+    os.execute("rmdir " .. live .. " " .. stale .. " 2>/dev/null")
+    assert.are.equal(0, status, out)
+    assert.is_nil(stale_left, "the stale cgroup was not swept")
+    assert.truthy(live_left, "a live process's cgroup was removed")
+    live_left:close()
+  end)
+end)
 
 describe("the gate", function()
   local function fake(required, constructed, log)

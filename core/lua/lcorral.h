@@ -52,7 +52,8 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(listen)                                                                                      \
     X(relay)                                                                                       \
     X(netio)                                                                                       \
-    X(inet)
+    X(inet)                                                                                        \
+    X(signal)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

@@ -321,7 +321,11 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     if not ok then cleanup() return fail("run", perr) end
     local _, addr = corral.address(mech, sb)
     if addr then io.stderr:write("corral run: service port ", service_port, " on ", addr, "\n") end
-    local result, xerr = corral.exec(mech, sb, rest)
+    -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
+    -- process stays to clean up; dying here would leave the cgroup behind.
+    local signals = core.signal_fd({ "INT", "TERM", "HUP" })
+    local result, xerr = corral.exec(mech, sb, rest, { signals = signals })
+    if signals then signals:close() end
     corral.destroy(mech, sb)
     cleanup()
     if log_close then log_close() end
@@ -329,6 +333,7 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
       io.stderr:write("corral run: ", tostring(xerr), "\n")
       return errors.is(xerr, "cannot_enforce") and 120 or EXIT_USAGE
     end
+    if result.error then io.stderr:write("corral run: ", result.error, "\n") end
     if result.limit == "memory" then
       io.stderr:write("corral run: the memory cap ended the sandbox\n")
       return 121

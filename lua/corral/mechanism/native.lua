@@ -143,8 +143,13 @@ local function spawn(sb, argv, opts)
     opts = setmetatable({ stdout = out, stderr = out }, { __index = opts })
   end
   local plan = M.plan(sb, argv, opts)
-  local proc, err = core.spawn(plan)
+  local proc, err, errno, step = core.spawn(plan)
   if out then out:close() end
+  if not proc and step == "exec" then
+    -- The sandbox was built and the command itself could not run: the tenant's failure,
+    -- reported as a shell does (127 not found, 126 not executable), not corral's.
+    return nil, nil, { code = errno == core.errno.ENOENT and 127 or 126, how = "exited", error = err }
+  end
   if not proc then return nil, errors.cannot_enforce("filesystem_confinement", err) end
   return proc
 end
@@ -162,24 +167,38 @@ function M.start(sb, argv, opts)
   if st and st.process and st.process:running() then
     return nil, errors.invalid_argument("sandbox", sb.id .. " is already running")
   end
-  local proc, err = spawn(sb, argv, opts)
+  local proc, err, failed = spawn(sb, argv, opts)
+  if failed then return nil, errors.invalid_argument("argv", failed.error) end
   if not proc then return nil, err end
   st.process, st.status = proc, "running"
   return true
 end
 
--- Waits for proc, serving the egress loop meanwhile when the sandbox has a plane.
-local function wait_serving(st, proc, wall)
-  if not st.plane then
+-- Waits for proc, serving the egress loop meanwhile when the sandbox has a plane, and
+-- forwarding the signals that arrive on `signals` (a core.signal_fd) to the sandbox.
+local function wait_serving(st, proc, wall, signals)
+  if not st.plane and not signals then
     local code, how = proc:wait(wall)
     return code, how
   end
   local loop = require "corral.egress.loop"
   local deadline = wall and core.monotime() + wall
+  local extra = { proc, signals }
   while true do
     local left = deadline and deadline - core.monotime()
     if left and left <= 0 then return nil, "timeout" end
-    local hit = loop.step(left and math.min(left, 1) or 1, { proc })
+    local timeout = left and math.min(left, 1) or 1
+    local hit
+    if st.plane then
+      hit = loop.step(timeout, extra)
+    else
+      hit = {}
+      for _, i in ipairs(core.poll(extra, timeout) or {}) do hit[i] = true end
+    end
+    if hit[2] then
+      local sig = core.signal_read(signals)
+      if sig then proc:kill(sig) end
+    end
     if hit[1] or not proc:running() then return proc:wait() end
   end
 end
@@ -187,10 +206,11 @@ end
 --- Runs argv in the sandbox to completion (bounded by limits.wall).
 -- @treturn table `{code =, how = "exited"|"killed", limit = nil|"wall"|"memory", usage =}`
 function M.exec(sb, argv, opts)
-  local proc, err = spawn(sb, argv, opts)
+  local proc, err, failed = spawn(sb, argv, opts)
+  if failed then return failed end
   if not proc then return nil, err end
   local wall = sb.limits and sb.limits.wall
-  local code, how = wait_serving(state[sb.id], proc, wall)
+  local code, how = wait_serving(state[sb.id], proc, wall, opts and opts.signals)
   local timed_out = false
   if not code then
     timed_out = true
