@@ -323,7 +323,9 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     if addr then io.stderr:write("corral run: service port ", service_port, " on ", addr, "\n") end
     -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
     -- process stays to clean up; dying here would leave the cgroup behind.
-    local signals = core.signal_fd({ "INT", "TERM", "HUP" })
+    -- Only native reads them: a blocked signal would otherwise pass, blocked, to a
+    -- mechanism's children (exec keeps the signal mask).
+    local signals = mech.name == "native" and core.signal_fd({ "INT", "TERM", "HUP" }) or nil
     local result, xerr = corral.exec(mech, sb, rest, { signals = signals })
     if signals then signals:close() end
     corral.destroy(mech, sb)
