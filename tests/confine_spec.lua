@@ -201,7 +201,7 @@ describe("confine (control-plane profile) #root", function()
     assert.is_nil(out:find(SECRET, 1, true))
   end)
 
-  for _, layer in ipairs({ "ns", "landlock" }) do
+  for _, layer in ipairs({ "ns", "landlock", "bwrap", "bwrap,landlock" }) do
     it("holds with the " .. layer .. " layer alone (control, then sibling, .. and /proc/self/root)",
       function()
         local out, status = h.capture({ h.host, "exec-confined", "--layers", layer, "--permit", box,
@@ -245,6 +245,24 @@ describe("confine refuses bad input with an error naming the argument", function
   it("accepts the same call with a valid permit_path (control)", function()
     local spec, err = corral.confine({ "true", {} }, { permit_path = box })
     assert.is_truthy(spec, tostring(err))
+  end)
+
+  it("falls back to bubblewrap for the namespace layer when corral cannot build it", function()
+    local capability = require "corral.capability"
+    local saved = capability.check
+    capability.check = function(name)
+      if name == "confinement.namespace" then
+        return { name = name, holds = false, detail = "forced absent for this test", gates = {} }
+      end
+      return saved(name)
+    end
+    local spec, err = confinement.confine({ "sh", { "-c", "echo in > f && cat f" } }, { permit_path = box })
+    capability.check = saved
+    assert.is_truthy(spec, tostring(err))
+    assert.are.same({ "bwrap", "landlock" }, spec.layers)
+    local out, status = h.run_spec(spec)
+    assert.are.equal(0, status, out)
+    assert.matches("in", out)
   end)
 
   it("returns cannot_enforce, never a bare spec, when the wrapper refuses every layer", function()

@@ -33,7 +33,13 @@ int corral_caps_drop_all_with(void *empty)
      * cap_max_bits() is the running kernel's count, which may exceed the headers'. */
     for (cap_value_t c = 0; c < (cap_value_t)cap_max_bits(); c++) {
         if (cap_get_bound(c) <= 0) continue; /* already gone, or unknown to the kernel */
-        if (cap_drop_bound(c) < 0) return -errno;
+        if (cap_drop_bound(c) < 0) {
+            /* Without CAP_SETPCAP (e.g. inside bubblewrap as root) the bounding set
+             * cannot shrink; under no_new_privs execve can gain nothing from it
+             * (the new permitted set is capped by the old, empty one). */
+            if (errno == EPERM && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1) break;
+            return -errno;
+        }
     }
     if (CAP_AMBIENT_SUPPORTED() && cap_reset_ambient() < 0) return -errno;
     if (cap_set_proc((cap_t)empty) < 0) return -errno;

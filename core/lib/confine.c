@@ -43,6 +43,7 @@
 
 #include "caps.h"
 #include "confine.h"
+#include "confine_bwrap.h"
 #include "landlock.h"
 #include "mount.h"
 #include "path.h"
@@ -71,7 +72,7 @@ struct confine_opts {
     char *extras[MAX_EXTRAS];
     size_t n_extras;
     char *cd;
-    int layer_ns, layer_landlock;
+    int layer_ns, layer_landlock, layer_bwrap;
     char *cmd; /* resolved */
     char **argv;
 };
@@ -116,7 +117,7 @@ static int resolve_dir_arg(const char *opt, const char *value, char **out)
 
 static int parse_layers(const char *s, struct confine_opts *o)
 {
-    o->layer_ns = o->layer_landlock = 0;
+    o->layer_ns = o->layer_landlock = o->layer_bwrap = 0;
     char buf[64];
     if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf) return -EINVAL;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -124,10 +125,13 @@ static int parse_layers(const char *s, struct confine_opts *o)
             o->layer_ns = 1;
         else if (strcmp(t, "landlock") == 0)
             o->layer_landlock = 1;
+        else if (strcmp(t, "bwrap") == 0)
+            o->layer_bwrap = 1;
         else
             return -EINVAL;
     }
-    return o->layer_ns || o->layer_landlock ? 0 : -EINVAL;
+    if (o->layer_ns && o->layer_bwrap) return -EINVAL; /* one namespace layer */
+    return o->layer_ns || o->layer_landlock || o->layer_bwrap ? 0 : -EINVAL;
 }
 
 static int parse(int argc, char **argv, struct confine_opts *o)
@@ -162,7 +166,9 @@ static int parse(int argc, char **argv, struct confine_opts *o)
             r = resolve_dir_arg(a, v, &o->cd);
         } else if (strcmp(a, "--layers") == 0) {
             r = parse_layers(v, o);
-            if (r < 0) diag(0, "--layers takes ns, landlock or ns,landlock, not %s", v);
+            if (r < 0)
+                diag(0, "--layers takes ns or bwrap, and/or landlock (e.g. ns,landlock), not %s",
+                     v);
         } else {
             diag(0, "unknown option %s", a);
             return -EINVAL;
@@ -373,6 +379,19 @@ int corral_exec_confined_main(int argc, char **argv)
         }
     }
     if (check_stdio() < 0) return CORRAL_EXIT_SETUP;
+
+    if (o.layer_bwrap) {
+        struct corral_bwrap_layer l = {.permit = o.permit,
+                                       .extras = o.extras,
+                                       .n_extras = o.n_extras,
+                                       .cd = o.cd,
+                                       .cmd = o.cmd,
+                                       .argv = o.argv,
+                                       .with_landlock = o.layer_landlock};
+        int br = corral_confine_bwrap_exec(&l);
+        diag(br, "%s", "bwrap layer");
+        return CORRAL_EXIT_SETUP;
+    }
 
     sigset_t mask, old;
     corral_reaper_block(&mask, &old);

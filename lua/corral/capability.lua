@@ -261,6 +261,11 @@ local probes = {
     run = function() return probe_layer("ns") end,
   },
   {
+    name = "confinement.bwrap",
+    gates = { "confine (when the namespace layer is absent)" },
+    run = function() return probe_layer("bwrap") end,
+  },
+  {
     name = "confinement.landlock",
     gates = { "confine" },
     run = function()

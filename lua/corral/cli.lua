@@ -137,7 +137,8 @@ each --extra) and nothing else outside the runtime (read-only); the environment 
 through unmodified, credential included; egress stays permitted. Prints the spec (the
 command to run is the confinement wrapper); environment values are never printed, only
 the names. --exec runs it instead and exits with the command's status. On Linux the
-spec names the layers that hold here: ns (mount+pid namespace) and landlock.
+spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
+bubblewrap can build it) and landlock.
 Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
   function(argv)
     local opts, rest = M.parse(argv, { permit = "value", extra = "list", cd = "value",
@@ -347,7 +348,7 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
   end)
 
 command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
-  [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers ns,landlock] -- CMD ARGS...
+  [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers ns|bwrap[,landlock]] -- CMD ARGS...
 
 The wrapper named by `corral confine` specs, run in C before any Lua state exists.
 Every layer named in --layers must be built or nothing runs (exit 125).]],

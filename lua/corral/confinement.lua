@@ -159,9 +159,17 @@ function M.layers()
   local ns = capability.check("confinement.namespace")
   local ll = capability.check("confinement.landlock")
   local layers = {}
-  if ns.holds then layers[#layers + 1] = "ns" end
+  local detail = string.format("namespace: %s; landlock: %s", ns.detail, ll.detail)
+  if ns.holds then
+    layers[#layers + 1] = "ns"
+  else
+    -- bubblewrap builds the namespace layer where corral cannot (the issue's fallback)
+    local bw = capability.check("confinement.bwrap")
+    if bw.holds then layers[#layers + 1] = "bwrap" end
+    detail = detail .. "; bwrap layer: " .. bw.detail
+  end
   if ll.holds then layers[#layers + 1] = "landlock" end
-  return layers, string.format("namespace: %s; landlock: %s", ns.detail, ll.detail)
+  return layers, detail
 end
 
 local function linux_spec(cmd, args, o)

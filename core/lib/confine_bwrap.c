@@ -1,0 +1,123 @@
+/*
+ * exec-confined's bubblewrap layer (see confine_bwrap.h). Argument vector only: nothing
+ * here runs bubblewrap through a shell.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "confine.h"
+#include "confine_bwrap.h"
+#include "path.h"
+
+#define MAX_ARGS 512
+
+struct args {
+    const char *v[MAX_ARGS];
+    size_t n;
+    int overflow;
+};
+
+static void add(struct args *a, const char *s)
+{
+    if (a->n + 1 >= MAX_ARGS) {
+        a->overflow = 1;
+        return;
+    }
+    a->v[a->n++] = s;
+}
+
+static int beneath(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
+{
+    static char links[16][PATH_MAX];
+    static char self[PATH_MAX];
+    struct args a = {.n = 0};
+    char *bwrap = NULL;
+    int r = corral_resolve_executable("bwrap", getenv("PATH"), &bwrap);
+    if (r < 0) return r;
+    if (bwrap[0] != '/') return -ENOENT;
+    add(&a, bwrap);
+    add(&a, "--die-with-parent");
+    add(&a, "--unshare-pid");
+    add(&a, "--cap-drop");
+    add(&a, "ALL");
+    size_t n_runtime;
+    const char *const *runtime = corral_confine_runtime_paths(&n_runtime);
+    int cmd_covered = 0, self_covered = 0;
+    ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sn <= 0) return -errno;
+    self[sn] = '\0';
+    for (size_t i = 0; i < n_runtime && i < 16; i++) {
+        ssize_t k = readlink(runtime[i], links[i], PATH_MAX - 1);
+        if (k > 0) {
+            links[i][k] = '\0';
+            add(&a, "--symlink");
+            add(&a, links[i]);
+            add(&a, runtime[i]);
+        } else {
+            add(&a, "--ro-bind-try");
+            add(&a, runtime[i]);
+            add(&a, runtime[i]);
+        }
+        cmd_covered |= beneath(l->cmd, runtime[i]);
+        self_covered |= beneath(self, runtime[i]);
+    }
+    add(&a, "--bind");
+    add(&a, l->permit);
+    add(&a, l->permit);
+    for (size_t i = 0; i < l->n_extras; i++) {
+        add(&a, "--bind");
+        add(&a, l->extras[i]);
+        add(&a, l->extras[i]);
+    }
+    if (!cmd_covered && l->cmd[0] == '/' && !beneath(l->cmd, l->permit)) {
+        add(&a, "--ro-bind-try");
+        add(&a, l->cmd);
+        add(&a, l->cmd);
+    }
+    if (l->with_landlock && !self_covered) {
+        add(&a, "--ro-bind");
+        add(&a, self);
+        add(&a, self);
+    }
+    add(&a, "--proc");
+    add(&a, "/proc");
+    add(&a, "--dev");
+    add(&a, "/dev");
+    add(&a, "--chdir");
+    add(&a, l->cd);
+    add(&a, "--");
+    if (l->with_landlock) {
+        add(&a, self);
+        add(&a, "exec-confined");
+        add(&a, "--layers");
+        add(&a, "landlock");
+        add(&a, "--permit");
+        add(&a, l->permit);
+        for (size_t i = 0; i < l->n_extras; i++) {
+            add(&a, "--extra");
+            add(&a, l->extras[i]);
+        }
+        add(&a, "--cd");
+        add(&a, l->cd);
+        add(&a, "--");
+    }
+    add(&a, l->cmd);
+    for (size_t i = 1; l->argv[i]; i++)
+        add(&a, l->argv[i]);
+    if (a.overflow) return -E2BIG;
+    a.v[a.n] = NULL;
+    extern char **environ;
+    execve(bwrap, (char *const *)a.v, environ);
+    r = -errno;
+    free(bwrap);
+    return r;
+}

@@ -1,0 +1,28 @@
+/*
+ * The namespace layer of `corral exec-confined`, built by the system's bubblewrap for
+ * hosts where corral cannot build it itself (e.g. user namespaces reserved to a setuid
+ * bwrap). The same root as the native layer: runtime read-only, the boundary read-write,
+ * the command, resolv.conf's target, a fresh /proc, a minimal /dev, a pid namespace; the
+ * network and the environment are left as they are. With Landlock asked for as well, the
+ * command inside bubblewrap is `corral exec-confined --layers landlock …`, so Landlock
+ * is applied on top, inside the namespace.
+ */
+#ifndef CORRAL_CONFINE_BWRAP_H
+#define CORRAL_CONFINE_BWRAP_H
+
+#include <stddef.h>
+
+struct corral_bwrap_layer {
+    const char *permit;
+    char *const *extras;
+    size_t n_extras;
+    const char *cd;
+    const char *cmd;   /* resolved */
+    char *const *argv; /* argv[0] .. NULL */
+    int with_landlock;
+};
+
+/* Execs bubblewrap; returns only on failure (-errno). */
+int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l);
+
+#endif
