@@ -348,9 +348,11 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
   end)
 
 command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
-  [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers ns|bwrap[,landlock]] -- CMD ARGS...
+  [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers L] -- CMD ARGS...
 
 The wrapper named by `corral confine` specs, run in C before any Lua state exists.
+L is ns or bwrap (the namespace layer, built by corral or by bubblewrap), landlock, or
+one of each joined by a comma (default ns,landlock).
 Every layer named in --layers must be built or nothing runs (exit 125).]],
   function()
     -- Reached only if the host's C fast path was bypassed (e.g. via corral.cli.main).
