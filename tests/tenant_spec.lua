@@ -204,6 +204,26 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
         "the tenant outlived its parent")
     end)
 
+    if mech_name == "native" then
+      it("runs exec inside a started sandbox: same pid namespace and /tmp; a fresh one otherwise", function()
+        local function exec_out(s)
+          local out_path = root .. "/exec-out"
+          local r = assert(corral.exec(mech, s, { "sh", "-c",
+            "cat /tmp/marker 2>/dev/null || echo no-marker; ls /proc | grep -c '^[0-9]'" }, { output = out_path }))
+          assert.are.equal(0, r.code)
+          return h.read(out_path)
+        end
+        assert.matches("no%-marker", exec_out(sb)) -- control: nothing started yet
+        assert(corral.start(mech, sb, { "sh", "-c", "echo started > /tmp/marker; sleep 30" }))
+        assert(h.wait_for(function() return exec_out(sb):match("^started") ~= nil end, 3))
+        local out = exec_out(sb)
+        local procs = tonumber(out:match("\n(%d+)"))
+        assert.truthy(procs >= 4, out) -- its init, sh, sleep and our own processes
+        corral.stop(mech, sb)
+        assert.matches("no%-marker", exec_out(sb)) -- stopped: a fresh sandbox again
+      end)
+    end
+
     it("leaves no cgroup, mount or process behind after destroy or a failed start", function()
       local mounts = h.sh("wc -l < /proc/self/mountinfo")
       local s = new_sandbox({ limits = { pids = 16 } })

@@ -37,6 +37,7 @@
 
 enum step {
     STEP_SYNC,
+    STEP_JOIN,
     STEP_CGROUPNS,
     STEP_IDS,
     STEP_ROOT,
@@ -56,6 +57,7 @@ enum step {
 
 static const char *const step_names[STEP_COUNT] = {
     [STEP_SYNC] = "wait for parent",
+    [STEP_JOIN] = "join sandbox",
     [STEP_CGROUPNS] = "cgroup namespace",
     [STEP_IDS] = "set ids",
     [STEP_ROOT] = "build root",
@@ -98,6 +100,7 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
                                                  int syncfd, void *empty_caps, int parent_pidfd)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
     /* The tenant starts with no signal blocked and every handler at its default, whatever
      * the host had. Measured: a `corral run` that blocks SIGTERM to forward it passed the
      * block on, and the tenant ignored the forwarded SIGTERM until it exited by itself. */
@@ -112,9 +115,19 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     char c;
     if (read(syncfd, &c, 1) != 1) child_fail(errfd, STEP_SYNC, EPIPE);
     close(syncfd);
-    /* The parent has placed us in the sandbox's cgroup: a cgroup namespace made now is
-     * rooted there, so the tenant sees its own cgroup as "/". */
-    if (unshare(CLONE_NEWCGROUP) < 0) child_fail(errfd, STEP_CGROUPNS, errno);
+    int join = p->join_pidfd >= 0;
+    if (join) {
+        /* One call enters every namespace of the running sandbox (the user namespace
+         * first, so the rest are entered with its capabilities); the fork below then
+         * lands the command in its pid namespace. */
+        if (setns(p->join_pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                                     CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP) < 0)
+            child_fail(errfd, STEP_JOIN, errno);
+    } else if (unshare(CLONE_NEWCGROUP) < 0) {
+        /* The parent has placed us in the sandbox's cgroup: a cgroup namespace made now
+         * is rooted there, so the tenant sees its own cgroup as "/". */
+        child_fail(errfd, STEP_CGROUPNS, errno);
+    }
     if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
         child_fail(errfd, STEP_IDS, errno);
     /* Changing ids clears the parent-death signal (prctl(2)); arm it again, then make
@@ -129,9 +142,9 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
         close(parent_pidfd);
     }
     const char *what = NULL;
-    int r = corral_root_build(&p->root, &what);
+    int r = join ? 0 : corral_root_build(&p->root, &what);
     if (r < 0) child_fail(errfd, STEP_ROOT, r);
-    if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
+    if (!join && p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
         child_fail(errfd, STEP_HOSTNAME, errno);
     if (chdir(p->cwd ? p->cwd : "/") < 0) child_fail(errfd, STEP_CWD, errno);
     for (size_t i = 0; i < p->n_rlimits; i++) {
@@ -229,15 +242,17 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
         r = -ENOMEM;
         goto fail;
     }
+    int join = p->join_pidfd >= 0;
     uint64_t flags =
         CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
     if (p->new_net && p->netns_fd < 0) flags |= CLONE_NEWNET;
+    if (join) flags = CLONE_PIDFD; /* the namespaces are the running sandbox's */
     struct clone_args ca = {
         .flags = flags, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD};
     int err = 0;
     *step = "clone3";
     self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    pid = clone_in_netns(&ca, p->netns_fd, &err);
+    pid = clone_in_netns(&ca, join ? -1 : p->netns_fd, &err);
     if (pid == 0) {
         close(errp[0]);
         close(syncp[1]);
@@ -257,7 +272,7 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     *step = "id maps";
     struct corral_id_map uid = {0, geteuid() == 0 ? p->outside_uid : geteuid(), 1};
     struct corral_id_map gid = {0, geteuid() == 0 ? p->outside_gid : getegid(), 1};
-    if ((r = corral_ns_write_maps(pid, &uid, 1, &gid, 1)) < 0) goto fail;
+    if (!join && (r = corral_ns_write_maps(pid, &uid, 1, &gid, 1)) < 0) goto fail;
     *step = "cgroup attach";
     for (size_t i = 0; i < p->n_cgroup_fds; i++)
         if ((r = write_pid(p->cgroup_procs_fds[i], pid)) < 0) goto fail;

@@ -43,6 +43,9 @@ struct corral_spawn_plan {
     int stdio[3];        /* -1: inherit */
     const int *keep_fds; /* inherited unchanged beyond 0-2 */
     size_t n_keep_fds;
+    int join_pidfd; /* >= 0: run inside the namespaces of this running sandbox's init
+                       (user, mount, pid, ipc, uts, net, cgroup) instead of new ones;
+                       root, hostname and maps are then that sandbox's */
 };
 
 struct corral_spawn_result {

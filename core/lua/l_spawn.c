@@ -136,6 +136,14 @@ static int l_spawn(lua_State *L)
     plan.hostname = opt_string(L, 1, "hostname");
     plan.new_net = opt_bool(L, 1, "new_net");
     plan.netns_fd = -1;
+    plan.join_pidfd = -1;
+    if (lua_getfield(L, 1, "join") != LUA_TNIL) {
+        process *j = luaL_testudata(L, -1, PROC_TYPE);
+        if (!j || j->reaped || j->pidfd < 0)
+            return luaL_error(L, "spawn: join must be a running corral.process");
+        plan.join_pidfd = j->pidfd;
+    }
+    lua_pop(L, 1);
     if (lua_getfield(L, 1, "netns") != LUA_TNIL) plan.netns_fd = fd_of(L, -1);
     lua_pop(L, 1);
     plan.outside_uid = (uid_t)opt_int(L, 1, "uid", 65534);

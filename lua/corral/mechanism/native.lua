@@ -143,6 +143,9 @@ local function spawn(sb, argv, opts)
     opts = setmetatable({ stdout = out, stderr = out }, { __index = opts })
   end
   local plan = M.plan(sb, argv, opts)
+  -- With a running sandbox (`start`), a command runs inside it: same pid namespace,
+  -- same /tmp, same network, same cgroup.
+  if st.process and st.process:running() then plan.join = st.process end
   local proc, err, errno, step = core.spawn(plan)
   if out then out:close() end
   if not proc and step == "exec" then
