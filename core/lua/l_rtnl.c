@@ -60,18 +60,21 @@ static int l_veth(lua_State *L)
     return result(L, "veth", corral_rtnl_veth(host, host_name, peer, peer_name));
 }
 
+/* The address at arg as bytes; returns its family (raises for anything else). */
+static int check_ip(lua_State *L, int arg, unsigned char *bytes)
+{
+    const char *text = corral_checkpath(L, arg);
+    if (inet_pton(AF_INET, text, bytes) == 1) return AF_INET;
+    if (inet_pton(AF_INET6, text, bytes) == 1) return AF_INET6;
+    return luaL_argerror(L, arg, "not an IPv4 or IPv6 address");
+}
+
 static int l_addr(lua_State *L)
 {
     unsigned char bytes[sizeof(struct in6_addr)];
     int ns = corral_checkfd(L, 1);
     const char *ifname = corral_checkpath(L, 2);
-    const char *text = corral_checkpath(L, 3);
-    int family = AF_INET;
-    if (inet_pton(AF_INET, text, bytes) != 1) {
-        family = AF_INET6;
-        if (inet_pton(AF_INET6, text, bytes) != 1)
-            return luaL_argerror(L, 3, "not an IPv4 or IPv6 address");
-    }
+    int family = check_ip(L, 3, bytes);
     lua_Integer prefix = luaL_checkinteger(L, 4);
     if (prefix < 0 || prefix > (family == AF_INET ? 32 : 128))
         return luaL_argerror(L, 4, "prefix length out of range");
@@ -83,13 +86,8 @@ static int l_default_via(lua_State *L)
 {
     unsigned char bytes[sizeof(struct in6_addr)];
     int ns = corral_checkfd(L, 1);
-    const char *gw = corral_checkpath(L, 2);
+    int family = check_ip(L, 2, bytes);
     const char *ifname = corral_checkpath(L, 3);
-    int family = AF_INET;
-    if (inet_pton(AF_INET, gw, bytes) != 1) {
-        family = AF_INET6;
-        if (inet_pton(AF_INET6, gw, bytes) != 1) return luaL_argerror(L, 2, "not an IP address");
-    }
     return result(L, "default route", corral_rtnl_default_via(ns, family, bytes, ifname));
 }
 
