@@ -119,6 +119,19 @@ describe("corral CLI", function()
     assert.are_not.equal(0, status)
   end)
 
+  it("run works unprivileged too: the tenant's root maps to the caller's own id", function()
+    local dir = h.tmpdir("cli-unpriv")
+    os.execute("chmod 0777 " .. dir .. " && mkdir " .. dir .. "/other && echo other-secret > " .. dir ..
+      "/other/s && chown -R 65534 " .. dir .. "/other")
+    local out, status = h.capture({ "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
+      "HOME=" .. dir, h.host, "run", "--storage", dir .. "/alice", "--", "sh", "-c",
+      "id -u; echo mine > /storage/f && cat /storage/f; cat /proc/self/uid_map; cat " .. dir .. "/other/s" })
+    h.rmrf(dir)
+    assert.matches("^0\nmine\n%s+0%s+65534%s+1\n", out)
+    assert.is_nil(out:find("other-secret", 1, true), out)
+    assert.are_not.equal(0, status)
+  end)
+
   it("sbpl prints the deny-default profile with the resolved boundary", function()
     os.execute("ln -sfn " .. box .. " " .. root .. "/link")
     local out, status = h.corral("sbpl", "--permit", root .. "/link")

@@ -156,15 +156,19 @@ static int l_getpid(lua_State *L)
     return 1;
 }
 
+/* core.geteuid() */
+static int l_geteuid(lua_State *L)
+{
+    lua_pushinteger(L, geteuid());
+    return 1;
+}
+
 int corral_open_confine(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"uname", l_uname},
-                                   {"getpid", l_getpid},
-                                   {"readlink", l_readlink},
-                                   {"environ", l_environ},
-                                   {"execve", l_execve},
-                                   {"mkdtemp", l_mkdtemp},
-                                   {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"uname", l_uname},     {"getpid", l_getpid},
+                                   {"geteuid", l_geteuid}, {"readlink", l_readlink},
+                                   {"environ", l_environ}, {"execve", l_execve},
+                                   {"mkdtemp", l_mkdtemp}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     lua_pushcfunction(L, l_runtime_paths);
     lua_setfield(L, -2, "confine_runtime_paths");

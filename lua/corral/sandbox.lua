@@ -157,8 +157,11 @@ function M.prepare_storage(sb)
     return nil, errors.cannot_enforce("filesystem_confinement",
       "cannot create storage " .. path .. ": " .. out)
   end
-  local _, searchable = shell.capture({ "setpriv", "--reuid=" .. id, "--regid=" .. id, "--clear-groups",
-    "test", "-x", path })
+  local check = { "test", "-x", path }
+  if core.geteuid() == 0 then
+    check = { "setpriv", "--reuid=" .. id, "--regid=" .. id, "--clear-groups", "test", "-x", path }
+  end
+  local _, searchable = shell.capture(check)
   if searchable ~= 0 then
     return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
       "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
@@ -171,6 +174,9 @@ end
 -- @tparam table sb
 -- @treturn integer
 function M.host_id(sb)
+  -- Without root, a user namespace can map only the caller's own id.
+  local euid = core.geteuid()
+  if euid ~= 0 then return euid end
   local h = 2166136261
   for i = 1, #sb.id do h = ((h ~ sb.id:byte(i)) * 16777619) & 0xffffffff end
   return 200000 + h % 100000
