@@ -312,6 +312,7 @@ describe("egress #root #netns", function()
     local out_path = root .. "/out"
     local r = assert(corral.exec("native", sb, { "sh", "-c",
       "curl -sS --max-time 5 http://pypi.org:8080/index.html; nc -w 2 whoami.test 9445 </dev/null; " ..
+      "getent ahosts pypi.org | grep -c ':' ; " ..
       "echo x | nc -u -w 1 " .. peer_ip .. " 9443; " ..
       "curl -sS --max-time 3 http://" .. peer_ip .. ":8080/ && echo LITERAL-OK; exit 0" }, { output = out_path }))
     corral.destroy("native", sb)
@@ -320,6 +321,7 @@ describe("egress #root #netns", function()
     assert.are.equal(0, r.code)
     assert.matches("hello%-from%-the%-internet", out)
     assert.matches("from=" .. my_ip:gsub("%.", "%%."), out) -- it came through the link
+    assert.matches("\n0\n", out) -- no IPv6 synthetic address is handed out without a route for it
     assert.is_nil(out:find("LITERAL-OK", 1, true), out) -- the tenant cannot use the link itself
     assert.are.equal("", h.read(net.dir .. "/udp.log") or "")
     assert(h.wait_for(function()

@@ -222,6 +222,10 @@ function Plane:answer(query)
     rcode, verdict = core.dns.NXDOMAIN, "nxdomain"
   elseif q.qclass ~= 1 or (q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA) then
     rcode, verdict = core.dns.REFUSED, "refused"
+  elseif q.qtype == core.dns.AAAA and self.link then
+    -- A link has an IPv4 route only: answer AAAA with no address (NODATA) so that
+    -- clients go straight to the IPv4 synthetic address instead of an unroutable one.
+    rcode, verdict = core.dns.NOERROR, "nodata"
   else
     local _, bytes = self.synth:address(name, q.qtype == core.dns.A and "inet" or "inet6")
     if bytes then
