@@ -387,6 +387,21 @@ describe("egress #root #netns", function()
     assert.truthy(answer and #answer > 12, "the responder stopped answering")
   end)
 
+  it("takes the routed link from the command line as well", function()
+    local n = tonumber(net.ip:match("%.(%d+)%.2$"))
+    local peer_ip = "10.81." .. n .. ".1"
+    local out, status = h.corral("run", "--allow", "pypi.org:8080", "--resolve", "pypi.org=" .. peer_ip,
+      "--internal", "10.81." .. n .. ".0/24",
+      "--link", net.ns .. ",10.81." .. n .. ".2/24," .. peer_ip .. "," .. peer_ip .. "/24",
+      "--", "curl", "-sS", "--max-time", "5", "http://pypi.org:8080/index.html")
+    assert.are.equal(0, status, out)
+    assert.matches("hello%-from%-the%-internet", out)
+    local bad
+    out, bad = h.corral("run", "--link", "only-a-name", "--", "true")
+    assert.are.equal(2, bad)
+    assert.matches("%-%-link", out)
+  end)
+
   it("1,000 plane create/destroy cycles leave no fd, netns or table behind", function()
     local plane = require "corral.egress.plane"
     local pid = corral.core.getpid()

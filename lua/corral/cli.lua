@@ -100,8 +100,17 @@ function M.network_options(opts)
     resolve[name:lower()] = resolve[name:lower()] or {}
     table.insert(resolve[name:lower()], addr)
   end
-  if #allow == 0 and #(opts.internal or {}) == 0 and not resolve then return nil end
-  return { allow = allow, internal = opts.internal, resolve = resolve }
+  local link
+  if opts.link then
+    local ns, addr, gw, peer = opts.link:match("^([^,]+),([^,]+),([^,]+),?([^,]*)$")
+    if not ns then
+      return nil, errors.invalid_argument("--link", opts.link .. ": expected NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]")
+    end
+    link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
+             peer_address = peer ~= "" and peer or nil }
+  end
+  if #allow == 0 and #(opts.internal or {}) == 0 and not resolve and not link then return nil end
+  return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
 end
 
 local commands = {}
@@ -228,7 +237,8 @@ command("run", "run a tenant command in a sandbox (credentials stripped, no netw
   [[corral run [--mechanism native|bwrap|FILE.lua] [--id ID] [--storage DIR] [--workspace DIR]
            [--memory 256M] [--pids 64] [--cpu 0.5] [--wall 30s] [--fsize 1G] [--nofile 256]
            [--env NAME]... [--allow ENTRY]... [--allow-file FILE] [--internal CIDR]...
-           [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE] -- CMD ARGS...
+           [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE]
+           [--link NETNS,ADDR/PREFIX,GATEWAY,PEER/PREFIX] -- CMD ARGS...
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (DIR, or a temporary directory removed
@@ -244,7 +254,11 @@ and relayed. --allow-file reads one entry per line (# comments). --internal CIDR
 a private range that an allowed name resolves into. --resolve NAME=ADDR answers the
 host-side resolution of NAME from this table instead of the host's resolver. Every
 decision is written as a JSON line to --log-json. --service-port N relays a kernel-chosen
-port on 127.0.0.1 to port N inside (printed on stderr).
+port on 127.0.0.1 to port N inside (printed on stderr). --link gives the sandbox its own
+routed link (a veth into network namespace NETNS, a name under /run/netns or a path;
+PEER/PREFIX, the address given to its far end, may be left out):
+permitted connections then leave from the sandbox's netns through it, on mark-checked
+sockets, instead of from the host's.
 Exit status: the command's own (128+N when killed by signal N); 121 when the memory
 cap ended it; 124 when --wall did; 120 when the sandbox could not start; 2 for an
 invalid argument or a refused variable; 3 when this host cannot enforce a protection.]],
@@ -252,7 +266,8 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     local opts, rest = M.parse(argv, { mechanism = "value", id = "value", storage = "value",
       workspace = "value", memory = "value", pids = "value", cpu = "value", wall = "value",
       fsize = "value", nofile = "value", env = "list", allow = "list", ["allow-file"] = "value",
-      internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value" })
+      internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value",
+      link = "value" })
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
     local corral = require "corral"
