@@ -351,12 +351,19 @@ describe("egress #root #netns", function()
     assert.is_nil(corral.ruleset("repl")) -- gone with the sandbox
   end)
 
-  it("refuses an allowlist under bwrap by name instead of running without it", function()
-    local out, status = h.corral("run", "--mechanism", "bwrap", "--allow", "pypi.org:443", "--", "true")
-    assert.are.equal(3, status, out)
-    assert.matches("cannot_enforce: network_restriction", out)
-    local _, ok_status = h.corral("run", "--mechanism", "bwrap", "--", "true") -- control
-    assert.are.equal(0, ok_status)
+  it("enforces the same allowlist under bwrap (control, then a name and an IP not allowed)", function()
+    local out, status = run(TIMED .. [[
+      t curl -sS --max-time 5 http://pypi.org:8080/index.html
+      t curl -sS --max-time 5 http://evil.test:9444/
+      t curl -sS --max-time 5 http://]] .. net.ip .. [[:9444/
+      nft flush ruleset 2>/dev/null && echo FLUSHED; exit 0]], { "--mechanism", "bwrap" })
+    assert.are.equal(0, status, out)
+    local rcs = {}
+    for rc in out:gmatch("rc=(%d+)") do rcs[#rcs + 1] = tonumber(rc) end
+    assert.are.same(0, rcs[1], out)
+    assert.are_not.equal(0, rcs[2], out)
+    assert.are_not.equal(0, rcs[3], out)
+    assert.is_nil(out:find("FLUSHED", 1, true))
   end)
 
   it("bounds DNS-over-TCP connections a tenant holds open; answers keep flowing", function()

@@ -96,6 +96,24 @@ __attribute__((noreturn)) static void tenant_exec(const struct corral_spawn_plan
     child_fail(fd, STEP_EXEC, errno);
 }
 
+/* The plain variant: the helper builds its own sandbox; we only join the host-made netns
+ * (still privileged here, so the helper's later user namespace owns nothing in it), set
+ * stdio, close what must not be inherited, and exec. */
+__attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan *p, int errfd)
+{
+    if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
+        child_fail(errfd, STEP_JOIN, errno);
+    if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
+    for (int i = 0; i < 3; i++)
+        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+        child_fail(errfd, STEP_FDS, errno);
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
+    execve(p->path, p->argv, p->envp);
+    child_fail(errfd, STEP_EXEC, errno);
+}
+
 __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p, int errfd,
                                                  int syncfd, void *empty_caps, int parent_pidfd)
 {
@@ -115,6 +133,7 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     char c;
     if (read(syncfd, &c, 1) != 1) child_fail(errfd, STEP_SYNC, EPIPE);
     close(syncfd);
+    if (p->plain) plain_exec(p, errfd);
     int join = p->join_pidfd >= 0;
     if (join) {
         /* One call enters every namespace of the running sandbox (the user namespace
@@ -249,13 +268,13 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     uint64_t flags =
         CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
     if (p->new_net && p->netns_fd < 0) flags |= CLONE_NEWNET;
-    if (join) flags = CLONE_PIDFD; /* the namespaces are the running sandbox's */
+    if (join || p->plain) flags = CLONE_PIDFD; /* the running sandbox's, or the helper's */
     struct clone_args ca = {
         .flags = flags, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD};
     int err = 0;
     *step = "clone3";
     self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    pid = clone_in_netns(&ca, join ? -1 : p->netns_fd, &err);
+    pid = clone_in_netns(&ca, join || p->plain ? -1 : p->netns_fd, &err);
     if (pid == 0) {
         close(errp[0]);
         close(syncp[1]);
@@ -275,7 +294,7 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     *step = "id maps";
     struct corral_id_map uid = {0, geteuid() == 0 ? p->outside_uid : geteuid(), 1};
     struct corral_id_map gid = {0, geteuid() == 0 ? p->outside_gid : getegid(), 1};
-    if (!join && (r = corral_ns_write_maps(pid, &uid, 1, &gid, 1)) < 0) goto fail;
+    if (!join && !p->plain && (r = corral_ns_write_maps(pid, &uid, 1, &gid, 1)) < 0) goto fail;
     *step = "cgroup attach";
     for (size_t i = 0; i < p->n_cgroup_fds; i++)
         if ((r = write_pid(p->cgroup_procs_fds[i], pid)) < 0) goto fail;

@@ -4,6 +4,7 @@
  * (who then owns it) and leaves the userdata closed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -76,6 +77,17 @@ static int fd_tostring(lua_State *L)
     return 1;
 }
 
+/* core.open(path) → a read-only CLOEXEC fd (e.g. a seccomp program handed to a helper). */
+static int fd_open(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    corral_fd *f = corral_newfd(L);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return corral_pushfail(L, path, errno);
+    f->fd = fd;
+    return 1;
+}
+
 corral_fd *corral_newfd(lua_State *L)
 {
     corral_fd *f = (corral_fd *)lua_newuserdatauv(L, sizeof *f, 1);
@@ -99,5 +111,7 @@ int corral_open_fd(lua_State *L)
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
+    lua_pushcfunction(L, fd_open);
+    lua_setfield(L, -2, "open");
     return 0;
 }

@@ -135,6 +135,7 @@ static int l_spawn(lua_State *L)
     plan.cwd = opt_string(L, 1, "cwd");
     plan.hostname = opt_string(L, 1, "hostname");
     plan.new_net = opt_bool(L, 1, "new_net");
+    plan.plain = opt_bool(L, 1, "plain");
     plan.netns_fd = -1;
     plan.join_pidfd = -1;
     if (lua_getfield(L, 1, "join") != LUA_TNIL) {

@@ -339,9 +339,11 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     if addr then io.stderr:write("corral run: service port ", service_port, " on ", addr, "\n") end
     -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
     -- process stays to clean up; dying here would leave the cgroup behind.
-    -- Only native reads them: a blocked signal would otherwise pass, blocked, to a
-    -- mechanism's children (exec keeps the signal mask).
-    local signals = mech.name == "native" and core.signal_fd({ "INT", "TERM", "HUP" }) or nil
+    -- Only the built-in mechanisms read them (and start their children with a clean
+    -- mask): a blocked signal would otherwise pass, blocked, to a custom mechanism's
+    -- children, since exec keeps the signal mask.
+    local builtin = mech.name == "native" or mech.name == "bwrap"
+    local signals = builtin and core.signal_fd({ "INT", "TERM", "HUP" }) or nil
     local result, xerr = corral.exec(mech, sb, rest, { signals = signals })
     if signals then signals:close() end
     corral.destroy(mech, sb)

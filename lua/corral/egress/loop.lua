@@ -69,4 +69,33 @@ function M.step(timeout, extra)
   return hit
 end
 
+--- Waits for a sandbox process: serving the loop meanwhile (opts.serve), up to
+-- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
+-- core.signal_fd) to it. Returns its code and how it ended, or nil, "timeout".
+-- @tparam userdata proc a corral.process
+-- @tparam[opt] table opts `{serve =, wall =, signals =}`
+function M.wait(proc, opts)
+  opts = opts or {}
+  if not opts.serve and not opts.signals then return proc:wait(opts.wall) end
+  local deadline = opts.wall and core.monotime() + opts.wall
+  local extra = { proc, opts.signals }
+  while true do
+    local left = deadline and deadline - core.monotime()
+    if left and left <= 0 then return nil, "timeout" end
+    local timeout = left and math.min(left, 1) or 1
+    local hit
+    if opts.serve then
+      hit = M.step(timeout, extra)
+    else
+      hit = {}
+      for _, i in ipairs(core.poll(extra, timeout) or {}) do hit[i] = true end
+    end
+    if hit[2] then
+      local sig = core.signal_read(opts.signals)
+      if sig then proc:kill(sig) end
+    end
+    if hit[1] or not proc:running() then return proc:wait() end
+  end
+end
+
 return M

@@ -177,35 +177,6 @@ function M.start(sb, argv, opts)
   return true
 end
 
--- Waits for proc, serving the egress loop meanwhile when the sandbox has a plane, and
--- forwarding the signals that arrive on `signals` (a core.signal_fd) to the sandbox.
-local function wait_serving(st, proc, wall, signals)
-  if not st.plane and not signals then
-    local code, how = proc:wait(wall)
-    return code, how
-  end
-  local loop = require "corral.egress.loop"
-  local deadline = wall and core.monotime() + wall
-  local extra = { proc, signals }
-  while true do
-    local left = deadline and deadline - core.monotime()
-    if left and left <= 0 then return nil, "timeout" end
-    local timeout = left and math.min(left, 1) or 1
-    local hit
-    if st.plane then
-      hit = loop.step(timeout, extra)
-    else
-      hit = {}
-      for _, i in ipairs(core.poll(extra, timeout) or {}) do hit[i] = true end
-    end
-    if hit[2] then
-      local sig = core.signal_read(signals)
-      if sig then proc:kill(sig) end
-    end
-    if hit[1] or not proc:running() then return proc:wait() end
-  end
-end
-
 --- Runs argv in the sandbox to completion (bounded by limits.wall).
 -- @treturn table `{code =, how = "exited"|"killed", limit = nil|"wall"|"memory", usage =}`
 function M.exec(sb, argv, opts)
@@ -213,7 +184,9 @@ function M.exec(sb, argv, opts)
   if failed then return failed end
   if not proc then return nil, err end
   local wall = sb.limits and sb.limits.wall
-  local code, how = wait_serving(state[sb.id], proc, wall, opts and opts.signals)
+  local st = state[sb.id]
+  local code, how = require("corral.egress.loop").wait(proc, { serve = st.plane ~= nil, wall = wall,
+    signals = opts and opts.signals })
   local timed_out = false
   if not code then
     timed_out = true
