@@ -20,14 +20,13 @@ local errors = require "corral.errors"
 local sandbox = require "corral.sandbox"
 local limits = require "corral.limits"
 local hardening = require "corral.hardening"
+local resources = require "corral.resources"
 
 local M = { name = "bwrap" }
 
 local state = {}
 
-local function needs_plane(sb)
-  return sb.network ~= nil or sb.service_port ~= nil
-end
+local needs_plane = require("corral.resources").needs_plane
 
 function M.required_capabilities(sb)
   local req = { "filesystem_confinement", "privilege_separation", "network_restriction", "bwrap" }
@@ -76,28 +75,8 @@ end
 
 function M.provision(sb)
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-  local ok, err = sandbox.prepare_storage(sb)
-  if not ok then return nil, err end
-  local st = { status = "provisioned" }
-  local cerr
-  st.cgroup, cerr = limits.cgroup(sb)
-  if cerr then return nil, cerr end
-  if needs_plane(sb) then
-    local plane, perr = require("corral.egress.plane").new(sb.id, sb.network)
-    if not plane then
-      if st.cgroup then st.cgroup:destroy() end
-      return nil, perr
-    end
-    st.plane = plane
-    require("corral.egress.loop").add(plane)
-    if sb.service_port then
-      local served, serr = plane:serve(sb.service_port)
-      if not served then
-        M.release(st)
-        return nil, serr
-      end
-    end
-  end
+  local st, err = resources.acquire(sb)
+  if not st then return nil, err end
   state[sb.id] = st
   return true
 end
@@ -132,10 +111,8 @@ local function spawn(sb, argv, opts)
     out = io.open(opts.output, "w")
     if not out then prog:close() return nil, errors.invalid_argument("output", "cannot open " .. opts.output) end
   end
-  local procs = {}
-  for _, dir in ipairs(st.cgroup and st.cgroup:paths() or {}) do procs[#procs + 1] = dir .. "/cgroup.procs" end
   local proc, err = core.spawn({ plain = true, path = prlimit, argv = full, env = hardening.envp(sb.env),
-    netns = st.plane and st.plane.netns, cgroup_procs = procs, keep_fds = { prog },
+    netns = st.plane and st.plane.netns, cgroup_procs = resources.cgroup_procs(st), keep_fds = { prog },
     stdout = out, stderr = out })
   prog:close()
   if out then out:close() end
@@ -184,25 +161,13 @@ function M.stop(sb)
   return true
 end
 
---- Releases a sandbox's egress plane and cgroup (also for a half-built provision).
-function M.release(st)
-  if st.plane then
-    require("corral.egress.loop").remove(st.plane)
-    st.plane:close()
-    st.plane = nil
-  end
-  if st.cgroup then
-    st.cgroup:destroy()
-    st.cgroup = nil
-  end
-end
-
 function M.destroy(sb)
   local st = state[sb.id]
   if not st then return true end
   M.stop(sb)
-  M.release(st)
+  local ok, err = resources.release(st)
   state[sb.id] = nil
+  if not ok then return nil, err end
   return true
 end
 
@@ -215,9 +180,7 @@ end
 
 --- Where the sandbox's service_port is reachable from the host.
 function M.address(sb)
-  local st = state[sb.id]
-  if st and st.plane and st.plane.service_addr then return true, st.plane.service_addr end
-  return true, nil
+  return resources.address(state[sb.id])
 end
 
 return M

@@ -24,15 +24,14 @@ local state = {} -- id → {cgroup =, process =, status =}
 M.TMP_MIB = 64
 
 local limits = require "corral.limits"
+local resources = require "corral.resources"
 local has_resource_limits = limits.wants_cgroup
 
 --- What a sandbox under this mechanism needs: the tenant profile's guarantees, plus the
 -- kernel features native builds them from.
 -- @tparam table sb
 -- @treturn {string,...}
-local function needs_plane(sb)
-  return sb.network ~= nil or sb.service_port ~= nil
-end
+local needs_plane = resources.needs_plane
 
 function M.required_capabilities(sb)
   local req = { "filesystem_confinement", "privilege_separation", "network_restriction",
@@ -96,37 +95,16 @@ function M.plan(sb, argv, opts)
     cgroup_procs = {},
     stdin = opts.stdin, stdout = opts.stdout, stderr = opts.stderr,
   }
-  if st and st.cgroup then
-    for _, dir in pairs(st.cgroup:paths()) do plan.cgroup_procs[#plan.cgroup_procs + 1] = dir .. "/cgroup.procs" end
-  end
+  plan.cgroup_procs = resources.cgroup_procs(st)
   return plan
 end
 
---- Creates the storage directory (owned by the sandbox's host id) and the cgroup.
+--- Creates the storage directory (owned by the sandbox's host id), the cgroup and, with
+-- an allowlist or a service port, the egress plane.
 function M.provision(sb)
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-  local ok, err = sandbox.prepare_storage(sb)
-  if not ok then return nil, err end
-  local st = { status = "provisioned" }
-  local cerr
-  st.cgroup, cerr = limits.cgroup(sb)
-  if cerr then return nil, cerr end
-  if needs_plane(sb) then
-    local plane, perr = require("corral.egress.plane").new(sb.id, sb.network)
-    if not plane then
-      if st.cgroup then st.cgroup:destroy() end
-      return nil, perr
-    end
-    st.plane = plane
-    require("corral.egress.loop").add(plane)
-    if sb.service_port then
-      local served, serr = plane:serve(sb.service_port)
-      if not served then
-        M.destroy_state(st)
-        return nil, serr
-      end
-    end
-  end
+  local st, err = resources.acquire(sb)
+  if not st then return nil, err end
   state[sb.id] = st
   return true
 end
@@ -207,9 +185,7 @@ end
 --- Where the sandbox's service_port is reachable from the host: `true, "127.0.0.1:PORT"`
 -- (the kernel chose PORT), or `true, nil`.
 function M.address(sb)
-  local st = state[sb.id]
-  if st and st.plane and st.plane.service_addr then return true, st.plane.service_addr end
-  return true, nil
+  return resources.address(state[sb.id])
 end
 
 --- Waits for the long-running process started by `start`.
@@ -237,27 +213,12 @@ function M.stop(sb)
   return true
 end
 
---- Releases a sandbox's cgroup and egress plane (also for a half-built provision).
-function M.destroy_state(st)
-  if st.plane then
-    require("corral.egress.loop").remove(st.plane)
-    st.plane:close()
-    st.plane = nil
-  end
-  if st.cgroup then
-    local ok, err = st.cgroup:destroy()
-    if ok == nil and err then return nil, errors.cannot_enforce("resource_limits", tostring(err)) end
-    st.cgroup = nil
-  end
-  return true
-end
-
 --- Stops and removes everything the sandbox holds but its storage (data outlives it).
 function M.destroy(sb)
   local st = state[sb.id]
   if not st then return true end
   M.stop(sb)
-  local ok, err = M.destroy_state(st)
+  local ok, err = resources.release(st)
   state[sb.id] = nil
   if not ok then return nil, err end
   return true

@@ -1,0 +1,78 @@
+--- What the host holds for a sandbox, whatever mechanism builds it: its storage, its
+-- cgroup (limits) and its egress plane (allowlist, service port). One acquisition and
+-- one release, so every mechanism provisions and tears down the same way and a
+-- half-built provision is undone.
+-- @module corral.resources
+local sandbox = require "corral.sandbox"
+local limits = require "corral.limits"
+
+local M = {}
+
+--- Whether the sandbox needs an egress plane (an allowlist or a service port).
+function M.needs_plane(sb)
+  return sb.network ~= nil or sb.service_port ~= nil
+end
+
+--- Releases a state's plane and cgroup; idempotent, accepts a half-built state.
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce when the cgroup cannot be removed
+function M.release(st)
+  if st.plane then
+    require("corral.egress.loop").remove(st.plane)
+    st.plane:close()
+    st.plane = nil
+  end
+  if st.cgroup then
+    local ok, err = st.cgroup:destroy()
+    if ok == nil and err then
+      return nil, require("corral.errors").cannot_enforce("resource_limits", tostring(err))
+    end
+    st.cgroup = nil
+  end
+  return true
+end
+
+--- Creates the storage, the cgroup and the plane a sandbox asks for.
+-- @tparam table sb
+-- @treturn[1] table state `{status = "provisioned", cgroup =, plane =}`
+-- @return[2] nil
+-- @treturn[2] table error; nothing is left held
+function M.acquire(sb)
+  local ok, err = sandbox.prepare_storage(sb)
+  if not ok then return nil, err end
+  local st = { status = "provisioned" }
+  st.cgroup, err = limits.cgroup(sb)
+  if err then return nil, err end
+  if M.needs_plane(sb) then
+    st.plane, err = require("corral.egress.plane").new(sb.id, sb.network)
+    if not st.plane then
+      M.release(st)
+      return nil, err
+    end
+    require("corral.egress.loop").add(st.plane)
+    if sb.service_port then
+      ok, err = st.plane:serve(sb.service_port)
+      if not ok then
+        M.release(st)
+        return nil, err
+      end
+    end
+  end
+  return st
+end
+
+--- The cgroup.procs files a spawn writes the new process into.
+function M.cgroup_procs(st)
+  local procs = {}
+  for _, dir in ipairs(st and st.cgroup and st.cgroup:paths() or {}) do procs[#procs + 1] = dir .. "/cgroup.procs" end
+  return procs
+end
+
+--- `true, "127.0.0.1:PORT"` for a served service port, else `true, nil`.
+function M.address(st)
+  if st and st.plane and st.plane.service_addr then return true, st.plane.service_addr end
+  return true, nil
+end
+
+return M
