@@ -35,10 +35,23 @@ describe("egress #root #netns", function()
   local TIMED = 't() { s=$(date +%s%N); "$@" >/dev/null 2>&1; r=$?; ' ..
     'echo "ms=$(( ($(date +%s%N) - s) / 1000000 )) rc=$r"; }; '
 
-  it("relays an allowed name on an allowed port byte-exact (control)", function()
-    local out, status = run('curl -sS --max-time 10 http://pypi.org:8080/blob | sha256sum')
+  it("relays an allowed name on an allowed port byte-exact (control), and logs every decision", function()
+    local log = net.dir .. "/exact.jsonl"
+    local out, status = run('curl -sS --max-time 10 http://pypi.org:8080/blob | sha256sum; ' ..
+      'curl -s --max-time 3 http://pypi.org:9444/ >/dev/null; exit 0', { "--log-json", log })
     assert.are.equal(0, status, out)
     assert.matches(net.blob_sha, out, 1, true)
+    local json = require "dkjson"
+    local closed, denied = nil, nil
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do
+      local e = assert(json.decode(line), line)
+      assert.truthy(e.verdict == "allow" or e.verdict == "deny", line)
+      assert.are.equal("tenant", e.sandbox)
+      if e.kind == "closed" and e.port == 8080 then closed = e end
+      if e.kind == "connect" and e.port == 9444 and e.verdict == "deny" then denied = e end
+    end
+    assert.truthy(closed and closed.name == "pypi.org" and closed.bytes > 3000000, "no closing event with bytes")
+    assert.truthy(denied and denied.reason:find("9444") and denied.ip, "no deny event with its reason")
     out = run('echo via-logger | nc -N -w 3 logger.test 9444; echo rc=$?')
     assert.matches("rc=0", out)
     assert(h.wait_for(function() return logged():find("via-logger", 1, true) end, 3), "control never arrived")

@@ -37,9 +37,12 @@ local function relay_events(loop)
     local ctx = loop.pending[ev.id]
     if ctx and (ev.kind == "closed" or ev.kind == "failed") then
       loop.pending[ev.id] = nil
+      -- The end of an allowed connection: the same decision, now with its byte counts
+      -- (bytes = up + down), and why it failed when it did.
       events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
-        upstream = ctx.upstream, verdict = ev.kind, reason = (ev.err ~= 0) and ev.err or nil,
-        bytes_up = ev.up, bytes_down = ev.down })
+        upstream = ctx.upstream, verdict = "allow",
+        reason = ev.kind == "failed" and ("upstream: " .. tostring(ev.msg or ev.err)) or ctx.reason,
+        bytes_up = ev.up, bytes_down = ev.down, bytes = (ev.up or 0) + (ev.down or 0) })
     end
   end
 end

@@ -42,7 +42,7 @@ end
 
 local function deny(_, client, ctx, reason)
   core.reset(client)
-  ctx.verdict, ctx.reason = "deny", reason
+  ctx.verdict, ctx.reason, ctx.bytes = "deny", reason, 0
   events.emit(ctx)
 end
 
@@ -237,7 +237,9 @@ function Plane:answer(query)
   -- A query type nobody answers is refused even for names not allowed (TXT, ANY):
   -- a tenant learns nothing from it either way.
   if q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA then rcode, verdict = core.dns.REFUSED, "refused" end
-  events.emit({ sandbox = self.id, kind = "dns", name = name, qtype = q.qtype, verdict = verdict })
+  -- verdict is allow/deny like every decision; `answer` says what the responder sent.
+  events.emit({ sandbox = self.id, kind = "dns", name = name, qtype = q.qtype, answer = verdict,
+    verdict = verdict == "answered" and "allow" or "deny", bytes = 0 })
   return core.dns.answer(query, rcode, addr, M.TTL)
 end
 
