@@ -1,0 +1,45 @@
+-- core.spawn: a failed setup step never execs, and its step and errno come back.
+local core = require "corral.core"
+local h = require "helpers"
+
+describe("core.spawn #root", function()
+  local dir
+  before_each(function()
+    dir = h.tmpdir("spawn")
+    os.execute("chmod 0777 " .. dir)
+  end)
+  after_each(function() h.rmrf(dir) end)
+
+  local function plan(src)
+    local binds = { { src = "/usr", dest = "/usr" }, { src = src, dest = "/out", rw = true } }
+    return { path = "/usr/bin/sh", argv = { "sh", "-c", "echo ran > /out/marker" }, env = { "PATH=/usr/bin" },
+      cwd = "/", new_net = true, uid = 65534, gid = 65534, binds = binds,
+      symlinks = { { target = "usr/bin", path = "/bin" }, { target = "usr/lib", path = "/lib" },
+                   { target = "usr/lib64", path = "/lib64" } },
+      proc = true, dev = true, seccomp = true }
+  end
+
+  it("runs the plan (control): the command writes its marker", function()
+    local p = assert(core.spawn(plan(dir)))
+    assert.are.equal(0, (p:wait(5)))
+    assert.are.equal("ran\n", h.read(dir .. "/marker"))
+  end)
+
+  it("reports a failed step with its name and errno, and runs nothing", function()
+    local p, msg, errno, step = core.spawn(plan(dir .. "/missing"))
+    assert.is_nil(p)
+    assert.are.equal("build root", step)
+    assert.are.equal(core.errno.ENOENT, errno)
+    assert.matches("build root", msg)
+    assert.is_nil(h.read(dir .. "/marker"))
+  end)
+
+  it("reports an exec failure as the exec step", function()
+    local pl = plan(dir)
+    pl.path = "/usr/bin/no-such-program"
+    local p, _, errno, step = core.spawn(pl)
+    assert.is_nil(p)
+    assert.are.equal("exec", step)
+    assert.are.equal(core.errno.ENOENT, errno)
+  end)
+end)
