@@ -178,6 +178,12 @@ function M.status(sb)
   return st.status
 end
 
+--- The cgroup directories of a provisioned sandbox (for leak checks).
+function M.cgroup_paths(sb)
+  local st = state[sb.id]
+  return st and st.cgroup and st.cgroup:paths() or {}
+end
+
 --- Where the sandbox's service_port is reachable from the host.
 function M.address(sb)
   return resources.address(state[sb.id])
