@@ -72,6 +72,13 @@ function M.step(timeout, extra)
   return hit
 end
 
+--- Serves the loop for `seconds` (for hosts that run a sandbox started with `start`
+-- and want its connections relayed while they wait).
+function M.serve(seconds)
+  local deadline = core.monotime() + (seconds or 0)
+  repeat M.step(math.max(0, math.min(1, deadline - core.monotime()))) until core.monotime() >= deadline
+end
+
 --- Waits for a sandbox process: serving the loop meanwhile (opts.serve), up to
 -- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
 -- core.signal_fd) to it. Returns its code and how it ended, or nil, "timeout".

@@ -24,14 +24,10 @@ local resources = require "corral.resources"
 
 local M = { name = "bwrap" }
 
-local state = {}
-
-local needs_plane = require("corral.resources").needs_plane
-
 function M.required_capabilities(sb)
   local req = { "filesystem_confinement", "privilege_separation", "network_restriction", "bwrap" }
   if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
-  if needs_plane(sb) then req[#req + 1] = "nftables" end
+  if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
   return req
 end
 
@@ -50,7 +46,7 @@ function M.args(sb, argv, seccomp_fd)
   local a = { "--die-with-parent", "--new-session", "--uid", "0", "--gid", "0",
               "--hostname", "corral", "--cap-drop", "ALL" }
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
-  local st = state[sb.id]
+  local st = M.state_of(sb)
   if st and st.plane then
     add("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try")
   else
@@ -73,19 +69,9 @@ function M.args(sb, argv, seccomp_fd)
   return a
 end
 
-function M.provision(sb)
-  if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-  local st, err = resources.acquire(sb)
-  if not st then return nil, err end
-  state[sb.id] = st
-  return true
-end
-
 -- Spawns prlimit → setpriv → bwrap in the sandbox's cgroup (and netns, with a plane).
-local function spawn(sb, argv, opts)
-  local st = state[sb.id]
-  if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
-  opts = opts or {}
+-- bubblewrap reports its own failures (e.g. a missing command) as status 1.
+local function spawn(sb, st, argv, opts)
   local prlimit, setpriv, bwrap = tool("prlimit"), tool("setpriv"), tool("bwrap")
   if not (prlimit and setpriv and bwrap) then
     return nil, errors.cannot_enforce("bwrap", "needs prlimit, setpriv and bwrap on PATH")
@@ -106,87 +92,14 @@ local function spawn(sb, argv, opts)
     full[#full + 1] = v
   end
   for _, v in ipairs(M.args(sb, argv, prog:fileno())) do full[#full + 1] = v end
-  local out
-  if opts.output then
-    out = io.open(opts.output, "w")
-    if not out then prog:close() return nil, errors.invalid_argument("output", "cannot open " .. opts.output) end
-  end
   local proc, err = core.spawn({ plain = true, path = prlimit, argv = full, env = hardening.envp(sb.env),
     netns = st.plane and st.plane.netns, cgroup_procs = resources.cgroup_procs(st), keep_fds = { prog },
-    stdout = out, stderr = out })
+    stdout = opts.stdout, stderr = opts.stderr })
   prog:close()
-  if out then out:close() end
   if not proc then return nil, errors.cannot_enforce("bwrap", tostring(err)) end
   return proc
 end
 
-function M.exec(sb, argv, opts)
-  local proc, err = spawn(sb, argv, opts)
-  if not proc then return nil, err end
-  local st = state[sb.id]
-  local wall = sb.limits and sb.limits.wall
-  local code, how = require("corral.egress.loop").wait(proc, { serve = st.plane ~= nil, wall = wall,
-    signals = opts and opts.signals })
-  local timed_out = false
-  if not code then
-    timed_out = true
-    proc:kill()
-    code, how = proc:wait()
-  end
-  proc:close()
-  -- bubblewrap reports its own failures (e.g. a missing command) as status 1
-  return limits.observe(st, { code = code, how = how, limit = timed_out and "wall" or nil })
-end
-
-function M.start(sb, argv, opts)
-  local st = state[sb.id]
-  if st and st.process and st.process:running() then
-    return nil, errors.invalid_argument("sandbox", sb.id .. " is already running")
-  end
-  local proc, err = spawn(sb, argv, opts)
-  if not proc then return nil, err end
-  st.process, st.status = proc, "running"
-  return true
-end
-
-function M.stop(sb)
-  local st = state[sb.id]
-  if not st then return true end
-  if st.process then
-    st.process:close()
-    st.process = nil
-  end
-  if st.cgroup then st.cgroup:kill() end
-  st.status = "stopped"
-  return true
-end
-
-function M.destroy(sb)
-  local st = state[sb.id]
-  if not st then return true end
-  M.stop(sb)
-  local ok, err = resources.release(st)
-  state[sb.id] = nil
-  if not ok then return nil, err end
-  return true
-end
-
-function M.status(sb)
-  local st = state[sb.id]
-  if not st then return "absent" end
-  if st.process and not st.process:running() then st.status = "stopped" end
-  return st.status
-end
-
---- The cgroup directories of a provisioned sandbox (for leak checks).
-function M.cgroup_paths(sb)
-  local st = state[sb.id]
-  return st and st.cgroup and st.cgroup:paths() or {}
-end
-
---- Where the sandbox's service_port is reachable from the host.
-function M.address(sb)
-  return resources.address(state[sb.id])
-end
+require("corral.mechanism.lifecycle").build(M, spawn)
 
 return M

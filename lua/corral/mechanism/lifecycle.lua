@@ -1,0 +1,157 @@
+--- The lifecycle the built-in mechanisms share: provision, start, exec, wait, stop,
+-- destroy, status, address — around one spawn function of the mechanism's own.
+--
+-- A mechanism differs only in how it spawns a command (native: corral's namespaces;
+-- bwrap: bubblewrap); what the host holds for a sandbox (corral.resources), how a run
+-- is waited for (corral.egress.loop.wait: serving the egress loop, the wall limit,
+-- forwarded signals) and how its end is classified (corral.limits.observe) are one.
+-- @module corral.mechanism.lifecycle
+local errors = require "corral.errors"
+local limits = require "corral.limits"
+local resources = require "corral.resources"
+
+local M = {}
+
+--- Completes `mech` with the lifecycle callbacks.
+-- @tparam table mech the mechanism (name, capabilities, …)
+-- @tparam function spawn `spawn(sb, st, argv, opts)` → process, or nil, error, or
+--   nil, nil, result (the sandbox was built and the command itself could not run).
+--   opts.stdout/opts.stderr are already set when the caller asked for `output`.
+-- @treturn table mech
+function M.build(mech, spawn)
+  local state = {} -- id → {cgroup =, plane =, process =, status =}
+
+  --- The host's state for a provisioned sandbox (nil when absent).
+  function mech.state_of(sb)
+    return state[sb.id]
+  end
+
+  -- Runs spawn with opts.output (a host path for the tenant's stdout and stderr) opened.
+  local function spawn_with_output(sb, argv, opts)
+    local st = state[sb.id]
+    if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
+    opts = opts or {}
+    local out
+    if opts.output then
+      out = io.open(opts.output, "w")
+      if not out then return nil, errors.invalid_argument("output", "cannot open " .. opts.output) end
+      opts = setmetatable({ stdout = out, stderr = out }, { __index = opts })
+    end
+    local proc, err, failed = spawn(sb, st, argv, opts)
+    if out then out:close() end
+    return proc, err, failed
+  end
+
+  local function classify(st, proc, code, how, timed_out)
+    local result = limits.observe(st, { code = code, how = how, limit = timed_out and "wall" or nil })
+    proc:close()
+    return result
+  end
+
+  --- Creates the storage (owned by the sandbox's host id), the cgroup and, with an
+  -- allowlist or a service port, the egress plane.
+  function mech.provision(sb)
+    if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
+    local st, err = resources.acquire(sb)
+    if not st then return nil, err end
+    state[sb.id] = st
+    return true
+  end
+
+  --- Starts argv as the sandbox's long-running process.
+  function mech.start(sb, argv, opts)
+    local st = state[sb.id]
+    if st and st.process and st.process:running() then
+      return nil, errors.invalid_argument("sandbox", sb.id .. " is already running")
+    end
+    local proc, err, failed = spawn_with_output(sb, argv, opts)
+    if failed then return nil, errors.invalid_argument("argv", failed.error) end
+    if not proc then return nil, err end
+    st.process, st.status = proc, "running"
+    return true
+  end
+
+  --- Runs argv in the sandbox to completion (bounded by limits.wall).
+  -- @treturn table `{code =, how = "exited"|"killed", limit = nil|"wall"|"memory", usage =}`
+  function mech.exec(sb, argv, opts)
+    local proc, err, failed = spawn_with_output(sb, argv, opts)
+    if failed then return failed end
+    if not proc then return nil, err end
+    local st = state[sb.id]
+    local code, how = require("corral.egress.loop").wait(proc, { serve = st.plane ~= nil,
+      wall = sb.limits and sb.limits.wall, signals = opts and opts.signals })
+    local timed_out = false
+    if not code then
+      timed_out = true
+      proc:kill()
+      code, how = proc:wait()
+    end
+    return classify(st, proc, code, how, timed_out)
+  end
+
+  --- Waits for the long-running process started by `start`.
+  function mech.wait(sb, timeout)
+    local st = state[sb.id]
+    if not (st and st.process) then return nil, errors.invalid_argument("sandbox", "not started") end
+    local code, how = st.process:wait(timeout)
+    if not code then return nil, how end
+    st.status = "stopped"
+    local result = classify(st, st.process, code, how, false)
+    st.process = nil
+    return result
+  end
+
+  --- Stops the sandbox's processes (its init, or bubblewrap, gets SIGKILL; the cgroup
+  -- is emptied).
+  function mech.stop(sb)
+    local st = state[sb.id]
+    if not st then return true end
+    if st.process then
+      st.process:close()
+      st.process = nil
+    end
+    if st.cgroup then st.cgroup:kill() end
+    st.status = "stopped"
+    return true
+  end
+
+  --- Stops and removes everything the sandbox holds but its storage (data outlives it).
+  function mech.destroy(sb)
+    local st = state[sb.id]
+    if not st then return true end
+    mech.stop(sb)
+    local ok, err = resources.release(st)
+    state[sb.id] = nil
+    if not ok then return nil, err end
+    return true
+  end
+
+  --- "absent" | "provisioned" | "running" | "stopped"
+  function mech.status(sb)
+    local st = state[sb.id]
+    if not st then return "absent" end
+    if st.process and not st.process:running() then st.status = "stopped" end
+    return st.status
+  end
+
+  --- Where the sandbox's service_port is reachable from the host: `true,
+  -- "127.0.0.1:PORT"` (the kernel chose PORT), or `true, nil`.
+  function mech.address(sb)
+    return resources.address(state[sb.id])
+  end
+
+  --- Serves the egress loop for `seconds` while a started sandbox runs.
+  function mech.serve(seconds)
+    return require("corral.egress.loop").serve(seconds)
+  end
+
+  --- The cgroup directories of a provisioned sandbox (for leak checks).
+  function mech.cgroup_paths(sb)
+    local st = state[sb.id]
+    return st and st.cgroup and st.cgroup:paths() or {}
+  end
+
+  return mech
+end
+
+return M
