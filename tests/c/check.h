@@ -6,6 +6,7 @@
 #ifndef CORRAL_CHECK_H
 #define CORRAL_CHECK_H
 
+#include <dirent.h>
 #include <stdio.h>
 
 static int check_passed, check_failed;
@@ -19,6 +20,18 @@ static int check_passed, check_failed;
             fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                        \
         }                                                                                          \
     } while (0)
+
+/* Open fds of this process, so a test can show a verb leaves the count as it found it. */
+static inline int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
 
 #define DONE()                                                                                     \
     (printf("%s: %d passed, %d failed\n", __FILE__, check_passed, check_failed),                   \

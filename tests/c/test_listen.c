@@ -31,17 +31,6 @@
 #include "rtnl.h"
 #include "sock.h"
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 /* A client inside a netns, made independently of the code under test: a thread that
  * setns()es and connects (or sends one datagram). */
 struct inside {

@@ -512,18 +512,6 @@ static void test_end_to_end(void)
     CHECK(corral_nft_delete(ns_fd, "corral") == 0);
 }
 
-/* Open fds of this process: every verb must leave the count as it found it. */
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 int main(void)
 {
     int fds = count_fds();

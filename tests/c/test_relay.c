@@ -33,17 +33,6 @@
 #include "rtnl.h"
 #include "sock.h"
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 static long now_ms(void)
 {
     struct timespec t;

@@ -291,18 +291,6 @@ static void test_bad_args(int ns)
     CHECK(corral_rtnl_veth(ns, "corral-t1a", -1, "corral-t1b") == -EBADF);
 }
 
-/* Open fds of this process: every verb must leave the count as it found it. */
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 int main(void)
 {
     int fds = count_fds();

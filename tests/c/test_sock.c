@@ -31,17 +31,6 @@
 #include "rtnl.h"
 #include "sock.h"
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 static socklen_t addr_of(const char *ip, int port, struct sockaddr_storage *ss)
 {
     socklen_t len = 0;
