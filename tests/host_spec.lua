@@ -57,10 +57,13 @@ local function repl(args, steps, env)
       feed[#feed + 1] = "printf '%s' " .. sh_quote(s)
     end
   end
-  -- env: `env` arguments, options (-u) first
+  -- env: `env` arguments, options (-u) first. script runs the command through $SHELL;
+  -- `exec` makes the host the terminal's only foreground process, so Ctrl-C reaches it
+  -- alone. Without it, CI's dash (SHELL=/bin/sh) stayed as the parent, took the SIGINT
+  -- and made script report 130 although the host carried on.
   local cmd = "(" .. table.concat(feed, "; ") .. ") | " .. CLEAN
     .. (env or "CORRAL_HISTORY=") .. " TERM=dumb timeout 10 script -qfec "
-    .. sh_quote(HOST .. (args ~= "" and " " .. args or "")) .. " /dev/null"
+    .. sh_quote("exec " .. HOST .. (args ~= "" and " " .. args or "")) .. " /dev/null"
   local out, _, code = run(cmd)
   out = out:gsub("\r", ""):gsub("\27%[[%d;?]*%a", "")
   return out, code
