@@ -116,8 +116,12 @@ describe("confine (control-plane profile) #root", function()
     local pid = h.sh('socat ABSTRACT-LISTEN:' .. name .. ',fork SYSTEM:"echo host-service" >/dev/null 2>&1 & echo $!')
       :match("%d+")
     assert(h.wait_for(function() return h.sh("echo | socat - ABSTRACT-CONNECT:" .. name):match("host%-service") end))
-    local spec = confine('socat ABSTRACT-LISTEN:inner,fork SYSTEM:"echo inner-ok" & sleep 0.3; ' ..
-      'echo | socat - ABSTRACT-CONNECT:inner; echo | socat - ABSTRACT-CONNECT:"$1" 2>&1; kill %1; exit 0', nil, name)
+    -- The inner listener is retried for up to 5 s rather than given a fixed head start:
+    -- under load 0.3 s was not always enough. Its name is unique: abstract names are
+    -- shared with the whole host network namespace.
+    local spec = confine('socat ABSTRACT-LISTEN:"$1-inner",fork SYSTEM:"echo inner-ok" & ' ..
+      'for i in $(seq 50); do echo | socat - ABSTRACT-CONNECT:"$1-inner" 2>/dev/null | grep . && break; ' ..
+      'sleep 0.1; done; echo | socat - ABSTRACT-CONNECT:"$1" 2>&1; kill %1; exit 0', nil, name)
     local out = h.run_spec(spec)
     os.execute("kill " .. pid .. " 2>/dev/null")
     assert.matches("inner%-ok", out) -- control: abstract sockets inside the boundary work

@@ -96,97 +96,10 @@ __attribute__((noreturn)) static void tenant_exec(const struct corral_spawn_plan
     child_fail(fd, STEP_EXEC, errno);
 }
 
-/* The plain variant: the helper builds its own sandbox; we only join the host-made netns
- * (still privileged here, so the helper's later user namespace owns nothing in it), set
- * stdio, close what must not be inherited, and exec. */
-__attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan *p, int errfd)
+/* Stays as the init of the pid namespace: forks the command (pid 2), passes a failed exec
+ * up to the spawner, then reaps and forwards signals until the command exits. */
+__attribute__((noreturn)) static void init_run(const struct corral_spawn_plan *p, int errfd)
 {
-    if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
-        child_fail(errfd, STEP_JOIN, errno);
-    if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
-    for (int i = 0; i < 3; i++)
-        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
-    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-        child_fail(errfd, STEP_FDS, errno);
-    for (size_t i = 0; i < p->n_keep_fds; i++)
-        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
-    execve(p->path, p->argv, p->envp);
-    child_fail(errfd, STEP_EXEC, errno);
-}
-
-__attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p, int errfd,
-                                                 int syncfd, void *empty_caps, int parent_pidfd)
-{
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
-    /* The tenant starts with no signal blocked and every handler at its default, whatever
-     * the host had. Measured: a `corral run` that blocks SIGTERM to forward it passed the
-     * block on, and the tenant ignored the forwarded SIGTERM until it exited by itself. */
-    for (int sig = 1; sig < NSIG; sig++) {
-        if (sig == SIGKILL || sig == SIGSTOP) continue;
-        struct sigaction dfl = {.sa_handler = SIG_DFL};
-        sigaction(sig, &dfl, NULL);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    char c;
-    if (read(syncfd, &c, 1) != 1) child_fail(errfd, STEP_SYNC, EPIPE);
-    close(syncfd);
-    if (p->plain) plain_exec(p, errfd);
-    int join = p->join_pidfd >= 0;
-    if (join) {
-        /* One call enters every namespace of the running sandbox (the user namespace
-         * first, so the rest are entered with its capabilities); the fork below then
-         * lands the command in its pid namespace. */
-        if (setns(p->join_pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
-                                     CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP) < 0)
-            child_fail(errfd, STEP_JOIN, errno);
-    } else if (unshare(CLONE_NEWCGROUP) < 0) {
-        /* The parent has placed us in the sandbox's cgroup: a cgroup namespace made now
-         * is rooted there, so the tenant sees its own cgroup as "/". */
-        child_fail(errfd, STEP_CGROUPNS, errno);
-    }
-    /* setgroups is refused (EPERM) in a user namespace mapped by an unprivileged
-     * caller, who had to write "deny" to setgroups first; there are no groups to drop. */
-    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && errno != EPERM) ||
-        setresuid(0, 0, 0) < 0)
-        child_fail(errfd, STEP_IDS, errno);
-    /* Changing ids clears the parent-death signal (prctl(2)); arm it again, then make
-     * sure the parent did not die in between. Measured: without this, `kill -9` of
-     * `corral run` left the tenant running. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (parent_pidfd >= 0) {
-        /* The parent lives outside our pid namespace (getppid() reads 0): its pidfd,
-         * opened before clone3, is readable once it has exited. */
-        struct pollfd pf = {.fd = parent_pidfd, .events = POLLIN};
-        if (poll(&pf, 1, 0) > 0) _exit(CORRAL_SPAWN_EXEC_FAILED);
-        close(parent_pidfd);
-    }
-    const char *what = NULL;
-    int r = join ? 0 : corral_root_build(&p->root, &what);
-    if (r < 0) child_fail(errfd, STEP_ROOT, r);
-    if (!join && p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
-        child_fail(errfd, STEP_HOSTNAME, errno);
-    if (chdir(p->cwd ? p->cwd : "/") < 0) child_fail(errfd, STEP_CWD, errno);
-    for (size_t i = 0; i < p->n_rlimits; i++) {
-        struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
-        if (setrlimit(p->rlimits[i].resource, &rl) < 0) child_fail(errfd, STEP_RLIMIT, errno);
-    }
-    /* A new session: no controlling terminal to inject keystrokes into. */
-    if (setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
-    for (int i = 0; i < 3; i++)
-        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
-    /* Everything beyond 0-2 closes at exec, but for the fds the caller keeps. */
-    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-        child_fail(errfd, STEP_FDS, errno);
-    for (size_t i = 0; i < p->n_keep_fds; i++)
-        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
-    if ((r = corral_caps_drop_all_with(empty_caps)) < 0) child_fail(errfd, STEP_CAPS, r);
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STEP_NNP, errno);
-    if (p->seccomp && (r = corral_seccomp_install(p->seccomp)) < 0)
-        child_fail(errfd, STEP_SECCOMP, r);
-
     sigset_t mask, old;
     corral_reaper_block(&mask, &old);
     int execp[2];
@@ -213,6 +126,122 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     close(execp[0]);
     close(errfd);
     _exit(corral_reaper_wait(tenant, &mask));
+}
+
+/* True when the process whose pidfd this is has exited. */
+static int parent_gone(int parent_pidfd)
+{
+    struct pollfd pf = {.fd = parent_pidfd, .events = POLLIN};
+    return parent_pidfd >= 0 && poll(&pf, 1, 0) > 0;
+}
+
+/* The plain variant: the helper builds its own sandbox; we only join the host-made netns
+ * (still privileged here, so the helper's later user namespace owns nothing in it), apply
+ * the rlimits, take the unprivileged ids when asked, set stdio, close what must not be
+ * inherited, and exec. */
+__attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan *p, int errfd,
+                                                 int parent_pidfd)
+{
+    if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
+        child_fail(errfd, STEP_JOIN, errno);
+    for (size_t i = 0; i < p->n_rlimits; i++) {
+        struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
+        if (setrlimit(p->rlimits[i].resource, &rl) < 0) child_fail(errfd, STEP_RLIMIT, errno);
+    }
+    if (p->plain_ids) {
+        if (setgroups(0, NULL) < 0 ||
+            setresgid(p->outside_gid, p->outside_gid, p->outside_gid) < 0 ||
+            setresuid(p->outside_uid, p->outside_uid, p->outside_uid) < 0)
+            child_fail(errfd, STEP_IDS, errno);
+        /* As in child_main: new ids cleared the parent-death signal. Measured: with
+         * setpriv(1) doing this step instead, a `kill -9` of `corral run` landing before
+         * bwrap's own --die-with-parent left the tenant running (5 of 12 runs). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (parent_gone(parent_pidfd)) _exit(CORRAL_SPAWN_EXEC_FAILED);
+    }
+    if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
+    for (int i = 0; i < 3; i++)
+        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+        child_fail(errfd, STEP_FDS, errno);
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
+    if (p->plain_pidns) init_run(p, errfd);
+    execve(p->path, p->argv, p->envp);
+    child_fail(errfd, STEP_EXEC, errno);
+}
+
+__attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p, int errfd,
+                                                 int syncfd, void *empty_caps, int parent_pidfd)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
+    /* The tenant starts with no signal blocked and every handler at its default, whatever
+     * the host had. Measured: a `corral run` that blocks SIGTERM to forward it passed the
+     * block on, and the tenant ignored the forwarded SIGTERM until it exited by itself. */
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigaction(sig, &dfl, NULL);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    char c;
+    if (read(syncfd, &c, 1) != 1) child_fail(errfd, STEP_SYNC, EPIPE);
+    close(syncfd);
+    if (p->plain) plain_exec(p, errfd, parent_pidfd);
+    int join = p->join_pidfd >= 0;
+    if (join) {
+        /* One call enters every namespace of the running sandbox (the user namespace
+         * first, so the rest are entered with its capabilities); the fork below then
+         * lands the command in its pid namespace. */
+        if (setns(p->join_pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                                     CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWCGROUP) < 0)
+            child_fail(errfd, STEP_JOIN, errno);
+    } else if (unshare(CLONE_NEWCGROUP) < 0) {
+        /* The parent has placed us in the sandbox's cgroup: a cgroup namespace made now
+         * is rooted there, so the tenant sees its own cgroup as "/". */
+        child_fail(errfd, STEP_CGROUPNS, errno);
+    }
+    /* setgroups is refused (EPERM) in a user namespace mapped by an unprivileged
+     * caller, who had to write "deny" to setgroups first; there are no groups to drop. */
+    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && errno != EPERM) ||
+        setresuid(0, 0, 0) < 0)
+        child_fail(errfd, STEP_IDS, errno);
+    /* Changing ids clears the parent-death signal (prctl(2)); arm it again, then make
+     * sure the parent did not die in between. Measured: without this, `kill -9` of
+     * `corral run` left the tenant running. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* The parent lives outside our pid namespace (getppid() reads 0): its pidfd, opened
+     * before clone3, is readable once it has exited. */
+    if (parent_gone(parent_pidfd)) _exit(CORRAL_SPAWN_EXEC_FAILED);
+    if (parent_pidfd >= 0) close(parent_pidfd);
+    const char *what = NULL;
+    int r = join ? 0 : corral_root_build(&p->root, &what);
+    if (r < 0) child_fail(errfd, STEP_ROOT, r);
+    if (!join && p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
+        child_fail(errfd, STEP_HOSTNAME, errno);
+    if (chdir(p->cwd ? p->cwd : "/") < 0) child_fail(errfd, STEP_CWD, errno);
+    for (size_t i = 0; i < p->n_rlimits; i++) {
+        struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
+        if (setrlimit(p->rlimits[i].resource, &rl) < 0) child_fail(errfd, STEP_RLIMIT, errno);
+    }
+    /* A new session: no controlling terminal to inject keystrokes into. */
+    if (setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
+    for (int i = 0; i < 3; i++)
+        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
+    /* Everything beyond 0-2 closes at exec, but for the fds the caller keeps. */
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+        child_fail(errfd, STEP_FDS, errno);
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
+    if ((r = corral_caps_drop_all_with(empty_caps)) < 0) child_fail(errfd, STEP_CAPS, r);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STEP_NNP, errno);
+    if (p->seccomp && (r = corral_seccomp_install(p->seccomp)) < 0)
+        child_fail(errfd, STEP_SECCOMP, r);
+
+    init_run(p, errfd);
 }
 
 static int write_pid(int fd, pid_t pid)
@@ -269,6 +298,7 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
         CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
     if (p->new_net && p->netns_fd < 0) flags |= CLONE_NEWNET;
     if (join || p->plain) flags = CLONE_PIDFD; /* the running sandbox's, or the helper's */
+    if (p->plain && p->plain_pidns) flags |= CLONE_NEWPID;
     struct clone_args ca = {
         .flags = flags, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD};
     int err = 0;

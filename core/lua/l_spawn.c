@@ -136,6 +136,8 @@ static int l_spawn(lua_State *L)
     plan.hostname = opt_string(L, 1, "hostname");
     plan.new_net = opt_bool(L, 1, "new_net");
     plan.plain = opt_bool(L, 1, "plain");
+    plan.plain_ids = opt_bool(L, 1, "plain_ids");
+    plan.plain_pidns = opt_bool(L, 1, "plain_pidns");
     plan.netns_fd = -1;
     plan.join_pidfd = -1;
     if (lua_getfield(L, 1, "join") != LUA_TNIL) {

@@ -53,7 +53,8 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(relay)                                                                                       \
     X(netio)                                                                                       \
     X(inet)                                                                                        \
-    X(signal)
+    X(signal)                                                                                      \
+    X(fs)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

@@ -307,7 +307,7 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
       root, id = dir, base
     else
       temp = assert(core.mkdtemp("/tmp/corral-run-"))
-      os.execute("chmod 0711 " .. shell.quote(temp))
+      core.chmod(temp, tonumber("711", 8))
       root, id = temp, id or "tenant"
     end
     local network, nerr = M.network_options(opts)
@@ -330,7 +330,7 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     local sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
       env = env, limits = limits, network = network, service_port = service_port })
     local function cleanup()
-      if temp then shell.capture({ "rm", "-rf", temp }) end
+      if temp then core.remove_tree(temp) end
     end
     if not sb then cleanup() return fail("run", err) end
     local ok, perr = corral.provision(mech, sb)

@@ -7,6 +7,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
+local EEXIST = 17 -- errno.h on Linux
 
 local M = {}
 
@@ -139,30 +140,44 @@ end
 -- @return[2] nil
 -- @treturn[2] table invalid_argument("storage", …) or cannot_enforce
 function M.prepare_storage(sb)
-  local shell = require "corral.shell"
-  local path, id = M.storage_path(sb), tostring(M.host_id(sb))
-  local out, status = shell.capture({ "sh", "-c", [[
-    mkdir -p -m 0711 "$(dirname "$1")" || exit 4
-    if mkdir -m 0700 "$1" 2>/dev/null; then chown "$2:$2" "$1" || exit 4; exit 0; fi
-    if [ -L "$1" ] || [ ! -d "$1" ]; then echo "$1 exists and is not a directory"; exit 3; fi
-    owner=$(stat -c %u "$1")
-    if [ "$owner" != "$2" ]; then
-      printf '%s exists and is owned by uid %s; a tenant storage must be created by corral ' "$1" "$owner"
-      printf 'or owned by the sandbox host id %s\n' "$2"
-      exit 3
-    fi]], "sh", path, id })
-  out = out:gsub("%s+$", "")
-  if status == 3 then return nil, errors.invalid_argument("storage", out) end
-  if status ~= 0 then
-    return nil, errors.cannot_enforce("filesystem_confinement",
-      "cannot create storage " .. path .. ": " .. out)
+  local path, id = M.storage_path(sb), M.host_id(sb)
+  local function cannot(detail)
+    return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage " .. path .. ": " .. detail)
   end
-  local check = { "test", "-x", path }
-  if core.geteuid() == 0 then
-    check = { "setpriv", "--reuid=" .. id, "--regid=" .. id, "--clear-groups", "test", "-x", path }
+  -- The parents, 0711 where corral makes them: searchable, not listable.
+  local at = 1
+  local dir = path:match("^(.*)/[^/]+$")
+  while dir and at <= #dir do
+    local stop = dir:find("/", at + 1, true) or #dir + 1
+    local parent = dir:sub(1, stop - 1)
+    at = stop
+    if parent ~= "" then
+      local ok, err, errno = core.mkdir(parent, tonumber("711", 8))
+      if not ok and errno ~= EEXIST then return cannot(err) end
+    end
   end
-  local _, searchable = shell.capture(check)
-  if searchable ~= 0 then
+  local made, err, errno = core.mkdir(path, tonumber("700", 8))
+  if made then
+    local ok, cerr = core.chown(path, id, id)
+    if not ok then
+      core.remove_tree(path)
+      return cannot(cerr)
+    end
+  elseif errno ~= EEXIST then
+    return cannot(err)
+  else
+    local st = core.lstat(path)
+    if not st or st.type ~= "dir" then
+      return nil, errors.invalid_argument("storage", path .. " exists and is not a directory")
+    end
+    if st.uid ~= id then
+      return nil, errors.invalid_argument("storage", string.format("%s exists and is owned by uid %d; a tenant " ..
+        "storage must be created by corral or owned by the sandbox host id %d", path, st.uid, id))
+    end
+  end
+  -- The tenant's own id opens it, so every directory above must be searchable by that id
+  -- (as root the kernel is asked as that id; unprivileged, the storage is our own).
+  if core.geteuid() == 0 and core.access_as(path, id, id, "x") ~= true then
     return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
       "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
   end

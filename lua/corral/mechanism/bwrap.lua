@@ -69,12 +69,15 @@ function M.args(sb, argv, seccomp_fd)
   return a
 end
 
--- Spawns prlimit → setpriv → bwrap in the sandbox's cgroup (and netns, with a plane).
+-- Spawns bwrap in the sandbox's cgroup (and netns, with a plane), with the rlimits and,
+-- as root, the sandbox's unprivileged host id taken by corral's own spawn step — which
+-- re-arms the parent-death signal the id change clears (prlimit and setpriv did this
+-- before, and left a window where a killed `corral run` orphaned the tenant).
 -- bubblewrap reports its own failures (e.g. a missing command) as status 1.
 local function spawn(sb, st, argv, opts)
-  local prlimit, setpriv, bwrap = tool("prlimit"), tool("setpriv"), tool("bwrap")
-  if not (prlimit and setpriv and bwrap) then
-    return nil, errors.cannot_enforce("bwrap", "needs prlimit, setpriv and bwrap on PATH")
+  local bwrap = tool("bwrap")
+  if not bwrap then
+    return nil, errors.cannot_enforce("bwrap", "needs bwrap on PATH")
   end
   local prog_path = os.tmpname()
   local f = assert(io.open(prog_path, "wb"))
@@ -83,16 +86,14 @@ local function spawn(sb, st, argv, opts)
   local prog, perr = core.open(prog_path)
   os.remove(prog_path)
   if not prog then return nil, errors.cannot_enforce("privilege_separation", tostring(perr)) end
-  local id = tostring(sandbox.host_id(sb))
+  local id = sandbox.host_id(sb)
   local l = sb.limits or {}
-  local full = { prlimit, "--core=0" }
-  if l.nofile then full[#full + 1] = "--nofile=" .. l.nofile end
-  if l.fsize then full[#full + 1] = "--fsize=" .. l.fsize end
-  for _, v in ipairs({ "--", setpriv, "--reuid=" .. id, "--regid=" .. id, "--clear-groups", "--", bwrap }) do
-    full[#full + 1] = v
-  end
+  local full = { bwrap }
   for _, v in ipairs(M.args(sb, argv, prog:fileno())) do full[#full + 1] = v end
-  local proc, err = core.spawn({ plain = true, path = prlimit, argv = full, env = hardening.envp(sb.env),
+  local root = core.geteuid() == 0
+  local proc, err = core.spawn({ plain = true, plain_ids = root, plain_pidns = root, uid = id, gid = id,
+    path = bwrap, argv = full, env = hardening.envp(sb.env),
+    rlimits = { core = 0, nofile = l.nofile, fsize = l.fsize },
     netns = st.plane and st.plane.netns, cgroup_procs = resources.cgroup_procs(st), keep_fds = { prog },
     stdout = opts.stdout, stderr = opts.stderr })
   prog:close()

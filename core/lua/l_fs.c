@@ -1,0 +1,146 @@
+/*
+ * core.mkdir / chmod / chown / lstat / remove_tree / access_as: the file-system steps the
+ * host takes around a sandbox (core/lib/fs.c), so preparing and removing a tenant's
+ * storage needs no shell. None of them follows a symlink in the last component.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "lcorral.h"
+
+static mode_t check_mode(lua_State *L, int arg)
+{
+    lua_Integer m = luaL_checkinteger(L, arg);
+    luaL_argcheck(L, m >= 0 && m <= 07777, arg, "mode must be within 0..07777");
+    return (mode_t)m;
+}
+
+static unsigned check_id(lua_State *L, int arg)
+{
+    lua_Integer v = luaL_checkinteger(L, arg);
+    luaL_argcheck(L, v >= 0 && v < 0xffffffffLL, arg, "id must be within 0..4294967294");
+    return (unsigned)v;
+}
+
+static int push_ok_or_fail(lua_State *L, const char *what, int rc)
+{
+    if (rc < 0) return corral_pushfail(L, what, errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* core.mkdir(path, mode) → true | nil, msg, errno (EEXIST when it is already there).
+ * The mode is applied exactly, whatever the umask. */
+static int l_mkdir(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    mode_t mode = check_mode(L, 2);
+    if (mkdir(path, mode) < 0) return corral_pushfail(L, path, errno);
+    return push_ok_or_fail(L, path, fchmodat(AT_FDCWD, path, mode, 0));
+}
+
+/* core.chmod(path, mode) → true | nil, msg, errno. Refuses a symlink (ELOOP) rather than
+ * changing what it points at. */
+static int l_chmod(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    mode_t mode = check_mode(L, 2);
+    int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return corral_pushfail(L, path, errno);
+    struct stat st;
+    int rc = fstat(fd, &st);
+    if (rc == 0 && S_ISLNK(st.st_mode)) {
+        close(fd);
+        return corral_pushfail(L, path, ELOOP);
+    }
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    rc = rc < 0 ? rc : chmod(proc, mode);
+    int err = errno;
+    close(fd);
+    if (rc < 0) return corral_pushfail(L, path, err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* core.chown(path, uid, gid) → true | nil, msg, errno; a symlink itself, never its target. */
+static int l_chown(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    unsigned uid = check_id(L, 2), gid = check_id(L, 3);
+    return push_ok_or_fail(L, path, fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW));
+}
+
+/* core.lstat(path) → {type = "dir"|"file"|"link"|"other", uid, gid, mode} | nil, msg, errno */
+static int l_lstat(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    struct stat st;
+    if (lstat(path, &st) < 0) return corral_pushfail(L, path, errno);
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, S_ISDIR(st.st_mode)   ? "dir"
+                      : S_ISREG(st.st_mode) ? "file"
+                      : S_ISLNK(st.st_mode) ? "link"
+                                            : "other");
+    lua_setfield(L, -2, "type");
+    lua_pushinteger(L, st.st_uid);
+    lua_setfield(L, -2, "uid");
+    lua_pushinteger(L, st.st_gid);
+    lua_setfield(L, -2, "gid");
+    lua_pushinteger(L, st.st_mode & 07777);
+    lua_setfield(L, -2, "mode");
+    return 1;
+}
+
+/* core.remove_tree(path) → true | nil, msg, errno. Never follows a symlink. */
+static int l_remove_tree(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    int err = corral_remove_tree(path);
+    if (err) return corral_pushfail(L, path, -err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* core.access_as(path, uid, gid, how) → true | false | nil, msg, errno; how is a string
+ * of "r", "w", "x" letters. */
+static int l_access_as(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    unsigned uid = check_id(L, 2), gid = check_id(L, 3);
+    const char *how = luaL_checkstring(L, 4);
+    int mode = 0;
+    for (const char *c = how; *c; c++) {
+        if (*c == 'r')
+            mode |= R_OK;
+        else if (*c == 'w')
+            mode |= W_OK;
+        else if (*c == 'x')
+            mode |= X_OK;
+        else
+            return luaL_argerror(L, 4, "expected letters r, w and x");
+    }
+    luaL_argcheck(L, mode != 0, 4, "expected letters r, w and x");
+    int rc = corral_access_as(path, uid, gid, mode);
+    if (rc < 0) return corral_pushfail(L, "access_as", -rc);
+    lua_pushboolean(L, rc);
+    return 1;
+}
+
+int corral_open_fs(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"mkdir", l_mkdir},
+                                   {"chmod", l_chmod},
+                                   {"chown", l_chown},
+                                   {"lstat", l_lstat},
+                                   {"remove_tree", l_remove_tree},
+                                   {"access_as", l_access_as},
+                                   {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+    return 0;
+}
