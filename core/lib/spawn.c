@@ -123,9 +123,52 @@ __attribute__((noreturn)) static void init_run(const struct corral_spawn_plan *p
         (void)w;
         _exit(CORRAL_SPAWN_EXEC_FAILED);
     }
+    /* The tenant has exec'd: nothing the host handed down (netns fds, listeners, the
+     * event loop's fds — copies from the fork) stays open in the init it shares a
+     * user namespace with. */
     close(execp[0]);
     close(errfd);
+    syscall(SYS_close_range, 3, ~0U, 0);
     _exit(corral_reaper_wait(tenant, &mask));
+}
+
+/*
+ * The init is a fork of the host, so /proc/1/cmdline inside showed the host's whole
+ * command line (--resolve tables, --internal ranges, host paths: found by a red-team
+ * run) and its environ area held the host's environment. Both areas are this child's
+ * copy-on-write pages: blank them and leave a name. Bounds come from /proc/self/stat
+ * (fields 48-51); only syscalls and stack memory, as a child of a threaded parent needs.
+ */
+static void hide_host_arguments(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    if (!p) return;
+    unsigned long long v[52] = {0};
+    int field = 2; /* the name was field 2; what follows ") " is field 3 */
+    for (p++; *p && field < 51;) {
+        while (*p == ' ')
+            p++;
+        field++;
+        unsigned long long x = 0;
+        while (*p >= '0' && *p <= '9')
+            x = x * 10 + (unsigned long long)(*p++ - '0');
+        while (*p && *p != ' ')
+            p++;
+        v[field] = x;
+    }
+    if (field < 51) return;
+    for (int f = 48; f <= 50; f += 2)
+        if (v[f] && v[f + 1] > v[f] && v[f + 1] - v[f] < (1ULL << 24))
+            memset((void *)(uintptr_t)v[f], 0, (size_t)(v[f + 1] - v[f]));
+    static const char name[] = "corral-init";
+    if (v[48] && v[49] - v[48] > sizeof name) memcpy((void *)(uintptr_t)v[48], name, sizeof name);
 }
 
 /* True when the process whose pidfd this is has exited. */
@@ -190,6 +233,7 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     char c;
     if (read(syncfd, &c, 1) != 1) child_fail(errfd, STEP_SYNC, EPIPE);
     close(syncfd);
+    hide_host_arguments();
     if (p->plain) plain_exec(p, errfd, parent_pidfd);
     int join = p->join_pidfd >= 0;
     if (join) {
