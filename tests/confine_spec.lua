@@ -216,6 +216,77 @@ describe("confine (control-plane profile) #root", function()
         assert.is_nil(out:find(SECRET, 1, true))
       end)
   end
+
+  it("keeps credential stores in /etc unreadable while the rest of /etc reads", function()
+    -- Each layer on its own, then both: the namespace layer covers the files, Landlock
+    -- alone grants /etc around them, bubblewrap binds over them.
+    for _, layers in ipairs({ "ns,landlock", "ns", "landlock", "bwrap" }) do
+      local out, status = h.capture({ h.host, "exec-confined", "--layers", layers, "--permit", box, "--",
+        "/bin/sh", "-c", 'head -c 5 /etc/passwd && echo " passwd-read"; ' ..
+        'for f in /etc/shadow /etc/gshadow; do [ -e $f ] || continue; head -c 5 $f && echo " LEAKED $f"; done; ' ..
+        'ls /etc/ssl/private/ 2>/dev/null | head -1; exit 0' })
+      assert.are.equal(0, status, layers .. ": " .. out)
+      assert.matches("root: passwd%-read", out, layers) -- control: /etc itself is readable
+      assert.is_nil(out:find("LEAKED", 1, true), layers .. ": " .. out)
+      assert.is_nil(out:find("\n[^\n]*%.pem\n"), layers .. ": " .. out)
+    end
+    -- Control for the control: the host (unconfined root) does read /etc/shadow.
+    local host_out = h.sh("head -c 5 /etc/shadow && echo ' host-read'")
+    assert.matches("host%-read", host_out)
+  end)
+
+  it("refuses system directories as a boundary, and a repeated --permit", function()
+    local ok_out, ok_status = h.corral("confine", "--exec", "--permit", box, "--", "/bin/true")
+    assert.are.equal(0, ok_status, ok_out) -- control: an ordinary directory is accepted
+    for _, dir in ipairs({ "/etc", "/usr", "/usr/local", "/dev", "/boot", "/proc/self", "/" }) do
+      local out, status = h.corral("confine", "--exec", "--permit", dir, "--", "/bin/true")
+      if dir ~= "/boot" or h.sh("test -d /boot && echo y"):match("y") then
+        assert.are.equal(2, status, dir .. ": " .. out)
+        assert.matches("permit_path", out)
+      end
+      local _, wstatus = h.corral("exec-confined", "--permit", dir, "--", "/bin/true")
+      assert.are.equal(125, wstatus, dir) -- the wrapper refuses the same on its own
+    end
+    local out, status = h.corral("confine", "--exec", "--permit", box, "--permit", sib, "--", "/bin/true")
+    assert.are.equal(2, status)
+    assert.matches("%-%-permit: given twice", out)
+  end)
+
+  it("refuses a boundary whose path became a symlink after the spec was made", function()
+    local spec = confine(CONTROL .. 'ls "$PWD"')
+    local out, status = h.run_spec(spec)
+    assert.are.equal(0, status, out) -- control: the spec runs as made
+    -- Now swap the boundary for a symlink to the sibling, as a writer of its parent could.
+    assert(os.execute("mv " .. box .. " " .. box .. ".old && ln -s " .. sib .. " " .. box))
+    out, status = h.run_spec(spec)
+    assert.are.equal(125, status, out)
+    assert.matches("passes through a symlink", out)
+    assert.is_nil(out:find(SECRET, 1, true))
+    assert(os.execute("rm " .. box .. " && mv " .. box .. ".old " .. box))
+  end)
+
+  it("refuses TIOCSTI on the caller's terminal while other terminal ioctls work", function()
+    -- A real pseudo-terminal (util-linux script). The probe pushes one harmless space.
+    h.write(box .. "/sti.pl", [[
+      my $ws = "\0" x 8;
+      print ioctl(STDIN, 0x5413, $ws) ? "winsize-ok\n" : "winsize: $!\n";
+      my $c = " ";
+      print ioctl(STDIN, 0x5412, $c) ? "STI-INJECTED\n" : "sti: $!\n";
+    ]])
+    local function on_tty(cmd)
+      return h.sh("printf '' | script -qec " .. require("corral.shell").quote("exec " .. cmd) .. " /dev/null")
+    end
+    local host = on_tty("/usr/bin/perl " .. box .. "/sti.pl")
+    assert.matches("winsize%-ok", host)
+    if not host:find("STI-INJECTED", 1, true) then
+      pending("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti=0): " .. host)
+      return
+    end
+    local out = on_tty(h.host .. " confine --exec --permit " .. box .. " -- /usr/bin/perl " .. box .. "/sti.pl")
+    assert.matches("winsize%-ok", out) -- control: the terminal is reachable inside
+    assert.matches("sti: Operation not permitted", out)
+    assert.is_nil(out:find("STI-INJECTED", 1, true))
+  end)
 end)
 
 describe("confine refuses bad input with an error naming the argument", function()

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "confine.h"
@@ -71,12 +72,25 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
         self_covered |= beneath(self, runtime[i]);
     }
     add(&a, "--bind");
-    add(&a, l->permit);
+    add(&a, l->permit_src ? l->permit_src : l->permit);
     add(&a, l->permit);
     for (size_t i = 0; i < l->n_extras; i++) {
         add(&a, "--bind");
+        add(&a, l->extra_srcs ? l->extra_srcs[i] : l->extras[i]);
         add(&a, l->extras[i]);
-        add(&a, l->extras[i]);
+    }
+    /* Credential stores: an empty directory over a directory, /dev/null over a file. */
+    for (size_t i = 0; i < l->n_masks; i++) {
+        struct stat st;
+        if (lstat(l->masks[i], &st) < 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            add(&a, "--tmpfs");
+            add(&a, l->masks[i]);
+        } else if (S_ISREG(st.st_mode)) {
+            add(&a, "--ro-bind");
+            add(&a, "/dev/null");
+            add(&a, l->masks[i]);
+        }
     }
     if (!cmd_covered && l->cmd[0] == '/' && !beneath(l->cmd, l->permit)) {
         add(&a, "--ro-bind-try");

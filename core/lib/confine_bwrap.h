@@ -13,6 +13,10 @@
 #include <stddef.h>
 
 struct corral_bwrap_layer {
+    const char *permit_src;        /* where bubblewrap reads the boundary from (an fd path) */
+    const char *const *extra_srcs; /* the same for each extra */
+    const char *const *masks;      /* paths covered inside (see corral_root_plan.masks) */
+    size_t n_masks;
     const char *permit;
     char *const *extras;
     size_t n_extras;

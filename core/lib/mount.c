@@ -198,6 +198,51 @@ static int pivot_into(int rootfd)
     return 0;
 }
 
+/* Makes (once) the empty mode-0000 file or directory masks are cloned from, in the root
+ * tmpfs, which is still writable here. */
+static int make_blank(int rootfd, const char *name, int dir)
+{
+    if (dir) {
+        if (mkdirat(rootfd, name, 0) < 0 && errno != EEXIST) return -errno;
+        return fchmodat(rootfd, name, 0, 0) < 0 ? -errno : 0;
+    }
+    int fd = openat(rootfd, name, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd < 0) return -errno;
+    int r = fchmod(fd, 0) < 0 ? -errno : 0;
+    close(fd);
+    return r;
+}
+
+/* Covers each existing mask path (see corral_root_plan.masks) with a read-only clone of
+ * an empty mode-0000 file or directory: a clone of a tmpfs entry, measured cheaper than
+ * a tmpfs instance per directory. */
+static int cover_masks(int rootfd, const struct corral_root_plan *plan)
+{
+    static const char *const blank[2] = {".corral-masked-file", ".corral-masked-dir"};
+    int made[2] = {0, 0}, r = 0;
+    for (size_t i = 0; r == 0 && i < plan->n_masks; i++) {
+        const char *rel = relative(plan->masks[i]);
+        struct stat st;
+        if (!*rel || fstatat(rootfd, rel, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) continue;
+        int dir = S_ISDIR(st.st_mode) ? 1 : 0;
+        if (!made[dir] && (r = make_blank(rootfd, blank[dir], dir)) < 0) break;
+        made[dir] = 1;
+        int m = sys_open_tree(rootfd, blank[dir], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (m < 0) {
+            r = -errno;
+            break;
+        }
+        if (sys_mount_setattr(m, "", AT_EMPTY_PATH,
+                              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                  MOUNT_ATTR_NOEXEC) < 0 ||
+            sys_move_mount(m, "", rootfd, rel, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+            r = -errno;
+        close(m);
+    }
+    return r;
+}
+
 struct build_state {
     int *trees;
     int dev_trees[N_DEV];
@@ -247,6 +292,18 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
             if ((b->flags & CORRAL_BIND_OPTIONAL) && (err == ENOENT || err == ENOTDIR)) continue;
             snprintf(step_buf, sizeof step_buf, "open_tree %s", b->src);
             FAIL(step_buf, -err);
+        }
+        /* A tree cannot be cloned from an fd taken in the namespace we have left
+         * (EINVAL): clone the path, then require the very directory the fd holds. */
+        if (b->flags & CORRAL_BIND_FROM_FD) {
+            struct stat want, got;
+            if (fstat(b->src_fd, &want) < 0 || fstat(t, &got) < 0 || want.st_dev != got.st_dev ||
+                want.st_ino != got.st_ino) {
+                close(t);
+                snprintf(step_buf, sizeof step_buf, "open_tree %s (changed since it was checked)",
+                         b->src);
+                FAIL(step_buf, -ESTALE);
+            }
         }
         s.trees[i] = t;
         __u64 attrs = MOUNT_ATTR_NOSUID;
@@ -308,6 +365,7 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
             0)
             FAIL("mount /tmp", r);
     }
+    if (plan->n_masks && (r = cover_masks(s.rootfd, plan)) < 0) FAIL("cover masked paths", r);
     /* The skeleton itself is read-only: nothing new can be created beside the binds. */
     if (sys_mount_setattr(s.rootfd, "", AT_EMPTY_PATH, MOUNT_ATTR_RDONLY) < 0)
         FAIL("read-only root", -errno);

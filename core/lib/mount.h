@@ -17,12 +17,16 @@ enum {
     CORRAL_BIND_RW = 1 << 0,       /* read-write; default read-only */
     CORRAL_BIND_OPTIONAL = 1 << 1, /* a missing source is skipped */
     CORRAL_BIND_DEVICES = 1 << 2,  /* keep device nodes usable (no nodev) */
+    CORRAL_BIND_FROM_FD = 1 << 3,  /* src must still be the directory src_fd holds */
 };
 
 struct corral_bind {
     const char *src;  /* host path, resolved */
     const char *dest; /* absolute path inside the new root */
     unsigned flags;
+    int src_fd; /* with CORRAL_BIND_FROM_FD: an O_PATH fd on the source, taken when it was
+                   checked; the clone of src must be that same directory (device and inode)
+                   or the build fails, so a swap in its path cannot redirect the bind */
 };
 
 struct corral_symlink {
@@ -35,9 +39,14 @@ struct corral_root_plan {
     size_t n_binds;
     const struct corral_symlink *symlinks;
     size_t n_symlinks;
-    int proc;              /* mount a fresh procfs at /proc */
-    int dev;               /* minimal /dev: null zero full random urandom tty, fd links */
-    unsigned long tmp_mib; /* when non-zero: a tmpfs /tmp capped at this size */
+    int proc;                 /* mount a fresh procfs at /proc */
+    int dev;                  /* minimal /dev: null zero full random urandom tty, fd links */
+    unsigned long tmp_mib;    /* when non-zero: a tmpfs /tmp capped at this size */
+    const char *const *masks; /* absolute paths inside the new root to cover, when they
+                                 exist: a directory with an empty read-only tmpfs, a file
+                                 with an empty mode-0000 file (EACCES without
+                                 CAP_DAC_OVERRIDE). Symlinks are left alone. */
+    size_t n_masks;
 };
 
 /* Builds the root described by plan and pivots into it. Returns 0, or -errno with

@@ -201,6 +201,44 @@ int corral_seccomp_tenant_program(struct corral_bpf *out)
     return rc;
 }
 
+/* The compat architectures a native process can also enter (int 0x80, x32, AArch32):
+ * the terminal rules must hold in every one of them. */
+static int add_compat_arches(scmp_filter_ctx ctx)
+{
+#if defined(__x86_64__)
+    static const uint32_t arches[] = {SCMP_ARCH_X86, SCMP_ARCH_X32};
+#elif defined(__aarch64__)
+    static const uint32_t arches[] = {SCMP_ARCH_ARM};
+#else
+    static const uint32_t arches[] = {0};
+#endif
+    for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++) {
+        if (!arches[i]) continue;
+        int rc = seccomp_arch_add(ctx, arches[i]);
+        if (rc < 0 && rc != -EEXIST) return rc;
+    }
+    return 0;
+}
+
+int corral_seccomp_tty_program(struct corral_bpf *out)
+{
+    out->insns = NULL;
+    out->len = 0;
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx) return -ENOMEM;
+    /* An architecture the filter does not know gets EPERM for everything: no way
+     * around the two rules below, and still no kill (seed 000). */
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(EPERM));
+    if (rc == 0) rc = add_compat_arches(ctx);
+    static const unsigned long tty_requests[] = {TIOCSTI, TIOCLINUX};
+    for (size_t i = 0; rc == 0 && i < 2; i++)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, tty_requests[i]));
+    if (rc == 0) rc = export_program(ctx, out);
+    seccomp_release(ctx);
+    return rc;
+}
+
 int corral_seccomp_install(const struct corral_bpf *prog)
 {
     if (!prog || !prog->insns || prog->len == 0) return -EINVAL;

@@ -31,6 +31,11 @@ struct corral_bpf {
  * *out is left empty on failure. */
 int corral_seccomp_tenant_program(struct corral_bpf *out);
 
+/* The control-plane filter (corral confine): allows everything but the terminal
+ * ioctls that push input into a terminal the process shares with its caller (TIOCSTI,
+ * TIOCLINUX), in the native and compat architectures. Returns 0 or -errno. */
+int corral_seccomp_tty_program(struct corral_bpf *out);
+
 /* Sets no_new_privs and installs prog on the calling thread, synchronised to every
  * other thread of the process (SECCOMP_FILTER_FLAG_TSYNC). Async-signal-safe: no
  * allocation, no locks, so it may run in a child forked from a multi-threaded parent.

@@ -67,7 +67,14 @@ function M.parse(argv, spec)
           v = argv[i]
           if v == nil then return nil, errors.invalid_argument("--" .. name, "needs a value") end
         end
-        if kind == "list" then opts[name][#opts[name] + 1] = v else opts[name] = v end
+        if kind == "list" then
+          opts[name][#opts[name] + 1] = v
+        elseif opts[name] ~= nil then
+          -- Last-one-wins would let a second --permit silently replace the first.
+          return nil, errors.invalid_argument("--" .. name, "given twice")
+        else
+          opts[name] = v
+        end
       end
     end
     i = i + 1
@@ -157,12 +164,31 @@ Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
       return fail("confine", errors.invalid_argument("CMD", "missing (after --)"))
     end
     local cmdargs = { table.unpack(rest, 2) }
+    if opts.exec then
+      -- The wrapper refuses an inherited directory on 0-2 (it leads out past both
+      -- layers); say so here, as the argument error it is, before any probe runs.
+      for fd = 0, 2 do
+        local st = core.lstat("/proc/self/fd/" .. fd .. "/.")
+        if st and st.type == "dir" then
+          return fail("confine", errors.invalid_argument("fd " .. fd,
+            "is a directory; an inherited directory would lead out of the boundary"))
+        end
+      end
+    end
     local confinement = require "corral.confinement"
     local spec, err = confinement.confine({ rest[1], cmdargs }, {
       permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
       env = core.environ(),
     })
     if not spec then return fail("confine", err) end
+    if spec.layers and #spec.layers < 2 then
+      io.stderr:write("corral confine: warning: only the ", table.concat(spec.layers, ", "),
+        " layer holds on this host; ", spec.layers[1] == "landlock"
+          and "without the namespace layer, metadata changes (chmod, chown, utime), unix sockets and " ..
+              "host processes outside the boundary stay reachable"
+          or "without Landlock, magic links and inherited directory fds are not covered",
+        " (corral probe shows why)\n")
+    end
     if opts.exec then
       local _, msg = confinement.exec(spec)
       return fail("confine", msg)

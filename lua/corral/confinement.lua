@@ -36,14 +36,21 @@ local function resolve_dir(name, value)
     return nil, errors.invalid_argument(name, "must be absolute, got " .. value)
   end
   local resolved, err = core.resolve_path(value)
-  if not resolved then return nil, errors.invalid_argument(name, value .. ": " .. err) end
-  -- A boundary at / (or on the kernel's pseudo-filesystems) confines nothing.
-  for _, k in ipairs({ "/proc", "/sys" }) do
-    if resolved == k or resolved:sub(1, #k + 1) == k .. "/" then
-      return nil, errors.invalid_argument(name, resolved .. " would confine nothing")
-    end
+  if not resolved then return nil, errors.invalid_argument(name, err) end
+  local function beneath(dir) return resolved == dir or resolved:sub(1, #dir + 1) == dir .. "/" end
+  -- A boundary at / (or on the kernel's and devices' filesystems) confines nothing; the
+  -- wrapper (core/lib/confine.c) refuses the same.
+  for _, k in ipairs({ "/proc", "/sys", "/dev", "/boot" }) do
+    if beneath(k) then return nil, errors.invalid_argument(name, resolved .. " would confine nothing") end
   end
   if resolved == "/" then return nil, errors.invalid_argument(name, "/ would confine nothing") end
+  -- The runtime is shown read-only; a boundary inside it would make it writable.
+  for _, k in ipairs(core.confine_runtime_paths()) do
+    if beneath(k) then
+      return nil, errors.invalid_argument(name, resolved .. " is inside the runtime read set (" .. k ..
+        "), which stays read-only")
+    end
+  end
   return resolved
 end
 
