@@ -132,6 +132,27 @@ describe("corral CLI", function()
     assert.are_not.equal(0, status)
   end)
 
+  it("run sweeps the temporary storage of killed runs, and only that", function()
+    local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a process that has exited
+    local stale = "/tmp/corral-run-" .. dead .. "-sweep1"
+    local live = "/tmp/corral-run-" .. require("corral.core").getpid() .. "-sweep2" -- this runner
+    local foreign = "/tmp/corral-run-" .. dead .. "-sweep3"
+    local outside = h.tmpdir("sweep-outside")
+    for _, d in ipairs({ stale, live, foreign }) do assert(os.execute("mkdir -p " .. d .. "/tenant")) end
+    h.write(outside .. "/keep", "keep")
+    -- A link planted inside the stale tree must be removed, never followed.
+    assert(os.execute("ln -s " .. outside .. " " .. stale .. "/tenant/link"))
+    assert(os.execute("chown 4242 " .. foreign))
+    local out, status = h.corral("run", "--", "true")
+    assert.are.equal(0, status, out)
+    assert.is_nil(h.sh("test -e " .. stale .. " && echo present"):match("present"))
+    assert.are.equal("keep", h.read(outside .. "/keep"))
+    assert.matches("present", h.sh("test -d " .. live .. " && echo present")) -- its owner lives
+    assert.matches("present", h.sh("test -d " .. foreign .. " && echo present")) -- not ours
+    os.execute("rm -rf " .. live .. " " .. foreign)
+    h.rmrf(outside)
+  end)
+
   it("sbpl prints the deny-default profile with the resolved boundary", function()
     os.execute("ln -sfn " .. box .. " " .. root .. "/link")
     local out, status = h.corral("sbpl", "--permit", root .. "/link")

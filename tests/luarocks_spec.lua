@@ -37,9 +37,11 @@ describe("luarocks make into a temporary tree", function()
     assert.are.equal(0, status, out)
     local spec = require("dkjson").decode(out)
     assert.are.equal(tree .. "/bin/corral", spec.cmd)
+    local outside = h.tmpdir("x")
     out, status = h.capture({ tree .. "/bin/corral", "confine", "--exec", "--permit", box, "--",
-      "sh", "-c", "echo installed > f && cat f && cat /etc/hostname >/dev/null && ls " .. h.tmpdir("x") })
+      "sh", "-c", "echo installed > f && cat f && cat /etc/hostname >/dev/null && ls " .. outside })
     h.rmrf(box)
+    h.rmrf(outside)
     assert.matches("installed", out)
     assert.are_not.equal(0, status) -- the ls of a directory outside the boundary fails
   end)

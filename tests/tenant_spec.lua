@@ -203,8 +203,9 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
       local num = tostring(math.random(1e9))
       local tag = "corral-orphan-" .. num
       local pattern = "corral-orpha[n]-" .. num -- does not match the pgrep's own shell
-      local pid = h.sh(h.host .. " run --mechanism " .. mech_name .. " -- sh -c 'sleep 60 # " .. tag ..
-        "' >/dev/null 2>&1 & echo $!"):match("%d+")
+      -- Its own --storage under the test's root: a SIGKILLed run cannot remove a temporary one.
+      local pid = h.sh(h.host .. " run --mechanism " .. mech_name .. " --storage " .. root .. "/" .. tag ..
+        " -- sh -c 'sleep 60 # " .. tag .. "' >/dev/null 2>&1 & echo $!"):match("%d+")
       assert(h.wait_for(function() return h.sh("pgrep -f '" .. pattern .. "'"):match("%d") ~= nil end, 5),
         "control: the tenant never started")
       os.execute("kill -9 " .. pid)
@@ -213,6 +214,36 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
     end)
 
     if mech_name == "native" then
+      it("shows the tenant neither the host's command line nor its fds through its init", function()
+        local num = tostring(math.random(1e9))
+        local tag = "corral-initfds-" .. num
+        local out_path = root .. "/" .. tag .. ".out"
+        local pid = h.sh(h.host .. " run --storage " .. root .. "/" .. tag .. " --resolve secret-" .. num ..
+          ".test=10.9.9.9 --allow secret-" .. num .. ".test -- sh -c 'tr \"\\0\" \" \" < /proc/1/cmdline; " ..
+          "echo; sleep 2 # " .. tag .. "' >" .. out_path .. " 2>&1 & echo $!"):match("%d+")
+        -- The tenant's parent is the init; the host and its launching shell carry the tag too.
+        local init
+        assert(h.wait_for(function()
+          init = h.sh("for p in $(pgrep -f 'corral-initfd[s]-" .. num .. "'); do q=$(ps -o ppid= -p $p); " ..
+            "[ \"$(cat /proc/$q/comm 2>/dev/null)\" = corral-init ] && echo $q; done"):match("%d+")
+          return init ~= nil and h.read(out_path) ~= ""
+        end, 5), "control: the tenant never started")
+        local fds = h.sh("ls /proc/" .. init .. "/fd")
+        local host_fds = h.sh("ls /proc/" .. pid .. "/fd") -- control: the host holds its plane's fds
+        os.execute("wait; sleep 0; kill " .. pid .. " 2>/dev/null")
+        assert(h.wait_for(function() return not h.sh("ps -p " .. pid .. " -o pid="):match("%d") end, 5))
+        local out = h.read(out_path)
+        assert.matches("corral%-init", out) -- control: the tenant did read its init's command line
+        assert.is_nil(out:find("secret-" .. num, 1, true), out)
+        assert.is_nil(out:find("10.9.9.9", 1, true), out)
+        local n = 0
+        for _ in fds:gmatch("%d+") do n = n + 1 end
+        assert.are.equal(3, n, fds) -- 0, 1, 2 and nothing of the host's
+        local hn = 0
+        for _ in host_fds:gmatch("%d+") do hn = hn + 1 end
+        assert.truthy(hn > 3, host_fds)
+      end)
+
       it("runs exec inside a started sandbox: same pid namespace and /tmp; a fresh one otherwise", function()
         local function exec_out(s)
           local out_path = root .. "/exec-out"

@@ -3,6 +3,7 @@
  * host takes around a sandbox (core/lib/fs.c), so preparing and removing a tenant's
  * storage needs no shell. None of them follows a symlink in the last component.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -132,6 +133,32 @@ static int l_access_as(lua_State *L)
     return 1;
 }
 
+/* core.listdir(path) → {name, …} (sorted, without "." and "..") | nil, msg, errno */
+static int l_listdir(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    DIR *d = opendir(path);
+    if (!d) return corral_pushfail(L, path, errno);
+    lua_newtable(L);
+    lua_Integer n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        lua_pushstring(L, e->d_name);
+        lua_rawseti(L, -2, ++n);
+    }
+    closedir(d);
+    /* sorted, so callers and tests see a stable order */
+    lua_getglobal(L, "table");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "sort");
+        lua_pushvalue(L, -3);
+        lua_call(L, 1, 0);
+    }
+    lua_pop(L, 1);
+    return 1;
+}
+
 int corral_open_fs(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"mkdir", l_mkdir},
@@ -140,6 +167,7 @@ int corral_open_fs(lua_State *L)
                                    {"lstat", l_lstat},
                                    {"remove_tree", l_remove_tree},
                                    {"access_as", l_access_as},
+                                   {"listdir", l_listdir},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
