@@ -236,9 +236,9 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
         assert.matches("corral%-init", out) -- control: the tenant did read its init's command line
         assert.is_nil(out:find("secret-" .. num, 1, true), out)
         assert.is_nil(out:find("10.9.9.9", 1, true), out)
-        local n = 0
-        for _ in fds:gmatch("%d+") do n = n + 1 end
-        assert.are.equal(3, n, fds) -- 0, 1, 2 and nothing of the host's
+        local init_fds = 0
+        for _ in fds:gmatch("%d+") do init_fds = init_fds + 1 end
+        assert.are.equal(3, init_fds, fds) -- 0, 1, 2 and nothing of the host's
         local hn = 0
         for _ in host_fds:gmatch("%d+") do hn = hn + 1 end
         assert.truthy(hn > 3, host_fds)
