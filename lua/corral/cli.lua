@@ -88,24 +88,56 @@ end
 -- @return[2] nil
 -- @treturn[2] table error naming the option
 function M.network_options(opts)
+  -- Every value is checked here, so that a refusal names the option it came from
+  -- (--allow, --allow-file with its line, --internal, --resolve) and nothing starts.
+  local allowlist = require "corral.egress.allowlist"
+  local function invalid(option, fmt, ...)
+    return nil, errors.invalid_argument(option, string.format(fmt, ...))
+  end
   local allow = {}
-  for _, e in ipairs(opts.allow or {}) do allow[#allow + 1] = e end
+  for _, e in ipairs(opts.allow or {}) do
+    local _, aerr = allowlist.parse_entry(e)
+    if aerr then return invalid("--allow", "%s", aerr.detail) end
+    allow[#allow + 1] = e
+  end
   if opts["allow-file"] then
-    local f, ferr = io.open(opts["allow-file"])
+    local file = opts["allow-file"]
+    local f, ferr = io.open(file)
     if not f then return nil, errors.invalid_argument("--allow-file", tostring(ferr)) end
+    local n = 0
     for line in f:lines() do
+      n = n + 1
       line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
-      if line ~= "" then allow[#allow + 1] = line end
+      if line ~= "" then
+        local _, aerr = allowlist.parse_entry(line)
+        if aerr then
+          f:close()
+          return invalid("--allow-file", "%s:%d: %s", file, n, aerr.detail)
+        end
+        allow[#allow + 1] = line
+      end
     end
     f:close()
   end
+  for _, c in ipairs(opts.internal or {}) do
+    local ok, why = allowlist.parse_cidr(c)
+    if not ok then return invalid("--internal", '"%s": %s (write a CIDR, e.g. 10.20.0.0/16)', c, why) end
+  end
   local resolve
   for _, r in ipairs(opts.resolve or {}) do
-    local name, addr = r:match("^([^=]+)=(.+)$")
-    if not name then return nil, errors.invalid_argument("--resolve", r .. ": expected NAME=ADDR") end
+    local name, addr = r:match("^([^=]*)=(.*)$")
+    if not name or name == "" or addr == "" then
+      return invalid("--resolve", '"%s": expected NAME=ADDR (e.g. pypi.org=192.0.2.10)', r)
+    end
+    local n, why = allowlist.normalize_name(name)
+    if not n then return invalid("--resolve", '"%s": %s is not a hostname: %s', r, name, why) end
+    local text = addr:match("^%[(.*)%]$") or addr
+    if not core.inet.parse(text) then
+      return invalid("--resolve", '"%s": %s is not an IP address (NAME=ADDR, e.g. pypi.org=192.0.2.10)', r, addr)
+    end
     resolve = resolve or {}
-    resolve[name:lower()] = resolve[name:lower()] or {}
-    table.insert(resolve[name:lower()], addr)
+    resolve[n] = resolve[n] or {}
+    table.insert(resolve[n], text)
   end
   local link
   if opts.link then
@@ -350,11 +382,6 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
       local dir, err = core.resolve_path(parent == "" and "/" or parent)
       if not dir then return fail("run", errors.invalid_argument("--storage", parent .. ": " .. err)) end
       root, id = dir, base
-    else
-      M.sweep_stale_runs()
-      temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
-      core.chmod(temp, tonumber("711", 8))
-      root, id = temp, id or "tenant"
     end
     local network, nerr = M.network_options(opts)
     if nerr then return fail("run", nerr) end
@@ -365,13 +392,13 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
         return fail("run", errors.invalid_argument("--service-port", "must be a port number"))
       end
     end
-    local log_close
-    if opts["log-json"] then
-      local events = require "corral.egress.events"
-      local writer, closer = events.json_lines_writer(opts["log-json"])
-      if not writer then return fail("run", errors.invalid_argument("--log-json", tostring(closer))) end
-      events.subscribe(writer)
-      log_close = closer
+    -- The temporary storage comes last, once every option has been checked: an invalid
+    -- one must leave nothing behind.
+    if not opts.storage then
+      M.sweep_stale_runs()
+      temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
+      core.chmod(temp, tonumber("711", 8))
+      root, id = temp, id or "tenant"
     end
     local sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
       env = env, limits = limits, network = network, service_port = service_port })
@@ -379,6 +406,17 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
       if temp then core.remove_tree(temp) end
     end
     if not sb then cleanup() return fail("run", err) end
+    local log_close
+    if opts["log-json"] then
+      local events = require "corral.egress.events"
+      local writer, closer = events.json_lines_writer(opts["log-json"])
+      if not writer then
+        cleanup()
+        return fail("run", errors.invalid_argument("--log-json", tostring(closer)))
+      end
+      events.subscribe(writer)
+      log_close = closer
+    end
     local ok, perr = corral.provision(mech, sb)
     if not ok then cleanup() return fail("run", perr) end
     local _, addr = corral.address(mech, sb)

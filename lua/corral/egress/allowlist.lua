@@ -139,6 +139,9 @@ local function parse_ports(text)
     local a, b = item:match("^(%d+)%-(%d+)$")
     if not a then a = item:match("^(%d+)$"); b = a end
     if not a then
+      if item:find(":", 1, true) then
+        return nil, string.format("bad port list %q: ports are separated by ',' (%s)", text, (text:gsub(":+", ",")))
+      end
       return nil, item == "" and "empty item in the port list" or string.format("bad port %q", item)
     end
     local lo, hi = tonumber(a), tonumber(b)
@@ -280,11 +283,30 @@ function M.parse_entry(s)
     local _, colons = s:gsub(":", "")
     if colons >= 2 then
       local a, l = s:match("^([^/]*)/(%d*)$")
-      if a then
+      if a and inet.parse(a) == "inet6" then
         return bad(s, string.format("write IPv6 networks with the address in brackets: [%s]/%s or [%s]/%s:443",
           a, l, a, l))
       end
-      return bad(s, string.format("write IPv6 addresses in brackets: [%s] or [%s]:443", s, s))
+      if inet.parse(s) == "inet6" then
+        local addr6, p = s:match("^(.*[^:]):(%d+)$")
+        if addr6 and inet.parse(addr6) == "inet6" and tonumber(p) >= 1 and tonumber(p) <= 65535 then
+          return bad(s, string.format("write IPv6 addresses in brackets: [%s], or, if :%s is a port, [%s]:%s",
+            s, p, addr6, p))
+        end
+        return bad(s, string.format("write IPv6 addresses in brackets: [%s] or [%s]:443", s, s))
+      end
+      -- Not an IPv6 address: a destination followed by more than one ':' (a port list
+      -- written with ':' instead of ',').
+      local head, tail = s:match("^([^:]*):(.*)$")
+      local dest = head:match("^(.-)/") or head
+      if tail:match("^[%d,:-]*$") and head ~= "" and (inet.parse(dest) == "inet" or M.normalize_name(dest)
+          or dest:match("^%*%.")) then
+        return bad(s, string.format("more than one ':' after %s: ports are separated by ',' (%s:%s)",
+          head, head, (tail:gsub(":+", ","))))
+      end
+      return bad(s, "not a valid entry: an IPv6 address is written in brackets, with any prefix and port "
+        .. "after the bracket ([2001:db8::1]:443, [2001:db8::]/32:443); a name or IPv4 address takes one "
+        .. "':' before its ports (example.com:80,443)")
     end
     host, port = s:match("^([^:]*):(.*)$")
     if not host then host = s end
@@ -507,6 +529,17 @@ function Allowlist:match(q)
     if bytes then return match_ip(idx, bytes, port) end
   end
   return nil
+end
+
+--- Every entry that matches a destination, in list order (`match` returns the first).
+-- @tparam table q `{name =, ip =, port =}`
+-- @treturn {table,...}
+function Allowlist:match_all(q)
+  local out = {}
+  for _, e in ipairs(self.list) do
+    if M.matches(e, q) then out[#out + 1] = e end
+  end
+  return out
 end
 
 --- Whether one entry matches a destination (the same rules as `match`, without the

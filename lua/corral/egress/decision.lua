@@ -10,14 +10,19 @@
 -- 2. With an allowlist, a name must match a name or wildcard entry on that port, and an
 --    IP must match an address or network entry on that port (IP entries never grant a
 --    name and name entries never grant an IP).
--- 3. With a `decide` hook, the hook is asked. **With an allowlist, the hook can only
+-- 3. An IP destination is checked against `corral.egress.ranges` with `policy.internal`,
+--    the matching entries and the host's own addresses (`env.host`): `0.0.0.0/0:443`
+--    reaches the Internet, never 10.x, 169.254.169.254 or the host itself, while
+--    `10.20.0.0/16:5432`, inside 10/8, does reach 10.20.x. (A name's destination is
+--    checked the same way, without entries, once the host has resolved it:
+--    `check_resolved`.)
+-- 4. With a `decide` hook, the hook is asked. **With an allowlist, the hook can only
 --    narrow:** it is asked only about connections the list allows, so no hook bug can
 --    open what the operator did not write down. **Without an allowlist, the hook is the
 --    sole authority** (`network = {decide = fn}` is an allowlist written as code,
---    DESIGN.md), but a bare IP it allows is still checked against
---    `corral.egress.ranges` with `policy.internal`: a hook alone cannot open a private,
---    loopback or metadata address by IP.
--- 4. Neither list nor hook: refused.
+--    DESIGN.md), but a bare IP it allows has passed step 3 with no entry: a hook alone
+--    cannot open a private, loopback or metadata address by IP.
+-- 5. Neither list nor hook: refused.
 --
 -- The hook runs on a deep copy of the context (plus `entry`, the canonical text of the
 -- matching entry, if any) inside a coroutine with a count hook: after `budget`
@@ -107,13 +112,22 @@ local function port_list(al, q)
   return table.concat(seen, ",")
 end
 
+-- The host's local networks for a check: env.host, or a refusal when it could not be read.
+local function host_set(env)
+  if type(env) ~= "table" then return {} end
+  if env.host_error then return nil, env.host_error end
+  return env.host or {}
+end
+
 --- Decides one connection.
 -- @tparam table ctx `{sandbox =, name? =, ip? =, port =, family? =}`
 -- @tparam table policy `{allowlist? = allowlist or list of strings, decide? = function,
 -- budget? = integer, internal? = list of CIDRs}` (nil: deny)
+-- @tparam[opt] table env `{host = the host's local networks (corral.egress.hostaddr.get()),
+-- host_error = why they could not be read (then every IP destination is refused)}`
 -- @treturn table `{verdict = "allow"|"deny", reason = string, by =
 -- "allowlist"|"hook"|"policy", entry = canonical text of the matching entry or nil}`
-function M.decide(ctx, policy)
+function M.decide(ctx, policy, env)
   if type(ctx) ~= "table" then return deny("no connection context") end
   if type(policy) ~= "table" then return deny("no egress policy for this sandbox") end
   local port = ctx.port
@@ -156,9 +170,14 @@ function M.decide(ctx, policy)
     end
   elseif policy.decide == nil then
     return deny(string.format("%s: no allowlist and no decide hook", where))
-  elseif q.ip then
-    local ok, why = ranges.check(q.ip, policy.internal)
-    if not ok then return deny(string.format("%s: %s", where, why)) end
+  end
+  if q.ip then
+    local host, herr = host_set(env)
+    if not host then return deny(string.format("%s: %s", where, herr)) end
+    local ok, why, unlocked = ranges.check(q.ip, policy.internal,
+      { entries = entry and al:match_all(q) or nil, host = host })
+    if not ok then return deny(string.format("%s: %s", where, why), entry and "allowlist" or "policy", entry) end
+    entry = unlocked or entry
   end
 
   if policy.decide ~= nil then
@@ -196,15 +215,19 @@ function M.resolvable(name, policy)
   return nil, "no allowlist and no decide hook"
 end
 
---- Checks a host-side resolution of an allowed name against the special ranges and
--- the policy's `internal` list (see `corral.egress.ranges.check`).
+--- Checks a host-side resolution of an allowed name against the special ranges, the
+-- host's own addresses and the policy's `internal` list (see `corral.egress.ranges.check`).
 -- @tparam string ip text or bytes
 -- @tparam[opt] table policy
+-- @tparam[opt] table env as for `decide`
 -- @treturn[1] boolean true
 -- @return[2] nil
 -- @treturn[2] string why not
-function M.check_resolved(ip, policy)
-  return ranges.check(ip, policy and policy.internal)
+function M.check_resolved(ip, policy, env)
+  local host, herr = host_set(env)
+  if not host then return nil, herr end
+  local ok, why = ranges.check(ip, policy and policy.internal, { host = host })
+  return ok, why
 end
 
 return M

@@ -16,6 +16,7 @@
 local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
+local hostaddr = require "corral.egress.hostaddr"
 local ranges = require "corral.egress.ranges"
 local registry = require "corral.egress.registry"
 local synthetic = require "corral.egress.synthetic"
@@ -24,6 +25,7 @@ local M = {
   allowlist = allowlist,
   decision = decision,
   events = events,
+  hostaddr = hostaddr,
   ranges = ranges,
   synthetic = synthetic,
 }
@@ -134,7 +136,7 @@ function M.decide(ctx, policy)
     for k, v in pairs(ctx) do c[k] = v end
     c.sandbox = id
   end
-  local v = decision.decide(c, policy)
+  local v = decision.decide(c, policy, hostaddr.env())
   local ev = { sandbox = id, kind = "connect", verdict = v.verdict, reason = v.reason, entry = v.entry,
     bytes_up = 0, bytes_down = 0 }
   if type(ctx) == "table" then
@@ -178,15 +180,15 @@ function M.lookup(sb, ip)
   return policy and policy.synthetic:lookup(ip)
 end
 
---- Checks a host-side resolution against the special ranges and the sandbox's
--- `internal` list.
+--- Checks a host-side resolution against the special ranges, the host's own addresses
+-- and the sandbox's `internal` list.
 -- @param sb sandbox or id
 -- @tparam string ip
 -- @treturn[1] boolean true
 -- @return[2] nil
 -- @treturn[2] string why not
 function M.check_resolved(sb, ip)
-  return decision.check_resolved(ip, M.registry:get(sandbox_id(sb)))
+  return decision.check_resolved(ip, M.registry:get(sandbox_id(sb)), hostaddr.env())
 end
 
 --- Subscribes to every egress event (see `corral.egress.events`).

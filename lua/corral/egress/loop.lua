@@ -1,6 +1,11 @@
 --- The one event loop per host process that drives every sandbox's egress plane: the
 -- relay's epoll fd, each plane's responder and acceptor, and whatever the caller waits
 -- on (a tenant's pidfd), polled together. Lua decisions run here, on this loop.
+--
+-- The loop serves every sandbox of the host, and every event on it carries tenant input,
+-- so each handler runs protected: an error is logged as a deny event (kind `error`) and
+-- counted in `errors`, and the loop and the other sandboxes carry on. Any number of fds
+-- is polled (in batches past `POLL_MAX`), and an fd closed under the loop is skipped.
 -- @module corral.egress.loop
 local core = require "corral.core"
 local events = require "corral.egress.events"
@@ -47,28 +52,87 @@ local function relay_events(loop)
   end
 end
 
+-- An fd the loop may hand to poll: present, and not closed under it.
+local function fileno(fd) return fd:fileno() end
+
+local function usable(fd)
+  if fd == nil then return false end
+  local ok, n = pcall(fileno, fd)
+  return not ok or n ~= nil
+end
+
+-- A raise in a handler is one bad event, never the host's end: it is logged as a deny
+-- (naming the sandbox when the handler belongs to one) and the loop carries on.
+local function run_handler(fn, loop, sandbox)
+  local ok, err = xpcall(fn, debug.traceback, loop)
+  if ok then return end
+  M.errors = M.errors + 1
+  pcall(events.emit, { sandbox = sandbox, kind = "error", verdict = "deny",
+    reason = "egress loop: " .. tostring(err):match("^[^\n]*"):sub(1, 300) })
+end
+
+--- Handler errors caught so far (each was logged as a deny event).
+M.errors = 0
+
+--- At most this many fds go to one poll(2) call (`core.poll`'s own limit).
+M.POLL_MAX = 256
+
+-- Polls any number of fds: one call when they fit, else the first batch (the relay, the
+-- listeners and the caller's: they are put first) waits and every batch is then swept
+-- without waiting, so no fd is starved and none makes core.poll raise.
+local function poll_all(fds, timeout)
+  if #fds <= M.POLL_MAX then return core.poll(fds, timeout) or {} end
+  local ready, batches = {}, {}
+  for i = 1, #fds, M.POLL_MAX do batches[#batches + 1] = { i, math.min(#fds, i + M.POLL_MAX - 1) } end
+  local function sweep(wait)
+    for n, b in ipairs(batches) do
+      local hit = core.poll(table.move(fds, b[1], b[2], 1, {}), n == 1 and wait or 0) or {}
+      for _, i in ipairs(hit) do ready[#ready + 1] = b[1] + i - 1 end
+    end
+  end
+  sweep(0)
+  -- Nothing ready anywhere: wait on the first batch, briefly, so that the later ones
+  -- (DNS-over-TCP connections) are swept again within 50 ms.
+  if #ready == 0 then sweep(math.min(timeout or 0.05, 0.05)) end
+  return ready
+end
+
 --- Waits up to timeout seconds for work, handles it, and returns which of `extra` (a list
 -- of fds or objects with :fileno()) became readable, as a set of indices.
 function M.step(timeout, extra)
   local loop = M.get()
-  local fds, handlers = { loop.relay }, { function() relay_events(loop) end }
+  local fds, handlers, owners = { loop.relay }, { function() relay_events(loop) end }, { false }
+  local later = {}
   for plane in pairs(loop.planes) do
     for _, w in ipairs(plane:watch()) do
-      fds[#fds + 1] = w.fd
-      handlers[#handlers + 1] = w.on
+      -- a plane's fd closed or cleared under the loop is skipped, never handed to poll
+      if usable(w.fd) then
+        if w.conn then
+          later[#later + 1] = w
+        else
+          local n = #fds + 1
+          fds[n], handlers[n], owners[n] = w.fd, w.on, plane.id or false
+        end
+      end
     end
   end
   local first_extra = #fds + 1
   for _, e in ipairs(extra or {}) do fds[#fds + 1] = e end
-  local ready = core.poll(fds, timeout) or {}
+  local first_later = #fds + 1
+  for _, w in ipairs(later) do
+    local n = #fds + 1
+    fds[n], handlers[n], owners[n] = w.fd, w.on, w.owner or false
+  end
+  local ready = poll_all(fds, timeout)
   local hit = {}
   for _, i in ipairs(ready) do
-    if i >= first_extra then
+    if i >= first_extra and i < first_later then
       hit[i - first_extra + 1] = true
     else
-      handlers[i](loop)
+      run_handler(handlers[i], loop, owners[i] or nil)
     end
   end
+  events.tick()
   return hit
 end
 

@@ -9,11 +9,19 @@
 --
 -- DNS: names on the allowlist are answered with a synthetic address (stable per name per
 -- sandbox); every other name is NXDOMAIN; other query types REFUSED. Nothing the tenant
--- asks is ever forwarded, and no upstream DNS response is ever parsed.
+-- asks is ever forwarded, and no upstream DNS response is ever parsed. When the sandbox's
+-- synthetic table is full (`corral.egress.synthetic`, `limit`), a new allowed name is
+-- answered SERVFAIL and logged as a deny naming the exhaustion: SERVFAIL says "this server
+-- cannot answer now", which is true, where NXDOMAIN would deny that an allowed name exists
+-- (and be cached as such) and REFUSED is this responder's answer to a policy refusal.
 -- Acceptor: SO_ORIGINAL_DST → synthetic address → name (or the literal IP) → decide →
 -- deny: RST at once; allow: resolve on the host, refuse private/loopback/link-local/
--- CGNAT/metadata results unless `network.internal` lists the range, connect upstream
--- from the host netns, relay both ways.
+-- CGNAT/metadata results and the host's own addresses unless `network.internal` lists
+-- them, connect upstream from the host netns, relay both ways.
+--
+-- Every handler runs on the host's one loop, with tenant input: each query and each
+-- connection is handled under `pcall`, so an error in one is that query's SERVFAIL or
+-- that connection's RST plus a deny event naming the error, never the host's end.
 -- @module corral.egress.plane
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -21,8 +29,8 @@ local egress = require "corral.egress"
 local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
 local ranges = require "corral.egress.ranges"
-local synthetic = require "corral.egress.synthetic"
 local events = require "corral.egress.events"
+local hostaddr = require "corral.egress.hostaddr"
 
 local M = {}
 local Plane = {}
@@ -46,6 +54,44 @@ local function deny(_, client, ctx, reason)
   events.emit(ctx)
 end
 
+-- After an error: the connection is reset and closed however far it got, and the deny
+-- is logged even if the reset itself fails.
+local function deny_after_error(client, ctx, err)
+  pcall(core.reset, client)
+  pcall(function() client:close() end)
+  ctx.verdict, ctx.reason, ctx.bytes = "deny", "internal error: " .. tostring(err):sub(1, 200), 0
+  pcall(events.emit, ctx)
+end
+
+--- Checks an operator's resolve table (`{name = "addr" | {"addr", ...}}`) and returns it
+-- with its names normalised as allowlist names are (`PyPI.org.` is `pypi.org`).
+-- @tparam table t
+-- @treturn[1] table name → {address text, ...}
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` on `network.resolve` naming the name or address
+function M.resolve_table(t)
+  local out = {}
+  local function rbad(detail) return nil, errors.invalid_argument("network.resolve", detail) end
+  for k, v in pairs(t) do
+    local name, why = allowlist.normalize_name(k)
+    if not name then return rbad(string.format("%s: %s", tostring(k), why)) end
+    local list = type(v) == "string" and { v } or v
+    if type(list) ~= "table" or #list == 0 then
+      return rbad(string.format("%s: expected an address or a list of addresses, got %s", name, type(v)))
+    end
+    out[name] = out[name] or {}
+    for _, a in ipairs(list) do
+      local text = type(a) == "string" and (a:match("^%[(.*)%]$") or a)
+      if not text or not core.inet.parse(text) then
+        return rbad(string.format("%s: %s is not an IP address", name,
+          type(a) == "string" and string.format("%q", a) or type(a)))
+      end
+      table.insert(out[name], text)
+    end
+  end
+  return out
+end
+
 --- Validates `sandbox.network` once (a malformed entry refuses the sandbox).
 -- @tparam table network `{allow = {...}, decide = fn?, internal = {cidr...}?,
 --   resolve = fn|table?, budget = n?, max_connections = n?, idle = s?, connect_timeout = s?}`
@@ -67,6 +113,10 @@ function M.policy(network)
   local resolve = network.resolve
   if resolve ~= nil and type(resolve) ~= "function" and type(resolve) ~= "table" then
     return bad("resolve must be a function or a table of name → address(es)")
+  end
+  if type(resolve) == "table" then
+    local _, rerr = M.resolve_table(resolve)
+    if rerr then return nil, rerr end
   end
   if network.link ~= nil then
     local l = network.link
@@ -100,7 +150,7 @@ end
 -- @treturn[2] table cannot_enforce("network_restriction", what failed)
 function M.new(id, network)
   network = network or {}
-  local self = setmetatable({ id = id, network = network, synth = synthetic.new(id), tcp_dns = {},
+  local self = setmetatable({ id = id, network = network, tcp_dns = {},
     tcp_dns_started = {},
     max_connections = network.max_connections or 256, idle = network.idle or 300,
     connect_timeout = network.connect_timeout or 10 }, Plane)
@@ -110,9 +160,19 @@ function M.new(id, network)
   end
   -- The policy lives in the process-wide registry: allow/revoke apply to the next
   -- decision, and a tenant has no path to it.
-  local _, perr = egress.registry:set(id, network.allow or {}, { decide = network.decide,
+  local policy, perr = egress.registry:set(id, network.allow or {}, { decide = network.decide,
     budget = network.budget, internal = network.internal })
   if perr then return nil, perr end
+  -- One allocator per sandbox, the registry's: what the responder hands out is what
+  -- `corral.egress.address` and `lookup` report.
+  self.synth = policy.synthetic
+  if type(network.resolve) == "table" then
+    self.resolve_names, perr = M.resolve_table(network.resolve)
+    if perr then
+      egress.registry:remove(id)
+      return nil, perr
+    end
+  end
   local err
   self.netns, err = core.ns.new_net()
   if not self.netns then return fail("netns", err) end
@@ -154,12 +214,20 @@ end
 function Plane:service_accept(loop)
   local client = core.tcp_accept(self.service, 0)
   if not client then return end
-  -- A socket made inside the sandbox's netns reaches its loopback; the mark exempts it
-  -- from the redirect like every host-made socket there.
-  local inner, err = core.connect_marked("127.0.0.1", self.service_port, M.MARK, 2, self.netns)
   local ctx = { sandbox = self.id, kind = "inbound", port = self.service_port }
-  if not inner then return deny(self, client, ctx, "service port: " .. tostring(err)) end
-  local id = loop.relay:add_pair(client, inner, { idle = self.idle, key = self.id .. "/inbound" })
+  local ok, err = pcall(self.service_relay, self, loop, client, ctx)
+  if not ok then deny_after_error(client, ctx, err) end
+end
+
+function Plane:service_relay(loop, client, ctx)
+  -- A socket made inside the sandbox's netns reaches its loopback; the mark exempts it
+  -- from the redirect like every host-made socket there. The relay connects it without
+  -- blocking: a tenant that listens and never accepts (its backlog full, the SYN dropped)
+  -- would otherwise hold the host's one loop, and every other sandbox, for the timeout.
+  -- A failure arrives as the connection's "failed" event.
+  local id, err = loop.relay:add_connect(client, "127.0.0.1", self.service_port, { mark = M.MARK,
+    netns = self.netns, timeout = 2, idle = self.idle, key = self.id .. "/inbound" })
+  if not id then return deny(self, client, ctx, "service port: " .. tostring(err)) end
   ctx.verdict = "allow"
   loop.pending[id] = ctx
   events.emit(ctx)
@@ -206,9 +274,17 @@ function Plane:watch()
     w[#w + 1] = { fd = self.service, on = function(loop) self:service_accept(loop) end }
   end
   for conn in pairs(self.tcp_dns) do
-    w[#w + 1] = { fd = conn, on = function() self:dns_tcp_read(conn) end }
+    w[#w + 1] = { fd = conn, conn = true, owner = self.id, on = function() self:dns_tcp_read(conn) end }
   end
   return w
+end
+
+-- A name as the tenant sent it, safe to log: the codec hands back any byte a label may
+-- hold, so everything but hostname characters is written as \ddd (as dig does).
+local function printable(name)
+  if type(name) ~= "string" then return nil end
+  if not name:find("[^%w%.%-_*]") then return name end
+  return (name:sub(1, 255):gsub("[^%w%.%-_*]", function(c) return string.format("\\%03d", c:byte()) end))
 end
 
 -- The answer to one DNS query: synthetic for allowed names, NXDOMAIN otherwise.
@@ -216,10 +292,11 @@ function Plane:answer(query)
   local q = core.dns.parse(query)
   if not q then return core.dns.answer(query, core.dns.FORMERR) end
   local name = q.name
-  local allowed = q.hostname and decision.resolvable(name, egress.registry:get(self.id))
-  local verdict, rcode, addr
+  local allowed, why = nil, "not a hostname"
+  if q.hostname then allowed, why = decision.resolvable(name, egress.registry:get(self.id)) end
+  local verdict, rcode, addr, reason
   if not allowed then
-    rcode, verdict = core.dns.NXDOMAIN, "nxdomain"
+    rcode, verdict, reason = core.dns.NXDOMAIN, "nxdomain", why
   elseif q.qclass ~= 1 or (q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA) then
     rcode, verdict = core.dns.REFUSED, "refused"
   elseif q.qtype == core.dns.AAAA and self.link then
@@ -227,27 +304,44 @@ function Plane:answer(query)
     -- clients go straight to the IPv4 synthetic address instead of an unroutable one.
     rcode, verdict = core.dns.NOERROR, "nodata"
   else
-    local _, bytes = self.synth:address(name, q.qtype == core.dns.A and "inet" or "inet6")
-    if bytes then
+    local text, bytes = self.synth:address(name, q.qtype == core.dns.A and "inet" or "inet6")
+    -- `address` answers nil and an error table on failure: only a text address and its
+    -- 4 or 16 bytes are an answer.
+    if type(text) == "string" and type(bytes) == "string" and (#bytes == 4 or #bytes == 16) then
       addr, rcode, verdict = bytes, core.dns.NOERROR, "answered"
     else
-      rcode, verdict = core.dns.SERVFAIL, "no synthetic address left"
+      rcode, verdict = core.dns.SERVFAIL, "servfail"
+      reason = tostring(text == nil and bytes or "no synthetic address")
     end
   end
   -- A query type nobody answers is refused even for names not allowed (TXT, ANY):
   -- a tenant learns nothing from it either way.
-  if q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA then rcode, verdict = core.dns.REFUSED, "refused" end
+  if q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA then
+    rcode, verdict, reason = core.dns.REFUSED, "refused", "only A and AAAA queries are answered"
+  end
   -- verdict is allow/deny like every decision; `answer` says what the responder sent.
-  events.emit({ sandbox = self.id, kind = "dns", name = name, qtype = q.qtype, answer = verdict,
-    verdict = verdict == "answered" and "allow" or "deny", bytes = 0 })
+  events.emit({ sandbox = self.id, kind = "dns", name = printable(name), qtype = q.qtype, answer = verdict,
+    verdict = verdict == "answered" and "allow" or "deny", reason = reason, bytes = 0 })
   return core.dns.answer(query, rcode, addr, M.TTL)
+end
+
+-- One query, protected: an error answers SERVFAIL (when the query can be answered at
+-- all) and is logged as a deny, never raised into the loop.
+function Plane:answer_safely(query)
+  local ok, reply = pcall(self.answer, self, query)
+  if ok then return reply end
+  local q = select(2, pcall(core.dns.parse, query))
+  events.emit({ sandbox = self.id, kind = "dns", name = type(q) == "table" and printable(q.name) or nil,
+    answer = "servfail", verdict = "deny", reason = "responder error: " .. tostring(reply):sub(1, 200), bytes = 0 })
+  local ok2, fallback = pcall(core.dns.answer, query, core.dns.SERVFAIL)
+  return ok2 and fallback or nil
 end
 
 function Plane:dns_udp_ready()
   for _ = 1, 64 do
     local msg, addr, port, localaddr = core.udp_recv(self.dns_udp)
     if not msg then return end
-    local reply = self:answer(msg)
+    local reply = self:answer_safely(msg)
     if reply then core.udp_send(self.dns_udp, reply, addr, port, localaddr) end
   end
 end
@@ -288,7 +382,7 @@ function Plane:dns_tcp_read(conn)
   if #buf >= 2 then
     local len = buf:byte(1) * 256 + buf:byte(2)
     if #buf >= 2 + len then
-      local reply = self:answer(buf:sub(3, 2 + len))
+      local reply = self:answer_safely(buf:sub(3, 2 + len))
       if reply then core.write(conn, string.char(#reply // 256, #reply % 256) .. reply) end
       self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
       conn:close()
@@ -299,27 +393,57 @@ function Plane:dns_tcp_read(conn)
 end
 
 -- The host-side addresses for a permitted name: the operator's resolver, else the host's.
+-- Answers a non-empty list of strings, or nil and why.
 function Plane:resolve(name)
-  local r = self.network.resolve
+  local r, v = self.network.resolve
   if type(r) == "table" then
-    local v = r[name]
-    if type(v) == "string" then v = { v } end
-    return v or nil, "no address for " .. name .. " in the operator's table"
+    v = (self.resolve_names or {})[name]
+    if not v then return nil, "no address for " .. name .. " in the operator's table" end
   elseif type(r) == "function" then
-    local ok, v = pcall(r, name)
-    if not ok then return nil, "resolver error: " .. tostring(v) end
-    if type(v) == "string" then v = { v } end
-    return v
+    local ok, res = pcall(r, name)
+    if not ok then return nil, "resolver error: " .. tostring(res):sub(1, 200) end
+    v = res
+  else
+    local err
+    v, err = core.resolve_host(name)
+    if not v then return nil, err end
   end
-  return core.resolve_host(name)
+  if type(v) == "string" then v = { v } end
+  if type(v) ~= "table" or #v == 0 then
+    return nil, "the resolver answered " .. (type(v) == "table" and "no address" or type(v))
+  end
+  local out = {}
+  for i, a in ipairs(v) do
+    if type(a) ~= "string" then return nil, "the resolver answered a " .. type(a) .. " among its addresses" end
+    out[i] = a
+  end
+  return out
 end
 
---- Accepts one redirected connection and decides it.
+-- The host's own local networks, and, with a link, the sandbox's own address on it
+-- (upstream sockets are then made in the sandbox's netns, where that address is local).
+function Plane:host_env()
+  local extra = {}
+  if self.link and self.link.address then
+    local b, p = allowlist.parse_cidr((self.link.address:gsub("/%d+$", "")))
+    if b then extra[1] = { bytes = b, prefix = p, text = self.link.address } end
+  end
+  return hostaddr.env(extra)
+end
+
+--- Accepts one redirected connection and decides it. Whatever goes wrong after the
+-- accept is this connection's RST and deny event, never an error in the loop.
 function Plane:accept(loop)
   local client = core.tcp_accept(self.acceptor, 0)
   if not client then return end
+  local ctx = { sandbox = self.id, kind = "connect" }
+  local ok, err = pcall(self.connect, self, loop, client, ctx)
+  if not ok then deny_after_error(client, ctx, err) end
+end
+
+function Plane:connect(loop, client, ctx)
   local ip, port = core.original_dst(client)
-  local ctx = { sandbox = self.id, kind = "connect", ip = ip, port = port }
+  ctx.ip, ctx.port = ip, port
   if not ip then return deny(self, client, ctx, "no original destination: " .. tostring(port)) end
   -- Loopback destinations are never redirected (the ruleset returns them), so a
   -- loopback original destination is a tenant dialling the acceptor itself (measured:
@@ -331,8 +455,9 @@ function Plane:accept(loop)
   local name = self.synth:lookup(ip)
   ctx.name = name
   local policy = egress.registry:get(self.id)
+  local env = self:host_env()
   local verdict = decision.decide({ sandbox = self.id, name = name, ip = (not name) and ip or nil, port = port },
-    policy)
+    policy, env)
   if verdict.verdict ~= "allow" then return deny(self, client, ctx, verdict.reason) end
   if loop.relay:count(self.id) >= self.max_connections then
     return deny(self, client, ctx, "connection cap reached (" .. self.max_connections .. ")")
@@ -340,14 +465,14 @@ function Plane:accept(loop)
   local upstream = ip
   if name then
     local addrs, rerr = self:resolve(name)
-    if not addrs or #addrs == 0 then
+    if not addrs then
       return deny(self, client, ctx, "cannot resolve " .. name .. " on the host: " .. tostring(rerr))
     end
     upstream = nil
     local why
     for _, a in ipairs(addrs) do
-      local ok, r = decision.check_resolved(a, policy)
-      if ok then upstream = a; break end
+      local good, r = decision.check_resolved(a, policy, env)
+      if good then upstream = a; break end
       why = a .. ": " .. tostring(r)
     end
     if not upstream then return deny(self, client, ctx, "resolved into a refused range (" .. why .. ")") end
@@ -360,7 +485,7 @@ function Plane:accept(loop)
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
     mark = self.link and M.MARK or nil, netns = self.link and self.netns or nil })
   if not id then return deny(self, client, ctx, "upstream: " .. tostring(cerr)) end
-  ctx.verdict, ctx.reason = "allow", verdict.reason
+  ctx.verdict, ctx.reason, ctx.entry = "allow", verdict.reason, verdict.entry
   loop.pending[id] = ctx
   events.emit(ctx)
 end

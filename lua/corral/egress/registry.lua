@@ -8,6 +8,7 @@
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
+local hostaddr = require "corral.egress.hostaddr"
 local ranges = require "corral.egress.ranges"
 local synthetic = require "corral.egress.synthetic"
 
@@ -135,13 +136,14 @@ function Registry:list()
   return out
 end
 
---- Decides a connection with the sandbox's current policy (`ctx.sandbox` is its id).
+--- Decides a connection with the sandbox's current policy (`ctx.sandbox` is its id) and
+-- the host's own addresses, as the data plane does.
 -- @tparam table ctx as for `corral.egress.decision.decide`
 -- @treturn table the verdict
 function Registry:decide(ctx)
   local id = type(ctx) == "table" and ctx.sandbox
   local policy = type(id) == "string" and self.policies[id] or nil
-  return decision.decide(ctx, policy)
+  return decision.decide(ctx, policy, hostaddr.env())
 end
 
 return M

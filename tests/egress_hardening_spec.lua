@@ -1,0 +1,578 @@
+-- Egress plane hardening (red-team findings): the synthetic pool running out, IP entries
+-- and refused ranges, the host's own addresses, IPv4 embedded in IPv6, option checks,
+-- a loop that survives a raising handler, and the bounded JSON log. Every refusal is
+-- paired, in the same test, with a control that succeeds under the same setup.
+local core = require "corral.core"
+local allowlist = require "corral.egress.allowlist"
+local decision = require "corral.egress.decision"
+local events = require "corral.egress.events"
+local hostaddr = require "corral.egress.hostaddr"
+local ranges = require "corral.egress.ranges"
+local h = require "helpers"
+
+local function net(cidr)
+  local b, p = assert(allowlist.parse_cidr(cidr))
+  return { bytes = b, prefix = p, text = cidr }
+end
+
+local function decide(list, ip, port, internal, env)
+  return decision.decide({ sandbox = "sb", ip = ip, port = port or 443 },
+    { allowlist = assert(allowlist.parse(list)), internal = internal }, env or { host = {} })
+end
+
+describe("egress hardening: IPv4 embedded in IPv6", function()
+  -- 203.0.113.0/24 stands for a public address (documentation: nothing behind it).
+  it("judges Teredo, IPv4-translated, NAT64 and 6to4 by the IPv4 they deliver to", function()
+    local cases = {
+      -- refused                         control (same form, public IPv4)
+      { "::ffff:0:a9fe:a9fe",            "::ffff:0:cb00:7109" },          -- SIIT translated
+      { "64:ff9b::a9fe:a9fe",            "64:ff9b::cb00:7109" },          -- NAT64
+      { "2002:a9fe:a9fe::1",             "2002:cb00:7109::1" },           -- 6to4
+      { "2002:a00:1::1",                 "2002:cb00:7109:1::1" },         -- 6to4 of 10.0.0.1
+      { "2001:0:cb00:7101::5601:5601",   "2001:0:cb00:7101::34ff:8ef6" }, -- Teredo client 169.254.169.254
+      { "2001:0:a9fe:a9fe::34ff:8ef6",   "2001:0:cb00:7101::34ff:8ef6" }, -- Teredo server 169.254.169.254
+    }
+    for _, c in ipairs(cases) do
+      local ok, why = ranges.check(c[1])
+      assert.is_nil(ok, c[1])
+      assert.matches("embedded IPv4", why, nil, true, c[1])
+      assert.is_true(ranges.check(c[2]), c[2])
+    end
+    -- the embedded IPv4 is unlocked the way the IPv4 itself is: by network.internal
+    assert.is_nil(ranges.check("64:ff9b::a00:1"))
+    assert.is_true(ranges.check("64:ff9b::a00:1", { "10.0.0.0/8" }))
+  end)
+
+  it("never reaches IPv4-compatible ::/96 or corral's 64:ff9b:1::/48, whatever is unlocked", function()
+    local all = { "::/0", "0.0.0.0/0", "169.254.169.254/32" }
+    for _, ip in ipairs({ "::a9fe:a9fe", "::cb00:7109", "64:ff9b:1::a9fe:a9fe", "64:ff9b:1::cb00:7109" }) do
+      local ok, why = ranges.check(ip, all)
+      assert.is_nil(ok, ip)
+      assert.matches("never a destination", why, nil, true, ip)
+    end
+    assert.is_true(ranges.check("2001:db8::a9fe:a9fe", all)) -- control: the same low bits, nothing embedded
+    assert.is_true(ranges.check("64:ff9b:2::1", all))
+  end)
+end)
+
+describe("egress hardening: the synthetic pool", function()
+  it("gives exactly DEFAULT_LIMIT names an address, then refuses with an error, not bytes", function()
+    local synthetic = require "corral.egress.synthetic"
+    local s = synthetic.new("sb")
+    local given = 0
+    for i = 1, synthetic.DEFAULT_LIMIT do
+      local text, bytes = s:address("n" .. i .. ".example")
+      if type(text) == "string" and type(bytes) == "string" and #bytes == 4 then given = given + 1 end
+    end
+    assert.are.equal(synthetic.DEFAULT_LIMIT, given) -- control: every one up to the limit
+    local text, err = s:address("one-more.example")
+    assert.is_nil(text)
+    assert.are.equal("cannot_enforce", err.code)
+    assert.matches("table full", err.detail)
+  end)
+end)
+
+describe("egress hardening: IP entries and refused ranges", function()
+  it("0.0.0.0/0 and [::]/0 reach the Internet, never private, CGNAT, metadata or link-local", function()
+    local list = { "0.0.0.0/0", "[::]/0" }
+    for _, ip in ipairs({ "169.254.169.254", "100.64.0.5", "10.1.2.3", "172.16.0.1", "192.168.1.1",
+      "100.100.100.200", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "fd00::1", "fe80::1",
+      "fd00:ec2::254" }) do
+      local v = decide(list, ip)
+      assert.are.equal("deny", v.verdict, ip)
+      assert.matches("list it in network.internal", v.reason, nil, true, ip)
+    end
+    assert.are.equal("allow", decide(list, "203.0.113.5").verdict) -- controls: public addresses
+    assert.are.equal("allow", decide(list, "2001:db8::1").verdict)
+    -- a narrower "everything" is no different
+    assert.are.equal("deny", decide({ "0.0.0.0/1" }, "10.1.2.3").verdict)
+    assert.are.equal("allow", decide({ "0.0.0.0/1" }, "93.184.216.34").verdict)
+  end)
+
+  it("an entry inside a refused range reaches it; the most specific range decides", function()
+    local v = decide({ "10.20.0.0/16:5432" }, "10.20.1.1", 5432)
+    assert.are.equal("allow", v.verdict)
+    assert.are.equal("10.20.0.0/16:5432", v.entry)
+    assert.are.equal("allow", decide({ "[fd00::]/8" }, "fd00::1").verdict)
+    assert.are.equal("allow", decide({ "169.254.169.254/32:80" }, "169.254.169.254", 80).verdict)
+    -- link-local /16 does not contain the metadata /32's range: refused; other link-local: allowed
+    assert.are.equal("deny", decide({ "169.254.0.0/16" }, "169.254.169.254").verdict)
+    assert.are.equal("allow", decide({ "169.254.0.0/16" }, "169.254.1.1").verdict)
+  end)
+
+  it("any matching entry may reach in; network.internal unlocks for broad entries", function()
+    local list = { "0.0.0.0/0", "10.20.0.0/16" }
+    local v = decide(list, "10.20.1.1")
+    assert.are.equal("allow", v.verdict)
+    assert.are.equal("10.20.0.0/16", v.entry)
+    assert.are.equal("deny", decide(list, "10.30.0.1").verdict)
+    assert.are.equal("allow", decide(list, "10.30.0.1", 443, { "10.0.0.0/8" }).verdict)
+  end)
+
+  it("a decide hook alone still cannot open a refused range by IP", function()
+    local p = { decide = function() return true end }
+    assert.are.equal("deny", decision.decide({ sandbox = "sb", ip = "10.1.2.3", port = 80 }, p, { host = {} }).verdict)
+    assert.are.equal("allow", decision.decide({ sandbox = "sb", ip = "203.0.113.5", port = 80 }, p,
+      { host = {} }).verdict)
+  end)
+end)
+
+describe("egress hardening: the host's own addresses", function()
+  local env = { host = { net("10.9.9.9/32"), net("fd09::9/128"), net("127.0.0.1/32"), net("127.0.0.0/8") } }
+
+  it("refuses them by IP entry and by name, unless network.internal lists them exactly", function()
+    local list = { "10.9.0.0/16", "[fd09::]/16", "203.0.113.0/24" }
+    local v = decide(list, "10.9.9.9", 22, nil, env)
+    assert.are.equal("deny", v.verdict)
+    assert.matches("an address of this host", v.reason, nil, true)
+    assert.are.equal("deny", decide(list, "fd09::9", 22, nil, env).verdict)
+    assert.are.equal("allow", decide(list, "10.9.9.8", 22, nil, env).verdict) -- control: a neighbour
+    assert.are.equal("allow", decide(list, "fd09::8", 22, nil, env).verdict)
+    -- a broad internal range does not unlock the host; the address itself does
+    assert.are.equal("deny", decide(list, "10.9.9.9", 22, { "10.9.0.0/16" }, env).verdict)
+    assert.are.equal("allow", decide(list, "10.9.9.9", 22, { "10.9.9.9/32" }, env).verdict)
+    -- a name that resolves to it
+    local pol = { internal = ranges.parse_internal({ "10.9.0.0/16" }) }
+    assert.is_nil(decision.check_resolved("10.9.9.9", pol, env))
+    assert.is_nil(decision.check_resolved("::ffff:10.9.9.9", pol, env))
+    assert.is_nil(decision.check_resolved("64:ff9b::a09:909", pol, env))
+    assert.is_true(decision.check_resolved("10.9.9.8", pol, env))
+    -- a local route listed whole unlocks the addresses in it (loopback, as before)
+    assert.is_nil(decision.check_resolved("127.0.0.1", nil, env))
+    assert.is_true(decision.check_resolved("127.0.0.1", { internal = { "127.0.0.0/8" } }, env))
+  end)
+
+  it("refuses every IP destination when the host's addresses cannot be read", function()
+    local v = decide({ "203.0.113.0/24" }, "203.0.113.5", 443, nil, { host_error = "host addresses: gone" })
+    assert.are.equal("deny", v.verdict)
+    assert.matches("gone", v.reason)
+    assert.are.equal("allow", decide({ "203.0.113.0/24" }, "203.0.113.5", 443, nil, { host = {} }).verdict)
+  end)
+
+  it("reads local routes and addresses from the kernel's text", function()
+    local fib = table.concat({
+      "Local:", "  +-- 0.0.0.0/0 3 0 5", "     |-- 10.250.0.0", "        /24 link UNICAST",
+      "     |-- 10.250.0.1", "        /32 host LOCAL", "     |-- 10.250.0.255", "        /32 link BROADCAST",
+      "     +-- 127.0.0.0/8 2 0 2", "        |-- 127.0.0.0", "           /8 host LOCAL" }, "\n")
+    local got = {}
+    for _, n in ipairs(hostaddr.parse_fib_trie(fib)) do got[#got + 1] = n.text end
+    assert.are.same({ "10.250.0.1/32", "127.0.0.0/8" }, got) -- not the /24 route, not the broadcast
+    local v6 = "fd000000000000000000000000000002 80 00000000000000000000000000000000 00 " ..
+      "00000000000000000000000000000000 00000000 00000004 00000000 80200001     eth0\n" ..
+      "fd000000000000000000000000000000 40 00000000000000000000000000000000 00 " ..
+      "00000000000000000000000000000000 00000100 00000002 00000000 00000001     eth0\n"
+    got = {}
+    for _, n in ipairs(hostaddr.parse_ipv6_route(v6)) do got[#got + 1] = n.text end
+    assert.are.same({ "fd00::2/128" }, got) -- the local route, not the /64 on the link
+    got = hostaddr.parse_if_inet6("00000000000000000000000000000001 01 80 10 80       lo\n")
+    assert.are.equal("::1/128", got[1].text)
+    -- the live set holds loopback, and not a documentation address nobody holds
+    local live = assert(hostaddr.read())
+    assert.truthy(hostaddr.contains(live, "127.0.0.1"))
+    assert.is_nil(hostaddr.contains(live, "203.0.113.254"))
+  end)
+end)
+
+describe("egress hardening: option and entry messages", function()
+  it("tells how to write ports after one ':', and keeps the IPv6 advice for IPv6", function()
+    local _, err = allowlist.parse_entry("1.2.3.4:80:90")
+    assert.is_nil(err.detail:find("[", 1, true), err.detail)
+    assert.matches("1.2.3.4:80,90", err.detail, nil, true)
+    assert.is_table(allowlist.parse_entry("1.2.3.4:80,90")) -- control: the suggestion parses
+    _, err = allowlist.parse_entry("pypi.org:443:8443")
+    assert.matches("pypi.org:443,8443", err.detail, nil, true)
+    _, err = allowlist.parse_entry("2001:db8::1:443")
+    assert.matches("[2001:db8::1]:443", err.detail, nil, true)
+    assert.is_table(allowlist.parse_entry("[2001:db8::1]:443"))
+    _, err = allowlist.parse_entry("[2001:db8::1]:80:90")
+    assert.matches("80,90", err.detail, nil, true)
+  end)
+
+  it("refuses --resolve NAME=notanip at once, naming the option and the value", function()
+    local cli = require "corral.cli"
+    local net0, err = cli.network_options({ resolve = { "a.test=notanip" } })
+    assert.is_nil(net0)
+    assert.are.equal("--resolve", err.argument)
+    assert.matches("notanip", err.detail)
+    for _, bad in ipairs({ "a.test", "=1.2.3.4", "a_b.test=1.2.3.4", "a.test=1.2.3.4:80" }) do
+      local n, e = cli.network_options({ resolve = { bad } })
+      assert.is_nil(n, bad)
+      assert.are.equal("--resolve", e.argument)
+    end
+    local ok = assert(cli.network_options({ resolve = { "A.Test.=192.0.2.1", "a.test=[2001:db8::1]" } }))
+    assert.are.same({ "192.0.2.1", "2001:db8::1" }, ok.resolve["a.test"]) -- control
+    local _, aerr = cli.network_options({ allow = { "1.2.3.4:80:90" } })
+    assert.are.equal("--allow", aerr.argument)
+    local _, ierr = cli.network_options({ internal = { "10.0.0.1/8" } })
+    assert.are.equal("--internal", ierr.argument)
+    assert.is_table(cli.network_options({ allow = { "1.2.3.4:80,90" }, internal = { "10.0.0.0/8" } }))
+    local dir = h.tmpdir("allowfile")
+    h.write(dir .. "/list", "# comment\npypi.org:443\n\n1.2.3.4:80:90\n")
+    local _, ferr = cli.network_options({ ["allow-file"] = dir .. "/list" })
+    h.write(dir .. "/good", "# comment\npypi.org:443\n1.2.3.4:80,90 # ports\n")
+    local good = cli.network_options({ ["allow-file"] = dir .. "/good" })
+    h.rmrf(dir)
+    assert.are.equal("--allow-file", ferr.argument)
+    assert.matches("/list:4: ", ferr.detail, nil, true)
+    assert.are.same({ "pypi.org:443", "1.2.3.4:80,90" }, good.allow) -- control
+    -- the same check for a network table given in Lua
+    local plane = require "corral.egress.plane"
+    local _, perr = plane.policy({ resolve = { ["a.test"] = "notanip" } })
+    assert.are.equal("network.resolve", perr.argument)
+    assert.is_table(plane.policy({ resolve = { ["a.test"] = { "192.0.2.1" } } }))
+  end)
+
+  it("corral run exits 2 on a bad --resolve before starting anything #root", function()
+    local out, status = h.corral("run", "--resolve", "a.test=notanip", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-resolve", out)
+    assert.matches("notanip", out)
+    out, status = h.corral("run", "--", "true") -- control: the same run without it
+    assert.are.equal(0, status, out)
+  end)
+end)
+
+describe("egress hardening: the JSON log", function()
+  it("passes at most `rate` events per sandbox per second and summarises the rest", function()
+    local t, got = 100, {}
+    local sub, flush = events.limit(function(ev) got[#got + 1] = ev end, 3, function() return t end)
+    for i = 1, 10 do sub({ sandbox = "a", verdict = i % 2 == 0 and "allow" or "deny", n = i }) end
+    sub({ sandbox = "b", verdict = "allow" }) -- control: another sandbox has its own budget
+    assert.are.equal(4, #got)
+    assert.are.same({ 1, 2, 3 }, { got[1].n, got[2].n, got[3].n })
+    assert.are.equal("b", got[4].sandbox)
+    t = 100.5
+    events.tick()
+    assert.are.equal(4, #got) -- the second is not over: nothing yet
+    t = 101.2
+    events.tick()
+    local sum = {}
+    for i = 5, #got do
+      assert.are.equal("suppressed", got[i].kind)
+      assert.are.equal("a", got[i].sandbox)
+      sum[got[i].verdict] = got[i].suppressed
+    end
+    assert.are.same({ allow = 4, deny = 3 }, sum)
+    sub({ sandbox = "a", verdict = "deny", n = 11 }) -- a new second: written again
+    assert.are.equal(11, got[#got].n)
+    flush()
+  end)
+
+  it("creates the log 0600 and bounds what it writes; subscribers still see every event", function()
+    local dir = h.tmpdir("log")
+    local path = dir .. "/events.jsonl"
+    local writer, close = assert(events.json_lines_writer(path, { rate = 5 }))
+    -- control for the mode: a file created the ordinary way, same process, same umask
+    h.write(dir .. "/plain", "")
+    local plain = core.lstat(dir .. "/plain").mode & tonumber("777", 8)
+    local seen = 0
+    local function count() seen = seen + 1 end
+    events.subscribe(writer)
+    events.subscribe(count)
+    for i = 1, 50 do events.emit({ sandbox = "flood", kind = "dns", verdict = "deny", name = "n" .. i }) end
+    events.emit({ sandbox = "quiet", kind = "dns", verdict = "allow", name = "ok" })
+    events.unsubscribe(writer)
+    events.unsubscribe(count)
+    close()
+    local mode = core.lstat(path).mode & tonumber("777", 8)
+    local lines, suppressed, quiet = 0, nil, false
+    local json = require "dkjson"
+    for line in h.read(path):gmatch("[^\n]+") do
+      local e = json.decode(line)
+      lines = lines + 1
+      if e.kind == "suppressed" then suppressed = e.suppressed end
+      quiet = quiet or e.sandbox == "quiet"
+    end
+    h.rmrf(dir)
+    assert.are.equal(tonumber("600", 8), mode)
+    assert.are_not.equal(tonumber("600", 8), plain) -- the umask alone would have given this
+    assert.are.equal(51, seen)                       -- every event reached the Lua subscriber
+    assert.are.equal(5 + 1 + 1, lines)               -- 5 of flood, its summary, quiet's one
+    assert.are.equal(45, suppressed)
+    assert.is_true(quiet)
+  end)
+end)
+
+describe("egress hardening: the loop", function()
+  local loop = require "corral.egress.loop"
+
+  -- A listener with a connection waiting: readable until accepted.
+  local function readable()
+    local l, port = assert(core.tcp_listen("127.0.0.1", 0))
+    local c = assert(core.tcp_connect("127.0.0.1", port, 2))
+    return l, c
+  end
+
+  it("turns a raising handler into a deny event and runs the others", function()
+    local l1, c1 = readable()
+    local l2, c2 = readable()
+    local ran = false
+    local bad = { id = "bad-plane", watch = function() return { { fd = l1, on = function() error("boom") end } } end }
+    local good = { id = "good-plane", watch = function()
+      return { { fd = l2, on = function() ran = true; local a = core.tcp_accept(l2, 0); if a then a:close() end end } }
+    end }
+    loop.add(bad)
+    loop.add(good)
+    local before = loop.errors
+    local ok, err = pcall(loop.step, 0.5)
+    loop.remove(bad)
+    loop.remove(good)
+    for _, x in ipairs({ l1, c1, l2, c2 }) do x:close() end
+    assert.is_true(ok, tostring(err))
+    assert.is_true(ran) -- control: the other handler ran in the same turn
+    assert.are.equal(before + 1, loop.errors)
+    local last
+    for _, e in ipairs(events.recent()) do if e.kind == "error" then last = e end end
+    assert.are.equal("deny", last.verdict)
+    assert.are.equal("bad-plane", last.sandbox)
+    assert.matches("boom", last.reason)
+  end)
+
+  it("polls past core.poll's limit in batches, and skips closed fds", function()
+    local saved = loop.POLL_MAX
+    loop.POLL_MAX = 3
+    local idle, ls = {}, {}
+    for i = 1, 5 do idle[i] = assert(core.tcp_listen("127.0.0.1", 0)) end
+    local l, c = readable()
+    local closed = assert(core.tcp_listen("127.0.0.1", 0))
+    closed:close()
+    local hits = 0
+    local p = { id = "many", watch = function()
+      local w = { { fd = closed, on = function() error("a closed fd was polled") end } }
+      for _, fd in ipairs(idle) do w[#w + 1] = { fd = fd, conn = true, on = function() error("idle fd fired") end } end
+      w[#w + 1] = { fd = l, conn = true, on = function()
+        hits = hits + 1
+        ls[#ls + 1] = core.tcp_accept(l, 0)
+      end }
+      return w
+    end }
+    loop.add(p)
+    local before = loop.errors
+    local ok, err = pcall(loop.step, 0.5)
+    loop.remove(p)
+    loop.POLL_MAX = saved
+    for _, x in ipairs(idle) do x:close() end
+    for _, x in ipairs(ls) do x:close() end
+    l:close()
+    c:close()
+    assert.is_true(ok, tostring(err))
+    assert.are.equal(1, hits) -- the one ready fd, in the last batch, was served
+    assert.are.equal(before, loop.errors)
+  end)
+end)
+
+describe("egress hardening, end to end #root #netns", function()
+  local corral = require "corral"
+  local synthetic = require "corral.egress.synthetic"
+  local n = core.getpid() % 200 + 20
+  local ns, hv, pv = "corral-t-hard-" .. n, "crlhh" .. n, "crlhp" .. n
+  local host_ip, far_ip, cidr = "10.78." .. n .. ".1", "10.78." .. n .. ".2", "10.78." .. n .. ".0/24"
+  local P, P2 = 9101, 9102
+  local host_server
+
+  local function sh(fmt, ...)
+    local out, status = h.sh(string.format(fmt, ...))
+    return out, status
+  end
+
+  -- A veth of our own: its host end holds host_ip (an address of this host that only
+  -- this test uses), its far end, in a netns of ours, far_ip. A server on each.
+  setup(function()
+    sh("ip link del %s 2>/dev/null; ip netns del %s 2>/dev/null; true", hv, ns)
+    local out, status = sh([[set -e
+      ip netns add %s
+      ip link add %s type veth peer name %s
+      ip link set %s netns %s
+      ip addr add %s/24 dev %s
+      ip link set %s up
+      ip netns exec %s ip link set lo up
+      ip netns exec %s ip addr add %s/24 dev %s
+      ip netns exec %s ip link set %s up
+      for p in %d %d; do
+        ip netns exec %s socat TCP-LISTEN:$p,bind=%s,fork,reuseaddr SYSTEM:'echo far-side' >/dev/null 2>&1 &
+      done
+      socat TCP-LISTEN:%d,bind=%s,fork,reuseaddr SYSTEM:'echo host-side' >/dev/null 2>&1 &
+      echo pid=$!]], ns, hv, pv, pv, ns, host_ip, hv, hv, ns, ns, far_ip, pv, ns, pv, P, P2, ns, far_ip, P2, host_ip)
+    assert(status == 0, out)
+    host_server = out:match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return select(2, sh("ip netns exec %s ss -ltn | grep -q ':%d '", ns, P2)) == 0
+        and select(2, sh("ss -ltn | grep -q '%s:%d '", host_ip, P2)) == 0
+    end, 5), "servers did not start")
+  end)
+
+  teardown(function()
+    if host_server then sh("kill %s 2>/dev/null; true", host_server) end
+    sh("ip netns pids %s 2>/dev/null | xargs -r kill 2>/dev/null; ip link del %s 2>/dev/null; " ..
+      "ip netns del %s 2>/dev/null; true", ns, hv, ns)
+  end)
+
+  local function run(args, script)
+    local argv = { "run" }
+    for _, a in ipairs(args) do argv[#argv + 1] = a end
+    for _, a in ipairs({ "--", "sh", "-c", script .. "; exit 0" }) do argv[#argv + 1] = a end
+    return h.corral(table.unpack(argv))
+  end
+
+  local function nc(dest, port)
+    return string.format("echo @%s:%d; nc -w 2 %s %d </dev/null", dest, port, dest, port)
+  end
+
+  -- What each probe printed: "@dest:port" → its output.
+  local function answers(out)
+    local t = {}
+    for dest, body in out:gmatch("@(%S+)\n([^@]*)") do t[dest] = body end
+    return t
+  end
+
+  it("reads this host's addresses from the kernel, refreshed after REFRESH seconds", function()
+    local t0 = core.monotime()
+    hostaddr.invalidate()
+    local first = assert(hostaddr.get(t0))
+    assert.truthy(hostaddr.contains(first, host_ip))        -- our veth's host end
+    assert.is_nil(hostaddr.contains(first, far_ip))         -- control: its far end is another netns
+    assert.are.equal(first, hostaddr.get(t0 + 0.5))         -- cached within a second
+    local extra = "10.78." .. n .. ".7"
+    sh("ip addr add %s/32 dev %s", extra, hv)
+    local cached = hostaddr.get(t0 + 0.5)
+    local later = hostaddr.get(t0 + hostaddr.REFRESH + 0.1)
+    sh("ip addr del %s/32 dev %s", extra, hv)
+    assert.is_nil(hostaddr.contains(cached, extra))
+    assert.truthy(hostaddr.contains(later, extra))
+    hostaddr.invalidate()
+  end)
+
+  it("IP entries: 0.0.0.0/0 never reaches a private address, an entry inside it does, never the host", function()
+    local log = os.tmpname()
+    local out, status = run({ "--allow", "0.0.0.0/0:" .. P, "--allow", cidr .. ":" .. P2, "--log-json", log },
+      table.concat({ nc(far_ip, P), nc(far_ip, P2), nc(host_ip, P2) }, "; "))
+    local text = h.read(log) or ""
+    os.remove(log)
+    assert.are.equal(0, status, out)
+    local a = answers(out)
+    assert.is_nil(a[far_ip .. ":" .. P]:find("far-side", 1, true), out)   -- 0.0.0.0/0 into 10/8
+    assert.matches("far%-side", a[far_ip .. ":" .. P2])                    -- control: an entry inside 10/8
+    assert.is_nil(a[host_ip .. ":" .. P2]:find("host-side", 1, true), out) -- inside the entry, but the host's
+    assert.matches("broader than 10%.0%.0%.0/8", text)
+    assert.matches("an address of this host", text)
+  end)
+
+  it("names: one resolving to the host is refused unless network.internal lists the address", function()
+    local common = { "--allow", "far.test:" .. P2, "--allow", "host.test:" .. P2,
+      "--resolve", "far.test=" .. far_ip, "--resolve", "host.test=" .. host_ip, "--internal", cidr }
+    local script = table.concat({ nc("far.test", P2), nc("host.test", P2) }, "; ")
+    local out = run(common, script)
+    local a = answers(out)
+    assert.matches("far%-side", a["far.test:" .. P2], nil, out)                  -- control
+    assert.is_nil(a["host.test:" .. P2]:find("host-side", 1, true), out)        -- the broad /24 does not unlock it
+    local with = { "--internal", host_ip .. "/32" }
+    for _, x in ipairs(common) do with[#with + 1] = x end
+    a = answers(run(with, script))
+    assert.matches("host%-side", a["host.test:" .. P2])                          -- listed: reached (the port is live)
+  end)
+
+  it("corral run --log-json: a DNS flood writes at most LOG_RATE lines a second, the rest counted", function()
+    local dir = h.tmpdir("flood-log")
+    local log = dir .. "/log.jsonl"
+    -- 2,000 queries for names not allowed, each waited for (1 s at most), as fast as the
+    -- responder answers; the tenant reports how many were answered and how long it took.
+    local flood = [[perl -MSocket -MTime::HiRes=time -e '
+      socket(my $s, AF_INET, SOCK_DGRAM, 0) or die; my $to = pack_sockaddr_in(53, inet_aton("127.0.0.1"));
+      my ($n, $t0) = (0, time);
+      for my $i (1..2000) {
+        my $q = pack("nnnnnn", $i, 0x0100, 1, 0, 0, 0)
+          . join("", map { chr(length $_) . $_ } split /\./, "q$i.flood.test") . "\0" . pack("nn", 1, 1);
+        send($s, $q, 0, $to);
+        my $r = ""; vec($r, fileno($s), 1) = 1;
+        $n++ if select($r, undef, undef, 1) and recv($s, my $buf, 512, 0);
+      }
+      printf "answered=%d seconds=%.3f
+", $n, time - $t0']]
+    local out, status = run({ "--allow", "pypi.org:443", "--log-json", log }, flood)
+    local mode = (core.lstat(log) or {}).mode
+    local written, suppressed, other = 0, 0, 0
+    local json = require "dkjson"
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do
+      local e = assert(json.decode(line), line)
+      if e.kind == "dns" then written = written + 1
+      elseif e.kind == "suppressed" then suppressed = suppressed + e.suppressed
+      else other = other + 1 end
+    end
+    h.rmrf(dir)
+    assert.are.equal(0, status, out)
+    local answered, seconds = out:match("answered=(%d+) seconds=([%d.]+)")
+    answered, seconds = tonumber(answered), tonumber(seconds)
+    assert.are.equal(2000, answered, out)                      -- control: the flood was answered in full
+    assert.are.equal(answered, written + suppressed)           -- every event written or counted
+    assert.truthy(suppressed > 0, "nothing was suppressed")
+    assert.truthy(written <= events.LOG_RATE * (math.ceil(seconds) + 1),
+      string.format("%d lines in %.3f s", written, seconds))
+    assert.are.equal(tonumber("600", 8), mode & tonumber("777", 8))
+  end)
+
+  it("a full synthetic pool answers SERVFAIL and logs a deny; the host and other sandboxes go on", function()
+    local saved = synthetic.DEFAULT_LIMIT
+    synthetic.DEFAULT_LIMIT = 2
+    local root = h.tmpdir("pool")
+    core.chmod(root, tonumber("711", 8))
+    local ok, err = pcall(function()
+      local dig = "dig +tries=1 +time=2 %s A | grep -o 'status: [A-Z]*'"
+      local script = table.concat({ dig:format("a1.pool.test"), dig:format("a2.pool.test"),
+        dig:format("a3.pool.test"), dig:format("a1.pool.test"), dig:format("a4.pool.test") }, "; ")
+      local statuses = {}
+      for _, id in ipairs({ "pool-a", "pool-b" }) do
+        local sb = assert(corral.sandbox({ id = id, storage_root = root, network = { allow = { "*.pool.test:80" } } }))
+        assert(corral.provision("native", sb))
+        local path = root .. "/" .. id .. ".out"
+        local r = corral.exec("native", sb, { "sh", "-c", script }, { output = path })
+        corral.destroy("native", sb)
+        assert(r, "exec failed")
+        local got = {}
+        for st in (h.read(path) or ""):gmatch("status: (%u+)") do got[#got + 1] = st end
+        statuses[id] = got
+      end
+      return statuses
+    end)
+    synthetic.DEFAULT_LIMIT = saved
+    h.rmrf(root)
+    assert.is_true(ok, tostring(err))
+    -- exactly the limit answered (no off-by-one), the next new name SERVFAIL, known names still answered
+    assert.are.same({ "NOERROR", "NOERROR", "SERVFAIL", "NOERROR", "SERVFAIL" }, err["pool-a"])
+    assert.are.same(err["pool-a"], err["pool-b"]) -- a second sandbox after the first ran out
+    local denied, allowed
+    for _, e in ipairs(events.recent()) do
+      if e.sandbox == "pool-a" and e.kind == "dns" then
+        if e.name == "a3.pool.test" then denied = e end
+        if e.name == "a1.pool.test" then allowed = e end
+      end
+    end
+    assert.are.equal("deny", denied.verdict)
+    assert.are.equal("servfail", denied.answer)
+    assert.matches("synthetic address table full", denied.reason)
+    assert.are.equal("allow", allowed.verdict)
+  end)
+
+  it("a resolver answering nonsense denies that connection; the next one is relayed", function()
+    local root = h.tmpdir("resolver")
+    core.chmod(root, tonumber("711", 8))
+    local sb = assert(corral.sandbox({ id = "odd-resolver", storage_root = root, network = {
+      allow = { "odd.test:" .. P2, "far.test:" .. P2 }, internal = { cidr },
+      resolve = function(name) if name == "odd.test" then return 42 end return { far_ip } end } }))
+    assert(corral.provision("native", sb))
+    local path = root .. "/out"
+    local r = corral.exec("native", sb, { "sh", "-c", nc("odd.test", P2) .. "; " .. nc("far.test", P2) },
+      { output = path })
+    corral.destroy("native", sb)
+    local out = h.read(path) or ""
+    h.rmrf(root)
+    assert.truthy(r)
+    local a = answers(out)
+    assert.is_nil(a["odd.test:" .. P2]:find("far-side", 1, true), out)
+    assert.matches("far%-side", a["far.test:" .. P2]) -- control, after the bad one, same host loop
+    local why
+    for _, e in ipairs(events.recent()) do
+      if e.sandbox == "odd-resolver" and e.name == "odd.test" and e.verdict == "deny" then why = e.reason end
+    end
+    assert.matches("resolver answered number", why)
+  end)
+end)
