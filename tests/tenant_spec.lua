@@ -224,7 +224,8 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
         -- The tenant's parent is the init; the host and its launching shell carry the tag too.
         local init
         assert(h.wait_for(function()
-          init = h.sh("for p in $(pgrep -f 'corral-initfd[s]-" .. num .. "'); do q=$(ps -o ppid= -p $p | tr -d ' '); " ..
+          init = h.sh("for p in $(pgrep -f 'corral-initfd[s]-" .. num .. "'); do " ..
+            "q=$(ps -o ppid= -p $p | tr -d ' '); " ..
             "[ \"$(cat /proc/$q/comm 2>/dev/null)\" = corral-init ] && echo $q; done"):match("%d+")
           return init ~= nil and h.read(out_path) ~= ""
         end, 5), "control: the tenant never started")
