@@ -314,6 +314,10 @@ describe("egress #root #netns", function()
     -- host to this network at all).
     os.execute(string.format("ip netns exec %s socat TCP-LISTEN:9445,fork,reuseaddr " ..
       "SYSTEM:'echo from=$SOCAT_PEERADDR' >/dev/null 2>&1 &", net.ns))
+    -- A v6 listener on the far end, reached (if anything leaked) through its link-local
+    -- address with the tenant's interface as scope: such a connect must be reset at once.
+    os.execute(string.format("ip netns exec %s socat TCP6-LISTEN:9446,fork,reuseaddr " ..
+      "SYSTEM:'echo LL-REACHED' >/dev/null 2>&1 &", net.ns))
     local root = h.tmpdir("egress-link")
     os.execute("chmod 0711 " .. root)
     local sb = assert(corral.sandbox({ id = "link", storage_root = root, network = {
@@ -327,7 +331,12 @@ describe("egress #root #netns", function()
       "curl -sS --max-time 5 http://pypi.org:8080/index.html; nc -w 2 whoami.test 9445 </dev/null; " ..
       "getent ahosts pypi.org | grep -c ':' ; " ..
       "echo x | nc -u -w 1 " .. peer_ip .. " 9443; " ..
-      "curl -sS --max-time 3 http://" .. peer_ip .. ":8080/ && echo LITERAL-OK; exit 0" }, { output = out_path }))
+      "curl -sS --max-time 3 http://" .. peer_ip .. ":8080/ && echo LITERAL-OK; " ..
+      -- the far end's link-local address, once our own has left DAD
+      "for i in $(seq 30); do ip -6 -o addr show dev corral0 | grep -q tentative || break; sleep 0.1; done; " ..
+      "ll=$(ip -6 neigh show dev corral0 | awk '{print $1}' | head -1); ll=${ll:-fe80::1}; " ..
+      "s=$(date +%s%N); nc -6 -w 3 \"$ll%corral0\" 9446 </dev/null; e=$(date +%s%N); " ..
+      "echo ll-ms=$(( (e - s) / 1000000 )); exit 0" }, { output = out_path }))
     corral.destroy("native", sb)
     local out = h.read(out_path)
     h.rmrf(root)
@@ -336,6 +345,8 @@ describe("egress #root #netns", function()
     assert.matches("from=" .. my_ip:gsub("%.", "%%."), out) -- it came through the link
     assert.matches("\n0\n", out) -- no IPv6 synthetic address is handed out without a route for it
     assert.is_nil(out:find("LITERAL-OK", 1, true), out) -- the tenant cannot use the link itself
+    assert.is_nil(out:find("LL-REACHED", 1, true), out)
+    assert.truthy(tonumber(out:match("ll%-ms=(%d+)")) < 1000, out) -- reset, not left to time out
     assert.are.equal("", h.read(net.dir .. "/udp.log") or "")
     assert(h.wait_for(function()
       return not h.sh("ip netns exec " .. net.ns .. " ip -o link"):find("crl%x+%d+@")

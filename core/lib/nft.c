@@ -206,6 +206,24 @@ static void ip6_daddr_loopback(struct builder *b)
     cmp(b, NFT_CMP_EQ, &lo6, sizeof lo6);
 }
 
+/* `ip6 daddr fe80::/10`: the first two bytes masked to ten bits, as nft emits a prefix. */
+static void ip6_daddr_link_local(struct builder *b)
+{
+    static const uint8_t mask[2] = {0xff, 0xc0}, want[2] = {0xfe, 0x80}, zero[2] = {0, 0};
+    meta_load(b, NFT_META_NFPROTO);
+    cmp_u8(b, NFPROTO_IPV6);
+    payload(b, NFT_PAYLOAD_NETWORK_HEADER, 24, sizeof want);
+    struct nftnl_expr *e = expr_add(b, "bitwise");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof mask);
+    if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, sizeof mask) < 0 ||
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, sizeof zero) < 0)
+        b->err = -ENOMEM;
+    cmp(b, NFT_CMP_EQ, want, sizeof want);
+}
+
 /* `redirect to :port`. PROTO_MAX and the flag are written the way the kernel reports them
  * back (nft_redir_init sets both when only PROTO_MIN is given), so that the read-back
  * compares equal. */
@@ -267,6 +285,14 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
 
     rule_begin(&b, table, nat);
     ip6_daddr_loopback(&b);
+    verdict(&b, NFT_RETURN);
+
+    /* A link-local destination carries its interface (the scope id binds the socket to
+     * it), so a redirect to the acceptor on ::1 was routed out of that interface and
+     * lost: the connect hung until the client's timeout (found with --link). Left
+     * unredirected, it meets the TCP reset below at once. */
+    rule_begin(&b, table, nat);
+    ip6_daddr_link_local(&b);
     verdict(&b, NFT_RETURN);
 
     static const uint8_t dns_protos[] = {IPPROTO_UDP, IPPROTO_TCP};
