@@ -214,6 +214,50 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
     end)
 
     if mech_name == "native" then
+      it("charges the tenant's per-user kernel counts to its own host id, not root's", function()
+        -- inotify instances are counted per user up the user-namespace chain, to each
+        -- namespace's owner. The tenant takes all it may (128 here); root on the host
+        -- must still get one meanwhile.
+        local grab = [[
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while n < 100000 and libc.inotify_init1(0) >= 0:
+    n += 1
+print("tenant-instances", n, "errno", ctypes.get_errno(), flush=True)
+time.sleep(3)
+]]
+        h.write(root .. "/grab.py", grab)
+        os.execute("chmod 0644 " .. root .. "/grab.py")
+        local out_path = root .. "/grab.out"
+        local pid = h.sh(h.host .. " run --nofile 4096 --workspace " .. root .. " -- /usr/bin/python3 " ..
+          "/workspace/grab.py >" .. out_path .. " 2>&1 & echo $!"):match("%d+")
+        assert(h.wait_for(function() return (h.read(out_path) or ""):find("tenant%-instances") ~= nil end, 10),
+          "control: the tenant never reported")
+        local host = h.sh("/usr/bin/python3 -c 'import ctypes; l = ctypes.CDLL(None); " ..
+          "print(\"host-fd\", l.inotify_init1(0))'")
+        os.execute("kill " .. pid .. " 2>/dev/null")
+        local out = h.read(out_path)
+        local n = tonumber(out:match("tenant%-instances (%d+)"))
+        assert.truthy(n and n > 0, out) -- control: the tenant did create instances
+        assert.matches("errno 24", out) -- and stopped at its limit (EMFILE), not elsewhere
+        assert.truthy(tonumber(host:match("host%-fd (%-?%d+)")) >= 0, host)
+      end)
+
+      it("gives the tenant its own loopback, and nothing beyond it", function()
+        local lfd, port = require("corral.core").tcp_listen("127.0.0.1", 0)
+        assert(lfd, port)
+        local out = run(sb, CONTROL .. [[
+          socat TCP-LISTEN:8080,bind=127.0.0.1 SYSTEM:'echo own-loopback' & sleep 0.3
+          socat -T 2 - TCP:127.0.0.1:8080 </dev/null
+          socat -T 2 - TCP:127.0.0.1:]] .. port .. [[ </dev/null && echo HOST-LOOPBACK-REACHED
+          exit 0]])
+        lfd:close()
+        assert.matches("control%-ok", out)
+        assert.matches("own%-loopback", out) -- control: its own 127.0.0.1 works
+        assert.is_nil(out:find("HOST-LOOPBACK-REACHED", 1, true), out)
+      end)
+
       it("shows the tenant neither the host's command line nor its fds through its init", function()
         local num = tostring(math.random(1e9))
         local tag = "corral-initfds-" .. num

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/sched.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,6 +45,7 @@ enum step {
     STEP_IDS,
     STEP_ROOT,
     STEP_HOSTNAME,
+    STEP_LOOPBACK,
     STEP_CWD,
     STEP_RLIMIT,
     STEP_SETSID,
@@ -62,6 +66,7 @@ static const char *const step_names[STEP_COUNT] = {
     [STEP_IDS] = "set ids",
     [STEP_ROOT] = "build root",
     [STEP_HOSTNAME] = "hostname",
+    [STEP_LOOPBACK] = "loopback up",
     [STEP_CWD] = "chdir",
     [STEP_RLIMIT] = "rlimits",
     [STEP_SETSID] = "setsid",
@@ -171,6 +176,26 @@ static void hide_host_arguments(void)
     if (v[48] && v[49] - v[48] > sizeof name) memcpy((void *)(uintptr_t)v[48], name, sizeof name);
 }
 
+/* Brings up lo in the fresh, otherwise empty network namespace: the tenant may talk to
+ * itself on 127.0.0.1 (a red-team run found native tenants could not, where bwrap's
+ * could) and still reaches nothing else. ioctls only: no allocation in this child. */
+static int loopback_up(void)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return -errno;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    memcpy(ifr.ifr_name, "lo", 3);
+    int r = ioctl(s, SIOCGIFFLAGS, &ifr);
+    if (r == 0) {
+        ifr.ifr_flags |= IFF_UP;
+        r = ioctl(s, SIOCSIFFLAGS, &ifr);
+    }
+    r = r < 0 ? -errno : 0;
+    close(s);
+    return r;
+}
+
 /* True when the process whose pidfd this is has exited. */
 static int parent_gone(int parent_pidfd)
 {
@@ -266,6 +291,8 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     if (r < 0) child_fail(errfd, STEP_ROOT, r);
     if (!join && p->hostname && sethostname(p->hostname, strlen(p->hostname)) < 0)
         child_fail(errfd, STEP_HOSTNAME, errno);
+    if (!join && p->new_net && p->netns_fd < 0 && (r = loopback_up()) < 0)
+        child_fail(errfd, STEP_LOOPBACK, r);
     if (chdir(p->cwd ? p->cwd : "/") < 0) child_fail(errfd, STEP_CWD, errno);
     for (size_t i = 0; i < p->n_rlimits; i++) {
         struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
@@ -298,7 +325,17 @@ static int write_pid(int fd, pid_t pid)
 
 /* Joins netns_fd on this thread for the duration of clone3; a thread that cannot get
  * back to its own netns would carry the host's work into a sandbox, so that is fatal. */
-static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, int *err)
+/*
+ * clone3 from this thread, in netns_fd when given. owner_uid/gid (when not -1): the ids
+ * this thread holds as effective ids for the clone alone, so that a new user namespace
+ * is owned by the sandbox's unprivileged host id instead of root. The kernel charges a
+ * namespace's per-user counts (inotify instances and watches, and the like) to its
+ * owner: owned by root, a tenant holding 128 inotify instances left every root process
+ * on the host without inotify (found by a red-team run). Raw syscalls: credentials are
+ * per thread, and glibc's wrappers would change every thread of the host process.
+ */
+static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, long owner_uid, long owner_gid,
+                            int *err)
 {
     int saved = -1;
     if (netns_fd >= 0) {
@@ -309,9 +346,28 @@ static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, int *err)
             return -1;
         }
     }
+    int switched = 0;
+    if (owner_uid >= 0 && owner_gid >= 0) {
+        if (syscall(SYS_setresgid, -1, (gid_t)owner_gid, -1) < 0 ||
+            syscall(SYS_setresuid, -1, (uid_t)owner_uid, -1) < 0) {
+            *err = errno;
+            syscall(SYS_setresgid, -1, 0, -1);
+            if (saved >= 0) {
+                if (setns(saved, CLONE_NEWNET) < 0) abort();
+                close(saved);
+            }
+            return -1;
+        }
+        switched = 1;
+    }
     pid_t pid = (pid_t)syscall(SYS_clone3, ca, sizeof *ca);
     *err = errno;
     if (pid == 0) return 0;
+    /* The saved uid is still 0, so root comes back (and with it the effective
+     * capabilities) before anything else runs on this thread. */
+    if (switched &&
+        (syscall(SYS_setresuid, -1, 0, -1) < 0 || syscall(SYS_setresgid, -1, 0, -1) < 0))
+        abort();
     if (saved >= 0) {
         if (setns(saved, CLONE_NEWNET) < 0) abort();
         close(saved);
@@ -348,7 +404,10 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     int err = 0;
     *step = "clone3";
     self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    pid = clone_in_netns(&ca, join || p->plain ? -1 : p->netns_fd, &err);
+    int owned = !join && !p->plain && geteuid() == 0 && p->outside_uid != 0;
+    pid =
+        clone_in_netns(&ca, join || p->plain ? -1 : p->netns_fd, owned ? (long)p->outside_uid : -1,
+                       owned ? (long)p->outside_gid : -1, &err);
     if (pid == 0) {
         close(errp[0]);
         close(syncp[1]);

@@ -184,17 +184,22 @@ function M.prepare_storage(sb)
   return true
 end
 
---- The unprivileged host id a sandbox's root maps to: distinct per id (FNV-1a), in a
--- range no login account uses.
+--- The unprivileged host id a sandbox's root maps to: distinct per storage path (FNV-1a), in
+-- 1,000,000,000..1,999,999,999, a range no login account uses.
 -- @tparam table sb
 -- @treturn integer
 function M.host_id(sb)
   -- Without root, a user namespace can map only the caller's own id.
   local euid = core.geteuid()
   if euid ~= 0 then return euid end
+  -- Of the whole storage path, not the id alone: every `corral run` without --storage
+  -- is id "tenant", and two concurrent ones shared a host id (and so its per-user kernel
+  -- limits) until this hashed the path (found by a red-team run). The same path always
+  -- gives the same id, so persistent storage keeps its owner across runs.
+  local key = M.storage_path(sb)
   local h = 2166136261
-  for i = 1, #sb.id do h = ((h ~ sb.id:byte(i)) * 16777619) & 0xffffffff end
-  return 200000 + h % 100000
+  for i = 1, #key do h = ((h ~ key:byte(i)) * 16777619) & 0xffffffff end
+  return 1000000000 + h % 1000000000
 end
 
 return M
