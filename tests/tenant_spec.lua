@@ -238,8 +238,8 @@ time.sleep(3)
           "print(\"host-fd\", l.inotify_init1(0))'")
         os.execute("kill " .. pid .. " 2>/dev/null")
         local out = h.read(out_path)
-        local n = tonumber(out:match("tenant%-instances (%d+)"))
-        assert.truthy(n and n > 0, out) -- control: the tenant did create instances
+        local grabbed = tonumber(out:match("tenant%-instances (%d+)"))
+        assert.truthy(grabbed and grabbed > 0, out) -- control: the tenant did create instances
         assert.matches("errno 24", out) -- and stopped at its limit (EMFILE), not elsewhere
         assert.truthy(tonumber(host:match("host%-fd (%-?%d+)")) >= 0, host)
       end)
