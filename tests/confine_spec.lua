@@ -265,6 +265,52 @@ describe("confine (control-plane profile) #root", function()
     assert(os.execute("rm " .. box .. " && mv " .. box .. ".old " .. box))
   end)
 
+  it("isolates SysV IPC and keyrings, never sets setuid bits, keeps /proc/sys read-only", function()
+    local seg = h.sh("ipcmk -M 4096"):match("(%d+)%s*$") -- a host segment (root's, mode 644)
+    assert(seg, "control: no host segment created")
+    assert.matches("\n0x%x+%s+" .. seg .. "%s", h.sh("ipcs -m")) -- control: the host lists it
+    h.write(box .. "/t", "x")
+    local script = 'ipcs -m | grep -c "^0x" ; ' ..
+      'chmod 755 t && echo chmod-ok; chmod 4755 t 2>/dev/null && echo SETUID-SET; ' ..
+      'chmod g+s t 2>/dev/null && echo SETGID-SET; ' ..
+      [[perl -e 'my $r = syscall(250, 0, -3, 0); print $r >= 0 ? "KEYRING-READ
+" : "keyctl: $!
+"'; ]] ..
+      'head -c 1 /proc/sys/kernel/ostype >/dev/null && echo sys-readable; ' ..
+      'echo Linux > /proc/sys/kernel/ostype 2>/dev/null && echo SYS-WRITTEN; exit 0'
+    -- control for the keyring probe: on the host the same call answers with an id
+    assert.is_nil(h.sh([[perl -e 'my $r = syscall(250, 0, -3, 0); print $r >= 0 ? "ok
+" : "FAIL $!
+"']])
+      :find("FAIL", 1, true))
+    for _, layers in ipairs({ "ns,landlock", "ns", "landlock", "bwrap" }) do
+      local out, status = h.capture({ h.host, "exec-confined", "--layers", layers, "--permit", box, "--",
+        "/bin/sh", "-c", script })
+      assert.are.equal(0, status, layers .. ": " .. out)
+      assert.truthy(out:find("chmod-ok", 1, true), layers .. ": " .. out) -- control: chmod works
+      assert.truthy(out:find("sys-readable", 1, true), layers .. ": " .. out) -- control: /proc/sys reads
+      assert.is_nil(out:find("SETUID-SET", 1, true), layers .. ": " .. out)
+      assert.is_nil(out:find("SETGID-SET", 1, true), layers .. ": " .. out)
+      assert.is_nil(out:find("KEYRING-READ", 1, true), layers .. ": " .. out)
+      assert.is_nil(out:find("SYS-WRITTEN", 1, true), layers .. ": " .. out)
+      if layers ~= "landlock" then -- Landlock alone has no IPC namespace (a warned gap)
+        assert.truthy(out:find("^0\n"), layers .. ": " .. out)
+      end
+    end
+    os.execute("ipcrm -m " .. seg)
+  end)
+
+  it("refuses to run when a bound directory is not the one checked (bwrap's inner check)", function()
+    local st = h.sh("stat -c '%d:%i' " .. box):match("[%d:]+")
+    local out, status = h.corral("exec-confined", "--layers", "checks", "--identity", st, "--permit", box,
+      "--", "/bin/true")
+    assert.are.equal(0, status, out) -- control: the right identity runs
+    out, status = h.corral("exec-confined", "--layers", "checks", "--identity", "1:2", "--permit", box,
+      "--", "/bin/true")
+    assert.are.equal(125, status, out)
+    assert.matches("changed after it was checked", out)
+  end)
+
   it("refuses TIOCSTI on the caller's terminal while other terminal ioctls work", function()
     -- A real pseudo-terminal (util-linux script). The probe pushes one harmless space.
     h.write(box .. "/sti.pl", [[

@@ -64,17 +64,33 @@ static const char *const runtime_paths[] = {"/usr",   "/bin",   "/sbin",   "/lib
  * to start a program. The caller is usually root, and root owns them, so dropping
  * capabilities alone left /etc/shadow readable (found by a red-team run). The namespace
  * layer covers them; Landlock without it grants /etc entry by entry around them. */
-static const char *const masked_paths[] = {"/etc/shadow",
-                                           "/etc/shadow-",
-                                           "/etc/gshadow",
-                                           "/etc/gshadow-",
-                                           "/etc/security/opasswd",
-                                           "/etc/ssl/private",
-                                           "/etc/krb5.keytab",
-                                           "/etc/ssh/ssh_host_rsa_key",
-                                           "/etc/ssh/ssh_host_ecdsa_key",
-                                           "/etc/ssh/ssh_host_ed25519_key",
-                                           "/etc/ssh/ssh_host_dsa_key"};
+static const char *const masked_paths[] = {
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/etc/krb5.keytab",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssh/ssh_host_dsa_key",
+    "/etc/.git", /* etckeeper: every past /etc/shadow */
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/etc/wireguard",
+    "/etc/ipsec.secrets",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/NetworkManager/system-connections",
+    "/etc/letsencrypt/archive",
+    "/etc/letsencrypt/live",
+    "/etc/kubernetes/pki",
+    "/etc/mysql/debian.cnf",
+    "/etc/default/cacerts",
+};
 #define N_MASKED (sizeof masked_paths / sizeof masked_paths[0])
 
 /* Never a boundary: the runtime is shown read-only, and these hold the kernel's and the
@@ -101,6 +117,9 @@ struct confine_opts {
     size_t n_extras;
     char *cd;
     int layer_ns, layer_landlock, layer_bwrap;
+    /* "DEV:INO" the permit, then each extra, must be (the bwrap layer's inner wrapper) */
+    const char *identities[MAX_EXTRAS + 1];
+    size_t n_identities;
     char *cmd; /* resolved */
     char **argv;
 };
@@ -185,6 +204,7 @@ static int resolve_dir_arg(const char *opt, const char *value, char **out, int *
 static int parse_layers(const char *s, struct confine_opts *o)
 {
     o->layer_ns = o->layer_landlock = o->layer_bwrap = 0;
+    int checks = 0;
     char buf[64];
     if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf) return -EINVAL;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -194,10 +214,13 @@ static int parse_layers(const char *s, struct confine_opts *o)
             o->layer_landlock = 1;
         else if (strcmp(t, "bwrap") == 0)
             o->layer_bwrap = 1;
+        else if (strcmp(t, "checks") == 0)
+            checks = 1; /* the bwrap layer's inner wrapper without Landlock */
         else
             return -EINVAL;
     }
     if (o->layer_ns && o->layer_bwrap) return -EINVAL; /* one namespace layer */
+    if (checks) return o->layer_ns || o->layer_landlock || o->layer_bwrap ? -EINVAL : 0;
     return o->layer_ns || o->layer_landlock || o->layer_bwrap ? 0 : -EINVAL;
 }
 
@@ -232,6 +255,12 @@ static int parse(int argc, char **argv, struct confine_opts *o)
             o->n_extras++;
         } else if (strcmp(a, "--cd") == 0) {
             r = resolve_dir_arg(a, v, &o->cd, NULL);
+        } else if (strcmp(a, "--identity") == 0) {
+            if (o->n_identities == MAX_EXTRAS + 1) {
+                diag(0, "too many %s", a);
+                return -E2BIG;
+            }
+            o->identities[o->n_identities++] = v;
         } else if (strcmp(a, "--layers") == 0) {
             r = parse_layers(v, o);
             if (r < 0)
@@ -278,6 +307,37 @@ static int check_stdio(void)
     return 0;
 }
 
+static int same_identity(int fd, const char *want)
+{
+    struct stat st;
+    char got[64];
+    if (fstat(fd, &st) < 0) return 0;
+    snprintf(got, sizeof got, "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    return strcmp(got, want) == 0;
+}
+
+/* With --identity, the permit and each extra must be the very directories the outer
+ * wrapper checked (see confine_bwrap.c): a swap bubblewrap followed is refused here. */
+static int check_identities(const struct confine_opts *o)
+{
+    if (o->n_identities == 0) return 0;
+    if (o->n_identities != 1 + o->n_extras) {
+        diag(0, "--identity must be given for --permit and each --extra (%zu, not %zu)",
+             1 + o->n_extras, o->n_identities);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < o->n_identities; i++) {
+        int fd = i == 0 ? o->permit_fd : o->extra_fds[i - 1];
+        if (!same_identity(fd, o->identities[i])) {
+            diag(0, "%s changed after it was checked (not the directory %s)",
+                 i == 0 ? o->permit : o->extras[i - 1], o->identities[i]);
+            return -ESTALE;
+        }
+    }
+    return 0;
+}
+
 static int write_file(const char *path, const char *text)
 {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
@@ -296,8 +356,10 @@ static int enter_namespaces(void)
 {
     uid_t uid = geteuid();
     gid_t gid = getegid();
-    if (uid == 0 && unshare(CLONE_NEWNS | CLONE_NEWPID) == 0) return 0;
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID) < 0) return -errno;
+    /* An IPC namespace too: SysV shared memory and message queues are not files, and
+     * a host segment was readable and removable from inside (found by a red-team run). */
+    if (uid == 0 && unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) == 0) return 0;
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) return -errno;
     char map[64];
     int r = write_file("/proc/self/setgroups", "deny");
     if (r < 0 && r != -ENOENT) return r;
@@ -521,6 +583,7 @@ int corral_exec_confined_main(int argc, char **argv)
         }
     }
     if (check_stdio() < 0) return CORRAL_EXIT_SETUP;
+    if (check_identities(&o) < 0) return CORRAL_EXIT_SETUP;
 
     if (o.layer_bwrap) {
         /* bubblewrap binds from paths: hand it the checked directories themselves
@@ -534,7 +597,21 @@ int corral_exec_confined_main(int argc, char **argv)
             fcntl(o.extra_fds[i], F_SETFD, 0);
             extra_srcs[i] = extra_src[i];
         }
-        struct corral_bwrap_layer l = {.permit_src = permit_src,
+        static char ids[MAX_EXTRAS + 1][64];
+        static const char *id_ptrs[MAX_EXTRAS + 1];
+        for (size_t i = 0; i < 1 + o.n_extras; i++) {
+            struct stat st;
+            int fd = i == 0 ? o.permit_fd : o.extra_fds[i - 1];
+            if (fstat(fd, &st) < 0) {
+                diag(errno, "%s", "fstat boundary");
+                return CORRAL_EXIT_SETUP;
+            }
+            snprintf(ids[i], sizeof ids[i], "%llu:%llu", (unsigned long long)st.st_dev,
+                     (unsigned long long)st.st_ino);
+            id_ptrs[i] = ids[i];
+        }
+        struct corral_bwrap_layer l = {.identities = id_ptrs,
+                                       .permit_src = permit_src,
                                        .extra_srcs = extra_srcs,
                                        .masks = masked_paths,
                                        .n_masks = N_MASKED,

@@ -48,6 +48,7 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
     add(&a, bwrap);
     add(&a, "--die-with-parent");
     add(&a, "--unshare-pid");
+    add(&a, "--unshare-ipc");
     add(&a, "--cap-drop");
     add(&a, "ALL");
     size_t n_runtime;
@@ -97,23 +98,39 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
         add(&a, l->cmd);
         add(&a, l->cmd);
     }
-    if (l->with_landlock && !self_covered) {
+    if (!self_covered) {
         add(&a, "--ro-bind");
         add(&a, self);
         add(&a, self);
     }
     add(&a, "--proc");
     add(&a, "/proc");
+    /* The kernel's knobs read-only, as in the native layer (see mount.c protect_proc). */
+    static const char *const knobs[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq",
+                                        "/proc/bus"};
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        add(&a, "--ro-bind-try");
+        add(&a, knobs[i]);
+        add(&a, knobs[i]);
+    }
     add(&a, "--dev");
     add(&a, "/dev");
     add(&a, "--chdir");
     add(&a, l->cd);
     add(&a, "--");
-    if (l->with_landlock) {
+    /* Always our own wrapper inside: bubblewrap turns the /proc/self/fd source back into
+     * a path and binds whatever is there when it mounts (a red-team race won 23 of 200),
+     * so the inner wrapper checks that each bound directory is the one checked outside
+     * (--identity), then adds Landlock when asked, and the terminal filter either way. */
+    {
         add(&a, self);
         add(&a, "exec-confined");
         add(&a, "--layers");
-        add(&a, "landlock");
+        add(&a, l->with_landlock ? "landlock" : "checks");
+        for (size_t i = 0; i < 1 + l->n_extras; i++) {
+            add(&a, "--identity");
+            add(&a, l->identities[i]);
+        }
         add(&a, "--permit");
         add(&a, l->permit);
         for (size_t i = 0; i < l->n_extras; i++) {

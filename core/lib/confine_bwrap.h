@@ -17,6 +17,7 @@ struct corral_bwrap_layer {
     const char *const *extra_srcs; /* the same for each extra */
     const char *const *masks;      /* paths covered inside (see corral_root_plan.masks) */
     size_t n_masks;
+    const char *const *identities; /* "DEV:INO" of the permit, then of each extra */
     const char *permit;
     char *const *extras;
     size_t n_extras;

@@ -243,6 +243,30 @@ static int cover_masks(int rootfd, const struct corral_root_plan *plan)
     return r;
 }
 
+/* The kernel's knobs under the fresh /proc, read-only: a process that is uid 0 keeps
+ * owner access to them without any capability, and core_pattern alone is a way to run
+ * a program as host root (found by a red-team run with the namespace layer alone). */
+static int protect_proc(int rootfd)
+{
+    static const char *const knobs[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq", "proc/bus"};
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        int t = sys_open_tree(rootfd, knobs[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+        if (t < 0) {
+            if (errno == ENOENT) continue;
+            return -errno;
+        }
+        int r = 0;
+        if (sys_mount_setattr(t, "", AT_EMPTY_PATH | AT_RECURSIVE,
+                              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                  MOUNT_ATTR_NOEXEC) < 0 ||
+            sys_move_mount(t, "", rootfd, knobs[i], MOVE_MOUNT_F_EMPTY_PATH) < 0)
+            r = -errno;
+        close(t);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
 struct build_state {
     int *trees;
     int dev_trees[N_DEV];
@@ -358,6 +382,7 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
     if (plan->proc && (r = attach_fs(s.rootfd, "proc", "proc", NULL,
                                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)) < 0)
         FAIL("mount /proc", r);
+    if (plan->proc && (r = protect_proc(s.rootfd)) < 0) FAIL("read-only /proc/sys", r);
     if (plan->tmp_mib) {
         char opts[48];
         snprintf(opts, sizeof opts, "mode=1777,size=%lum", plan->tmp_mib);

@@ -234,6 +234,48 @@ int corral_seccomp_tty_program(struct corral_bpf *out)
     for (size_t i = 0; rc == 0 && i < 2; i++)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                               SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, tty_requests[i]));
+    /* Kernel keyrings are not files: the caller's session keyring and root's user keyring
+     * were readable past both layers (found by a red-team run). ENOSYS, as on a kernel
+     * without keys, so programs take their no-keyring path. */
+    static const char *const key_calls[] = {"keyctl", "add_key", "request_key"};
+    for (size_t i = 0; rc == 0 && i < 3; i++) {
+        int nr = seccomp_syscall_resolve_name(key_calls[i]);
+        rc = nr == __NR_SCMP_ERROR ? -EOPNOTSUPP
+                                   : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+    }
+    /* No setuid or setgid bit is ever set: where Landlock stands alone it does not cover
+     * chmod, and a root caller's command could make a host binary setuid root. */
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(chmod), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(chmod), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmod), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmod), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmodat), 1,
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmodat), 1,
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
+    int fchmodat2 = seccomp_syscall_resolve_name("fchmodat2");
+    /* libseccomp 2.5.4 predates fchmodat2 (Linux 6.6): deny the call by number where the
+     * library cannot name it, so the bit cannot be set through it either. */
+#if defined(__x86_64__) || defined(__aarch64__)
+    if (fchmodat2 == __NR_SCMP_ERROR) fchmodat2 = 452;
+#endif
+    if (rc == 0 && fchmodat2 != __NR_SCMP_ERROR) {
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), fchmodat2, 1,
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
+        if (rc == 0)
+            rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), fchmodat2, 1,
+                                  SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
+    }
     if (rc == 0) rc = export_program(ctx, out);
     seccomp_release(ctx);
     return rc;
