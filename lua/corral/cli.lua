@@ -171,6 +171,23 @@ function M.sweep_stale_runs()
   return removed
 end
 
+--- The command-line option an error from corral.sandbox is about: the same error with
+-- `argument` renamed (`limits.memory` is `--memory`, `workspace_path` is `--workspace`).
+-- @tparam table err
+-- @tparam table opts the parsed options of `run`
+-- @treturn table
+function M.as_option(err, opts)
+  if type(err) ~= "table" or not err.argument then return err end
+  local a = err.argument
+  local option = a:match("^limits%.(.+)$")
+  option = option and "--" .. option
+    or ({ workspace_path = "--workspace", service_port = "--service-port", env = "--env",
+          network = "--allow" })[a]
+    or ((a == "id" or a == "storage" or a == "storage_root") and (opts.storage and "--storage" or "--id"))
+  if not option then return err end
+  return errors.new(err.code, { argument = option, capability = err.capability, detail = err.detail })
+end
+
 local commands = {}
 local order = {}
 
@@ -376,11 +393,19 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     if opts.storage then
       -- DIR may not exist yet (corral creates it); its parent must, and is resolved.
       local parent, base = opts.storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
-      if not parent or opts.storage:sub(1, 1) ~= "/" then
+      if opts.storage:sub(1, 1) ~= "/" then
         return fail("run", errors.invalid_argument("--storage", opts.storage .. ": must be an absolute path"))
       end
+      if not parent or base == "." or base == ".." then
+        return fail("run", errors.invalid_argument("--storage", opts.storage ..
+          ": must name a directory below /, ending in its own name (not . or ..)"))
+      end
       local dir, err = core.resolve_path(parent == "" and "/" or parent)
-      if not dir then return fail("run", errors.invalid_argument("--storage", parent .. ": " .. err)) end
+      if not dir then return fail("run", errors.invalid_argument("--storage", err)) end
+      if opts.id and opts.id ~= base then
+        return fail("run", errors.invalid_argument("--id", "the sandbox's id is --storage's last component (" ..
+          base .. "); give one of --id and --storage"))
+      end
       root, id = dir, base
     end
     local network, nerr = M.network_options(opts)
@@ -405,7 +430,7 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     local function cleanup()
       if temp then core.remove_tree(temp) end
     end
-    if not sb then cleanup() return fail("run", err) end
+    if not sb then cleanup() return fail("run", M.as_option(err, opts)) end
     local log_close
     if opts["log-json"] then
       local events = require "corral.egress.events"

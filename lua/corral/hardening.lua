@@ -2,9 +2,10 @@
 --
 -- Untrusted code gets an environment that starts empty but for a minimal base; the host
 -- adds variables by name; a fixed list of forbidden name fragments then refuses even
--- named ones, and values that carry a credential (a URL with user information) are
--- refused too. The list is never widened and no option disables it: credentials reach a
--- process only through the control-plane entry point (DESIGN invariant 6).
+-- named ones, and values that carry a credential (a URL with user information, a
+-- Password= in a connection string, a known token shape, a private key) are refused
+-- too. The list is never widened and no option disables it: credentials reach a process
+-- only through the control-plane entry point (DESIGN invariant 6).
 -- @module corral.hardening
 local errors = require "corral.errors"
 
@@ -15,6 +16,27 @@ local FRAGMENTS = {
   "SESSION", "PRIVATE", "CERT", "AWS_", "GCP_", "GOOGLE_", "AZURE_", "GITHUB_", "GH_",
   "GITLAB_", "ANTHROPIC_", "OPENAI_", "HF_", "DOCKER_", "KUBE", "VAULT_", "SSH_", "GPG_",
   "NPM_", "PYPI_", "STRIPE_", "SLACK_", "SENTRY_", "DSN",
+  -- DB_PASS, MYSQL_PWD, PGPASS...: found reaching a tenant by a red-team run
+  "PASS", "_PWD", "PGPASS",
+}
+
+-- Values that are credentials whatever the variable is called (Lua patterns, matched
+-- against the value): key=value secrets of connection strings, well-known token
+-- shapes, private keys.
+local VALUE_SHAPES = {
+  { "[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]%s*=%s*[^;%s]", "a Password= in a connection string" },
+  { "[;%s][Pp][Ww][Dd]%s*=%s*[^;%s]", "a PWD= in a connection string" },
+  { "^[Pp][Ww][Dd]%s*=%s*[^;%s]", "a PWD= in a connection string" },
+  { "%f[%w]AKIA[0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]" ..
+    "[0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]", "an AWS access key id" },
+  { "%f[%w]gh[pousr]_[%w]+", "a GitHub token" },
+  { "%f[%w]github_pat_[%w_]+", "a GitHub token" },
+  { "%f[%w]glpat%-[%w_-]+", "a GitLab token" },
+  { "%f[%w]sk%-ant%-[%w_-]+", "an Anthropic API key" },
+  { "%f[%w]sk%-[%w_-]+[%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w]",
+    "an API secret key (sk-…)" },
+  { "%f[%w]xox[abposr]%-[%w-]+", "a Slack token" },
+  { "%-%-%-%-%-BEGIN[%u ]*PRIVATE KEY%-%-%-%-%-", "a private key" },
 }
 
 -- A read-only view: a tenant profile cannot be handed a shorter list by accident.
@@ -52,6 +74,9 @@ function M.refusal(name, value)
   -- scheme://user:password@host or scheme://token@host: a credential in the value.
   if value:find("%a[%w+.-]*://[^/%s@]+@") then
     return "value carries credentials in a URL's user information"
+  end
+  for _, shape in ipairs(VALUE_SHAPES) do
+    if value:find(shape[1]) then return "value carries " .. shape[2] end
   end
   return nil
 end

@@ -44,6 +44,14 @@ function M.parse_duration(v)
   return s > 0 and s or nil
 end
 
+--- The kernel's ceiling for RLIMIT_NOFILE (fs.nr_open), or nil when unreadable.
+function M.nr_open()
+  local f = io.open("/proc/sys/fs/nr_open")
+  local n = f and tonumber(f:read("l"))
+  if f then f:close() end
+  return n
+end
+
 local function bad(field, detail)
   return nil, errors.invalid_argument(field, detail)
 end
@@ -57,9 +65,19 @@ local function check_limits(l)
     if k == "memory" or k == "fsize" then
       out[k] = M.parse_size(v)
       if not out[k] then return bad("limits." .. k, "must be a size like 256M, got " .. tostring(v)) end
+      -- Below this nothing starts at all: the cap would end every run at once (121).
+      if k == "memory" and out[k] < 4 * 1024 * 1024 then
+        return bad("limits.memory", "must be at least 4M for anything to start, got " .. tostring(v))
+      end
     elseif k == "pids" or k == "nofile" then
       if math.type(v) ~= "integer" or v < 1 then
         return bad("limits." .. k, "must be a positive integer, got " .. tostring(v))
+      end
+      -- The kernel's own ceiling: above it the spawn's setrlimit fails (EPERM), which
+      -- reported as a protection that cannot be enforced instead of a bad argument.
+      local nr_open = k == "nofile" and M.nr_open()
+      if nr_open and v > nr_open then
+        return bad("limits.nofile", string.format("must be at most %d (fs.nr_open), got %d", nr_open, v))
       end
       out[k] = v
     elseif k == "cpu" then
