@@ -132,6 +132,20 @@ describe("corral CLI", function()
     assert.are_not.equal(0, status)
   end)
 
+  it("run names the option a bad value came from, and leaves nothing behind", function()
+    local before = h.sh("ls /tmp | grep -c '^corral-run-'")
+    local out, status = h.corral("run", "--memory", "64M", "--nofile", "256", "--", "true")
+    assert.are.equal(0, status, out) -- control: good values run
+    for _, case in ipairs({ { "--memory", "abc" }, { "--memory", "1" }, { "--wall", "soon" }, { "--pids", "-1" },
+                            { "--nofile", "99999999" }, { "--workspace", "/nonexistent" }, { "--storage", "/" },
+                            { "--allow", "*.com" }, { "--resolve", "a=b" } }) do
+      out, status = h.corral("run", case[1], case[2], "--", "true")
+      assert.are.equal(2, status, case[1] .. " " .. case[2] .. ": " .. out)
+      assert.truthy(out:find("invalid_argument: " .. case[1], 1, true), out)
+    end
+    assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
+  end)
+
   it("run sweeps the temporary storage of killed runs, and only that", function()
     local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a process that has exited
     local stale = "/tmp/corral-run-" .. dead .. "-sweep1"
