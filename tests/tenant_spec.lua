@@ -107,6 +107,36 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
       assert.is_nil(out:find("NESTED", 1, true), out)
     end)
 
+    it("never leaves a setuid or setgid file behind, and has no socket family but its own", function()
+      local probe = [[
+import os, socket
+fd = os.open("/storage/plain", os.O_CREAT | os.O_WRONLY, 0o755); os.close(fd); print("create-ok")
+os.chmod("/storage/plain", 0o750); print("chmod-ok")
+for mode in (0o4755, 0o2755):
+    try: os.chmod("/storage/plain", mode); print("SPECIAL-CHMOD", oct(mode))
+    except OSError as e: print("chmod", oct(mode), e.errno)
+    try: os.close(os.open("/storage/made-%o" % mode, os.O_CREAT | os.O_WRONLY, mode)); print("SPECIAL-OPEN")
+    except OSError as e: print("open", oct(mode), e.errno)
+for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
+    socket.socket(fam, socket.SOCK_DGRAM).close(); print("family-ok", fam)
+for fam in (40, 17, 3):  # AF_VSOCK, AF_PACKET, AF_AX25
+    try: socket.socket(fam, socket.SOCK_DGRAM); print("FAMILY-OPEN", fam)
+    except OSError as e: print("family", fam, e.errno)
+]]
+      h.write(root .. "/" .. sb.id .. "/probe.py", probe)
+      os.execute("chmod 0644 " .. root .. "/" .. sb.id .. "/probe.py")
+      local out = run(sb, CONTROL .. "/usr/bin/python3 /storage/probe.py")
+      assert.matches("control%-ok", out)
+      assert.matches("create%-ok", out) -- controls: files and modes in general work,
+      assert.matches("chmod%-ok", out)
+      assert.matches("family%-ok 10", out) -- and so do unix, IPv4 and IPv6 sockets
+      assert.is_nil(out:find("SPECIAL", 1, true), out)
+      assert.is_nil(out:find("FAMILY-OPEN", 1, true), out)
+      assert.matches("family 40 97", out) -- EAFNOSUPPORT
+      -- and on the host nothing special was left in the storage
+      assert.are.equal("", h.sh("find " .. root .. "/" .. sb.id .. " -perm /6000"))
+    end)
+
     it("denies ptrace of another tenant process and TIOCSTI, while harmless ioctls work", function()
       local out = run(sb, CONTROL .. [[
         perl -e 'ioctl(STDIN, 0x541B, my $n = pack("L", 0)) ? print "fionread-ok\n" : print "fionread: $!\n";
@@ -366,6 +396,29 @@ describe("corral run cleans up #root", function()
     assert.is_nil(stale_left, "the stale cgroup was not swept")
     assert.truthy(live_left, "a live process's cgroup was removed")
     live_left:close()
+  end)
+end)
+
+describe("host ids #root", function()
+  it("refuses a sandbox whose host id another process already runs as", function()
+    local root = h.tmpdir("hostid")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "held", storage_root = root }))
+    local id = require("corral.sandbox").host_id(sb)
+    -- setpriv execs sleep itself: one process, the one whose pid $! gives
+    local pid = h.sh("setpriv --reuid=" .. id .. " --regid=" .. id .. " --clear-groups sleep 30 " ..
+      ">/dev/null 2>&1 & echo $!"):match("%d+")
+    assert(h.wait_for(function() return h.sh("ps -o user= -p " .. pid):match(tostring(id)) ~= nil end, 3))
+    local ok, err = corral.provision("native", sb)
+    os.execute("kill " .. pid)
+    assert.is_nil(ok)
+    assert.are.equal("invalid_argument", err.code)
+    assert.matches("already held by process " .. pid, err.detail)
+    assert(h.wait_for(function() return not h.sh("ps -p " .. pid .. " -o stat="):match("[^Z%s]") end, 3))
+    ok, err = corral.provision("native", sb) -- control: once the id is free, it provisions
+    assert.truthy(ok, tostring(err))
+    corral.destroy("native", sb)
+    h.rmrf(root)
   end)
 end)
 

@@ -7,6 +7,7 @@
  * exported into a memfd and read back.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -89,6 +91,73 @@ static int resolve(const char *name)
     return nr == __NR_SCMP_ERROR ? -EOPNOTSUPP : nr;
 }
 
+/* No setuid or setgid bit is ever set, whether by chmod or at creation (open, creat,
+ * mknod with a mode): a file a sandbox leaves on the host must not run as its owner.
+ * For a tenant, whose host id owns its user namespace, a setuid copy of a shell in its
+ * storage let any host user act as that id, read the storage and enter the running
+ * sandbox (found by a red-team run). `arg` is the mode argument's index; each bit is a
+ * rule of its own (one comparison per argument and rule in libseccomp). */
+struct mode_call {
+    const char *name;
+    unsigned arg;  /* the mode */
+    int flags_arg; /* open/openat: the flags, for O_CREAT / O_TMPFILE; -1: none */
+    int nr;        /* used when libseccomp cannot name the call (fchmodat2, Linux 6.6) */
+};
+
+static int deny_special_modes(scmp_filter_ctx ctx)
+{
+    static const struct mode_call calls[] = {
+        {"chmod", 1, -1, -1},      {"fchmod", 1, -1, -1}, {"fchmodat", 2, -1, -1},
+        {"fchmodat2", 2, -1, 452}, {"open", 2, 1, -1},    {"openat", 3, 2, -1},
+        {"creat", 1, -1, -1},      {"mknod", 1, -1, -1},  {"mknodat", 2, -1, -1}};
+    static const uint64_t bits[] = {S_ISUID, S_ISGID};
+    /* The mode of open is read only with these flags; others pass what happens to be
+     * in the register, which must not be refused. */
+    static const uint64_t creating[] = {O_CREAT, O_TMPFILE};
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        int nr = seccomp_syscall_resolve_name(calls[i].name);
+        if (nr == __NR_SCMP_ERROR) nr = calls[i].nr;
+        if (nr == __NR_SCMP_ERROR || nr < 0) continue; /* absent on this architecture */
+        for (size_t b = 0; b < 2; b++) {
+            struct scmp_arg_cmp cmp[2] = {{calls[i].arg, SCMP_CMP_MASKED_EQ, bits[b], bits[b]}};
+            int rc = 0;
+            if (calls[i].flags_arg < 0) {
+                rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, cmp);
+            } else {
+                for (size_t f = 0; rc == 0 && f < 2; f++) {
+                    cmp[1] = (struct scmp_arg_cmp){(unsigned)calls[i].flags_arg, SCMP_CMP_MASKED_EQ,
+                                                   creating[f], creating[f]};
+                    rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), nr, 2, cmp);
+                }
+            }
+            if (rc < 0) return rc;
+        }
+    }
+    return 0;
+}
+
+/* Sockets of the families a tenant has use for: unix, IPv4, IPv6, netlink. The rest are
+ * refused with EAFNOSUPPORT; AF_VSOCK above all, which no network namespace scopes: a
+ * tenant bound vsock ports in the whole VM's port space, beside the hypervisor's
+ * (found by a red-team run). The kernel reads the family as an int, so any upper bits
+ * set make the value >= 17 and land in the first rule. */
+static int allow_socket_families(scmp_filter_ctx ctx)
+{
+    const uint32_t refuse = SCMP_ACT_ERRNO(EAFNOSUPPORT);
+    static const char *const calls[] = {"socket", "socketpair"};
+    for (size_t i = 0; i < 2; i++) {
+        int nr = seccomp_syscall_resolve_name(calls[i]);
+        if (nr == __NR_SCMP_ERROR) return -EOPNOTSUPP;
+        int rc = seccomp_rule_add(ctx, refuse, nr, 1, SCMP_A0(SCMP_CMP_GE, AF_NETLINK + 1));
+        for (uint64_t fam = 0; rc == 0 && fam < AF_NETLINK; fam++) {
+            if (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6) continue;
+            rc = seccomp_rule_add(ctx, refuse, nr, 1, SCMP_A0(SCMP_CMP_EQ, fam));
+        }
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
 static int add_rules(scmp_filter_ctx ctx)
 {
     const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
@@ -133,6 +202,9 @@ static int add_rules(scmp_filter_ctx ctx)
                               SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, tty_requests[i]));
         if (rc < 0) return rc;
     }
+
+    if ((rc = deny_special_modes(ctx)) < 0) return rc;
+    if ((rc = allow_socket_families(ctx)) < 0) return rc;
 
     /* personality: only 0 (PER_LINUX) and the 0xffffffff query pass. libseccomp allows
      * one comparison per argument in a rule, so "neither all-zero nor all-one" is spelt
@@ -243,39 +315,9 @@ int corral_seccomp_tty_program(struct corral_bpf *out)
         rc = nr == __NR_SCMP_ERROR ? -EOPNOTSUPP
                                    : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
     }
-    /* No setuid or setgid bit is ever set: where Landlock stands alone it does not cover
+    /* No setuid or setgid bit either: where Landlock stands alone it does not cover
      * chmod, and a root caller's command could make a host binary setuid root. */
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(chmod), 1,
-                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(chmod), 1,
-                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmod), 1,
-                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmod), 1,
-                              SCMP_A1(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmodat), 1,
-                              SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmodat), 1,
-                              SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
-    int fchmodat2 = seccomp_syscall_resolve_name("fchmodat2");
-    /* libseccomp 2.5.4 predates fchmodat2 (Linux 6.6): deny the call by number where the
-     * library cannot name it, so the bit cannot be set through it either. */
-#if defined(__x86_64__) || defined(__aarch64__)
-    if (fchmodat2 == __NR_SCMP_ERROR) fchmodat2 = 452;
-#endif
-    if (rc == 0 && fchmodat2 != __NR_SCMP_ERROR) {
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), fchmodat2, 1,
-                              SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISUID, S_ISUID));
-        if (rc == 0)
-            rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), fchmodat2, 1,
-                                  SCMP_A2(SCMP_CMP_MASKED_EQ, S_ISGID, S_ISGID));
-    }
+    if (rc == 0) rc = deny_special_modes(ctx);
     if (rc == 0) rc = export_program(ctx, out);
     seccomp_release(ctx);
     return rc;

@@ -419,14 +419,24 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     end
     -- The temporary storage comes last, once every option has been checked: an invalid
     -- one must leave nothing behind.
+    local sb, err
     if not opts.storage then
       M.sweep_stale_runs()
-      temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
-      core.chmod(temp, tonumber("711", 8))
-      root, id = temp, id or "tenant"
+      -- A fresh directory, so a fresh host id; in the rare case that id is already held
+      -- (sandbox.host_id_holder), the next directory gives another.
+      for _ = 1, 4 do
+        temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
+        core.chmod(temp, tonumber("711", 8))
+        root, id = temp, opts.id or "tenant"
+        sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
+          env = env, limits = limits, network = network, service_port = service_port })
+        if not sb or not require("corral.sandbox").host_id_holder(sb) then break end
+        core.remove_tree(temp)
+      end
+    else
+      sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
+        env = env, limits = limits, network = network, service_port = service_port })
     end
-    local sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
-      env = env, limits = limits, network = network, service_port = service_port })
     local function cleanup()
       if temp then core.remove_tree(temp) end
     end

@@ -157,8 +157,43 @@ end
 -- @treturn[1] true
 -- @return[2] nil
 -- @treturn[2] table invalid_argument("storage", …) or cannot_enforce
+--- Who else holds a sandbox's host id, or nil: a live process running as it, or another
+-- storage directory beside this one owned by it. The id is a hash of the storage path,
+-- and a colliding pair of paths was found offline in under a second (a red-team run):
+-- two sandboxes sharing an id share its kernel limits and can reach each other's files.
+-- @tparam table sb
+-- @treturn string|nil what holds it
+function M.host_id_holder(sb)
+  local id = M.host_id(sb)
+  if id == core.geteuid() then return nil end -- unprivileged: always the caller's own id
+  for _, name in ipairs(core.listdir("/proc") or {}) do
+    if name:match("^%d+$") then
+      local st = core.lstat("/proc/" .. name)
+      if st and st.uid == id then
+        -- a zombie holds nothing (and an init that never reaps keeps them around)
+        local f = io.open("/proc/" .. name .. "/stat")
+        local state = f and (f:read("a") or ""):match("%) (%a)")
+        if f then f:close() end
+        if state and state ~= "Z" and state ~= "X" then return "process " .. name end
+      end
+    end
+  end
+  for _, name in ipairs(core.listdir(sb.storage_root) or {}) do
+    if name ~= sb.id then
+      local st = core.lstat(sb.storage_root .. "/" .. name)
+      if st and st.uid == id then return "storage " .. sb.storage_root .. "/" .. name end
+    end
+  end
+  return nil
+end
+
 function M.prepare_storage(sb)
   local path, id = M.storage_path(sb), M.host_id(sb)
+  local holder = M.host_id_holder(sb)
+  if holder then
+    return nil, errors.invalid_argument("id", string.format(
+      "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
+  end
   local function cannot(detail)
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage " .. path .. ": " .. detail)
   end
