@@ -327,7 +327,17 @@ describe("egress #root #netns", function()
                peer_address = peer_ip .. "/24", gateway = peer_ip } } }))
     assert(corral.provision("native", sb))
     local out_path = root .. "/out"
+    -- From the link's far end, a client keeps trying to open a connection to the
+    -- tenant's listener (and sends UDP to it) while the tenant runs: nothing may come in.
+    local inbound = root .. "/inbound"
+    os.execute(string.format("ip netns exec %s sh -c 'socat -T 1 - TCP:%s:9445 </dev/null | grep -q from= " ..
+      "&& echo prober-works; for i in $(seq 25); do " ..
+      "echo hi | socat -T 1 - TCP:%s:8000,connect-timeout=0.2 2>/dev/null && echo INBOUND-CONNECTED; " ..
+      "echo hi | socat - UDP:%s:8001 2>/dev/null; sleep 0.1; done' > %s 2>&1 &",
+      net.ns, peer_ip, my_ip, my_ip, inbound))
     local r = assert(corral.exec("native", sb, { "sh", "-c",
+      "socat -T 3 TCP-LISTEN:8000,fork SYSTEM:'echo accepted; echo INBOUND-ACCEPTED >&2' & " ..
+      "socat -T 3 -u UDP-RECV:8001 STDOUT | sed 's/^/INBOUND-UDP /' & " ..
       "curl -sS --max-time 5 http://pypi.org:8080/index.html; nc -w 2 whoami.test 9445 </dev/null; " ..
       "getent ahosts pypi.org | grep -c ':' ; " ..
       "echo x | nc -u -w 1 " .. peer_ip .. " 9443; " ..
@@ -336,7 +346,8 @@ describe("egress #root #netns", function()
       "for i in $(seq 30); do ip -6 -o addr show dev corral0 | grep -q tentative || break; sleep 0.1; done; " ..
       "ll=$(ip -6 neigh show dev corral0 | awk '{print $1}' | head -1); ll=${ll:-fe80::1}; " ..
       "s=$(date +%s%N); nc -6 -w 3 \"$ll%corral0\" 9446 </dev/null; e=$(date +%s%N); " ..
-      "echo ll-ms=$(( (e - s) / 1000000 )); exit 0" }, { output = out_path }))
+      "echo ll-ms=$(( (e - s) / 1000000 )); sleep 1.5; exit 0" }, { output = out_path }))
+    local inbound_log = h.read(inbound) or ""
     corral.destroy("native", sb)
     local out = h.read(out_path)
     h.rmrf(root)
@@ -346,6 +357,9 @@ describe("egress #root #netns", function()
     assert.matches("\n0\n", out) -- no IPv6 synthetic address is handed out without a route for it
     assert.is_nil(out:find("LITERAL-OK", 1, true), out) -- the tenant cannot use the link itself
     assert.is_nil(out:find("LL-REACHED", 1, true), out)
+    assert.is_nil(out:find("INBOUND", 1, true), out)
+    assert.matches("prober%-works", inbound_log) -- control: the far end's client does connect
+    assert.is_nil(inbound_log:find("INBOUND-CONNECTED", 1, true), inbound_log)
     assert.truthy(tonumber(out:match("ll%-ms=(%d+)")) < 1000, out) -- reset, not left to time out
     assert.are.equal("", h.read(net.dir .. "/udp.log") or "")
     assert(h.wait_for(function()

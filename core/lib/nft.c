@@ -26,7 +26,7 @@
 #include "nft.h"
 #include "rtnl.h"
 
-#define MAX_RULES 16     /* the plan builds 13; the test hook adds one */
+#define MAX_RULES 24     /* the plan builds 16; the test hook adds one */
 #define MAX_READ 64      /* read-back beyond this is a mismatch anyway */
 #define BATCH_SIZE 65536 /* measured (strace): the apply batch is 3460 bytes */
 #define MSG_MAX 4096     /* room checked before each message is built */
@@ -42,13 +42,15 @@ struct chain_spec {
     const char *name, *type;
     int32_t prio;
     uint32_t policy;
+    uint32_t hook;
 };
 
 /* nat at -100 (NF_IP_PRI_NAT_DST) so that redirects happen before filter at 0 sees the
  * packet, whose `ct status dnat` then accepts it. */
 static const struct chain_spec CHAINS[] = {
-    {CORRAL_NFT_NAT_CHAIN, "nat", -100, NF_ACCEPT},
-    {CORRAL_NFT_FILTER_CHAIN, "filter", 0, NF_DROP},
+    {CORRAL_NFT_NAT_CHAIN, "nat", -100, NF_ACCEPT, NF_INET_LOCAL_OUT},
+    {CORRAL_NFT_FILTER_CHAIN, "filter", 0, NF_DROP, NF_INET_LOCAL_OUT},
+    {CORRAL_NFT_INPUT_CHAIN, "filter", 0, NF_DROP, NF_INET_LOCAL_IN},
 };
 #define NCHAINS (sizeof CHAINS / sizeof CHAINS[0])
 
@@ -342,6 +344,20 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     rule_begin(&b, table, filter);
     reject(&b, NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED);
 
+    /* filter_in, policy drop: only replies and loopback come in. On a sandbox's own link
+     * the far side could otherwise open connections to the tenant (and the replies then
+     * left as `established`): a two-way channel past the allowlist and the log (found
+     * by a red-team run). */
+    const char *input = CORRAL_NFT_INPUT_CHAIN;
+    rule_begin(&b, table, input);
+    ct_any(&b, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
+    verdict(&b, NF_ACCEPT);
+
+    rule_begin(&b, table, input);
+    meta_load(&b, NFT_META_IIF);
+    cmp_u32(&b, LO_IFINDEX);
+    verdict(&b, NF_ACCEPT);
+
     if (p->test_bad_message) {
         rule_begin(&b, table, "corral-no-such-chain");
         verdict(&b, NF_ACCEPT);
@@ -422,7 +438,7 @@ static int batch_chain(struct batch *b, const char *table, const struct chain_sp
     struct nftnl_chain *c = nftnl_chain_alloc();
     if (!c) return -ENOMEM;
     nftnl_chain_set_u32(c, NFTNL_CHAIN_FAMILY, NFPROTO_INET);
-    nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, NF_INET_LOCAL_OUT);
+    nftnl_chain_set_u32(c, NFTNL_CHAIN_HOOKNUM, spec->hook);
     nftnl_chain_set_s32(c, NFTNL_CHAIN_PRIO, spec->prio);
     nftnl_chain_set_u32(c, NFTNL_CHAIN_POLICY, spec->policy);
     if (nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, table) < 0 ||
@@ -724,7 +740,7 @@ static int chain_matches(const struct nftnl_chain *c, const struct chain_spec *s
 {
     return nftnl_chain_is_set(c, NFTNL_CHAIN_HOOKNUM) && nftnl_chain_is_set(c, NFTNL_CHAIN_PRIO) &&
            nftnl_chain_is_set(c, NFTNL_CHAIN_POLICY) &&
-           nftnl_chain_get_u32(c, NFTNL_CHAIN_HOOKNUM) == NF_INET_LOCAL_OUT &&
+           nftnl_chain_get_u32(c, NFTNL_CHAIN_HOOKNUM) == spec->hook &&
            nftnl_chain_get_s32(c, NFTNL_CHAIN_PRIO) == spec->prio &&
            nftnl_chain_get_u32(c, NFTNL_CHAIN_POLICY) == spec->policy &&
            str_eq(nftnl_chain_get_str(c, NFTNL_CHAIN_TYPE), spec->type);

@@ -17,6 +17,7 @@
 #define CORRAL_NFT_MARK 42
 #define CORRAL_NFT_NAT_CHAIN "nat_out"
 #define CORRAL_NFT_FILTER_CHAIN "filter_out"
+#define CORRAL_NFT_INPUT_CHAIN "filter_in"
 
 struct corral_nft_plan {
     const char *table;      /* NULL: CORRAL_NFT_TABLE */

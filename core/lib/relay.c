@@ -579,7 +579,8 @@ int corral_relay_add_connect(struct corral_relay *r, int client_fd, const struct
         return err;
     }
     int in_progress;
-    int up = corral_connect_marked_start(upstream, len, mark, -1, &in_progress, NULL);
+    int up = corral_connect_marked_start(upstream, len, mark, -1, opts ? opts->key : NULL,
+                                         &in_progress, NULL);
     if (up < 0) {
         if (client_fd >= 0) corral_reset(client_fd);
         return up;

@@ -4,6 +4,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -168,8 +169,33 @@ int corral_set_mark_checked(int fd, uint32_t mark)
     return len == sizeof back && back == mark ? 0 : -EPROTO;
 }
 
+#ifndef IP_LOCAL_PORT_RANGE
+#define IP_LOCAL_PORT_RANGE 51 /* linux/in.h, Linux 6.3; Debian 12's headers predate it */
+#endif
+
+void corral_port_slice(const char *key, unsigned *lo, unsigned *hi)
+{
+    unsigned range_lo = 32768, range_hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f) {
+        if (fscanf(f, "%u %u", &range_lo, &range_hi) != 2 || range_hi <= range_lo ||
+            range_hi > 65535) {
+            range_lo = 32768;
+            range_hi = 60999;
+        }
+        fclose(f);
+    }
+    unsigned n = range_hi - range_lo + 1, size = n / 2 < 4096 ? n / 2 : 4096;
+    uint32_t h = 2166136261u;
+    for (const char *c = key; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    *lo = range_lo + h % (n - size + 1);
+    *hi = *lo + size - 1;
+}
+
 int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32_t mark,
-                                int netns_fd, int *in_progress, const char **what)
+                                int netns_fd, const char *port_key, int *in_progress,
+                                const char **what)
 {
     const char *step = "socket";
     if (!what) what = &step;
@@ -191,6 +217,14 @@ int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32
         int r = corral_set_mark_checked(fd, mark);
         if (r < 0) return r;
     }
+    if (port_key) {
+        unsigned lo, hi;
+        corral_port_slice(port_key, &lo, &hi);
+        uint32_t range = (uint32_t)hi << 16 | lo;
+        /* An IPv6 socket takes the IPv4-level option as well. A kernel without it only
+         * loses the slice, never the connection. */
+        (void)setsockopt(fd, IPPROTO_IP, IP_LOCAL_PORT_RANGE, &range, sizeof range);
+    }
     *what = "connect";
     *in_progress = 0;
     if (connect(fd, sa, len) < 0) {
@@ -208,7 +242,8 @@ int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t 
     const char *step = "socket";
     if (!what) what = &step;
     int in_progress = 0;
-    cleanup_fd int fd = corral_connect_marked_start(sa, len, mark, netns_fd, &in_progress, what);
+    cleanup_fd int fd =
+        corral_connect_marked_start(sa, len, mark, netns_fd, NULL, &in_progress, what);
     if (fd < 0) return fd;
     if (in_progress) {
         struct pollfd p = {.fd = fd, .events = POLLOUT};

@@ -52,13 +52,25 @@ int corral_set_mark_checked(int fd, uint32_t mark);
 /*
  * Creates a TCP socket for sa's family in the netns netns_fd (-1: the caller's own;
  * the socket is made on a thread that enters it, see listen.h), sets and reads back
- * SO_MARK when mark is not 0, then starts a non-blocking connect. Returns a CLOEXEC,
+ * SO_MARK when mark is not 0, keeps its source port in port_key's slice (NULL: anywhere;
+ * see corral_port_slice), then starts a non-blocking connect. Returns a CLOEXEC,
  * O_NONBLOCK fd and sets *in_progress (1: EINPROGRESS, wait for writability and read
  * SO_ERROR; 0: already connected), or -errno and no fd. When what is not NULL it names
  * the step that failed: "setns", "socket", "setsockopt_mark" or "connect".
  */
 int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32_t mark,
-                                int netns_fd, int *in_progress, const char **what);
+                                int netns_fd, const char *port_key, int *in_progress,
+                                const char **what);
+
+/*
+ * The slice of the local port range a key's connections take their source ports from
+ * (port_key above: a sandbox id): at most 4096 ports, placed by a hash of the key. A
+ * relay that closes first leaves TIME_WAITs toward its upstream, and one tenant opening
+ * short connections to one allowed address filled the host's whole ephemeral range that
+ * way (found by a red-team run); within its slice it can only exhaust its own ports.
+ * Applied with IP_LOCAL_PORT_RANGE (Linux 6.3); where the kernel lacks it, nothing.
+ */
+void corral_port_slice(const char *key, unsigned *lo, unsigned *hi);
 
 /*
  * Blocking form: as corral_connect_marked_start, then waits up to timeout_ms (-1: no

@@ -200,8 +200,10 @@ static int l_add_connect(lua_State *L)
      * refusal names its step ("setsockopt_mark: …"). */
     const char *what = "connect";
     int in_progress = 0;
+    /* In the host's netns, the sandbox's connections draw source ports from its own
+     * slice (see corral_port_slice); from a sandbox's own link they have its netns. */
     int up = corral_connect_marked_start((struct sockaddr *)&ss, len, p.mark, p.netns_fd,
-                                         &in_progress, &what);
+                                         p.netns_fd < 0 ? p.o.key : NULL, &in_progress, &what);
     if (up < 0) {
         corral_reset(client);
         return corral_pushfail(L, what, up);

@@ -373,7 +373,8 @@ static void test_connect(struct corral_relay *r)
     CHECK(nl >= 0);
     ss = lo_addr(nport, &len);
     int inprog = 0;
-    int upfd = corral_connect_marked_start((struct sockaddr *)&ss, len, 42, ns, &inprog, NULL);
+    int upfd =
+        corral_connect_marked_start((struct sockaddr *)&ss, len, 42, ns, NULL, &inprog, NULL);
     CHECK(upfd >= 0);
     CHECK(tcp_pair(&c, &a) == 0);
     CHECK(corral_relay_add_connecting(r, a, upfd, 1000, NULL, &id) == 0);
@@ -386,6 +387,56 @@ static void test_connect(struct corral_relay *r)
     CHECK(wait_event(r, id, CORRAL_RELAY_CLOSED, 2000) != NULL);
     close(nl);
     close(ns);
+    close(up);
+}
+
+/* Source port of the relay's upstream end for one add_connect under opts. */
+static int upstream_port(struct corral_relay *r, int up, const struct sockaddr_storage *ss,
+                         socklen_t len, const struct corral_relay_opts *o)
+{
+    int c, a, port = -1;
+    uint64_t id = 0;
+    if (tcp_pair(&c, &a) < 0) return -1;
+    if (corral_relay_add_connect(r, a, (const struct sockaddr *)ss, len, 0, 1000, o, &id) == 0 &&
+        wait_event(r, id, CORRAL_RELAY_CONNECTED, 2000)) {
+        int s = corral_tcp_accept(up, 1000);
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof peer;
+        if (s >= 0 && getpeername(s, (struct sockaddr *)&peer, &pl) == 0)
+            port = ntohs(peer.sin_port);
+        if (s >= 0) close(s);
+    }
+    close(c);
+    wait_event(r, id, CORRAL_RELAY_CLOSED, 2000);
+    return port;
+}
+
+/* A keyed connection's source port stays in the key's slice of the local port range;
+ * without a key, ports spread over the whole range (the control). */
+static void test_port_slice(struct corral_relay *r)
+{
+    int port = 0;
+    int up = corral_tcp_listen("127.0.0.1", 0, &port);
+    CHECK(up >= 0);
+    socklen_t len;
+    struct sockaddr_storage ss = lo_addr(port, &len);
+    unsigned lo, hi;
+    corral_port_slice("slice-test", &lo, &hi);
+    CHECK(hi > lo && hi - lo + 1 <= 4096);
+    struct corral_relay_opts keyed = {.key = "slice-test"};
+    int inside = 0, outside = 0;
+    for (int i = 0; i < 20; i++) {
+        int p = upstream_port(r, up, &ss, len, &keyed);
+        CHECK(p > 0);
+        if (p >= (int)lo && p <= (int)hi) inside++;
+    }
+    CHECK(inside == 20);
+    for (int i = 0; i < 20; i++) {
+        int p = upstream_port(r, up, &ss, len, NULL);
+        CHECK(p > 0);
+        if (p < (int)lo || p > (int)hi) outside++;
+    }
+    CHECK(outside > 0);
     close(up);
 }
 
@@ -701,6 +752,7 @@ int main(void)
     test_idle_timeout(r);
     test_connect(r);
     test_key_cap(r);
+    test_port_slice(r);
     test_backpressure(r);
     test_loop_fd(r);
     CHECK(corral_relay_count(r, NULL) == 0);
