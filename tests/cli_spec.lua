@@ -146,6 +146,25 @@ describe("corral CLI", function()
     assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
   end)
 
+  it("run reports 121 only when the memory cap ended the command itself", function()
+    local hog = "/usr/bin/python3 -c 'x = bytearray(200 * 1024 * 1024)'"
+    local out, status = h.corral("run", "--memory", "32M", "--", "sh", "-c", hog)
+    assert.are.equal(121, status, out) -- control: the command itself killed at its cap
+    assert.matches("memory cap ended", out)
+    out, status = h.corral("run", "--memory", "32M", "--", "sh", "-c", hog .. "; echo went-on; exit 0")
+    assert.are.equal(0, status, out) -- a child killed at the cap, the command carried on
+    assert.matches("went%-on", out)
+    assert.is_nil(out:find("memory cap ended", 1, true), out)
+  end)
+
+  it("run puts the terminal back as it found it", function()
+    local script = h.host .. " run -- sh -c 'stty -echo intr undef; stty -a | grep -o \"intr = [^;]*\"'; " ..
+      "stty -a | grep -o \"intr = [^;]*\"; stty -a | grep -o \" -echo \" || echo echo-on"
+    local out = h.sh("printf '' | script -qec " .. require("corral.shell").quote(script) .. " /dev/null")
+    out = out:gsub("\r", "")
+    assert.matches("intr = <undef>\nintr = %^C\necho%-on", out) -- inside: changed (control); after: back
+  end)
+
   it("run sweeps the temporary storage of killed runs, and only that", function()
     local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a process that has exited
     local stale = "/tmp/corral-run-" .. dead .. "-sweep1"

@@ -384,8 +384,11 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
         FAIL("mount /proc", r);
     if (plan->proc && (r = protect_proc(s.rootfd)) < 0) FAIL("read-only /proc/sys", r);
     if (plan->tmp_mib) {
-        char opts[48];
-        snprintf(opts, sizeof opts, "mode=1777,size=%lum", plan->tmp_mib);
+        char opts[80];
+        /* Inodes capped too: a size cap alone let a million empty files grow the host's
+         * slab by 1.1 GB (found by a red-team run without --memory). 256 per MiB. */
+        snprintf(opts, sizeof opts, "mode=1777,size=%lum,nr_inodes=%lu", plan->tmp_mib,
+                 plan->tmp_mib * 256);
         if ((r = attach_fs(s.rootfd, "tmp", "tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) <
             0)
             FAIL("mount /tmp", r);

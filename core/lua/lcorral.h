@@ -54,7 +54,8 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(netio)                                                                                       \
     X(inet)                                                                                        \
     X(signal)                                                                                      \
-    X(fs)
+    X(fs)                                                                                          \
+    X(tty)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

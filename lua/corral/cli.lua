@@ -438,7 +438,11 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
         env = env, limits = limits, network = network, service_port = service_port })
     end
     local function cleanup()
-      if temp then core.remove_tree(temp) end
+      if not temp then return end
+      local ok, rerr = core.remove_tree(temp)
+      if not ok then
+        io.stderr:write("corral run: warning: temporary storage ", temp, " not removed: ", tostring(rerr), "\n")
+      end
     end
     if not sb then cleanup() return fail("run", M.as_option(err, opts)) end
     local log_close
@@ -453,7 +457,7 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
       log_close = closer
     end
     local ok, perr = corral.provision(mech, sb)
-    if not ok then cleanup() return fail("run", perr) end
+    if not ok then cleanup() return fail("run", M.as_option(perr, opts)) end
     local _, addr = corral.address(mech, sb)
     if addr then io.stderr:write("corral run: service port ", service_port, " on ", addr, "\n") end
     -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
@@ -463,7 +467,13 @@ invalid argument or a refused variable; 3 when this host cannot enforce a protec
     -- children, since exec keeps the signal mask.
     local builtin = mech.name == "native" or mech.name == "bwrap"
     local signals = builtin and core.signal_fd({ "INT", "TERM", "HUP" }) or nil
+    -- The terminal the tenant may share is put back as it was found.
+    local ttys = {}
+    for fd = 0, 2 do ttys[fd] = core.tty_save(fd) end
     local result, xerr = corral.exec(mech, sb, rest, { signals = signals })
+    for fd = 0, 2 do
+      if ttys[fd] then core.tty_restore(fd, ttys[fd]) end
+    end
     if signals then signals:close() end
     corral.destroy(mech, sb)
     cleanup()

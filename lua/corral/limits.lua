@@ -56,8 +56,11 @@ function M.cgroup(sb)
   return cg
 end
 
---- Adds the cgroup's usage to a run's result, and `limit = "memory"` when the cgroup's
--- OOM killer fired during it (`st.oom_seen` remembers the count between runs).
+--- Adds the cgroup's usage to a run's result, `oom_kills` when the cgroup's OOM killer
+-- fired during it (`st.oom_seen` remembers the count between runs), and `limit =
+-- "memory"` when that is also what ended the command: it was killed by SIGKILL. A child
+-- the killer took while the command went on to exit by itself is not the cap ending
+-- the run (a red-team run saw 121 for a command that exited 0).
 -- @tparam table st the mechanism's state for the sandbox (`cgroup`, `oom_seen`)
 -- @tparam table result `{code, how, limit?}`
 -- @treturn table result
@@ -66,8 +69,9 @@ function M.observe(st, result)
     local usage = st.cgroup:usage()
     result.usage = usage
     if usage and (usage.oom_kills or 0) > (st.oom_seen or 0) then
+      result.oom_kills = usage.oom_kills - (st.oom_seen or 0)
       st.oom_seen = usage.oom_kills
-      result.limit = result.limit or "memory"
+      if result.how == "killed" or result.code == 128 + 9 then result.limit = result.limit or "memory" end
     end
   end
   return result

@@ -44,6 +44,19 @@ function M.parse_duration(v)
   return s > 0 and s or nil
 end
 
+--- RLIMIT_NPROC for a sandbox's processes, or nil. The kernel counts it per real uid,
+-- and as root every sandbox runs as a host id of its own, so this is the sandbox's own
+-- process count: a fork bomb stops there even without a pids cgroup (a red-team run
+-- found the limit inherited at 96,364 against a host pid_max of 32,768). Unprivileged,
+-- the id is the caller's own, shared with all its processes: no default then.
+-- @tparam table sb
+-- @treturn integer|nil
+function M.default_nproc(sb)
+  if core.geteuid() ~= 0 then return nil end
+  -- Never below --pids: that cap is the cgroup's to enforce (and to count, in pids.events).
+  return math.max(4096, sb.limits and sb.limits.pids or 0)
+end
+
 --- The kernel's ceiling for RLIMIT_NOFILE (fs.nr_open), or nil when unreadable.
 function M.nr_open()
   local f = io.open("/proc/sys/fs/nr_open")
@@ -75,6 +88,8 @@ local function check_limits(l)
       end
       -- The kernel's own ceiling: above it the spawn's setrlimit fails (EPERM), which
       -- reported as a protection that cannot be enforced instead of a bad argument.
+      -- Below 16 the sandbox's own init cannot start the command (its pipes need fds).
+      if k == "nofile" and v < 16 then return bad("limits.nofile", "must be at least 16, got " .. v) end
       local nr_open = k == "nofile" and M.nr_open()
       if nr_open and v > nr_open then
         return bad("limits.nofile", string.format("must be at most %d (fs.nr_open), got %d", nr_open, v))
@@ -194,7 +209,12 @@ function M.prepare_storage(sb)
     return nil, errors.invalid_argument("id", string.format(
       "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
   end
-  local function cannot(detail)
+  -- A path that cannot hold a directory is the argument's fault (exit 2); anything else
+  -- (out of space, say) is the host's.
+  -- ENOENT, EACCES, ENOTDIR, EROFS, EPERM
+  local BAD_PATH = { [2] = true, [13] = true, [20] = true, [30] = true, [1] = true }
+  local function cannot(detail, errno)
+    if BAD_PATH[errno] then return nil, errors.invalid_argument("storage", "cannot create it: " .. detail) end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage " .. path .. ": " .. detail)
   end
   -- The parents, 0711 where corral makes them: searchable, not listable.
@@ -206,7 +226,7 @@ function M.prepare_storage(sb)
     at = stop
     if parent ~= "" then
       local ok, err, errno = core.mkdir(parent, tonumber("711", 8))
-      if not ok and errno ~= EEXIST then return cannot(err) end
+      if not ok and errno ~= EEXIST then return cannot(err, errno) end
     end
   end
   local made, err, errno = core.mkdir(path, tonumber("700", 8))
@@ -217,7 +237,7 @@ function M.prepare_storage(sb)
       return cannot(cerr)
     end
   elseif errno ~= EEXIST then
-    return cannot(err)
+    return cannot(err, errno)
   else
     local st = core.lstat(path)
     if not st or st.type ~= "dir" then

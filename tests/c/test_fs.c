@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,33 @@ static void removal_never_follows_links(void)
     CHECK(!exists("rootlink") && exists("keep/precious"));
 }
 
+/* A tree deeper than the fd limit is removed all the same (one fd, a stack of names). */
+static void removal_of_a_deep_tree(void)
+{
+    struct rlimit saved, low = {64, 64};
+    getrlimit(RLIMIT_NOFILE, &saved);
+    CHECK(mkdir(at("deep"), 0755) == 0);
+    int fd = open(at("deep"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int made = 0;
+    for (int i = 0; i < 3000 && fd >= 0; i++) {
+        if (mkdirat(fd, "d", 0755) < 0) break;
+        int next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        close(fd);
+        fd = next;
+        made++;
+    }
+    if (fd >= 0) {
+        int f = openat(fd, "leaf", O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        if (f >= 0) close(f);
+        close(fd);
+    }
+    CHECK(made == 3000); /* control: the tree is as deep as asked */
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    CHECK(corral_remove_tree(at("deep")) == 0);
+    setrlimit(RLIMIT_NOFILE, &saved);
+    CHECK(!exists("deep"));
+}
+
 static void access_as_another_identity(void)
 {
     CHECK(mkdir(at("open"), 0711) == 0);
@@ -89,6 +117,7 @@ int main(void)
     }
     CHECK(chmod(base, 0711) == 0);
     removal_never_follows_links();
+    removal_of_a_deep_tree();
     if (geteuid() == 0) access_as_another_identity();
     CHECK(corral_remove_tree(base) == 0);
     CHECK(access(base, F_OK) < 0 && errno == ENOENT);

@@ -58,12 +58,11 @@ function M.args(sb, argv, seccomp_fd)
   end
   add("--bind", sandbox.storage_path(sb), "/storage")
   if sb.workspace_path then add("--bind", sb.workspace_path, "/workspace") end
-  add("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/storage", "--clearenv")
+  add("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/storage")
   if seccomp_fd then add("--seccomp", tostring(seccomp_fd)) end
-  local names = {}
-  for k in pairs(sb.env) do names[#names + 1] = k end
-  table.sort(names)
-  for _, k in ipairs(names) do add("--setenv", k, sb.env[k]) end
+  -- The environment is bubblewrap's own (the spawn gives it exactly the tenant's), not
+  -- --setenv arguments: bwrap's command line is /proc/1/cmdline inside, and the values
+  -- showed there (found by a red-team run).
   add("--")
   for _, v in ipairs(argv) do a[#a + 1] = v end
   return a
@@ -93,7 +92,7 @@ local function spawn(sb, st, argv, opts)
   local root = core.geteuid() == 0
   local proc, err = core.spawn({ plain = true, plain_ids = root, plain_pidns = root, uid = id, gid = id,
     path = bwrap, argv = full, env = hardening.envp(sb.env),
-    rlimits = { core = 0, nofile = l.nofile, fsize = l.fsize },
+    rlimits = { core = 0, nofile = l.nofile, fsize = l.fsize, nproc = sandbox.default_nproc(sb) },
     netns = st.plane and st.plane.netns, cgroup_procs = resources.cgroup_procs(st), keep_fds = { prog },
     stdout = opts.stdout, stderr = opts.stderr })
   prog:close()

@@ -86,7 +86,7 @@ function M.plan(sb, argv, opts)
     uid = id, gid = id,
     binds = binds, symlinks = links, proc = true, dev = true, tmp_mib = M.TMP_MIB,
     seccomp = true,
-    rlimits = { core = 0, nofile = lim.nofile, fsize = lim.fsize },
+    rlimits = { core = 0, nofile = lim.nofile, fsize = lim.fsize, nproc = sandbox.default_nproc(sb) },
     cgroup_procs = resources.cgroup_procs(st),
     stdin = opts.stdin, stdout = opts.stdout, stderr = opts.stderr,
   }

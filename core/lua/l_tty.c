@@ -1,0 +1,58 @@
+/*
+ * core.tty_save / core.tty_restore: a terminal's settings (termios and window size) as
+ * an opaque string, put back after a tenant ran on it. A tenant's fds 0-2 may be the
+ * operator's terminal; `stty -echo intr undef` from inside outlived the run (found by a
+ * red-team run), so `corral run` restores what it found.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "lcorral.h"
+
+struct tty_state {
+    struct termios tio;
+    struct winsize ws;
+    int has_ws;
+};
+
+/* core.tty_save(fdnum) → state string | nil (not a terminal) */
+static int l_tty_save(lua_State *L)
+{
+    int fd = (int)luaL_checkinteger(L, 1);
+    struct tty_state st;
+    memset(&st, 0, sizeof st);
+    if (!isatty(fd) || tcgetattr(fd, &st.tio) < 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    st.has_ws = ioctl(fd, TIOCGWINSZ, &st.ws) == 0;
+    lua_pushlstring(L, (const char *)&st, sizeof st);
+    return 1;
+}
+
+/* core.tty_restore(fdnum, state) → true | nil, msg, errno */
+static int l_tty_restore(lua_State *L)
+{
+    int fd = (int)luaL_checkinteger(L, 1);
+    size_t len;
+    const char *s = luaL_checklstring(L, 2, &len);
+    luaL_argcheck(L, len == sizeof(struct tty_state), 2, "not a state from core.tty_save");
+    struct tty_state st;
+    memcpy(&st, s, sizeof st);
+    if (tcsetattr(fd, TCSANOW, &st.tio) < 0) return corral_pushfail(L, "tcsetattr", errno);
+    if (st.has_ws && ioctl(fd, TIOCSWINSZ, &st.ws) < 0)
+        return corral_pushfail(L, "TIOCSWINSZ", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+int corral_open_tty(lua_State *L)
+{
+    static const luaL_Reg fns[] = {
+        {"tty_save", l_tty_save}, {"tty_restore", l_tty_restore}, {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+    return 0;
+}
