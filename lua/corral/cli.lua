@@ -353,9 +353,14 @@ routed link (a veth into network namespace NETNS, a name under /run/netns or a p
 PEER/PREFIX, the address given to its far end, may be left out):
 permitted connections then leave from the sandbox's netns through it, on mark-checked
 sockets, instead of from the host's.
-Exit status: the command's own (128+N when killed by signal N); 121 when the memory
-cap ended it; 124 when --wall did; 120 when the sandbox could not start; 2 for an
-invalid argument or a refused variable; 3 when this host cannot enforce a protection.]],
+Exit status: the command's own (128+N when killed by signal N; under native 127 when
+it is not found and 126 when it cannot be executed, which bubblewrap reports as 1); 121
+when the memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
+2 for an invalid argument or a refused variable; 3 when this host cannot enforce a
+protection. A command can exit with these numbers itself: corral's own say so on stderr.
+/workspace is bound read-write, and writable where DIR's permissions let the sandbox's
+host id write (its storage is always its own). A terminal on stdin/stdout/stderr is put
+back as it was after the run.]],
   function(argv)
     local opts, rest = M.parse(argv, { mechanism = "value", id = "value", storage = "value",
       workspace = "value", memory = "value", pids = "value", cpu = "value", wall = "value",
