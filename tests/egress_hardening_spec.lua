@@ -233,11 +233,12 @@ describe("egress hardening: option and entry messages", function()
 end)
 
 describe("egress hardening: the JSON log", function()
-  it("passes at most `rate` events per sandbox per second and summarises the rest", function()
+  it("passes at most `rate` events per sandbox, per class, per second and summarises the rest", function()
     local t, got = 100, {}
     local sub, flush = events.limit(function(ev) got[#got + 1] = ev end, 3, function() return t end)
-    for i = 1, 10 do sub({ sandbox = "a", verdict = i % 2 == 0 and "allow" or "deny", n = i }) end
-    sub({ sandbox = "b", verdict = "allow" }) -- control: another sandbox has its own budget
+    -- connection denials (no kind: the `refused` class unless allowed)
+    for i = 1, 10 do sub({ sandbox = "a", verdict = "deny", n = i }) end
+    sub({ sandbox = "b", verdict = "deny" }) -- control: another sandbox has its own budget
     assert.are.equal(4, #got)
     assert.are.same({ 1, 2, 3 }, { got[1].n, got[2].n, got[3].n })
     assert.are.equal("b", got[4].sandbox)
@@ -246,13 +247,11 @@ describe("egress hardening: the JSON log", function()
     assert.are.equal(4, #got) -- the second is not over: nothing yet
     t = 101.2
     events.tick()
-    local sum = {}
-    for i = 5, #got do
-      assert.are.equal("suppressed", got[i].kind)
-      assert.are.equal("a", got[i].sandbox)
-      sum[got[i].verdict] = got[i].suppressed
-    end
-    assert.are.same({ allow = 4, deny = 3 }, sum)
+    assert.are.equal(5, #got)
+    assert.are.equal("suppressed", got[5].kind)
+    assert.are.equal("a", got[5].sandbox)
+    assert.are.equal("refused", got[5].class)
+    assert.are.equal(7, got[5].suppressed)
     sub({ sandbox = "a", verdict = "deny", n = 11 }) -- a new second: written again
     assert.are.equal(11, got[#got].n)
     flush()
@@ -510,6 +509,59 @@ describe("egress hardening, end to end #root #netns", function()
     assert.are.equal(tonumber("600", 8), mode & tonumber("777", 8))
   end)
 
+  it("corral run --log-json: 400 DNS queries in a second do not push connection decisions out", function()
+    local dir = h.tmpdir("flood-conn")
+    local log = dir .. "/log.jsonl"
+    -- 400 queries (twice the DNS budget), then, at once, an allowed and a denied connection
+    -- (a server listens on both ports: only the decision keeps far-side from the second)
+    local script = string.format([[perl -MSocket -MIO::Socket::INET -MTime::HiRes=time -e '
+      socket(my $s, AF_INET, SOCK_DGRAM, 0) or die; my $to = pack_sockaddr_in(53, inet_aton("127.0.0.1"));
+      my ($n, $t0) = (0, time);
+      for my $i (1..400) {
+        my $q = pack("nnnnnn", $i, 0x0100, 1, 0, 0, 0)
+          . join("", map { chr(length $_) . $_ } split /\./, "q$i.flood.test") . "\0" . pack("nn", 1, 1);
+        send($s, $q, 0, $to);
+        my $r = ""; vec($r, fileno($s), 1) = 1;
+        $n++ if select($r, undef, undef, 1) and recv($s, my $buf, 512, 0);
+      }
+      my $ok = IO::Socket::INET->new(PeerAddr => "far.test", PeerPort => %d, Timeout => 2);
+      my $line = $ok ? <$ok> : ""; close $ok if $ok;
+      my $no = IO::Socket::INET->new(PeerAddr => "far.test", PeerPort => %d, Timeout => 2);
+      my $other = $no ? (<$no> // "") : "";
+      printf "answered=%%d allowed=%%d denied=%%d seconds=%%.3f\n", $n, $line =~ /far-side/ ? 1 : 0,
+        $other =~ /far-side/ ? 0 : 1, time - $t0']], P2, P)
+    local out, status = run({ "--allow", "far.test:" .. P2, "--resolve", "far.test=" .. far_ip, "--internal", cidr,
+      "--log-json", log }, script)
+    local text = h.read(log) or ""
+    h.rmrf(dir)
+    assert.are.equal(0, status, out)
+    local answered, allowed, denied, seconds = out:match("answered=(%d+) allowed=(%d) denied=(%d) seconds=([%d.]+)")
+    assert.are.equal("400", answered, out)  -- control: the flood was answered in full
+    assert.are.equal("1", allowed, out)     -- the allowed connection was relayed, the denied one refused
+    assert.are.equal("1", denied, out)
+    assert.truthy(tonumber(seconds) < 1, "the flood and the connections took " .. seconds .. " s: not one window")
+    local json = require "dkjson"
+    local dns, dns_lost, conn = 0, 0, {}
+    for line in text:gmatch("[^\n]+") do
+      local e = assert(json.decode(line), line)
+      for _, k in ipairs(events.LOG_FIELDS) do
+        assert.truthy(line:find('"' .. k .. '":', 1, true), k .. ": " .. line)
+      end
+      if e.kind == "dns" then dns = dns + 1
+      elseif e.kind == "suppressed" and e.class == "dns" then dns_lost = dns_lost + e.suppressed
+      elseif e.name == "far.test" then conn[e.kind .. ":" .. e.verdict .. ":" .. e.port] = e end
+    end
+    assert.truthy(dns_lost > 0, "the flood was not over the DNS budget")  -- DNS lines were held back ...
+    assert.truthy(dns <= events.LOG_RATE * 2, dns)
+    local a, d, c = conn["connect:allow:" .. P2], conn["connect:deny:" .. P], conn["closed:allow:" .. P2]
+    assert.truthy(a, "the allowed connection left no line: " .. text:sub(-600)) -- ... connections were not
+    assert.truthy(d, "the denied connection left no line")
+    assert.truthy(c, "the closing record left no line")
+    assert.are.equal(0, a.bytes)
+    assert.matches("allowed only on ports " .. P2, d.reason)
+    assert.truthy(c.bytes >= #"far-side\n", c.bytes)
+  end)
+
   it("a full synthetic pool answers SERVFAIL and logs a deny; the host and other sandboxes go on", function()
     local saved = synthetic.DEFAULT_LIMIT
     synthetic.DEFAULT_LIMIT = 2
@@ -574,5 +626,186 @@ describe("egress hardening, end to end #root #netns", function()
       if e.sandbox == "odd-resolver" and e.name == "odd.test" and e.verdict == "deny" then why = e.reason end
     end
     assert.matches("resolver answered number", why)
+  end)
+end)
+
+describe("egress hardening: the data plane from Lua #root #netns", function()
+  local plane = require "corral.egress.plane"
+  local loop = require "corral.egress.loop"
+  local egress = require "corral.egress"
+
+  local function with_plane(id, network, fn)
+    local p = assert(plane.new(id, network))
+    loop.add(p)
+    local ok, err = pcall(fn, p)
+    loop.remove(p)
+    p:close()
+    assert(ok, err)
+  end
+
+  -- Serves the loop (and `also`, once per turn) until cond() is true or `seconds` pass.
+  local function pump(cond, seconds, also)
+    local deadline = core.monotime() + (seconds or 2)
+    repeat
+      loop.step(0.01)
+      if also then also() end
+      if cond() then return true end
+    until core.monotime() > deadline
+    return false
+  end
+
+  local function query(id, name)
+    local s = string.pack(">I2I2I2I2I2I2", id, 0x0100, 1, 0, 0, 0)
+    for label in name:gmatch("[^.]+") do s = s .. string.char(#label) .. label end
+    s = s .. "\0" .. string.pack(">I2I2", 1, 1)
+    return string.pack(">s2", s)
+  end
+
+  -- The framed answers in buf: {id =, rcode =, ip =} each, and what is left over.
+  local function answers(buf)
+    local out = {}
+    while #buf >= 2 do
+      local len = string.unpack(">I2", buf)
+      if #buf < 2 + len then break end
+      local msg = buf:sub(3, 2 + len)
+      local id, flags, _, an = string.unpack(">I2I2I2I2", msg)
+      out[#out + 1] = { id = id, rcode = flags & 0xf, ip = an == 1 and core.inet.format(msg:sub(-4)) or nil }
+      buf = buf:sub(3 + len)
+    end
+    return out, buf
+  end
+
+  it("DNS over TCP answers queries pipelined on one connection, up to TCP_DNS_QUERIES", function()
+    with_plane("tcp-pipe", { allow = { "a.test:443", "b.test:443" } }, function(p)
+      local saved = plane.TCP_DNS_QUERIES
+      plane.TCP_DNS_QUERIES = 3
+      local ok, err = pcall(function()
+        -- two queries written back to back, in one write, on one connection
+        local c = assert(core.connect_marked("127.0.0.1", 53, 0, 2, p.netns))
+        assert(core.write(c, query(1, "a.test") .. query(2, "b.test")))
+        local buf, eof = "", false
+        pump(function()
+          local chunk = core.read(c, 4096)
+          if chunk == "" then eof = true elseif chunk then buf = buf .. chunk end
+          return #answers(buf) >= 2
+        end)
+        local got = answers(buf)
+        c:close()
+        assert.are.equal(2, #got)
+        assert.are.same({ 1, 0, (egress.address("tcp-pipe", "a.test")) }, { got[1].id, got[1].rcode, got[1].ip })
+        assert.are.same({ 2, 0, (egress.address("tcp-pipe", "b.test")) }, { got[2].id, got[2].rcode, got[2].ip })
+        assert.is_false(eof) -- still open for more
+        -- the bound: four pipelined, three answered (the limit, lowered here), then closed
+        local c2 = assert(core.connect_marked("127.0.0.1", 53, 0, 2, p.netns))
+        assert(core.write(c2, query(11, "a.test") .. query(12, "b.test") .. query(13, "evil.test")
+          .. query(14, "a.test")))
+        buf, eof = "", false
+        pump(function()
+          local chunk = core.read(c2, 4096)
+          if chunk == "" then eof = true elseif chunk then buf = buf .. chunk end
+          return eof
+        end)
+        c2:close()
+        got = answers(buf)
+        assert.is_true(eof)
+        assert.are.same({ 11, 12, 13 }, { got[1].id, got[2].id, got[3] and got[3].id })
+        assert.are.equal(3, got[3].rcode) -- NXDOMAIN: not allowed
+        assert.is_nil(got[4])
+      end)
+      plane.TCP_DNS_QUERIES = saved
+      assert(ok, err)
+    end)
+  end)
+
+  it("revoke(sb, entry, {cut = true}) resets what the entry allowed; other connections carry on", function()
+    local function fds() return #h.sh("ls /proc/" .. core.getpid() .. "/fd"):gsub("[^\n]", "") end
+    loop.get()
+    local fds0 = fds()
+    -- the "internet": an echo server of this test on the host's loopback
+    local srv, port = assert(core.tcp_listen("127.0.0.1", 0))
+    local conns = {}
+    local function serve()
+      local a = core.tcp_accept(srv, 0)
+      if a then conns[#conns + 1] = { fd = a } end
+      for _, s in ipairs(conns) do
+        if not s.done then
+          local data, _, errno = core.read(s.fd, 4096)
+          if data and data ~= "" then
+            s.first = s.first or data
+            core.write(s.fd, data)
+          elseif data == "" or errno ~= core.errno.EAGAIN then
+            s.done = data == "" and "eof" or errno
+            s.fd:close()
+          end
+        end
+      end
+    end
+    local network = { allow = { "a.test:" .. port, "b.test:" .. port, "c.test:" .. port }, internal = { "127.0.0.0/8" },
+      resolve = { ["a.test"] = "127.0.0.1", ["b.test"] = "127.0.0.1", ["c.test"] = "127.0.0.1" } }
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "cut-sb" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local ok, err = pcall(with_plane, "cut-sb", network, function(p)
+      -- a tenant's connection: made inside the sandbox's netns, to the name's synthetic address
+      local addr = {}
+      for _, name in ipairs({ "a.test", "b.test", "c.test" }) do addr[name] = assert(egress.address("cut-sb", name)) end
+      local function dial(name)
+        return assert(core.connect_marked(addr[name], port, 0, 2, p.netns))
+      end
+      local function echoes(c, msg)
+        assert(core.write(c, msg))
+        local got, gone = "", false
+        pump(function()
+          local data, _, errno = core.read(c, 4096)
+          got, gone = got .. (data or ""), data == "" or (data == nil and errno ~= core.errno.EAGAIN)
+          return got == msg or gone
+        end, 2, serve)
+        return got == msg
+      end
+      local a, b, c = dial("a.test"), dial("b.test"), dial("c.test")
+      assert.is_true(echoes(a, "a-1"))          -- control: before the revoke, each relays
+      assert.is_true(echoes(b, "b-1"))
+      assert.is_true(echoes(c, "c-1"))
+      assert.are.equal(3, loop.get().relay:count("cut-sb"))
+      -- without cut: the entry is gone for new connections, the open one still relays
+      assert.are.equal(1, egress.revoke("cut-sb", "c.test:" .. port))
+      assert.is_true(echoes(c, "c-2"))
+      -- with cut: a's connection is reset at once; b's, allowed by another entry, survives
+      local n, cut = egress.revoke("cut-sb", "a.test:" .. port, { cut = true })
+      assert.are.equal(1, n)
+      assert.are.equal(2, cut) -- a, and c (revoked before, now re-decided)
+      local data, msg, errno
+      pump(function() data, msg, errno = core.read(a, 4096); return errno ~= core.errno.EAGAIN end, 1, serve)
+      assert.is_nil(data, "a still relays after the cut")
+      assert.are.equal(104, errno, msg) -- ECONNRESET: an RST, not an orderly end
+      assert.is_true(echoes(b, "b-2"))          -- control: the other connection carries on
+      assert.are.equal(1, loop.get().relay:count("cut-sb"))
+      -- the upstream side of a was closed too
+      local up_a
+      for _, x in ipairs(conns) do if x.first == "a-1" then up_a = x end end
+      assert.truthy(pump(function() return up_a.done ~= nil end, 1, serve))
+      -- a new connection to a: denied (the entry is gone), b: relayed
+      local a3 = dial("a.test")
+      assert.is_false(echoes(a3, "a-3"))
+      a:close(); a3:close(); c:close(); b:close()
+      pump(function() return loop.get().relay:count("cut-sb") == 0 end, 2, serve)
+    end)
+    events.unsubscribe(collect)
+    for _, s in ipairs(conns) do s.fd:close() end -- idempotent
+    srv:close()
+    assert(ok, err)
+    assert.are.equal(fds0, fds()) -- every destination's relay went with its last connection
+    local by = {}
+    for _, ev in ipairs(seen) do
+      if ev.kind ~= "dns" then by[ev.kind .. ":" .. tostring(ev.name)] = ev end
+    end
+    assert.are.equal(0, by["connect:b.test"].bytes)   -- bytes at connect: none relayed yet
+    assert.are.equal("allow", by["connect:b.test"].verdict)
+    assert.are.equal("deny", by["cut:a.test"].verdict)
+    assert.matches("^cut: .*not in the allowlist", by["cut:a.test"].reason)
+    assert.truthy(by["cut:a.test"].bytes > 0, "the cut reports what the connection had moved")
+    assert.are.equal("cut:c.test", by["cut:c.test"] and "cut:c.test")
+    assert.is_nil(by["cut:b.test"])
+    assert.are.equal(2 * #"b-1" + 2 * #"b-2", by["closed:b.test"].bytes) -- its end, with its bytes
   end)
 end)

@@ -656,6 +656,18 @@ int corral_relay_run(struct corral_relay *r, int timeout_ms, struct corral_relay
     return (int)k;
 }
 
+int corral_relay_reset(struct corral_relay *r, uint64_t id)
+{
+    if (!r) return -EINVAL;
+    for (struct conn *c = r->conns; c; c = c->next) {
+        if (c->id != id || c->dead) continue;
+        /* Both sides reset, so neither end mistakes a cut for a finished exchange. */
+        abort_conn(r, c, -1, ECONNABORTED);
+        return 0;
+    }
+    return -ENOENT;
+}
+
 size_t corral_relay_count(const struct corral_relay *r, const char *key)
 {
     if (!r) return 0;

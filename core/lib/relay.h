@@ -98,6 +98,13 @@ int corral_relay_add_connecting(struct corral_relay *r, int client_fd, int upstr
 int corral_relay_run(struct corral_relay *r, int timeout_ms, struct corral_relay_event *events,
                      size_t max);
 
+/*
+ * Resets the live connection id on both sides (RST), as an operator's cut: the run then
+ * reports it CLOSED (FAILED while it was connecting) with err ECONNABORTED and the bytes
+ * it had moved. Returns 0, or -ENOENT when no live connection has that id.
+ */
+int corral_relay_reset(struct corral_relay *r, uint64_t id);
+
 /* Live connections (connecting or relaying): all of them when key is NULL, else those
  * counted under key. */
 size_t corral_relay_count(const struct corral_relay *r, const char *key);

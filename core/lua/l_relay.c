@@ -274,6 +274,17 @@ static int l_count(lua_State *L)
     return 1;
 }
 
+/* relay:reset(id) → true | nil, "reset: …", errno (ENOENT: no live connection id) */
+static int l_reset(lua_State *L)
+{
+    struct corral_relay *r = checkrelay(L, 1);
+    lua_Integer id = luaL_checkinteger(L, 2);
+    int err = corral_relay_reset(r, (uint64_t)id);
+    if (err < 0) return corral_pushfail(L, "reset", -err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_tostring(lua_State *L)
 {
     lrelay *l = torelay(L, 1);
@@ -286,10 +297,14 @@ static int l_tostring(lua_State *L)
 
 int corral_open_relay(lua_State *L)
 {
-    static const luaL_Reg methods[] = {
-        {"fileno", l_fileno}, {"add_pair", l_add_pair}, {"add_connect", l_add_connect},
-        {"run", l_run},       {"count", l_count},       {"close", l_close},
-        {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"fileno", l_fileno},
+                                       {"add_pair", l_add_pair},
+                                       {"add_connect", l_add_connect},
+                                       {"run", l_run},
+                                       {"count", l_count},
+                                       {"close", l_close},
+                                       {"reset", l_reset},
+                                       {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", l_close},
                                     {"__close", l_close},
                                     {"__tostring", l_tostring},

@@ -440,6 +440,28 @@ static void test_port_slice(struct corral_relay *r)
     close(up);
 }
 
+/* An operator's cut: one connection reset on both sides, its event says so with its
+ * bytes; another connection on the same relay keeps relaying (the control). */
+static void test_reset_one(struct corral_relay *r)
+{
+    struct path p1 = relayed(r, NULL), p2 = relayed(r, NULL);
+    CHECK(p1.add_err == 0 && p2.add_err == 0);
+    char buf[16] = {0};
+    CHECK(write(p1.c, "abc", 3) == 3);
+    CHECK(read_relayed(r, p1.s, buf, 3, 0, 2000) == 3);
+    CHECK(corral_relay_reset(r, p1.id) == 0);
+    const struct corral_relay_event *e = wait_event(r, p1.id, CORRAL_RELAY_CLOSED, 2000);
+    CHECK(e && e->err == ECONNABORTED && e->bytes_a_to_b == 3);
+    CHECK(read_relayed(r, p1.c, buf, sizeof buf, 1, 1000) == -ECONNRESET);
+    CHECK(read_relayed(r, p1.s, buf, sizeof buf, 1, 1000) == -ECONNRESET);
+    CHECK(corral_relay_reset(r, p1.id) == -ENOENT);
+    CHECK(write(p2.c, "xyz", 3) == 3);
+    CHECK(read_relayed(r, p2.s, buf, 3, 0, 2000) == 3 && memcmp(buf, "xyz", 3) == 0);
+    close_path(&p1);
+    close_path(&p2);
+    CHECK(wait_event(r, p2.id, CORRAL_RELAY_CLOSED, 2000) != NULL);
+}
+
 static void test_key_cap(struct corral_relay *r)
 {
     struct corral_relay_opts sb1 = {.idle_ms = 0, .key = "sb1", .max_per_key = 2};
@@ -752,6 +774,7 @@ int main(void)
     test_idle_timeout(r);
     test_connect(r);
     test_key_cap(r);
+    test_reset_one(r);
     test_port_slice(r);
     test_backpressure(r);
     test_loop_fd(r);

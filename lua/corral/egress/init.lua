@@ -2,13 +2,16 @@
 --
 -- The policy half of the egress data path (DESIGN.md): what a sandbox may connect to.
 -- Policies live in a process-wide registry (`corral.egress.registry`); `allow` and
--- `revoke` apply to the next decision. `decide` decides one connection and emits its
+-- `revoke` apply to the next decision, and `revoke(sb, entry, {cut = true})` (or
+-- `recheck`) also resets the open connections the policy no longer allows. `decide`
+-- decides one connection and emits its
 -- event; the data plane calls it (or `corral.egress.decision.decide` with its own policy
 -- and emits itself).
 --
 --     local egress = require "corral.egress"
 --     assert(egress.set(sb, { "pypi.org:443", "*.pythonhosted.org:443" }))
 --     egress.allow(sb, "api.example.com:443")
+--     egress.revoke(sb, "api.example.com:443", { cut = true }) -- and reset what it allowed
 --     egress.subscribe(assert(egress.events.json_lines_writer("/var/log/corral-egress.jsonl")))
 --
 -- Sandboxes are given as a sandbox table (with `id`) or as the id itself.
@@ -92,14 +95,43 @@ function M.allow(sb, entry)
   return M.registry:allow(sandbox_id(sb), entry)
 end
 
---- Revokes every entry equal to `entry`; applies to the next decision.
+--- Revokes every entry equal to `entry`; applies to the next decision. Connections the
+-- entry let through keep relaying unless `opts.cut` is true: then every open outbound
+-- connection of the sandbox is decided again with the new policy (`recheck`) and those it
+-- no longer allows are reset, both ways, each logged as a `cut` event. A connection that
+-- another entry (or the decide hook) still allows carries on.
 -- @param sb sandbox or id
 -- @tparam string entry
+-- @tparam[opt] table opts `{cut = boolean}`
 -- @treturn[1] integer how many entries were removed
+-- @treturn[1] integer with `cut`: how many connections were reset
 -- @return[2] nil
 -- @treturn[2] table `invalid_argument` naming the entry
-function M.revoke(sb, entry)
-  return M.registry:revoke(sandbox_id(sb), entry)
+function M.revoke(sb, entry, opts)
+  local id = sandbox_id(sb)
+  if opts ~= nil and (type(opts) ~= "table" or (opts.cut ~= nil and type(opts.cut) ~= "boolean")) then
+    error("corral.egress.revoke: opts must be a table {cut = boolean}", 2)
+  end
+  local n, err = M.registry:revoke(id, entry)
+  if not n then return nil, err end
+  if opts and opts.cut then return n, M.recheck(id) end
+  return n
+end
+
+--- Decides every open outbound connection of a sandbox again with its current policy and
+-- resets (RST, both ways) those no longer allowed, each logged as a `cut` event (verdict
+-- deny, the new decision's reason). For use after `set`, `revoke` or a change in what a
+-- decide hook answers. Connections are judged by destination (name or IP, and port), as
+-- when they were made; the host-side resolution is not done again.
+-- @param sb sandbox or id
+-- @treturn integer how many connections were reset (0 when this process serves no
+--   plane for the sandbox)
+function M.recheck(sb)
+  local id = sandbox_id(sb)
+  -- the loop exists only once a plane has been served: nothing is open before that
+  local loop = package.loaded["corral.egress.loop"]
+  if not loop then return 0 end
+  return loop.recheck(id)
 end
 
 --- A sandbox's live policy, or nil.
@@ -138,7 +170,7 @@ function M.decide(ctx, policy)
   end
   local v = decision.decide(c, policy, hostaddr.env())
   local ev = { sandbox = id, kind = "connect", verdict = v.verdict, reason = v.reason, entry = v.entry,
-    bytes_up = 0, bytes_down = 0 }
+    bytes_up = 0, bytes_down = 0, bytes = 0 }
   if type(ctx) == "table" then
     ev.name, ev.ip, ev.port, ev.family = ctx.name, ctx.ip, ctx.port, ctx.family
   end

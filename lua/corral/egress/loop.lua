@@ -6,6 +6,12 @@
 -- so each handler runs protected: an error is logged as a deny event (kind `error`) and
 -- counted in `errors`, and the loop and the other sandboxes carry on. Any number of fds
 -- is polled (in batches past `POLL_MAX`), and an fd closed under the loop is skipped.
+--
+-- Relays: `loop.relay` is one core relay for every connection of every sandbox (the
+-- one epoll loop the issue asks for). It remembers each outbound connection's
+-- destination (sandbox, name or IP, port), so that `recheck` can re-decide destinations
+-- and reset (core `relay:reset(id)`, RST both ways) the connections of those the policy
+-- no longer allows, while the others carry on.
 -- @module corral.egress.loop
 local core = require "corral.core"
 local events = require "corral.egress.events"
@@ -14,10 +20,62 @@ local M = {}
 
 local state
 
+local Relays = {}
+Relays.__index = Relays
+
+local function new_relays()
+  return setmetatable({ relay = assert(core.relay.new()), dest_of = {}, by_key = {} }, Relays)
+end
+
+local function dest_key(dest)
+  return table.concat({ dest.name or "", dest.ip or "", tostring(dest.port) }, "\0")
+end
+
+--- As core.relay's add_connect; with `dest` (`{name =, ip =, port =}`, the decision's
+-- subject) the connection is remembered under that destination of sandbox opts.key.
+function Relays:add_connect(client, ip, port, opts, dest)
+  local id, err = self.relay:add_connect(client, ip, port, opts)
+  if not id then return nil, err end
+  if dest then
+    local key, dk = opts.key, dest_key(dest)
+    local dests = self.by_key[key]
+    if not dests then
+      dests = {}
+      self.by_key[key] = dests
+    end
+    local d = dests[dk]
+    if not d then
+      d = { dest = dest, ids = {} }
+      dests[dk] = d
+    end
+    d.ids[id] = true
+    self.dest_of[id] = { key = key, dk = dk }
+  end
+  return id
+end
+
+--- Forgets an ended connection's destination.
+function Relays:ended(id)
+  local where = self.dest_of[id]
+  if not where then return end
+  self.dest_of[id] = nil
+  local dests = self.by_key[where.key]
+  local d = dests and dests[where.dk]
+  if not d then return end
+  d.ids[id] = nil
+  if next(d.ids) == nil then dests[where.dk] = nil end
+  if next(dests) == nil then self.by_key[where.key] = nil end
+end
+
+--- Live connections (connecting or relaying) counted under key, or all of them.
+function Relays:count(key)
+  return self.relay:count(key)
+end
+
 --- The process-wide loop (created on first use).
 function M.get()
   if not state then
-    state = { relay = assert(core.relay.new()), planes = {}, pending = {} }
+    state = { relay = new_relays(), planes = {}, pending = {}, cuts = {} }
   end
   return state
 end
@@ -37,19 +95,66 @@ function M.planes()
   return out
 end
 
+-- What the relay reports: the end of an allowed connection is the same decision, now
+-- with its byte counts (bytes = up + down), and why it failed when it did; a connection
+-- `recheck` reset is logged as `cut`, with the bytes it had moved.
 local function relay_events(loop)
-  for _, ev in ipairs(loop.relay:run(0) or {}) do
-    local ctx = loop.pending[ev.id]
-    if ctx and (ev.kind == "closed" or ev.kind == "failed") then
+  for _, ev in ipairs(loop.relay.relay:run(0) or {}) do
+    if ev.kind == "closed" or ev.kind == "failed" then
+      loop.relay:ended(ev.id)
+      local ctx = loop.pending[ev.id]
       loop.pending[ev.id] = nil
-      -- The end of an allowed connection: the same decision, now with its byte counts
-      -- (bytes = up + down), and why it failed when it did.
-      events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
-        upstream = ctx.upstream, verdict = "allow",
-        reason = ev.kind == "failed" and ("upstream: " .. tostring(ev.msg or ev.err)) or ctx.reason,
-        bytes_up = ev.up, bytes_down = ev.down, bytes = (ev.up or 0) + (ev.down or 0) })
+      local cut = loop.cuts[ev.id]
+      loop.cuts[ev.id] = nil
+      if ctx then
+        local bytes = (ev.up or 0) + (ev.down or 0)
+        if cut then
+          events.emit({ sandbox = ctx.sandbox, kind = "cut", name = ctx.name, ip = ctx.ip, port = ctx.port,
+            upstream = ctx.upstream, entry = ctx.entry, verdict = "deny", reason = "cut: " .. cut,
+            bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
+        else
+          events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
+            upstream = ctx.upstream, entry = ctx.entry, verdict = "allow",
+            reason = ev.kind == "failed" and ("upstream: " .. tostring(ev.msg or ev.err)) or ctx.reason,
+            bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
+        end
+      end
     end
   end
+end
+
+--- Re-decides the open outbound connections of sandbox `id` with its plane's current
+-- policy, and resets (RST, both ways) every connection whose destination it no longer
+-- allows; each is logged as a `cut` event (verdict deny, the new decision's reason,
+-- the bytes it had moved).
+-- @tparam string id the sandbox id
+-- @treturn integer how many connections were cut
+function M.recheck(id)
+  if not state then return 0 end
+  local plane
+  for p in pairs(state.planes) do
+    if p.id == id then plane = p end
+  end
+  if not plane then return 0 end
+  local relays, n = state.relay, 0
+  local doomed = {}
+  for _, d in pairs(relays.by_key[id] or {}) do
+    -- fail closed: a re-decision that raises is a deny
+    local ok, why = pcall(plane.redecide, plane, d.dest)
+    if not ok then why = "re-decision failed: " .. tostring(why):sub(1, 200) end
+    if why then
+      for cid in pairs(d.ids) do doomed[#doomed + 1] = { cid, why } end
+    end
+  end
+  table.sort(doomed, function(a, b) return a[1] < b[1] end)
+  for _, c in ipairs(doomed) do
+    if relays.relay:reset(c[1]) then
+      state.cuts[c[1]] = c[2]
+      n = n + 1
+    end
+  end
+  relay_events(state) -- the resets' own events: logged as cut, with their bytes
+  return n
 end
 
 -- An fd the loop may hand to poll: present, and not closed under it.
@@ -101,7 +206,7 @@ end
 -- of fds or objects with :fileno()) became readable, as a set of indices.
 function M.step(timeout, extra)
   local loop = M.get()
-  local fds, handlers, owners = { loop.relay }, { function() relay_events(loop) end }, { false }
+  local fds, handlers, owners = { loop.relay.relay }, { function() relay_events(loop) end }, { false }
   local later = {}
   for plane in pairs(loop.planes) do
     for _, w in ipairs(plane:watch()) do

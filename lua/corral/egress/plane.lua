@@ -40,6 +40,14 @@ M.MARK = 42
 M.TTL = 60
 M.TCP_DNS_MAX = 32
 M.TCP_DNS_IDLE = 5
+-- Queries answered on one DNS-over-TCP connection (pipelined, RFC 7766 6.2.1.1), after
+-- which it is closed. Each answer is at most 301 bytes framed (the codec's largest), so
+-- 16 fit in the 16 KiB a new TCP socket may send before the tenant reads (tcp_wmem's
+-- default): the responder's blocking write can never wait on a tenant that only writes.
+M.TCP_DNS_QUERIES = 16
+-- Largest query accepted over TCP (the length prefix): the UDP size of RFC 1035; larger
+-- closes the connection.
+M.TCP_DNS_MSG_MAX = 512
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
                 max_connections = true, idle = true, connect_timeout = true, link = true }
 local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
@@ -151,7 +159,6 @@ end
 function M.new(id, network)
   network = network or {}
   local self = setmetatable({ id = id, network = network, tcp_dns = {},
-    tcp_dns_started = {},
     max_connections = network.max_connections or 256, idle = network.idle or 300,
     connect_timeout = network.connect_timeout or 10 }, Plane)
   local function fail(what, err)
@@ -228,7 +235,7 @@ function Plane:service_relay(loop, client, ctx)
   local id, err = loop.relay:add_connect(client, "127.0.0.1", self.service_port, { mark = M.MARK,
     netns = self.netns, timeout = 2, idle = self.idle, key = self.id .. "/inbound" })
   if not id then return deny(self, client, ctx, "service port: " .. tostring(err)) end
-  ctx.verdict = "allow"
+  ctx.verdict, ctx.reason, ctx.bytes = "allow", "service port " .. self.service_port, 0
   loop.pending[id] = ctx
   events.emit(ctx)
 end
@@ -273,28 +280,93 @@ function Plane:watch()
   if self.service then
     w[#w + 1] = { fd = self.service, on = function(loop) self:service_accept(loop) end }
   end
+  self:dns_tcp_reap(core.monotime())
   for conn in pairs(self.tcp_dns) do
     w[#w + 1] = { fd = conn, conn = true, owner = self.id, on = function() self:dns_tcp_read(conn) end }
   end
   return w
 end
 
--- A name as the tenant sent it, safe to log: the codec hands back any byte a label may
--- hold, so everything but hostname characters is written as \ddd (as dig does).
+-- A name as the tenant sent it, safe to log. The codec hands it back in presentation
+-- form, every byte outside hostname characters already written \ddd (as dig does, so a
+-- label "api.rt2" is api\046rt2): that is kept as it is. Anything else that could reach
+-- here (a backslash not starting \ddd, a control byte) is escaped, once.
 local function printable(name)
   if type(name) ~= "string" then return nil end
+  name = name:sub(1, 1024)
   if not name:find("[^%w%.%-_*]") then return name end
-  return (name:sub(1, 255):gsub("[^%w%.%-_*]", function(c) return string.format("\\%03d", c:byte()) end))
+  local out, i = {}, 1
+  while i <= #name do
+    local c = name:sub(i, i)
+    if c == "\\" and name:find("^%d%d%d", i + 1) then
+      out[#out + 1] = name:sub(i, i + 3)
+      i = i + 4
+    else
+      out[#out + 1] = c:find("[^%w%.%-_*]") and string.format("\\%03d", c:byte()) or c
+      i = i + 1
+    end
+  end
+  return table.concat(out)
 end
+M.printable = printable
 
--- The answer to one DNS query: synthetic for allowed names, NXDOMAIN otherwise.
+-- Why a query the codec refused is malformed, for the log: the codec says only "Bad
+-- message"; the header and the question's shape say which rule it broke (the rules of
+-- core/lib/dns.c, read again here only to name them).
+local function malformed(msg)
+  if #msg < 12 then return string.format("%d bytes: shorter than a DNS header", #msg) end
+  local flags, qd, an, ns, ar = string.unpack(">I2I2I2I2I2", msg, 3)
+  if flags & 0x8000 ~= 0 then return "a response (QR set), not a query: not answered" end
+  if flags & 0x7800 ~= 0 then return string.format("opcode %d: only QUERY (0) is answered", (flags >> 11) & 15) end
+  if qd ~= 1 then return string.format("QDCOUNT %d: exactly one question is answered", qd) end
+  if an ~= 0 or ns ~= 0 then return string.format("ANCOUNT %d, NSCOUNT %d: a query carries neither", an, ns) end
+  if ar > 1 then return string.format("ARCOUNT %d: at most one (OPT) record", ar) end
+  local o, wire = 13, 0
+  while true do
+    local l = msg:byte(o)
+    if not l then return "the question's name is truncated" end
+    wire = wire + 1 + l
+    if l == 0 then break end
+    if l >= 0xc0 then return "a compression pointer in the question's name" end
+    if l > 63 then return string.format("label type or length %d in the question's name", l) end
+    if wire + 1 > 255 then return "the question's name is longer than 255 octets" end
+    if o + l > #msg then return "the question's name is truncated" end
+    o = o + 1 + l
+  end
+  o = o + 1
+  if #msg < o + 3 then return "the question is truncated (no QTYPE/QCLASS)" end
+  o = o + 4
+  if ar == 1 then
+    if #msg < o + 10 or msg:byte(o) ~= 0 or string.unpack(">I2", msg, o + 1) ~= 41 then
+      return "the additional record is not an OPT record"
+    end
+    o = o + 11 + string.unpack(">I2", msg, o + 9)
+    if o - 1 > #msg then return "the OPT record is truncated" end
+  end
+  if #msg > o - 1 then return string.format("%d bytes after the question", #msg - (o - 1)) end
+  return "malformed"
+end
+M.malformed = malformed
+
+local ANSWER_OF = { [core.dns.FORMERR] = "formerr", [core.dns.NOTIMP] = "notimp" }
+
+-- The answer to one DNS query: synthetic for allowed names, NXDOMAIN otherwise. A query
+-- the codec refuses is answered as its contract says (FORMERR, NOTIMP, or dropped) and
+-- logged as a deny with the reason.
 function Plane:answer(query)
-  local q = core.dns.parse(query)
-  if not q then return core.dns.answer(query, core.dns.FORMERR) end
+  local q, perr, errno = core.dns.parse(query)
+  if not q then
+    local rcode = errno and core.dns.error_rcode(errno)
+    events.emit({ sandbox = self.id, kind = "dns", answer = ANSWER_OF[rcode] or "dropped", verdict = "deny",
+      reason = "malformed query: " .. malformed(query) .. " (" .. tostring(perr) .. ")", bytes = 0 })
+    if not rcode then return nil end
+    return core.dns.answer(query, rcode)
+  end
   local name = q.name
+  local policy = egress.registry:get(self.id)
   local allowed, why = nil, "not a hostname"
-  if q.hostname then allowed, why = decision.resolvable(name, egress.registry:get(self.id)) end
-  local verdict, rcode, addr, reason
+  if q.hostname then allowed, why = decision.resolvable(name, policy) end
+  local verdict, rcode, addr, reason, ip
   if not allowed then
     rcode, verdict, reason = core.dns.NXDOMAIN, "nxdomain", why
   elseif q.qclass ~= 1 or (q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA) then
@@ -303,12 +375,14 @@ function Plane:answer(query)
     -- A link has an IPv4 route only: answer AAAA with no address (NODATA) so that
     -- clients go straight to the IPv4 synthetic address instead of an unroutable one.
     rcode, verdict = core.dns.NOERROR, "nodata"
+    reason = "no IPv6 route on the sandbox's link (allowed by " .. M.entry_of(name, policy) .. ")"
   else
     local text, bytes = self.synth:address(name, q.qtype == core.dns.A and "inet" or "inet6")
     -- `address` answers nil and an error table on failure: only a text address and its
     -- 4 or 16 bytes are an answer.
     if type(text) == "string" and type(bytes) == "string" and (#bytes == 4 or #bytes == 16) then
-      addr, rcode, verdict = bytes, core.dns.NOERROR, "answered"
+      addr, rcode, verdict, ip = bytes, core.dns.NOERROR, "answered", text
+      reason = "allowed by " .. M.entry_of(name, policy)
     else
       rcode, verdict = core.dns.SERVFAIL, "servfail"
       reason = tostring(text == nil and bytes or "no synthetic address")
@@ -318,11 +392,29 @@ function Plane:answer(query)
   -- a tenant learns nothing from it either way.
   if q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA then
     rcode, verdict, reason = core.dns.REFUSED, "refused", "only A and AAAA queries are answered"
+  elseif q.qclass ~= 1 and allowed then
+    reason = "only class IN is answered"
   end
   -- verdict is allow/deny like every decision; `answer` says what the responder sent.
-  events.emit({ sandbox = self.id, kind = "dns", name = printable(name), qtype = q.qtype, answer = verdict,
+  events.emit({ sandbox = self.id, kind = "dns", name = printable(name), ip = ip, qtype = q.qtype, answer = verdict,
     verdict = verdict == "answered" and "allow" or "deny", reason = reason, bytes = 0 })
   return core.dns.answer(query, rcode, addr, M.TTL)
+end
+
+--- What made a name resolvable, for the log: the allowlist entry that matches it, or
+-- the decide hook (which decides each connection).
+-- @tparam string name
+-- @tparam table policy
+-- @treturn string
+function M.entry_of(name, policy)
+  local al = type(policy) == "table" and policy.allowlist
+  local n = allowlist.normalize_name(name)
+  if n and al and allowlist.is_allowlist(al) then
+    local e = al:match({ name = n })
+    if e then return e.text end
+  end
+  if type(policy) == "table" and policy.decide then return "the decide hook (asked at connect)" end
+  return "the policy"
 end
 
 -- One query, protected: an error answers SERVFAIL (when the query can be answered at
@@ -346,50 +438,58 @@ function Plane:dns_udp_ready()
   end
 end
 
+function Plane:dns_tcp_drop(conn)
+  if self.tcp_dns[conn] then
+    self.tcp_dns[conn] = nil
+    conn:close()
+  end
+end
+
+-- Closes the DNS-over-TCP connections silent for TCP_DNS_IDLE seconds (since the accept
+-- or the last answer); answers how many remain.
+function Plane:dns_tcp_reap(now)
+  local n = 0
+  for conn, st in pairs(self.tcp_dns) do
+    if now - st.last > M.TCP_DNS_IDLE then self:dns_tcp_drop(conn) else n = n + 1 end
+  end
+  return n
+end
+
 function Plane:dns_tcp_accept()
   local c = core.tcp_accept(self.dns_tcp, 0)
   if not c then return end
   -- Bounded: a tenant holding connections open must not exhaust the host's fds, so past
   -- the cap, and past a few seconds of silence, DNS over TCP is closed.
-  local n, now = 0, core.monotime()
-  for conn, started in pairs(self.tcp_dns_started) do
-    if now - started > M.TCP_DNS_IDLE then
-      self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
-      conn:close()
-    else
-      n = n + 1
-    end
-  end
-  if n >= M.TCP_DNS_MAX then c:close() return end
-  self.tcp_dns[c], self.tcp_dns_started[c] = "", now
+  local now = core.monotime()
+  if self:dns_tcp_reap(now) >= M.TCP_DNS_MAX then c:close() return end
+  self.tcp_dns[c] = { buf = "", last = now, served = 0 }
 end
 
--- DNS over TCP: a 2-byte length, then the message; one query per connection suffices
--- for resolvers falling back from truncation and for `dig +tcp`.
+-- DNS over TCP: each message a 2-byte length, then the message. Queries pipelined on one
+-- connection are answered in order (RFC 7766 6.2.1.1), up to TCP_DNS_QUERIES; then, or
+-- on a query longer than TCP_DNS_MSG_MAX, at the client's end, or after TCP_DNS_IDLE
+-- seconds of silence, the connection is closed.
 function Plane:dns_tcp_read(conn)
-  local chunk = core.read(conn, 4096)
-  if not chunk or chunk == "" then
-    self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
-    conn:close()
-    return
-  end
-  local buf = self.tcp_dns[conn] .. chunk
-  if #buf > 2 + 512 then
-    self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
-    conn:close()
-    return
-  end
-  if #buf >= 2 then
+  local st = self.tcp_dns[conn]
+  if not st then return end
+  local chunk, _, errno = core.read(conn, 4096)
+  if not chunk and errno == core.errno.EAGAIN then return end
+  if not chunk or chunk == "" then return self:dns_tcp_drop(conn) end
+  local buf = st.buf .. chunk
+  while #buf >= 2 do
     local len = buf:byte(1) * 256 + buf:byte(2)
-    if #buf >= 2 + len then
-      local reply = self:answer_safely(buf:sub(3, 2 + len))
-      if reply then core.write(conn, string.char(#reply // 256, #reply % 256) .. reply) end
-      self.tcp_dns[conn], self.tcp_dns_started[conn] = nil, nil
-      conn:close()
-      return
+    if len > M.TCP_DNS_MSG_MAX then return self:dns_tcp_drop(conn) end
+    if #buf < 2 + len then break end
+    local reply = self:answer_safely(buf:sub(3, 2 + len))
+    buf = buf:sub(3 + len)
+    st.served, st.last = st.served + 1, core.monotime()
+    if reply then
+      local framed = string.char(#reply // 256, #reply % 256) .. reply
+      if core.write(conn, framed) ~= #framed then return self:dns_tcp_drop(conn) end
     end
+    if st.served >= M.TCP_DNS_QUERIES then return self:dns_tcp_drop(conn) end
   end
-  self.tcp_dns[conn] = buf
+  st.buf = buf
 end
 
 -- The host-side addresses for a permitted name: the operator's resolver, else the host's.
@@ -481,20 +581,32 @@ function Plane:connect(loop, client, ctx)
   -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
   -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
   -- which the ruleset's mark rules exempt from the redirect.
+  -- The connection joins its destination's relay (`corral.egress.loop`), which is what
+  -- `recheck` cuts when the policy stops allowing the destination.
   local id, cerr = loop.relay:add_connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
-    mark = self.link and M.MARK or nil, netns = self.link and self.netns or nil })
+    mark = self.link and M.MARK or nil, netns = self.link and self.netns or nil },
+    { name = name, ip = (not name) and ip or nil, port = port })
   if not id then return deny(self, client, ctx, "upstream: " .. tostring(cerr)) end
-  ctx.verdict, ctx.reason, ctx.entry = "allow", verdict.reason, verdict.entry
+  ctx.verdict, ctx.reason, ctx.entry, ctx.bytes = "allow", verdict.reason, verdict.entry, 0
   loop.pending[id] = ctx
   events.emit(ctx)
+end
+
+--- Decides a destination again with the sandbox's current policy, as `connect` did.
+-- @tparam table dest `{name =, ip =, port =}` (ip only for an IP destination)
+-- @treturn nil|string nil while allowed, else why not
+function Plane:redecide(dest)
+  local v = decision.decide({ sandbox = self.id, name = dest.name, ip = dest.ip, port = dest.port },
+    egress.registry:get(self.id), self:host_env())
+  if v.verdict ~= "allow" then return v.reason or "denied" end
 end
 
 --- Releases everything the plane holds; idempotent.
 function Plane:close()
   egress.registry:remove(self.id)
   for conn in pairs(self.tcp_dns or {}) do conn:close() end
-  self.tcp_dns, self.tcp_dns_started = {}, {}
+  self.tcp_dns = {}
   for _, k in ipairs({ "service", "acceptor", "dns_tcp", "dns_udp", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
   end

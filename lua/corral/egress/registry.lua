@@ -3,7 +3,9 @@
 -- A tenant has no path to it. A policy is a live table `{sandbox =, allowlist =,
 -- decide =, budget =, internal =, synthetic =}`; `allow` and `revoke` change its
 -- allowlist in place, so the next `decide` (which reads the policy afresh) sees the
--- change. Connections already relayed are not affected.
+-- change. Connections already relayed are not affected here: the registry holds policy
+-- only; `corral.egress.revoke(sb, entry, {cut = true})` and `corral.egress.recheck` re-decide
+-- and reset them on the data plane (`corral.egress.loop.recheck`).
 -- @module corral.egress.registry
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"

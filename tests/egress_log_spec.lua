@@ -1,0 +1,203 @@
+-- The egress log (red-team findings): a DNS flood must not crowd connection decisions
+-- out of the file, names are escaped once, every line carries the issue's fields, and
+-- queries answered FORMERR/NOTIMP are logged. Every refusal is paired, in the same test,
+-- with a control that succeeds under the same setup.
+local core = require "corral.core"
+local events = require "corral.egress.events"
+local json = require "dkjson"
+local h = require "helpers"
+
+-- A DNS query: labels (a list of strings, each one label as on the wire), then opts
+-- `{id =, qtype =, qd =, ar =, tail =}` to break the shape.
+local function query(labels, o)
+  o = o or {}
+  local s = string.pack(">I2I2I2I2I2I2", o.id or 7, o.flags or 0x0100, o.qd or 1, 0, 0, o.ar or 0)
+  for _, l in ipairs(labels) do s = s .. string.char(#l) .. l end
+  return s .. "\0" .. string.pack(">I2I2", o.qtype or 1, 1) .. (o.tail or "")
+end
+
+local OPT = "\0" .. string.pack(">I2I2I4I2", 41, 1232, 0, 0)
+
+local function lines_of(text)
+  local out = {}
+  for line in (text or ""):gmatch("[^\n]+") do out[#out + 1] = assert(json.decode(line), line) end
+  return out
+end
+
+describe("egress log: budgets by class", function()
+  it("a DNS flood uses up only the DNS budget; connections keep theirs, denials theirs", function()
+    local t, got = 100, {}
+    local sub, flush = events.limit(function(ev) got[#got + 1] = ev end, 3, function() return t end)
+    for i = 1, 10 do sub({ sandbox = "a", kind = "dns", verdict = "deny", name = "q" .. i, bytes = 0 }) end
+    -- after the flood, in the same second: what the file must still show
+    sub({ sandbox = "a", kind = "connect", verdict = "allow", name = "ok.test", port = 443, bytes = 0 })
+    sub({ sandbox = "a", kind = "connect", verdict = "deny", name = "no.test", port = 443, bytes = 0 })
+    sub({ sandbox = "a", kind = "closed", verdict = "allow", name = "ok.test", port = 443, bytes = 1234 })
+    local kinds = {}
+    for _, e in ipairs(got) do kinds[#kinds + 1] = e.kind .. ":" .. e.verdict end
+    assert.are.same({ "dns:deny", "dns:deny", "dns:deny", "connect:allow", "connect:deny", "closed:allow" }, kinds)
+    -- the relayed class has its own limit too: a flood of allowed connections is summed
+    for i = 1, 4 do sub({ sandbox = "a", kind = "closed", verdict = "allow", bytes = 100 * i }) end
+    assert.are.equal(7, #got) -- one more relayed record fits (3 per class), three do not
+    t = 101.5
+    events.tick()
+    local sum = {}
+    for i = 8, #got do
+      assert.are.equal("suppressed", got[i].kind)
+      sum[got[i].class .. "/" .. got[i].verdict] = { got[i].suppressed, got[i].bytes }
+    end
+    assert.are.same({ ["dns/deny"] = { 7, 0 }, ["relayed/allow"] = { 3, 200 + 300 + 400 } }, sum)
+    flush()
+  end)
+
+  it("takes a rate per class, refuses unknown classes and bad rates", function()
+    local got = {}
+    local sub = events.limit(function(ev) got[#got + 1] = ev end, { dns = 1, refused = 2 }, function() return 5 end)
+    for _ = 1, 3 do sub({ sandbox = "s", kind = "dns", verdict = "allow" }) end
+    for _ = 1, 3 do sub({ sandbox = "s", kind = "connect", verdict = "deny" }) end
+    assert.are.equal(1 + 2, #got)
+    assert.has_error(function() events.limit(print, { dns = 1, http = 2 }) end)
+    assert.has_error(function() events.limit(print, 0) end)
+    assert.has_error(function() events.json_lines_writer("/tmp/x", { rate = { dns = -1 } }) end)
+  end)
+end)
+
+describe("egress log: fields", function()
+  it("writes sandbox, name, ip, port, verdict, reason and bytes on every line, null when absent", function()
+    local dir = h.tmpdir("fields")
+    local path = dir .. "/log.jsonl"
+    local writer, close = assert(events.json_lines_writer(path))
+    events.subscribe(writer)
+    events.emit({ sandbox = "f", kind = "dns", name = "nope.test", verdict = "deny", reason = "not allowed",
+      bytes = 0 })
+    events.emit({ sandbox = "f", kind = "connect", name = "ok.test", ip = "198.18.0.9", port = 443,
+      verdict = "allow", reason = "allowed by ok.test:443", bytes = 0 })
+    events.emit({ sandbox = "f", kind = "error", verdict = "deny", reason = "boom" })
+    events.unsubscribe(writer)
+    close()
+    local raw = h.read(path)
+    local got = lines_of(raw)
+    h.rmrf(dir)
+    assert.are.equal(3, #got)
+    for line in raw:gmatch("[^\n]+") do
+      for _, k in ipairs(events.LOG_FIELDS) do
+        assert.truthy(line:find('"' .. k .. '":', 1, true), k .. " missing: " .. line)
+      end
+    end
+    assert.matches('"ip":null', raw:match("^[^\n]+"))           -- the DNS deny: no address
+    assert.matches('"port":null', raw:match("^[^\n]+"))
+    assert.are.equal(0, got[1].bytes)
+    assert.are.equal("198.18.0.9", got[2].ip)                  -- control: present when known
+    assert.are.equal(443, got[2].port)
+    assert.are.equal(0, got[2].bytes)
+    assert.are.equal("boom", got[3].reason)
+  end)
+end)
+
+describe("egress log: names escaped once", function()
+  local plane = require "corral.egress.plane"
+
+  it("logs the codec's presentation form as it is, and escapes anything else once", function()
+    local q = assert(core.dns.parse(query({ "api.rt2", "example", "com" })))
+    assert.are.equal("api\\046rt2.example.com", q.name)                    -- the codec's form
+    assert.are.equal("api\\046rt2.example.com", plane.printable(q.name))   -- kept, not \092046
+    local sp = assert(core.dns.parse(query({ "a b\\c", "x" })))
+    assert.are.equal("a\\032b\\092c.x", plane.printable(sp.name))
+    assert.are.equal("pypi.org", plane.printable("pypi.org"))             -- control: a plain name
+    -- text that is not the codec's: a bare backslash or a control byte is escaped, once
+    assert.are.equal("a\\092b\\010", plane.printable("a\\b\n"))
+    assert.are.equal("\\046x", plane.printable("\\046x"))
+  end)
+end)
+
+describe("egress log: the responder's events #root #netns", function()
+  local plane = require "corral.egress.plane"
+  local loop = require "corral.egress.loop"
+  local egress = require "corral.egress"
+  local p, client
+  local seen = {}
+  local function collect(ev) if ev.sandbox == "log-dns" and ev.kind == "dns" then seen[#seen + 1] = ev end end
+
+  setup(function()
+    events.subscribe(collect)
+    p = assert(plane.new("log-dns", { allow = { "pypi.org:443", "*.example.com:443" } }))
+    loop.add(p)
+    client = assert(core.listen_in_netns(p.netns, "udp", "127.0.0.1", 0))
+  end)
+
+  teardown(function()
+    events.unsubscribe(collect)
+    if client then client:close() end
+    if p then
+      loop.remove(p)
+      p:close()
+    end
+  end)
+
+  -- Sends one query over UDP inside the sandbox's netns and serves the loop until its
+  -- answer arrives (nil after a second: dropped).
+  local function ask(q)
+    assert(core.udp_send(client, q, "127.0.0.1", 53))
+    local deadline = core.monotime() + 1
+    while core.monotime() < deadline do
+      loop.step(0.02)
+      if #(core.poll({ client }, 0) or {}) > 0 then return (core.udp_recv(client)) end
+    end
+  end
+
+  local function rcode(reply) return reply and (string.unpack(">I2", reply, 3) & 0xf) end
+
+  local function last_dns() return seen[#seen] end
+
+  it("an answered name carries its synthetic ip and the entry; a denied one neither", function()
+    local reply = ask(query({ "api", "example", "com" }))
+    assert.are.equal(0, rcode(reply))
+    local ev = last_dns()
+    local text = assert(egress.address("log-dns", "api.example.com"))
+    assert.are.equal("allow", ev.verdict)
+    assert.are.equal(text, ev.ip)
+    assert.are.equal(core.inet.format(reply:sub(-4)), ev.ip) -- the address the tenant was given
+    assert.is_nil(ev.port)
+    assert.are.equal("allowed by *.example.com:443", ev.reason)
+    assert.are.equal(0, ev.bytes)
+    assert.are.equal(3, rcode(ask(query({ "evil", "test" }))))
+    ev = last_dns()
+    assert.are.equal("deny", ev.verdict)
+    assert.is_nil(ev.ip)
+    assert.matches("not in the allowlist", ev.reason)
+    -- a label with a dot in it: NXDOMAIN, logged with the one escape
+    assert.are.equal(3, rcode(ask(query({ "api.rt2", "example", "com" }))))
+    assert.are.equal("api\\046rt2.example.com", last_dns().name)
+  end)
+
+  it("logs each malformed query as a deny with the rule it broke, and answers it as before", function()
+    local good = query({ "pypi", "org" })
+    local cases = {
+      { query({ "pypi", "org" }, { qd = 2 }), 1, "QDCOUNT 2" },
+      { query({}, { qd = 1 }):sub(1, 12) .. "\192\12" .. string.pack(">I2I2", 1, 1), 1, "compression pointer" },
+      { good .. "junk", 1, "4 bytes after the question" },
+      { query({ "pypi", "org" }, { ar = 2, tail = OPT .. OPT }), 1, "ARCOUNT 2" },
+      { query({ "pypi", "org" }, { flags = 0x1100 }), 4, "opcode 2" },
+    }
+    for _, c in ipairs(cases) do
+      local before = #seen
+      local reply = ask(c[1])
+      assert.are.equal(c[2], rcode(reply), c[3])
+      assert.are.equal(before + 1, #seen, c[3]) -- one event per query
+      local ev = last_dns()
+      assert.are.equal("deny", ev.verdict, c[3])
+      assert.are.equal(c[2] == 1 and "formerr" or "notimp", ev.answer, c[3])
+      assert.matches(c[3], ev.reason, nil, true)
+      assert.are.equal(0, ev.bytes)
+    end
+    -- a response (QR set) is dropped, as the codec's contract says, and still logged
+    assert.is_nil(p:answer(query({ "pypi", "org" }, { flags = 0x8100 })))
+    assert.are.equal("dropped", last_dns().answer)
+    assert.matches("QR set", last_dns().reason)
+    -- control: the same question, well formed (one OPT record is fine), is answered
+    local reply = ask(query({ "pypi", "org" }, { ar = 1, tail = OPT }))
+    assert.are.equal(0, rcode(reply))
+    assert.are.equal("allow", last_dns().verdict)
+    assert.are.equal("allowed by pypi.org:443", last_dns().reason)
+  end)
+end)
