@@ -12,42 +12,63 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* One level of the walk below: the directory's name in its parent, and its identity,
- * checked when the walk climbs back through "..". */
+/* One directory of the walk below: the subdirectories still to visit (gathered in one
+ * pass, so a directory is read once however many it holds: a red-team tenant's 20,000
+ * siblings took 148 s when each pass found only one), its name in its parent and the
+ * parent's identity, checked when the walk climbs back through "..". */
 struct level {
+    char **subs;
+    size_t n, next;
     char *name;
-    dev_t dev;
-    ino_t ino;
+    dev_t parent_dev;
+    ino_t parent_ino;
 };
 
-/* Unlinks every non-directory entry of the directory open at dfd; returns the name of
- * one subdirectory left (malloc'd), or NULL when none is. *err keeps the first error. */
-static char *unlink_entries(int dfd, int *err)
+static void level_free(struct level *l)
+{
+    for (size_t i = l->next; i < l->n; i++)
+        free(l->subs[i]);
+    free(l->subs);
+    free(l->name);
+}
+
+/* Unlinks every non-directory entry of the directory open at dfd and lists its
+ * subdirectories into l. *err keeps the first error. */
+static void read_level(int dfd, struct level *l, int *err)
 {
     int scan = dup(dfd);
-    if (scan < 0) {
-        if (!*err) *err = -errno;
-        return NULL;
-    }
-    DIR *d = fdopendir(scan);
+    DIR *d = scan >= 0 ? fdopendir(scan) : NULL;
     if (!d) {
         if (!*err) *err = -errno;
-        close(scan);
-        return NULL;
+        if (scan >= 0) close(scan);
+        return;
     }
-    char *subdir = NULL;
+    size_t cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (unlinkat(dfd, e->d_name, 0) == 0 || errno == ENOENT) continue;
-        if (errno == EISDIR || errno == EPERM) {
-            if (!subdir) subdir = strdup(e->d_name);
+        if (errno != EISDIR && errno != EPERM) {
+            if (!*err) *err = -errno;
             continue;
         }
-        if (!*err) *err = -errno;
+        if (l->n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            char **grown = realloc(l->subs, ncap * sizeof *grown);
+            if (!grown) {
+                if (!*err) *err = -ENOMEM;
+                break;
+            }
+            l->subs = grown;
+            cap = ncap;
+        }
+        if (!(l->subs[l->n] = strdup(e->d_name))) {
+            if (!*err) *err = -ENOMEM;
+            break;
+        }
+        l->n++;
     }
     closedir(d);
-    return subdir;
 }
 
 int corral_remove_tree(const char *path)
@@ -58,66 +79,65 @@ int corral_remove_tree(const char *path)
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -errno;
     /*
-     * Depth first with one fd and a stack of names: a tree as deep as its owner likes
+     * Depth first with one fd and a stack of levels: a tree as deep as its owner likes
      * (21,000 levels from a red-team tenant) must not run out of fds, which a recursion
-     * holding one per level did, leaving the tree behind. Climbing uses "..", checked
-     * against the identity recorded on the way down.
+     * holding one per level did, leaving the tree behind. Every name is visited once.
      */
-    struct level *stack = NULL;
-    size_t depth = 0, cap = 0;
-    int err = 0;
-    for (;;) {
-        char *sub = unlink_entries(fd, &err);
-        if (sub) {
-            int child = openat(fd, sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            struct stat cst;
-            if (child < 0 || fstat(child, &cst) < 0) {
+    struct level *stack = calloc(16, sizeof *stack);
+    size_t depth = 0, cap = 16;
+    int err = stack ? 0 : -ENOMEM;
+    if (stack) read_level(fd, &stack[depth++], &err);
+    while (depth > 0) {
+        struct level *top = &stack[depth - 1];
+        if (top->next < top->n) {
+            char *name = top->subs[top->next++];
+            int child = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            struct stat pst;
+            if (child < 0 || fstat(fd, &pst) < 0) {
                 if (!err) err = -errno;
                 if (child >= 0) close(child);
-                free(sub);
-                break; /* cannot go down: leave the rest rather than loop */
+                free(name); /* not removable: its parent's rmdir reports it */
+                continue;
             }
             if (depth == cap) {
-                size_t ncap = cap ? cap * 2 : 64;
-                struct level *n = realloc(stack, ncap * sizeof *n);
-                if (!n) {
+                struct level *grown = realloc(stack, cap * 2 * sizeof *grown);
+                if (!grown) {
                     close(child);
-                    free(sub);
-                    err = -ENOMEM;
+                    free(name);
+                    if (!err) err = -ENOMEM;
                     break;
                 }
-                stack = n;
-                cap = ncap;
+                stack = grown;
+                cap *= 2;
             }
-            struct stat pst;
-            fstat(fd, &pst);
-            stack[depth++] = (struct level){sub, pst.st_dev, pst.st_ino};
             close(fd);
             fd = child;
+            stack[depth] =
+                (struct level){.name = name, .parent_dev = pst.st_dev, .parent_ino = pst.st_ino};
+            read_level(fd, &stack[depth], &err);
+            depth++;
             continue;
         }
-        if (depth == 0) break;
-        struct level up = stack[--depth];
+        if (depth == 1) break; /* the root itself: rmdir(path) below */
+        struct level done = *top;
+        depth--;
         int parent = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct stat pst;
-        if (parent < 0 || fstat(parent, &pst) < 0 || pst.st_dev != up.dev || pst.st_ino != up.ino) {
+        if (parent < 0 || fstat(parent, &pst) < 0 || pst.st_dev != done.parent_dev ||
+            pst.st_ino != done.parent_ino) {
             if (!err) err = parent < 0 ? -errno : -ESTALE;
             if (parent >= 0) close(parent);
-            free(up.name);
+            level_free(&done);
             break;
         }
         close(fd);
         fd = parent;
-        /* A directory that will not go (a mount point, an entry that stayed) ends the
-         * walk: going down into it again would never finish. */
-        int gone = unlinkat(fd, up.name, AT_REMOVEDIR) == 0 || errno == ENOENT;
-        if (!gone && !err) err = -errno;
-        free(up.name);
-        if (!gone) break;
+        if (unlinkat(fd, done.name, AT_REMOVEDIR) < 0 && errno != ENOENT && !err) err = -errno;
+        level_free(&done);
     }
     close(fd);
     for (size_t i = 0; i < depth; i++)
-        free(stack[i].name);
+        level_free(&stack[i]);
     free(stack);
     if (rmdir(path) < 0 && errno != ENOENT && !err) err = -errno;
     return err;

@@ -62,7 +62,8 @@ struct opts {
     struct corral_relay_opts o;
     uint32_t mark;
     int timeout_ms;
-    int netns_fd; /* upstream made in this netns (the sandbox's own link); -1: here */
+    int netns_fd;         /* upstream made in this netns (the sandbox's own link); -1: here */
+    const char *port_key; /* the source-port slice's key (corral_port_slice); NULL: key */
 };
 
 /* Reads the options table at arg (absent: defaults). A key string stays referenced by
@@ -105,6 +106,11 @@ static void check_opts(lua_State *L, int arg, struct opts *p)
             luaL_argerror(L, arg, "max_per_key must be a non-negative integer");
         p->o.max_per_key = (int)m;
     }
+    lua_pop(L, 1);
+    if (lua_getfield(L, arg, "port_key") == LUA_TSTRING)
+        p->port_key = lua_tostring(L, -1); /* still referenced by the table */
+    else if (!lua_isnil(L, -1))
+        luaL_argerror(L, arg, "port_key must be a string");
     lua_pop(L, 1);
     int t = lua_getfield(L, arg, "key");
     if (t == LUA_TSTRING) {
@@ -202,8 +208,9 @@ static int l_add_connect(lua_State *L)
     int in_progress = 0;
     /* In the host's netns, the sandbox's connections draw source ports from its own
      * slice (see corral_port_slice); from a sandbox's own link they have its netns. */
-    int up = corral_connect_marked_start((struct sockaddr *)&ss, len, p.mark, p.netns_fd,
-                                         p.netns_fd < 0 ? p.o.key : NULL, &in_progress, &what);
+    int up = corral_connect_marked_start(
+        (struct sockaddr *)&ss, len, p.mark, p.netns_fd,
+        p.netns_fd < 0 ? (p.port_key ? p.port_key : p.o.key) : NULL, &in_progress, &what);
     if (up < 0) {
         corral_reset(client);
         return corral_pushfail(L, what, up);

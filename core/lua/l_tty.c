@@ -43,6 +43,9 @@ static int l_tty_restore(lua_State *L)
     struct tty_state st;
     memcpy(&st, s, sizeof st);
     if (tcsetattr(fd, TCSANOW, &st.tio) < 0) return corral_pushfail(L, "tcsetattr", errno);
+    /* Exclusive mode is not in termios: a tenant's TIOCEXCL outlived the run (a red-team
+     * run). corral never sets it, so clearing it restores what was found. */
+    ioctl(fd, TIOCNXCL);
     if (st.has_ws && ioctl(fd, TIOCSWINSZ, &st.ws) < 0)
         return corral_pushfail(L, "TIOCSWINSZ", errno);
     lua_pushboolean(L, 1);

@@ -147,6 +147,9 @@ function M.network_options(opts)
     end
     link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
              peer_address = peer ~= "" and peer or nil }
+    if not core.lstat(link.peer_netns) then
+      return nil, errors.invalid_argument("--link", link.peer_netns .. ": no such network namespace")
+    end
   end
   if #allow == 0 and #(opts.internal or {}) == 0 and not resolve and not link then return nil end
   return { allow = allow, internal = opts.internal, resolve = resolve, link = link }

@@ -50,6 +50,9 @@ function M.acquire(sb)
       M.release(st)
       return nil, err
     end
+    -- Source ports come from a slice chosen by the storage path, unique per sandbox on
+    -- the host (the id is not: every plain `corral run` is "tenant").
+    st.plane.port_key = sandbox.storage_path(sb)
     require("corral.egress.loop").add(st.plane)
     if sb.service_port then
       ok, err = st.plane:serve(sb.service_port)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -91,6 +92,29 @@ static void removal_of_a_deep_tree(void)
     CHECK(!exists("deep"));
 }
 
+/* Many siblings are removed in time linear in their number: each directory is read
+ * once. (20,000 took 148 s when every pass returned one subdirectory.) */
+static void removal_of_a_wide_tree(void)
+{
+    CHECK(mkdir(at("wide"), 0755) == 0);
+    int fd = open(at("wide"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int made = 0;
+    char name[32];
+    for (int i = 0; i < 20000 && fd >= 0; i++) {
+        snprintf(name, sizeof name, "d%d", i);
+        if (mkdirat(fd, name, 0755) == 0) made++;
+    }
+    if (fd >= 0) close(fd);
+    CHECK(made == 20000); /* control: the tree is as wide as asked */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(corral_remove_tree(at("wide")) == 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(!exists("wide"));
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("removed 20,000 sibling directories in %.2f s\n", s);
+}
+
 static void access_as_another_identity(void)
 {
     CHECK(mkdir(at("open"), 0711) == 0);
@@ -118,6 +142,7 @@ int main(void)
     CHECK(chmod(base, 0711) == 0);
     removal_never_follows_links();
     removal_of_a_deep_tree();
+    removal_of_a_wide_tree();
     if (geteuid() == 0) access_as_another_identity();
     CHECK(corral_remove_tree(base) == 0);
     CHECK(access(base, F_OK) < 0 && errno == ENOENT);

@@ -585,6 +585,7 @@ function Plane:connect(loop, client, ctx)
   -- `recheck` cuts when the policy stops allowing the destination.
   local id, cerr = loop.relay:add_connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
+    port_key = self.port_key,
     mark = self.link and M.MARK or nil, netns = self.link and self.netns or nil },
     { name = name, ip = (not name) and ip or nil, port = port })
   if not id then return deny(self, client, ctx, "upstream: " .. tostring(cerr)) end
