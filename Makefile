@@ -34,7 +34,7 @@ WARN = -std=gnu11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototype
 incflag = $(if $(1),-I$(1))
 libflag = $(if $(1),-L$(1))
 CORE_CFLAGS = $(WARN) $(OPT) $(SAN) -fPIC -fvisibility=hidden -D_GNU_SOURCE \
-       -Icore/lib -Icore/lua $(call incflag,$(LUA_INCDIR)) \
+       -Icore/lib -Icore/lua -I$(BUILD)/gen $(call incflag,$(LUA_INCDIR)) \
        $(call incflag,$(CAP_INCDIR)) $(call incflag,$(MNL_INCDIR)) \
        $(call incflag,$(NFTNL_INCDIR)) $(call incflag,$(SECCOMP_INCDIR))
 EXT_LIBS = $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(MNL_LIBDIR)) \
@@ -84,6 +84,18 @@ $(BUILD)/obj/lib/%.o: core/lib/%.c $(HEADERS)
 	@echo "  CC      $<"
 	@$(CC) $(CORE_CFLAGS) $(CFLAGS) -c -o $@ $<
 
+# The seccomp programs corral installs, built once here by libseccomp instead of at
+# every launch (core/gen/seccomp_tables.c says what it saves).
+$(BUILD)/gen/seccomp_tables.h: core/gen/seccomp_tables.c core/lib/seccomp.c core/lib/seccomp.h
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	@$(CC) $(CORE_CFLAGS) $(CFLAGS) -o $(BUILD)/gen/seccomp_tables core/gen/seccomp_tables.c \
+	    core/lib/seccomp.c $(EXT_LIBS)
+	@$(BUILD)/gen/seccomp_tables > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/lib/confine.o $(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o: \
+    $(BUILD)/gen/seccomp_tables.h
+
 $(BUILD)/obj/lua/%.o: core/lua/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -130,7 +142,7 @@ install: all
 
 lint:
 	luacheck lua tests scripts/*.lua
-	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.c tests/c/*.[ch]
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.c core/gen/*.c tests/c/*.[ch]
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
 asan: deps

@@ -51,6 +51,7 @@
 #include "path.h"
 #include "reaper.h"
 #include "seccomp.h"
+#include "seccomp_tables.h" /* generated, see core/gen/seccomp_tables.c */
 
 #define MAX_EXTRAS 64
 
@@ -565,10 +566,9 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, c
      * caller's shell, which runs them unconfined (found by a red-team run with
      * dev.tty.legacy_tiocsti=1). A new session would also stop it but would take the
      * terminal from an interactive command; the filter takes only the ioctl. */
-    struct corral_bpf tty = {0};
-    r = corral_seccomp_tty_program(&tty);
-    if (r == 0) r = corral_seccomp_install(&tty);
-    corral_bpf_free(&tty);
+    struct corral_bpf tty = {(struct sock_filter *)corral_tty_filter,
+                             sizeof corral_tty_filter / sizeof corral_tty_filter[0]};
+    r = corral_seccomp_install(&tty); /* only reads the table */
     if (r < 0) {
         diag(r, "%s", "seccomp (terminal ioctls)");
         return CORRAL_EXIT_SETUP;

@@ -22,6 +22,7 @@
 #include "lcorral.h"
 #include "reaper.h"
 #include "seccomp.h"
+#include "seccomp_tables.h" /* generated */
 #include "spawn.h"
 
 #define PROC_TYPE "corral.process"
@@ -254,22 +255,15 @@ static int l_spawn(lua_State *L)
     plan.cgroup_procs_fds = cgfds;
     plan.n_cgroup_fds = ncg;
 
-    struct corral_bpf bpf = {0};
+    /* The tenant program as built at build time (core/gen/seccomp_tables.c). */
+    struct corral_bpf bpf = {(struct sock_filter *)corral_tenant_filter,
+                             sizeof corral_tenant_filter / sizeof corral_tenant_filter[0]};
     int r = 0;
-    if (opt_bool(L, 1, "seccomp")) {
-        r = corral_seccomp_tenant_program(&bpf);
-        if (r < 0) {
-            for (size_t i = 0; i < ncg; i++)
-                close(cgfds[i]);
-            return corral_pushfail(L, "seccomp", r);
-        }
-        plan.seccomp = &bpf;
-    }
+    if (opt_bool(L, 1, "seccomp")) plan.seccomp = &bpf;
 
     struct corral_spawn_result res;
     const char *step = "";
     r = corral_spawn(&plan, &res, &step);
-    corral_bpf_free(&bpf);
     for (size_t i = 0; i < ncg; i++)
         close(cgfds[i]);
     if (r < 0) {

@@ -27,6 +27,7 @@
 
 #include "check.h"
 #include "seccomp.h"
+#include "seccomp_tables.h"
 
 #ifndef __X32_SYSCALL_BIT
 #define __X32_SYSCALL_BIT 0x40000000
@@ -225,11 +226,28 @@ static void expect(const struct outcome *o, enum call c, int want_err, const cha
     CHECK(ok);
 }
 
+/* The table the confinement wrapper installs (generated at build time) is the program
+ * libseccomp builds now: a stale table would fail here, not in the field. */
+static void tty_table_is_current(void)
+{
+    struct corral_bpf fresh;
+    CHECK(corral_seccomp_tty_program(&fresh) == 0);
+    CHECK(fresh.len == sizeof corral_tty_filter / sizeof corral_tty_filter[0]);
+    CHECK(fresh.insns && memcmp(fresh.insns, corral_tty_filter, sizeof corral_tty_filter) == 0);
+    corral_bpf_free(&fresh);
+    CHECK(corral_seccomp_tenant_program(&fresh) == 0);
+    CHECK(fresh.len == sizeof corral_tenant_filter / sizeof corral_tenant_filter[0]);
+    CHECK(fresh.insns &&
+          memcmp(fresh.insns, corral_tenant_filter, sizeof corral_tenant_filter) == 0);
+    corral_bpf_free(&fresh);
+}
+
 int main(void)
 {
     struct corral_bpf prog;
     CHECK(corral_seccomp_tenant_program(&prog) == 0);
     CHECK(prog.len > 0 && prog.insns != NULL);
+    tty_table_is_current();
 
     struct outcome plain[C_COUNT], filtered[C_COUNT];
     int rc_plain = -1, rc_filtered = -1;
