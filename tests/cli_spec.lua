@@ -157,6 +157,23 @@ describe("corral CLI", function()
     assert.is_nil(out:find("memory cap ended", 1, true), out)
   end)
 
+  it("run refuses a storage another sandbox is using, and takes it once it is free", function()
+    local dir = h.tmpdir("lockst")
+    os.execute("chmod 0711 " .. dir)
+    local st = dir .. "/shared"
+    local first = h.sh(h.host .. " run --storage " .. st .. " -- sh -c 'echo first-in; sleep 2' > " .. dir ..
+      "/first.out 2>&1 & echo $!"):match("%d+")
+    assert(h.wait_for(function() return (h.read(dir .. "/first.out") or ""):find("first-in", 1, true) ~= nil end, 5),
+      h.read(dir .. "/first.out"))
+    local out, status = h.corral("run", "--storage", st, "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("in use by another sandbox", out)
+    assert(h.wait_for(function() return not h.sh("ps -p " .. first .. " -o pid="):match("%d") end, 10))
+    out, status = h.corral("run", "--storage", st, "--", "true")
+    assert.are.equal(0, status, out) -- control: once the first is done, the storage is free
+    h.rmrf(dir)
+  end)
+
   it("run puts the terminal back as it found it", function()
     local script = h.host .. " run -- sh -c 'stty -echo intr undef; stty -a | grep -o \"intr = [^;]*\"'; " ..
       "stty -a | grep -o \"intr = [^;]*\"; stty -a | grep -o \" -echo \" || echo echo-on"

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,6 +160,23 @@ static int l_listdir(lua_State *L)
     return 1;
 }
 
+/* core.lock_dir(path) → fd holding an exclusive flock on the directory | nil, msg, errno
+ * (EWOULDBLOCK: another holder). The lock lasts until the fd is closed. */
+static int l_lock_dir(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    corral_fd *f = corral_newfd(L); /* before the syscall: a raise cannot leak the fd */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return corral_pushfail(L, path, errno);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int err = errno;
+        close(fd);
+        return corral_pushfail(L, path, err);
+    }
+    f->fd = fd;
+    return 1;
+}
+
 int corral_open_fs(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"mkdir", l_mkdir},
@@ -168,6 +186,7 @@ int corral_open_fs(lua_State *L)
                                    {"remove_tree", l_remove_tree},
                                    {"access_as", l_access_as},
                                    {"listdir", l_listdir},
+                                   {"lock_dir", l_lock_dir},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

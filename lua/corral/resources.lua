@@ -30,6 +30,10 @@ function M.release(st)
     end
     st.cgroup = nil
   end
+  if st.storage_lock then
+    st.storage_lock:close()
+    st.storage_lock = nil
+  end
   return true
 end
 
@@ -39,11 +43,15 @@ end
 -- @return[2] nil
 -- @treturn[2] table error; nothing is left held
 function M.acquire(sb)
-  local ok, err = sandbox.prepare_storage(sb)
-  if not ok then return nil, err end
-  local st = { status = "provisioned" }
+  local ok, lock = sandbox.prepare_storage(sb)
+  if not ok then return nil, lock end
+  local err
+  local st = { status = "provisioned", storage_lock = lock }
   st.cgroup, err = limits.cgroup(sb)
-  if err then return nil, err end
+  if err then
+    M.release(st)
+    return nil, err
+  end
   if M.needs_plane(sb) then
     st.plane, err = require("corral.egress.plane").new(sb.id, sb.network)
     if not st.plane then

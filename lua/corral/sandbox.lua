@@ -204,11 +204,6 @@ end
 
 function M.prepare_storage(sb)
   local path, id = M.storage_path(sb), M.host_id(sb)
-  local holder = M.host_id_holder(sb)
-  if holder then
-    return nil, errors.invalid_argument("id", string.format(
-      "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
-  end
   -- A path that cannot hold a directory is the argument's fault (exit 2); anything else
   -- (out of space, say) is the host's.
   -- ENOENT, EACCES, ENOTDIR, EROFS, EPERM
@@ -254,7 +249,23 @@ function M.prepare_storage(sb)
     return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
       "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
   end
-  return true
+  -- Held until the sandbox is destroyed: two provisions of one storage at the same moment
+  -- both passed the holder check below, which only sees ids already running (a red-team
+  -- run started three at once). The lock is taken first, so the check cannot race.
+  local lock, lerr, lerrno = core.lock_dir(path)
+  if not lock then
+    if lerrno == 11 then -- EWOULDBLOCK
+      return nil, errors.invalid_argument("storage", path .. " is in use by another sandbox")
+    end
+    return nil, errors.cannot_enforce("filesystem_confinement", "cannot lock storage: " .. tostring(lerr))
+  end
+  local holder = M.host_id_holder(sb)
+  if holder then
+    lock:close()
+    return nil, errors.invalid_argument("id", string.format(
+      "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
+  end
+  return true, lock
 end
 
 --- The unprivileged host id a sandbox's root maps to: distinct per storage path (FNV-1a), in
