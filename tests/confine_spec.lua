@@ -153,12 +153,20 @@ describe("confine (control-plane profile) #root", function()
 
   it("survives the wrapper invoked again inside with a wider --permit", function()
     assert(os.execute("cp " .. h.host .. " " .. box .. "/corral"))
+    assert(os.execute("mkdir " .. box .. "/sub"))
     local spec = confine(CONTROL .. 'echo control-ok; ' ..
+      -- control: the wrapper does run nested (narrower; openat2 is ENOSYS inside, so the
+      -- boundary is opened by the component walk)
+      './corral exec-confined --layers landlock --permit "$PWD/sub" -- /bin/sh -c "echo nested-ok"; ' ..
       './corral exec-confined --permit / -- /bin/cat "$1/secret"; echo "ns-rc=$?"; ' ..
-      './corral exec-confined --layers landlock --permit / -- /bin/cat "$1/secret"; echo "ll-rc=$?"',
+      './corral exec-confined --layers landlock --permit / -- /bin/cat "$1/secret"; echo "ll-rc=$?"; ' ..
+      './corral exec-confined --layers landlock --permit "$(dirname "$PWD")" -- /bin/cat "$1/secret"; ' ..
+      'echo "wider-rc=$?"',
       nil, sib)
     local out = h.run_spec(spec)
     assert.matches("control%-ok", out)
+    assert.matches("nested%-ok", out)
+    assert.is_nil(out:match("wider%-rc=0"), out)
     assert.is_nil(out:find(SECRET, 1, true), out)
     assert.is_nil(out:match("ns%-rc=0"))
     assert.is_nil(out:match("ll%-rc=0"))

@@ -73,9 +73,11 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
     it("keeps writes outside /storage off the host", function()
       local marker = "corral-marker-" .. math.random(1e9)
       local out = run(sb, CONTROL .. 'echo x > /usr/' .. marker .. '; echo x > /etc/' .. marker ..
-        '; echo x > /' .. marker .. '; echo x > /tmp/' .. marker .. ' && echo tmp-private-ok; exit 0')
+        '; echo x > /' .. marker .. ' 2>/dev/null && echo ROOT-WRITABLE; ' ..
+        'echo x > /tmp/' .. marker .. ' && echo tmp-private-ok; exit 0')
       assert.matches("control%-ok", out)
       assert.matches("tmp%-private%-ok", out)
+      assert.is_nil(out:find("ROOT-WRITABLE", 1, true), out) -- not even a private, throwaway root
       for _, d in ipairs({ "/usr/", "/etc/", "/", "/tmp/" }) do
         assert.is_nil(h.read(d .. marker), d .. marker .. " reached the host")
       end

@@ -149,12 +149,50 @@ static int is_beneath(const char *path, const char *dir)
  * symlink swapped in after resolution (by whoever can write a parent) is refused, where
  * re-resolving at mount time bound wherever it pointed (found by a red-team run: 164 of
  * 300 launches redirected). Binds and Landlock rules then use this fd, not the path. */
+/* The same without openat2, which a kernel before 5.6 lacks and corral's own filter
+ * answers ENOSYS to (a wrapper run inside a confinement): component by component with
+ * O_NOFOLLOW, where a symlink opens as itself and is refused. Returns an O_PATH fd or
+ * -errno (-ELOOP for a symlink anywhere). */
+static int open_nofollow_walk(const char *path, int want_dir)
+{
+    char buf[PATH_MAX];
+    if (path[0] != '/' || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -EINVAL;
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    char *save = NULL;
+    for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        int next = openat(fd, c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        int err = errno;
+        close(fd);
+        if (next < 0) return -err;
+        struct stat st;
+        if (fstat(next, &st) < 0 || S_ISLNK(st.st_mode)) {
+            close(next);
+            return -ELOOP;
+        }
+        fd = next;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (want_dir && !S_ISDIR(st.st_mode))) {
+        close(fd);
+        return -ENOTDIR;
+    }
+    return fd;
+}
+
+/* A path opened with no symlink anywhere on it: openat2 where there is one. */
+static int open_no_symlinks(const char *path, int want_dir)
+{
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC | (want_dir ? O_DIRECTORY : 0),
+                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    if (fd < 0 && errno == ENOSYS) return open_nofollow_walk(path, want_dir);
+    return fd < 0 ? -errno : fd;
+}
+
 static int open_checked_dir(const char *resolved)
 {
-    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-    int fd = (int)syscall(SYS_openat2, AT_FDCWD, resolved, &how, sizeof how);
-    return fd < 0 ? -errno : fd;
+    return open_no_symlinks(resolved, 1);
 }
 
 static int resolve_dir_arg(const char *opt, const char *value, char **out, int *fd_out)
@@ -294,17 +332,15 @@ static int parse(int argc, char **argv, struct confine_opts *o)
      * race read outside files in 32 of 400 runs while the grant followed the path). */
     o->cmd_fd = -1;
     if (o->cmd[0] == '/') {
-        struct open_how how = {.flags = O_PATH | O_CLOEXEC,
-                               .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-        o->cmd_fd = (int)syscall(SYS_openat2, AT_FDCWD, o->cmd, &how, sizeof how);
+        o->cmd_fd = open_no_symlinks(o->cmd, 0);
         struct stat st;
         if (o->cmd_fd >= 0 && (fstat(o->cmd_fd, &st) < 0 || !S_ISREG(st.st_mode))) {
             diag(0, "%s is not a regular file", o->cmd);
             return -EINVAL;
         }
-        if (o->cmd_fd < 0 && errno != ENOENT) {
-            diag(errno, "%s changed after it was resolved", o->cmd);
-            return -errno;
+        if (o->cmd_fd < 0 && o->cmd_fd != -ENOENT) {
+            diag(o->cmd_fd, "%s changed after it was resolved", o->cmd);
+            return o->cmd_fd;
         }
     }
     return 0;
@@ -422,7 +458,12 @@ static int build_root(const struct confine_opts *o)
                                            CORRAL_BIND_RW | CORRAL_BIND_FROM_FD, o->extra_fds[i]};
     /* The command the caller named is granted read+execute even outside the runtime
      * set: it is the one file the caller asked to run. */
-    if (!covered_by_runtime(o->cmd) && !is_beneath(o->cmd, o->permit) && o->cmd_fd >= 0)
+    int cmd_inside = is_beneath(o->cmd, o->permit);
+    for (size_t i = 0; i < o->n_extras; i++)
+        cmd_inside |= is_beneath(o->cmd, o->extras[i]);
+    /* Bound on its own only when nothing bound already shows it: a bind over a file in
+     * a writable extra was refused (ETXTBSY) when the command was running there. */
+    if (!covered_by_runtime(o->cmd) && !cmd_inside && o->cmd_fd >= 0)
         binds[nb++] = (struct corral_bind){o->cmd, o->cmd, CORRAL_BIND_FROM_FD, o->cmd_fd};
     /* /etc/resolv.conf is often a link out of /etc; egress needs it. */
     char *resolv = NULL;

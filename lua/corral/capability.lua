@@ -12,6 +12,20 @@ local M = {}
 
 local cache = {}
 
+-- Where probes make their scratch directories: $TMPDIR when set (inside a confinement
+-- /tmp is read-only, and a nested `corral confine` could probe nothing), else /tmp.
+local function scratch_dir()
+  local t = os.getenv("TMPDIR")
+  return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
+end
+
+-- A file for a probe child's output, in a private directory of its own (never a
+-- guessable name in a shared /tmp). Returns its path and a function that removes both.
+local function scratch_file()
+  local dir = assert(core.mkdtemp(scratch_dir() .. "/corral-probe-"))
+  return dir .. "/out", function() core.remove_tree(dir) end
+end
+
 -- The control writes and reads back a file inside the boundary; the breach reads a
 -- file outside it. Exit 10: the control failed; 11: the breach succeeded. Shell builtins
 -- only, so the probe costs the wrapper and one sh (measured here: with cat and a popen
@@ -27,7 +41,7 @@ exit 0]]
 -- Runs argv (an absolute path first) directly, its stdout and stderr captured.
 -- Returns the output and the exit code (128+signal), or nil, error.
 local function capture_spawn(argv)
-  local out_path = os.tmpname()
+  local out_path, drop = scratch_file()
   local out = assert(io.open(out_path, "w"))
   local devnull = assert(io.open("/dev/null"))
   local proc, err = core.spawn({ plain = true, path = argv[1], argv = argv,
@@ -35,7 +49,7 @@ local function capture_spawn(argv)
   devnull:close()
   out:close()
   if not proc then
-    os.remove(out_path)
+    drop()
     return nil, err
   end
   local code = proc:wait(10)
@@ -44,14 +58,14 @@ local function capture_spawn(argv)
   local f = io.open(out_path)
   local text = f and f:read("a") or ""
   if f then f:close() end
-  os.remove(out_path)
+  drop()
   return text, code
 end
 
 local function probe_layer(layer)
   local host, why = core.host_executable()
   if not host then return false, why end
-  local dir, err = core.mkdtemp("/tmp/corral-probe-")
+  local dir, err = core.mkdtemp(scratch_dir() .. "/corral-probe-")
   if not dir then return false, err end
   local secret = dir .. "/outside/secret"
   local out, status
@@ -88,7 +102,7 @@ local function tenant_child(argv, opts)
     else binds[#binds + 1] = { src = p, dest = p, optional = true } end
   end
   for _, b in ipairs(opts.binds or {}) do binds[#binds + 1] = b end
-  local out_path = os.tmpname()
+  local out_path, drop = scratch_file()
   local out = assert(io.open(out_path, "w"))
   -- A probe's verdict must not depend on what the caller's stdin is (a directory there
   -- made every layer probe fail).
@@ -102,7 +116,7 @@ local function tenant_child(argv, opts)
   out:close()
   devnull:close()
   if not proc then
-    os.remove(out_path)
+    drop()
     return nil, err
   end
   local code = proc:wait(10)
@@ -111,12 +125,12 @@ local function tenant_child(argv, opts)
   local f = io.open(out_path)
   local text = f and f:read("a") or ""
   if f then f:close() end
-  os.remove(out_path)
+  drop()
   return text, code
 end
 
 local function with_tmpdir(fn)
-  local dir, err = core.mkdtemp("/tmp/corral-probe-")
+  local dir, err = core.mkdtemp(scratch_dir() .. "/corral-probe-")
   if not dir then return false, err end
   local ok, a, b, c = pcall(fn, dir)
   core.remove_tree(dir)

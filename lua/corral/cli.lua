@@ -65,7 +65,8 @@ function M.parse(argv, spec)
         if not v then
           i = i + 1
           v = argv[i]
-          if v == nil then return nil, errors.invalid_argument("--" .. name, "needs a value") end
+          -- `--permit -- CMD`: the option's value is missing, not "--"
+          if v == nil or v == "--" then return nil, errors.invalid_argument("--" .. name, "needs a value") end
         end
         if kind == "list" then
           opts[name][#opts[name] + 1] = v

@@ -58,7 +58,11 @@ function M.args(sb, argv, seccomp_fd)
   end
   add("--bind", sandbox.storage_path(sb), "/storage")
   if sb.workspace_path then add("--bind", sb.workspace_path, "/workspace") end
-  add("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/storage")
+  -- As native's: /tmp a capped tmpfs, and the root bubblewrap builds (a tmpfs of its
+  -- own) read-only once everything is mounted on it (a conformance run wrote to /).
+  local tmp_bytes = require("corral.mechanism.native").TMP_MIB * 1024 * 1024
+  add("--proc", "/proc", "--dev", "/dev", "--size", tostring(tmp_bytes), "--tmpfs", "/tmp",
+      "--remount-ro", "/", "--chdir", "/storage")
   if seccomp_fd then add("--seccomp", tostring(seccomp_fd)) end
   -- The environment is bubblewrap's own (the spawn gives it exactly the tenant's), not
   -- --setenv arguments: bwrap's command line is /proc/1/cmdline inside, and the values
