@@ -277,6 +277,35 @@ describe("egress #root #netns", function()
     assert.matches("hello%-from%-the%-internet", out) -- b's own egress works
   end)
 
+  it("refuses a port no entry names at the connect itself, and follows allow/revoke", function()
+    local egress = require "corral.egress"
+    local root = h.tmpdir("egress-ports")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "ports", storage_root = root, network = {
+      allow = { "logger.test:9444" }, internal = { net.cidr },
+      resolve = { ["pypi.org"] = net.ip, ["logger.test"] = net.ip } } }))
+    assert(corral.provision("native", sb))
+    local out_path = root .. "/out"
+    local function zscan()
+      assert(corral.exec("native", sb, { "sh", "-c", "nc -z -w 2 logger.test 9444; echo allowed=$?; " ..
+        "s=$(date +%s%N); nc -z -w 2 pypi.org 8080; echo other=$? ms=$(( ($(date +%s%N) - s) / 1000000 ))" },
+        { output = out_path }))
+      return h.read(out_path)
+    end
+    local out = zscan()
+    assert.matches("allowed=0", out)  -- control: a bare connect to an allowed port succeeds
+    assert.matches("other=[1-9]", out) -- a port no entry names: the connect itself fails,
+    assert.truthy(tonumber(out:match("ms=(%d+)")) < 1000, out) -- at once
+    assert(egress.allow(sb, "pypi.org:8080"))
+    assert.matches("other=0", zscan()) -- the ruleset followed the new entry
+    assert.truthy(egress.revoke(sb, "pypi.org:8080") >= 1)
+    out = zscan()
+    corral.destroy("native", sb)
+    h.rmrf(root)
+    assert.matches("allowed=0", out)
+    assert.matches("other=[1-9]", out) -- and the revocation
+  end)
+
   it("applies allow/revoke to the next connection, and a decide hook can only narrow", function()
     local egress = require "corral.egress"
     local root = h.tmpdir("egress-live")

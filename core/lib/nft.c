@@ -26,7 +26,7 @@
 #include "nft.h"
 #include "rtnl.h"
 
-#define MAX_RULES 24     /* the plan builds 16; the test hook adds one */
+#define MAX_RULES 48     /* the plan builds 16, and one per port range; the test hook one */
 #define MAX_READ 64      /* read-back beyond this is a mismatch anyway */
 #define BATCH_SIZE 65536 /* measured (strace): the apply batch is 3460 bytes */
 #define MSG_MAX 4096     /* room checked before each message is built */
@@ -83,6 +83,9 @@ static int plan_table(const struct corral_nft_plan *p, const char **table)
     if (!p || !p->dns_port || !p->acceptor_port) return -EINVAL;
     /* mark 0 would make `meta mark 0 return/accept` exempt every unmarked packet. */
     if (!p->mark) return -EINVAL;
+    if (p->n_tcp_ports > CORRAL_NFT_MAX_PORT_RANGES) return -EINVAL;
+    for (size_t i = 0; i < p->n_tcp_ports; i++)
+        if (!p->tcp_ports[i].lo || p->tcp_ports[i].hi < p->tcp_ports[i].lo) return -EINVAL;
     *table = p->table ? p->table : CORRAL_NFT_TABLE;
     size_t len = strlen(*table);
     return len == 0 || len >= NFT_TABLE_MAXNAMELEN ? -EINVAL : 0;
@@ -186,6 +189,20 @@ static void dport(struct builder *b, uint16_t port)
     uint16_t be = htons(port);
     payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, sizeof be);
     cmp(b, NFT_CMP_EQ, &be, sizeof be);
+}
+
+/* `th dport lo-hi` (a single port when lo == hi): ranges compare the big-endian bytes,
+ * which orders them as numbers, as nft itself emits it. */
+static void dport_range(struct builder *b, uint16_t lo, uint16_t hi)
+{
+    if (lo == hi) {
+        dport(b, lo);
+        return;
+    }
+    uint16_t blo = htons(lo), bhi = htons(hi);
+    payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 2, sizeof blo);
+    cmp(b, NFT_CMP_GTE, &blo, sizeof blo);
+    cmp(b, NFT_CMP_LTE, &bhi, sizeof bhi);
 }
 
 /* `ip daddr 127.0.0.0/8`: in an inet table the family is matched first; a /8 is a 1-byte
@@ -305,9 +322,20 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
         redirect(&b, p->dns_port);
     }
 
-    rule_begin(&b, table, nat);
-    l4proto(&b, IPPROTO_TCP);
-    redirect(&b, p->acceptor_port);
+    if (p->n_tcp_ports == 0) {
+        rule_begin(&b, table, nat);
+        l4proto(&b, IPPROTO_TCP);
+        redirect(&b, p->acceptor_port);
+    }
+    /* Only the ports some entry allows: the rest is reset at the SYN (filter_out's TCP
+     * reject), so a bare connect sees the refusal too (`nc -z` saw every port open when
+     * the acceptor took every connection to reset it). */
+    for (size_t i = 0; i < p->n_tcp_ports; i++) {
+        rule_begin(&b, table, nat);
+        l4proto(&b, IPPROTO_TCP);
+        dport_range(&b, p->tcp_ports[i].lo, p->tcp_ports[i].hi);
+        redirect(&b, p->acceptor_port);
+    }
 
     /* filter_out, policy drop */
     rule_begin(&b, table, filter);
@@ -532,6 +560,7 @@ int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan)
     if (err) return err;
 
     err = batch_init(&b);
+    if (!err && plan->replace) err = batch_table(&b, table, NFT_MSG_DELTABLE, 0);
     if (!err) err = batch_table(&b, table, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
     for (size_t i = 0; !err && i < NCHAINS; i++)
         err = batch_chain(&b, table, &CHAINS[i]);

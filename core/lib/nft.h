@@ -19,11 +19,25 @@
 #define CORRAL_NFT_FILTER_CHAIN "filter_out"
 #define CORRAL_NFT_INPUT_CHAIN "filter_in"
 
+#define CORRAL_NFT_MAX_PORT_RANGES 16
+
+struct corral_nft_port_range {
+    uint16_t lo, hi;
+};
+
 struct corral_nft_plan {
     const char *table;      /* NULL: CORRAL_NFT_TABLE */
     uint16_t dns_port;      /* udp/tcp 53 is redirected to 127.0.0.1 / [::1] this port */
     uint16_t acceptor_port; /* every other TCP connection is redirected here */
     uint32_t mark;          /* sockets with this SO_MARK bypass both chains; never 0 */
+    /* When not empty, only TCP to these destination ports is redirected to the acceptor;
+     * any other TCP connection meets the reset at its SYN, so connect() itself fails.
+     * Empty: every TCP connection is redirected (the acceptor decides them all). */
+    struct corral_nft_port_range tcp_ports[CORRAL_NFT_MAX_PORT_RANGES];
+    size_t n_tcp_ports;
+    /* apply: replace an existing table in the same transaction (delete, then create),
+     * so there is never a moment without the ruleset. */
+    bool replace;
     /* Test hook: appends to the batch one rule for a chain that does not exist, so the
      * kernel must reject the batch and create nothing. */
     bool test_bad_message;

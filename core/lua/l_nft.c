@@ -6,6 +6,7 @@
  *   core.nft.delete(netns_fd [, table]) -> true | nil, msg, errno
  *
  * plan = {dns_port = N, acceptor_port = N, mark = 42, table = "corral",
+ *         tcp_ports = {443, {8000, 8080}, …} (absent: every TCP port), replace = false,
  *         test_bad_message = false}
  */
 #include <stdint.h>
@@ -44,6 +45,35 @@ static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
     lua_pop(L, 1);
     lua_getfield(L, arg, "test_bad_message");
     p->test_bad_message = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, arg, "replace");
+    p->replace = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    /* tcp_ports = {{lo, hi}, …} or {port, …}; absent or empty: every TCP port */
+    if (lua_getfield(L, arg, "tcp_ports") == LUA_TTABLE) {
+        lua_Integer n = luaL_len(L, -1);
+        if (n > CORRAL_NFT_MAX_PORT_RANGES) luaL_argerror(L, arg, "tcp_ports: at most 16 ranges");
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_Integer lo, hi;
+            int isnum1 = 1, isnum2 = 1;
+            if (lua_geti(L, -1, i) == LUA_TTABLE) {
+                lua_geti(L, -1, 1);
+                lua_geti(L, -2, 2);
+                lo = lua_tointegerx(L, -2, &isnum1);
+                hi = lua_tointegerx(L, -1, &isnum2);
+                lua_pop(L, 2);
+            } else {
+                lo = hi = lua_tointegerx(L, -1, &isnum1);
+            }
+            lua_pop(L, 1);
+            if (!isnum1 || !isnum2 || lo < 1 || hi > 65535 || hi < lo)
+                luaL_argerror(L, arg, "tcp_ports: each a port or {lo, hi} within 1..65535");
+            p->tcp_ports[p->n_tcp_ports++] =
+                (struct corral_nft_port_range){(uint16_t)lo, (uint16_t)hi};
+        }
+    } else if (!lua_isnil(L, -1)) {
+        luaL_argerror(L, arg, "tcp_ports must be a list");
+    }
     lua_pop(L, 1);
 }
 

@@ -204,6 +204,43 @@ static void test_apply_verify_tamper_delete(void)
     CHECK(corral_nft_delete(ns_fd, "corral") == -ENOENT);
 }
 
+/* With tcp_ports, only those ports are redirected (the rest meets the TCP reset at its
+ * SYN); replace swaps the whole table in one transaction, and verify tells the plans
+ * apart. The catch-all plan is the control. */
+static void test_port_ranges_and_replace(void)
+{
+    int st;
+    struct corral_nft_plan ports = plan;
+    ports.tcp_ports[0] = (struct corral_nft_port_range){443, 443};
+    ports.tcp_ports[1] = (struct corral_nft_port_range){8000, 8080};
+    ports.n_tcp_ports = 2;
+    CHECK(corral_nft_apply(ns_fd, &ports) == 0);
+    CHECK(corral_nft_verify(ns_fd, &ports) == 0);
+    CHECK(corral_nft_verify(ns_fd, &plan) == -EPROTO);
+    static const char *const expect[] = {"tcp dport 443 redirect to :4000",
+                                         "tcp dport 8000-8080 redirect to :4000",
+                                         "meta l4proto tcp reject with tcp reset"};
+    char *out = run_capture(&st, "nft list table inet corral");
+    CHECK(st == 0 && out && in_order(out, expect, 3));
+    CHECK(out && !strstr(out, "meta l4proto tcp redirect")); /* no catch-all left */
+    free(out);
+
+    /* Replaced in place by the catch-all plan: one transaction, never absent. */
+    struct corral_nft_plan back = plan;
+    back.replace = true;
+    CHECK(corral_nft_apply(ns_fd, &back) == 0);
+    CHECK(corral_nft_verify(ns_fd, &plan) == 0);
+    CHECK(corral_nft_verify(ns_fd, &ports) == -EPROTO);
+    CHECK(corral_nft_delete(ns_fd, NULL) == 0);
+    CHECK(corral_nft_apply(ns_fd, &back) < 0); /* nothing to replace: refused, nothing made */
+    CHECK(corral_nft_verify(ns_fd, &plan) == -ENOENT);
+
+    struct corral_nft_plan bad = plan;
+    bad.tcp_ports[0] = (struct corral_nft_port_range){90, 80};
+    bad.n_tcp_ports = 1;
+    CHECK(corral_nft_apply(ns_fd, &bad) == -EINVAL);
+}
+
 static void test_bad_batch_creates_nothing(void)
 {
     int st;
@@ -519,6 +556,7 @@ int main(void)
     CHECK(ns_fd >= 0);
     if (ns_fd < 0) return DONE();
     test_apply_verify_tamper_delete();
+    test_port_ranges_and_replace();
     test_bad_batch_creates_nothing();
     test_bad_plans();
     test_end_to_end();

@@ -199,13 +199,72 @@ function M.new(id, network)
   if not self.dns_tcp then return fail("DNS responder (tcp)", err) end
   self.acceptor, self.acceptor_port = core.listen_in_netns(self.netns, "tcp", "::", 0)
   if not self.acceptor then return fail("acceptor", self.acceptor_port) end
-  local plan = { dns_port = self.dns_port, acceptor_port = self.acceptor_port, mark = M.MARK }
+  self.tcp_ports = M.tcp_ports(policy)
+  local plan = { dns_port = self.dns_port, acceptor_port = self.acceptor_port, mark = M.MARK,
+    tcp_ports = self.tcp_ports }
   ok, err = core.nft.apply(self.netns, plan)
   if not ok then return fail("nftables ruleset", err) end
   -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
   ok, err = core.nft.verify(self.netns, plan)
   if not ok then return fail("nftables read-back", err) end
+  egress.registry:watch(id, function(p) self:sync_ports(p) end)
   return self
+end
+
+local function same_ports(a, b)
+  if a == nil or b == nil then return a == b end
+  if #a ~= #b then return false end
+  for i = 1, #a do
+    if a[i][1] ~= b[i][1] or a[i][2] ~= b[i][2] then return false end
+  end
+  return true
+end
+
+--- The TCP ports some entry of the policy allows, as merged `{lo, hi}` ranges, or nil
+-- for "any port may be allowed": a decide hook, an entry without ports, or more ranges
+-- than the ruleset takes. Only these ports are redirected to the acceptor; TCP to any
+-- other is reset at its SYN, so a bare connect fails too (with every port redirected,
+-- the acceptor took each connection only to reset it, and `nc -z` saw the port open).
+-- @tparam table|nil policy
+-- @treturn table|nil
+function M.tcp_ports(policy)
+  if not policy or policy.decide or not policy.allowlist then return nil end
+  local spans = {}
+  for _, e in ipairs(policy.allowlist:entries()) do
+    if not e.ports then return nil end
+    for _, r in ipairs(e.ports) do spans[#spans + 1] = { r[1], r[2] } end
+  end
+  if #spans == 0 then return nil end
+  table.sort(spans, function(a, b) return a[1] < b[1] end)
+  local merged = { spans[1] }
+  for i = 2, #spans do
+    local last, r = merged[#merged], spans[i]
+    if r[1] <= last[2] + 1 then
+      last[2] = math.max(last[2], r[2])
+    else
+      merged[#merged + 1] = r
+    end
+  end
+  if #merged > 16 then return nil end
+  return merged
+end
+
+--- Brings the ruleset's redirected ports in line with the policy after `allow`,
+-- `revoke` or `set`: the table is replaced in one transaction (never a moment without
+-- it) and read back. On failure the old ruleset stays, which only ever refuses more.
+-- @tparam table|nil policy
+function Plane:sync_ports(policy)
+  local want = M.tcp_ports(policy)
+  if same_ports(want, self.tcp_ports) or not self.netns then return end
+  local plan = { dns_port = self.dns_port, acceptor_port = self.acceptor_port, mark = M.MARK, tcp_ports = want }
+  local ok, err = core.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
+  if ok then ok, err = core.nft.verify(self.netns, plan) end
+  if ok then
+    self.tcp_ports = want
+  else
+    events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0,
+      reason = "ruleset not updated for the new policy (it keeps refusing what it did): " .. tostring(err) })
+  end
 end
 
 --- Inbound: the host listens on 127.0.0.1 at a port the kernel chooses and relays each

@@ -68,7 +68,24 @@ function Registry:set(id, list, opts)
     synthetic = old and old.synthetic or synthetic.new(id, { limit = opts.synthetic_limit }),
   }
   self.policies[id] = policy
+  self:changed(id)
   return policy
+end
+
+--- Calls fn(policy) whenever a sandbox's policy changes through this registry (`set`,
+-- `allow`, `revoke`); one watcher per sandbox (its plane), nil to stop.
+-- @tparam string id
+-- @tparam function|nil fn
+function Registry:watch(id, fn)
+  check_id(id)
+  self.watchers = self.watchers or {}
+  self.watchers[id] = fn
+end
+
+-- Tells the sandbox's watcher; a watcher that raises does not undo the change.
+function Registry:changed(id)
+  local fn = self.watchers and self.watchers[id]
+  if fn then pcall(fn, self.policies[id]) end
 end
 
 --- Allows one more destination for a sandbox (creating its policy if it has none).
@@ -87,7 +104,9 @@ function Registry:allow(id, entry)
   elseif policy.allowlist == nil then
     policy.allowlist = allowlist.new()
   end
-  return policy.allowlist:add(e)
+  local added, aerr = policy.allowlist:add(e)
+  if added then self:changed(id) end
+  return added, aerr
 end
 
 --- Removes every entry equal to `entry` (same canonical text) from a sandbox's list.
@@ -102,7 +121,9 @@ function Registry:revoke(id, entry)
   if not e then return nil, err end
   local policy = self.policies[id]
   if not policy or not policy.allowlist then return 0 end
-  return policy.allowlist:remove(e)
+  local n = policy.allowlist:remove(e)
+  if n and n > 0 then self:changed(id) end
+  return n
 end
 
 --- A sandbox's live policy.
@@ -120,6 +141,7 @@ function Registry:remove(id)
   check_id(id)
   local had = self.policies[id] ~= nil
   self.policies[id] = nil
+  if self.watchers then self.watchers[id] = nil end
   return had
 end
 
