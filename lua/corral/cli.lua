@@ -347,8 +347,9 @@ dropped, the tenant seccomp filter. The environment starts from PATH HOME LANG T
 Egress: --allow ENTRY (pypi.org:443, *.pythonhosted.org:443, 10.20.0.0/16:5432,
 [2001:db8::1]:22; no port = any) lets the tenant connect there — any program, any TCP
 port, no proxy variables: its DNS gets synthetic addresses for allowed names and
-NXDOMAIN for the rest, and every connection is decided by the host, resolved on the host
-and relayed. --allow-file reads one entry per line (# comments). --internal CIDR admits
+NXDOMAIN for the rest; TCP to a port no entry names is reset at the connect (when
+every entry names its ports), and every other connection is decided by the host,
+resolved on the host and relayed. --allow-file reads one entry per line (# comments). --internal CIDR admits
 a private range that an allowed name resolves into. --resolve NAME=ADDR answers the
 host-side resolution of NAME from this table instead of the host's resolver. Every
 decision is written as a JSON line to --log-json. --service-port N relays a kernel-chosen
