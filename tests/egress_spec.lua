@@ -300,10 +300,22 @@ describe("egress #root #netns", function()
     assert.matches("other=0", zscan()) -- the ruleset followed the new entry
     assert.truthy(egress.revoke(sb, "pypi.org:8080") >= 1)
     out = zscan()
-    corral.destroy("native", sb)
-    h.rmrf(root)
     assert.matches("allowed=0", out)
     assert.matches("other=[1-9]", out) -- and the revocation
+    -- With every entry revoked no TCP is redirected at all: a bare connect to the
+    -- address behind the allowed port of before fails at the connect itself (before,
+    -- port 9444 was redirected and the acceptor accepted the literal to reset it).
+    local function literal()
+      assert(corral.exec("native", sb, { "sh", "-c", "nc -z -w 2 " .. net.ip .. " 9444; echo literal=$?" },
+        { output = out_path }))
+      return h.read(out_path)
+    end
+    assert.matches("literal=0", literal()) -- control: redirected, so the connect itself succeeds
+    assert.truthy(egress.revoke(sb, "logger.test:9444") >= 1)
+    out = literal()
+    corral.destroy("native", sb)
+    h.rmrf(root)
+    assert.matches("literal=[1-9]", out)
   end)
 
   it("applies allow/revoke to the next connection, and a decide hook can only narrow", function()

@@ -322,7 +322,7 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
         redirect(&b, p->dns_port);
     }
 
-    if (p->n_tcp_ports == 0) {
+    if (p->n_tcp_ports == 0 && !p->no_tcp) {
         rule_begin(&b, table, nat);
         l4proto(&b, IPPROTO_TCP);
         redirect(&b, p->acceptor_port);

@@ -35,6 +35,7 @@ struct corral_nft_plan {
      * Empty: every TCP connection is redirected (the acceptor decides them all). */
     struct corral_nft_port_range tcp_ports[CORRAL_NFT_MAX_PORT_RANGES];
     size_t n_tcp_ports;
+    bool no_tcp; /* no TCP redirected at all (nothing may be allowed): all reset at SYN */
     /* apply: replace an existing table in the same transaction (delete, then create),
      * so there is never a moment without the ruleset. */
     bool replace;

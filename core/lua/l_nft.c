@@ -6,7 +6,8 @@
  *   core.nft.delete(netns_fd [, table]) -> true | nil, msg, errno
  *
  * plan = {dns_port = N, acceptor_port = N, mark = 42, table = "corral",
- *         tcp_ports = {443, {8000, 8080}, …} (absent: every TCP port), replace = false,
+ *         tcp_ports = {443, {8000, 8080}, …} (absent: every TCP port), no_tcp = false,
+ *         replace = false,
  *         test_bad_message = false}
  */
 #include <stdint.h>
@@ -48,6 +49,9 @@ static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
     lua_pop(L, 1);
     lua_getfield(L, arg, "replace");
     p->replace = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, arg, "no_tcp");
+    p->no_tcp = lua_toboolean(L, -1);
     lua_pop(L, 1);
     /* tcp_ports = {{lo, hi}, …} or {port, …}; absent or empty: every TCP port */
     if (lua_getfield(L, arg, "tcp_ports") == LUA_TTABLE) {

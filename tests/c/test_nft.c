@@ -235,6 +235,17 @@ static void test_port_ranges_and_replace(void)
     CHECK(corral_nft_apply(ns_fd, &back) < 0); /* nothing to replace: refused, nothing made */
     CHECK(corral_nft_verify(ns_fd, &plan) == -ENOENT);
 
+    /* no_tcp: not a single TCP redirect (DNS's own rules stay). */
+    struct corral_nft_plan none = plan;
+    none.no_tcp = true;
+    CHECK(corral_nft_apply(ns_fd, &none) == 0);
+    CHECK(corral_nft_verify(ns_fd, &none) == 0);
+    CHECK(corral_nft_verify(ns_fd, &plan) == -EPROTO);
+    out = run_capture(&st, "nft list table inet corral");
+    CHECK(st == 0 && out && !strstr(out, "redirect to :4000") && strstr(out, "redirect to :5353"));
+    free(out);
+    CHECK(corral_nft_delete(ns_fd, NULL) == 0);
+
     struct corral_nft_plan bad = plan;
     bad.tcp_ports[0] = (struct corral_nft_port_range){90, 80};
     bad.n_tcp_ports = 1;

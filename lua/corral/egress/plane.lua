@@ -200,8 +200,7 @@ function M.new(id, network)
   self.acceptor, self.acceptor_port = core.listen_in_netns(self.netns, "tcp", "::", 0)
   if not self.acceptor then return fail("acceptor", self.acceptor_port) end
   self.tcp_ports = M.tcp_ports(policy)
-  local plan = { dns_port = self.dns_port, acceptor_port = self.acceptor_port, mark = M.MARK,
-    tcp_ports = self.tcp_ports }
+  local plan = M.ruleset_plan(self, self.tcp_ports)
   ok, err = core.nft.apply(self.netns, plan)
   if not ok then return fail("nftables ruleset", err) end
   -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
@@ -211,8 +210,14 @@ function M.new(id, network)
   return self
 end
 
+--- The nftables plan for a plane with these redirected ports (see `tcp_ports`).
+function M.ruleset_plan(plane, ports)
+  return { dns_port = plane.dns_port, acceptor_port = plane.acceptor_port, mark = M.MARK,
+    tcp_ports = ports or nil, no_tcp = ports == false }
+end
+
 local function same_ports(a, b)
-  if a == nil or b == nil then return a == b end
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
   if #a ~= #b then return false end
   for i = 1, #a do
     if a[i][1] ~= b[i][1] or a[i][2] ~= b[i][2] then return false end
@@ -220,11 +225,12 @@ local function same_ports(a, b)
   return true
 end
 
---- The TCP ports some entry of the policy allows, as merged `{lo, hi}` ranges, or nil
--- for "any port may be allowed": a decide hook, an entry without ports, or more ranges
--- than the ruleset takes. Only these ports are redirected to the acceptor; TCP to any
--- other is reset at its SYN, so a bare connect fails too (with every port redirected,
--- the acceptor took each connection only to reset it, and `nc -z` saw the port open).
+--- The TCP ports some entry of the policy allows, as merged `{lo, hi}` ranges; nil
+-- for "any port may be allowed" (a decide hook, an entry without ports, or more ranges
+-- than the ruleset takes); false for "none may be" (an empty list, no hook). Only these
+-- ports are redirected to the acceptor; TCP to any other is reset at its SYN, so a bare
+-- connect fails too (with every port redirected, the acceptor took each connection only
+-- to reset it, and `nc -z` saw the port open).
 -- @tparam table|nil policy
 -- @treturn table|nil
 function M.tcp_ports(policy)
@@ -234,7 +240,7 @@ function M.tcp_ports(policy)
     if not e.ports then return nil end
     for _, r in ipairs(e.ports) do spans[#spans + 1] = { r[1], r[2] } end
   end
-  if #spans == 0 then return nil end
+  if #spans == 0 then return false end
   table.sort(spans, function(a, b) return a[1] < b[1] end)
   local merged = { spans[1] }
   for i = 2, #spans do
@@ -256,7 +262,7 @@ end
 function Plane:sync_ports(policy)
   local want = M.tcp_ports(policy)
   if same_ports(want, self.tcp_ports) or not self.netns then return end
-  local plan = { dns_port = self.dns_port, acceptor_port = self.acceptor_port, mark = M.MARK, tcp_ports = want }
+  local plan = M.ruleset_plan(self, want)
   local ok, err = core.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
   if ok then ok, err = core.nft.verify(self.netns, plan) end
   if ok then
