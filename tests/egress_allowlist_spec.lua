@@ -122,6 +122,8 @@ local REFUSED = {
   { "pypi.org ", "whitespace", "pypi.org" },
   { "pypi\0.org", "NUL", "pypi.org" },
   { "*.com", "single label", "*.example.com" },
+  { "dns.example.com:53", "sandbox's own DNS responder", "dns.example.com:53,853" },
+  { "10.0.0.0/8:53", "sandbox's own DNS responder", "10.0.0.0/8:5353" },
   { "*.", "needs a domain", "*.example.com" },
   { "*", "needs a domain", "*.example.com" },
   { "*example.com", "whole first label", "*.example.com" },

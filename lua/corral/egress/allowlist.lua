@@ -319,6 +319,13 @@ function M.parse_entry(s)
   if port then
     local ports, why = parse_ports(port)
     if not ports then return bad(s, why) end
+    -- Port 53 of any destination is the sandbox's own responder (no query is ever
+    -- forwarded): an entry for it alone could never be used, so it is refused rather
+    -- than silently meaningless (found by a review run).
+    if #ports == 1 and ports[1][1] == 53 and ports[1][2] == 53 then
+      return bad(s, "port 53 always reaches the sandbox's own DNS responder, which answers allowed names " ..
+        "itself and forwards nothing; allow the names instead")
+    end
     e.ports = ports
   end
 

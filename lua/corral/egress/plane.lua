@@ -158,7 +158,7 @@ end
 -- @treturn[2] table cannot_enforce("network_restriction", what failed)
 function M.new(id, network)
   network = network or {}
-  local self = setmetatable({ id = id, network = network, tcp_dns = {},
+  local self = setmetatable({ id = id, network = network, tcp_dns = {}, names = {}, names_n = 0,
     max_connections = network.max_connections or 256, idle = network.idle or 300,
     connect_timeout = network.connect_timeout or 10 }, Plane)
   local function fail(what, err)
@@ -206,7 +206,10 @@ function M.new(id, network)
   -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
   ok, err = core.nft.verify(self.netns, plan)
   if not ok then return fail("nftables read-back", err) end
-  egress.registry:watch(id, function(p) self:sync_ports(p) end)
+  egress.registry:watch(id, function(p)
+    self.names, self.names_n = {}, 0
+    self:sync_ports(p)
+  end)
   return self
 end
 
@@ -429,8 +432,11 @@ function Plane:answer(query)
   end
   local name = q.name
   local policy = egress.registry:get(self.id)
-  local allowed, why = nil, "not a hostname"
-  if q.hostname then allowed, why = decision.resolvable(name, policy) end
+  local allowed, why, entry = nil, "not a hostname", nil
+  if q.hostname then
+    local v = self:name_verdict(name, policy)
+    allowed, why, entry = v.allowed, v.why, v.entry
+  end
   local verdict, rcode, addr, reason, ip
   if not allowed then
     rcode, verdict, reason = core.dns.NXDOMAIN, "nxdomain", why
@@ -440,14 +446,14 @@ function Plane:answer(query)
     -- A link has an IPv4 route only: answer AAAA with no address (NODATA) so that
     -- clients go straight to the IPv4 synthetic address instead of an unroutable one.
     rcode, verdict = core.dns.NOERROR, "nodata"
-    reason = "no IPv6 route on the sandbox's link (allowed by " .. M.entry_of(name, policy) .. ")"
+    reason = "no IPv6 route on the sandbox's link (allowed by " .. entry .. ")"
   else
     local text, bytes = self.synth:address(name, q.qtype == core.dns.A and "inet" or "inet6")
     -- `address` answers nil and an error table on failure: only a text address and its
     -- 4 or 16 bytes are an answer.
     if type(text) == "string" and type(bytes) == "string" and (#bytes == 4 or #bytes == 16) then
       addr, rcode, verdict, ip = bytes, core.dns.NOERROR, "answered", text
-      reason = "allowed by " .. M.entry_of(name, policy)
+      reason = "allowed by " .. entry
     else
       rcode, verdict = core.dns.SERVFAIL, "servfail"
       reason = tostring(text == nil and bytes or "no synthetic address")
@@ -464,6 +470,23 @@ function Plane:answer(query)
   events.emit({ sandbox = self.id, kind = "dns", name = printable(name), ip = ip, qtype = q.qtype, answer = verdict,
     verdict = verdict == "answered" and "allow" or "deny", reason = reason, bytes = 0 })
   return core.dns.answer(query, rcode, addr, M.TTL)
+end
+
+--- What the policy says of a name for DNS — `{allowed =, why =, entry =}` — cached until
+-- the policy changes through the registry (its watcher clears the cache): deciding and
+-- finding the entry again cost ~6 of the ~14 µs an answer took (measured with a loop
+-- over Plane:answer). At most 4096 names are kept; a full cache starts over. A policy
+-- table changed behind the registry's back (`registry:get(id).decide = …`) may then be
+-- answered from the cache, but every connection is still decided live by the acceptor.
+function Plane:name_verdict(name, policy)
+  local v = self.names[name]
+  if v then return v end
+  local allowed, why = decision.resolvable(name, policy)
+  v = { allowed = allowed, why = why, entry = allowed and M.entry_of(name, policy) or nil }
+  if self.names_n >= 4096 then self.names, self.names_n = {}, 0 end
+  self.names[name] = v
+  self.names_n = self.names_n + 1
+  return v
 end
 
 --- What made a name resolvable, for the log: the allowlist entry that matches it, or
