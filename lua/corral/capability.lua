@@ -38,14 +38,16 @@ read -r got < control || exit 10
 if read -r got 2>/dev/null < "$1"; then exit 11; fi
 exit 0]]
 
--- Runs argv (an absolute path first) directly, its stdout and stderr captured.
+-- Spawns `plan` (core.spawn's table) with stdin from /dev/null — a probe's verdict must
+-- not depend on the caller's stdin (a directory there made every layer probe fail) —
+-- and stdout and stderr into a private scratch file; waits up to 10 s (then kills).
 -- Returns the output and the exit code (128+signal), or nil, error.
-local function capture_spawn(argv)
+local function run_captured(plan)
   local out_path, drop = scratch_file()
   local out = assert(io.open(out_path, "w"))
   local devnull = assert(io.open("/dev/null"))
-  local proc, err = core.spawn({ plain = true, path = argv[1], argv = argv,
-    env = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin" }, stdin = devnull, stdout = out, stderr = out })
+  plan.stdin, plan.stdout, plan.stderr = devnull, out, out
+  local proc, err = core.spawn(plan)
   devnull:close()
   out:close()
   if not proc then
@@ -60,6 +62,13 @@ local function capture_spawn(argv)
   if f then f:close() end
   drop()
   return text, code
+end
+
+local PROBE_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
+
+-- Runs argv (an absolute path first) directly, outside any sandbox of its own.
+local function capture_spawn(argv)
+  return run_captured({ plain = true, path = argv[1], argv = argv, env = { PROBE_PATH } })
 end
 
 local function probe_layer(layer)
@@ -102,31 +111,11 @@ local function tenant_child(argv, opts)
     else binds[#binds + 1] = { src = p, dest = p, optional = true } end
   end
   for _, b in ipairs(opts.binds or {}) do binds[#binds + 1] = b end
-  local out_path, drop = scratch_file()
-  local out = assert(io.open(out_path, "w"))
-  -- A probe's verdict must not depend on what the caller's stdin is (a directory there
-  -- made every layer probe fail).
-  local devnull = assert(io.open("/dev/null"))
-  local proc, err = core.spawn({
-    path = argv[1], argv = argv, env = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin" }, cwd = "/",
+  return run_captured({
+    path = argv[1], argv = argv, env = { PROBE_PATH }, cwd = "/",
     new_net = opts.netns == nil, netns = opts.netns, uid = 65534, gid = 65534, binds = binds, symlinks = links,
-    proc = true, dev = true, seccomp = opts.seccomp ~= false,
-    cgroup_procs = opts.cgroup_procs, stdin = devnull, stdout = out, stderr = out,
+    proc = true, dev = true, seccomp = opts.seccomp ~= false, cgroup_procs = opts.cgroup_procs,
   })
-  out:close()
-  devnull:close()
-  if not proc then
-    drop()
-    return nil, err
-  end
-  local code = proc:wait(10)
-  if not code then proc:kill(); code = proc:wait() end
-  proc:close()
-  local f = io.open(out_path)
-  local text = f and f:read("a") or ""
-  if f then f:close() end
-  drop()
-  return text, code
 end
 
 local function with_tmpdir(fn)
