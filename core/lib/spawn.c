@@ -203,6 +203,36 @@ static int parent_gone(int parent_pidfd)
     return parent_pidfd >= 0 && poll(&pf, 1, 0) > 0;
 }
 
+/* Changing ids clears the parent-death signal (prctl(2)): arm it again, then make sure
+ * the parent did not die in between (it may live outside our pid namespace, where
+ * getppid() reads 0: its pidfd, opened before clone3, is readable once it has exited).
+ * Measured: without this, `kill -9` of `corral run` left the tenant running. */
+static void rearm_death_signal(int parent_pidfd)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (parent_gone(parent_pidfd)) _exit(CORRAL_SPAWN_EXEC_FAILED);
+}
+
+static void apply_rlimits(const struct corral_spawn_plan *p, int errfd)
+{
+    for (size_t i = 0; i < p->n_rlimits; i++) {
+        struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
+        if (setrlimit(p->rlimits[i].resource, &rl) < 0) child_fail(errfd, STEP_RLIMIT, errno);
+    }
+}
+
+/* stdio as the plan says, and everything beyond 0-2 closed at exec but for the fds the
+ * caller keeps. */
+static void set_stdio_and_fds(const struct corral_spawn_plan *p, int errfd)
+{
+    for (int i = 0; i < 3; i++)
+        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+        child_fail(errfd, STEP_FDS, errno);
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
+}
+
 /* The plain variant: the helper builds its own sandbox; we only join the host-made netns
  * (still privileged here, so the helper's later user namespace owns nothing in it), apply
  * the rlimits, take the unprivileged ids when asked, set stdio, close what must not be
@@ -212,28 +242,19 @@ __attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan 
 {
     if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
         child_fail(errfd, STEP_JOIN, errno);
-    for (size_t i = 0; i < p->n_rlimits; i++) {
-        struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
-        if (setrlimit(p->rlimits[i].resource, &rl) < 0) child_fail(errfd, STEP_RLIMIT, errno);
-    }
+    apply_rlimits(p, errfd);
     if (p->plain_ids) {
         if (setgroups(0, NULL) < 0 ||
             setresgid(p->outside_gid, p->outside_gid, p->outside_gid) < 0 ||
             setresuid(p->outside_uid, p->outside_uid, p->outside_uid) < 0)
             child_fail(errfd, STEP_IDS, errno);
-        /* As in child_main: new ids cleared the parent-death signal. Measured: with
-         * setpriv(1) doing this step instead, a `kill -9` of `corral run` landing before
-         * bwrap's own --die-with-parent left the tenant running (5 of 12 runs). */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (parent_gone(parent_pidfd)) _exit(CORRAL_SPAWN_EXEC_FAILED);
+        /* Measured: with setpriv(1) doing this step instead, a `kill -9` of `corral run`
+         * landing before bwrap's own --die-with-parent left the tenant running (5 of 12
+         * runs). */
+        rearm_death_signal(parent_pidfd);
     }
     if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
-    for (int i = 0; i < 3; i++)
-        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
-    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-        child_fail(errfd, STEP_FDS, errno);
-    for (size_t i = 0; i < p->n_keep_fds; i++)
-        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
+    set_stdio_and_fds(p, errfd);
     if (p->plain_pidns) init_run(p, errfd);
     execve(p->path, p->argv, p->envp);
     child_fail(errfd, STEP_EXEC, errno);
@@ -278,13 +299,7 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && errno != EPERM) ||
         setresuid(0, 0, 0) < 0)
         child_fail(errfd, STEP_IDS, errno);
-    /* Changing ids clears the parent-death signal (prctl(2)); arm it again, then make
-     * sure the parent did not die in between. Measured: without this, `kill -9` of
-     * `corral run` left the tenant running. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    /* The parent lives outside our pid namespace (getppid() reads 0): its pidfd, opened
-     * before clone3, is readable once it has exited. */
-    if (parent_gone(parent_pidfd)) _exit(CORRAL_SPAWN_EXEC_FAILED);
+    rearm_death_signal(parent_pidfd);
     if (parent_pidfd >= 0) close(parent_pidfd);
     const char *what = NULL;
     int r = join ? 0 : corral_root_build(&p->root, &what);
@@ -294,19 +309,10 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     if (!join && p->new_net && p->netns_fd < 0 && (r = loopback_up()) < 0)
         child_fail(errfd, STEP_LOOPBACK, r);
     if (chdir(p->cwd ? p->cwd : "/") < 0) child_fail(errfd, STEP_CWD, errno);
-    for (size_t i = 0; i < p->n_rlimits; i++) {
-        struct rlimit rl = {p->rlimits[i].cur, p->rlimits[i].max};
-        if (setrlimit(p->rlimits[i].resource, &rl) < 0) child_fail(errfd, STEP_RLIMIT, errno);
-    }
+    apply_rlimits(p, errfd);
     /* A new session: no controlling terminal to inject keystrokes into. */
     if (setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
-    for (int i = 0; i < 3; i++)
-        if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
-    /* Everything beyond 0-2 closes at exec, but for the fds the caller keeps. */
-    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
-        child_fail(errfd, STEP_FDS, errno);
-    for (size_t i = 0; i < p->n_keep_fds; i++)
-        if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
+    set_stdio_and_fds(p, errfd);
     if ((r = corral_caps_drop_all_with(empty_caps)) < 0) child_fail(errfd, STEP_CAPS, r);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STEP_NNP, errno);
     if (p->seccomp && (r = corral_seccomp_install(p->seccomp)) < 0)
