@@ -201,24 +201,25 @@ static int link_change(struct mnl_socket *nl, uint16_t type, const char *ifname,
     return corral_netlink_talk(nl, nlh, NULL, NULL);
 }
 
-int corral_rtnl_link_up(int netns_fd, const char *ifname)
+/* link_change on its own rtnetlink socket in netns_fd. */
+static int link_change_in(int netns_fd, uint16_t type, const char *ifname, unsigned up)
 {
     cleanup_nl struct mnl_socket *nl = NULL;
     int err = check_ifname(ifname);
     if (err) return err;
     err = rtnl_open(netns_fd, &nl);
     if (err) return err;
-    return link_change(nl, RTM_NEWLINK, ifname, IFF_UP);
+    return link_change(nl, type, ifname, up);
+}
+
+int corral_rtnl_link_up(int netns_fd, const char *ifname)
+{
+    return link_change_in(netns_fd, RTM_NEWLINK, ifname, IFF_UP);
 }
 
 int corral_rtnl_link_del(int netns_fd, const char *ifname)
 {
-    cleanup_nl struct mnl_socket *nl = NULL;
-    int err = check_ifname(ifname);
-    if (err) return err;
-    err = rtnl_open(netns_fd, &nl);
-    if (err) return err;
-    return link_change(nl, RTM_DELLINK, ifname, 0);
+    return link_change_in(netns_fd, RTM_DELLINK, ifname, 0);
 }
 
 static int default_route(struct mnl_socket *nl, int family, int oif)
