@@ -429,24 +429,20 @@ back as it was after the run.]],
     end
     -- The temporary storage comes last, once every option has been checked: an invalid
     -- one must leave nothing behind.
-    local sb, err
+    local function new_temp()
+      temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
+      core.chmod(temp, tonumber("711", 8))
+      root, id = temp, opts.id or "tenant"
+    end
     if not opts.storage then
       M.sweep_stale_runs()
-      -- A fresh directory, so a fresh host id; in the rare case that id is already held
-      -- (sandbox.host_id_holder), the next directory gives another.
-      for _ = 1, 4 do
-        temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
-        core.chmod(temp, tonumber("711", 8))
-        root, id = temp, opts.id or "tenant"
-        sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
-          env = env, limits = limits, network = network, service_port = service_port })
-        if not sb or not require("corral.sandbox").host_id_holder(sb) then break end
-        core.remove_tree(temp)
-      end
-    else
-      sb, err = corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
+      new_temp()
+    end
+    local function describe()
+      return corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
         env = env, limits = limits, network = network, service_port = service_port })
     end
+    local sb, err = describe()
     local function cleanup()
       if not temp then return end
       local ok, rerr = core.remove_tree(temp)
@@ -467,6 +463,16 @@ back as it was after the run.]],
       log_close = closer
     end
     local ok, perr = corral.provision(mech, sb)
+    -- A temporary storage whose host id another process holds (sandbox.host_id_holder,
+    -- rare): a fresh directory gives another id.
+    for _ = 1, 3 do
+      if ok or not (temp and type(perr) == "table" and perr.held_by) then break end
+      cleanup()
+      new_temp()
+      sb, err = describe()
+      if not sb then cleanup() return fail("run", M.as_option(err, opts)) end
+      ok, perr = corral.provision(mech, sb)
+    end
     if not ok then cleanup() return fail("run", M.as_option(perr, opts)) end
     local _, addr = corral.address(mech, sb)
     if addr then io.stderr:write("corral run: service port ", service_port, " on ", addr, "\n") end

@@ -262,8 +262,10 @@ function M.prepare_storage(sb)
   local holder = M.host_id_holder(sb)
   if holder then
     lock:close()
-    return nil, errors.invalid_argument("id", string.format(
+    local e = errors.invalid_argument("id", string.format(
       "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
+    e.held_by = holder -- a caller with a throwaway storage may just take another path
+    return nil, e
   end
   return true, lock
 end
