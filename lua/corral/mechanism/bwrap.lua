@@ -2,15 +2,16 @@
 --
 -- For hosts where bubblewrap is the better choice (e.g. a distribution that allows
 -- unprivileged user namespaces only to it). bubblewrap runs as the sandbox's own
--- unprivileged host id (setpriv), so the tenant's root maps to that id and never to
--- host root, with every namespace unshared, all capabilities dropped, a new session,
--- the tenant seccomp filter (corral's, handed to --seccomp), and the same root as
--- native: runtime read-only, /storage, /workspace, /proc, /dev, a tmpfs /tmp.
+-- unprivileged host id (set by corral's spawn), so the tenant's root maps to that id and
+-- never to host root, with every namespace unshared, all capabilities dropped, a new
+-- session, the tenant seccomp filter (corral's, handed to --seccomp), and the same root
+-- as native: runtime read-only, /storage, /workspace, /proc, /dev, a capped tmpfs /tmp,
+-- and its own root read-only.
 --
 -- It constructs what bubblewrap gives: filesystem_confinement, privilege_separation,
 -- network_restriction. It builds no resource limits: the gate asks the host probe for
 -- resource_limits, and the host applies them by starting bubblewrap inside a cgroup
--- beneath corral's own (and rlimits through prlimit). With an egress allowlist or a
+-- beneath corral's own (and rlimits set by corral's spawn). With an egress allowlist or a
 -- service port, bubblewrap is started inside the host-made, host-programmed netns (joined
 -- while still privileged, so the user namespace bubblewrap then makes owns nothing in
 -- it) and shares it instead of unsharing an empty one; corral's loop serves it.
