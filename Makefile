@@ -72,7 +72,7 @@ CORE_SO  = corral/core.so
 HOST     = $(BUILD)/corral
 LIBCORE  = $(BUILD)/libcorral.a
 
-.PHONY: all deps test test-c demo install lint asan fuzz bench clean
+.PHONY: all deps test test-c demo install lint asan fuzz bench bench-tools clean
 
 all: $(CORE_SO) $(HOST)
 
@@ -155,8 +155,23 @@ asan: deps
 fuzz: deps
 	@scripts/run-fuzz
 
-bench: deps all
-	@for b in scripts/bench/*; do [ -x "$$b" ] && "$$b"; done
+# The C drivers the bench scripts run (scripts/bench/*.c), built as the scripts did.
+BENCH_CFLAGS = -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Icore/lib
+
+$(BUILD)/bench/egress: scripts/bench/egress_bench.c $(LIBCORE) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(BENCH_CFLAGS) -o $@ $< $(LIBCORE) $(EXT_LIBS)
+
+$(BUILD)/bench/dns_bench: scripts/bench/dns_bench.c core/lib/dns.c core/lib/dns.h
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(BENCH_CFLAGS) -o $@ $< core/lib/dns.c
+
+bench-tools: $(BUILD)/bench/egress $(BUILD)/bench/dns_bench
+
+bench: deps all bench-tools
+	@for b in scripts/bench/*; do [ -x "$$b" ] || continue; "$$b"; done
 
 clean:
 	rm -rf build corral
