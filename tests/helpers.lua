@@ -2,6 +2,7 @@
 -- Everything here runs real processes; nothing mocks the kernel.
 local core = require "corral.core"
 local shell = require "corral.shell"
+local assert = require "luassert" -- busted's assert: this module is not loaded as a spec
 
 local M = {}
 
@@ -34,6 +35,46 @@ end
 function M.sh(script, ...)
   local out, status = shell.capture({ "sh", "-c", script, "sh", ... })
   return out, status
+end
+
+--- Quotes one word for /bin/sh.
+M.quote = shell.quote
+
+--- The script of a denial test: `attempt` first, then `control`, in one shell. The
+-- attempt runs in this shell itself (a group, not a subshell), so an attempt that kills
+-- the sandbox also kills the control: a sandbox that dies instead of refusing never
+-- prints the control's marker. Its status follows it as a line "attempt-rc=N".
+function M.attempt_then_control(attempt, control)
+  return "{ " .. attempt .. "\n} 2>&1; echo attempt-rc=$?; " .. control
+end
+
+--- Reads the output of an attempt_then_control script, asserting that the attempt
+-- ended by itself and that `marker` (a Lua pattern) comes after it, from the control.
+-- Returns the attempt's status, the control's output and the attempt's output.
+function M.after_attempt(out, marker)
+  local at, stop, rc = out:find("attempt%-rc=(%d+)\n")
+  assert.truthy(at, "the attempt ended the script: " .. out)
+  local control = out:sub(stop + 1)
+  assert.truthy(control:find(marker), "no " .. marker .. " after the attempt: " .. out)
+  return tonumber(rc), control, out:sub(1, at - 1)
+end
+
+--- Asserts that `rc` is a refusal: a failure the command reported itself, not a
+-- success and not a death by signal (a filter that kills instead of refusing).
+function M.assert_refused(rc, out)
+  assert.truthy(rc > 0 and rc < 128, "attempt status " .. tostring(rc) .. ": " .. tostring(out))
+end
+
+--- Whether each of `list` is found in `text`, each after the one before (Lua patterns,
+-- or plain strings when `plain`). Returns true, or false and the first one missing.
+function M.in_order(text, list, plain)
+  local at = 1
+  for _, n in ipairs(list) do
+    local _, e = text:find(n, at, plain)
+    if not e then return false, n end
+    at = e + 1
+  end
+  return true
 end
 
 --- Runs a launch spec as a caller would: working directory spec.cd, environment

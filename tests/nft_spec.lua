@@ -8,20 +8,10 @@ local nft, rtnl = core.nft, core.rtnl
 
 local EPROTO, ENOENT, EEXIST = 71, core.errno.ENOENT, core.errno.EEXIST
 
+local h = require "helpers"
 local testns = require "netns"
 local run, is_root = testns.run, testns.is_root
 local netns, cleanup = testns.netns, testns.cleanup
-
--- Each needle found after the previous one.
-local function in_order(text, needles)
-  local at = 1
-  for _, n in ipairs(needles) do
-    local s, e = text:find(n, at, true)
-    if not s then return false, n end
-    at = e + 1
-  end
-  return true
-end
 
 local plan = { dns_port = 5353, acceptor_port = 4000 }
 
@@ -38,7 +28,7 @@ describe("core.nft #root #netns", function()
     assert.is_true(nft.apply(ns, plan))
     local ok, out = run(nsx .. "nft list table inet corral")
     assert.is_true(ok, out)
-    assert.is_true(in_order(out, {
+    assert.is_true(h.in_order(out, {
       "chain nat_out", "type nat hook output priority -100",
       "meta mark 0x0000002a return", "ip daddr 127.0.0.0/8 return", "ip6 daddr ::1 return",
       "udp dport 53 redirect to :5353", "tcp dport 53 redirect to :5353",
@@ -48,7 +38,7 @@ describe("core.nft #root #netns", function()
       "ct status dnat accept", 'oif "lo" ip daddr 127.0.0.0/8 accept',
       'oif "lo" ip6 daddr ::1 accept', "meta l4proto tcp reject with tcp reset",
       "reject with icmpx admin-prohibited",
-    }))
+    }, true))
     assert.is_true(nft.verify(ns, plan))
 
     local r, msg, err = nft.apply(ns, plan)
