@@ -1,5 +1,6 @@
 -- Tenant sandboxes under the `native` and `bwrap` mechanisms: every breach attempt
--- runs after a control that succeeds in the same sandbox, in the same run.
+-- runs first, then a control that must still succeed in the same sandbox, in the same run
+-- (a sandbox killed by its own attempt never shows the control).
 local corral = require "corral"
 local h = require "helpers"
 
@@ -62,21 +63,21 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
       { "/proc/1/root", 'cat "/proc/1/root$1/sibling/secret"' },
     }
     for _, b in ipairs(breaches) do
-      it("denies reading " .. b[1] .. " after the control", function()
+      it("denies reading " .. b[1] .. ", then runs the control", function()
         os.execute("ln -s " .. root .. "/sibling " .. root .. "/" .. sb.id .. "/link")
-        local out = run(sb, CONTROL .. b[2] .. " 2>&1; exit 0")
-        assert.matches("control%-ok", out)
+        local out = run(sb, h.attempt_then_control(b[2], CONTROL))
+        h.assert_refused(h.after_attempt(out, "control%-ok"), out)
         assert.is_nil(out:find(SECRET, 1, true), out)
       end)
     end
 
     it("keeps writes outside /storage off the host", function()
       local marker = "corral-marker-" .. math.random(1e9)
-      local out = run(sb, CONTROL .. 'echo x > /usr/' .. marker .. '; echo x > /etc/' .. marker ..
-        '; echo x > /' .. marker .. ' 2>/dev/null && echo ROOT-WRITABLE; ' ..
-        'echo x > /tmp/' .. marker .. ' && echo tmp-private-ok; exit 0')
-      assert.matches("control%-ok", out)
-      assert.matches("tmp%-private%-ok", out)
+      local out = run(sb, h.attempt_then_control('echo x > /usr/' .. marker .. '; echo x > /etc/' .. marker ..
+        '; echo x > /' .. marker .. ' 2>/dev/null && echo ROOT-WRITABLE',
+        'echo x > /tmp/' .. marker .. ' && echo tmp-private-ok; ' .. CONTROL))
+      local _, control = h.after_attempt(out, "control%-ok")
+      assert.matches("tmp%-private%-ok", control)
       assert.is_nil(out:find("ROOT-WRITABLE", 1, true), out) -- not even a private, throwaway root
       for _, d in ipairs({ "/usr/", "/etc/", "/", "/tmp/" }) do
         assert.is_nil(h.read(d .. marker), d .. marker .. " reached the host")
@@ -85,24 +86,23 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
 
     it("cannot see or signal a host process", function()
       local pid = h.sh("sleep 30 >/dev/null 2>&1 & echo $!"):match("%d+")
-      local out = run(sb, 'kill -0 $$ && echo self-signal-ok; ls /proc | grep -cx "' .. pid ..
-        '"; kill -9 ' .. pid .. ' 2>&1; echo kill-rc=$?; exit 0')
+      local out = run(sb, h.attempt_then_control('ls /proc | grep -cx "' .. pid .. '"; kill -9 ' .. pid,
+        'kill -0 $$ && echo self-signal-ok'))
       local alive = h.sh("kill -0 " .. pid .. " && echo alive")
       os.execute("kill " .. pid .. " 2>/dev/null")
-      assert.matches("self%-signal%-ok", out)
-      assert.matches("\n0\n", out)
-      assert.is_nil(out:match("kill%-rc=0"))
+      local rc, _, attempt = h.after_attempt(out, "self%-signal%-ok")
+      assert.matches("^0\n", attempt)
+      h.assert_refused(rc, out)
       assert.matches("alive", alive)
     end)
 
     it("cannot mount or enter a nested user namespace; setuid gains nothing", function()
-      local out = run(sb, CONTROL .. [[
+      local out = run(sb, h.attempt_then_control([[
         grep -E '^(CapEff|NoNewPrivs):' /proc/self/status
         mount -t tmpfs none /mnt 2>&1 && echo MOUNTED
         unshare -U true 2>&1 && echo NESTED
-        /usr/bin/mount -t tmpfs none /tmp 2>&1 && echo SETUID-MOUNTED
-        exit 0]])
-      assert.matches("control%-ok", out)
+        /usr/bin/mount -t tmpfs none /tmp 2>&1 && echo SETUID-MOUNTED]], CONTROL))
+      h.after_attempt(out, "control%-ok")
       assert.matches("CapEff:%s+0000000000000000", out)
       assert.matches("NoNewPrivs:%s+1", out)
       assert.is_nil(out:find("MOUNTED", 1, true), out)
@@ -112,8 +112,7 @@ for _, mech_name in ipairs({ "native", "bwrap" }) do
     it("never leaves a setuid or setgid file behind, and has no socket family but its own", function()
       local probe = [[
 import os, socket
-fd = os.open("/storage/plain", os.O_CREAT | os.O_WRONLY, 0o755); os.close(fd); print("create-ok")
-os.chmod("/storage/plain", 0o750); print("chmod-ok")
+fd = os.open("/storage/plain", os.O_CREAT | os.O_WRONLY, 0o755); os.close(fd)
 for mode in (0o4755, 0o2755):
     try: os.chmod("/storage/plain", mode); print("SPECIAL-CHMOD", oct(mode))
     except OSError as e: print("chmod", oct(mode), e.errno)
@@ -124,19 +123,22 @@ libc = ctypes.CDLL(None, use_errno=True)
 how = struct.pack("QQQ", os.O_CREAT | os.O_WRONLY, 0o6755, 0)
 r = libc.syscall(437, -100, b"/storage/o2", how, 24)  # openat2: its mode is in memory
 print("SPECIAL-OPENAT2" if r >= 0 else "openat2 %d" % ctypes.get_errno())
-for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
-    socket.socket(fam, socket.SOCK_DGRAM).close(); print("family-ok", fam)
 for fam in (40, 17, 3):  # AF_VSOCK, AF_PACKET, AF_AX25
     try: socket.socket(fam, socket.SOCK_DGRAM); print("FAMILY-OPEN", fam)
     except OSError as e: print("family", fam, e.errno)
+print("attempts-done")
+fd = os.open("/storage/plain2", os.O_CREAT | os.O_WRONLY, 0o755); os.close(fd); print("create-ok")
+os.chmod("/storage/plain", 0o750); print("chmod-ok")
+for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
+    socket.socket(fam, socket.SOCK_DGRAM).close(); print("family-ok", fam)
 ]]
       h.write(root .. "/" .. sb.id .. "/probe.py", probe)
       os.execute("chmod 0644 " .. root .. "/" .. sb.id .. "/probe.py")
-      local out = run(sb, CONTROL .. "/usr/bin/python3 /storage/probe.py")
-      assert.matches("control%-ok", out)
-      assert.matches("create%-ok", out) -- controls: files and modes in general work,
-      assert.matches("chmod%-ok", out)
-      assert.matches("family%-ok 10", out) -- and so do unix, IPv4 and IPv6 sockets
+      local out = run(sb, h.attempt_then_control("/usr/bin/python3 /storage/probe.py", CONTROL))
+      assert.are.equal(0, h.after_attempt(out, "control%-ok"), out) -- the probe ran to its end
+      -- controls, after the attempts: files and modes in general work, and so do unix,
+      -- IPv4 and IPv6 sockets
+      assert.is_true(h.in_order(out, { "attempts%-done", "create%-ok", "chmod%-ok", "family%-ok 10" }))
       assert.is_nil(out:find("SPECIAL", 1, true), out)
       assert.is_nil(out:find("FAMILY-OPEN", 1, true), out)
       assert.matches("family 40 97", out) -- EAFNOSUPPORT
@@ -146,13 +148,13 @@ for fam in (40, 17, 3):  # AF_VSOCK, AF_PACKET, AF_AX25
     end)
 
     it("denies ptrace of another tenant process and TIOCSTI, while harmless ioctls work", function()
-      local out = run(sb, CONTROL .. [[
-        perl -e 'ioctl(STDIN, 0x541B, my $n = pack("L", 0)) ? print "fionread-ok\n" : print "fionread: $!\n";
-                 my $c = "x"; ioctl(STDIN, 0x5412, $c) ? print "TIOCSTI-INJECTED\n" : print "tiocsti: $!\n";
-                 syscall(101, 16, 1, 0, 0) == 0 ? print "PTRACE-ATTACHED\n" : print "ptrace: $!\n"' < /storage/own
-        exit 0]])
-      assert.matches("control%-ok", out)
-      assert.matches("fionread%-ok", out)
+      local out = run(sb, h.attempt_then_control([[
+        perl -e 'my $c = "x"; ioctl(STDIN, 0x5412, $c) ? print "TIOCSTI-INJECTED\n" : print "tiocsti: $!\n";
+                 syscall(101, 16, 1, 0, 0) == 0 ? print "PTRACE-ATTACHED\n" : print "ptrace: $!\n";
+                 ioctl(STDIN, 0x541B, my $n = pack("L", 0)) ? print "fionread-ok\n" : print "fionread: $!\n"' \
+          < /storage/own]], CONTROL))
+      h.after_attempt(out, "control%-ok")
+      assert.is_true(h.in_order(out, { "ptrace: ", "fionread%-ok" })) -- control, after both attempts
       assert.matches("tiocsti: Operation not permitted", out)
       assert.matches("ptrace: Operation not permitted", out)
       assert.is_nil(out:find("INJECTED", 1, true))
@@ -189,12 +191,13 @@ for fam in (40, 17, 3):  # AF_VSOCK, AF_PACKET, AF_AX25
 
     it("has no network", function()
       local lfd, port = assert(corral.core.tcp_listen("127.0.0.1", 0))
-      assert(corral.core.tcp_connect("127.0.0.1", port, 1)):close() -- control from the host
-      local out = run(sb, 'cat /proc/net/dev | grep -c ":" ; nc -z -w 1 127.0.0.1 ' .. port ..
-        ' && echo REACHED; getent hosts localhost >/dev/null && echo lo-name-ok; exit 0')
+      local out = run(sb, h.attempt_then_control('cat /proc/net/dev | grep -c ":" ; nc -z -w 1 127.0.0.1 ' ..
+        port .. ' && echo REACHED', 'getent hosts localhost >/dev/null && echo lo-name-ok'))
+      assert(corral.core.tcp_connect("127.0.0.1", port, 1)):close() -- control from the host, after
       lfd:close()
+      local _, _, attempt = h.after_attempt(out, "lo%-name%-ok")
       assert.is_nil(out:find("REACHED", 1, true))
-      assert.matches("^1\n", out) -- only lo
+      assert.matches("^1\n", attempt) -- only lo
     end)
 
     it("contains a fork bomb with the pids cap; the host stays responsive", function()
@@ -217,24 +220,24 @@ for fam in (40, 17, 3):  # AF_VSOCK, AF_PACKET, AF_AX25
       assert.truthy(host_s < 5, "host forks took " .. host_s .. " s")
     end)
 
-    it("kills a memory hog at its cap, after a smaller allocation succeeds", function()
+    it("kills a memory hog at its cap, and a smaller allocation succeeds after it", function()
       local s = new_sandbox({ limits = { memory = "48M" } })
-      local out, r = run(s, 'x=$(head -c 8000000 /dev/zero | tr "\\0" a); echo small-ok ${#x}')
-      assert.matches("small%-ok 8000000", out)
-      assert.is_nil(r.limit)
-      local _, r2 = run(s, 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo BIG ${#x}')
+      local _, r = run(s, 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo BIG ${#x}')
+      local out, r2 = run(s, 'x=$(head -c 8000000 /dev/zero | tr "\\0" a); echo small-ok ${#x}')
       corral.destroy(mech, s)
-      assert.are.equal("memory", r2.limit)
+      assert.are.equal("memory", r.limit)
+      assert.matches("small%-ok 8000000", out) -- control: the same sandbox, after the kill
+      assert.is_nil(r2.limit)
     end)
 
-    it("--wall kills on time, and a command within it finishes", function()
+    it("--wall kills on time, and a command within it finishes after that", function()
       local s = new_sandbox({ limits = { wall = 1 } })
-      local out, r = run(s, 'echo quick')
-      assert.are.equal(0, r.code)
-      assert.matches("quick", out)
-      local _, r2 = run(s, 'sleep 10')
+      local _, r = run(s, 'sleep 10')
+      local out, r2 = run(s, 'echo quick')
       corral.destroy(mech, s)
-      assert.are.equal("wall", r2.limit)
+      assert.are.equal("wall", r.limit)
+      assert.are.equal(0, r2.code) -- control: the same sandbox, after the kill
+      assert.matches("quick", out)
     end)
 
     it("dies with its parent: killing `corral run` kills the tree", function()
@@ -285,14 +288,14 @@ time.sleep(3)
       it("gives the tenant its own loopback, and nothing beyond it", function()
         local lfd, port = require("corral.core").tcp_listen("127.0.0.1", 0)
         assert(lfd, port)
-        local out = run(sb, CONTROL .. [[
+        local out = run(sb, h.attempt_then_control([[
+          socat -T 2 - TCP:127.0.0.1:]] .. port .. [[ </dev/null && echo HOST-LOOPBACK-REACHED]], [[
           socat TCP-LISTEN:8080,bind=127.0.0.1 SYSTEM:'echo own-loopback' & sleep 0.3
           socat -T 2 - TCP:127.0.0.1:8080 </dev/null
-          socat -T 2 - TCP:127.0.0.1:]] .. port .. [[ </dev/null && echo HOST-LOOPBACK-REACHED
-          exit 0]])
+          ]] .. CONTROL))
         lfd:close()
-        assert.matches("control%-ok", out)
-        assert.matches("own%-loopback", out) -- control: its own 127.0.0.1 works
+        local _, control = h.after_attempt(out, "control%-ok")
+        assert.matches("own%-loopback", control) -- control: its own 127.0.0.1 works
         assert.is_nil(out:find("HOST-LOOPBACK-REACHED", 1, true), out)
       end)
 
