@@ -40,13 +40,14 @@ describe("corral CLI", function()
     assert.truthy(#spec.env_names > 0)
   end)
 
-  it("confine --exec runs it: the control inside succeeds, the sibling is denied, env passes", function()
+  it("confine --exec runs it: the sibling is denied, then the control inside succeeds, env passes", function()
     local out, status = h.capture({ "env", "ANTHROPIC_API_KEY=sk-passes", h.host, "confine", "--exec",
-      "--permit", box, "--", "sh", "-c",
-      'echo in > f && cat f && printf "%s\\n" "$ANTHROPIC_API_KEY" && cat ' .. sib .. '/s' })
-    assert.matches("in\nsk%-passes\n", out)
+      "--permit", box, "--", "sh", "-c", h.attempt_then_control('cat ' .. sib .. '/s',
+      'echo in > f && cat f && printf "%s\\n" "$ANTHROPIC_API_KEY"') })
+    local rc, control = h.after_attempt(out, "^in\nsk%-passes\n")
     assert.is_nil(out:find("cli-secret", 1, true))
-    assert.are.equal(1, status) -- cat's own status for the denied read
+    assert.are.equal(1, rc) -- cat's own status for the denied read
+    assert.are.equal(0, status, control)
   end)
 
   it("confine --exec passes the command's exit status through", function()
@@ -112,11 +113,12 @@ describe("corral CLI", function()
   it("the unprivileged path: confine works for a non-root caller (user namespace)", function()
     os.execute("chmod 0777 " .. box .. " && chmod 0755 " .. root)
     local out, status = h.capture({ "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-      h.host, "confine", "--exec", "--permit", box, "--", "sh", "-c",
-      'id -u; echo u > mine && cat mine; grep -c . /proc/self/uid_map; cat ' .. sib .. '/s' })
-    assert.matches("^65534\nu\n1\n", out)
+      h.host, "confine", "--exec", "--permit", box, "--", "sh", "-c", h.attempt_then_control('cat ' .. sib .. '/s',
+      'id -u; echo u > mine && cat mine; grep -c . /proc/self/uid_map') })
+    local rc = h.after_attempt(out, "^65534\nu\n1\n")
     assert.is_nil(out:find("cli-secret", 1, true))
-    assert.are_not.equal(0, status)
+    h.assert_refused(rc, out)
+    assert.are.equal(0, status, out)
   end)
 
   it("run works unprivileged too: the tenant's root maps to the caller's own id", function()
@@ -125,17 +127,18 @@ describe("corral CLI", function()
       "/other/s && chown -R 65534 " .. dir .. "/other")
     local out, status = h.capture({ "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
       "HOME=" .. dir, h.host, "run", "--storage", dir .. "/alice", "--", "sh", "-c",
-      "id -u; echo mine > /storage/f && cat /storage/f; cat /proc/self/uid_map; cat " .. dir .. "/other/s" })
+      h.attempt_then_control("cat " .. dir .. "/other/s",
+      "id -u; echo mine > /storage/f && cat /storage/f; cat /proc/self/uid_map") })
     h.rmrf(dir)
-    assert.matches("^0\nmine\n%s+0%s+65534%s+1\n", out)
+    local rc = h.after_attempt(out, "^0\nmine\n%s+0%s+65534%s+1\n")
     assert.is_nil(out:find("other-secret", 1, true), out)
-    assert.are_not.equal(0, status)
+    h.assert_refused(rc, out)
+    assert.are.equal(0, status, out)
   end)
 
   it("run names the option a bad value came from, and leaves nothing behind", function()
     local before = h.sh("ls /tmp | grep -c '^corral-run-'")
-    local out, status = h.corral("run", "--memory", "64M", "--nofile", "256", "--", "true")
-    assert.are.equal(0, status, out) -- control: good values run
+    local out, status
     for _, case in ipairs({ { "--memory", "abc" }, { "--memory", "1" }, { "--wall", "soon" }, { "--pids", "-1" },
                             { "--nofile", "99999999" }, { "--workspace", "/nonexistent" }, { "--storage", "/" },
                             { "--allow", "*.com" }, { "--resolve", "a=b" } }) do
@@ -143,6 +146,8 @@ describe("corral CLI", function()
       assert.are.equal(2, status, case[1] .. " " .. case[2] .. ": " .. out)
       assert.truthy(out:find("invalid_argument: " .. case[1], 1, true), out)
     end
+    out, status = h.corral("run", "--memory", "64M", "--nofile", "256", "--", "true")
+    assert.are.equal(0, status, out) -- control, after: good values run
     assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
   end)
 
@@ -177,7 +182,7 @@ describe("corral CLI", function()
   it("run puts the terminal back as it found it", function()
     local script = h.host .. " run -- sh -c 'stty -echo intr undef; stty -a | grep -o \"intr = [^;]*\"'; " ..
       "stty -a | grep -o \"intr = [^;]*\"; stty -a | grep -o \" -echo \" || echo echo-on"
-    local out = h.sh("printf '' | script -qec " .. require("corral.shell").quote(script) .. " /dev/null")
+    local out = h.sh("printf '' | script -qec " .. h.quote(script) .. " /dev/null")
     out = out:gsub("\r", "")
     assert.matches("intr = <undef>\nintr = %^C\necho%-on", out) -- inside: changed (control); after: back
   end)
