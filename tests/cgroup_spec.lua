@@ -1,7 +1,8 @@
 -- core.cgroup against the real kernel, with real children: `sh -c` processes started
--- here wait on a fifo until core.cgroup has attached them, then fork or allocate. Each
--- denial follows its control in the same child. A test whose controller this host does
--- not give to our cgroup is marked pending, never passed.
+-- here wait on a fifo until core.cgroup has attached them, then fork or allocate. A
+-- control runs in the same child, after the denial wherever the denial does not end
+-- it. A test whose controller this host does not give to our cgroup is marked
+-- pending, never passed.
 local core = require "corral.core"
 local cgroup = core.cgroup
 
@@ -66,14 +67,14 @@ describe("core.cgroup", function()
   end)
 
   it("rejects misspelt or negative limits, where a correct table creates", function()
-    local ok <close> = assert(cgroup.create {}) -- control
-    assert.is_true(#ok:paths() > 0)
     assert.has_error(function() cgroup.create { memroy = MiB } end)
     assert.has_error(function() cgroup.create { pids = -1 } end)
     assert.has_error(function() cgroup.create { name = "x", cpu_quota_us = "lots" } end)
     local none, err = cgroup.create { name = "a/b" }
     assert.is_nil(none)
     assert.matches("create cgroup", err)
+    local ok <close> = assert(cgroup.create {}) -- control, after the refusals
+    assert.is_true(#ok:paths() > 0)
   end)
 
   it("caps the number of processes: N-1 forks succeed, the next is refused", function()
@@ -93,18 +94,18 @@ describe("core.cgroup", function()
     assert.equal(3, g:usage().pids) -- the sleeps; the shell has exited
   end)
 
-  it("caps memory: 16 MiB fits under 32 MiB, 128 MiB is OOM-killed", function()
+  it("caps memory: 128 MiB is OOM-killed, and 16 MiB fits under 32 MiB after it", function()
     if not info.controllers.memory then pending("no memory controller beneath our cgroup") return end
     local g <close> = assert(cgroup.create { memory = 32 * MiB })
     assert.is_true(g:held().memory)
     assert.equal(0, g:usage().oom_kills)
     local p, pid, f = child("read _ < $F; " ..
-      "dd if=/dev/zero of=/dev/null bs=16M count=1 2>/dev/null; echo $?; " ..
-      "dd if=/dev/zero of=/dev/null bs=128M count=1 2>/dev/null; echo $?")
+      "dd if=/dev/zero of=/dev/null bs=128M count=1 2>/dev/null; echo $?; " ..
+      "dd if=/dev/zero of=/dev/null bs=16M count=1 2>/dev/null; echo $?")
     assert(g:attach(pid))
     release(f)
-    assert.equal("0", p:read("l"))   -- control
     assert.equal("137", p:read("l")) -- 128 + SIGKILL
+    assert.equal("0", p:read("l"))   -- control, in the same child after the kill
     p:close()
     local u = g:usage()
     assert.is_true(u.oom_kills >= 1)
