@@ -2,32 +2,15 @@
 -- module paths, the exec-confined fast path, subcommands, and the REPL driven through a
 -- real pseudo-terminal (util-linux `script`). Run `make` first.
 
-local function sh_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
+local h = require "helpers"
 
 local cwd = io.popen("pwd"):read("l")
-local HOST = os.getenv("CORRAL_HOST") or "build/corral"
-if HOST:sub(1, 1) ~= "/" then HOST = cwd .. "/" .. HOST end
-local Q = sh_quote(HOST)
+local HOST = h.host
+local Q = h.quote(HOST)
 -- A caller's LUA_INIT must not leak into the children whose output is asserted.
 local CLEAN = "env -u LUA_INIT -u LUA_INIT_5_4 "
 -- For tests about commands rather than path discovery: the repository's modules.
-local WITH_LUA = "LUA_PATH=" .. sh_quote(cwd .. "/lua/?.lua;" .. cwd .. "/lua/?/init.lua;;") .. " "
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local WITH_LUA = "LUA_PATH=" .. h.quote(cwd .. "/lua/?.lua;" .. cwd .. "/lua/?/init.lua;;") .. " "
 
 -- Runs a shell command; returns stdout, stderr, exit status.
 local function run(cmd)
@@ -35,15 +18,23 @@ local function run(cmd)
   local p = assert(io.popen("( " .. cmd .. " ) 2>" .. errf))
   local out = p:read("a")
   local _, _, code = p:close()
-  local err = slurp(errf)
+  local err = h.read(errf)
   os.remove(errf)
   return out, err, code
 end
 
 local function tempdir()
-  local d = io.popen("mktemp -d"):read("l")
-  finally(function() os.execute("rm -rf " .. sh_quote(d)) end)
+  local d = h.tmpdir("host")
+  finally(function() h.rmrf(d) end)
   return d
+end
+
+-- A fresh directory holding module `name` (its source given), and the environment
+-- prefix that puts it on LUA_PATH.
+local function module_env(name, source)
+  local d = tempdir()
+  h.write(d .. "/" .. name .. ".lua", source)
+  return CLEAN .. "LUA_PATH=" .. h.quote(d .. "/?.lua;;") .. " "
 end
 
 -- Drives the host on a pseudo-terminal. steps: strings are typed, numbers are pauses
@@ -54,7 +45,7 @@ local function repl(args, steps, env)
     if type(s) == "number" then
       feed[#feed + 1] = "sleep " .. s
     else
-      feed[#feed + 1] = "printf '%s' " .. sh_quote(s)
+      feed[#feed + 1] = "printf '%s' " .. h.quote(s)
     end
   end
   -- env: `env` arguments, options (-u) first. script runs the command through $SHELL;
@@ -63,7 +54,7 @@ local function repl(args, steps, env)
   -- and made script report 130 although the host carried on.
   local cmd = "(" .. table.concat(feed, "; ") .. ") | " .. CLEAN
     .. (env or "CORRAL_HISTORY=") .. " TERM=dumb timeout 10 script -qfec "
-    .. sh_quote("exec " .. HOST .. (args ~= "" and " " .. args or "")) .. " /dev/null"
+    .. h.quote("exec " .. HOST .. (args ~= "" and " " .. args or "")) .. " /dev/null"
   local out, _, code = run(cmd)
   out = out:gsub("\r", ""):gsub("\27%[[%d;?]*%a", "")
   return out, code
@@ -109,9 +100,7 @@ describe("corral host: lua.c command line", function()
   end)
 
   it("-l requires a module into a global, -l g=mod into g", function()
-    local d = tempdir()
-    write(d .. "/hostmod.lua", "return { v = 42 }\n")
-    local env = CLEAN .. "LUA_PATH=" .. sh_quote(d .. "/?.lua;;") .. " "
+    local env = module_env("hostmod", "return { v = 42 }\n")
     -- control: without -l the global does not exist
     local out, _, code = run(env .. Q .. " -e 'print(hostmod)'")
     assert.are.equal(0, code)
@@ -132,10 +121,10 @@ describe("corral host: lua.c command line", function()
   it("builds the arg table and passes the script arguments as ...", function()
     local d = tempdir()
     local script = d .. "/args.lua"
-    write(script, 'print(#arg, arg[-3] == os.getenv("HOST_UNDER_TEST"), arg[-2], arg[-1],'
+    h.write(script, 'print(#arg, arg[-3] == os.getenv("HOST_UNDER_TEST"), arg[-2], arg[-1],'
       .. ' arg[0], arg[1], arg[2], select("#", ...), ...)\n')
     local out, _, code = run(CLEAN .. "HOST_UNDER_TEST=" .. Q .. " " .. Q
-      .. " -e 'x=1' " .. sh_quote(script) .. " one two")
+      .. " -e 'x=1' " .. h.quote(script) .. " one two")
     assert.are.equal(0, code)
     assert.are.equal(table.concat({ "2", "true", "-e", "x=1", script, "one", "two", "2",
       "one", "two" }, "\t") .. "\n", out)
@@ -148,8 +137,8 @@ describe("corral host: lua.c command line", function()
 
   it("runs a script from a file, from stdin with -, and stdin when not a terminal", function()
     local d = tempdir()
-    write(d .. "/s.lua", 'print("from file", ...)\n')
-    local out, _, code = run(CLEAN .. Q .. " " .. sh_quote(d .. "/s.lua") .. " p")
+    h.write(d .. "/s.lua", 'print("from file", ...)\n')
+    local out, _, code = run(CLEAN .. Q .. " " .. h.quote(d .. "/s.lua") .. " p")
     assert.are.equal(0, code)
     assert.are.equal("from file\tp\n", out)
     out, _, code = run("printf 'print(\"from stdin\", arg[0], ...)' | " .. CLEAN .. Q .. " - p q")
@@ -166,8 +155,8 @@ describe("corral host: lua.c command line", function()
     assert.are.equal("fine\n", out)
     assert.are.equal("", err)
     local d = tempdir()
-    write(d .. "/e.lua", 'local function inner() error("deep") end\ninner()\n')
-    out, err, code = run(CLEAN .. Q .. " " .. sh_quote(d .. "/e.lua"))
+    h.write(d .. "/e.lua", 'local function inner() error("deep") end\ninner()\n')
+    out, err, code = run(CLEAN .. Q .. " " .. h.quote(d .. "/e.lua"))
     assert.are.equal(1, code)
     assert.are.equal("", out)
     assert.matches("^corral: [^\n]*e%.lua:1: deep\n", err)
@@ -191,14 +180,14 @@ describe("corral host: lua.c command line", function()
 
   it("honours LUA_INIT_5_4 / LUA_INIT (and @file) and ignores them with -E", function()
     local d = tempdir()
-    write(d .. "/init.lua", 'init_v = "from file"\n')
+    h.write(d .. "/init.lua", 'init_v = "from file"\n')
     local probe = " -e 'print(init_v)'"
     local out = run(CLEAN .. "LUA_INIT='init_v = \"plain\"' " .. Q .. probe)
     assert.are.equal("plain\n", out)
     out = run(CLEAN .. "LUA_INIT='init_v = \"plain\"' LUA_INIT_5_4='init_v = \"versioned\"' "
       .. Q .. probe)
     assert.are.equal("versioned\n", out)
-    out = run(CLEAN .. "LUA_INIT=" .. sh_quote("@" .. d .. "/init.lua") .. " " .. Q .. probe)
+    out = run(CLEAN .. "LUA_INIT=" .. h.quote("@" .. d .. "/init.lua") .. " " .. Q .. probe)
     assert.are.equal("from file\n", out)
     out = run(CLEAN .. "LUA_INIT='init_v = \"plain\"' " .. Q .. " -E" .. probe)
     assert.are.equal("nil\n", out)
@@ -211,9 +200,7 @@ describe("corral host: lua.c command line", function()
   end)
 
   it("-E also ignores LUA_PATH", function()
-    local d = tempdir()
-    write(d .. "/hostmod2.lua", "return 7\n")
-    local env = CLEAN .. "LUA_PATH=" .. sh_quote(d .. "/?.lua;;") .. " "
+    local env = module_env("hostmod2", "return 7\n")
     local out, _, code = run(env .. Q .. " -l hostmod2 -e 'print(hostmod2)'")
     assert.are.equal(0, code)
     assert.are.equal("7\n", out)
@@ -234,7 +221,7 @@ end)
 describe("corral host: additions", function()
   it("preloads corral.core (no core.so on the cpath)", function()
     local empty = tempdir()
-    local env = CLEAN .. "LUA_CPATH=" .. sh_quote(empty .. "/?.so") .. " "
+    local env = CLEAN .. "LUA_CPATH=" .. h.quote(empty .. "/?.so") .. " "
     -- control: a stock interpreter with the same cpath cannot load the core
     local _, _, code = run(env .. "lua5.4 -e 'require \"corral.core\"'")
     assert.is_not.equal(0, code)
@@ -257,15 +244,15 @@ describe("corral host: additions", function()
     -- The layout is rebuilt around a copy so that any CORRAL_HOST (build/asan/corral too)
     -- is tested as build/corral with lua/ beside build/.
     local tree = tempdir()
-    assert.is_true(os.execute("mkdir -p " .. sh_quote(tree .. "/build") .. " && cp " .. Q .. " "
-      .. sh_quote(tree .. "/build/corral") .. " && ln -s " .. sh_quote(cwd .. "/lua") .. " "
-      .. sh_quote(tree .. "/lua")))
+    assert.is_true(os.execute("mkdir -p " .. h.quote(tree .. "/build") .. " && cp " .. Q .. " "
+      .. h.quote(tree .. "/build/corral") .. " && ln -s " .. h.quote(cwd .. "/lua") .. " "
+      .. h.quote(tree .. "/lua")))
     local env = "cd /tmp && " .. CLEAN .. "-u LUA_PATH -u LUA_PATH_5_4 "
     -- control: from /tmp a stock interpreter does not find corral.cli
     local _, _, code = run(env .. "lua5.4 -e 'require \"corral.cli\"'")
     assert.is_not.equal(0, code)
     local out
-    out, _, code = run(env .. sh_quote(tree .. "/build/corral") .. " -e 'require \"corral.cli\";"
+    out, _, code = run(env .. h.quote(tree .. "/build/corral") .. " -e 'require \"corral.cli\";"
       .. " print(package.searchpath(\"corral.cli\", package.path))'")
     assert.are.equal(0, code)
     assert.matches("/lua/corral/cli%.lua\n$", out)
@@ -273,21 +260,21 @@ describe("corral host: additions", function()
 
   it("finds modules of an installed tree (PREFIX/bin -> PREFIX/share/lua/5.4)", function()
     local prefix = tempdir()
-    assert.is_true(os.execute("mkdir -p " .. sh_quote(prefix .. "/bin") .. " "
-      .. sh_quote(prefix .. "/share/lua/5.4") .. " && cp " .. Q .. " "
-      .. sh_quote(prefix .. "/bin/corral")))
-    write(prefix .. "/share/lua/5.4/host_spec_marker.lua", 'return "installed"\n')
+    assert.is_true(os.execute("mkdir -p " .. h.quote(prefix .. "/bin") .. " "
+      .. h.quote(prefix .. "/share/lua/5.4") .. " && cp " .. Q .. " "
+      .. h.quote(prefix .. "/bin/corral")))
+    h.write(prefix .. "/share/lua/5.4/host_spec_marker.lua", 'return "installed"\n')
     local probe = " -e 'print((require \"host_spec_marker\"))'"
     -- control: the build-tree host does not see the installed tree
     local _, _, code = run(CLEAN .. Q .. probe)
     assert.is_not.equal(0, code)
     local out
-    out, _, code = run("cd / && " .. CLEAN .. sh_quote(prefix .. "/bin/corral") .. probe)
+    out, _, code = run("cd / && " .. CLEAN .. h.quote(prefix .. "/bin/corral") .. probe)
     assert.are.equal(0, code)
     assert.are.equal("installed\n", out)
-    local real = io.popen("readlink -f " .. sh_quote(prefix)):read("l")
-    out, _, code = run("cd / && " .. CLEAN .. "P=" .. sh_quote(real) .. " "
-      .. sh_quote(prefix .. "/bin/corral")
+    local real = io.popen("readlink -f " .. h.quote(prefix)):read("l")
+    out, _, code = run("cd / && " .. CLEAN .. "P=" .. h.quote(real) .. " "
+      .. h.quote(prefix .. "/bin/corral")
       .. " -e 'print((package.cpath:find(os.getenv(\"P\")..\"/lib/lua/5.4/?.so\", 1, true)))'")
     assert.are.equal(0, code)
     assert.are.equal("1\n", out)
@@ -308,11 +295,11 @@ describe("corral host: additions", function()
 
   it("runs a subcommand through corral.cli, and ./name as a script", function()
     local d = tempdir()
-    write(d .. "/help", 'print("script named help")\n')
-    local out, _, code = run("cd " .. sh_quote(d) .. " && " .. CLEAN .. WITH_LUA .. Q .. " ./help")
+    h.write(d .. "/help", 'print("script named help")\n')
+    local out, _, code = run("cd " .. h.quote(d) .. " && " .. CLEAN .. WITH_LUA .. Q .. " ./help")
     assert.are.equal(0, code)
     assert.are.equal("script named help\n", out)
-    out, _, code = run("cd " .. sh_quote(d) .. " && " .. CLEAN .. WITH_LUA .. Q .. " help")
+    out, _, code = run("cd " .. h.quote(d) .. " && " .. CLEAN .. WITH_LUA .. Q .. " help")
     assert.are.equal(0, code)
     assert.truthy(#out > 0)
     assert.is_nil(out:find("script named help", 1, true))
@@ -323,7 +310,7 @@ describe("corral host: additions", function()
     local fake = 'package.loaded["corral.cli"] = { main = function(a) '
       .. 'print(table.concat(a, ","), arg[1], #arg) return _G.RESULT end }'
     local function cmd(result)
-      return run(CLEAN .. WITH_LUA .. "LUA_INIT=" .. sh_quote("RESULT = " .. result .. "; " .. fake) .. " "
+      return run(CLEAN .. WITH_LUA .. "LUA_INIT=" .. h.quote("RESULT = " .. result .. "; " .. fake) .. " "
         .. Q .. " help x y")
     end
     local out, _, code = cmd("7")
@@ -420,19 +407,19 @@ describe("corral host: REPL on a terminal", function()
     end
     local home = tempdir()
     local _, code = repl("-i", { "hist_probe = 1\n", "os.exit(0)\n" },
-      "-u CORRAL_HISTORY HOME=" .. sh_quote(home))
+      "-u CORRAL_HISTORY HOME=" .. h.quote(home))
     assert.are.equal(0, code)
-    assert.truthy((slurp(home .. "/.corral_history") or ""):find("hist_probe = 1", 1, true))
+    assert.truthy((h.read(home .. "/.corral_history") or ""):find("hist_probe = 1", 1, true))
     local home2 = tempdir()
     _, code = repl("-i", { "hist_probe = 2\n", "os.exit(0)\n" },
-      "HOME=" .. sh_quote(home2) .. " CORRAL_HISTORY=")
+      "HOME=" .. h.quote(home2) .. " CORRAL_HISTORY=")
     assert.are.equal(0, code)
-    assert.is_nil(slurp(home2 .. "/.corral_history"))
+    assert.is_nil(h.read(home2 .. "/.corral_history"))
     local file = home2 .. "/elsewhere"
     _, code = repl("-i", { "hist_probe = 3\n", "os.exit(0)\n" },
-      "HOME=" .. sh_quote(home2) .. " CORRAL_HISTORY=" .. sh_quote(file))
+      "HOME=" .. h.quote(home2) .. " CORRAL_HISTORY=" .. h.quote(file))
     assert.are.equal(0, code)
-    assert.truthy((slurp(file) or ""):find("hist_probe = 3", 1, true))
-    assert.is_nil(slurp(home2 .. "/.corral_history"))
+    assert.truthy((h.read(file) or ""):find("hist_probe = 3", 1, true))
+    assert.is_nil(h.read(home2 .. "/.corral_history"))
   end)
 end)
