@@ -40,6 +40,11 @@ end
 --- Quotes one word for /bin/sh.
 M.quote = shell.quote
 
+--- Runs a shell command and asserts that it succeeded.
+function M.must(cmd)
+  assert(os.execute(cmd), cmd)
+end
+
 --- The script of a denial test: `attempt` first, then `control`, in one shell. The
 -- attempt runs in this shell itself (a group, not a subshell), so an attempt that kills
 -- the sandbox also kills the control: a sandbox that dies instead of refusing never

@@ -1,17 +1,10 @@
 -- core.resolve_executable / resolve_path / resolve_file against real files; every
 -- successful resolution is cross-checked with realpath(1) from coreutils.
 local core = require "corral.core"
-
-local function sh(cmd)
-  assert(os.execute(cmd), cmd)
-end
-
-local function q(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
+local h = require "helpers"
 
 local function realpath(p)
-  local f = assert(io.popen("realpath -e -- " .. q(p) .. " 2>/dev/null"))
+  local f = assert(io.popen("realpath -e -- " .. h.quote(p) .. " 2>/dev/null"))
   local out = f:read("l")
   f:close()
   return out
@@ -24,14 +17,14 @@ describe("path resolution", function()
     local f = assert(io.popen("mktemp -d /tmp/corral-path-spec-XXXXXX"))
     root = realpath(f:read("l"))
     f:close()
-    sh(table.concat({
-      "cd " .. q(root),
+    h.must(table.concat({
+      "cd " .. h.quote(root),
       "mkdir -p dir/sub x/y bin noexec real",
       "touch file noexec/tool real/tool",
       "chmod 0644 noexec/tool && chmod 0755 real/tool",
       "ln -s b a && ln -s c b && ln -s dir c",
       "ln -s ../x/y dir/up",
-      "ln -s " .. q(root .. "/x/y") .. " link",
+      "ln -s " .. h.quote(root .. "/x/y") .. " link",
       "ln -s lb la && ln -s la lb",
       "ln -s ../real/tool bin/tool",
       "ln -s file tofile",
@@ -39,7 +32,7 @@ describe("path resolution", function()
   end)
 
   teardown(function()
-    if root then sh("rm -rf " .. q(root)) end
+    if root then h.must("rm -rf " .. h.quote(root)) end
   end)
 
   it("follows a chain of links to a directory", function()
@@ -99,9 +92,9 @@ describe("path resolution", function()
     local path_env = root .. "/nonexistent:" .. root .. "/noexec:" .. root .. "/bin"
     assert.equal(root .. "/real/tool", core.resolve_executable("tool", path_env))
     -- Control for the skip: once executable, the earlier entry wins.
-    sh("chmod 0755 " .. q(root .. "/noexec/tool"))
+    h.must("chmod 0755 " .. h.quote(root .. "/noexec/tool"))
     assert.equal(root .. "/noexec/tool", core.resolve_executable("tool", path_env))
-    sh("chmod 0644 " .. q(root .. "/noexec/tool"))
+    h.must("chmod 0644 " .. h.quote(root .. "/noexec/tool"))
   end)
 
   it("returns a name that is nowhere on PATH unchanged", function()

@@ -5,13 +5,7 @@ local core = require "corral.core"
 local sbpl = require "corral.sbpl"
 local errors = require "corral.errors"
 
-local function sh(cmd)
-  assert(os.execute(cmd), cmd)
-end
-
-local function q(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
+local h = require "helpers"
 
 -- Reads text into a list of top-level forms. A form is {list = true, ...}; an atom is
 -- {atom = "x"}; a string is {str = "decoded"}. Returns nil, why on any syntax error.
@@ -121,8 +115,8 @@ describe("corral.sbpl", function()
     root = f:read("l")
     f:close()
     root = assert(core.resolve_path(root))
-    sh(table.concat({
-      "cd " .. q(root),
+    h.must(table.concat({
+      "cd " .. h.quote(root),
       "mkdir -p work cache other/deep real-work 'a\"b\\c' 'nl\nx' 'cr\rx'",
       "ln -s real-work work-link",
       "touch file",
@@ -130,7 +124,7 @@ describe("corral.sbpl", function()
   end)
 
   teardown(function()
-    if root then sh("rm -rf " .. q(root)) end
+    if root then h.must("rm -rf " .. h.quote(root)) end
   end)
 
   it("lists the runtime read set as fresh absolute paths", function()
