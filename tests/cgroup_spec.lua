@@ -5,15 +5,10 @@
 -- pending, never passed.
 local core = require "corral.core"
 local cgroup = core.cgroup
+local h = require "helpers"
+local own_pid, child, release = h.own_pid, h.child, h.release
 
 local MiB = 1024 * 1024
-
-local function own_pid()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = math.tointeger(tonumber(f:read("l"):match("^(%d+)")))
-  f:close()
-  return pid
-end
 
 local function is_dir(path)
   local f = io.open(path .. "/cgroup.procs")
@@ -32,23 +27,6 @@ end
 local function contains(list, x)
   for _, v in ipairs(list) do if v == x then return true end end
   return false
-end
-
--- `sh -c script` with stderr on the pipe and $F a fifo it may read to wait; returns the
--- pipe, the shell's pid and the fifo.
-local function child(script)
-  local f = os.tmpname()
-  os.remove(f)
-  assert(os.execute("mkfifo -m 600 " .. f))
-  local p = assert(io.popen("exec 2>&1; F=" .. f .. "; echo $$; " .. script))
-  return p, math.tointeger(tonumber(p:read("l"))), f
-end
-
-local function release(f)
-  local w = assert(io.open(f, "w"))
-  w:write("go\n")
-  w:close()
-  os.remove(f)
 end
 
 local info = assert(cgroup.info())

@@ -123,6 +123,32 @@ function M.free_port()
   error("no free port found")
 end
 
+--- This process's pid (read from /proc/self by this process itself).
+function M.own_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = math.tointeger(tonumber(f:read("l"):match("^(%d+)")))
+  f:close()
+  return pid
+end
+
+--- Starts `sh -c script` with stderr on the pipe too and $F (exported) a fresh fifo
+-- it may read to wait for release(). Returns the pipe, the shell's pid and the fifo.
+function M.child(script)
+  local f = os.tmpname()
+  os.remove(f)
+  assert(os.execute("mkfifo -m 600 " .. f))
+  local p = assert(io.popen("exec 2>&1; F=" .. f .. "; export F; echo $$; " .. script))
+  return p, math.tointeger(tonumber(p:read("l"))), f
+end
+
+--- Lets a child() past its `read _ < $F`, and removes the fifo.
+function M.release(f)
+  local w = assert(io.open(f, "w"))
+  w:write("go\n")
+  w:close()
+  os.remove(f)
+end
+
 --- Waits until cond() is true, for at most `seconds`.
 function M.wait_for(cond, seconds)
   local deadline = os.time() + (seconds or 5)

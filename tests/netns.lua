@@ -12,13 +12,7 @@ function M.run(cmd)
   return ok == true, out
 end
 
---- This process's pid (read from /proc/self by this process itself).
-function M.own_pid()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("l"):match("^(%d+)")
-  f:close()
-  return pid
-end
+local own_pid = require("helpers").own_pid
 
 M.is_root = select(2, M.run("id -u")):match("^0") ~= nil
 
@@ -27,7 +21,7 @@ local created, serial = {}, 0
 --- A new named netns: its name and an fd on it.
 function M.netns()
   serial = serial + 1
-  local name = ("corral-t-%s-%d"):format(M.own_pid(), serial)
+  local name = ("corral-t-%s-%d"):format(own_pid(), serial)
   local entry = { name = name }
   created[#created + 1] = entry
   assert(M.run("ip netns add " .. name))

@@ -4,26 +4,8 @@
 local core = require "corral.core"
 local ns = core.ns
 
-local function fifo()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(os.execute("mkfifo -m 600 " .. path))
-  return path
-end
-
-local function release(path)
-  local f = assert(io.open(path, "w"))
-  f:write("go\n")
-  f:close()
-end
-
--- Starts `sh -c script` with $F set to a fresh fifo; returns the pipe, its pid, the fifo.
-local function child(script)
-  local f = fifo()
-  local p = assert(io.popen("F=" .. f .. "; export F; echo $$; " .. script))
-  local pid = math.tointeger(tonumber(p:read("l")))
-  return p, pid, f
-end
+local h = require "helpers"
+local child, release = h.child, h.release
 
 local function finish(p, pid, f)
   os.execute("kill " .. pid .. " 2>/dev/null")
