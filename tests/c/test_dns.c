@@ -67,6 +67,22 @@ static void query(struct pkt *p, unsigned id, const char *dotted, unsigned qtype
     put16(p, 1);
 }
 
+/* A query whose name is three labels of 63 octets and one of last, each octet `octet`:
+ * 255 wire octets with last = 61 (the longest legal name), 256 with last = 62. */
+static void long_query(struct pkt *p, unsigned last, unsigned octet)
+{
+    header(p, 1, 0, 1, 0, 0, 0);
+    for (int l = 0; l < 4; l++) {
+        unsigned ll = l < 3 ? 63 : last;
+        put8(p, ll);
+        for (unsigned i = 0; i < ll; i++)
+            put8(p, octet);
+    }
+    put8(p, 0);
+    put16(p, 1);
+    put16(p, 1);
+}
+
 static void opt(struct pkt *p, unsigned rdlen)
 {
     put8(p, 0);
@@ -217,16 +233,7 @@ static void test_name_forms(void)
 
     /* largest legal name: 255 wire octets (3 * 64 + 62 + root), all escaped: the
      * presentation buffer's worst case */
-    header(&p, 6, 0, 1, 0, 0, 0);
-    for (int l = 0; l < 4; l++) {
-        unsigned ll = l < 3 ? 63 : 61;
-        put8(&p, ll);
-        for (unsigned i = 0; i < ll; i++)
-            put8(&p, 0xff);
-    }
-    put8(&p, 0);
-    put16(&p, 1);
-    put16(&p, 1);
+    long_query(&p, 61, 0xff);
     CHECK(p.n == 12 + 255 + 4);
     CHECK(parse(&p, &q) == 0);
     CHECK(q.name_len == 250 * 4 + 3 && strlen(q.name) == q.name_len);
@@ -347,16 +354,7 @@ static void test_bad_shapes(void)
         CHECK(parse(&p, &q) == (ll == 63 ? 0 : -EBADMSG));
     }
     /* a 256-octet name (control: the 255-octet one in test_name_forms) */
-    header(&p, 1, 0, 1, 0, 0, 0);
-    for (int l = 0; l < 4; l++) {
-        unsigned ll = l < 3 ? 63 : 62;
-        put8(&p, ll);
-        for (unsigned i = 0; i < ll; i++)
-            put8(&p, 'a');
-    }
-    put8(&p, 0);
-    put16(&p, 1);
-    put16(&p, 1);
+    long_query(&p, 62, 'a');
     CHECK(p.n == 12 + 256 + 4);
     CHECK(parse(&p, &q) == -EBADMSG);
     /* a long run of labels that never ends within 255 octets */
@@ -484,16 +482,7 @@ static void test_reasons(void)
            "label type or length 65 in the question's name");
 
     /* 256 octets of name: too long, even where the message also ends inside it */
-    header(&p, 1, 0, 1, 0, 0, 0);
-    for (int l = 0; l < 4; l++) {
-        unsigned ll = l < 3 ? 63 : 62;
-        put8(&p, ll);
-        for (unsigned i = 0; i < ll; i++)
-            put8(&p, 'a');
-    }
-    put8(&p, 0);
-    put16(&p, 1);
-    put16(&p, 1);
+    long_query(&p, 62, 'a');
     expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_NAME_TOO_LONG, "name_too_long",
            "the question's name is longer than 255 octets");
     expect(&p, p.n - 10, -EBADMSG, CORRAL_DNS_REASON_NAME_TOO_LONG, "name_too_long",
