@@ -56,19 +56,22 @@ describe("core.dns codec", function()
     assert.truthy(dns.parse(good)) -- control: the same bytes, unmodified
     local function with(at, byte) return good:sub(1, at - 1) .. string.char(byte) .. good:sub(at + 1) end
     local cases = {
-      { good:sub(1, 11), dns.EMSGSIZE, nil },                -- shorter than a header
-      { with(3, 0x81), dns.EPROTO, nil },                     -- QR set
-      { with(3, 0x11), dns.EOPNOTSUPP, dns.NOTIMP },          -- opcode 2
-      { with(6, 0), dns.EBADMSG, dns.FORMERR },               -- qdcount 0
-      { with(8, 1), dns.EBADMSG, dns.FORMERR },               -- ancount 1
-      { with(13, 0xc0), dns.EBADMSG, dns.FORMERR },           -- a compression pointer
-      { good:sub(1, -2), dns.EBADMSG, dns.FORMERR },          -- truncated qclass
+      { good:sub(1, 11), dns.EMSGSIZE, nil, "short", "11 bytes: shorter than a DNS header" },
+      { with(3, 0x81), dns.EPROTO, nil, "response", "a response (QR set), not a query: not answered" },
+      { with(3, 0x11), dns.EOPNOTSUPP, dns.NOTIMP, "opcode", "opcode 2: only QUERY (0) is answered" },
+      { with(6, 0), dns.EBADMSG, dns.FORMERR, "qdcount", "QDCOUNT 0: exactly one question is answered" },
+      { with(8, 1), dns.EBADMSG, dns.FORMERR, "records", "ANCOUNT 1, NSCOUNT 0: a query carries neither" },
+      { with(13, 0xc0), dns.EBADMSG, dns.FORMERR, "pointer", "a compression pointer in the question's name" },
+      { good:sub(1, -2), dns.EBADMSG, dns.FORMERR, "question_truncated",
+        "the question is truncated (no QTYPE/QCLASS)" },
     }
     for i, c in ipairs(cases) do
-      local q, err, errno = dns.parse(c[1])
+      local q, err, errno, why, reason = dns.parse(c[1])
       assert.is_nil(q, "case " .. i)
       assert.matches("^dns parse: ", err)
       assert.equal(c[2], errno, "case " .. i)
+      assert.equal(c[4], reason, "case " .. i) -- the rule it broke, named by the codec
+      assert.equal(c[5], why, "case " .. i)
       assert.equal(c[3], dns.error_rcode(errno), "case " .. i)
       if c[3] then
         local r = assert(dns.answer(c[1], c[3]))

@@ -216,10 +216,29 @@ describe("egress hardening: option and entry messages", function()
     assert.matches("/list:4: ", ferr.detail, nil, true)
     assert.are.same({ "pypi.org:443", "1.2.3.4:80,90" }, good.allow) -- control
     -- the same check for a network table given in Lua
-    local plane = require "corral.egress.plane"
-    local _, perr = plane.policy({ resolve = { ["a.test"] = "notanip" } })
+    local network_spec = require "corral.egress.network_spec"
+    local _, perr = network_spec.check({ resolve = { ["a.test"] = "notanip" } })
     assert.are.equal("network.resolve", perr.argument)
-    assert.is_table(plane.policy({ resolve = { ["a.test"] = { "192.0.2.1" } } }))
+    assert.is_table(network_spec.check({ resolve = { ["a.test"] = { "192.0.2.1" } } }))
+  end)
+
+  it("describing a sandbox checks its network without loading the data plane", function()
+    local script = [[
+      local sandbox = require "corral.sandbox"
+      local ok = sandbox.new({ id = "x", network = { allow = { "pypi.org:443" } } })
+      local bad = sandbox.new({ id = "x", network = { allow = { "pypi.org:443" }, colour = "red" } })
+      local loaded = {}
+      for k in pairs(package.loaded) do if k:match("^corral%.egress") then loaded[#loaded + 1] = k end end
+      table.sort(loaded)
+      io.write(tostring(ok ~= nil), " ", tostring(bad == nil), " ", table.concat(loaded, ","))
+    ]]
+    local out, status = h.corral("-e", script)
+    assert.are.equal(0, status, out)
+    assert.matches("^true true ", out) -- the check ran: a good table passes, a bad one fails
+    assert.matches("corral.egress.network_spec", out, nil, true)
+    for _, io_module in ipairs({ "plane", "responder", "acceptor", "loop", "registry" }) do
+      assert.is_nil(out:find("corral.egress." .. io_module, 1, true), out)
+    end
   end)
 
   it("corral run exits 2 on a bad --resolve before starting anything #root", function()
@@ -633,6 +652,7 @@ end)
 
 describe("egress hardening: the data plane from Lua #root #netns", function()
   local plane = require "corral.egress.plane"
+  local responder = require "corral.egress.responder"
   local loop = require "corral.egress.loop"
   local egress = require "corral.egress"
 
@@ -679,8 +699,8 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
 
   it("DNS over TCP answers queries pipelined on one connection, up to TCP_DNS_QUERIES", function()
     with_plane("tcp-pipe", { allow = { "a.test:443", "b.test:443" } }, function(p)
-      local saved = plane.TCP_DNS_QUERIES
-      plane.TCP_DNS_QUERIES = 3
+      local saved = responder.TCP_DNS_QUERIES
+      responder.TCP_DNS_QUERIES = 3
       local ok, err = pcall(function()
         -- two queries written back to back, in one write, on one connection
         local c = assert(core.connect_marked("127.0.0.1", 53, 0, 2, p.netns))
@@ -714,14 +734,14 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
         assert.are.equal(3, got[3].rcode) -- NXDOMAIN: not allowed
         assert.is_nil(got[4])
       end)
-      plane.TCP_DNS_QUERIES = saved
+      responder.TCP_DNS_QUERIES = saved
       assert(ok, err)
     end)
   end)
 
   it("revoke(sb, entry, {cut = true}) resets what the entry allowed; other connections carry on", function()
     local function fds() return #h.sh("ls /proc/" .. core.getpid() .. "/fd"):gsub("[^\n]", "") end
-    loop.get()
+    loop.count() -- the loop's relay exists before the count
     local fds0 = fds()
     -- the "internet": an echo server of this test on the host's loopback
     local srv, port = assert(core.tcp_listen("127.0.0.1", 0))
@@ -768,7 +788,7 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
       assert.is_true(echoes(a, "a-1"))          -- control: before the revoke, each relays
       assert.is_true(echoes(b, "b-1"))
       assert.is_true(echoes(c, "c-1"))
-      assert.are.equal(3, loop.get().relay:count("cut-sb"))
+      assert.are.equal(3, loop.count("cut-sb"))
       -- without cut: the entry is gone for new connections, the open one still relays
       assert.are.equal(1, egress.revoke("cut-sb", "c.test:" .. port))
       assert.is_true(echoes(c, "c-2"))
@@ -781,7 +801,7 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
       assert.is_nil(data, "a still relays after the cut")
       assert.are.equal(104, errno, msg) -- ECONNRESET: an RST, not an orderly end
       assert.is_true(echoes(b, "b-2"))          -- control: the other connection carries on
-      assert.are.equal(1, loop.get().relay:count("cut-sb"))
+      assert.are.equal(1, loop.count("cut-sb"))
       -- the upstream side of a was closed too
       local up_a
       for _, x in ipairs(conns) do if x.first == "a-1" then up_a = x end end
@@ -790,7 +810,7 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
       local a3 = dial("a.test")
       assert.is_false(echoes(a3, "a-3"))
       a:close(); a3:close(); c:close(); b:close()
-      pump(function() return loop.get().relay:count("cut-sb") == 0 end, 2, serve)
+      pump(function() return loop.count("cut-sb") == 0 end, 2, serve)
     end)
     events.unsubscribe(collect)
     for _, s in ipairs(conns) do s.fd:close() end -- idempotent

@@ -95,18 +95,18 @@ describe("egress log: fields", function()
 end)
 
 describe("egress log: names escaped once", function()
-  local plane = require "corral.egress.plane"
+  local responder = require "corral.egress.responder"
 
   it("logs the codec's presentation form as it is, and escapes anything else once", function()
     local q = assert(core.dns.parse(query({ "api.rt2", "example", "com" })))
     assert.are.equal("api\\046rt2.example.com", q.name)                    -- the codec's form
-    assert.are.equal("api\\046rt2.example.com", plane.printable(q.name))   -- kept, not \092046
+    assert.are.equal("api\\046rt2.example.com", responder.printable(q.name))   -- kept, not \092046
     local sp = assert(core.dns.parse(query({ "a b\\c", "x" })))
-    assert.are.equal("a\\032b\\092c.x", plane.printable(sp.name))
-    assert.are.equal("pypi.org", plane.printable("pypi.org"))             -- control: a plain name
+    assert.are.equal("a\\032b\\092c.x", responder.printable(sp.name))
+    assert.are.equal("pypi.org", responder.printable("pypi.org"))         -- control: a plain name
     -- text that is not the codec's: a bare backslash or a control byte is escaped, once
-    assert.are.equal("a\\092b\\010", plane.printable("a\\b\n"))
-    assert.are.equal("\\046x", plane.printable("\\046x"))
+    assert.are.equal("a\\092b\\010", responder.printable("a\\b\n"))
+    assert.are.equal("\\046x", responder.printable("\\046x"))
   end)
 end)
 
@@ -191,7 +191,7 @@ describe("egress log: the responder's events #root #netns", function()
       assert.are.equal(0, ev.bytes)
     end
     -- a response (QR set) is dropped, as the codec's contract says, and still logged
-    assert.is_nil(p:answer(query({ "pypi", "org" }, { flags = 0x8100 })))
+    assert.is_nil(p.responder:answer(query({ "pypi", "org" }, { flags = 0x8100 })))
     assert.are.equal("dropped", last_dns().answer)
     assert.matches("QR set", last_dns().reason)
     -- control: the same question, well formed (one OPT record is fine), is answered

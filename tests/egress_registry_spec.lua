@@ -79,6 +79,27 @@ describe("registry", function()
     assert.has_error(function() reg:get(nil) end)
   end)
 
+  it("tells its subscribers of every change, each protected, until they unsubscribe", function()
+    local reg = registry.new()
+    local seen = {}
+    local function raises() error("boom") end
+    local fn = reg:subscribe(function(id, p) seen[#seen + 1] = id .. ":" .. (p.allowlist and #p.allowlist or 0) end)
+    assert.are.equal(raises, reg:subscribe(raises))   -- one that raises does not stop the next
+    reg:subscribe(fn)                                  -- twice: still called once
+    reg:set("t1", { "pypi.org:443" })
+    reg:allow("t1", "example.com:443")
+    reg:revoke("t1", "pypi.org:443")
+    reg:revoke("t1", "nothing.test:443")              -- control: no change, no call
+    reg:allow("t2", "pypi.org:443")                   -- a new sandbox: its policy made, then the entry
+    assert.same({ "t1:1", "t1:2", "t1:1", "t2:0", "t2:1" }, seen)
+    assert.same({ "example.com:443" }, reg:get("t1").allowlist:texts()) -- the raise undid nothing
+    assert.is_true(reg:unsubscribe(fn))
+    assert.is_false(reg:unsubscribe(fn))
+    reg:allow("t1", "pypi.org:443")
+    assert.are.equal(5, #seen)
+    assert.has_error(function() reg:subscribe("not a function") end)
+  end)
+
   it("turns a hook-only policy into a list one on the first allow", function()
     local reg = registry.new()
     reg:set("t1", nil, { decide = function() return true end })

@@ -5,6 +5,7 @@
  * so no sum can wrap.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dns.h"
@@ -34,6 +35,25 @@ static int is_host_octet(uint8_t c)
            c == '_';
 }
 
+/* Records why the parse failed and returns the errno of that reason (see dns.h). */
+static int refuse(struct corral_dns_query *q, enum corral_dns_reason reason, unsigned d0,
+                  unsigned d1)
+{
+    q->reason = reason;
+    q->detail[0] = d0;
+    q->detail[1] = d1;
+    switch (reason) {
+    case CORRAL_DNS_REASON_SHORT:
+        return -EMSGSIZE;
+    case CORRAL_DNS_REASON_RESPONSE:
+        return -EPROTO;
+    case CORRAL_DNS_REASON_OPCODE:
+        return -EOPNOTSUPP;
+    default:
+        return -EBADMSG;
+    }
+}
+
 /*
  * Reads the uncompressed name at *off into q->name (presentation form) and advances *off
  * past its terminating zero octet.
@@ -43,17 +63,19 @@ static int parse_name(const uint8_t *msg, size_t len, size_t *off, struct corral
     size_t o = *off, wire = 0, n = 0;
     q->hostname = 1;
     for (;;) {
-        if (o >= len) return -EBADMSG;
+        if (o >= len) return refuse(q, CORRAL_DNS_REASON_NAME_TRUNCATED, 0, 0);
         uint8_t l = msg[o++];
         wire++;
         if (l == 0) break;
         /* 0xc0.. is a pointer, 0x40.. and 0x80.. the extended label types RFC 6891
          * section 5 retired: none has a place in a query's one question. */
-        if (l > CORRAL_DNS_LABEL_MAX) return -EBADMSG;
-        if (l > len - o) return -EBADMSG;
+        if (l >= 0xc0) return refuse(q, CORRAL_DNS_REASON_POINTER, 0, 0);
+        if (l > CORRAL_DNS_LABEL_MAX) return refuse(q, CORRAL_DNS_REASON_LABEL_TYPE, l, 0);
         wire += l;
         /* +1 leaves room for the root label still to come */
-        if (wire + 1 > CORRAL_DNS_WIRE_NAME_MAX) return -EBADMSG;
+        if (wire + 1 > CORRAL_DNS_WIRE_NAME_MAX)
+            return refuse(q, CORRAL_DNS_REASON_NAME_TOO_LONG, 0, 0);
+        if (l > len - o) return refuse(q, CORRAL_DNS_REASON_NAME_TRUNCATED, 0, 0);
         if (n > 0) q->name[n++] = '.';
         for (size_t i = 0; i < l; i++) {
             uint8_t c = msg[o + i];
@@ -77,16 +99,15 @@ static int parse_name(const uint8_t *msg, size_t len, size_t *off, struct corral
 
 /* The one additional record a query may carry: an OPT pseudo-record (RFC 6891 6.1.2),
  * owner the root, its RDATA (options) within the message. Its content is not used. */
-static int parse_opt(const uint8_t *msg, size_t len, size_t *off)
+static int parse_opt(const uint8_t *msg, size_t len, size_t *off, struct corral_dns_query *q)
 {
     size_t o = *off;
     /* root name, TYPE, CLASS (UDP size), TTL (extended rcode, version, flags), RDLEN */
-    if (len - o < 11) return -EBADMSG;
-    if (msg[o] != 0) return -EBADMSG;
-    if (get16(msg + o + 1) != CORRAL_DNS_TYPE_OPT) return -EBADMSG;
+    if (len - o < 11 || msg[o] != 0 || get16(msg + o + 1) != CORRAL_DNS_TYPE_OPT)
+        return refuse(q, CORRAL_DNS_REASON_NOT_OPT, 0, 0);
     size_t rdlen = get16(msg + o + 9);
     o += 11;
-    if (rdlen > len - o) return -EBADMSG;
+    if (rdlen > len - o) return refuse(q, CORRAL_DNS_REASON_OPT_TRUNCATED, 0, 0);
     *off = o + rdlen;
     return 0;
 }
@@ -98,32 +119,43 @@ int corral_dns_parse_query(const uint8_t *msg, size_t len, struct corral_dns_que
     q->name[0] = '\0';
     q->qtype = q->qclass = 0;
     q->hostname = q->edns = 0;
-    if (len < CORRAL_DNS_HEADER_LEN) return -EMSGSIZE;
+    q->reason = CORRAL_DNS_REASON_NONE;
+    q->detail[0] = q->detail[1] = 0;
+    if (len < CORRAL_DNS_HEADER_LEN) return refuse(q, CORRAL_DNS_REASON_SHORT, (unsigned)len, 0);
 
     q->id = get16(msg);
     q->flags = get16(msg + 2);
     q->rd = !!(q->flags & CORRAL_DNS_FLAG_RD);
-    if (q->flags & CORRAL_DNS_FLAG_QR) return -EPROTO;
-    if (q->flags & CORRAL_DNS_FLAG_OPCODE) return -EOPNOTSUPP;
+    if (q->flags & CORRAL_DNS_FLAG_QR) return refuse(q, CORRAL_DNS_REASON_RESPONSE, 0, 0);
+    if (q->flags & CORRAL_DNS_FLAG_OPCODE)
+        return refuse(q, CORRAL_DNS_REASON_OPCODE, (q->flags & CORRAL_DNS_FLAG_OPCODE) >> 11, 0);
     uint16_t qdcount = get16(msg + 4), ancount = get16(msg + 6), nscount = get16(msg + 8),
              arcount = get16(msg + 10);
-    if (qdcount != 1 || ancount != 0 || nscount != 0 || arcount > 1) return -EBADMSG;
+    if (qdcount != 1) return refuse(q, CORRAL_DNS_REASON_QDCOUNT, qdcount, 0);
+    if (ancount != 0 || nscount != 0) return refuse(q, CORRAL_DNS_REASON_RECORDS, ancount, nscount);
+    if (arcount > 1) return refuse(q, CORRAL_DNS_REASON_ARCOUNT, arcount, 0);
 
     size_t off = CORRAL_DNS_HEADER_LEN;
     int r = parse_name(msg, len, &off, q);
     if (r < 0) goto bad;
-    r = -EBADMSG;
-    if (len - off < 4) goto bad;
+    if (len - off < 4) {
+        r = refuse(q, CORRAL_DNS_REASON_QUESTION_TRUNCATED, 0, 0);
+        goto bad;
+    }
     q->qtype = get16(msg + off);
     q->qclass = get16(msg + off + 2);
     off += 4;
     size_t question_len = off - CORRAL_DNS_HEADER_LEN;
 
     if (arcount == 1) {
-        if (parse_opt(msg, len, &off) < 0) goto bad;
+        r = parse_opt(msg, len, &off, q);
+        if (r < 0) goto bad;
         q->edns = 1;
     }
-    if (off != len) goto bad;
+    if (off != len) {
+        r = refuse(q, CORRAL_DNS_REASON_TRAILING, (unsigned)(len - off), 0);
+        goto bad;
+    }
 
     memcpy(q->question, msg + CORRAL_DNS_HEADER_LEN, question_len);
     q->question_len = question_len;
@@ -191,4 +223,84 @@ int corral_dns_error_rcode(int err)
     default:
         return err < 0 ? err : -EINVAL;
     }
+}
+
+const char *corral_dns_reason_to_string(enum corral_dns_reason reason)
+{
+    switch (reason) {
+    case CORRAL_DNS_REASON_NONE:
+        return "none";
+    case CORRAL_DNS_REASON_SHORT:
+        return "short";
+    case CORRAL_DNS_REASON_RESPONSE:
+        return "response";
+    case CORRAL_DNS_REASON_OPCODE:
+        return "opcode";
+    case CORRAL_DNS_REASON_QDCOUNT:
+        return "qdcount";
+    case CORRAL_DNS_REASON_RECORDS:
+        return "records";
+    case CORRAL_DNS_REASON_ARCOUNT:
+        return "arcount";
+    case CORRAL_DNS_REASON_NAME_TRUNCATED:
+        return "name_truncated";
+    case CORRAL_DNS_REASON_POINTER:
+        return "pointer";
+    case CORRAL_DNS_REASON_LABEL_TYPE:
+        return "label_type";
+    case CORRAL_DNS_REASON_NAME_TOO_LONG:
+        return "name_too_long";
+    case CORRAL_DNS_REASON_QUESTION_TRUNCATED:
+        return "question_truncated";
+    case CORRAL_DNS_REASON_NOT_OPT:
+        return "not_opt";
+    case CORRAL_DNS_REASON_OPT_TRUNCATED:
+        return "opt_truncated";
+    case CORRAL_DNS_REASON_TRAILING:
+        return "trailing";
+    case CORRAL_DNS_REASON_COUNT:
+        break;
+    }
+    return "unknown";
+}
+
+int corral_dns_describe(const struct corral_dns_query *q, char *buf, size_t cap)
+{
+    unsigned a = q->detail[0], b = q->detail[1];
+    switch (q->reason) {
+    case CORRAL_DNS_REASON_NONE:
+        return snprintf(buf, cap, "well-formed");
+    case CORRAL_DNS_REASON_SHORT:
+        return snprintf(buf, cap, "%u bytes: shorter than a DNS header", a);
+    case CORRAL_DNS_REASON_RESPONSE:
+        return snprintf(buf, cap, "a response (QR set), not a query: not answered");
+    case CORRAL_DNS_REASON_OPCODE:
+        return snprintf(buf, cap, "opcode %u: only QUERY (0) is answered", a);
+    case CORRAL_DNS_REASON_QDCOUNT:
+        return snprintf(buf, cap, "QDCOUNT %u: exactly one question is answered", a);
+    case CORRAL_DNS_REASON_RECORDS:
+        return snprintf(buf, cap, "ANCOUNT %u, NSCOUNT %u: a query carries neither", a, b);
+    case CORRAL_DNS_REASON_ARCOUNT:
+        return snprintf(buf, cap, "ARCOUNT %u: at most one (OPT) record", a);
+    case CORRAL_DNS_REASON_NAME_TRUNCATED:
+        return snprintf(buf, cap, "the question's name is truncated");
+    case CORRAL_DNS_REASON_POINTER:
+        return snprintf(buf, cap, "a compression pointer in the question's name");
+    case CORRAL_DNS_REASON_LABEL_TYPE:
+        return snprintf(buf, cap, "label type or length %u in the question's name", a);
+    case CORRAL_DNS_REASON_NAME_TOO_LONG:
+        return snprintf(buf, cap, "the question's name is longer than %d octets",
+                        CORRAL_DNS_WIRE_NAME_MAX);
+    case CORRAL_DNS_REASON_QUESTION_TRUNCATED:
+        return snprintf(buf, cap, "the question is truncated (no QTYPE/QCLASS)");
+    case CORRAL_DNS_REASON_NOT_OPT:
+        return snprintf(buf, cap, "the additional record is not an OPT record");
+    case CORRAL_DNS_REASON_OPT_TRUNCATED:
+        return snprintf(buf, cap, "the OPT record is truncated");
+    case CORRAL_DNS_REASON_TRAILING:
+        return snprintf(buf, cap, "%u bytes after the question", a);
+    case CORRAL_DNS_REASON_COUNT:
+        break;
+    }
+    return snprintf(buf, cap, "malformed");
 }

@@ -11,7 +11,9 @@
  *   -EPROTO      QR set, i.e. a response: drop. Answering one could start a loop between
  *                two responders, or with a tenant that spoofs the responder's own address.
  *   -EMSGSIZE    shorter than a header: drop (there is no id to answer to)
- * corral_dns_error_rcode() encodes this table.
+ * corral_dns_error_rcode() encodes this table. Every failure also leaves in q->reason the
+ * one rule the query broke (enum corral_dns_reason), so that the caller can log which
+ * without reading the packet a second time.
  */
 #ifndef CORRAL_DNS_H
 #define CORRAL_DNS_H
@@ -63,6 +65,31 @@ enum {
 #define CORRAL_DNS_FLAG_CD 0x0010u
 #define CORRAL_DNS_FLAG_RCODE 0x000fu
 
+/*
+ * Why corral_dns_parse_query() refused a query: one value per rule, checked in this
+ * order (a query that breaks two is named by the first). The errno each one returns is
+ * in the comment; corral_dns_reason_to_string() names them, corral_dns_describe() writes
+ * the sentence the responder logs.
+ */
+enum corral_dns_reason {
+    CORRAL_DNS_REASON_NONE = 0,           /* 0: a well-formed query */
+    CORRAL_DNS_REASON_SHORT,              /* -EMSGSIZE: fewer octets than a header */
+    CORRAL_DNS_REASON_RESPONSE,           /* -EPROTO: QR set */
+    CORRAL_DNS_REASON_OPCODE,             /* -EOPNOTSUPP: an opcode other than QUERY */
+    CORRAL_DNS_REASON_QDCOUNT,            /* -EBADMSG from here on: QDCOUNT not 1 */
+    CORRAL_DNS_REASON_RECORDS,            /* an answer or authority record */
+    CORRAL_DNS_REASON_ARCOUNT,            /* more than one additional record */
+    CORRAL_DNS_REASON_NAME_TRUNCATED,     /* the name runs past the message */
+    CORRAL_DNS_REASON_POINTER,            /* a compression pointer in the name */
+    CORRAL_DNS_REASON_LABEL_TYPE,         /* an extended label type (0x40, 0x80) */
+    CORRAL_DNS_REASON_NAME_TOO_LONG,      /* over CORRAL_DNS_WIRE_NAME_MAX octets */
+    CORRAL_DNS_REASON_QUESTION_TRUNCATED, /* no room for QTYPE and QCLASS */
+    CORRAL_DNS_REASON_NOT_OPT,            /* the additional record is not a root OPT */
+    CORRAL_DNS_REASON_OPT_TRUNCATED,      /* its RDATA runs past the message */
+    CORRAL_DNS_REASON_TRAILING,           /* octets after the last record */
+    CORRAL_DNS_REASON_COUNT,
+};
+
 struct corral_dns_query {
     uint16_t id;
     uint16_t flags; /* the header flags as received */
@@ -79,12 +106,19 @@ struct corral_dns_query {
     /* Presentation form: lowercase ASCII, no trailing dot, "" for the root. */
     size_t name_len;
     char name[CORRAL_DNS_NAME_MAX];
+    /* Why the parse failed (CORRAL_DNS_REASON_NONE when it did not), and the numbers
+     * that broke the rule, for corral_dns_describe(): the length of a short message;
+     * the opcode; QDCOUNT; ANCOUNT and NSCOUNT; ARCOUNT; the label octet; the count of
+     * trailing octets. 0 where the rule has none. */
+    enum corral_dns_reason reason;
+    unsigned detail[2];
 };
 
 /*
- * Parses one query of len octets. Returns 0 or a negative errno as tabled above. On every
- * result but -EMSGSIZE, q->id and q->flags hold the header (q->question_len is 0 unless
- * the result is 0), so that corral_dns_build_answer() can answer FORMERR or NOTIMP.
+ * Parses one query of len octets. Returns 0 or a negative errno as tabled above, with
+ * q->reason saying which rule failed. On every result but -EMSGSIZE, q->id and q->flags
+ * hold the header (q->question_len is 0 unless the result is 0), so that
+ * corral_dns_build_answer() can answer FORMERR or NOTIMP.
  * Rejected as -EBADMSG: qdcount != 1; an answer or authority record; more than one
  * additional record, or one that is not a well-formed OPT with the root name; any
  * compression pointer or extended label type in a name (a query's one question has
@@ -108,5 +142,16 @@ int corral_dns_build_answer(const struct corral_dns_query *q, uint8_t *out, size
 /* The rcode to answer a parse failure err with (FORMERR, NOTIMP), or err itself (< 0)
  * when the packet must be dropped. */
 int corral_dns_error_rcode(int err);
+
+/* A stable identifier for reason ("qdcount", "pointer", …; "none" for a well-formed
+ * query, "unknown" outside the enum): a static string, never NULL. */
+const char *corral_dns_reason_to_string(enum corral_dns_reason reason);
+
+/*
+ * Writes into buf (cap octets, NUL-terminated, truncated to fit) the sentence naming the
+ * rule q broke with its numbers, e.g. "QDCOUNT 2: exactly one question is answered", for
+ * a parse that failed; returns what snprintf returns.
+ */
+int corral_dns_describe(const struct corral_dns_query *q, char *buf, size_t cap);
 
 #endif

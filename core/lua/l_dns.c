@@ -2,10 +2,16 @@
  * core.dns: the responder's DNS codec (core/lib/dns.c) for Lua.
  *
  *   core.dns.parse(msg)                      -> {id, flags, qtype, qclass, name, rd,
- *                                                hostname, edns} | nil, "dns parse: …", errno
+ *                                                hostname, edns}
+ *                                             | nil, "dns parse: …", errno, why, reason
  *   core.dns.answer(query, rcode [, addr [, ttl]]) -> response bytes | nil, "dns answer: …", errno
  *   core.dns.error_rcode(errno)              -> rcode to answer a parse failure with, or nil
  *                                               (drop the packet)
+ *
+ * A refused query's why is the sentence naming the rule it broke with its numbers
+ * ("QDCOUNT 2: exactly one question is answered") and reason that rule's stable name
+ * ("qdcount"), both from the codec (corral_dns_describe, corral_dns_reason_to_string),
+ * so that no caller reads the packet again to say what was wrong with it.
  *
  * answer() parses the query itself, so the question it echoes is the one on the wire and
  * never one rebuilt from Lua values. A query that fails to parse with an answerable error
@@ -23,7 +29,14 @@ static int dns_parse(lua_State *L)
     const uint8_t *msg = (const uint8_t *)luaL_checklstring(L, 1, &len);
     struct corral_dns_query q;
     int r = corral_dns_parse_query(msg, len, &q);
-    if (r < 0) return corral_pushfail(L, "dns parse", r);
+    if (r < 0) {
+        char why[128];
+        corral_dns_describe(&q, why, sizeof why);
+        corral_pushfail(L, "dns parse", r);
+        lua_pushstring(L, why);
+        lua_pushstring(L, corral_dns_reason_to_string(q.reason));
+        return 5;
+    }
     lua_createtable(L, 0, 8);
     lua_pushinteger(L, q.id);
     lua_setfield(L, -2, "id");

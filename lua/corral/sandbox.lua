@@ -150,7 +150,7 @@ function M.new(t)
   if not limits then return nil, lerr end
   sb.limits = limits
   if t.network ~= nil then
-    local net, nerr = require("corral.egress.plane").policy(t.network)
+    local net, nerr = require("corral.egress.network_spec").check(t.network)
     if not net then return nil, nerr end
     sb.network = net
   end

@@ -67,6 +67,22 @@ static void query(struct pkt *p, unsigned id, const char *dotted, unsigned qtype
     put16(p, 1);
 }
 
+/* A query whose name is three labels of 63 octets and one of last, each octet `octet`:
+ * 255 wire octets with last = 61 (the longest legal name), 256 with last = 62. */
+static void long_query(struct pkt *p, unsigned last, unsigned octet)
+{
+    header(p, 1, 0, 1, 0, 0, 0);
+    for (int l = 0; l < 4; l++) {
+        unsigned ll = l < 3 ? 63 : last;
+        put8(p, ll);
+        for (unsigned i = 0; i < ll; i++)
+            put8(p, octet);
+    }
+    put8(p, 0);
+    put16(p, 1);
+    put16(p, 1);
+}
+
 static void opt(struct pkt *p, unsigned rdlen)
 {
     put8(p, 0);
@@ -217,16 +233,7 @@ static void test_name_forms(void)
 
     /* largest legal name: 255 wire octets (3 * 64 + 62 + root), all escaped: the
      * presentation buffer's worst case */
-    header(&p, 6, 0, 1, 0, 0, 0);
-    for (int l = 0; l < 4; l++) {
-        unsigned ll = l < 3 ? 63 : 61;
-        put8(&p, ll);
-        for (unsigned i = 0; i < ll; i++)
-            put8(&p, 0xff);
-    }
-    put8(&p, 0);
-    put16(&p, 1);
-    put16(&p, 1);
+    long_query(&p, 61, 0xff);
     CHECK(p.n == 12 + 255 + 4);
     CHECK(parse(&p, &q) == 0);
     CHECK(q.name_len == 250 * 4 + 3 && strlen(q.name) == q.name_len);
@@ -347,16 +354,7 @@ static void test_bad_shapes(void)
         CHECK(parse(&p, &q) == (ll == 63 ? 0 : -EBADMSG));
     }
     /* a 256-octet name (control: the 255-octet one in test_name_forms) */
-    header(&p, 1, 0, 1, 0, 0, 0);
-    for (int l = 0; l < 4; l++) {
-        unsigned ll = l < 3 ? 63 : 62;
-        put8(&p, ll);
-        for (unsigned i = 0; i < ll; i++)
-            put8(&p, 'a');
-    }
-    put8(&p, 0);
-    put16(&p, 1);
-    put16(&p, 1);
+    long_query(&p, 62, 'a');
     CHECK(p.n == 12 + 256 + 4);
     CHECK(parse(&p, &q) == -EBADMSG);
     /* a long run of labels that never ends within 255 octets */
@@ -421,6 +419,111 @@ static void test_bad_shapes(void)
     }
 }
 
+/* Parses p and checks the result, the reason, its name and the sentence it describes. */
+static void expect(const struct pkt *p, size_t n, int err, enum corral_dns_reason reason,
+                   const char *reason_name, const char *why)
+{
+    struct corral_dns_query q;
+    char buf[128];
+    CHECK(parse_exact(p->b, n, &q) == err);
+    CHECK(q.reason == reason);
+    CHECK(strcmp(corral_dns_reason_to_string(q.reason), reason_name) == 0);
+    CHECK(corral_dns_describe(&q, buf, sizeof buf) == (int)strlen(why));
+    CHECK(strcmp(buf, why) == 0);
+}
+
+/* Each reason code for the shape that breaks its rule, with a well-formed control. */
+static void test_reasons(void)
+{
+    struct pkt p;
+    query(&p, 1, "pypi.org", 1);
+    expect(&p, p.n, 0, CORRAL_DNS_REASON_NONE, "none", "well-formed"); /* the control */
+    expect(&p, 5, -EMSGSIZE, CORRAL_DNS_REASON_SHORT, "short",
+           "5 bytes: shorter than a DNS header");
+
+    p.b[2] |= 0x80;
+    expect(&p, p.n, -EPROTO, CORRAL_DNS_REASON_RESPONSE, "response",
+           "a response (QR set), not a query: not answered");
+    query(&p, 1, "pypi.org", 1);
+    p.b[2] |= 2 << 3;
+    expect(&p, p.n, -EOPNOTSUPP, CORRAL_DNS_REASON_OPCODE, "opcode",
+           "opcode 2: only QUERY (0) is answered");
+
+    query(&p, 1, "pypi.org", 1);
+    p.b[5] = 2;
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_QDCOUNT, "qdcount",
+           "QDCOUNT 2: exactly one question is answered");
+    query(&p, 1, "pypi.org", 1);
+    p.b[7] = 1;
+    p.b[9] = 3;
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_RECORDS, "records",
+           "ANCOUNT 1, NSCOUNT 3: a query carries neither");
+    query(&p, 1, "pypi.org", 1);
+    p.b[11] = 2;
+    opt(&p, 0);
+    opt(&p, 0);
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_ARCOUNT, "arcount",
+           "ARCOUNT 2: at most one (OPT) record");
+
+    /* the header alone, then a label running past the end */
+    query(&p, 1, "pypi.org", 1);
+    expect(&p, 12, -EBADMSG, CORRAL_DNS_REASON_NAME_TRUNCATED, "name_truncated",
+           "the question's name is truncated");
+    expect(&p, 15, -EBADMSG, CORRAL_DNS_REASON_NAME_TRUNCATED, "name_truncated",
+           "the question's name is truncated");
+    header(&p, 1, 0, 1, 0, 0, 0);
+    put16(&p, 0xc00c);
+    put16(&p, 1);
+    put16(&p, 1);
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_POINTER, "pointer",
+           "a compression pointer in the question's name");
+    p.b[12] = 0x41;
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_LABEL_TYPE, "label_type",
+           "label type or length 65 in the question's name");
+
+    /* 256 octets of name: too long, even where the message also ends inside it */
+    long_query(&p, 62, 'a');
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_NAME_TOO_LONG, "name_too_long",
+           "the question's name is longer than 255 octets");
+    expect(&p, p.n - 10, -EBADMSG, CORRAL_DNS_REASON_NAME_TOO_LONG, "name_too_long",
+           "the question's name is longer than 255 octets");
+
+    query(&p, 1, "pypi.org", 1);
+    expect(&p, p.n - 1, -EBADMSG, CORRAL_DNS_REASON_QUESTION_TRUNCATED, "question_truncated",
+           "the question is truncated (no QTYPE/QCLASS)");
+
+    /* ARCOUNT 1: nothing there, a TSIG instead of an OPT, an OPT cut short */
+    query(&p, 1, "pypi.org", 1);
+    p.b[11] = 1;
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_NOT_OPT, "not_opt",
+           "the additional record is not an OPT record");
+    opt(&p, 4);
+    p.b[p.n - 14] = 0;
+    p.b[p.n - 13] = 250;
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_NOT_OPT, "not_opt",
+           "the additional record is not an OPT record");
+    p.b[p.n - 13] = 41;
+    expect(&p, p.n, 0, CORRAL_DNS_REASON_NONE, "none", "well-formed"); /* the control */
+    expect(&p, p.n - 1, -EBADMSG, CORRAL_DNS_REASON_OPT_TRUNCATED, "opt_truncated",
+           "the OPT record is truncated");
+
+    query(&p, 1, "pypi.org", 1);
+    put(&p, "junk", 4);
+    expect(&p, p.n, -EBADMSG, CORRAL_DNS_REASON_TRAILING, "trailing", "4 bytes after the question");
+
+    /* outside the enum: named, never NULL */
+    CHECK(strcmp(corral_dns_reason_to_string(CORRAL_DNS_REASON_COUNT), "unknown") == 0);
+    /* a buffer too small is truncated, NUL-terminated, and says how much was wanted */
+    struct corral_dns_query q;
+    char small[8];
+    query(&p, 1, "pypi.org", 1);
+    p.b[5] = 0;
+    CHECK(parse(&p, &q) == -EBADMSG && q.detail[0] == 0);
+    CHECK(corral_dns_describe(&q, small, sizeof small) ==
+          (int)strlen("QDCOUNT 0: exactly one question is answered"));
+    CHECK(strcmp(small, "QDCOUNT") == 0);
+}
+
 int main(void)
 {
     test_a_query_and_answer();
@@ -428,5 +531,6 @@ int main(void)
     test_name_forms();
     test_edns();
     test_bad_shapes();
+    test_reasons();
     return DONE();
 }

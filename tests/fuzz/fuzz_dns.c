@@ -1,7 +1,8 @@
 /*
  * libFuzzer target for the DNS codec (core/lib/dns.c): every input is a datagram a
  * hostile tenant could send to the responder. Besides the sanitizers' verdict, it checks:
- *  - a parse failure maps to a drop or to a header-only answer that echoes the id;
+ *  - a parse failure maps to a drop or to a header-only answer that echoes the id, and
+ *    names a reason whose errno is the one returned, described within any buffer;
  *  - a parsed query yields a lowercase, NUL-free presentation name whose escapes agree
  *    with the hostname flag;
  *  - every kind of answer builds within CORRAL_DNS_ANSWER_MAX, fails cleanly one octet
@@ -39,6 +40,21 @@ static void check_name(const struct corral_dns_query *q)
     }
     ASSERT(q->hostname == !escaped);
     ASSERT(q->question_len >= 5 && q->question_len <= sizeof q->question);
+}
+
+/* The reason agrees with the errno, has a name, and its sentence fits or is cut safely. */
+static void check_reason(const struct corral_dns_query *q, int r)
+{
+    enum corral_dns_reason why = q->reason;
+    ASSERT(why > CORRAL_DNS_REASON_NONE && why < CORRAL_DNS_REASON_COUNT);
+    ASSERT((why == CORRAL_DNS_REASON_SHORT) == (r == -EMSGSIZE));
+    ASSERT((why == CORRAL_DNS_REASON_RESPONSE) == (r == -EPROTO));
+    ASSERT((why == CORRAL_DNS_REASON_OPCODE) == (r == -EOPNOTSUPP));
+    ASSERT(strcmp(corral_dns_reason_to_string(why), "unknown") != 0);
+    char buf[128], tiny[4];
+    int n = corral_dns_describe(q, buf, sizeof buf);
+    ASSERT(n > 0 && (size_t)n < sizeof buf && strlen(buf) == (size_t)n);
+    ASSERT(corral_dns_describe(q, tiny, sizeof tiny) == n && strlen(tiny) == sizeof tiny - 1);
 }
 
 static void round_trip(const struct corral_dns_query *q, int rcode, const uint8_t *addr,
@@ -81,6 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r < 0) {
         ASSERT(r == -EMSGSIZE || r == -EPROTO || r == -EBADMSG || r == -EOPNOTSUPP);
         ASSERT(q.question_len == 0 && q.name_len == 0 && q.qtype == 0 && !q.hostname && !q.edns);
+        check_reason(&q, r);
         int rcode = corral_dns_error_rcode(r);
         if (rcode < 0) {
             ASSERT(r == -EMSGSIZE || r == -EPROTO);
@@ -93,6 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
 
+    ASSERT(q.reason == CORRAL_DNS_REASON_NONE);
     ASSERT(size >= CORRAL_DNS_HEADER_LEN + q.question_len);
     ASSERT(memcmp(q.question, data + CORRAL_DNS_HEADER_LEN, q.question_len) == 0);
     check_name(&q);

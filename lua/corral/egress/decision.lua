@@ -19,8 +19,8 @@
 -- 4. With a `decide` hook, the hook is asked. **With an allowlist, the hook can only
 --    narrow:** it is asked only about connections the list allows, so no hook bug can
 --    open what the operator did not write down. **Without an allowlist, the hook is the
---    sole authority** (`network = {decide = fn}` is an allowlist written as code,
---    DESIGN.md), but a bare IP it allows has passed step 3 with no entry: a hook alone
+--    sole authority** (`network = {decide = fn}` is an allowlist written as code),
+--    but a bare IP it allows has passed step 3 with no entry: a hook alone
 --    cannot open a private, loopback or metadata address by IP.
 -- 5. Neither list nor hook: refused.
 --

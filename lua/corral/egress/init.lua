@@ -1,6 +1,6 @@
 --- corral.egress: egress allowlists, decisions and events, for operators and the REPL.
 --
--- The policy half of the egress data path (DESIGN.md): what a sandbox may connect to.
+-- The policy half of the egress data path: what a sandbox may connect to.
 -- Policies live in a process-wide registry (`corral.egress.registry`); `allow` and
 -- `revoke` apply to the next decision, and `revoke(sb, entry, {cut = true})` (or
 -- `recheck`) also resets the open connections the policy no longer allows. `decide`
@@ -20,6 +20,7 @@ local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local hostaddr = require "corral.egress.hostaddr"
+local loop = require "corral.egress.loop"
 local ranges = require "corral.egress.ranges"
 local registry = require "corral.egress.registry"
 local synthetic = require "corral.egress.synthetic"
@@ -33,8 +34,9 @@ local M = {
   synthetic = synthetic,
 }
 
---- The process-wide registry.
-M.registry = registry.new()
+--- The process-wide registry (`corral.egress.registry.process`), the one every data
+-- plane of this process reads.
+M.registry = registry.process
 
 local function sandbox_id(sb)
   if type(sb) == "table" then sb = sb.id end
@@ -127,11 +129,7 @@ end
 -- @treturn integer how many connections were reset (0 when this process serves no
 --   plane for the sandbox)
 function M.recheck(sb)
-  local id = sandbox_id(sb)
-  -- the loop exists only once a plane has been served: nothing is open before that
-  local loop = package.loaded["corral.egress.loop"]
-  if not loop then return 0 end
-  return loop.recheck(id)
+  return loop.recheck(sandbox_id(sb))
 end
 
 --- A sandbox's live policy, or nil.

@@ -7,11 +7,12 @@
 -- counted in `errors`, and the loop and the other sandboxes carry on. Any number of fds
 -- is polled (in batches past `POLL_MAX`), and an fd closed under the loop is skipped.
 --
--- Relays: `loop.relay` is one core relay for every connection of every sandbox (the
--- one epoll loop the issue asks for). It remembers each outbound connection's
--- destination (sandbox, name or IP, port), so that `recheck` can re-decide destinations
--- and reset (core `relay:reset(id)`, RST both ways) the connections of those the policy
--- no longer allows, while the others carry on.
+-- Relays: one core relay for every connection of every sandbox, one epoll loop per host
+-- process. A plane hands it each allowed connection (`connect`), with the decision to log
+-- when the connection ends; the loop remembers each outbound connection's destination
+-- (sandbox, name or IP, port), so that `recheck` can re-decide destinations and reset
+-- (core `relay:reset(id)`, RST both ways) the connections of those the policy no longer
+-- allows, while the others carry on. Its tables are its own: others call its functions.
 -- @module corral.egress.loop
 local core = require "corral.core"
 local events = require "corral.egress.events"
@@ -19,6 +20,9 @@ local events = require "corral.egress.events"
 local M = {}
 
 local state
+-- By connection id: the decision logged at connect (logged again, with bytes, at the
+-- end), and why `recheck` cut it.
+local pending, cuts = {}, {}
 
 local Relays = {}
 Relays.__index = Relays
@@ -72,14 +76,40 @@ function Relays:count(key)
   return self.relay:count(key)
 end
 
---- The process-wide loop (created on first use).
+--- The process-wide loop (created on first use), for diagnostics: `relay:count(key)`.
 function M.get()
   if not state then
-    state = { relay = new_relays(), planes = {}, pending = {}, cuts = {} }
+    state = { relay = new_relays(), planes = {} }
   end
   return state
 end
 
+--- Live connections (connecting or relaying) counted under key (a sandbox id), or all.
+-- @tparam[opt] string key
+-- @treturn integer
+function M.count(key)
+  return M.get().relay:count(key)
+end
+
+--- Relays an accepted client to ip:port (see core.relay's add_connect for opts). With
+-- `dest` (`{name =, ip =, port =}`, the decision's subject) the connection is remembered
+-- under that destination of sandbox `opts.key` for `recheck`; with `ctx` (the connect
+-- event) its end is logged as the same decision with its byte counts.
+-- @treturn[1] integer the connection id
+-- @return[2] nil
+-- @treturn[2] string why not
+function M.connect(client, ip, port, opts, dest, ctx)
+  local id, err = M.get().relay:add_connect(client, ip, port, opts, dest)
+  if not id then return nil, err end
+  pending[id] = ctx
+  return id
+end
+
+--- Serves a plane (`corral.egress.plane`, or any table like it): each step polls what
+-- `plane:watch()` lists — `{fd =, on = handler called without arguments, conn = true for
+-- a connection (polled after the listeners), owner = sandbox id?}` each — and `recheck`
+-- asks `plane:redecide(dest)`.
+-- @tparam table plane with `id`
 function M.add(plane)
   M.get().planes[plane] = true
 end
@@ -102,10 +132,10 @@ local function relay_events(loop)
   for _, ev in ipairs(loop.relay.relay:run(0) or {}) do
     if ev.kind == "closed" or ev.kind == "failed" then
       loop.relay:ended(ev.id)
-      local ctx = loop.pending[ev.id]
-      loop.pending[ev.id] = nil
-      local cut = loop.cuts[ev.id]
-      loop.cuts[ev.id] = nil
+      local ctx = pending[ev.id]
+      pending[ev.id] = nil
+      local cut = cuts[ev.id]
+      cuts[ev.id] = nil
       if ctx then
         local bytes = (ev.up or 0) + (ev.down or 0)
         if cut then
@@ -149,7 +179,7 @@ function M.recheck(id)
   table.sort(doomed, function(a, b) return a[1] < b[1] end)
   for _, c in ipairs(doomed) do
     if relays.relay:reset(c[1]) then
-      state.cuts[c[1]] = c[2]
+      cuts[c[1]] = c[2]
       n = n + 1
     end
   end
@@ -168,8 +198,8 @@ end
 
 -- A raise in a handler is one bad event, never the host's end: it is logged as a deny
 -- (naming the sandbox when the handler belongs to one) and the loop carries on.
-local function run_handler(fn, loop, sandbox)
-  local ok, err = xpcall(fn, debug.traceback, loop)
+local function run_handler(fn, sandbox)
+  local ok, err = xpcall(fn, debug.traceback)
   if ok then return end
   M.errors = M.errors + 1
   pcall(events.emit, { sandbox = sandbox, kind = "error", verdict = "deny",
@@ -234,7 +264,7 @@ function M.step(timeout, extra)
     if i >= first_extra and i < first_later then
       hit[i - first_extra + 1] = true
     else
-      run_handler(handlers[i], loop, owners[i] or nil)
+      run_handler(handlers[i], owners[i] or nil)
     end
   end
   events.tick()

@@ -5,7 +5,8 @@
 -- allowlist in place, so the next `decide` (which reads the policy afresh) sees the
 -- change. Connections already relayed are not affected here: the registry holds policy
 -- only; `corral.egress.revoke(sb, entry, {cut = true})` and `corral.egress.recheck` re-decide
--- and reset them on the data plane (`corral.egress.loop.recheck`).
+-- and reset them on the data plane (`corral.egress.loop.recheck`). Whoever must follow a
+-- change (a plane's ruleset) subscribes; the registry calls no module by name.
 -- @module corral.egress.registry
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
@@ -22,7 +23,7 @@ Registry.__index = Registry
 --- An empty registry.
 -- @treturn table
 function M.new()
-  return setmetatable({ policies = {} }, Registry)
+  return setmetatable({ policies = {}, subscribers = {} }, Registry)
 end
 
 local function check_id(id)
@@ -72,20 +73,40 @@ function Registry:set(id, list, opts)
   return policy
 end
 
---- Calls fn(policy) whenever a sandbox's policy changes through this registry (`set`,
--- `allow`, `revoke`); one watcher per sandbox (its plane), nil to stop.
--- @tparam string id
--- @tparam function|nil fn
-function Registry:watch(id, fn)
-  check_id(id)
-  self.watchers = self.watchers or {}
-  self.watchers[id] = fn
+--- Calls fn(id, policy) after every change of a sandbox's policy through this registry
+-- (`set`, `allow`, `revoke`), for whoever must follow it (a data plane's ruleset).
+-- Subscribing the same function twice has no effect.
+-- @tparam function fn
+-- @treturn function fn (the token for `unsubscribe`)
+function Registry:subscribe(fn)
+  if type(fn) ~= "function" then error("registry: subscribe expects a function, got " .. type(fn), 2) end
+  for _, s in ipairs(self.subscribers) do
+    if s == fn then return fn end
+  end
+  self.subscribers[#self.subscribers + 1] = fn
+  return fn
 end
 
--- Tells the sandbox's watcher; a watcher that raises does not undo the change.
+--- Stops calling fn.
+-- @tparam function fn
+-- @treturn boolean whether it was subscribed
+function Registry:unsubscribe(fn)
+  for i, s in ipairs(self.subscribers) do
+    if s == fn then
+      table.remove(self.subscribers, i)
+      return true
+    end
+  end
+  return false
+end
+
+-- Tells every subscriber, each protected: one that raises neither undoes the change nor
+-- keeps the others from hearing of it. A copy is walked, so a subscriber may unsubscribe.
 function Registry:changed(id)
-  local fn = self.watchers and self.watchers[id]
-  if fn then pcall(fn, self.policies[id]) end
+  local policy = self.policies[id]
+  for _, fn in ipairs(table.move(self.subscribers, 1, #self.subscribers, 1, {})) do
+    pcall(fn, id, policy)
+  end
 end
 
 --- Allows one more destination for a sandbox (creating its policy if it has none).
@@ -141,7 +162,6 @@ function Registry:remove(id)
   check_id(id)
   local had = self.policies[id] ~= nil
   self.policies[id] = nil
-  if self.watchers then self.watchers[id] = nil end
   return had
 end
 
@@ -169,5 +189,8 @@ function Registry:decide(ctx)
   local policy = type(id) == "string" and self.policies[id] or nil
   return decision.decide(ctx, policy, hostaddr.env())
 end
+
+--- The process's registry: the one `corral.egress` serves and every data plane reads.
+M.process = M.new()
 
 return M

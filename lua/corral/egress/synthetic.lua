@@ -40,7 +40,7 @@ M.V4_CIDR = "198.18.0.0/15"
 M.V6_CIDR = "64:ff9b:1::/48"
 --- Default maximum number of names per allocator: read by `new`, so a change applies to
 -- sandboxes created afterwards (the tests make it small to reach it with a few names).
--- The data plane answers a name past it SERVFAIL (`corral.egress.plane`).
+-- The data plane answers a name past it SERVFAIL (`corral.egress.responder`).
 M.DEFAULT_LIMIT = 65536
 --- Number of usable addresses (and the largest limit).
 M.CAPACITY = 512 * 254

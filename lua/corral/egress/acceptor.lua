@@ -1,0 +1,223 @@
+--- The acceptor of one sandbox (outbound: every redirected TCP connection is decided
+-- here) and its inbound service relay (the host's listener for `service_port`).
+--
+-- Outbound: SO_ORIGINAL_DST → synthetic address → name (or the literal IP) → decide →
+-- deny: RST at once; allow: resolve on the host, refuse private/loopback/link-local/
+-- CGNAT/metadata results and the host's own addresses unless `network.internal` lists
+-- them, connect upstream from the host netns, and hand both ends to the loop's relay.
+--
+-- Every connection is handled under `pcall`, with tenant input: an error is that
+-- connection's RST and a deny event naming the error, never the host's end.
+-- @module corral.egress.acceptor
+local core = require "corral.core"
+local errors = require "corral.errors"
+local allowlist = require "corral.egress.allowlist"
+local decision = require "corral.egress.decision"
+local events = require "corral.egress.events"
+local hostaddr = require "corral.egress.hostaddr"
+local loop = require "corral.egress.loop"
+
+local M = {}
+local Acceptor = {}
+Acceptor.__index = Acceptor
+local Service = {}
+Service.__index = Service
+
+local function deny(client, ctx, reason)
+  core.reset(client)
+  ctx.verdict, ctx.reason, ctx.bytes = "deny", reason, 0
+  events.emit(ctx)
+end
+
+-- After an error: the connection is reset and closed however far it got, and the deny
+-- is logged even if the reset itself fails.
+local function deny_after_error(client, ctx, err)
+  pcall(core.reset, client)
+  pcall(function() client:close() end)
+  ctx.verdict, ctx.reason, ctx.bytes = "deny", "internal error: " .. tostring(err):sub(1, 200), 0
+  pcall(events.emit, ctx)
+end
+
+--- The host's own local networks, and, with a link, the sandbox's own address on it
+-- (upstream sockets are then made in the sandbox's netns, where that address is local).
+-- @tparam[opt] table link the sandbox's routed link (`network.link`)
+-- @treturn table env for `corral.egress.decision`
+function M.host_env(link)
+  local extra = {}
+  if link and link.address then
+    local b, p = allowlist.parse_cidr((link.address:gsub("/%d+$", "")))
+    if b then extra[1] = { bytes = b, prefix = p, text = link.address } end
+  end
+  return hostaddr.env(extra)
+end
+
+--- Binds the acceptor inside netns, on a port the kernel chooses.
+-- @tparam userdata netns the sandbox's network namespace
+-- @tparam table sandbox `{id =, synth = its synthetic allocator, registry = where its
+--   policy lives, resolve_with = the operator's resolver (a function, or name → {addr,...};
+--   nil: the host's), link = network.link | nil, mark = the host's mark, max_connections =,
+--   idle =, connect_timeout =}`
+-- @treturn[1] table the acceptor, with `port`
+-- @return[2] nil
+-- @treturn[2] string why
+function M.new(netns, sandbox)
+  local self = setmetatable({ id = sandbox.id, synth = sandbox.synth, registry = sandbox.registry,
+    resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
+    max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
+    netns = netns }, Acceptor)
+  self.fd, self.port = core.listen_in_netns(netns, "tcp", "::", 0)
+  if not self.fd then return nil, self.port end
+  return self
+end
+
+-- The host-side addresses for a permitted name: the operator's resolver, else the host's.
+-- Answers a non-empty list of strings, or nil and why.
+function Acceptor:resolve(name)
+  local r, v = self.resolve_with
+  if type(r) == "table" then
+    v = r[name]
+    if not v then return nil, "no address for " .. name .. " in the operator's table" end
+  elseif type(r) == "function" then
+    local ok, res = pcall(r, name)
+    if not ok then return nil, "resolver error: " .. tostring(res):sub(1, 200) end
+    v = res
+  else
+    local err
+    v, err = core.resolve_host(name)
+    if not v then return nil, err end
+  end
+  if type(v) == "string" then v = { v } end
+  if type(v) ~= "table" or #v == 0 then
+    return nil, "the resolver answered " .. (type(v) == "table" and "no address" or type(v))
+  end
+  local out = {}
+  for i, a in ipairs(v) do
+    if type(a) ~= "string" then return nil, "the resolver answered a " .. type(a) .. " among its addresses" end
+    out[i] = a
+  end
+  return out
+end
+
+--- Accepts one redirected connection and decides it. Whatever goes wrong after the
+-- accept is this connection's RST and deny event, never an error in the loop.
+-- @tparam[opt] string port_key the sandbox's source-port slice (see core.relay)
+function Acceptor:accept(port_key)
+  local client = core.tcp_accept(self.fd, 0)
+  if not client then return end
+  local ctx = { sandbox = self.id, kind = "connect" }
+  local ok, err = pcall(self.connect, self, client, ctx, port_key)
+  if not ok then deny_after_error(client, ctx, err) end
+end
+
+function Acceptor:connect(client, ctx, port_key)
+  local ip, port = core.original_dst(client)
+  ctx.ip, ctx.port = ip, port
+  if not ip then return deny(client, ctx, "no original destination: " .. tostring(port)) end
+  -- Loopback destinations are never redirected (the ruleset returns them), so a
+  -- loopback original destination is a tenant dialling the acceptor itself (measured:
+  -- SO_ORIGINAL_DST then reads 127.0.0.1:<acceptor port>, not ENOENT). Never relayed,
+  -- whatever the allowlist says.
+  if ip:match("^127%.") or ip == "::1" or ip:match("^::ffff:127%.") then
+    return deny(client, ctx, "direct connection to the acceptor")
+  end
+  local name = self.synth:lookup(ip)
+  ctx.name = name
+  local policy = self.registry:get(self.id)
+  local env = M.host_env(self.link)
+  local verdict = decision.decide({ sandbox = self.id, name = name, ip = (not name) and ip or nil, port = port },
+    policy, env)
+  if verdict.verdict ~= "allow" then return deny(client, ctx, verdict.reason) end
+  if loop.count(self.id) >= self.max_connections then
+    return deny(client, ctx, "connection cap reached (" .. self.max_connections .. ")")
+  end
+  local upstream = ip
+  if name then
+    local addrs, rerr = self:resolve(name)
+    if not addrs then
+      return deny(client, ctx, "cannot resolve " .. name .. " on the host: " .. tostring(rerr))
+    end
+    upstream = nil
+    local why
+    for _, a in ipairs(addrs) do
+      local good, r = decision.check_resolved(a, policy, env)
+      if good then upstream = a; break end
+      why = a .. ": " .. tostring(r)
+    end
+    if not upstream then return deny(client, ctx, "resolved into a refused range (" .. why .. ")") end
+  end
+  ctx.upstream = upstream
+  -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
+  -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
+  -- which the ruleset's mark rules exempt from the redirect.
+  -- The connection joins its destination's relay (`corral.egress.loop`), which is what
+  -- `recheck` cuts when the policy stops allowing the destination.
+  local id, cerr = loop.connect(client, upstream, port, {
+    timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
+    port_key = port_key,
+    mark = self.link and self.mark or nil, netns = self.link and self.netns or nil },
+    { name = name, ip = (not name) and ip or nil, port = port }, ctx)
+  if not id then return deny(client, ctx, "upstream: " .. tostring(cerr)) end
+  -- the loop holds ctx from here: its end is logged as this decision, with its bytes
+  ctx.verdict, ctx.reason, ctx.entry, ctx.bytes = "allow", verdict.reason, verdict.entry, 0
+  events.emit(ctx)
+end
+
+--- The fds the loop polls for this acceptor, with their handlers.
+-- @tparam[opt] string port_key passed to each `accept`
+function Acceptor:watch(port_key)
+  return { { fd = self.fd, on = function() self:accept(port_key) end } }
+end
+
+--- Closes the listener; idempotent.
+function Acceptor:close()
+  if self.fd then self.fd:close(); self.fd = nil end
+end
+
+--- Inbound: the host listens on 127.0.0.1 at a port the kernel chooses and relays each
+-- connection to `port` on the sandbox's own loopback. Two provisions can never be handed
+-- the same port: the kernel allocates it, and `addr` reads back what it allocated.
+-- @tparam userdata netns the sandbox's network namespace
+-- @tparam table sandbox `{id =, mark =, idle =}`
+-- @tparam integer port the tenant's port
+-- @treturn[1] table the service, with `addr` ("127.0.0.1:PORT")
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce("network_restriction", …)
+function M.service(netns, sandbox, port)
+  local fd, bound = core.tcp_listen("127.0.0.1", 0)
+  if not fd then return nil, errors.cannot_enforce("network_restriction", "service listener: " .. tostring(bound)) end
+  return setmetatable({ id = sandbox.id, mark = sandbox.mark, idle = sandbox.idle, netns = netns, fd = fd,
+    port = port, addr = "127.0.0.1:" .. bound }, Service)
+end
+
+function Service:accept()
+  local client = core.tcp_accept(self.fd, 0)
+  if not client then return end
+  local ctx = { sandbox = self.id, kind = "inbound", port = self.port }
+  local ok, err = pcall(self.relay, self, client, ctx)
+  if not ok then deny_after_error(client, ctx, err) end
+end
+
+function Service:relay(client, ctx)
+  -- A socket made inside the sandbox's netns reaches its loopback; the mark exempts it
+  -- from the redirect like every host-made socket there. The relay connects it without
+  -- blocking: a tenant that listens and never accepts (its backlog full, the SYN dropped)
+  -- would otherwise hold the host's one loop, and every other sandbox, for the timeout.
+  -- A failure arrives as the connection's "failed" event.
+  local id, err = loop.connect(client, "127.0.0.1", self.port, { mark = self.mark,
+    netns = self.netns, timeout = 2, idle = self.idle, key = self.id .. "/inbound" }, nil, ctx)
+  if not id then return deny(client, ctx, "service port: " .. tostring(err)) end
+  ctx.verdict, ctx.reason, ctx.bytes = "allow", "service port " .. self.port, 0
+  events.emit(ctx)
+end
+
+--- The fds the loop polls for this service, with their handlers.
+function Service:watch()
+  return { { fd = self.fd, on = function() self:accept() end } }
+end
+
+--- Closes the listener; idempotent.
+function Service:close()
+  if self.fd then self.fd:close(); self.fd = nil end
+end
+
+return M

@@ -1,0 +1,111 @@
+--- The `network` table of a sandbox, checked: what each field may hold, and nothing
+-- else. Pure (no sockets, no namespaces, no registry), so that describing a sandbox
+-- (`corral.sandbox`) never loads the data plane; the plane (`corral.egress.plane`)
+-- reads the same table once it builds the sandbox's network.
+-- @module corral.egress.network_spec
+local core = require "corral.core"
+local errors = require "corral.errors"
+local allowlist = require "corral.egress.allowlist"
+local ranges = require "corral.egress.ranges"
+
+local M = {}
+
+--- What the data plane uses for a field the table leaves out.
+M.DEFAULTS = { max_connections = 256, idle = 300, connect_timeout = 10 }
+
+local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
+                max_connections = true, idle = true, connect_timeout = true, link = true }
+local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
+
+local function bad(detail)
+  return nil, errors.invalid_argument("network", detail)
+end
+
+--- Checks an operator's resolve table (`{name = "addr" | {"addr", ...}}`) and returns it
+-- with its names normalised as allowlist names are (`PyPI.org.` is `pypi.org`).
+-- @tparam table t
+-- @treturn[1] table name → {address text, ...}
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` on `network.resolve` naming the name or address
+function M.resolve_table(t)
+  local out = {}
+  local function rbad(detail) return nil, errors.invalid_argument("network.resolve", detail) end
+  for k, v in pairs(t) do
+    local name, why = allowlist.normalize_name(k)
+    if not name then return rbad(string.format("%s: %s", tostring(k), why)) end
+    local list = type(v) == "string" and { v } or v
+    if type(list) ~= "table" or #list == 0 then
+      return rbad(string.format("%s: expected an address or a list of addresses, got %s", name, type(v)))
+    end
+    out[name] = out[name] or {}
+    for _, a in ipairs(list) do
+      local text = type(a) == "string" and (a:match("^%[(.*)%]$") or a)
+      if not text or not core.inet.parse(text) then
+        return rbad(string.format("%s: %s is not an IP address", name,
+          type(a) == "string" and string.format("%q", a) or type(a)))
+      end
+      table.insert(out[name], text)
+    end
+  end
+  return out
+end
+
+local function check_link(l)
+  if type(l) ~= "table" then return bad("link must be a table") end
+  for k in pairs(l) do
+    if not LINK[k] then return bad("link: unknown field " .. tostring(k)) end
+  end
+  if type(l.peer_netns) ~= "string" or l.peer_netns:sub(1, 1) ~= "/" then
+    return bad("link.peer_netns must be the path of a network namespace (e.g. /run/netns/NAME)")
+  end
+  for _, k in ipairs({ "address", "peer_address" }) do
+    if l[k] ~= nil and (type(l[k]) ~= "string" or not l[k]:match("^[%x:.]+/%d+$")) then
+      return bad("link." .. k .. " must be ADDRESS/PREFIX")
+    end
+  end
+  if not l.address or type(l.gateway) ~= "string" or not core.inet.parse(l.gateway) then
+    return bad("link needs address (ADDRESS/PREFIX) and gateway (an address)")
+  end
+  return true
+end
+
+--- Validates `sandbox.network` once (a malformed entry refuses the sandbox).
+-- @tparam table network `{allow = {...}, decide = fn?, internal = {cidr...}?,
+--   resolve = fn|table?, budget = n?, max_connections = n?, idle = s?, connect_timeout = s?,
+--   link = {peer_netns =, address =, peer_address? =, gateway =}?}`
+-- @treturn[1] table the network table, checked
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the field or entry and the reason
+function M.check(network)
+  if type(network) ~= "table" then return bad("must be a table") end
+  for k in pairs(network) do
+    if not KNOWN[k] then return bad("unknown field " .. tostring(k)) end
+  end
+  local _, err = allowlist.parse(network.allow or {})
+  if err then return nil, err end
+  if network.decide ~= nil and type(network.decide) ~= "function" then
+    return bad("decide must be a function")
+  end
+  local _, ierr = ranges.parse_internal(network.internal)
+  if ierr then return nil, ierr end
+  local resolve = network.resolve
+  if resolve ~= nil and type(resolve) ~= "function" and type(resolve) ~= "table" then
+    return bad("resolve must be a function or a table of name → address(es)")
+  end
+  if type(resolve) == "table" then
+    local _, rerr = M.resolve_table(resolve)
+    if rerr then return nil, rerr end
+  end
+  if network.link ~= nil then
+    local ok, lerr = check_link(network.link)
+    if not ok then return nil, lerr end
+  end
+  for _, k in ipairs({ "max_connections", "budget" }) do
+    if network[k] ~= nil and (math.type(network[k]) ~= "integer" or network[k] < 1) then
+      return bad(k .. " must be a positive integer")
+    end
+  end
+  return network
+end
+
+return M
