@@ -244,6 +244,59 @@ function World:attempt(box, attempt, timeout)
   return out, ok, detail
 end
 
+-- The tenant's client: `dial.py tcp|udp HOST PORT PAYLOAD` connects (2 s), sends
+-- PAYLOAD, reads for a second and prints `DIAL:HOST:PORT:ok:<reply>` or `…:err:<errno>`.
+M.DIAL = [[
+import socket, sys
+kind, host, port, payload = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].encode()
+try:
+    fam = socket.getaddrinfo(host, port, 0, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)[0]
+    s = socket.socket(fam[0], fam[1])
+    s.settimeout(2)
+    if kind == "udp":
+        s.sendto(payload, fam[4]); print("DIAL:%s:%d:sent:" % (host, port), flush=True)
+    else:
+        s.connect(fam[4]); s.sendall(payload + b"\n"); s.settimeout(1)
+        got = b""
+        try:
+            while len(got) < 4096:
+                d = s.recv(4096)
+                if not d: break
+                got += d
+                if got.endswith(b"\n"): break
+        except socket.timeout:
+            pass
+        print("DIAL:%s:%d:ok:%s" % (host, port, got.decode(errors="replace").strip()), flush=True)
+except OSError as e:
+    print("DIAL:%s:%d:err:%s" % (host, port, e.errno or e), flush=True)
+]]
+
+--- Puts the tenant's client (`M.DIAL`) in a box's storage; returns the shell command
+-- prefix that runs it (`dial tcp HOST PORT PAYLOAD`).
+function World:dialer(box)
+  self:write(box, "dial.py", M.DIAL)
+  return "python3 /storage/dial.py"
+end
+
+--- Connects from the host (serving meanwhile, so that relays the host runs move) and
+-- returns what arrived within `seconds` (sooner once `expect` has), or nil and why not.
+function World:host_dial(host, port, payload, seconds, expect)
+  local fd, err = core.tcp_connect(host, port, 2)
+  if not fd then return nil, err end
+  if payload then core.write(fd, payload) end
+  local got = ""
+  self:wait_for(function()
+    if readable(fd) then
+      local d = core.read(fd, 4096)
+      if not d or d == "" then return true end
+      got = got .. d
+    end
+    return expect ~= nil and got:find(expect, 1, true) ~= nil
+  end, seconds or 2)
+  fd:close()
+  return got
+end
+
 --- A host process of the check's own (a target): `sh -c script` with `env`.
 function World:host_process(script, env)
   local devnull = assert(io.open("/dev/null", "r+"))
