@@ -90,7 +90,7 @@ M.checks = {
   {
     id = "net.sibling_service", needs = NET, tools = { "python3" },
     guarantee = "a sandbox without an allowlist cannot reach another sandbox's published service",
-    attempt = "connect from A to B's published address and read B's token",
+    attempt = "connect from A to B's published address (and B's port on A's loopback) and read B's token",
     control = "B's service answers the host at that address; A's own storage",
     run = function(w)
       local b, why = M.service_box(w)
@@ -99,7 +99,10 @@ M.checks = {
       if not a then return { refused = err } end
       local host, port = M.address_of(w, b)
       if not host then return { unavailable = port } end
-      local out, ok, detail = w:attempt(a, w:dialer(a) .. " tcp " .. host .. " " .. port .. " x")
+      -- the published address, and B's port on the loopback A sees (B's own, if shared)
+      local dial = w:dialer(a)
+      local out, ok, detail = w:attempt(a, dial .. " tcp " .. host .. " " .. port .. " x; " ..
+        dial .. " tcp 127.0.0.1 " .. M.SERVICE_PORT .. " x")
       return M.judge_service(w, a, b, out, ok, detail, host, port)
     end,
   },
