@@ -25,8 +25,8 @@ local function census_lines(report, groups)
     end
   end
   local c = report.census
-  lines[#lines + 1] = string.format("  %-14s held %2d of %2d  (breached %d, unavailable %d, void %d)", "overall", c.held,
-    c.total, c.breached, c.unavailable, c.void)
+  lines[#lines + 1] = string.format("  %-14s held %2d of %2d  (breached %d, unavailable %d, void %d)", "overall",
+    c.held, c.total, c.breached, c.unavailable, c.void)
   return lines
 end
 
@@ -38,6 +38,12 @@ function M.print(report, out)
     out:write(string.format("%-22s %-11s %s\n%-34s %s\n", r.id, r.outcome, r.attempt or "", "",
       r.outcome == "held" and ("control: " .. (r.detail ~= "" and r.detail or (r.control or ""))) or r.detail))
   end
+  M.print_census(report, out)
+end
+
+--- Prints a report's census per group and overall, then the run's time.
+function M.print_census(report, out)
+  out = out or io.stdout
   out:write("\ncensus of ", tostring(report.mechanism), ":\n")
   for _, l in ipairs(census_lines(report, require("corral.conformance").GROUPS)) do out:write(l, "\n") end
   out:write(string.format("suite against %s: %.1f s\n", tostring(report.mechanism), report.seconds))

@@ -8,7 +8,8 @@ local core = require "corral.core"
 
 -- Whether the sandbox API refuses a variable (the fixed forbidden list, by name or value).
 local function forbidden(name, value)
-  local sb, err = require("corral").sandbox({ id = "envcheck", storage_root = "/nonexistent", env = { [name] = value } })
+  local sb, err = require("corral").sandbox({ id = "envcheck", storage_root = "/nonexistent",
+    env = { [name] = value } })
   return sb == nil and type(err) == "table" and err.code == "refused_env"
 end
 
@@ -81,7 +82,9 @@ return {
       end
       local marker = w:token()
       local script = probe.attempt
-      if probe.control then script = script .. "\n( " .. probe.control .. " ) >/dev/null 2>&1 && echo HOOK-CTL:" .. marker end
+      if probe.control then
+        script = script .. "\n( " .. probe.control .. " ) >/dev/null 2>&1 && echo HOOK-CTL:" .. marker
+      end
       local out, ok, detail = w:attempt(a, script)
       local hook_ok = probe.control == nil or out:find("HOOK-CTL:" .. marker, 1, true) ~= nil
       return { evidence = out:find(probe.secret, 1, true) and "the data store's secret was read from inside" or nil,

@@ -148,8 +148,9 @@ return {
     "kill -KILL B's target, by its host pid and by every pid showing B's token", "alive",
     function(b)
       -- the pattern does not match this script's own command line
-      return string.format("kill -KILL %s; for p in /proc/[0-9]*; do grep -qa 'target[.]py' $p/cmdline 2>/dev/null && " ..
-        "kill -KILL ${p#/proc/}; done; sleep 0.1", tostring(b.host_pid or 0))
+      return string.format("kill -KILL %s; for p in /proc/[0-9]*; do " ..
+        "grep -qa 'target[.]py' $p/cmdline 2>/dev/null && kill -KILL ${p#/proc/}; done; sleep 0.1",
+        tostring(b.host_pid or 0))
     end,
     function(_, b)
       if b.host_pid and not core.lstat("/proc/" .. b.host_pid) then return "B's target was killed" end
@@ -159,7 +160,9 @@ return {
     function(b) return "python3 /storage/attack.py ptrace " .. b.own .. " " .. tostring(b.host_pid or "") end),
   cross("cross.loopback", "a tenant cannot reach a service on another sandbox's loopback",
     "connect to 127.0.0.1:7000, where B listens in its own network", "loopback",
-    function() return "python3 -c 'import socket; print(socket.create_connection((\"127.0.0.1\", 7000), 1).recv(100))'" end),
+    function()
+      return "python3 -c 'import socket; print(socket.create_connection((\"127.0.0.1\", 7000), 1).recv(100))'"
+    end),
   cross("cross.abstract_unix", "a tenant cannot connect to another sandbox's abstract unix socket",
     "connect to B's abstract socket @corral-conformance-target", "unix",
     function(b) return "python3 /storage/attack.py unix " .. b.own end),

@@ -209,8 +209,8 @@ return {
       w:write(e.a, "mark.py", MARK)
       local target = e.ip_srv and (e.host_ip .. " " .. e.ip_srv.port) or ("127.0.0.1 " .. e.q.port)
       local out, ok, detail = attempt(w, e, "python3 /storage/mark.py " .. target .. " " .. n)
-      return seen(e, n, out, ok, detail, out:find("MARK:42", 1, true) and "the kernel kept mark 42 on the tenant's socket"
-        or nil)
+      local marked = out:find("MARK:42", 1, true) and "the kernel kept mark 42 on the tenant's socket" or nil
+      return seen(e, n, out, ok, detail, marked)
     end,
   },
   {

@@ -88,7 +88,7 @@ function World:sandbox(fields)
 end
 
 --- Writes a file into a box's storage from the host (owned by the box's host id).
-function World:write(box, name, text, mode)
+function World.write(_, box, name, text, mode)
   local path = box.dir .. "/" .. name
   local f = assert(io.open(path, "wb"))
   f:write(text)
@@ -99,7 +99,7 @@ function World:write(box, name, text, mode)
 end
 
 --- Reads a file of a box's storage from the host (nil when absent).
-function World:read(box, name) return read_file(box.dir .. "/" .. name) end
+function World.read(_, box, name) return read_file(box.dir .. "/" .. name) end
 
 --- A TCP server of the check's own on the host's loopback: every connection accepted
 -- gets `reply` (if any) and everything it sends is kept in `got`.
@@ -215,7 +215,7 @@ end
 
 --- The control every tenant script ends with: the box's own storage read, written and
 -- read back. Returns the shell text; `control_ok(box, out)` judges it.
-function World:control(box)
+function World.control(_, box)
   box.ctl = (box.ctl or 0) + 1
   return string.format('\nc=$(cat /storage/own 2>/dev/null) && printf %%s "$c" > /storage/ctl-%d && ' ..
     '[ "$(cat /storage/ctl-%d)" = "$c" ] && echo "CTL-OK:$c"\n', box.ctl, box.ctl)
@@ -482,4 +482,5 @@ end
 
 M.World = World
 
-return M
+-- `conformance("native")` in the REPL (a global there) is `run`.
+return setmetatable(M, { __call = function(_, ...) return M.run(...) end })

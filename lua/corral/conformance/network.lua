@@ -52,7 +52,7 @@ end
 
 --- After an attempt at B's service from inside A: the observation, B's token being the
 -- evidence, the host's own connect the liveness control.
-function M.judge_service(w, a, b, out, ok, detail, host, port)
+function M.judge_service(w, b, out, ok, detail, host, port)
   if out:find(b.own, 1, true) then
     return { evidence = "A read B's service token through " .. host .. ":" .. port }
   end
@@ -103,7 +103,7 @@ M.checks = {
       local dial = w:dialer(a)
       local out, ok, detail = w:attempt(a, dial .. " tcp " .. host .. " " .. port .. " x; " ..
         dial .. " tcp 127.0.0.1 " .. M.SERVICE_PORT .. " x")
-      return M.judge_service(w, a, b, out, ok, detail, host, port)
+      return M.judge_service(w, b, out, ok, detail, host, port)
     end,
   },
 }

@@ -120,7 +120,9 @@ return {
       if not a then return { refused = err } end
       w:write(a, "tiocsti.py", TIOCSTI)
       local out, ok, detail = w:attempt(a, "python3 /storage/tiocsti.py")
-      if out:find("INJECTED:5a", 1, true) then return { evidence = "the injected byte was read back from the terminal" } end
+      if out:find("INJECTED:5a", 1, true) then
+        return { evidence = "the injected byte was read back from the terminal" }
+      end
       local nopty = out:match("NOPTY:(%d+)")
       if nopty then
         return { unavailable = "no terminal inside to aim TIOCSTI at (openpty: errno " .. nopty .. ")" }
@@ -140,8 +142,11 @@ return {
       local payload = w:token()
       w:write(a, "keyring.py", KEYRING)
       local out, ok, detail = w:attempt(a, "python3 /storage/keyring.py " .. payload)
-      if out:find("NOARCH", 1, true) then return { unavailable = "no keyring syscall numbers for this architecture" } end
-      return { evidence = out:find("KEY:" .. payload, 1, true) and "the kernel kept and returned the tenant's key" or nil,
+      if out:find("NOARCH", 1, true) then
+        return { unavailable = "no keyring syscall numbers for this architecture" }
+      end
+      local kept = out:find("KEY:" .. payload, 1, true) and "the kernel kept and returned the tenant's key" or nil
+      return { evidence = kept,
                control_ok = ok, control_detail = detail }
     end,
   },

@@ -87,7 +87,8 @@ return {
       -- measured here: 0.25-0.30 capped, 0.95-1.0 uncapped on an idle core
       return { evidence = share and share > 0.6 and string.format("%.2f of a core under a cap of 0.25", share) or nil,
                control_ok = ok and share ~= nil and share > 0.02,
-               control_detail = share and string.format("%s; it spun at %.2f of a core", detail, share) or "it never spun" }
+               control_detail = share and string.format("%s; it spun at %.2f of a core", detail, share)
+                 or "it never spun" }
     end,
   },
   {
