@@ -139,6 +139,7 @@ install: all
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
 	cd lua && find corral -name '*.lua' -exec install -D -m 0644 {} \
 	    $(DESTDIR)$(INST_LUADIR)/{} \;
+	install -D -m 0644 docs/boundary.md $(DESTDIR)$(PREFIX)/share/corral/boundary.md
 
 lint:
 	luacheck lua tests scripts/*.lua

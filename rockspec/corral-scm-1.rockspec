@@ -44,6 +44,7 @@ build = {
       SECCOMP_LIBDIR = "$(SECCOMP_LIBDIR)",
    },
    install_target = "install",
+   copy_directories = { "docs" },
    install_variables = {
       PREFIX = "$(PREFIX)",
       INST_BINDIR = "$(BINDIR)",

@@ -99,3 +99,6 @@ if not out:find("ALLOWED http://pypi.org", 1, true) or out:find("ALLOWED http://
 end
 say("\nThe allowed name was relayed (control); the other name got NXDOMAIN from the sandbox's own")
 say("responder, and the bare IP was reset by the acceptor — any program, no proxy variables.")
+
+say("\nThe conformance census of native (`corral conformance` prints every check):")
+require("corral.conformance.cli").print_census(assert(corral.conformance("native")))

@@ -703,6 +703,7 @@ static void repl(lua_State *L)
     fflush(stdout);
     require_global(L, "corral", "corral");
     require_global(L, "core", "corral.core");
+    require_global(L, "conformance", "corral.conformance"); /* conformance("native") */
 
     while ((status = load_input(L)) != INPUT_EOF) {
         if (status == INPUT_INTERRUPTED) continue;

@@ -521,6 +521,11 @@ Every layer named in --layers must be built or nothing runs (exit 125).]],
     return fail("exec-confined", "must be run as `corral exec-confined`")
   end)
 
+command("conformance", "run the conformance suite against a mechanism (held / breached / unavailable / void)",
+  require("corral.conformance.cli").USAGE, function(argv)
+    return require("corral.conformance.cli").run(argv, { parse = M.parse, fail = fail, json = json })
+  end)
+
 --- Whether `name` is a subcommand.
 -- @tparam string name
 -- @treturn boolean

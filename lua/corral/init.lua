@@ -100,4 +100,28 @@ function M.address(m, sb)
   return true, addr
 end
 
+--- The path of the published contract (docs/boundary.md): in the source tree, under an
+-- install prefix (share/corral/boundary.md) or in a LuaRocks tree (the rock's docs/).
+-- @treturn[1] string path
+-- @return[2] nil
+-- @treturn[2] string where it was looked for
+function M.boundary_path()
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/corral/init%.lua$") or "."
+  local tries = { here .. "/../docs/boundary.md", here .. "/../../corral/boundary.md" }
+  local rocks = here .. "/../../../lib/luarocks/rocks-5.4/corral"
+  for _, v in ipairs(M.core.listdir(rocks) or {}) do tries[#tries + 1] = rocks .. "/" .. v .. "/docs/boundary.md" end
+  for _, p in ipairs(tries) do
+    local f = io.open(p)
+    if f then
+      f:close()
+      return M.core.resolve_path(p) or p
+    end
+  end
+  return nil, "boundary.md not found (looked in " .. table.concat(tries, ", ") .. ")"
+end
+
+--- Runs the conformance suite against a mechanism (see corral.conformance.run).
+-- @function conformance
+M.conformance = function(...) return require("corral.conformance").run(...) end
+
 return M

@@ -3,6 +3,7 @@
 --     corral> corral.sandboxes()        -- sandboxes with an egress plane, and live connections
 --     corral> corral.ruleset("alice")   -- the nftables table in alice's netns, as the kernel has it
 --     corral> corral.decisions(20)      -- the last decisions (DNS answers, connects, closes)
+--     corral> conformance("native")     -- the conformance report (corral.conformance.run)
 -- @module corral.repl
 local core = require "corral.core"
 local shell = require "corral.shell"
@@ -46,6 +47,11 @@ end
 -- @treturn {table,...}
 function M.decisions(n)
   return require("corral.egress.events").recent(n or 20)
+end
+
+--- Runs the conformance suite (see corral.conformance.run) and returns its report.
+function M.conformance(...)
+  return require("corral.conformance").run(...)
 end
 
 return M

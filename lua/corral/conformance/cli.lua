@@ -1,0 +1,75 @@
+--- `corral conformance`: the suite from the command line.
+--
+-- Prints one row per check (id, outcome, what was attempted, what the control did or
+-- why the check could not be shown), then the census per group and overall, and the
+-- run's time on the last line; a progress line per check on stderr while it runs.
+-- Exit status: 0 nothing breached, 1 something breached, 2 bad usage.
+-- @module corral.conformance.cli
+local M = {}
+
+M.USAGE = [[corral conformance [--mechanism native|bwrap|FILE.lua] [--only GROUP] [--json]
+
+Runs every conformance check against the mechanism (default native): one breach
+attempted from inside a sandbox, then a control in the same sandbox. Each check is
+held, breached, unavailable (with the reason) or void (the control failed). Groups:
+filesystem credentials process privilege resources network egress cross_sandbox.
+Exits 1 when anything is breached.]]
+
+local function census_lines(report, groups)
+  local lines = {}
+  for _, g in ipairs(groups) do
+    local c = report.census.groups[g]
+    if c then
+      lines[#lines + 1] = string.format("  %-14s held %2d of %2d  (breached %d, unavailable %d, void %d)", g, c.held,
+        c.total, c.breached, c.unavailable, c.void)
+    end
+  end
+  local c = report.census
+  lines[#lines + 1] = string.format("  %-14s held %2d of %2d  (breached %d, unavailable %d, void %d)", "overall",
+    c.held, c.total, c.breached, c.unavailable, c.void)
+  return lines
+end
+
+--- Prints a report as the CLI does (to `out`, default io.stdout).
+function M.print(report, out)
+  out = out or io.stdout
+  out:write(string.format("%-22s %-11s %s\n", "check", "outcome", "attempted / control (or reason)"))
+  for _, r in ipairs(report.results) do
+    out:write(string.format("%-22s %-11s %s\n%-34s %s\n", r.id, r.outcome, r.attempt or "", "",
+      r.outcome == "held" and ("control: " .. (r.detail ~= "" and r.detail or (r.control or ""))) or r.detail))
+  end
+  M.print_census(report, out)
+end
+
+--- Prints a report's census per group and overall, then the run's time.
+function M.print_census(report, out)
+  out = out or io.stdout
+  out:write("\ncensus of ", tostring(report.mechanism), ":\n")
+  for _, l in ipairs(census_lines(report, require("corral.conformance").GROUPS)) do out:write(l, "\n") end
+  out:write(string.format("suite against %s: %.1f s\n", tostring(report.mechanism), report.seconds))
+end
+
+--- Runs the command. `cli` is corral.cli (its option parser and failure printer).
+-- @treturn integer exit status
+function M.run(argv, cli)
+  local opts, rest = cli.parse(argv, { mechanism = "value", only = "value", json = "flag" })
+  if not opts then return cli.fail("conformance", rest) end
+  if #rest > 0 then
+    return cli.fail("conformance", require("corral.errors").invalid_argument(rest[1], "unexpected argument"))
+  end
+  local report, err = require("corral.conformance").run(opts.mechanism or "native", {
+    only = opts.only,
+    progress = function(r, i, n)
+      io.stderr:write(string.format("[%d/%d] %-22s %s\n", i, n, r.id, r.outcome))
+    end,
+  })
+  if not report then return cli.fail("conformance", err) end
+  if opts.json then
+    io.write(cli.json().encode(report), "\n")
+  else
+    M.print(report)
+  end
+  return report.census.breached > 0 and 1 or 0
+end
+
+return M

@@ -1,0 +1,486 @@
+--- The conformance suite: every guarantee a mechanism claims, shown by a breach stopped.
+--
+-- `run(mechanism, opts)` provisions sandboxes through the mechanism under test (a
+-- built-in name, a .lua file, or a table), through the same public life cycle the CLI
+-- uses (`corral.provision`, `start`, `exec`, `stop`, `destroy`, `address`), and runs each
+-- check: ONE breach attempted from inside, then, in the same sandbox and set-up, a
+-- control that must succeed. Each check reports exactly one outcome:
+--
+-- * `held` — the attempt was refused and the control after it succeeded;
+-- * `breached` — the attempt succeeded, with evidence the tenant could not forge (a
+--   random token only the target held, a host state that changed);
+-- * `unavailable` — the guarantee cannot be shown here, with the reason (the mechanism
+--   does not claim the capability, the host lacks it, no address is published, nothing
+--   answers at the target, a tool the attempt needs is absent);
+-- * `void` — the control failed: the set-up refuses everything, so its refusal of the
+--   attempt distinguished nothing.
+--
+-- Liveness is never probed before the attempt: a mechanism that declares a boundary and
+-- lets everything through is breached, never unavailable. Test servers are the check's
+-- own, on the host's loopback.
+-- @module corral.conformance
+local core = require "corral.core"
+
+local M = {}
+
+--- The guarantee groups, in report order; each is `corral.conformance.<group>`.
+M.GROUPS = { "filesystem", "credentials", "process", "privilege", "resources", "network", "egress",
+             "cross_sandbox" }
+
+--- The four outcomes.
+M.OUTCOMES = { "held", "breached", "unavailable", "void" }
+
+local World = {}
+World.__index = World
+
+local function corral() return require "corral" end
+
+local function scratch_dir()
+  local t = os.getenv("TMPDIR")
+  return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+--- A random hex token (from the kernel's generator).
+-- @treturn string 24 hex digits
+function M.token()
+  local f = assert(io.open("/dev/urandom", "rb"))
+  local bytes = f:read(12)
+  f:close()
+  return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
+-- A world: one check's storage root, sandboxes, servers and host processes, all
+-- removed by close().
+local function new_world(mech, opts)
+  local root, err = core.mkdtemp(scratch_dir() .. "/corral-conformance-")
+  if not root then return nil, err end
+  root = core.resolve_path(root) or root
+  core.chmod(root, tonumber("711", 8))
+  return setmetatable({ mech = mech, opts = opts, root = root, boxes = {}, servers = {}, procs = {},
+                        n = 0 }, World)
+end
+
+World.token = M.token
+
+--- Provisions a sandbox (`fields` adds to `{id, storage_root}`) and puts a file `own`
+-- holding a fresh token in its storage. Returns the box, or nil and the error.
+function World:sandbox(fields)
+  self.n = self.n + 1
+  local t = { id = "cf" .. self.n, storage_root = self.root }
+  for k, v in pairs(fields or {}) do t[k] = v end
+  local sb, err = corral().sandbox(t)
+  if not sb then return nil, err end
+  local ok, perr = corral().provision(self.mech, sb)
+  if not ok then return nil, perr end
+  local box = { sb = sb, dir = self.root .. "/" .. sb.id, id = sb.id, own = self:token(),
+                host_id = require("corral.sandbox").host_id(sb) }
+  self.boxes[#self.boxes + 1] = box
+  self:write(box, "own", box.own)
+  return box
+end
+
+--- Writes a file into a box's storage from the host (owned by the box's host id).
+function World.write(_, box, name, text, mode)
+  local path = box.dir .. "/" .. name
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+  core.chmod(path, tonumber(mode or "644", 8))
+  core.chown(path, box.host_id, box.host_id)
+  return path
+end
+
+--- Reads a file of a box's storage from the host (nil when absent).
+function World.read(_, box, name) return read_file(box.dir .. "/" .. name) end
+
+--- A TCP server of the check's own on the host's loopback: every connection accepted
+-- gets `reply` (if any) and everything it sends is kept in `got`.
+function World:tcp_server(addr, reply)
+  local fd, port = core.tcp_listen(addr or "127.0.0.1", 0)
+  if not fd then return nil, port end
+  local s = { kind = "tcp", fd = fd, port = port, addr = addr or "127.0.0.1", reply = reply, conns = {},
+              accepted = 0, got = "" }
+  self.servers[#self.servers + 1] = s
+  return s
+end
+
+--- A UDP socket of the check's own on the host's loopback; datagrams land in `got`.
+function World:udp_server(addr)
+  local ns = core.ns.open("self", "net")
+  if not ns then return nil, "cannot open the host's network namespace" end
+  local fd, port = core.listen_in_netns(ns, "udp", addr or "127.0.0.1", 0)
+  ns:close()
+  if not fd then return nil, port end
+  local s = { kind = "udp", fd = fd, port = port, got = "" }
+  self.servers[#self.servers + 1] = s
+  return s
+end
+
+local function readable(fd)
+  local r = core.poll({ fd }, 0)
+  return r and r[1] ~= nil
+end
+
+-- Moves whatever the check's servers have waiting, without blocking.
+function World:serve_servers()
+  for _, s in ipairs(self.servers) do
+    if s.kind == "tcp" then
+      while true do
+        local c = core.tcp_accept(s.fd, 0)
+        if not c then break end
+        s.accepted = s.accepted + 1
+        if s.reply then core.write(c, s.reply) end
+        s.conns[#s.conns + 1] = c
+      end
+      for i = #s.conns, 1, -1 do
+        local c = s.conns[i]
+        while readable(c) do
+          local data = core.read(c, 65536)
+          if not data or data == "" then
+            c:close()
+            table.remove(s.conns, i)
+            break
+          end
+          s.got = s.got .. data
+        end
+      end
+    else
+      while readable(s.fd) do
+        local data = core.udp_recv(s.fd)
+        if not data then break end
+        s.got = s.got .. data .. "\n"
+      end
+    end
+  end
+end
+
+--- Serves for `seconds`: the mechanism's egress loop (when it has one) and the check's
+-- servers.
+function World:pump(seconds)
+  local deadline = core.monotime() + (seconds or 0)
+  repeat
+    local slice = math.max(0, math.min(0.01, deadline - core.monotime()))
+    if self.mech.serve then self.mech.serve(slice) else core.poll({}, slice) end
+    self:serve_servers()
+  until core.monotime() >= deadline
+end
+
+--- Runs a shell script in a box with `start`, serving meanwhile, until it ends (or
+-- `timeout`, default 20 s); returns its output (stdout and stderr), or nil, error.
+function World:run(box, script, timeout)
+  local out = self.root .. "/out-" .. self:token()
+  local ok, err = corral().start(self.mech, box.sb, { "/bin/sh", "-c", script }, { output = out })
+  if not ok then return nil, err end
+  local deadline = core.monotime() + (timeout or 20)
+  while corral().status(self.mech, box.sb) == "running" and core.monotime() < deadline do self:pump(0.01) end
+  corral().stop(self.mech, box.sb)
+  self:pump(0)
+  local text = read_file(out) or ""
+  os.remove(out)
+  return text
+end
+
+--- Starts a long-running script in a box (a target other boxes aim at).
+function World:start(box, script)
+  return corral().start(self.mech, box.sb, { "/bin/sh", "-c", script },
+    { output = self.root .. "/start-" .. box.id })
+end
+
+--- Runs a shell script with `exec` (limits such as wall apply); returns output, result.
+function World:exec(box, script)
+  local out = self.root .. "/out-" .. self:token()
+  local r, err = corral().exec(self.mech, box.sb, { "/bin/sh", "-c", script }, { output = out })
+  local text = read_file(out) or ""
+  os.remove(out)
+  return text, r, err
+end
+
+--- Waits (serving) until `cond()` holds, at most `seconds`.
+function World:wait_for(cond, seconds)
+  local deadline = core.monotime() + (seconds or 5)
+  while core.monotime() < deadline do
+    if cond() then return true end
+    self:pump(0.01)
+  end
+  return cond() and true or false
+end
+
+--- The control every tenant script ends with: the box's own storage read, written and
+-- read back. Returns the shell text; `control_ok(box, out)` judges it.
+function World.control(_, box)
+  box.ctl = (box.ctl or 0) + 1
+  return string.format('\nc=$(cat /storage/own 2>/dev/null) && printf %%s "$c" > /storage/ctl-%d && ' ..
+    '[ "$(cat /storage/ctl-%d)" = "$c" ] && echo "CTL-OK:$c"\n', box.ctl, box.ctl)
+end
+
+--- Whether the last control of `box` succeeded: the tenant printed its own token and
+-- the host finds the file it wrote. Returns boolean and what the control did.
+function World:control_ok(box, out)
+  local name = "ctl-" .. tostring(box.ctl)
+  local written = self:read(box, name)
+  os.remove(box.dir .. "/" .. name)
+  if out and out:find("CTL-OK:" .. box.own, 1, true) and written == box.own then
+    return true, "own storage read and written back (seen by the host)"
+  end
+  return false, "own storage not read and written back" .. (out and out ~= "" and (": " .. out:sub(-160)) or
+    " (no output at all)")
+end
+
+--- Runs `attempt` (a shell script, in a subshell so that its own exit ends only it)
+-- and then the control, in one script in the box. Returns the output, whether the
+-- control succeeded and what it did; `seen` adds those to a check's observation.
+function World:attempt(box, attempt, timeout)
+  local out, err = self:run(box, "( " .. attempt .. "\n) 2>&1 </dev/null" .. self:control(box), timeout)
+  if not out then return "", false, "could not start: " .. tostring(err) end
+  local ok, detail = self:control_ok(box, out)
+  return out, ok, detail
+end
+
+-- The tenant's client: `dial.py tcp|udp HOST PORT PAYLOAD` connects (2 s), sends
+-- PAYLOAD, reads for a second and prints `DIAL:HOST:PORT:ok:<reply>` or `…:err:<errno>`.
+M.DIAL = [[
+import socket, sys
+kind, host, port, payload = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].encode()
+try:
+    fam = socket.getaddrinfo(host, port, 0, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)[0]
+    s = socket.socket(fam[0], fam[1])
+    s.settimeout(2)
+    if kind == "udp":
+        s.sendto(payload, fam[4]); print("DIAL:%s:%d:sent:" % (host, port), flush=True)
+    else:
+        s.connect(fam[4]); s.sendall(payload + b"\n"); s.settimeout(1)
+        got = b""
+        try:
+            while len(got) < 4096:
+                d = s.recv(4096)
+                if not d: break
+                got += d
+                if got.endswith(b"\n"): break
+        except socket.timeout:
+            pass
+        print("DIAL:%s:%d:ok:%s" % (host, port, got.decode(errors="replace").strip()), flush=True)
+except OSError as e:
+    print("DIAL:%s:%d:err:%s" % (host, port, e.errno or e), flush=True)
+]]
+
+--- Puts the tenant's client (`M.DIAL`) in a box's storage; returns the shell command
+-- prefix that runs it (`dial tcp HOST PORT PAYLOAD`).
+function World:dialer(box)
+  self:write(box, "dial.py", M.DIAL)
+  return "python3 /storage/dial.py"
+end
+
+--- Connects from the host (serving meanwhile, so that relays the host runs move) and
+-- returns what arrived within `seconds` (sooner once `expect` has), or nil and why not.
+function World:host_dial(host, port, payload, seconds, expect)
+  local fd, err = core.tcp_connect(host, port, 2)
+  if not fd then return nil, err end
+  if payload then core.write(fd, payload) end
+  local got = ""
+  self:wait_for(function()
+    if readable(fd) then
+      local d = core.read(fd, 4096)
+      if not d or d == "" then return true end
+      got = got .. d
+    end
+    return expect ~= nil and got:find(expect, 1, true) ~= nil
+  end, seconds or 2)
+  fd:close()
+  return got
+end
+
+--- A host process of the check's own (a target): `sh -c script` with `env`.
+function World:host_process(script, env)
+  local devnull = assert(io.open("/dev/null", "r+"))
+  local p, err = core.spawn({ plain = true, path = "/bin/sh", argv = { "sh", "-c", script }, env = env or {},
+                               stdin = devnull, stdout = devnull, stderr = devnull })
+  devnull:close()
+  if not p then return nil, err end
+  self.procs[#self.procs + 1] = p
+  return p
+end
+
+--- The host's first non-loopback IPv4 address, or nil (read from the kernel's FIB).
+function World.host_ipv4()
+  local fib = read_file("/proc/net/fib_trie") or ""
+  for ip in fib:gmatch("|%-%- ([%d%.]+)\n%s+/32 host LOCAL") do
+    if not ip:match("^127%.") then return ip end
+  end
+  return nil
+end
+
+--- Whether an executable exists in the runtime the tenant sees (/usr/bin, /bin, …).
+function World.tool(name)
+  for _, dir in ipairs({ "/usr/bin", "/bin", "/usr/sbin", "/sbin" }) do
+    local st = core.lstat(dir .. "/" .. name)
+    if st then return dir .. "/" .. name end
+  end
+  return nil
+end
+
+function World:close()
+  for _, p in ipairs(self.procs) do
+    if p:running() then p:kill(9) end
+    p:wait(1)
+    p:close()
+  end
+  for _, s in ipairs(self.servers) do
+    for _, c in ipairs(s.conns or {}) do c:close() end
+    s.fd:close()
+  end
+  for _, b in ipairs(self.boxes) do corral().destroy(self.mech, b.sb) end
+  core.remove_tree(self.root)
+end
+
+-- What the mechanism claims, asked of it with a sandbox wanting limits and a network:
+-- what it constructs, plus what it requires (and so the gate must establish).
+local function claims(mech)
+  local sb = corral().sandbox({ id = "claims", storage_root = scratch_dir(),
+    limits = { memory = "64M", pids = 16, cpu = 0.5 }, network = { allow = { "claims.test:1" } } })
+  local set = { constructed = {}, required = {} }
+  for _, fn in ipairs({ "constructed", "required" }) do
+    local f = mech[fn .. "_capabilities"]
+    if f then
+      local ok, list = pcall(f, sb)
+      if ok and type(list) == "table" then
+        for _, c in ipairs(list) do set[fn][c] = true end
+      end
+    end
+  end
+  return set
+end
+
+local function result(check, outcome, attempt, control, detail)
+  return { id = check.id, group = check.group, outcome = outcome, guarantee = check.guarantee,
+           attempt = attempt or check.attempt, control = control or check.control, detail = detail or "" }
+end
+
+-- Turns what a check observed into its one outcome: evidence first (a breach is a
+-- breach whatever else happened), then a target that cannot be shown, then the control.
+local function judge(check, seen)
+  if type(seen) ~= "table" then return result(check, "void", nil, nil, "check returned nothing") end
+  if seen.evidence then return result(check, "breached", seen.attempt, seen.control, seen.evidence) end
+  if seen.unavailable then return result(check, "unavailable", seen.attempt, seen.control, seen.unavailable) end
+  if not seen.control_ok then
+    return result(check, "void", seen.attempt, seen.control, seen.control_detail or "the control failed")
+  end
+  return result(check, "held", seen.attempt, seen.control, seen.control_detail or "")
+end
+
+local function run_check(check, mech, claimed, opts)
+  for _, cap in ipairs(check.needs or {}) do
+    if not (claimed.constructed[cap] or claimed.required[cap]) then
+      return result(check, "unavailable", nil, nil, "the mechanism does not claim " .. cap ..
+        " (not in its constructed_capabilities)")
+    end
+  end
+  for _, tool in ipairs(check.tools or {}) do
+    if not World.tool(tool) then
+      return result(check, "unavailable", nil, nil, "no " .. tool .. " in the runtime to attempt it with")
+    end
+  end
+  local w, err = new_world(mech, opts)
+  if not w then return result(check, "void", nil, nil, "cannot make a storage root: " .. tostring(err)) end
+  local ok, seen = xpcall(check.run, debug.traceback, w, opts)
+  w:close()
+  if not ok then return result(check, "void", nil, nil, "check error: " .. tostring(seen)) end
+  -- A sandbox the gate refused shows nothing: the capability is absent here.
+  if type(seen) == "table" and seen.refused then
+    local e = seen.refused
+    if type(e) == "table" and e.code == "cannot_enforce" then
+      return result(check, "unavailable", nil, nil, "absent on this host: " .. tostring(e))
+    end
+    return result(check, "void", nil, nil, "could not provision: " .. tostring(e))
+  end
+  return judge(check, seen)
+end
+
+--- Every check of a group, in order.
+-- @tparam string group one of `GROUPS`
+-- @treturn {table,...} `{id =, group =, guarantee =, attempt =, control =, needs =, run =}`
+function M.checks(group)
+  local list = require("corral.conformance." .. group)
+  for _, c in ipairs(list) do c.group = group end
+  return list
+end
+
+--- Every check id with its guarantee, in report order.
+-- @treturn {table,...} `{id =, group =, guarantee =}`
+function M.ids()
+  local out = {}
+  for _, g in ipairs(M.GROUPS) do
+    for _, c in ipairs(M.checks(g)) do out[#out + 1] = { id = c.id, group = g, guarantee = c.guarantee } end
+  end
+  return out
+end
+
+--- The census of a list of results: held per group and overall.
+-- @tparam {table,...} results
+-- @treturn table `{groups = {[group] = {held =, breached =, unavailable =, void =, total =}}, held =,
+--   breached =, unavailable =, void =, total =}`
+function M.census(results)
+  local c = { groups = {}, held = 0, breached = 0, unavailable = 0, void = 0, total = 0 }
+  for _, r in ipairs(results) do
+    local g = c.groups[r.group]
+    if not g then
+      g = { held = 0, breached = 0, unavailable = 0, void = 0, total = 0 }
+      c.groups[r.group] = g
+    end
+    g[r.outcome] = g[r.outcome] + 1
+    g.total = g.total + 1
+    c[r.outcome] = c[r.outcome] + 1
+    c.total = c.total + 1
+  end
+  return c
+end
+
+--- Runs the suite against a mechanism.
+-- @param mechanism a built-in name (`native`, `bwrap`), a path to a .lua file, or a table
+-- @tparam[opt] table opts `only` (a group or a list of groups), `ids` (a set of check ids),
+--   `credentials` (the consumer's probe hook, see `corral.conformance.credentials`),
+--   `progress` (called with each result, its index and the number of checks)
+-- @treturn[1] table report `{mechanism =, results = {…}, census =, seconds =}`
+-- @return[2] nil
+-- @treturn[2] table error (the mechanism could not be loaded, or an unknown group)
+function M.run(mechanism, opts)
+  opts = opts or {}
+  local mech, err = require("corral.mechanism").load(mechanism)
+  if not mech then return nil, err end
+  local groups = opts.only or M.GROUPS
+  if type(groups) == "string" then groups = { groups } end
+  local known = {}
+  for _, g in ipairs(M.GROUPS) do known[g] = true end
+  local list = {}
+  for _, g in ipairs(groups) do
+    if not known[g] then
+      return nil, require("corral.errors").invalid_argument("group", "no group " .. tostring(g) ..
+        " (" .. table.concat(M.GROUPS, ", ") .. ")")
+    end
+    for _, c in ipairs(M.checks(g)) do
+      if not opts.ids or opts.ids[c.id] then list[#list + 1] = c end
+    end
+  end
+  local t0 = core.monotime()
+  local claimed = claims(mech)
+  local results = {}
+  for i, c in ipairs(list) do
+    local r = run_check(c, mech, claimed, opts)
+    results[i] = r
+    if opts.progress then opts.progress(r, i, #list) end
+  end
+  local name = type(mechanism) == "string" and mechanism or (mech.name or "table")
+  return { mechanism = name, results = results, census = M.census(results), seconds = core.monotime() - t0 }
+end
+
+M.World = World
+
+-- `conformance("native")` in the REPL (a global there) is `run`.
+return setmetatable(M, { __call = function(_, ...) return M.run(...) end })

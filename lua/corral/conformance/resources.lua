@@ -1,0 +1,132 @@
+--- Conformance checks: a sandbox's limits bound what its tenant can take.
+--
+-- Memory, pids and cpu are checked only where the mechanism claims resource_limits,
+-- disk only where it claims disk_quota; wall is the life cycle's own (`exec` bounds
+-- every run by `limits.wall`). A limit that ends the attempt may end everything in the
+-- sandbox with it, so the control here runs after it as a second command in the same
+-- sandbox.
+-- @module corral.conformance.resources
+local core = require "corral.core"
+
+local RL = { "resource_limits" }
+
+local ALLOC = [[
+import sys
+n = int(sys.argv[1]) << 20
+b = bytearray(n)
+for i in range(0, n, 4096): b[i] = 1
+print("ALLOC-OK:%d" % (n >> 20), flush=True)
+]]
+
+local SPIN = [[
+import time
+t0, c0 = time.monotonic(), time.process_time()
+while time.monotonic() - t0 < 1.0: pass
+print("CPU:%.3f" % ((time.process_time() - c0) / (time.monotonic() - t0)), flush=True)
+]]
+
+-- A box with `limits`, its attempt, then a second command as the control.
+local function limited(w, limits, attempt, control, script_name, script)
+  local a, err = w:sandbox({ limits = limits })
+  if not a then return nil, { refused = err } end
+  if script then w:write(a, script_name, script) end
+  local out = w:run(a, "( " .. attempt .. " ) 2>&1")
+  local cout, ok, detail = w:attempt(a, control)
+  return a, out or "", cout, ok, detail
+end
+
+local function file_size(path)
+  local f = io.open(path, "rb")
+  if not f then return 0 end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
+return {
+  {
+    id = "res.memory", needs = RL, tools = { "python3" },
+    guarantee = "a tenant cannot use more memory than limits.memory",
+    attempt = "touch 256 MiB under a 64 MiB cap",
+    control = "8 MiB allocated in the same sandbox afterwards; A's own storage",
+    run = function(w)
+      local a, out, cout, ok, detail = limited(w, { memory = "64M" }, "python3 /storage/alloc.py 256",
+        "python3 /storage/alloc.py 8", "alloc.py", ALLOC)
+      if not a then return out end
+      local small = cout:find("ALLOC-OK:8", 1, true) ~= nil
+      return { evidence = out:find("ALLOC-OK:256", 1, true) and "256 MiB were touched under a 64 MiB cap" or nil,
+               control_ok = ok and small, control_detail = small and detail or "not even 8 MiB could be allocated" }
+    end,
+  },
+  {
+    id = "res.pids", needs = RL,
+    guarantee = "a tenant cannot run more processes than limits.pids",
+    attempt = "start 64 background processes under a cap of 16",
+    control = "a child started in the same sandbox afterwards; A's own storage",
+    run = function(w)
+      local a, out, cout, ok, detail = limited(w, { pids = 16 },
+        "i=0; while [ $i -lt 64 ]; do sleep 2 & i=$((i+1)); echo F$i; done; kill $(jobs -p) 2>/dev/null",
+        "sleep 0 & wait $! && echo CHILD-OK")
+      if not a then return out end
+      local child = cout:find("CHILD-OK", 1, true) ~= nil
+      return { evidence = out:find("F64\n", 1, true) and "64 processes ran under a cap of 16" or nil,
+               control_ok = ok and child, control_detail = child and detail or "no child could start" }
+    end,
+  },
+  {
+    id = "res.cpu", needs = RL, tools = { "python3" },
+    guarantee = "a tenant cannot use more CPU than limits.cpu",
+    attempt = "spin for one second under a cap of a quarter core",
+    control = "the spin did run (measured some CPU); A's own storage",
+    run = function(w)
+      local a, err = w:sandbox({ limits = { cpu = 0.25 } })
+      if not a then return { refused = err } end
+      w:write(a, "spin.py", SPIN)
+      local out, ok, detail = w:attempt(a, "python3 /storage/spin.py")
+      local share = tonumber(out:match("CPU:([%d%.]+)") or "")
+      -- measured here: 0.25-0.30 capped, 0.95-1.0 uncapped on an idle core
+      return { evidence = share and share > 0.6 and string.format("%.2f of a core under a cap of 0.25", share) or nil,
+               control_ok = ok and share ~= nil and share > 0.02,
+               control_detail = share and string.format("%s; it spun at %.2f of a core", detail, share)
+                 or "it never spun" }
+    end,
+  },
+  {
+    id = "res.wall", needs = {},
+    guarantee = "a run ends at limits.wall: nothing of it outlives the limit",
+    attempt = "sleep 1.5 s under a wall of 0.5 s, then write a file",
+    control = "a quick command in the same sandbox afterwards writes its file",
+    run = function(w)
+      local a, err = w:sandbox({ limits = { wall = 0.5 } })
+      if not a then return { refused = err } end
+      local t0 = core.monotime()
+      local _, r = w:exec(a, "sleep 1.5; echo late > /storage/late")
+      local took = core.monotime() - t0
+      while core.monotime() - t0 < 2.0 do w:pump(0.05) end
+      local late = w:read(a, "late")
+      local cout, r2 = w:exec(a, "echo quick > /storage/quick; cat /storage/own")
+      local quick = w:read(a, "quick") and cout:find(a.own, 1, true) and r2 and r2.code == 0
+      local evidence
+      if late then evidence = "the command wrote its file after the wall"
+      elseif took > 1.4 then evidence = string.format("the run lasted %.1f s under a wall of 0.5 s", took) end
+      return { evidence = evidence, control_ok = quick and true or false,
+               control_detail = quick and string.format("ended after %.2f s (%s); a quick command then ran", took,
+                 tostring(r and r.limit)) or "the quick command did not run" }
+    end,
+  },
+  {
+    id = "res.disk", needs = { "disk_quota" },
+    guarantee = "a tenant cannot fill the host's disk beyond its quota",
+    attempt = "write 2 GiB into the storage",
+    control = "A's own storage read and written back",
+    run = function(w)
+      local a, err = w:sandbox()
+      if not a then return { refused = err } end
+      local _, ok, detail = w:attempt(a, "dd if=/dev/zero of=/storage/fill bs=1M count=2048 2>&1 | tail -1", 120)
+      local n = file_size(a.dir .. "/fill")
+      os.remove(a.dir .. "/fill")
+      return { evidence = n >= 2048 * 1024 * 1024 and "2 GiB landed in the storage" or nil,
+               control_ok = ok, control_detail = detail }
+    end,
+  },
+}

@@ -1,0 +1,163 @@
+-- The conformance suite, run against the built-in mechanisms and against deliberately
+-- broken ones (tests/fixtures/mechanisms), each of whose outcomes is pinned: a suite
+-- that cannot tell a broken mechanism from a sound one demonstrates nothing.
+local conformance = require "corral.conformance"
+local h = require "helpers"
+
+local FIXTURES = "tests/fixtures/mechanisms/"
+
+local function by_id(report)
+  local t = {}
+  for _, r in ipairs(report.results) do t[r.id] = r.outcome end
+  return t
+end
+
+-- Floors and reasons from tests/census-baseline.txt.
+local function baseline()
+  local floors, reasons, current = {}, {}, nil
+  for line in assert(io.lines("tests/census-baseline.txt")) do
+    local name, n = line:match("^([%w_]+) (%d+)$")
+    if name then
+      current = name
+      floors[name], reasons[name] = tonumber(n), 0
+    elseif line:match("^reason: %S") and current then
+      reasons[current] = reasons[current] + 1
+    end
+  end
+  return floors, reasons
+end
+
+local function has_bwrap()
+  return require("corral.capability").check("bwrap").holds
+end
+
+describe("conformance census #root", function()
+  local floors, reasons = baseline()
+
+  for _, name in ipairs({ "native", "bwrap" }) do
+    it("runs every check against " .. name .. ", and holds at least its floor", function()
+      if name == "bwrap" and not has_bwrap() then
+        pending("bubblewrap is not runnable here")
+        return
+      end
+      local report = assert(conformance.run(name))
+      assert.are.equal(#conformance.ids(), #report.results)
+      local outcomes = by_id(report)
+      for _, r in ipairs(report.results) do
+        assert.truthy(({ held = 1, breached = 1, unavailable = 1, void = 1 })[r.outcome], r.id)
+        assert.are.equal("string", type(r.detail), r.id)
+        assert.are_not.equal("breached", r.outcome, r.id .. ": " .. r.detail)
+        assert.are_not.equal("void", r.outcome, r.id .. ": " .. r.detail)
+      end
+      assert.truthy(floors[name], "no floor for " .. name .. " in tests/census-baseline.txt")
+      assert.truthy(reasons[name] > 0, "the floor of " .. name .. " has no reason line")
+      assert.truthy(report.census.held >= floors[name],
+        string.format("%s holds %d, below its floor of %d", name, report.census.held, floors[name]))
+      -- every difference from native is explained in the baseline (proc.tiocsti)
+      assert.are.equal("unavailable", outcomes["cred.store_hook"])
+      assert.are.equal("unavailable", outcomes["res.disk"])
+      assert.are.equal(name == "native" and "unavailable" or "held", outcomes["proc.tiocsti"])
+      assert.truthy(report.seconds < 60, string.format("the suite took %.1f s", report.seconds))
+    end)
+  end
+end)
+
+describe("conformance against broken mechanisms #root", function()
+  it("files a network wide open behind a declared boundary as breached, never unavailable", function()
+    local report = assert(conformance.run(FIXTURES .. "open_network.lua", { only = "network" }))
+    assert.are.same({ ["net.connect_out"] = "breached", ["net.sibling_service"] = "breached" }, by_id(report))
+  end)
+
+  it("does not credit a refusal at a published address with nothing listening", function()
+    local report = assert(conformance.run(FIXTURES .. "dead_address.lua", { only = "network" }))
+    assert.are.same({ ["net.connect_out"] = "held", ["net.sibling_service"] = "unavailable" }, by_id(report))
+    assert.matches("nothing answers", report.results[2].detail)
+  end)
+
+  it("holds nothing for a profile that kills every process: its controls fail (void)", function()
+    local groups = { "filesystem", "credentials", "process", "privilege", "egress" }
+    local report = assert(conformance.run(FIXTURES .. "kill_all.lua", { only = groups }))
+    for _, r in ipairs(report.results) do
+      if r.id == "cred.store_hook" then
+        assert.are.equal("unavailable", r.outcome)
+      else
+        assert.are.equal("void", r.outcome, r.id .. ": " .. r.detail)
+      end
+    end
+    assert.are.equal(0, report.census.held)
+  end)
+
+  it("catches a leaked forbidden variable", function()
+    local report = assert(conformance.run(FIXTURES .. "leak_env.lua", { only = "credentials" }))
+    assert.are.same({ ["cred.forbidden_env"] = "breached", ["cred.host_environ"] = "held",
+                      ["cred.store_hook"] = "unavailable" }, by_id(report))
+    assert.matches("AWS_SECRET_ACCESS_KEY", report.results[1].detail)
+  end)
+
+  it("catches a sandbox without a pid namespace", function()
+    if not has_bwrap() then
+      pending("bubblewrap is not runnable here")
+      return
+    end
+    local report = assert(conformance.run(FIXTURES .. "no_pidns.lua", { only = { "process", "cross_sandbox" },
+      ids = { ["proc.host_pids"] = true, ["proc.signal_host"] = true, ["cross.pids"] = true,
+              ["cross.signal"] = true } }))
+    assert.are.same({ ["proc.host_pids"] = "breached", ["proc.signal_host"] = "held", ["cross.pids"] = "breached",
+                      ["cross.signal"] = "held" }, by_id(report))
+  end)
+
+  it("verifies constructed_capabilities instead of believing them", function()
+    local report = assert(conformance.run(FIXTURES .. "lying_caps.lua", { only = "resources",
+      ids = { ["res.memory"] = true, ["res.pids"] = true, ["res.wall"] = true } }))
+    assert.are.same({ ["res.memory"] = "breached", ["res.pids"] = "breached", ["res.wall"] = "held" }, by_id(report))
+  end)
+end)
+
+describe("the credentials hook #root", function()
+  local ids = { ["cred.store_hook"] = true }
+
+  it("is held when the consumer's secret stays in its store (control: the hook's own control passes)", function()
+    local store = h.tmpdir("store")
+    h.write(store .. "/secret", "store-secret-" .. conformance.token())
+    local report = assert(conformance.run("native", { only = "credentials", ids = ids, credentials = function()
+      return { attempt = "cat " .. store .. "/secret", secret = h.read(store .. "/secret"), control = "true" }
+    end }))
+    h.rmrf(store)
+    assert.are.equal("held", report.results[1].outcome, report.results[1].detail)
+  end)
+
+  it("is breached when the secret is reachable from inside", function()
+    local secret = "store-secret-" .. conformance.token()
+    local report = assert(conformance.run("native", { only = "credentials", ids = ids, credentials = function(ctx)
+      local f = assert(io.open(ctx.storage .. "/store", "w"))
+      f:write(secret)
+      f:close()
+      return { attempt = "cat /storage/store", secret = secret }
+    end }))
+    assert.are.equal("breached", report.results[1].outcome)
+  end)
+end)
+
+describe("corral conformance #root", function()
+  it("prints the table, the census and its time; exits 0 when nothing is breached", function()
+    local out, status = h.corral("conformance", "--only", "privilege")
+    assert.are.equal(0, status, out)
+    assert.matches("priv%.setuid%s+held", out)
+    assert.matches("privilege%s+held%s+4 of%s+4", out)
+    assert.matches("suite against native: [%d.]+ s\n$", out)
+  end)
+
+  it("exits 1 when anything is breached, with --json a report", function()
+    local out, status = h.corral("conformance", "--mechanism", FIXTURES .. "leak_env.lua", "--only", "credentials",
+      "--json")
+    assert.are.equal(1, status)
+    local report = require("dkjson").decode(out:match("{.*}"))
+    assert.are.equal(1, report.census.breached)
+  end)
+
+  it("refuses an unknown group (exit 2)", function()
+    local out, status = h.corral("conformance", "--only", "nope")
+    assert.are.equal(2, status)
+    assert.matches("no group nope", out)
+  end)
+end)
