@@ -56,7 +56,8 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(signal)                                                                                      \
     X(fs)                                                                                          \
     X(tty)                                                                                         \
-    X(digest)
+    X(digest)                                                                                      \
+    X(tier)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)
