@@ -57,7 +57,8 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(fs)                                                                                          \
     X(tty)                                                                                         \
     X(digest)                                                                                      \
-    X(tier)
+    X(tier)                                                                                        \
+    X(vm)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)
