@@ -129,7 +129,16 @@ function M.run(argv, parse, fail)
       ["tier S1"] = "--tier", ["tier S2"] = "--s2" })[from] or "--grants"
     return fail("step", as_flag(rec, flag))
   end
-  if opts.s2 then rec.result = result.ok and result.values or nil end
+  if opts.s2 and result.ok then
+    -- A JSON array, nil as null, so that positions survive.
+    local json = require "dkjson"
+    rec.result = setmetatable({}, { __jsontype = "array" })
+    for i = 1, result.values.n do
+      local v = result.values[i]
+      if v == nil then v = json.null end
+      rec.result[i] = v
+    end
+  end
   if opts.receipts then
     local ok, aerr = require("corral.tier.receipt").append(rec, opts.receipts)
     if not ok then return fail("step", errors.invalid_argument("--receipts", tostring(aerr))) end
