@@ -131,7 +131,8 @@ describe("tier grants and commitment", function()
       assert.are.equal(r[3], err.capability or err.argument)
       assert.is_nil(h.read(dir .. "/marker"))
       -- The control: the same step without the refused grant runs.
-      local ok = assert(tier.step({ "/bin/sh", "-c", "echo ran > " .. dir .. "/marker", grants = { write = { dir } } }))
+      local ok = assert(tier.step({ "/bin/sh", "-c", "echo ran > " .. dir .. "/marker",
+        grants = { write = { dir } } }))
       assert.are.equal(0, ok.exit)
       assert.are.equal("ran\n", h.read(dir .. "/marker"))
       h.rmrf(dir)
@@ -156,7 +157,8 @@ describe("the S1 probe #root", function()
     assert.are.equal(earned, probe.check())
   end)
 
-  for _, mutation in ipairs({ "no-landlock", "no-seccomp", "no-net-filter", "no-subprocess-filter", "control-fails" }) do
+  local mutations = { "no-landlock", "no-seccomp", "no-net-filter", "no-subprocess-filter", "control-fails" }
+  for _, mutation in ipairs(mutations) do
     it("gives S0, never S1, when weakened: " .. mutation, function()
       if not s1_or_pending() then return end
       local r = probe.check(mutation)
