@@ -324,6 +324,17 @@ describe("S2: Lua in a fresh state (core.vm)", function()
     assert.are.same({ 1, "two", true, nil, { a = 1, 2 } }, { r[1], r[2], r[3], r[4], r[5] })
   end)
 
+  it("stops on fuel exhaustion inside a coroutine", function()
+    local ok, f = eval("coroutine.wrap(function() while true do end end)()", { fuel = 100000 })
+    assert.is_false(ok)
+    assert.are.equal("fuel", f.kind)
+    -- The control: the same coroutine with an end returns.
+    local cok, r = eval("return coroutine.wrap(function() for _ = 1, 10 do end return 'done' end)()",
+      { fuel = 100000 })
+    assert.is_true(cok)
+    assert.are.equal("done", r[1])
+  end)
+
   it("stops on fuel exhaustion, even inside pcall", function()
     local ok, f, st = eval("while true do pcall(function() while true do end end) end", { fuel = 100000 })
     assert.is_false(ok)
@@ -397,6 +408,12 @@ describe("S2: Lua in a fresh state (core.vm)", function()
     assert.is_nil(nr[1]) -- no read grant: no function at all
   end)
 
+  it("captures print, long lines included", function()
+    local ok, _, st = eval("print('a', 1) print(string.rep('x', 20000)) print(string.rep('y', 20000))")
+    assert.is_true(ok)
+    assert.are.equal("a\t1\n" .. string.rep("x", 20000) .. "\n" .. string.rep("y", 20000) .. "\n", st.output)
+  end)
+
   it("refuses a function as a result", function()
     local ok, f = eval("return function() end")
     assert.is_false(ok)
@@ -438,6 +455,17 @@ describe("S2 through a confined child #root", function()
     assert.is_true(r.ok)
     assert.are.equal("data", r.values[1])
     assert.is_nil(r.values[2])
+  end)
+
+  it("is what the REPL's corral.step runs", function()
+    if not s1_or_pending() then return end
+    local corral = require "corral"
+    local rec = assert(corral.step({ s2 = "return 6 * 7" }))
+    assert.are.equal("S2", rec.tier)
+    assert.are.equal(42, rec.result.values[1])
+    rec = assert(corral.step({ "/bin/true", grants = {} }))
+    assert.are.equal("S1", rec.tier)
+    assert.are.equal(0, rec.result.exit)
   end)
 
   it("refuses grants S2 has no checked function for", function()

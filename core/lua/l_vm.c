@@ -151,9 +151,9 @@ static int sb_time(lua_State *L)
 static int sb_print(lua_State *L)
 {
     int n = lua_gettop(L);
-    lua_getfield(L, LUA_REGISTRYINDEX, "corral.vm.output");
     luaL_Buffer b;
-    luaL_buffinit(L, &b);
+    luaL_buffinit(L, &b); /* pushes its placeholder: what is added comes after it */
+    lua_getfield(L, LUA_REGISTRYINDEX, "corral.vm.output");
     luaL_addvalue(&b);
     for (int i = 1; i <= n; i++) {
         luaL_tolstring(L, i, NULL);

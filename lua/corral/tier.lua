@@ -185,8 +185,14 @@ function M.s2(spec)
   local host = core.host_executable()
   host = host and core.resolve_file(host)
   if not host then return nil, errors.cannot_enforce("tier S2", "the corral executable was not found") end
+  -- The runner in the child reads dkjson; where it lies outside the runtime (a
+  -- user's luarocks tree), that one file is granted read too.
+  local dkjson_path = package.searchpath("dkjson", package.path)
+  dkjson_path = dkjson_path and core.resolve_file(dkjson_path)
+  local extra_read = {}
+  if dkjson_path and not policy.covered(dkjson_path, policy.runtime_dirs()) then extra_read[1] = dkjson_path end
   local pol = policy.derive(g, { name = "lua/" .. _VERSION:match("%d+%.%d+") .. "+" .. earned.mechanism,
-    tier = "S2" }, { host })
+    tier = "S2" }, { host }, extra_read)
   pol.limits = { fuel = fuel, memory = memory }
   local json = require "dkjson"
   local input, output = io.tmpfile(), io.tmpfile()

@@ -180,8 +180,9 @@ end
 -- @tparam table mech `{name =, abi =}`; name is the mechanism string
 -- @tparam[opt] {string,...} extra_exec resolved files the step's own runtime needs
 --   (the corral host, for a probe or an S2 child), granted read+execute
--- @treturn table `{tier =, mechanism =, rules =, filters =, supervised =, programs =}`
-function M.derive(g, mech, extra_exec)
+-- @tparam[opt] {string,...} extra_read resolved files that runtime reads, granted read
+-- @treturn table `{tier =, mechanism =, rules =, filters =, supervised =}`
+function M.derive(g, mech, extra_exec, extra_read)
   local rules = {}
   local function add(path, access) rules[#rules + 1] = { path = path, access = access } end
   for _, d in ipairs(M.runtime_dirs()) do add(d, "rx") end
@@ -195,6 +196,7 @@ function M.derive(g, mech, extra_exec)
   for _, p in ipairs(g.write) do add(p, "w") end
   for _, p in ipairs(g.exec) do add(p, "rx") end
   for _, p in ipairs(extra_exec or {}) do add(p, "rx") end
+  for _, p in ipairs(extra_read or {}) do add(p, "r") end
   table.sort(rules, function(a, b)
     if a.path ~= b.path then return a.path < b.path end
     return a.access < b.access
