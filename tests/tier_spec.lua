@@ -146,7 +146,9 @@ describe("the S1 probe #root", function()
     assert.are.equal("S1", earned.tier)
     assert.matches("^landlock/%d+%+seccomp$", earned.mechanism)
     assert.is_true(earned.probe.control)
-    assert.are.equal(4, #earned.probe.attempts)
+    -- read, fork, connect, exec; and capabilities where this process holds some.
+    local holds_caps = core.tier.attempt("capabilities") and true or false
+    assert.are.equal(holds_caps and 5 or 4, #earned.probe.attempts)
     for _, a in ipairs(earned.probe.attempts) do
       assert.is_true(a.denied, a.attempt)
       assert.is_true(a.control_after, a.attempt)
@@ -158,6 +160,7 @@ describe("the S1 probe #root", function()
   end)
 
   local mutations = { "no-landlock", "no-seccomp", "no-net-filter", "no-subprocess-filter", "control-fails" }
+  if core.tier.attempt("capabilities") then mutations[#mutations + 1] = "keep-capabilities" end
   for _, mutation in ipairs(mutations) do
     it("gives S0, never S1, when weakened: " .. mutation, function()
       if not s1_or_pending() then return end
@@ -208,6 +211,24 @@ describe("a step at S1 #root", function()
     assert.matches("control ok", out)
     assert.is_nil(h.read(dir .. "/outside/new"))
     assert.are.equal("x", h.read(dir .. "/granted/new"))
+  end)
+
+  it("holds no capability, where a bare child of this process holds some", function()
+    if not s1_or_pending() then return end
+    local code = [[print("caps", require("corral.core").tier.attempt("capabilities") and "HELD" or "none")
+      print("control ok")]]
+    -- The control: the same program as a bare child (S0).
+    local out0 = io.tmpfile()
+    local r0 = assert(core.tier.run({ path = HOST, argv = { HOST, "-e", code }, env = {}, stdout = out0 }))
+    out0:seek("set")
+    local text0 = out0:read("a")
+    out0:close()
+    assert.are.equal(0, r0.status, text0)
+    local result, _, out = host_step(code)
+    assert.are.equal(0, result.exit, out)
+    assert.matches("caps\tnone", out)
+    assert.matches("control ok", out)
+    if not text0:find("caps\tHELD") then pending("this process holds no capability to drop") end
   end)
 
   it("with subprocess = false denies fork and exec, then makes a thread and carries on", function()

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "caps.h"
 #include "landlock.h"
 #include "tier.h"
 
@@ -57,14 +58,20 @@ enum step {
     STEP_SYNC,
     STEP_STDIO,
     STEP_CWD,
+    STEP_CAPS,
     STEP_LANDLOCK,
     STEP_SECCOMP,
     STEP_LISTENER,
     STEP_EXEC
 };
 static const char *const step_names[] = {
-    [STEP_SYNC] = "start",        [STEP_STDIO] = "stdio",     [STEP_CWD] = "chdir",
-    [STEP_LANDLOCK] = "landlock", [STEP_SECCOMP] = "seccomp", [STEP_LISTENER] = "seccomp listener",
+    [STEP_SYNC] = "start",
+    [STEP_STDIO] = "stdio",
+    [STEP_CWD] = "chdir",
+    [STEP_CAPS] = "drop capabilities",
+    [STEP_LANDLOCK] = "landlock",
+    [STEP_SECCOMP] = "seccomp",
+    [STEP_LISTENER] = "seccomp listener",
     [STEP_EXEC] = "exec",
 };
 
@@ -154,12 +161,19 @@ __attribute__((noreturn)) static void child_main(const struct corral_tier_plan *
     if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
         child_fail(errfd, STEP_STDIO, errno);
+    /* no_new_privs first: it lets the bounding set stay where CAP_SETPCAP is missing
+     * (caps.c), and every layer below needs it anyway. */
+    if ((p->empty_caps || p->n_filters || p->supervised) &&
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        child_fail(errfd, STEP_CAPS, errno);
+    if (p->empty_caps) {
+        int r = corral_caps_drop_all_with(p->empty_caps);
+        if (r < 0) child_fail(errfd, STEP_CAPS, r);
+    }
     if (p->ruleset_fd >= 0) {
         int r = corral_landlock_restrict(p->ruleset_fd);
         if (r < 0) child_fail(errfd, STEP_LANDLOCK, r);
     }
-    if ((p->n_filters || p->supervised) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        child_fail(errfd, STEP_SECCOMP, errno);
     for (size_t i = 0; i < p->n_filters; i++) {
         int r = install(p->filters[i], 0);
         if (r < 0) child_fail(errfd, STEP_SECCOMP, r);

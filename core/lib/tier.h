@@ -6,7 +6,9 @@
  * tier a host has earned; this file only applies what it is given.
  *
  * Process shape: the caller's thread clones the child (no namespaces), the child applies
- * stdio, cwd, Landlock, the plain seccomp programs, then the supervised one, whose
+ * stdio, cwd, no_new_privs, drops every capability (a root caller's child would
+ * otherwise keep CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_NET_ADMIN …, which no file rule
+ * touches), then Landlock, the plain seccomp programs, then the supervised one, whose
  * listener it passes back over a socket pair before it execs. The caller's thread stays
  * as the supervisor until the child exits: it lets the child's first execve through (the
  * start of the program) and answers every later execve/execveat EPERM, then reaps the
@@ -39,6 +41,8 @@ struct corral_tier_plan {
     char *const *argv; /* NULL-terminated */
     char *const *envp; /* NULL-terminated, exactly what the program gets */
     const char *cwd;   /* NULL: the caller's */
+    void *empty_caps;  /* from corral_caps_empty(): every capability dropped (and the
+                          securebits locked) before Landlock; NULL: kept, as S0 does */
     int ruleset_fd;    /* >= 0: enforced (Landlock) before the filters; -1: none */
     const struct corral_bpf *filters[CORRAL_TIER_MAX_FILTERS]; /* installed in order */
     size_t n_filters;

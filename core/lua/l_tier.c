@@ -5,7 +5,8 @@
  *               supervised =, stdin =, stdout =, stderr =, timeout = seconds}
  *   rules: nil (no Landlock at all) or {{path =, access = "r"|"w"|"x"|"d" letters,
  *   optional = bool}, ...} enforced at the best ABI; filters: names of plain seccomp
- *   programs ("tty", "nonet"); supervised: "nosubprocess" or nil. Returns {status =,
+ *   programs ("tty", "nonet"); supervised: "nosubprocess" or nil; drop_caps: every
+ *   capability dropped first. Returns {status =,
  *   timed_out =, execs_denied =, wall_s =, cpu_s =, max_rss_kb =, abi =}, or nil,
  *   "step: strerror", errno (nothing ran).
  * core.tier.programs(): {name = the program's bytes} for every program run() takes, so
@@ -13,7 +14,8 @@
  * core.tier.attempt(kind[, arg]): one attempt a probe makes from inside a confined
  *   process; true, or nil, msg, errno. kind: "fork" (the child exits at once), "thread"
  *   (a thread is created and joined), "socket" (an AF_INET stream socket),
- *   "connect" (to 127.0.0.1:arg), "socketpair" (AF_UNIX, one byte through it).
+ *   "connect" (to 127.0.0.1:arg), "socketpair" (AF_UNIX, one byte through it),
+ *   "capabilities" (succeeds while any capability is effective, EPERM once none is).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "caps.h"
 #include "landlock.h"
 #include "lcorral.h"
 #include "seccomp_tables.h" /* generated, see core/gen/seccomp_tables.c */
@@ -176,10 +179,19 @@ static int l_run(lua_State *L)
         plan.ruleset_fd = ruleset_from(L, &abi);
         if (plan.ruleset_fd < 0) return 3;
     }
+    /* Nothing below raises until both are released. */
+    if (lua_getfield(L, 1, "drop_caps") != LUA_TNIL && lua_toboolean(L, -1)) {
+        plan.empty_caps = corral_caps_empty();
+        if (!plan.empty_caps) {
+            if (plan.ruleset_fd >= 0) close(plan.ruleset_fd);
+            return corral_pushfail(L, "capabilities", ENOMEM);
+        }
+    }
     struct corral_tier_result res;
     const char *step = "";
     int r = corral_tier_run(&plan, &res, &step);
     if (plan.ruleset_fd >= 0) close(plan.ruleset_fd);
+    if (plan.empty_caps) corral_caps_free(plan.empty_caps);
     if (r < 0) return corral_pushfail(L, step, r);
     lua_createtable(L, 0, 8);
     lua_pushinteger(L, res.status);
@@ -256,8 +268,13 @@ static int l_attempt(lua_State *L)
         r = attempt_connect((int)luaL_checkinteger(L, 2));
     } else if (strcmp(kind, "socketpair") == 0) {
         r = attempt_socketpair();
+    } else if (strcmp(kind, "capabilities") == 0) {
+        /* Succeeds while any capability is effective; EPERM once none is left. */
+        char text[1024];
+        r = corral_caps_text(text, sizeof text);
+        if (r == 0 && strcmp(text, "=") == 0) r = -EPERM;
     } else {
-        return luaL_argerror(L, 1, "fork, thread, socket, connect or socketpair");
+        return luaL_argerror(L, 1, "fork, thread, socket, connect, socketpair or capabilities");
     }
     if (r < 0) return corral_pushfail(L, kind, r);
     lua_pushboolean(L, 1);

@@ -39,7 +39,8 @@ end
 local function run_sealed(pol, g, earned, plan, extra)
   local commitment, cerr = policy.commitment(pol, g)
   if not commitment then return nil, cerr end
-  plan.rules, plan.filters, plan.supervised = pol.rules, pol.filters, pol.supervised
+  plan.rules, plan.filters, plan.supervised, plan.drop_caps = pol.rules, pol.filters, pol.supervised,
+    pol.drop_caps
   local meter = receipt.meter()
   local res, err = core.tier.run(plan)
   if not res then

@@ -174,8 +174,10 @@ local function existing(list)
   return out
 end
 
---- Derives the policy S1 applies for normalised grants: Landlock rules (deny by
--- default: the runtime, then each grant) and the seccomp programs.
+--- Derives the policy S1 applies for normalised grants: every capability dropped (a
+-- root caller's child would otherwise keep CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_NET_ADMIN,
+-- which no file rule touches), Landlock rules (deny by default: the runtime, then each
+-- grant) and the seccomp programs.
 -- @tparam table g normalised grants (from `M.check`)
 -- @tparam table mech `{name =, abi =}`; name is the mechanism string
 -- @tparam[opt] {string,...} extra_exec resolved files the step's own runtime needs
@@ -204,7 +206,7 @@ function M.derive(g, mech, extra_exec, extra_read)
   local filters = { "tty" }
   if not g.net then filters[#filters + 1] = "nonet" end
   return { tier = mech.tier or "S1", mechanism = mech.name, rules = rules, filters = filters,
-           supervised = (not g.subprocess) and "nosubprocess" or nil }
+           supervised = (not g.subprocess) and "nosubprocess" or nil, drop_caps = true }
 end
 
 --- The canonical serialisation of a policy and the grants it came from.
@@ -213,6 +215,7 @@ end
 -- @treturn string
 function M.canonical(policy, g)
   local lines = { M.FORMAT, "tier " .. policy.tier, "mechanism " .. (policy.mechanism or "none") }
+  if policy.drop_caps then lines[#lines + 1] = "capabilities none" end
   if policy.limits then
     lines[#lines + 1] = "limit fuel " .. string.format("%d", policy.limits.fuel)
     lines[#lines + 1] = "limit memory " .. string.format("%d", policy.limits.memory)

@@ -5,20 +5,22 @@
 --
 -- 1. the control, as a bare child (S0): every attempt must succeed there — the secret
 --    outside the grants is read, a fork and a connect to a listener of ours succeed,
---    and an exec replaces the program (exit 42) — or the attempts could not tell a
---    denial from a broken attempt;
+--    an exec replaces the program (exit 42), and (for a root caller) capabilities are
+--    held — or the attempts could not tell a denial from a broken attempt;
 -- 2. confined, under a policy that grants nothing but its runtime (and the host binary):
 --    each attempt must be denied with the kernel's answer for that layer (EACCES from
 --    Landlock, EPERM from seccomp or the exec supervisor), and each denial is followed,
 --    in the same child, by a control that must succeed: a granted file is read after
---    the denied one, a thread is made after the denied fork, a unix pair carries a
+--    the denied one and after finding no capability, a thread is made after the
+--    denied fork, a unix pair carries a
 --    byte after the denied connect, and the child is still there to report after the
 --    denied exec.
 --
 -- Only when all of that holds is the host S1, sealed `landlock/<abi>+seccomp`.
 -- A mutation (`mutate`, or CORRAL_TIER_PROBE_MUTATE for the cached probe) weakens the
 -- confined run on purpose — "no-landlock", "no-seccomp", "no-net-filter",
--- "no-subprocess-filter" — or breaks its controls ("control-fails"); every one must
+-- "no-subprocess-filter", "keep-capabilities" (where the caller holds some) — or breaks
+-- its controls ("control-fails"); every one must
 -- yield S0, which tests/tier_spec.lua checks.
 -- @module corral.tier.probe
 local core = require "corral.core"
@@ -43,6 +45,10 @@ if f then f:close() end
 local g = io.open(granted, "rb")
 say("read-control", g and g:read(4) == "\127ELF" and "ok" or "failed")
 if g then g:close() end
+report("capabilities", core.tier.attempt("capabilities"))
+local h = io.open(granted, "rb")
+say("capabilities-control", h and h:read(4) == "\127ELF" and "ok" or "failed")
+if h then h:close() end
 report("fork", core.tier.attempt("fork"))
 say("fork-control", core.tier.attempt("thread") and "ok" or "failed")
 report("connect", core.tier.attempt("connect", port))
@@ -52,7 +58,7 @@ say("exec-control", "ok")
 os.exit(0)
 ]]
 
-local EXPECTED = { read = "EACCES", fork = "EPERM", connect = "EPERM", exec = "EPERM" }
+local EXPECTED = { read = "EACCES", capabilities = "EPERM", fork = "EPERM", connect = "EPERM", exec = "EPERM" }
 local ORDER = { "read", "fork", "connect", "exec" }
 
 local function errno_name(code)
@@ -116,8 +122,9 @@ local function probe_once(mutate)
   local g = assert(policy.check({}))
   local pol = policy.derive(g, { name = "landlock/" .. abi .. "+seccomp" }, { host })
   local plan = { path = host, argv = argv, env = env, rules = pol.rules, filters = pol.filters,
-    supervised = pol.supervised }
+    supervised = pol.supervised, drop_caps = pol.drop_caps }
   if mutate == "no-landlock" then plan.rules = nil end
+  if mutate == "keep-capabilities" then plan.drop_caps = nil end
   if mutate == "no-seccomp" then plan.filters, plan.supervised = { "tty" }, nil end
   if mutate == "no-net-filter" then plan.filters = { "tty" } end
   if mutate == "no-subprocess-filter" then plan.supervised = nil end
@@ -131,7 +138,11 @@ local function probe_once(mutate)
   if not res then return false, "the confined probe did not start: " .. tostring(err), report end
   local seen = parse(out)
   local holds = res.status == 0
-  for _, what in ipairs(ORDER) do
+  -- Capabilities are only attempted where the bare child held some (a root caller):
+  -- elsewhere there is nothing to drop, and no control to tell a drop apart.
+  local order = { table.unpack(ORDER) }
+  if succeeded("capabilities") then table.insert(order, 2, "capabilities") end
+  for _, what in ipairs(order) do
     local a, c = seen[what], seen[what .. "-control"]
     local denied = a ~= nil and a.verdict == "denied" and a.errno == EXPECTED[what]
     local controlled = c ~= nil and c.verdict == "ok"
@@ -143,9 +154,8 @@ local function probe_once(mutate)
     return false, string.format("the confined probe exited %s: %s", tostring(res.status),
       (out:gsub("%s+$", ""):gsub("\n", "; "))), report
   end
-  return true, string.format("landlock/%d+seccomp: a read outside the grants, a fork, a connect and " ..
-    "an exec were denied, each followed by a control that succeeded; all four succeeded in a bare child",
-    abi), report, abi
+  return true, string.format("landlock/%%d+seccomp: %s were denied, each followed by a control " ..
+    "that succeeded; all succeeded in a bare child", table.concat(order, ", ")):format(abi), report, abi
 end
 
 --- Runs the S1 probe (cached per process unless `mutate` is given).
