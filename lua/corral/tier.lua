@@ -92,11 +92,10 @@ function M.step(spec)
   if earned.tier == "S1" then
     pol = policy.derive(g, { name = earned.mechanism })
     -- Resolve before grant: the program is exec'd by the resolved path the rules cover.
-    local dirs = policy.runtime_dirs()
-    for _, p in ipairs(g.exec) do dirs[#dirs + 1] = p end
-    if not policy.covered(path, dirs) then
+    local runtime = policy.runtime_dirs()
+    if not policy.covered(path, runtime) and not policy.covered(path, g.exec) then
       return nil, errors.invalid_argument("grants.exec", path .. " is neither in the runtime (" ..
-        table.concat(policy.runtime_dirs(), ", ") .. ") nor granted exec")
+        table.concat(runtime, ", ") .. ") nor granted exec")
     end
   end
   local plan = { path = path, argv = argv, env = environment(g.env), cwd = spec.cwd, timeout = spec.timeout,

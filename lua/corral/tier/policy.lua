@@ -30,6 +30,8 @@ M.RESIDUE = {
   "its inherited stdin, stdout and stderr, whatever they are",
   "CPU time and memory: S1 sets no resource limits (corral run does)",
   "host identity: uname, the hostname, the number of CPUs",
+  "with net = true: any socket, including pathname unix sockets its uid may open (Landlock checks " ..
+    "unix connects only from ABI 9)",
 }
 
 -- The runtime every S1 step may read and execute (the ladder's "its runtime"): the

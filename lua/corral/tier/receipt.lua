@@ -65,7 +65,8 @@ function M.meter()
   local files = rapl_files()
   local uj = 0
   for _, p in ipairs(files) do uj = uj + read_number(p) end
-  return { files = files, uj = #files > 0 and uj or nil, busy = host_busy_s() }
+  if #files == 0 then return { files = files } end
+  return { files = files, uj = uj, busy = host_busy_s() }
 end
 
 --- The step's energy from a meter read before it and its CPU time.
