@@ -86,14 +86,16 @@ $(BUILD)/obj/lib/%.o: core/lib/%.c $(HEADERS)
 
 # The seccomp programs corral installs, built once here by libseccomp instead of at
 # every launch (core/gen/seccomp_tables.c says what it saves).
-$(BUILD)/gen/seccomp_tables.h: core/gen/seccomp_tables.c core/lib/seccomp.c core/lib/seccomp.h
+$(BUILD)/gen/seccomp_tables.h: core/gen/seccomp_tables.c core/lib/seccomp.c core/lib/seccomp.h \
+    core/lib/tier_seccomp.c core/lib/tier_seccomp.h
 	@mkdir -p $(dir $@)
 	@echo "  GEN     $@"
 	@$(CC) $(CORE_CFLAGS) $(CFLAGS) -o $(BUILD)/gen/seccomp_tables core/gen/seccomp_tables.c \
-	    core/lib/seccomp.c $(EXT_LIBS)
+	    core/lib/seccomp.c core/lib/tier_seccomp.c $(EXT_LIBS)
 	@$(BUILD)/gen/seccomp_tables > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/lib/confine.o $(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o: \
+$(BUILD)/obj/lib/confine.o $(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o \
+    $(BUILD)/obj/lib/tier.o $(BUILD)/obj/lua/l_tier.o: \
     $(BUILD)/gen/seccomp_tables.h
 
 $(BUILD)/obj/lua/%.o: core/lua/%.c $(HEADERS)

@@ -227,7 +227,7 @@ static int add_rules(scmp_filter_ctx ctx)
     return 0;
 }
 
-static int export_program(scmp_filter_ctx ctx, struct corral_bpf *out)
+int corral_seccomp_export(scmp_filter_ctx ctx, struct corral_bpf *out)
 {
     int fd = memfd_create("corral-seccomp", MFD_CLOEXEC);
     if (fd < 0) return -errno;
@@ -275,7 +275,7 @@ int corral_seccomp_tenant_program(struct corral_bpf *out)
      * default kill. */
     int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(EPERM));
     if (rc == 0) rc = add_rules(ctx);
-    if (rc == 0) rc = export_program(ctx, out);
+    if (rc == 0) rc = corral_seccomp_export(ctx, out);
     seccomp_release(ctx);
     return rc;
 }
@@ -329,7 +329,7 @@ int corral_seccomp_tty_program(struct corral_bpf *out)
     /* No setuid or setgid bit either: where Landlock stands alone it does not cover
      * chmod, and a root caller's command could make a host binary setuid root. */
     if (rc == 0) rc = deny_special_modes(ctx);
-    if (rc == 0) rc = export_program(ctx, out);
+    if (rc == 0) rc = corral_seccomp_export(ctx, out);
     seccomp_release(ctx);
     return rc;
 }

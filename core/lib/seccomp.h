@@ -45,4 +45,11 @@ int corral_seccomp_install(const struct corral_bpf *prog);
 /* Releases the instructions; accepts an empty or already-freed program. */
 void corral_bpf_free(struct corral_bpf *prog);
 
+#ifdef CORRAL_SECCOMP_IMPL
+/* Exports a libseccomp filter into *out as a plain classic-BPF array, for every program
+ * corral builds with libseccomp (here and in tier_seccomp.c). Returns 0 or -errno; *out
+ * is left empty on failure. */
+int corral_seccomp_export(scmp_filter_ctx ctx, struct corral_bpf *out);
+#endif
+
 #endif

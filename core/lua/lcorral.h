@@ -55,7 +55,10 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(inet)                                                                                        \
     X(signal)                                                                                      \
     X(fs)                                                                                          \
-    X(tty)
+    X(tty)                                                                                         \
+    X(digest)                                                                                      \
+    X(tier)                                                                                        \
+    X(vm)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

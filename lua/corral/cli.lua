@@ -509,6 +509,10 @@ back as it was after the run.]],
     return result.code
   end)
 
+local tier_cli = require "corral.tier.cli"
+command("step", tier_cli.SUMMARY, tier_cli.USAGE,
+  function(argv) return tier_cli.run(argv, M.parse, fail) end)
+
 command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
   [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers L] -- CMD ARGS...
 

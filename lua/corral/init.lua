@@ -39,6 +39,8 @@ M.sandboxes = function(...) return require("corral.repl").sandboxes(...) end
 M.ruleset = function(...) return require("corral.repl").ruleset(...) end
 -- @function decisions
 M.decisions = function(...) return require("corral.repl").decisions(...) end
+-- @function step
+M.step = function(...) return require("corral.repl").step(...) end
 
 --- The mechanism behaviour: load, check, gate (see corral.mechanism).
 M.mechanism = setmetatable({}, { __index = function(_, k) return require("corral.mechanism")[k] end })

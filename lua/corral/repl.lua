@@ -42,6 +42,26 @@ function M.ruleset(id)
   return nil, "no sandbox " .. tostring(id) .. " with an egress plane in this process"
 end
 
+--- Runs one step at the highest tier this host earns and returns its receipt (see
+-- corral.tier.step): `corral.step{"/bin/echo", "hi", grants = {read = {"/srv"}}}`, or
+-- `corral.step{s2 = "return 1 + 1"}` for Lua at S2.
+-- @tparam table spec
+-- @treturn table the receipt (its `result` holds the step's result)
+-- @return[2] nil
+-- @treturn[2] table the refusal
+function M.step(spec)
+  local tier = require "corral.tier"
+  local result, rec
+  if type(spec) == "table" and spec.s2 then
+    result, rec = tier.s2({ code = spec.s2, grants = spec.grants, fuel = spec.fuel, memory = spec.memory })
+  else
+    result, rec = tier.step(spec)
+  end
+  if not result then return nil, rec end
+  rec.result = result
+  return rec
+end
+
 --- The most recent decisions, newest last.
 -- @tparam[opt=20] integer n
 -- @treturn {table,...}

@@ -1,0 +1,237 @@
+--- Isolation tiers, earned by probe and sealed in a receipt.
+--
+-- * S0: a bare child. Nothing is confined; the receipt says so (no mechanism).
+-- * S1: a native program confined by the operating system — on Linux, Landlock
+--   (read/write/exec grants, the runtime read+execute) and seccomp (no subprocess, no
+--   network but unix pairs, no terminal injection), no namespace, so it holds where
+--   user namespaces are restricted. Earned only where corral.tier.probe holds.
+-- * S2: a managed runtime — untrusted Lua in a fresh state with fuel and a memory cap
+--   (core.vm), run in a child that is itself confined at S1.
+--
+-- Every step returns `result, receipt` (corral.tier.receipt): the tier it ran at, the
+-- mechanism and its version, the SHA-256 commitment to the exact policy applied
+-- (corral.tier.policy), the grants, the exit, wall and CPU time, peak RSS, energy, the
+-- probe's control and attempts, and what a native process keeps whatever its grants.
+-- @module corral.tier
+local core = require "corral.core"
+local errors = require "corral.errors"
+local policy = require "corral.tier.policy"
+local probe = require "corral.tier.probe"
+local receipt = require "corral.tier.receipt"
+
+local M = {}
+
+--- The tier this host earns (the cached S1 probe; see corral.tier.probe).
+-- @treturn table `{tier =, mechanism =, detail =, probe =}`
+function M.earned()
+  return probe.check()
+end
+
+local function environment(names)
+  local host, env = core.environ(), {}
+  for _, name in ipairs(names) do
+    if host[name] ~= nil then env[#env + 1] = name .. "=" .. host[name] end
+  end
+  return env
+end
+
+-- Runs one plan under the policy and builds its receipt. `extra` is merged into it.
+local function run_sealed(pol, g, earned, plan, extra)
+  local commitment, cerr = policy.commitment(pol, g)
+  if not commitment then return nil, cerr end
+  plan.rules, plan.filters, plan.supervised, plan.drop_caps = pol.rules, pol.filters, pol.supervised,
+    pol.drop_caps
+  local meter = receipt.meter()
+  local res, err = core.tier.run(plan)
+  if not res then
+    -- The program could not be executed: a result like a shell's (126/127), still
+    -- sealed. Any other failed step is a layer that could not be built: refused.
+    if not tostring(err):match("^exec:") then
+      return nil, errors.cannot_enforce("tier " .. pol.tier, "could not be applied: " .. tostring(err))
+    end
+    res = { status = err:match("No such file") and 127 or 126, wall_s = 0, cpu_s = 0, max_rss_kb = 0,
+            error = err }
+  end
+  local rec = {
+    tier = pol.tier, mechanism = pol.mechanism, commitment = commitment, grants = g, exit = res.status,
+    wall_s = res.wall_s, cpu_s = res.cpu_s, max_rss = res.max_rss_kb, energy = receipt.energy(meter, res.cpu_s),
+    probe = earned.probe,
+    residue = pol.tier == "S0" and { "everything: S0 confines nothing" } or policy.RESIDUE,
+  }
+  if res.timed_out then rec.timed_out = true end
+  if res.execs_denied and res.execs_denied > 0 then rec.execs_denied = res.execs_denied end
+  for k, v in pairs(extra or {}) do rec[k] = v end
+  return res, rec
+end
+
+--- Runs one command at the highest tier this host earns for its grants.
+-- @tparam table spec `{cmd = {argv...}` (or the array part), `grants =`, `min_tier =
+--   "S1"` (refuse rather than run at S0), `timeout =` seconds, `stdin/stdout/stderr =`
+--   files, `receipts =` a file the receipt line is appended to`}`
+-- @treturn table result `{exit =, timed_out =}`
+-- @treturn table the receipt
+-- @return[2] nil
+-- @treturn[2] table a refusal naming the grant or the option
+function M.step(spec)
+  if type(spec) ~= "table" then return nil, errors.invalid_argument("step", "takes a table") end
+  local g, err = policy.check(spec.grants or {})
+  if not g then return nil, err end
+  local argv = spec.cmd or { table.unpack(spec) }
+  if type(argv) ~= "table" or type(argv[1]) ~= "string" then
+    return nil, errors.invalid_argument("cmd", "a command is required")
+  end
+  local path = core.resolve_executable(argv[1])
+  if not path or path:sub(1, 1) ~= "/" then
+    return nil, errors.invalid_argument("cmd", argv[1] .. ": not found")
+  end
+  local earned = probe.check()
+  if spec.min_tier == "S1" and earned.tier ~= "S1" then
+    return nil, errors.cannot_enforce("tier S1", "this host did not earn it: " .. tostring(earned.detail))
+  end
+  local pol = { tier = "S0" }
+  if earned.tier == "S1" then
+    pol = policy.derive(g, { name = earned.mechanism })
+    -- Resolve before grant: the program is exec'd by the resolved path the rules cover.
+    local runtime = policy.runtime_dirs()
+    if not policy.covered(path, runtime) and not policy.covered(path, g.exec) then
+      return nil, errors.invalid_argument("grants.exec", path .. " is neither in the runtime (" ..
+        table.concat(runtime, ", ") .. ") nor granted exec")
+    end
+  end
+  local plan = { path = path, argv = argv, env = environment(g.env), cwd = spec.cwd, timeout = spec.timeout,
+    stdin = spec.stdin, stdout = spec.stdout, stderr = spec.stderr }
+  local res, rec = run_sealed(pol, g, earned, plan, { cmd = argv })
+  if not res then return nil, rec end
+  if spec.receipts then
+    local ok, aerr = receipt.append(rec, spec.receipts)
+    if not ok then return nil, errors.invalid_argument("receipts", tostring(aerr)) end
+  end
+  return { exit = res.status, timed_out = res.timed_out or nil, error = res.error }, rec
+end
+
+-- What the S2 child runs (the corral host, in its S1 domain): reads the request on
+-- stdin, evaluates in core.vm, writes the outcome as JSON. Values travel as
+-- {value = v} (nil as {}) and flat tables as {pairs = {{k, v}, ...}}, so that nil,
+-- integer keys and key types survive JSON.
+local S2_RUNNER = [[
+local json = require "dkjson"
+local core = require "corral.core"
+local req = json.decode(io.read("a"))
+local ok, r, st = core.vm.eval(req.code, { fuel = req.fuel, memory = req.memory, read = req.read,
+  clock = req.clock })
+local function wrap(v)
+  if type(v) ~= "table" then return { value = v } end
+  local pairs_ = {}
+  for k, x in pairs(v) do pairs_[#pairs_ + 1] = { k, x } end
+  return { pairs = pairs_ }
+end
+local values
+if ok then
+  values = {}
+  for i = 1, r.n do values[i] = wrap(r[i]) end
+end
+io.write(json.encode({ ok = ok, values = values, failure = not ok and r or nil, stats = st }))
+]]
+
+local function unwrap(w)
+  if type(w) ~= "table" then return nil end
+  if w.pairs then
+    local t = {}
+    for _, kv in ipairs(w.pairs) do t[kv[1]] = kv[2] end
+    return t
+  end
+  return w.value
+end
+
+--- The S2 defaults: instructions and bytes.
+M.S2_FUEL, M.S2_MEMORY, M.S2_TIMEOUT = 100000000, 64 * 1024 * 1024, 30
+
+--- Runs untrusted Lua at S2: a fresh state with fuel and a memory cap, in a child
+-- confined at S1 (defence in depth). Grants reach the code only through checked
+-- functions: `read` as read_file(path), `clock` as clock() and time().
+-- @tparam table spec `{code =, grants =, fuel =, memory =, timeout = seconds, receipts =}`
+-- @treturn table `{ok = true, values = {n =, ...}}` or `{ok = false, failure = {kind =,
+--   message =}}` (kind: fuel, memory, stack, error, syntax, unserialisable, timeout, child)
+-- @treturn table the receipt (`s2` holds the limits, fuel used, peak memory, output)
+-- @return[2] nil
+-- @treturn[2] table a refusal
+function M.s2(spec)
+  if type(spec) ~= "table" or type(spec.code) ~= "string" then
+    return nil, errors.invalid_argument("code", "S2 takes the Lua source as a string")
+  end
+  local g, err = policy.check(spec.grants or {})
+  if not g then return nil, err end
+  for _, k in ipairs({ "write", "exec", "env" }) do
+    if #g[k] > 0 then
+      return nil, errors.invalid_argument("grants." .. k, "S2 offers no checked function for it (read, clock and " ..
+        "random are what Lua code at S2 can be given)")
+    end
+  end
+  for _, k in ipairs({ "net", "subprocess" }) do
+    if g[k] then
+      return nil, errors.invalid_argument("grants." .. k, "S2 offers no checked function for it (read, clock " ..
+        "and random are what Lua code at S2 can be given)")
+    end
+  end
+  local fuel = math.tointeger(spec.fuel or M.S2_FUEL)
+  local memory = math.tointeger(spec.memory or M.S2_MEMORY)
+  if not fuel or fuel < 1 then return nil, errors.invalid_argument("fuel", "must be a positive integer") end
+  if not memory or memory < 1 then return nil, errors.invalid_argument("memory", "must be a positive integer") end
+  local earned = probe.check()
+  if earned.tier ~= "S1" then
+    return nil, errors.cannot_enforce("tier S2", "its child must be confined at S1, which this host did not " ..
+      "earn: " .. tostring(earned.detail))
+  end
+  local host = core.host_executable()
+  host = host and core.resolve_file(host)
+  if not host then return nil, errors.cannot_enforce("tier S2", "the corral executable was not found") end
+  -- The runner in the child reads dkjson; where it lies outside the runtime (a
+  -- user's luarocks tree), that one file is granted read too.
+  local dkjson_path = package.searchpath("dkjson", package.path)
+  dkjson_path = dkjson_path and core.resolve_file(dkjson_path)
+  local extra_read = {}
+  if dkjson_path and not policy.covered(dkjson_path, policy.runtime_dirs()) then extra_read[1] = dkjson_path end
+  local pol = policy.derive(g, { name = "lua/" .. _VERSION:match("%d+%.%d+") .. "+" .. earned.mechanism,
+    tier = "S2" }, { host }, extra_read)
+  pol.limits = { fuel = fuel, memory = memory }
+  local json = require "dkjson"
+  local input, output = io.tmpfile(), io.tmpfile()
+  input:write(json.encode({ code = spec.code, fuel = fuel, memory = memory, read = g.read, clock = g.clock }))
+  input:seek("set")
+  local devnull = assert(io.open("/dev/null", "w"))
+  local plan = { path = host, argv = { host, "-e", S2_RUNNER }, env = {}, cwd = "/",
+    timeout = spec.timeout or M.S2_TIMEOUT, stdin = input, stdout = output, stderr = devnull }
+  local res, rec = run_sealed(pol, g, earned, plan, {})
+  input:close()
+  devnull:close()
+  if not res then output:close() return nil, rec end
+  output:seek("set")
+  local text = output:read("a") or ""
+  output:close()
+  local out = json.decode(text)
+  local result
+  if res.timed_out then
+    result = { ok = false, failure = { kind = "timeout", message = "the wall-clock limit (" ..
+      tostring(plan.timeout) .. " s) ended the S2 child" } }
+  elseif type(out) ~= "table" then
+    result = { ok = false, failure = { kind = "child", message = "the S2 child exited " .. tostring(res.status) ..
+      " without a result" } }
+  elseif out.ok then
+    local values = { n = #out.values }
+    for i, w in ipairs(out.values) do values[i] = unwrap(w) end
+    result = { ok = true, values = values }
+  else
+    result = { ok = false, failure = out.failure }
+  end
+  local stats = type(out) == "table" and out.stats or {}
+  rec.s2 = { fuel = fuel, memory = memory, fuel_used = stats.fuel_used, memory_peak = stats.memory_peak,
+             output = stats.output }
+  if result.failure then rec.failure = result.failure end
+  if spec.receipts then
+    local ok, aerr = receipt.append(rec, spec.receipts)
+    if not ok then return nil, errors.invalid_argument("receipts", tostring(aerr)) end
+  end
+  return result, rec
+end
+
+return M

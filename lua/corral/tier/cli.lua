@@ -1,0 +1,160 @@
+--- `corral step`: one step at the highest tier this host earns, and its receipt.
+--
+-- Registered by corral.cli; this module keeps the implementation. Nothing heavy is
+-- required until the command runs.
+-- @module corral.tier.cli
+local errors = require "corral.errors"
+
+local M = {}
+
+--- One line for `corral help`.
+M.SUMMARY = "run one step at the highest tier this host earns (S0/S1/S2) and print its receipt"
+
+--- The usage text.
+M.USAGE = [[corral step --grants FILE.lua [--tier S1] [--timeout SECONDS] [--json] [--receipts FILE] -- CMD ARGS...
+corral step --s2 FILE.lua [--grants FILE.lua] [--fuel N] [--memory BYTES] [--timeout SECONDS]
+            [--json] [--receipts FILE]
+
+Runs CMD under the grants in FILE.lua (a Lua file returning {read = {paths}, write =
+{paths}, exec = {paths}, net = false|true, subprocess = false|true, env = {names},
+clock = true, random = true}; whatever it does not grant is denied) at the highest
+tier the host earns by probe: S1 (Landlock + seccomp) where the probe holds, else S0
+(a bare child, and the receipt says so; --tier S1 refuses instead). Grants withholding
+the clock or randomness are refused: a native process cannot lose them. --s2 runs the
+Lua in FILE.lua at S2: a fresh Lua state with --fuel instructions (default 1e8) and a
+--memory cap (default 64 MiB), in a child confined at S1; the code may read files
+granted `read` through read_file(path). Prints the receipt (--json: one JSON line);
+--receipts appends that line to FILE.
+Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped);
+2 an invalid argument; 3 a protection this host cannot enforce.]]
+
+-- Names the CLI flag a refusal came from.
+local function as_flag(err, flag)
+  if not errors.is(err) then return err end
+  local what = err.capability or err.argument
+  local named = (what and what ~= flag) and (flag .. " " .. what) or flag
+  if err.capability then return errors.new(err.code, { capability = named, detail = err.detail }) end
+  return errors.new(err.code, { argument = named, detail = err.detail })
+end
+
+local function load_grants(path)
+  if not path then return {} end
+  local chunk, err = loadfile(path, "t", {})
+  if not chunk then return nil, errors.invalid_argument("--grants", tostring(err)) end
+  local ok, grants = pcall(chunk)
+  if not ok or type(grants) ~= "table" then
+    return nil, errors.invalid_argument("--grants", path .. ": must return a table of grants" ..
+      (ok and "" or (" (" .. tostring(grants) .. ")")))
+  end
+  return grants
+end
+
+local function probe_line(p)
+  local parts = { "control " .. (p.control and "succeeded" or "failed") }
+  for _, a in ipairs(p.attempts or {}) do
+    parts[#parts + 1] = string.format("%s %s%s, control after %s", a.attempt, a.denied and "denied" or "NOT denied",
+      a.errno and (" (" .. a.errno .. ")") or "", a.control_after and "ok" or "failed")
+  end
+  return table.concat(parts, "; ")
+end
+
+local function print_receipt(rec)
+  local function row(k, v) io.write(string.format("%-11s %s\n", k, tostring(v))) end
+  row("tier", rec.tier)
+  row("mechanism", rec.mechanism or "none")
+  row("commitment", rec.commitment)
+  if rec.cmd then row("cmd", table.concat(rec.cmd, " ")) end
+  row("exit", rec.exit)
+  if rec.failure then row("stopped", rec.failure.kind .. ": " .. tostring(rec.failure.message)) end
+  if rec.s2 then
+    row("fuel", string.format("%s of %d", tostring(rec.s2.fuel_used), rec.s2.fuel))
+    row("memory", string.format("peak %s of %d bytes", tostring(rec.s2.memory_peak), rec.s2.memory))
+  end
+  row("wall_s", string.format("%.6f", rec.wall_s))
+  row("cpu_s", string.format("%.6f", rec.cpu_s))
+  row("max_rss", tostring(rec.max_rss) .. " KiB")
+  row("energy", string.format("%.6f J (%s: %s)", rec.energy.joules, rec.energy.method, rec.energy.model))
+  row("probe", probe_line(rec.probe))
+  for i, r in ipairs(rec.residue) do row(i == 1 and "residue" or "", r) end
+end
+
+local function number_opt(opts, name)
+  if not opts[name] then return nil end
+  local v = tonumber(opts[name])
+  if not v then return nil, errors.invalid_argument("--" .. name, "must be a number") end
+  return v
+end
+
+--- Runs `corral step`.
+-- @tparam {string,...} argv `argv[1]` is "step"
+-- @tparam function parse corral.cli.parse
+-- @tparam function fail corral.cli's refusal printer (returns the exit status)
+-- @treturn integer exit status
+function M.run(argv, parse, fail)
+  local opts, rest = parse(argv, { grants = "value", s2 = "value", json = "flag", receipts = "value",
+    tier = "value", timeout = "value", fuel = "value", memory = "value" })
+  if not opts then return fail("step", rest) end
+  local grants, gerr = load_grants(opts.grants)
+  if not grants then return fail("step", gerr) end
+  if opts.tier and opts.tier ~= "S1" then
+    return fail("step", errors.invalid_argument("--tier", "only S1 can be required (S2 is --s2)"))
+  end
+  local values = {}
+  for _, name in ipairs({ "timeout", "fuel", "memory" }) do
+    local v, err = number_opt(opts, name)
+    if err then return fail("step", err) end
+    values[name] = v
+  end
+  local tier = require "corral.tier"
+  local result, rec
+  if opts.s2 then
+    if #rest > 0 then return fail("step", errors.invalid_argument("--s2", "takes a Lua file, not a command")) end
+    local f, ferr = io.open(opts.s2)
+    if not f then return fail("step", errors.invalid_argument("--s2", tostring(ferr))) end
+    local code = f:read("a")
+    f:close()
+    result, rec = tier.s2({ code = code, grants = grants, fuel = values.fuel, memory = values.memory,
+      timeout = values.timeout })
+  else
+    if not opts.grants then
+      return fail("step", errors.invalid_argument("--grants", "a grants file is required (or --s2 FILE.lua)"))
+    end
+    if #rest == 0 then return fail("step", errors.invalid_argument("CMD", "missing (after --)")) end
+    io.stdout:flush()
+    result, rec = tier.step({ cmd = rest, grants = grants, min_tier = opts.tier, timeout = values.timeout })
+  end
+  if not result then
+    local from = errors.is(rec) and (rec.argument or rec.capability) or ""
+    local flag = ({ fuel = "--fuel", memory = "--memory", code = "--s2", cmd = "CMD", receipts = "--receipts",
+      ["tier S1"] = "--tier", ["tier S2"] = "--s2" })[from] or "--grants"
+    return fail("step", as_flag(rec, flag))
+  end
+  if opts.s2 and result.ok then
+    -- A JSON array, nil as null, so that positions survive.
+    local json = require "dkjson"
+    rec.result = setmetatable({}, { __jsontype = "array" })
+    for i = 1, result.values.n do
+      local v = result.values[i]
+      if v == nil then v = json.null end
+      rec.result[i] = v
+    end
+  end
+  if opts.receipts then
+    local ok, aerr = require("corral.tier.receipt").append(rec, opts.receipts)
+    if not ok then return fail("step", errors.invalid_argument("--receipts", tostring(aerr))) end
+  end
+  if opts.json then
+    io.write(require("corral.tier.receipt").encode(rec), "\n")
+  else
+    if opts.s2 and result.ok then
+      local shown = {}
+      for i = 1, result.values.n do shown[i] = tostring(result.values[i]) end
+      io.write(string.format("%-11s %s\n", "result", table.concat(shown, ", ")))
+    end
+    print_receipt(rec)
+  end
+  if opts.s2 then return result.ok and 0 or 1 end
+  return result.exit
+end
+
+return M

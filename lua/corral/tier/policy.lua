@@ -1,0 +1,257 @@
+--- Grants → policy → commitment, for the isolation tiers (see corral.tier).
+--
+-- A unit's grants: `{read = {paths}, write = {paths}, exec = {paths}, net = false,
+-- subprocess = false, env = {names}, clock = true, random = true}`. Everything a grant
+-- does not name is denied (the defaults are the denials: no paths, no network, no
+-- subprocess, no environment). The policy derived from them is what a tier applies;
+-- its canonical serialisation — one fact per line, sorted, every path resolved, the
+-- mechanism with its version and the digest of each seccomp program — hashed with
+-- SHA-256 is the commitment, the same for the same policy on every run and every host
+-- with the same mechanism, and different when any grant changes.
+--
+-- What a native process keeps whatever its grants (the residue, listed in every
+-- receipt as `residue`): see `M.RESIDUE`. A grant that would withhold part of it is
+-- refused, never run with a capability it denies.
+-- @module corral.tier.policy
+local core = require "corral.core"
+local errors = require "corral.errors"
+
+local M = {}
+
+--- The format of the canonical serialisation; a change to it changes every commitment.
+M.FORMAT = "corral tier policy 1"
+
+--- What a native process keeps at S1 whatever its grants, and why none can be taken.
+M.RESIDUE = {
+  "the clock: clock_gettime is served by the vDSO, without a system call a filter could see",
+  "randomness: getrandom(2), the CPU's RDRAND/RDSEED, address-space layout randomisation",
+  "/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom: granted read+write to every step",
+  "its own process: its pid, its memory maps, its resource usage, signals inside its own domain",
+  "its inherited stdin, stdout and stderr, whatever they are",
+  "CPU time and memory: S1 sets no resource limits (corral run does)",
+  "host identity: uname, the hostname, the number of CPUs",
+  "with net = true: any socket, including pathname unix sockets its uid may open (Landlock checks " ..
+    "unix connects only from ABI 9)",
+}
+
+-- The runtime every S1 step may read and execute (the ladder's "its runtime"): the
+-- system's programs and libraries, and the few /etc files a dynamically linked program
+-- reads to start. Deliberately not all of /etc (it holds credential stores).
+local RUNTIME_DIRS = { "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" }
+local RUNTIME_ETC = { "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload",
+  "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/locale.alias",
+  "/etc/locale.conf", "/etc/default/locale" }
+-- Read only when the step may use the network.
+local NET_ETC = { "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/services",
+  "/etc/protocols", "/etc/ssl/certs", "/etc/ca-certificates.conf" }
+local DEVICES = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom" }
+
+local KEYS = { read = "paths", write = "paths", exec = "paths", net = "net", subprocess = "boolean",
+  env = "names", clock = "boolean", random = "boolean" }
+local DEFAULTS = { net = false, subprocess = false, clock = true, random = true }
+
+local function invalid(key, fmt, ...)
+  return nil, errors.invalid_argument("grants." .. key, string.format(fmt, ...))
+end
+
+local function sorted_unique(list)
+  local seen, out = {}, {}
+  for _, v in ipairs(list) do
+    if not seen[v] then seen[v] = true; out[#out + 1] = v end
+  end
+  table.sort(out)
+  return out
+end
+
+local function resolve_paths(key, list)
+  if type(list) ~= "table" then return invalid(key, "must be a list of paths") end
+  local out = {}
+  for i, p in ipairs(list) do
+    if type(p) ~= "string" or p:sub(1, 1) ~= "/" then
+      return invalid(key, "entry %d must be an absolute path", i)
+    end
+    local r, err = core.resolve_file(p)
+    if not r then return invalid(key, "%s", err) end
+    out[#out + 1] = r
+  end
+  return sorted_unique(out)
+end
+
+--- Checks grants and fills the defaults: paths resolved (every symlink), lists sorted.
+-- Refuses, naming the grant, what a native process cannot be denied (the clock,
+-- randomness) and what no tier here enforces (a network allowlist).
+-- @tparam table grants
+-- @treturn table the normalised grants
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` or `cannot_enforce` naming `grants.<key>`
+function M.check(grants)
+  if type(grants) ~= "table" then return invalid("*", "grants must be a table") end
+  for k in pairs(grants) do
+    if not KEYS[k] then return invalid(tostring(k), "unknown grant (known: read, write, exec, net, " ..
+      "subprocess, env, clock, random)") end
+  end
+  local g = {}
+  for _, k in ipairs({ "read", "write", "exec" }) do
+    local list, err = resolve_paths(k, grants[k] or {})
+    if not list then return nil, err end
+    g[k] = list
+  end
+  local env = grants.env or {}
+  if type(env) ~= "table" then return invalid("env", "must be a list of variable names") end
+  for i, name in ipairs(env) do
+    if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+      return invalid("env", "entry %d must be a variable name", i)
+    end
+  end
+  g.env = sorted_unique(env)
+  for _, k in ipairs({ "subprocess", "clock", "random" }) do
+    local v = grants[k]
+    if v == nil then v = DEFAULTS[k] end
+    if type(v) ~= "boolean" then return invalid(k, "must be true or false") end
+    g[k] = v
+  end
+  if g.clock == false then
+    return nil, errors.cannot_enforce("grants.clock", "a native process reads the clock through the vDSO, " ..
+      "without a system call: no tier here can withhold it, so the step is refused, never run with it")
+  end
+  if g.random == false then
+    return nil, errors.cannot_enforce("grants.random", "a native process has getrandom(2), the CPU's " ..
+      "RDRAND and its own randomised addresses: no tier here can withhold randomness, so the step is " ..
+      "refused, never run with it")
+  end
+  local net = grants.net
+  if net == nil then net = DEFAULTS.net end
+  if type(net) == "table" then
+    return nil, errors.cannot_enforce("grants.net", "an allowlist needs the egress plane, which lives in a " ..
+      "network namespace of its own; tier S1 (Landlock + seccomp, no namespace) cannot enforce one: " ..
+      "use `corral run --allow`, or net = false / true")
+  end
+  if type(net) ~= "boolean" then return invalid("net", "must be false, true or an allowlist") end
+  g.net = net
+  return g
+end
+
+local function beneath(path, dir)
+  return path == dir or dir == "/" or path:sub(1, #dir + 1) == dir .. "/"
+end
+
+--- The runtime directories an S1 step may read and execute, resolved and existing.
+-- @treturn {string,...}
+function M.runtime_dirs()
+  local out = {}
+  for _, d in ipairs(RUNTIME_DIRS) do
+    local r = core.resolve_path(d)
+    if r then out[#out + 1] = r end
+  end
+  out = sorted_unique(out)
+  local kept = {}
+  for _, d in ipairs(out) do
+    local covered = false
+    for _, o in ipairs(out) do
+      if o ~= d and beneath(d, o) then covered = true end
+    end
+    if not covered then kept[#kept + 1] = d end
+  end
+  return kept
+end
+
+--- Whether a resolved path is covered by the runtime or by one of `dirs`.
+-- @tparam string path resolved
+-- @tparam {string,...} dirs resolved
+-- @treturn boolean
+function M.covered(path, dirs)
+  for _, d in ipairs(dirs) do
+    if beneath(path, d) then return true end
+  end
+  return false
+end
+
+-- Resolved existing files from a list (a missing one is simply not granted).
+local function existing(list)
+  local out = {}
+  for _, p in ipairs(list) do
+    local r = core.resolve_file(p)
+    if r then out[#out + 1] = r end
+  end
+  return out
+end
+
+--- Derives the policy S1 applies for normalised grants: every capability dropped (a
+-- root caller's child would otherwise keep CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_NET_ADMIN,
+-- which no file rule touches), Landlock rules (deny by default: the runtime, then each
+-- grant) and the seccomp programs.
+-- @tparam table g normalised grants (from `M.check`)
+-- @tparam table mech `{name =, abi =}`; name is the mechanism string
+-- @tparam[opt] {string,...} extra_exec resolved files the step's own runtime needs
+--   (the corral host, for a probe or an S2 child), granted read+execute
+-- @tparam[opt] {string,...} extra_read resolved files that runtime reads, granted read
+-- @treturn table `{tier =, mechanism =, rules =, filters =, supervised =}`
+function M.derive(g, mech, extra_exec, extra_read)
+  local rules = {}
+  local function add(path, access) rules[#rules + 1] = { path = path, access = access } end
+  for _, d in ipairs(M.runtime_dirs()) do add(d, "rx") end
+  local etc = existing(RUNTIME_ETC)
+  if g.net then
+    for _, p in ipairs(existing(NET_ETC)) do etc[#etc + 1] = p end
+  end
+  for _, p in ipairs(sorted_unique(etc)) do add(p, "r") end
+  for _, p in ipairs(existing(DEVICES)) do add(p, "d") end
+  for _, p in ipairs(g.read) do add(p, "r") end
+  for _, p in ipairs(g.write) do add(p, "w") end
+  for _, p in ipairs(g.exec) do add(p, "rx") end
+  for _, p in ipairs(extra_exec or {}) do add(p, "rx") end
+  for _, p in ipairs(extra_read or {}) do add(p, "r") end
+  table.sort(rules, function(a, b)
+    if a.path ~= b.path then return a.path < b.path end
+    return a.access < b.access
+  end)
+  local filters = { "tty" }
+  if not g.net then filters[#filters + 1] = "nonet" end
+  return { tier = mech.tier or "S1", mechanism = mech.name, rules = rules, filters = filters,
+           supervised = (not g.subprocess) and "nosubprocess" or nil, drop_caps = true }
+end
+
+--- The canonical serialisation of a policy and the grants it came from.
+-- @tparam table policy from `M.derive` (or `{tier = "S0", mechanism = "none"}`)
+-- @tparam table g normalised grants
+-- @treturn string
+function M.canonical(policy, g)
+  local lines = { M.FORMAT, "tier " .. policy.tier, "mechanism " .. (policy.mechanism or "none") }
+  if policy.drop_caps then lines[#lines + 1] = "capabilities none" end
+  if policy.limits then
+    lines[#lines + 1] = "limit fuel " .. string.format("%d", policy.limits.fuel)
+    lines[#lines + 1] = "limit memory " .. string.format("%d", policy.limits.memory)
+  end
+  local programs = core.tier.programs()
+  local applied = {}
+  for _, f in ipairs(policy.filters or {}) do applied[#applied + 1] = f end
+  if policy.supervised then applied[#applied + 1] = policy.supervised .. " (supervised)" end
+  table.sort(applied)
+  for _, f in ipairs(applied) do
+    local name = f:match("^(%S+)")
+    lines[#lines + 1] = "seccomp " .. f .. " " .. assert(core.digest.sha256(programs[name]))
+  end
+  for _, r in ipairs(policy.rules or {}) do lines[#lines + 1] = "landlock " .. r.access .. " " .. r.path end
+  for _, k in ipairs({ "read", "write", "exec" }) do
+    for _, p in ipairs(g[k]) do lines[#lines + 1] = "grant " .. k .. " " .. p end
+  end
+  for _, name in ipairs(g.env) do lines[#lines + 1] = "grant env " .. name end
+  for _, k in ipairs({ "net", "subprocess", "clock", "random" }) do
+    lines[#lines + 1] = "grant " .. k .. " " .. tostring(g[k])
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+--- The commitment: SHA-256 of the canonical serialisation, as `sha256:<hex>`.
+-- @tparam table policy
+-- @tparam table g normalised grants
+-- @treturn string
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce when the system has no SHA-256 to offer
+function M.commitment(policy, g)
+  local hex, err = core.digest.sha256(M.canonical(policy, g))
+  if not hex then return nil, errors.cannot_enforce("commitment", tostring(err)) end
+  return "sha256:" .. hex
+end
+
+return M

@@ -1,0 +1,182 @@
+--- The S1 probe: a host earns tier S1 by doing it (once per process, cached).
+--
+-- The probe program is the corral host itself (`corral -e`), so the attempts need no
+-- other program. It runs twice:
+--
+-- 1. the control, as a bare child (S0): every attempt must succeed there — the secret
+--    outside the grants is read, a fork and a connect to a listener of ours succeed,
+--    an exec replaces the program (exit 42), and (for a root caller) capabilities are
+--    held — or the attempts could not tell a denial from a broken attempt;
+-- 2. confined, under a policy that grants nothing but its runtime (and the host binary):
+--    each attempt must be denied with the kernel's answer for that layer (EACCES from
+--    Landlock, EPERM from seccomp or the exec supervisor), and each denial is followed,
+--    in the same child, by a control that must succeed: a granted file is read after
+--    the denied one and after finding no capability, a thread is made after the
+--    denied fork, a unix pair carries a
+--    byte after the denied connect, and the child is still there to report after the
+--    denied exec.
+--
+-- Only when all of that holds is the host S1, sealed `landlock/<abi>+seccomp`.
+-- A mutation (`mutate`, or CORRAL_TIER_PROBE_MUTATE for the cached probe) weakens the
+-- confined run on purpose — "no-landlock", "no-seccomp", "no-net-filter",
+-- "no-subprocess-filter", "keep-capabilities" (where the caller holds some) — or breaks
+-- its controls ("control-fails"); every one must
+-- yield S0, which tests/tier_spec.lua checks.
+-- @module corral.tier.probe
+local core = require "corral.core"
+local policy = require "corral.tier.policy"
+
+local M = {}
+
+local cached
+
+-- The program both runs execute. One line per attempt: "<what> ok" or "<what> denied
+-- <errno>", then "<what>-control ok|failed". Exec is last: where it succeeds, the
+-- process is gone (exit 42).
+local PROGRAM = [[
+local core = require "corral.core"
+local secret, port = os.getenv("PROBE_SECRET"), tonumber(os.getenv("PROBE_PORT"))
+local granted, host = os.getenv("PROBE_GRANTED"), os.getenv("PROBE_HOST")
+local function say(...) io.write(table.concat({ ... }, " "), "\n") io.flush() end
+local function report(what, ok, _, code) say(what, ok and "ok" or "denied", tostring(code)) end
+local f, err, code = io.open(secret)
+report("read", f, err, code)
+if f then f:close() end
+local g = io.open(granted, "rb")
+say("read-control", g and g:read(4) == "\127ELF" and "ok" or "failed")
+if g then g:close() end
+report("capabilities", core.tier.attempt("capabilities"))
+local h = io.open(granted, "rb")
+say("capabilities-control", h and h:read(4) == "\127ELF" and "ok" or "failed")
+if h then h:close() end
+report("fork", core.tier.attempt("fork"))
+say("fork-control", core.tier.attempt("thread") and "ok" or "failed")
+report("connect", core.tier.attempt("connect", port))
+say("connect-control", core.tier.attempt("socketpair") and "ok" or "failed")
+report("exec", core.execve(host, { host, "-e", "os.exit(42)" }, {}, "/"))
+say("exec-control", "ok")
+os.exit(0)
+]]
+
+local EXPECTED = { read = "EACCES", capabilities = "EPERM", fork = "EPERM", connect = "EPERM", exec = "EPERM" }
+local ORDER = { "read", "fork", "connect", "exec" }
+
+local function errno_name(code)
+  for k, v in pairs(core.errno) do
+    if v == tonumber(code) then return k end
+  end
+  return tostring(code)
+end
+
+local function parse(out)
+  local seen = {}
+  for what, verdict, code in out:gmatch("(%S+) (%S+) ?(%S*)\n") do
+    seen[what] = { verdict = verdict, errno = code ~= "" and code ~= "nil" and errno_name(code) or nil }
+  end
+  return seen
+end
+
+local function run(plan)
+  local out = io.tmpfile()
+  local devnull = assert(io.open("/dev/null"))
+  plan.stdin, plan.stdout, plan.stderr = devnull, out, out
+  plan.timeout = 10
+  local res, err = core.tier.run(plan)
+  devnull:close()
+  out:seek("set")
+  local text = out:read("a") or ""
+  out:close()
+  return res, err, text
+end
+
+-- The probe proper; returns holds, detail, the receipt's `probe` table.
+local function probe_once(mutate)
+  local host = core.host_executable()
+  if not host then return false, "the corral executable was not found for the probe program" end
+  host = core.resolve_file(host) or host
+  local abi = core.landlock_abi()
+  if not abi then return false, "Landlock is not available here" end
+  local dir = core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-probe-")
+  if not dir then return false, "cannot make a scratch directory" end
+  local secret = dir .. "/secret"
+  local f = assert(io.open(secret, "w"))
+  f:write("secret\n")
+  f:close()
+  local lfd, port = core.tcp_listen("127.0.0.1", 0)
+  if not lfd then core.remove_tree(dir) return false, "cannot listen on loopback: " .. tostring(port) end
+  local granted = mutate == "control-fails" and secret or host
+  local env = { "PROBE_SECRET=" .. secret, "PROBE_PORT=" .. port, "PROBE_GRANTED=" .. granted,
+    "PROBE_HOST=" .. host }
+  local argv = { host, "-e", PROGRAM }
+  local report = { control = false, attempts = {} }
+
+  -- 1. The control: every attempt succeeds in a bare child.
+  local cres, cerr, cout = run({ path = host, argv = argv, env = env })
+  local cseen = parse(cout)
+  local function succeeded(what) return cseen[what] ~= nil and cseen[what].verdict == "ok" end
+  local control_ok = cres and cres.status == 42 and succeeded("read") and succeeded("fork") and
+    succeeded("connect")
+  report.control = control_ok and true or false
+
+  -- 2. Confined: nothing granted but the runtime and the probe program.
+  local g = assert(policy.check({}))
+  local pol = policy.derive(g, { name = "landlock/" .. abi .. "+seccomp" }, { host })
+  local plan = { path = host, argv = argv, env = env, rules = pol.rules, filters = pol.filters,
+    supervised = pol.supervised, drop_caps = pol.drop_caps }
+  if mutate == "no-landlock" then plan.rules = nil end
+  if mutate == "keep-capabilities" then plan.drop_caps = nil end
+  if mutate == "no-seccomp" then plan.filters, plan.supervised = { "tty" }, nil end
+  if mutate == "no-net-filter" then plan.filters = { "tty" } end
+  if mutate == "no-subprocess-filter" then plan.supervised = nil end
+  local res, err, out = run(plan)
+  lfd:close()
+  core.remove_tree(dir)
+  if not control_ok then
+    return false, "control failed: the attempts did not succeed in a bare child (" ..
+      tostring(cres and cres.status or cerr) .. "): " .. cout:gsub("%s+$", ""), report
+  end
+  if not res then return false, "the confined probe did not start: " .. tostring(err), report end
+  local seen = parse(out)
+  local holds = res.status == 0
+  -- Capabilities are only attempted where the bare child held some (a root caller):
+  -- elsewhere there is nothing to drop, and no control to tell a drop apart.
+  local order = { table.unpack(ORDER) }
+  if succeeded("capabilities") then table.insert(order, 2, "capabilities") end
+  for _, what in ipairs(order) do
+    local a, c = seen[what], seen[what .. "-control"]
+    local denied = a ~= nil and a.verdict == "denied" and a.errno == EXPECTED[what]
+    local controlled = c ~= nil and c.verdict == "ok"
+    report.attempts[#report.attempts + 1] = { attempt = what, denied = denied, errno = a and a.errno,
+      control_after = controlled }
+    holds = holds and denied and controlled
+  end
+  if not holds then
+    return false, string.format("the confined probe exited %s: %s", tostring(res.status),
+      (out:gsub("%s+$", ""):gsub("\n", "; "))), report
+  end
+  return true, string.format("landlock/%%d+seccomp: %s were denied, each followed by a control " ..
+    "that succeeded; all succeeded in a bare child", table.concat(order, ", ")):format(abi), report, abi
+end
+
+--- Runs the S1 probe (cached per process unless `mutate` is given).
+-- @tparam[opt] string mutate a deliberate weakening (see the module's description)
+-- @treturn table `{tier = "S1"|"S0", mechanism = string|nil, detail =, probe = {control, attempts}}`
+function M.check(mutate)
+  mutate = mutate or os.getenv("CORRAL_TIER_PROBE_MUTATE")
+  if mutate == "" then mutate = nil end
+  if not mutate and cached then return cached end
+  local ok, holds, detail, report, abi = pcall(probe_once, mutate)
+  if not ok then holds, detail = false, "probe error: " .. tostring(holds) end
+  local r = { tier = holds and "S1" or "S0", mechanism = holds and ("landlock/" .. abi .. "+seccomp") or nil,
+    abi = holds and abi or nil, detail = detail, probe = report or { control = false, attempts = {} },
+    mutate = mutate }
+  if not mutate then cached = r end
+  return r
+end
+
+--- Forgets the cached result.
+function M.reset()
+  cached = nil
+end
+
+return M

@@ -1,0 +1,567 @@
+-- corral.tier: tiers earned by probe and sealed in a receipt, against the real kernel.
+-- Every denial is followed, in the same child, by a control that succeeds (DESIGN
+-- invariant 2). CORRAL_EXPECT_S1=1 (CI, and the default when running as root here)
+-- makes the S1 probe's failure a test failure instead of the S0 branch.
+local core = require "corral.core"
+local json = require "dkjson"
+local h = require "helpers"
+local policy = require "corral.tier.policy"
+local probe = require "corral.tier.probe"
+local receipt = require "corral.tier.receipt"
+local tier = require "corral.tier"
+
+-- Unset, it defaults to 1 for root, which this machine's CI is.
+local expect_s1 = os.getenv("CORRAL_EXPECT_S1") or ((h.sh("id -u")):match("^0\n") and "1" or "0")
+expect_s1 = expect_s1 == "1"
+
+local HOST = assert(core.resolve_file(h.host))
+local earned = probe.check()
+
+local function s1_or_pending()
+  if earned.tier == "S1" then return true end
+  assert.is_false(expect_s1, "CORRAL_EXPECT_S1 is set and the probe did not hold: " .. tostring(earned.detail))
+  pending("S1 is not earned here: " .. tostring(earned.detail))
+  return false
+end
+
+-- Runs Lua code in the corral host as a step; returns result, receipt and output.
+local function host_step(code, grants)
+  grants = grants or {}
+  grants.exec = grants.exec or {}
+  grants.exec[#grants.exec + 1] = HOST
+  local out = io.tmpfile()
+  local result, rec = tier.step({ cmd = { HOST, "-e", code }, grants = grants, stdout = out, stderr = out })
+  out:seek("set")
+  local text = out:read("a")
+  out:close()
+  return result, rec, text
+end
+
+describe("core.digest", function()
+  it("hashes the FIPS 180-2 vector and agrees with sha256sum", function()
+    assert.are.equal("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", core.digest.sha256("abc"))
+    local text = policy.canonical({ tier = "S0" }, assert(policy.check({})))
+    local dir = h.tmpdir("digest")
+    h.write(dir .. "/c", text)
+    local out = h.capture({ "sha256sum", dir .. "/c" })
+    h.rmrf(dir)
+    assert.are.equal(out:match("^(%x+)"), (core.digest.sha256(text)))
+    -- The comparison distinguishes: another text, another digest.
+    assert.are_not.equal(out:match("^(%x+)"), (core.digest.sha256(text .. "x")))
+  end)
+end)
+
+describe("tier grants and commitment", function()
+  it("denies by default: no paths, no network, no subprocess, no environment", function()
+    local g = assert(policy.check({}))
+    assert.are.same({}, g.read)
+    assert.are.same({}, g.write)
+    assert.are.same({}, g.exec)
+    assert.are.same({}, g.env)
+    assert.is_false(g.net)
+    assert.is_false(g.subprocess)
+  end)
+
+  it("resolves and sorts paths, so the same policy has one serialisation", function()
+    local a = assert(policy.check({ read = { "/usr/share", "/bin" } }))
+    local b = assert(policy.check({ read = { "/usr/bin", "/usr/share", "/usr/bin" } }))
+    assert.are.same({ "/usr/bin", "/usr/share" }, a.read)
+    local pol = { tier = "S1", mechanism = "landlock/7+seccomp" }
+    assert.are.equal(policy.commitment(pol, a), policy.commitment(pol, b))
+  end)
+
+  it("is stable across runs and changed by any grant or the mechanism", function()
+    local base = { read = { "/usr/share" }, write = { "/tmp" }, env = { "HOME" } }
+    local pol = { tier = "S1", mechanism = "landlock/7+seccomp" }
+    local c = assert(policy.commitment(pol, assert(policy.check(base))))
+    assert.matches("^sha256:%x+$", c)
+    -- Another process computes the same commitment.
+    local out, status = h.corral("-e", [[
+      package.path = "lua/?.lua;" .. package.path
+      local p = require "corral.tier.policy"
+      io.write(p.commitment({ tier = "S1", mechanism = "landlock/7+seccomp" },
+        assert(p.check({ read = { "/usr/share" }, write = { "/tmp" }, env = { "HOME" } }))))]])
+    assert.are.equal(0, status, out)
+    assert.are.equal(c, out)
+    local changes = {
+      { read = { "/usr/share", "/etc" } }, { write = { "/tmp", "/var/tmp" } }, { exec = { "/usr/bin" } },
+      { net = true }, { subprocess = true }, { env = { "HOME", "LANG" } },
+    }
+    local seen = { [c] = true }
+    for _, change in ipairs(changes) do
+      local g = {}
+      for k, v in pairs(base) do g[k] = v end
+      for k, v in pairs(change) do g[k] = v end
+      local d = assert(policy.commitment(pol, assert(policy.check(g))))
+      assert.is_nil(seen[d], "a changed grant kept the commitment: " .. json.encode(change))
+      seen[d] = true
+    end
+    local other = assert(policy.commitment({ tier = "S1", mechanism = "landlock/6+seccomp" },
+      assert(policy.check(base))))
+    assert.is_nil(seen[other])
+  end)
+
+  it("covers the exact seccomp programs and the Landlock rules applied", function()
+    local g = assert(policy.check({ read = { "/usr/share" } }))
+    local pol = policy.derive(g, { name = "landlock/7+seccomp" })
+    local text = policy.canonical(pol, g)
+    assert.matches("seccomp nonet %x+\n", text)
+    assert.matches("seccomp nosubprocess %(supervised%) %x+\n", text)
+    assert.matches("landlock r /usr/share\n", text)
+    assert.matches("landlock rx /usr\n", text)
+    -- /etc is granted file by file, never whole.
+    assert.is_nil(text:find("landlock r /etc\n", 1, true))
+  end)
+
+  local refusals = {
+    { { clock = false }, "cannot_enforce", "grants.clock" },
+    { { random = false }, "cannot_enforce", "grants.random" },
+    { { net = { "pypi.org:443" } }, "cannot_enforce", "grants.net" },
+    { { network = false }, "invalid_argument", "grants.network" },
+    { { read = { "relative" } }, "invalid_argument", "grants.read" },
+  }
+  for _, r in ipairs(refusals) do
+    it("refuses " .. json.encode(r[1]) .. " naming " .. r[3] .. ", and never runs the step", function()
+      local dir = h.tmpdir("refuse")
+      local grants = { write = { dir } }
+      for k, v in pairs(r[1]) do grants[k] = v end
+      local result, err = tier.step({ "/bin/sh", "-c", "echo ran > " .. dir .. "/marker", grants = grants })
+      assert.is_nil(result)
+      assert.are.equal(r[2], err.code)
+      assert.are.equal(r[3], err.capability or err.argument)
+      assert.is_nil(h.read(dir .. "/marker"))
+      -- The control: the same step without the refused grant runs.
+      local ok = assert(tier.step({ "/bin/sh", "-c", "echo ran > " .. dir .. "/marker",
+        grants = { write = { dir } } }))
+      assert.are.equal(0, ok.exit)
+      assert.are.equal("ran\n", h.read(dir .. "/marker"))
+      h.rmrf(dir)
+    end)
+  end
+end)
+
+describe("the S1 probe #root", function()
+  it("holds here and seals landlock/<abi>+seccomp", function()
+    if not s1_or_pending() then return end
+    assert.are.equal("S1", earned.tier)
+    assert.matches("^landlock/%d+%+seccomp$", earned.mechanism)
+    assert.is_true(earned.probe.control)
+    -- read, fork, connect, exec; and capabilities where this process holds some.
+    local holds_caps = core.tier.attempt("capabilities") and true or false
+    assert.are.equal(holds_caps and 5 or 4, #earned.probe.attempts)
+    for _, a in ipairs(earned.probe.attempts) do
+      assert.is_true(a.denied, a.attempt)
+      assert.is_true(a.control_after, a.attempt)
+    end
+  end)
+
+  it("is cached: a second check is the same result", function()
+    assert.are.equal(earned, probe.check())
+  end)
+
+  local mutations = { "no-landlock", "no-seccomp", "no-net-filter", "no-subprocess-filter", "control-fails" }
+  if core.tier.attempt("capabilities") then mutations[#mutations + 1] = "keep-capabilities" end
+  for _, mutation in ipairs(mutations) do
+    it("gives S0, never S1, when weakened: " .. mutation, function()
+      if not s1_or_pending() then return end
+      local r = probe.check(mutation)
+      assert.are.equal("S0", r.tier, r.detail)
+      assert.is_nil(r.mechanism)
+      -- The unweakened probe, run again now, still holds (the mutation made the difference).
+      assert.are.equal("S1", probe.check("").tier)
+    end)
+  end
+end)
+
+describe("a step at S1 #root", function()
+  local dir, lfd, port
+  before_each(function()
+    dir = h.tmpdir("tier")
+    assert(core.mkdir(dir .. "/granted", tonumber("755", 8)))
+    assert(core.mkdir(dir .. "/outside", tonumber("755", 8)))
+    h.write(dir .. "/granted/f", "granted\n")
+    h.write(dir .. "/outside/f", "outside\n")
+    lfd, port = assert(core.tcp_listen("127.0.0.1", 0))
+  end)
+  after_each(function()
+    lfd:close()
+    h.rmrf(dir)
+  end)
+
+  it("denies a read outside its grants, then reads a granted file", function()
+    if not s1_or_pending() then return end
+    local result, rec, out = host_step(string.format([[
+      local f = io.open(%q) print("outside", f and "READ" or "denied")
+      local g = io.open(%q) print("control", g and g:read("l"))]], dir .. "/outside/f", dir .. "/granted/f"),
+      { read = { dir .. "/granted" } })
+    assert.are.equal(0, result.exit, out)
+    assert.matches("outside\tdenied", out)
+    assert.matches("control\tgranted", out)
+    assert.are.equal("S1", rec.tier)
+  end)
+
+  it("denies a write outside its write grant, then writes inside it", function()
+    if not s1_or_pending() then return end
+    local result, _, out = host_step(string.format([[
+      print("outside", io.open(%q, "w") and "WROTE" or "denied")
+      local g = io.open(%q, "w") g:write("x") g:close() print("control ok")]],
+      dir .. "/outside/new", dir .. "/granted/new"), { write = { dir .. "/granted" } })
+    assert.are.equal(0, result.exit, out)
+    assert.matches("outside\tdenied", out)
+    assert.matches("control ok", out)
+    assert.is_nil(h.read(dir .. "/outside/new"))
+    assert.are.equal("x", h.read(dir .. "/granted/new"))
+  end)
+
+  it("holds no capability, where a bare child of this process holds some", function()
+    if not s1_or_pending() then return end
+    local code = [[print("caps", require("corral.core").tier.attempt("capabilities") and "HELD" or "none")
+      print("control ok")]]
+    -- The control: the same program as a bare child (S0).
+    local out0 = io.tmpfile()
+    local r0 = assert(core.tier.run({ path = HOST, argv = { HOST, "-e", code }, env = {}, stdout = out0 }))
+    out0:seek("set")
+    local text0 = out0:read("a")
+    out0:close()
+    assert.are.equal(0, r0.status, text0)
+    local result, _, out = host_step(code)
+    assert.are.equal(0, result.exit, out)
+    assert.matches("caps\tnone", out)
+    assert.matches("control ok", out)
+    if not text0:find("caps\tHELD") then pending("this process holds no capability to drop") end
+  end)
+
+  it("with subprocess = false denies fork and exec, then makes a thread and carries on", function()
+    if not s1_or_pending() then return end
+    local result, rec, out = host_step([[
+      local core = require "corral.core"
+      print("fork", select(3, core.tier.attempt("fork")) == core.errno.EPERM and "denied" or "FORKED")
+      print("thread", core.tier.attempt("thread") and "ok" or "failed")
+      print("exec", select(3, core.execve("/bin/true", { "true" }, {}, "/")) == core.errno.EPERM and "denied")
+      print("control ok")]])
+    assert.are.equal(0, result.exit, out)
+    assert.matches("fork\tdenied", out)
+    assert.matches("thread\tok", out)
+    assert.matches("exec\tdenied", out)
+    assert.matches("control ok", out)
+    assert.are.equal(1, rec.execs_denied)
+  end)
+
+  it("with subprocess = true lets the same fork and exec through", function()
+    if not s1_or_pending() then return end
+    local result, _, out = host_step([[
+      local core = require "corral.core"
+      print("fork", core.tier.attempt("fork") and "ok")
+      core.execve("/bin/sh", { "sh", "-c", "echo exec ok" }, {}, "/")]], { subprocess = true })
+    assert.are.equal(0, result.exit, out)
+    assert.matches("fork\tok", out)
+    assert.matches("exec ok", out)
+  end)
+
+  it("with net = false denies a connect to loopback, then passes a byte through a unix pair", function()
+    if not s1_or_pending() then return end
+    local result, _, out = host_step(string.format([[
+      local core = require "corral.core"
+      local ok, _, code = core.tier.attempt("connect", %d)
+      print("connect", ok and "CONNECTED" or (code == core.errno.EPERM and "denied"))
+      print("socketpair", core.tier.attempt("socketpair") and "ok")]], port))
+    assert.are.equal(0, result.exit, out)
+    assert.matches("connect\tdenied", out)
+    assert.matches("socketpair\tok", out)
+  end)
+
+  it("with net = true connects to the same listener", function()
+    if not s1_or_pending() then return end
+    local result, _, out = host_step(string.format([[
+      print("connect", require("corral.core").tier.attempt("connect", %d) and "ok")]], port), { net = true })
+    assert.are.equal(0, result.exit, out)
+    assert.matches("connect\tok", out)
+  end)
+
+  it("passes only the environment names granted", function()
+    if not s1_or_pending() then return end
+    local code = 'print("HOME", os.getenv("HOME") or "absent") print("PATH", os.getenv("PATH") or "absent")'
+    local result, _, out = host_step(code)
+    assert.are.equal(0, result.exit, out)
+    assert.matches("HOME\tabsent", out)
+    result, _, out = host_step(code, { env = { "HOME" } })
+    assert.are.equal(0, result.exit, out)
+    assert.matches("HOME\t" .. os.getenv("HOME"):gsub("%p", "%%%0"), out)
+    assert.matches("PATH\tabsent", out)
+  end)
+
+  it("refuses a program that is neither in the runtime nor granted exec", function()
+    if not s1_or_pending() then return end
+    local result, err = tier.step({ HOST, "-e", "", grants = {} })
+    assert.is_nil(result)
+    assert.are.equal("grants.exec", err.argument)
+    -- The control: granted, it runs.
+    local ok = assert(tier.step({ HOST, "-e", "", grants = { exec = { HOST } } }))
+    assert.are.equal(0, ok.exit)
+  end)
+
+  it("returns a full receipt and appends it as one JSON line", function()
+    if not s1_or_pending() then return end
+    local file = dir .. "/receipts.jsonl"
+    local result, rec = tier.step({ "/bin/sh", "-c", "exit 7", grants = {}, receipts = file })
+    assert.are.equal(7, result.exit)
+    assert(tier.step({ "/bin/true", grants = {}, receipts = file }))
+    for _, k in ipairs({ "tier", "mechanism", "commitment", "grants", "exit", "wall_s", "cpu_s", "max_rss",
+      "energy", "probe", "residue" }) do
+      assert.is_not_nil(rec[k], k)
+    end
+    assert.are.equal(7, rec.exit)
+    assert.is_true(rec.cpu_s >= 0 and rec.wall_s > 0 and rec.max_rss > 0)
+    local rapl = h.sh("ls /sys/class/powercap/intel-rapl:0/energy_uj 2>/dev/null") ~= ""
+    assert.are.equal(rapl and "ModelBased" or "Estimator", rec.energy.method)
+    if not rapl then assert.are.equal(rec.cpu_s * receipt.CORE_WATTS, rec.energy.joules) end
+    local lines = {}
+    for line in io.lines(file) do lines[#lines + 1] = json.decode(line) end
+    assert.are.equal(2, #lines)
+    assert.are.equal(rec.commitment, lines[1].commitment)
+    assert.are.equal(7, lines[1].exit)
+    assert.are.equal(0, lines[2].exit)
+    assert.are.equal("S1", lines[2].tier)
+  end)
+end)
+
+describe("S2: Lua in a fresh state (core.vm)", function()
+  local function eval(code, opts) return core.vm.eval(code, opts) end
+
+  -- After each stop, the host itself still allocates and runs.
+  local function host_unaffected()
+    local t = {}
+    for i = 1, 1000 do t[i] = string.rep("y", 100) end
+    assert.are.equal(1000, #t)
+    local ok, r = eval("return 1 + 1")
+    assert.is_true(ok)
+    assert.are.equal(2, r[1])
+  end
+
+  it("returns values: scalars and flat tables", function()
+    local ok, r = eval("return 1, 'two', true, nil, {a = 1, 2}")
+    assert.is_true(ok)
+    assert.are.equal(5, r.n)
+    assert.are.same({ 1, "two", true, nil, { a = 1, 2 } }, { r[1], r[2], r[3], r[4], r[5] })
+  end)
+
+  it("stops on fuel exhaustion inside a coroutine", function()
+    local ok, f = eval("coroutine.wrap(function() while true do end end)()", { fuel = 100000 })
+    assert.is_false(ok)
+    assert.are.equal("fuel", f.kind)
+    -- The control: the same coroutine with an end returns.
+    local cok, r = eval("return coroutine.wrap(function() for _ = 1, 10 do end return 'done' end)()",
+      { fuel = 100000 })
+    assert.is_true(cok)
+    assert.are.equal("done", r[1])
+  end)
+
+  it("stops on fuel exhaustion, even inside pcall", function()
+    local ok, f, st = eval("while true do pcall(function() while true do end end) end", { fuel = 100000 })
+    assert.is_false(ok)
+    assert.are.equal("fuel", f.kind)
+    assert.are.equal(100000, st.fuel_used)
+    host_unaffected()
+  end)
+
+  it("fails an allocation past the memory cap inside the state, not the host", function()
+    local ok, f, st = eval("local t = {} for i = 1, 1e8 do t[i] = i end", { memory = 8 << 20 })
+    assert.is_false(ok)
+    assert.are.equal("memory", f.kind)
+    assert.is_true(st.memory_peak <= 8 << 20)
+    host_unaffected()
+  end)
+
+  it("stops a runaway string.rep", function()
+    local ok, f = eval("return #string.rep('x', 1 << 30)", { memory = 16 << 20 })
+    assert.is_false(ok)
+    assert.are.equal("memory", f.kind)
+    host_unaffected()
+  end)
+
+  it("stops a deep recursion", function()
+    for _, code in ipairs({ "local function f() return 1 + f() end return f()",
+      "local t = setmetatable({}, {__index = function(t, k) return t[k] end}) return t.x" }) do
+      local ok, f = eval(code, { memory = 256 << 20 })
+      assert.is_false(ok)
+      assert.truthy(f.kind == "stack" or f.kind == "memory" or f.kind == "error", f.kind)
+      assert.matches("overflow", f.message)
+    end
+    host_unaffected()
+  end)
+
+  it("has no io, os, package, debug, require, dofile, loadfile or string.dump", function()
+    local ok, r = eval("return io, os, package, debug, require, dofile, loadfile, string.dump, collectgarbage, " ..
+      "type(string.format), type(math.floor), type(table.concat), type(coroutine.wrap), type(utf8.char)")
+    assert.is_true(ok)
+    for i = 1, 9 do assert.is_nil(r[i], i) end
+    for i = 10, 14 do assert.are.equal("function", r[i]) end -- the control: the safe libraries are there
+  end)
+
+  it("refuses binary chunks, then loads text", function()
+    local ok, r = eval([[
+      local f, err = load("\27Lua\84\0\25\147\13\10\26\10")
+      local g = load("return 40 + 2")
+      return f == nil, err, g()]])
+    assert.is_true(ok)
+    assert.is_true(r[1])
+    assert.matches("binary", r[2])
+    assert.are.equal(42, r[3])
+    local sok, sf = eval("\27Lua")
+    assert.is_false(sok)
+    assert.are.equal("syntax", sf.kind)
+  end)
+
+  it("reads only beneath a read grant, through read_file", function()
+    local dir = h.tmpdir("vm")
+    h.write(dir .. "/in", "granted")
+    h.write(dir .. "/../corral-vm-outside-" .. core.getpid(), "outside")
+    local ok, r = eval(string.format("local a, e = read_file(%q) return a, e, read_file(%q)",
+      dir .. "/../corral-vm-outside-" .. core.getpid(), dir .. "/in"), { read = { dir } })
+    os.remove(dir .. "/../corral-vm-outside-" .. core.getpid())
+    h.rmrf(dir)
+    assert.is_true(ok)
+    assert.is_nil(r[1])
+    assert.matches("not within a read grant", r[2])
+    assert.are.equal("granted", r[3])
+    local nok, nr = eval("return read_file")
+    assert.is_true(nok)
+    assert.is_nil(nr[1]) -- no read grant: no function at all
+  end)
+
+  it("captures print, long lines included", function()
+    local ok, _, st = eval("print('a', 1) print(string.rep('x', 20000)) print(string.rep('y', 20000))")
+    assert.is_true(ok)
+    assert.are.equal("a\t1\n" .. string.rep("x", 20000) .. "\n" .. string.rep("y", 20000) .. "\n", st.output)
+  end)
+
+  it("refuses a function as a result", function()
+    local ok, f = eval("return function() end")
+    assert.is_false(ok)
+    assert.are.equal("unserialisable", f.kind)
+  end)
+end)
+
+describe("S2 through a confined child #root", function()
+  it("returns values and seals tier S2 over the S1 mechanism", function()
+    if not s1_or_pending() then return end
+    local result, rec = assert(tier.s2({ code = "print('hi') return 6 * 7, {k = 'v'}" }))
+    assert.is_true(result.ok)
+    assert.are.equal(42, result.values[1])
+    assert.are.same({ k = "v" }, result.values[2])
+    assert.are.equal("S2", rec.tier)
+    assert.matches("^lua/5%.4%+landlock/%d+%+seccomp$", rec.mechanism)
+    assert.are.equal("hi\n", rec.s2.output)
+  end)
+
+  it("reports fuel and memory stops from the child", function()
+    if not s1_or_pending() then return end
+    local r1 = assert(tier.s2({ code = "while true do end", fuel = 1000000 }))
+    assert.is_false(r1.ok)
+    assert.are.equal("fuel", r1.failure.kind)
+    local r2 = assert(tier.s2({ code = "return #string.rep('x', 1 << 30)", memory = 16 << 20 }))
+    assert.are.equal("memory", r2.failure.kind)
+    -- The control: within its limits the same child returns.
+    local r3 = assert(tier.s2({ code = "return #string.rep('x', 1 << 20)", memory = 16 << 20 }))
+    assert.are.equal(1 << 20, r3.values[1])
+  end)
+
+  it("gives the child's Lua a read grant and nothing beyond it", function()
+    if not s1_or_pending() then return end
+    local dir = h.tmpdir("s2")
+    h.write(dir .. "/f", "data")
+    local r = assert(tier.s2({ code = string.format("return read_file(%q), read_file('/etc/hostname')", dir .. "/f"),
+      grants = { read = { dir } } }))
+    h.rmrf(dir)
+    assert.is_true(r.ok)
+    assert.are.equal("data", r.values[1])
+    assert.is_nil(r.values[2])
+  end)
+
+  it("is what the REPL's corral.step runs", function()
+    if not s1_or_pending() then return end
+    local corral = require "corral"
+    local rec = assert(corral.step({ s2 = "return 6 * 7" }))
+    assert.are.equal("S2", rec.tier)
+    assert.are.equal(42, rec.result.values[1])
+    rec = assert(corral.step({ "/bin/true", grants = {} }))
+    assert.are.equal("S1", rec.tier)
+    assert.are.equal(0, rec.result.exit)
+  end)
+
+  it("refuses grants S2 has no checked function for", function()
+    local r, err = tier.s2({ code = "return 1", grants = { subprocess = true } })
+    assert.is_nil(r)
+    assert.are.equal("grants.subprocess", err.argument)
+  end)
+end)
+
+describe("corral step #root", function()
+  local dir
+  before_each(function() dir = h.tmpdir("step") end)
+  after_each(function() h.rmrf(dir) end)
+
+  it("runs a command, passes its status through and prints a JSON receipt", function()
+    if not s1_or_pending() then return end
+    h.write(dir .. "/grants.lua", "return { read = { '/usr/share' } }")
+    local out, status = h.corral("step", "--grants", dir .. "/grants.lua", "--json", "--receipts", dir .. "/r",
+      "--", "/bin/sh", "-c", "echo hello; exit 5")
+    assert.are.equal(5, status, out)
+    local first, line = out:match("^(.-)\n(.*)$")
+    assert.are.equal("hello", first)
+    local rec = json.decode(line)
+    assert.are.equal("S1", rec.tier)
+    assert.are.equal(5, rec.exit)
+    assert.are.same({ "/usr/share" }, rec.grants.read)
+    assert.are.equal(rec.commitment, json.decode(h.read(dir .. "/r")).commitment)
+  end)
+
+  it("runs at S0 with no mechanism when the probe is weakened, and --tier S1 refuses", function()
+    h.write(dir .. "/grants.lua", "return {}")
+    local out, status = h.capture({ "env", "CORRAL_TIER_PROBE_MUTATE=no-landlock", h.host, "step", "--grants",
+      dir .. "/grants.lua", "--json", "--", "/bin/true" })
+    assert.are.equal(0, status, out)
+    local rec = json.decode(out)
+    assert.are.equal("S0", rec.tier)
+    assert.is_nil(rec.mechanism)
+    out, status = h.capture({ "env", "CORRAL_TIER_PROBE_MUTATE=no-seccomp", h.host, "step", "--grants",
+      dir .. "/grants.lua", "--tier", "S1", "--", "/bin/true" })
+    assert.are.equal(3, status, out)
+    assert.matches("%-%-tier", out)
+    out, status = h.capture({ "env", "CORRAL_TIER_PROBE_MUTATE=control-fails", h.host, "step", "--s2",
+      dir .. "/grants.lua" })
+    assert.are.equal(3, status, out)
+    assert.matches("%-%-s2", out)
+  end)
+
+  it("names the flag in its refusals", function()
+    h.write(dir .. "/clock.lua", "return { clock = false }")
+    local out, status = h.corral("step", "--grants", dir .. "/clock.lua", "--", "/bin/true")
+    assert.are.equal(3, status)
+    assert.matches("%-%-grants grants%.clock", out)
+    out, status = h.corral("step", "--", "/bin/true")
+    assert.are.equal(2, status)
+    assert.matches("%-%-grants", out)
+    out, status = h.corral("step", "--grants", dir .. "/missing.lua", "--", "/bin/true")
+    assert.are.equal(2, status)
+    assert.matches("%-%-grants", out)
+    h.write(dir .. "/s2.lua", "return 1")
+    out, status = h.corral("step", "--s2", dir .. "/s2.lua", "--fuel", "lots")
+    assert.are.equal(2, status)
+    assert.matches("%-%-fuel", out)
+  end)
+
+  it("runs Lua at S2 and exits 1 when it is stopped", function()
+    if not s1_or_pending() then return end
+    h.write(dir .. "/ok.lua", "return 2 + 3")
+    local out, status = h.corral("step", "--s2", dir .. "/ok.lua", "--json")
+    assert.are.equal(0, status, out)
+    local rec = json.decode(out)
+    assert.are.equal("S2", rec.tier)
+    assert.are.same({ 5 }, { rec.result[1] })
+    h.write(dir .. "/loop.lua", "while true do end")
+    out, status = h.corral("step", "--s2", dir .. "/loop.lua", "--fuel", "100000")
+    assert.are.equal(1, status, out)
+    assert.matches("stopped%s+fuel", out)
+  end)
+end)
