@@ -66,6 +66,7 @@ LIB_OBJ  := $(LIB_SRC:core/lib/%.c=$(BUILD)/obj/lib/%.o)
 BIND_OBJ := $(BIND_SRC:core/lua/%.c=$(BUILD)/obj/lua/%.o)
 HEADERS  := $(wildcard core/lib/*.h core/lua/*.h)
 CTEST_SRC := $(sort $(wildcard tests/c/test_*.c))
+CTEST_HDR := $(wildcard tests/c/*.h)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 
 CORE_SO  = corral/core.so
@@ -121,7 +122,7 @@ $(HOST): core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HEADERS)
 	@$(CC) $(CORE_CFLAGS) $(HOST_DEFS) $(CFLAGS) -fvisibility=default -rdynamic $(LDFLAGS) \
 	    -o $@ core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
 
-$(BUILD)/tests/%: tests/c/%.c tests/c/check.h $(LIBCORE)
+$(BUILD)/tests/%: tests/c/%.c $(CTEST_HDR) $(HEADERS) $(LIBCORE)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(CFLAGS) -Itests/c -o $@ $< $(LIBCORE) $(EXT_LIBS)

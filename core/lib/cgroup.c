@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "util.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -41,12 +42,6 @@ struct corral_cgroup {
     struct cg_dir d[CORRAL_CG_MAXHIER];
     unsigned held;
 };
-
-static void freep(void *p)
-{
-    free(*(void **)p);
-}
-#define _cleanup_free_ __attribute__((cleanup(freep)))
 
 /* Reads a whole (small, virtual) file into a malloc'd NUL-terminated buffer. */
 static int read_all(const char *path, char **out, size_t *len)
@@ -96,14 +91,7 @@ static int write_in(const char *dir, const char *file, const char *text)
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path)
         return -ENAMETOOLONG;
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    size_t len = strlen(text);
-    ssize_t w = write(fd, text, len);
-    int err = errno;
-    close(fd);
-    if (w < 0) return -err;
-    return (size_t)w == len ? 0 : -EIO;
+    return corral_write_file(path, text, strlen(text));
 }
 
 static int exists_in(const char *dir, const char *file)

@@ -1,5 +1,5 @@
 /*
- * `corral exec-confined`: the control-plane confinement wrapper (seed 000).
+ * `corral exec-confined`: the control-plane confinement wrapper.
  *
  *   corral exec-confined --permit DIR [--extra DIR]… [--cd DIR] [--layers ns,landlock]
  *                        -- CMD ARGS…
@@ -48,66 +48,25 @@
 #include "confine_bwrap.h"
 #include "landlock.h"
 #include "mount.h"
+#include "ns.h"
 #include "path.h"
 #include "reaper.h"
+#include "rootplan.h"
 #include "seccomp.h"
 #include "seccomp_tables.h" /* generated, see core/gen/seccomp_tables.c */
+#include "util.h"
 
 #define MAX_EXTRAS 64
 
-/* What a process needs to start, shown read-only. Generous on purpose (seed 000, R30:
- * profiles that named too little exited 134 on every case, control included). */
-static const char *const runtime_paths[] = {"/usr",   "/bin",   "/sbin",   "/lib",
-                                            "/lib32", "/lib64", "/libx32", "/etc"};
-#define N_RUNTIME (sizeof runtime_paths / sizeof runtime_paths[0])
+/* The root plan's tables (rootplan.h), fetched once: every user below is in this file. */
+static const char *const *runtime_paths, *const *masked_paths, *const *device_paths;
+static size_t n_runtime, n_masked, n_devices;
 
-/* Credential stores inside the runtime read set: data, not runtime, and never needed
- * to start a program. The caller is usually root, and root owns them, so dropping
- * capabilities alone left /etc/shadow readable (found by a red-team run). The namespace
- * layer covers them; Landlock without it grants /etc entry by entry around them. */
-static const char *const masked_paths[] = {
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/security/opasswd",
-    "/etc/ssl/private",
-    "/etc/pki/tls/private",
-    "/etc/krb5.keytab",
-    "/etc/ssh/ssh_host_rsa_key",
-    "/etc/ssh/ssh_host_ecdsa_key",
-    "/etc/ssh/ssh_host_ed25519_key",
-    "/etc/ssh/ssh_host_dsa_key",
-    "/etc/.git", /* etckeeper: every past /etc/shadow */
-    "/etc/credstore",
-    "/etc/credstore.encrypted",
-    "/etc/wireguard",
-    "/etc/ipsec.secrets",
-    "/etc/ppp/chap-secrets",
-    "/etc/ppp/pap-secrets",
-    "/etc/NetworkManager/system-connections",
-    "/etc/letsencrypt/archive",
-    "/etc/letsencrypt/live",
-    "/etc/kubernetes/pki",
-    "/etc/mysql/debian.cnf",
-    "/etc/default/cacerts",
-};
-#define N_MASKED (sizeof masked_paths / sizeof masked_paths[0])
-
-/* Never a boundary: the runtime is shown read-only, and these hold the kernel's and the
- * devices' interfaces. A boundary there would confine nothing or make the runtime
- * writable (as root, `--permit /etc` gave a writable /etc). */
-static const char *const system_paths[] = {"/proc", "/sys", "/dev", "/boot"};
-#define N_SYSTEM (sizeof system_paths / sizeof system_paths[0])
-
-static const char *const device_paths[] = {"/dev/null",   "/dev/zero",    "/dev/full",
-                                           "/dev/random", "/dev/urandom", "/dev/tty"};
-#define N_DEVICES (sizeof device_paths / sizeof device_paths[0])
-
-const char *const *corral_confine_runtime_paths(size_t *n)
+static void load_root_plan(void)
 {
-    *n = N_RUNTIME;
-    return runtime_paths;
+    runtime_paths = corral_rootplan_runtime(&n_runtime);
+    masked_paths = corral_rootplan_masked(&n_masked);
+    device_paths = corral_rootplan_devices(&n_devices);
 }
 
 struct confine_opts {
@@ -136,13 +95,6 @@ __attribute__((format(printf, 2, 3))) static void diag(int err, const char *fmt,
     va_end(ap);
     if (err) fprintf(stderr, ": %s", strerror(err < 0 ? -err : err));
     fputc('\n', stderr);
-}
-
-static int is_beneath(const char *path, const char *dir)
-{
-    size_t n = strlen(dir);
-    if (strcmp(dir, "/") == 0) return 1;
-    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
 }
 
 /* Opens a resolved directory so that no symlink may appear anywhere on its path: a
@@ -210,20 +162,11 @@ static int resolve_dir_arg(const char *opt, const char *value, char **out, int *
         diag(r, "cannot resolve %s %s", opt, value);
         return r;
     }
-    /* A boundary at / (or on the kernel's pseudo-filesystems) confines nothing. */
-    int system = strcmp(*out, "/") == 0;
-    for (size_t i = 0; i < N_SYSTEM; i++)
-        system |= is_beneath(*out, system_paths[i]);
-    if (system) {
-        diag(0, "%s %s would confine nothing", opt, *out);
+    char why[PATH_MAX + 64];
+    if (corral_rootplan_check_boundary(*out, why, sizeof why) != CORRAL_BOUNDARY_OK) {
+        diag(0, "%s %s %s", opt, *out, why);
         return -EINVAL;
     }
-    for (size_t i = 0; i < N_RUNTIME; i++)
-        if (is_beneath(*out, runtime_paths[i])) {
-            diag(0, "%s %s is inside the runtime read set (%s), which stays read-only", opt, *out,
-                 runtime_paths[i]);
-            return -EINVAL;
-        }
     if (fd_out) {
         /* The value itself, not its resolution: a launch spec carries resolved paths, so
          * a symlink on the way now means the path changed after the spec was made. */
@@ -394,17 +337,6 @@ static int check_identities(const struct confine_opts *o)
     return 0;
 }
 
-static int write_file(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    ssize_t n = write(fd, text, strlen(text));
-    int err = errno;
-    close(fd);
-    if (n < 0) return -err;
-    return n == (ssize_t)strlen(text) ? 0 : -EIO;
-}
-
 /* Namespaces for the ns layer. As root, a mount + pid namespace; otherwise (or when
  * root lacks CAP_SYS_ADMIN, e.g. already confined) inside a user namespace mapping the
  * caller's own ids, so files in the boundary keep their owner. */
@@ -416,29 +348,28 @@ static int enter_namespaces(void)
      * a host segment was readable and removable from inside (found by a red-team run). */
     if (uid == 0 && unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) == 0) return 0;
     if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) return -errno;
-    char map[64];
-    int r = write_file("/proc/self/setgroups", "deny");
+    /* setgroups first: a kernel before 3.19 has no such file (ENOENT), and once "deny"
+     * is written the gid map is taken without a retry. */
+    int r = corral_write_file("/proc/self/setgroups", "deny", 4);
     if (r < 0 && r != -ENOENT) return r;
-    snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)uid);
-    if ((r = write_file("/proc/self/uid_map", map)) < 0) return r;
-    snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
-    return write_file("/proc/self/gid_map", map);
+    struct corral_id_map u = {uid, uid, 1}, g = {gid, gid, 1};
+    return corral_ns_write_maps(0, &u, 1, &g, 1);
 }
 
 static int covered_by_runtime(const char *path)
 {
-    for (size_t i = 0; i < N_RUNTIME; i++)
-        if (is_beneath(path, runtime_paths[i])) return 1;
+    for (size_t i = 0; i < n_runtime; i++)
+        if (corral_is_beneath(path, runtime_paths[i])) return 1;
     return 0;
 }
 
 static int build_root(const struct confine_opts *o)
 {
-    struct corral_bind binds[N_RUNTIME + MAX_EXTRAS + 3];
-    struct corral_symlink links[N_RUNTIME];
-    char targets[N_RUNTIME][PATH_MAX];
+    struct corral_bind binds[CORRAL_ROOTPLAN_RUNTIME_MAX + MAX_EXTRAS + 3];
+    struct corral_symlink links[CORRAL_ROOTPLAN_RUNTIME_MAX];
+    char targets[CORRAL_ROOTPLAN_RUNTIME_MAX][PATH_MAX];
     size_t nb = 0, nl = 0;
-    for (size_t i = 0; i < N_RUNTIME; i++) {
+    for (size_t i = 0; i < n_runtime; i++) {
         /* Merged-/usr hosts have /bin -> usr/bin: recreate the link, not a second copy. */
         ssize_t n = readlink(runtime_paths[i], targets[nl], PATH_MAX - 1);
         if (n > 0) {
@@ -458,9 +389,9 @@ static int build_root(const struct confine_opts *o)
                                            CORRAL_BIND_RW | CORRAL_BIND_FROM_FD, o->extra_fds[i]};
     /* The command the caller named is granted read+execute even outside the runtime
      * set: it is the one file the caller asked to run. */
-    int cmd_inside = is_beneath(o->cmd, o->permit);
+    int cmd_inside = corral_is_beneath(o->cmd, o->permit);
     for (size_t i = 0; i < o->n_extras; i++)
-        cmd_inside |= is_beneath(o->cmd, o->extras[i]);
+        cmd_inside |= corral_is_beneath(o->cmd, o->extras[i]);
     /* Bound on its own only when nothing bound already shows it: a bind over a file in
      * a writable extra was refused (ETXTBSY) when the command was running there. */
     if (!covered_by_runtime(o->cmd) && !cmd_inside && o->cmd_fd >= 0)
@@ -477,7 +408,7 @@ static int build_root(const struct confine_opts *o)
                                     .proc = 1,
                                     .dev = 1,
                                     .masks = masked_paths,
-                                    .n_masks = N_MASKED};
+                                    .n_masks = n_masked};
     const char *step = "";
     int r = corral_root_build(&plan, &step);
     if (r < 0) diag(r, "namespace layer: %s", step);
@@ -487,15 +418,15 @@ static int build_root(const struct confine_opts *o)
 
 static int is_masked(const char *path)
 {
-    for (size_t i = 0; i < N_MASKED; i++)
+    for (size_t i = 0; i < n_masked; i++)
         if (strcmp(path, masked_paths[i]) == 0) return 1;
     return 0;
 }
 
 static int holds_masked(const char *dir)
 {
-    for (size_t i = 0; i < N_MASKED; i++)
-        if (is_beneath(masked_paths[i], dir) && strcmp(masked_paths[i], dir) != 0) return 1;
+    for (size_t i = 0; i < n_masked; i++)
+        if (corral_is_beneath(masked_paths[i], dir) && strcmp(masked_paths[i], dir) != 0) return 1;
     return 0;
 }
 
@@ -548,7 +479,7 @@ static int apply_landlock(const struct confine_opts *o)
     int r = corral_landlock_allow_fd(rs, abi, o->permit_fd, CORRAL_LL_FS_ALL);
     for (size_t i = 0; r == 0 && i < o->n_extras; i++)
         r = corral_landlock_allow_fd(rs, abi, o->extra_fds[i], CORRAL_LL_FS_ALL);
-    for (size_t i = 0; r == 0 && i < N_RUNTIME; i++) {
+    for (size_t i = 0; r == 0 && i < n_runtime; i++) {
         /* With the namespace layer the credential stores are covered already; without
          * it, Landlock alone must leave them out. */
         if (!o->layer_ns && strcmp(runtime_paths[i], "/etc") == 0)
@@ -556,7 +487,7 @@ static int apply_landlock(const struct confine_opts *o)
         else
             r = corral_landlock_allow_path(rs, abi, runtime_paths[i], CORRAL_LL_READ_EXEC, 1);
     }
-    for (size_t i = 0; r == 0 && i < N_DEVICES; i++)
+    for (size_t i = 0; r == 0 && i < n_devices; i++)
         r = corral_landlock_allow_path(
             rs, abi, device_paths[i],
             CORRAL_LL_READ_FILE | CORRAL_LL_WRITE_FILE | CORRAL_LL_IOCTL_DEV, 1);
@@ -631,12 +562,13 @@ int corral_exec_confined_main(int argc, char **argv)
         for (int fd = 3; fd < 1024; fd++)
             close(fd);
     }
+    load_root_plan();
     struct confine_opts o = {.permit_fd = -1};
     if (parse(argc, argv, &o) < 0) return CORRAL_EXIT_SETUP;
-    if (!is_beneath(o.cd, o.permit)) {
+    if (!corral_is_beneath(o.cd, o.permit)) {
         int inside = 0;
         for (size_t i = 0; i < o.n_extras; i++)
-            inside |= is_beneath(o.cd, o.extras[i]);
+            inside |= corral_is_beneath(o.cd, o.extras[i]);
         if (!inside) {
             diag(0, "--cd %s is outside the boundary", o.cd);
             return CORRAL_EXIT_SETUP;
@@ -674,7 +606,7 @@ int corral_exec_confined_main(int argc, char **argv)
                                        .permit_src = permit_src,
                                        .extra_srcs = extra_srcs,
                                        .masks = masked_paths,
-                                       .n_masks = N_MASKED,
+                                       .n_masks = n_masked,
                                        .permit = o.permit,
                                        .extras = o.extras,
                                        .n_extras = o.n_extras,

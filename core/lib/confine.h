@@ -15,8 +15,4 @@
  * returns the exit status to use for the wrapper process. */
 int corral_exec_confined_main(int argc, char **argv);
 
-/* The runtime read set shown read-only (and granted read+execute) to a confined process. */
-#include <stddef.h>
-const char *const *corral_confine_runtime_paths(size_t *n);
-
 #endif

@@ -9,9 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "confine.h"
 #include "confine_bwrap.h"
 #include "path.h"
+#include "rootplan.h"
+#include "util.h"
 
 #define MAX_ARGS 512
 
@@ -30,15 +31,9 @@ static void add(struct args *a, const char *s)
     a->v[a->n++] = s;
 }
 
-static int beneath(const char *path, const char *dir)
-{
-    size_t n = strlen(dir);
-    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
 int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
 {
-    static char links[16][PATH_MAX];
+    static char links[CORRAL_ROOTPLAN_RUNTIME_MAX][PATH_MAX];
     static char self[PATH_MAX];
     struct args a = {.n = 0};
     char *bwrap = NULL;
@@ -52,12 +47,12 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
     add(&a, "--cap-drop");
     add(&a, "ALL");
     size_t n_runtime;
-    const char *const *runtime = corral_confine_runtime_paths(&n_runtime);
+    const char *const *runtime = corral_rootplan_runtime(&n_runtime);
     int cmd_covered = 0, self_covered = 0;
     ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sn <= 0) return -errno;
     self[sn] = '\0';
-    for (size_t i = 0; i < n_runtime && i < 16; i++) {
+    for (size_t i = 0; i < n_runtime; i++) {
         ssize_t k = readlink(runtime[i], links[i], PATH_MAX - 1);
         if (k > 0) {
             links[i][k] = '\0';
@@ -69,8 +64,8 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
             add(&a, runtime[i]);
             add(&a, runtime[i]);
         }
-        cmd_covered |= beneath(l->cmd, runtime[i]);
-        self_covered |= beneath(self, runtime[i]);
+        cmd_covered |= corral_is_beneath(l->cmd, runtime[i]);
+        self_covered |= corral_is_beneath(self, runtime[i]);
     }
     add(&a, "--bind");
     add(&a, l->permit_src ? l->permit_src : l->permit);
@@ -93,7 +88,7 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
             add(&a, l->masks[i]);
         }
     }
-    if (!cmd_covered && l->cmd[0] == '/' && !beneath(l->cmd, l->permit)) {
+    if (!cmd_covered && l->cmd[0] == '/' && !corral_is_beneath(l->cmd, l->permit)) {
         add(&a, "--ro-bind-try");
         add(&a, l->cmd);
         add(&a, l->cmd);

@@ -25,6 +25,7 @@
 
 #include "nft.h"
 #include "rtnl.h"
+#include "util.h"
 
 #define MAX_RULES 48     /* the plan builds 16, and one per port range; the test hook one */
 #define MAX_READ 64      /* read-back beyond this is a mismatch anyway */
@@ -66,17 +67,7 @@ static void ruleset_free(struct ruleset *rs)
     rs->n = 0;
 }
 
-static void close_nl(struct mnl_socket **nl)
-{
-    if (*nl) mnl_socket_close(*nl);
-}
-static void free_ptr(void *p)
-{
-    free(*(void **)p);
-}
-#define cleanup_nl __attribute__((cleanup(close_nl)))
-#define cleanup_free __attribute__((cleanup(free_ptr)))
-#define cleanup_ruleset __attribute__((cleanup(ruleset_free)))
+#define _cleanup_ruleset_ __attribute__((cleanup(ruleset_free)))
 
 static int plan_table(const struct corral_nft_plan *p, const char **table)
 {
@@ -407,7 +398,7 @@ static void batch_free(struct batch *b)
 {
     free(b->buf);
 }
-#define cleanup_batch __attribute__((cleanup(batch_free)))
+#define _cleanup_batch_ __attribute__((cleanup(batch_free)))
 
 static char *batch_slot(struct batch *b)
 {
@@ -504,7 +495,7 @@ static int batch_run(struct mnl_socket *nl, const struct batch *b)
     uint32_t portid = mnl_socket_get_portid(nl);
     uint32_t acked = 0;
     int first_err = 0;
-    cleanup_free char *buf = malloc(NL_RECV_SIZE);
+    _cleanup_free_ char *buf = malloc(NL_RECV_SIZE);
     if (!buf) return -ENOMEM;
 
     if (mnl_socket_sendto(nl, b->buf, b->len) < 0) return -errno;
@@ -551,9 +542,9 @@ static int nft_open(int netns_fd, struct mnl_socket **nl)
 int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan)
 {
     const char *table;
-    cleanup_ruleset struct ruleset rs = {.n = 0};
-    cleanup_batch struct batch b = {.buf = NULL};
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_ruleset_ struct ruleset rs = {.n = 0};
+    _cleanup_batch_ struct batch b = {.buf = NULL};
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     int err = plan_table(plan, &table);
     if (err) return err;
     err = build_rules(plan, table, &rs);
@@ -576,8 +567,8 @@ int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan)
 
 int corral_nft_delete(int netns_fd, const char *table)
 {
-    cleanup_batch struct batch b = {.buf = NULL};
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_batch_ struct batch b = {.buf = NULL};
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     if (!table) table = CORRAL_NFT_TABLE;
     size_t len = strlen(table);
     if (len == 0 || len >= NFT_TABLE_MAXNAMELEN) return -EINVAL;
@@ -613,7 +604,7 @@ static void readback_free(struct readback *rb)
     rb->table_seen = 0;
     rb->overflow = 0;
 }
-#define cleanup_readback __attribute__((cleanup(readback_free)))
+#define _cleanup_readback_ __attribute__((cleanup(readback_free)))
 
 static int str_eq(const char *a, const char *b)
 {
@@ -812,7 +803,7 @@ static int compare(const struct readback *rb, const struct ruleset *want)
 int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
 {
     const char *table;
-    cleanup_ruleset struct ruleset rs = {.n = 0};
+    _cleanup_ruleset_ struct ruleset rs = {.n = 0};
     int err = plan_table(plan, &table);
     if (err) return err;
     struct corral_nft_plan good = *plan;
@@ -824,8 +815,8 @@ int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
      * start on a fresh socket: the rest of the interrupted dump is still queued on the old
      * one. */
     for (int tries = 0; tries < VERIFY_TRIES; tries++) {
-        cleanup_nl struct mnl_socket *nl = NULL;
-        cleanup_readback struct readback rb = {.table = table};
+        _cleanup_nl_ struct mnl_socket *nl = NULL;
+        _cleanup_readback_ struct readback rb = {.table = table};
         err = nft_open(netns_fd, &nl);
         if (err) return err;
         err = read_back(nl, &rb);

@@ -1,5 +1,5 @@
 /*
- * Namespace fds, setns/unshare, and id maps.
+ * Namespace fds, setns/unshare, id maps, and steps run inside another netns.
  *
  * A namespace is identified by the (st_dev, st_ino) pair of its nsfs inode; inode
  * numbers alone are only unique within one nsfs instance.
@@ -8,14 +8,18 @@
 #include <pthread.h>
 #include <fcntl.h>
 #include <linux/nsfs.h>
+#include <linux/sockios.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ns.h"
+#include "util.h"
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -102,63 +106,117 @@ static int format_map(char *buf, size_t size, const struct corral_id_map *m, siz
     return (int)len;
 }
 
-static int write_file(pid_t pid, const char *name, const char *text, size_t len)
+static int write_proc(pid_t pid, const char *name, const char *text, size_t len)
 {
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    ssize_t w = write(fd, text, len);
-    int err = errno;
-    close(fd);
-    if (w < 0) return -err;
-    return (size_t)w == len ? 0 : -EIO;
+    if (pid == 0)
+        snprintf(path, sizeof path, "/proc/self/%s", name);
+    else
+        snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
+    return corral_write_file(path, text, len);
 }
 
 int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid,
                          const struct corral_id_map *gid, size_t ngid)
 {
-    if (pid <= 0) return -EINVAL;
+    if (pid < 0) return -EINVAL;
     char buf[4000];
     int len, rc;
 
     if (nuid > 0) {
         if ((len = format_map(buf, sizeof buf, uid, nuid)) < 0) return len;
-        if ((rc = write_file(pid, "uid_map", buf, (size_t)len)) < 0) return rc;
+        if ((rc = write_proc(pid, "uid_map", buf, (size_t)len)) < 0) return rc;
     }
     if (ngid > 0) {
         if ((len = format_map(buf, sizeof buf, gid, ngid)) < 0) return len;
-        rc = write_file(pid, "gid_map", buf, (size_t)len);
+        rc = write_proc(pid, "gid_map", buf, (size_t)len);
         /* A refused write leaves gid_map unwritten, so setgroups may still be set. */
-        if (rc == -EPERM && write_file(pid, "setgroups", "deny", 4) == 0)
-            rc = write_file(pid, "gid_map", buf, (size_t)len);
+        if (rc == -EPERM && write_proc(pid, "setgroups", "deny", 4) == 0)
+            rc = write_proc(pid, "gid_map", buf, (size_t)len);
         if (rc < 0) return rc;
     }
     return 0;
 }
 
-struct new_net_job {
-    int fd;
+struct thread_job {
+    int netns_fd; /* -1: a new netns (unshare) instead of setns */
+    int (*fn)(void *);
+    void *arg;
+    int rc;
 };
 
-static void *new_net_thread(void *arg)
+static void *job_thread(void *arg)
 {
-    struct new_net_job *job = arg;
-    if (unshare(CLONE_NEWNET) < 0) {
-        job->fd = -errno;
-        return NULL;
-    }
-    job->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (job->fd < 0) job->fd = -errno;
+    struct thread_job *job = arg;
+    /* The thread exits right after fn; its netns reference goes with it, and no other
+     * code ever runs on it, so nothing else is created in that netns by mistake. */
+    int r = job->netns_fd >= 0 ? setns(job->netns_fd, CLONE_NEWNET) : unshare(CLONE_NEWNET);
+    job->rc = r < 0 ? -errno : job->fn(job->arg);
     return NULL;
+}
+
+static int run_on_thread(struct thread_job *job)
+{
+    sigset_t all, old;
+    pthread_t t;
+    /* Every signal blocked on the thread (it inherits the mask): no handler of the
+     * host's ever runs while a thread of this process sits in another netns. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&t, NULL, job_thread, job);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) return -err;
+    pthread_join(t, NULL);
+    return job->rc;
+}
+
+int corral_ns_run_in(int netns_fd, int (*fn)(void *), void *arg)
+{
+    if (netns_fd < 0) return -EBADF;
+    struct thread_job job = {netns_fd, fn, arg, -EINVAL};
+    return run_on_thread(&job);
+}
+
+int corral_ns_socket_is(int sock_fd, int netns_fd)
+{
+    _cleanup_close_ int ns = ioctl(sock_fd, SIOCGSKNS);
+    if (ns < 0) return -errno;
+    struct stat a, b;
+    if (fstat(ns, &a) < 0 || fstat(netns_fd, &b) < 0) return -errno;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+struct socket_req {
+    int domain, type, protocol;
+};
+
+static int open_socket(void *arg)
+{
+    struct socket_req *r = arg;
+    int fd = socket(r->domain, r->type | SOCK_CLOEXEC, r->protocol);
+    return fd < 0 ? -errno : fd;
+}
+
+int corral_ns_socket(int netns_fd, int domain, int type, int protocol)
+{
+    struct socket_req req = {domain, type, protocol};
+    _cleanup_close_ int fd = corral_ns_run_in(netns_fd, open_socket, &req);
+    if (fd < 0) return fd;
+    int same = corral_ns_socket_is(fd, netns_fd);
+    if (same < 0) return same;
+    if (!same) return -EXDEV;
+    return corral_take_fd(&fd);
+}
+
+static int open_own_netns(void *arg)
+{
+    (void)arg;
+    int fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
 }
 
 int corral_ns_new_net(void)
 {
-    struct new_net_job job = {.fd = -EIO};
-    pthread_t t;
-    int r = pthread_create(&t, NULL, new_net_thread, &job);
-    if (r != 0) return -r;
-    pthread_join(t, NULL);
-    return job.fd;
+    struct thread_job job = {-1, open_own_netns, NULL, -EIO};
+    return run_on_thread(&job);
 }

@@ -1,6 +1,7 @@
 /*
  * Namespace primitives: namespace fds of a process, entering and leaving namespaces,
- * comparing them, and writing a child user namespace's id maps.
+ * comparing them, writing a child user namespace's id maps, and running a step (making
+ * a socket) inside another network namespace without moving the calling thread.
  */
 #ifndef CORRAL_NS_H
 #define CORRAL_NS_H
@@ -46,7 +47,8 @@ struct corral_id_map {
 };
 
 /* Writes /proc/PID/uid_map and /proc/PID/gid_map for a process in a new user namespace
- * (either list may be empty to leave that map alone). When the kernel refuses the
+ * (pid 0: the calling process, through /proc/self; either list may be empty to leave
+ * that map alone). When the kernel refuses the
  * gid_map with EPERM (a writer without CAP_SETGID over the parent namespace), writes
  * "deny" to /proc/PID/setgroups and tries once more, which is the one case where an
  * unprivileged writer may map its own gid. Returns 0 or -errno (-EINVAL for an empty
@@ -56,8 +58,33 @@ int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid
 
 /* A new, empty network namespace owned by the caller's user namespace, held only by
  * the returned CLOEXEC fd (it disappears when the last fd and process let go). Made on
- * a short-lived thread so the calling thread never changes namespace. Returns the fd
+ * a short-lived thread, as corral_ns_run_in's, so the calling thread never changes
+ * namespace. Returns the fd
  * or -errno. */
 int corral_ns_new_net(void);
+
+/*
+ * Runs fn(arg) on a short-lived thread that has entered the network namespace netns_fd
+ * (setns CLONE_NEWNET) with every signal blocked, and returns what fn returned, or
+ * -errno when the thread could not be made or the netns entered (-EBADF for a negative
+ * fd, -EINVAL for an fd that is not a network namespace). setns moves only the calling
+ * thread, and a socket belongs for life to the netns it was created in: so a socket fn
+ * creates lives in netns_fd while the caller never changes namespace. fn must only make
+ * its object and return: the thread ends with it.
+ */
+int corral_ns_run_in(int netns_fd, int (*fn)(void *), void *arg);
+
+/* 1 when socket sock_fd belongs to the netns netns_fd (SIOCGSKNS), 0 when it does not,
+ * or -errno. */
+int corral_ns_socket_is(int sock_fd, int netns_fd);
+
+/*
+ * socket(domain, type | SOCK_CLOEXEC, protocol) created inside the netns netns_fd (there
+ * is no "current netns" value), checked with corral_ns_socket_is before it is returned.
+ * Returns the fd or -errno: -EINVAL (or -EBADF) when the netns cannot be entered, -EXDEV
+ * when the socket turns out not to belong to it. There is no fallback: a netns that
+ * cannot be entered gives an error, never a socket in the caller's own netns.
+ */
+int corral_ns_socket(int netns_fd, int domain, int type, int protocol);
 
 #endif

@@ -13,18 +13,13 @@
 #include <unistd.h>
 
 #include "path.h"
+#include "util.h"
 
 /* Linux MAXSYMLINKS (include/linux/namei.h) and glibc's __eloop_threshold: a chain of 40
  * links resolves, 41 is ELOOP (test_path.c checks both against open(2)). */
 #define CORRAL_MAX_SYMLINKS 40
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-static void freep(void *p)
-{
-    free(*(void **)p);
-}
-#define _cleanup_free_ __attribute__((cleanup(freep)))
 
 /* The path still to walk. Splicing a link target in front of it can grow it past
  * PATH_MAX (the kernel keeps a stack of link bodies, not one string), so it is on the

@@ -4,14 +4,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -19,82 +16,42 @@
 #include <linux/if_link.h>
 #include <linux/nsfs.h>
 #include <linux/rtnetlink.h>
-#include <linux/sockios.h>
 #include <linux/veth.h>
 
+#include "ns.h"
 #include "rtnl.h"
+#include "util.h"
 
 /* One recv() worth: the kernel sizes dump skbs up to 32 KiB when the reader offers that
  * much (libmnl's MNL_SOCKET_DUMP_SIZE); a smaller buffer truncates them. */
 #define NL_RECV_SIZE 32768
 #define NL_REQ_SIZE 1024
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) close(*fd);
-}
-static void close_nl(struct mnl_socket **nl)
-{
-    if (*nl) mnl_socket_close(*nl);
-}
-static void free_ptr(void *p)
-{
-    free(*(void **)p);
-}
-#define cleanup_fd __attribute__((cleanup(close_fd)))
-#define cleanup_nl __attribute__((cleanup(close_nl)))
-#define cleanup_free __attribute__((cleanup(free_ptr)))
-
 struct open_req {
-    int netns_fd, bus;
+    int bus;
     struct mnl_socket *nl;
-    int err;
 };
 
-static void *open_thread(void *arg)
+/* Runs inside the target netns (corral_ns_run_in). */
+static int open_netlink(void *arg)
 {
     struct open_req *r = arg;
-    if (setns(r->netns_fd, CLONE_NEWNET) < 0) {
-        r->err = -errno;
-        return NULL;
-    }
     r->nl = mnl_socket_open2(r->bus, SOCK_CLOEXEC);
-    if (!r->nl) r->err = -errno;
-    return NULL;
-}
-
-static int same_netns(int sock_fd, int netns_fd)
-{
-    cleanup_fd int ns = ioctl(sock_fd, SIOCGSKNS);
-    if (ns < 0) return -errno;
-    struct stat a, b;
-    if (fstat(ns, &a) < 0 || fstat(netns_fd, &b) < 0) return -errno;
-    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return r->nl ? 0 : -errno;
 }
 
 int corral_netlink_open_in(int netns_fd, int bus, struct mnl_socket **out)
 {
-    struct open_req req = {.netns_fd = netns_fd, .bus = bus, .nl = NULL, .err = 0};
-    sigset_t all, old;
-    pthread_t t;
+    struct open_req req = {.bus = bus, .nl = NULL};
+    int err = corral_ns_run_in(netns_fd, open_netlink, &req);
+    if (err) return err;
 
-    /* The thread runs with every signal blocked so that no handler of the host's ever runs
-     * while a thread of this process sits in the tenant's netns. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&t, NULL, open_thread, &req);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err) return -err;
-    pthread_join(t, NULL);
-    if (req.err) return req.err;
-
-    cleanup_nl struct mnl_socket *nl = req.nl;
+    _cleanup_nl_ struct mnl_socket *nl = req.nl;
     if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) return -errno;
-    int same = same_netns(mnl_socket_get_fd(nl), netns_fd);
+    int same = corral_ns_socket_is(mnl_socket_get_fd(nl), netns_fd);
     if (same < 0) return same;
     if (!same) return -EXDEV;
-    *out = nl;
-    nl = NULL;
+    *out = corral_steal_pointer(&nl);
     return 0;
 }
 
@@ -103,7 +60,7 @@ int corral_netlink_talk(struct mnl_socket *nl, struct nlmsghdr *nlh, mnl_cb_t cb
     static uint32_t seq_counter;
     uint32_t seq = __atomic_add_fetch(&seq_counter, 1, __ATOMIC_RELAXED);
     uint32_t portid = mnl_socket_get_portid(nl);
-    cleanup_free char *buf = malloc(NL_RECV_SIZE);
+    _cleanup_free_ char *buf = malloc(NL_RECV_SIZE);
     if (!buf) return -ENOMEM;
 
     nlh->nlmsg_seq = seq;
@@ -122,14 +79,12 @@ int corral_netlink_talk(struct mnl_socket *nl, struct nlmsghdr *nlh, mnl_cb_t cb
 
 int corral_netns_open(const char *path)
 {
-    cleanup_fd int fd = open(path, O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
     int type = ioctl(fd, NS_GET_NSTYPE);
     if (type < 0) return errno == ENOTTY ? -EINVAL : -errno;
     if (type != CLONE_NEWNET) return -EINVAL;
-    int ret = fd;
-    fd = -1;
-    return ret;
+    return corral_take_fd(&fd);
 }
 
 static int check_ifname(const char *ifname)
@@ -179,7 +134,7 @@ static int rtnl_open(int netns_fd, struct mnl_socket **nl)
 
 int corral_rtnl_link_index(int netns_fd, const char *ifname)
 {
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     int err = check_ifname(ifname);
     if (err) return err;
     err = rtnl_open(netns_fd, &nl);
@@ -204,7 +159,7 @@ static int link_change(struct mnl_socket *nl, uint16_t type, const char *ifname,
 /* link_change on its own rtnetlink socket in netns_fd. */
 static int link_change_in(int netns_fd, uint16_t type, const char *ifname, unsigned up)
 {
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     int err = check_ifname(ifname);
     if (err) return err;
     err = rtnl_open(netns_fd, &nl);
@@ -247,7 +202,7 @@ static int default_route(struct mnl_socket *nl, int family, int oif)
 
 int corral_rtnl_lo_default_routes(int netns_fd)
 {
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     int err = rtnl_open(netns_fd, &nl);
     if (err) return err;
     int lo = link_index(nl, "lo");
@@ -262,7 +217,7 @@ int corral_rtnl_lo_default_routes(int netns_fd)
 int corral_rtnl_veth(int host_netns_fd, const char *host_name, int peer_netns_fd,
                      const char *peer_name)
 {
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     char buf[NL_REQ_SIZE];
     int err = check_ifname(host_name);
     if (!err) err = check_ifname(peer_name);
@@ -292,7 +247,7 @@ int corral_rtnl_veth(int host_netns_fd, const char *host_name, int peer_netns_fd
 
 int corral_rtnl_addr(int netns_fd, const char *ifname, int family, const void *addr, int prefixlen)
 {
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     char buf[NL_REQ_SIZE];
     size_t alen;
     int err = check_ifname(ifname);
@@ -328,7 +283,7 @@ int corral_rtnl_addr(int netns_fd, const char *ifname, int family, const void *a
 
 int corral_rtnl_default_via(int netns_fd, int family, const void *gateway, const char *ifname)
 {
-    cleanup_nl struct mnl_socket *nl = NULL;
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
     char buf[NL_REQ_SIZE];
     int err = check_ifname(ifname);
     if (err) return err;

@@ -14,6 +14,13 @@
 
 #include <libmnl/libmnl.h>
 
+/* A netlink socket closed at the end of its scope (core/lib only, see util.h). */
+static inline void corral_netlink_closep(struct mnl_socket **nl)
+{
+    if (*nl) mnl_socket_close(*nl);
+}
+#define _cleanup_nl_ __attribute__((cleanup(corral_netlink_closep)))
+
 /*
  * Opens a netlink socket of protocol `bus` (NETLINK_ROUTE, NETLINK_NETFILTER, …) inside
  * the netns `netns_fd`, bound with an automatic port id, CLOEXEC. Before returning it

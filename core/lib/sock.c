@@ -13,18 +13,13 @@
 #include <unistd.h>
 #include <linux/netfilter_ipv4.h>
 
-#include "listen.h"
+#include "ns.h"
 #include "sock.h"
+#include "util.h"
 
 #ifndef IP6T_SO_ORIGINAL_DST
 #define IP6T_SO_ORIGINAL_DST 80 /* linux/netfilter_ipv6/ip6_tables.h, which needs kernel types */
 #endif
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) close(*fd);
-}
-#define cleanup_fd __attribute__((cleanup(close_fd)))
 
 int corral_sockaddr_from(const char *addr, int port, struct sockaddr_storage *ss, socklen_t *len)
 {
@@ -85,11 +80,7 @@ int corral_tcp_connect(const char *addr, int port, int timeout_ms)
     if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
         err = errno;
         if (err == EINPROGRESS) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int n;
-            do
-                n = poll(&p, 1, timeout_ms);
-            while (n < 0 && errno == EINTR);
+            int n = corral_poll_fd(fd, POLLOUT, timeout_ms);
             if (n == 0) {
                 err = ETIMEDOUT;
             } else {
@@ -109,13 +100,9 @@ int corral_tcp_connect(const char *addr, int port, int timeout_ms)
 
 int corral_tcp_accept(int listen_fd, int timeout_ms)
 {
-    struct pollfd p = {.fd = listen_fd, .events = POLLIN};
-    int n;
-    do
-        n = poll(&p, 1, timeout_ms);
-    while (n < 0 && errno == EINTR);
+    int n = corral_poll_fd(listen_fd, POLLIN, timeout_ms);
     if (n == 0) return -ETIMEDOUT;
-    if (n < 0) return -errno;
+    if (n < 0) return n;
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
     return fd < 0 ? -errno : fd;
 }
@@ -201,12 +188,12 @@ int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32
     if (!what) what = &step;
     *what = "socket";
     if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) return -EAFNOSUPPORT;
-    cleanup_fd int fd = -1;
+    _cleanup_close_ int fd = -1;
     if (netns_fd < 0) {
         fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) return -errno;
     } else {
-        fd = corral_socket_in_netns(netns_fd, sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        fd = corral_ns_socket(netns_fd, sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
         if (fd < 0) {
             if (fd != -EMFILE && fd != -ENFILE && fd != -ENOMEM) *what = "setns";
             return fd;
@@ -231,9 +218,7 @@ int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32
         if (errno != EINPROGRESS) return -errno;
         *in_progress = 1;
     }
-    int ret = fd;
-    fd = -1;
-    return ret;
+    return corral_take_fd(&fd);
 }
 
 int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t mark,
@@ -242,16 +227,12 @@ int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t 
     const char *step = "socket";
     if (!what) what = &step;
     int in_progress = 0;
-    cleanup_fd int fd =
+    _cleanup_close_ int fd =
         corral_connect_marked_start(sa, len, mark, netns_fd, NULL, &in_progress, what);
     if (fd < 0) return fd;
     if (in_progress) {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int n;
-        do
-            n = poll(&p, 1, timeout_ms);
-        while (n < 0 && errno == EINTR);
-        if (n < 0) return -errno;
+        int n = corral_poll_fd(fd, POLLOUT, timeout_ms);
+        if (n < 0) return n;
         if (n == 0) {
             *what = "timeout";
             return -ETIMEDOUT;
@@ -271,9 +252,7 @@ int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t 
     }
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) return -errno;
-    int ret = fd;
-    fd = -1;
-    return ret;
+    return corral_take_fd(&fd);
 }
 
 int corral_connect_marked(const struct sockaddr *sa, socklen_t len, uint32_t mark, int timeout_ms,

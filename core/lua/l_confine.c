@@ -1,6 +1,6 @@
 /*
  * Bindings for the control-plane wrapper: where the `corral` executable is (the
- * wrapper every confined launch spec names), and the runtime read set it shows.
+ * wrapper every confined launch spec names). The root it shows is core.rootplan.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -11,21 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "confine.h"
 #include "lcorral.h"
 #include "path.h"
-
-static int l_runtime_paths(lua_State *L)
-{
-    size_t n;
-    const char *const *paths = corral_confine_runtime_paths(&n);
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
-        lua_pushstring(L, paths[i]);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
-    return 1;
-}
 
 static int push_if_executable(lua_State *L, const char *candidate)
 {
@@ -170,8 +157,6 @@ int corral_open_confine(lua_State *L)
                                    {"environ", l_environ}, {"execve", l_execve},
                                    {"mkdtemp", l_mkdtemp}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
-    lua_pushcfunction(L, l_runtime_paths);
-    lua_setfield(L, -2, "confine_runtime_paths");
     lua_pushcfunction(L, l_host_executable);
     lua_setfield(L, -2, "host_executable");
     return 0;

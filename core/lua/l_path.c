@@ -1,11 +1,13 @@
 /*
  * core.resolve_executable / resolve_path / resolve_file: the one resolver (core/lib/path.c)
- * for Lua, so a grant and the invocation it covers are computed by the same code.
+ * for Lua, so a grant and the invocation it covers are computed by the same code; and
+ * core.is_beneath, the one containment test (core/lib/util.c).
  */
 #include <stdlib.h>
 
 #include "lcorral.h"
 #include "path.h"
+#include "util.h"
 
 /* Pushes the malloc'd result and frees it; the copy into Lua happens before the free,
  * and a memory error raised by the push would only leak this one string. */
@@ -47,11 +49,22 @@ static int l_resolve_file(lua_State *L)
     return push_owned(L, out);
 }
 
+/* core.is_beneath(path, dir) -> true when path is dir or lies beneath it (every absolute
+ * path is beneath "/"); a string test on resolved paths. */
+static int l_is_beneath(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    const char *dir = corral_checkpath(L, 2);
+    lua_pushboolean(L, corral_is_beneath(path, dir));
+    return 1;
+}
+
 int corral_open_path(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"resolve_executable", l_resolve_executable},
                                    {"resolve_path", l_resolve_path},
                                    {"resolve_file", l_resolve_file},
+                                   {"is_beneath", l_is_beneath},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

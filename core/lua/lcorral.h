@@ -40,6 +40,7 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(sbpl)                                                                                        \
     X(landlock)                                                                                    \
     X(confine)                                                                                     \
+    X(rootplan)                                                                                    \
     X(caps)                                                                                        \
     X(seccomp)                                                                                     \
     X(cgroup)                                                                                      \

@@ -105,7 +105,7 @@ end
 local function tenant_child(argv, opts)
   opts = opts or {}
   local binds, links = {}, {}
-  for _, p in ipairs(core.confine_runtime_paths()) do
+  for _, p in ipairs(core.rootplan.runtime_paths()) do
     local target = core.readlink(p)
     if target then links[#links + 1] = { target = target, path = p }
     else binds[#binds + 1] = { src = p, dest = p, optional = true } end

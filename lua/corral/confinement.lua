@@ -37,26 +37,11 @@ local function resolve_dir(name, value)
   end
   local resolved, err = core.resolve_path(value)
   if not resolved then return nil, errors.invalid_argument(name, err) end
-  local function beneath(dir) return resolved == dir or resolved:sub(1, #dir + 1) == dir .. "/" end
-  -- A boundary at / (or on the kernel's and devices' filesystems) confines nothing; the
-  -- wrapper (core/lib/confine.c) refuses the same.
-  for _, k in ipairs({ "/proc", "/sys", "/dev", "/boot" }) do
-    if beneath(k) then return nil, errors.invalid_argument(name, resolved .. " would confine nothing") end
-  end
-  if resolved == "/" then return nil, errors.invalid_argument(name, "/ would confine nothing") end
-  -- The runtime is shown read-only; a boundary inside it would make it writable.
-  for _, k in ipairs(core.confine_runtime_paths()) do
-    if beneath(k) then
-      return nil, errors.invalid_argument(name, resolved .. " is inside the runtime read set (" .. k ..
-        "), which stays read-only")
-    end
-  end
+  -- The boundary rules are exec-confined's own (core/lib/rootplan.c): not /, not on the
+  -- kernel's and devices' filesystems, not inside the runtime read set.
+  local ok, why = core.rootplan.check_boundary(resolved)
+  if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
   return resolved
-end
-
-local function is_beneath(path, dir)
-  if dir == "/" then return true end
-  return path == dir or path:sub(1, #dir + 1) == dir .. "/"
 end
 
 -- The environment, normalised to a list of {name, value} pairs: the order the caller
@@ -146,8 +131,8 @@ local function check_opts(opts)
     local e
     cd, e = resolve_dir("cd", opts.cd)
     if not cd then return nil, e end
-    local inside = is_beneath(cd, permit)
-    for _, x in ipairs(extras) do inside = inside or is_beneath(cd, x) end
+    local inside = core.is_beneath(cd, permit)
+    for _, x in ipairs(extras) do inside = inside or core.is_beneath(cd, x) end
     if not inside then
       -- Seed 000: a child started outside the boundary resolves every relative path
       -- outside it and cannot even getcwd; a starting point is never a boundary.

@@ -61,10 +61,13 @@ local function resolve(name, value)
   end
   local resolved, msg = core.resolve_path(value)
   if not resolved then return nil, errors.invalid_argument(name, msg) end
-  if resolved == "/" then
+  -- The boundary rules of every confinement (core/lib/rootplan.c).
+  local ok, why, kind = core.rootplan.check_boundary(resolved)
+  if kind == "root" then
     -- A subpath of / grants every file on the machine: not a boundary at all.
     return nil, errors.invalid_argument(name, value .. " resolves to /, which confines nothing")
   end
+  if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
   return resolved
 end
 

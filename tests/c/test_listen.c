@@ -1,5 +1,5 @@
 /*
- * corral_listen_in_netns / corral_socket_in_netns, and corral_original_dst end to end.
+ * corral_listen_in_netns / corral_ns_socket, and corral_original_dst end to end.
  *
  * A listener made for a netns is in that netns: from the host netns its port refuses
  * (the load-bearing half: the port does not exist here), from inside it accepts and
@@ -106,8 +106,8 @@ static void test_lands_in_netns(int host)
     int l = corral_listen_in_netns(ns, SOCK_STREAM, "127.0.0.1", port, &bound);
     CHECK(l >= 0 && bound == port);
     CHECK(fcntl(l, F_GETFD) & FD_CLOEXEC);
-    CHECK(corral_socket_netns_is(l, ns) == 1);
-    CHECK(corral_socket_netns_is(l, host) == 0);
+    CHECK(corral_ns_socket_is(l, ns) == 1);
+    CHECK(corral_ns_socket_is(l, host) == 0);
 
     /* From the host netns the port does not exist… */
     CHECK(corral_tcp_connect("127.0.0.1", port, 1000) == -ECONNREFUSED);
@@ -128,10 +128,10 @@ static void test_lands_in_netns(int host)
 
     /* A kernel-chosen port, and a datagram socket, land there too. */
     l = corral_listen_in_netns(ns, SOCK_STREAM, "::", 0, &bound);
-    CHECK(l >= 0 && bound > 0 && corral_socket_netns_is(l, ns) == 1);
+    CHECK(l >= 0 && bound > 0 && corral_ns_socket_is(l, ns) == 1);
     close(l);
     int u = corral_listen_in_netns(ns, SOCK_DGRAM, "127.0.0.1", 0, &bound);
-    CHECK(u >= 0 && corral_socket_netns_is(u, ns) == 1);
+    CHECK(u >= 0 && corral_ns_socket_is(u, ns) == 1);
     c = connect_inside(ns, SOCK_DGRAM, "127.0.0.1", bound, &err);
     CHECK(c >= 0 && err == 0);
     CHECK(readable(u, 1000) && recv(u, buf, sizeof buf, 0) == 4);
@@ -156,7 +156,7 @@ static void test_no_netns_binds_nothing(int host)
     CHECK(corral_listen_in_netns(mnt, SOCK_STREAM, "127.0.0.1", port, &bound) == -EINVAL);
     CHECK(corral_listen_in_netns(file, SOCK_STREAM, "127.0.0.1", port, &bound) == -EINVAL);
     CHECK(corral_listen_in_netns(-1, SOCK_STREAM, "127.0.0.1", port, &bound) == -EBADF);
-    CHECK(corral_socket_in_netns(mnt, AF_INET, SOCK_STREAM, 0) == -EINVAL);
+    CHECK(corral_ns_socket(mnt, AF_INET, SOCK_STREAM, 0) == -EINVAL);
     CHECK(count_fds() == before); /* no socket was even created */
     /* Nothing was bound in the host netns either. */
     CHECK(corral_tcp_connect("127.0.0.1", port, 1000) == -ECONNREFUSED);

@@ -2,16 +2,19 @@
  * Namespace fds against the real kernel: comparing namespaces of live processes,
  * entering a child's network namespace and coming back, and id maps that make a child
  * root in its user namespace (as root, and as an unprivileged writer that needs
- * setgroups "deny").
+ * setgroups "deny"), and steps run inside another network namespace.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -222,6 +225,71 @@ static void test_maps_unprivileged(void)
     CHECK(r[2] == 0); /* root inside, uid and gid */
 }
 
+/* What a corral_ns_run_in step saw of its own thread. */
+struct seen {
+    struct stat net;
+    int all_blocked;
+};
+
+static int look(void *arg)
+{
+    struct seen *s = arg;
+    sigset_t cur;
+    pthread_sigmask(SIG_SETMASK, NULL, &cur);
+    s->all_blocked = sigismember(&cur, SIGTERM) == 1 && sigismember(&cur, SIGUSR1) == 1 &&
+                     sigismember(&cur, SIGCHLD) == 1;
+    if (stat("/proc/thread-self/ns/net", &s->net) < 0) return -errno;
+    return 7; /* passed back as it is */
+}
+
+static int same_inode(const struct stat *a, int fd)
+{
+    struct stat b;
+    return fstat(fd, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
+}
+
+static void test_run_in(void)
+{
+    int host = corral_ns_open(0, "net"), mnt = corral_ns_open(0, "mnt");
+    int a = corral_ns_new_net(), b = corral_ns_new_net();
+    CHECK(host >= 0 && mnt >= 0 && a >= 0 && b >= 0);
+    CHECK(corral_ns_same(a, b) == 0 && corral_ns_same(a, host) == 0);
+
+    struct seen s = {.all_blocked = 0};
+    CHECK(corral_ns_run_in(a, look, &s) == 7);
+    CHECK(same_inode(&s.net, a));
+    CHECK(!same_inode(&s.net, b) && !same_inode(&s.net, host));
+    CHECK(s.all_blocked);
+    /* Control: another netns is seen as itself, not as a. */
+    memset(&s, 0, sizeof s);
+    CHECK(corral_ns_run_in(b, look, &s) == 7);
+    CHECK(same_inode(&s.net, b) && !same_inode(&s.net, a));
+
+    /* The caller never moved, and its own mask is as it was. */
+    struct stat self;
+    sigset_t cur;
+    CHECK(stat("/proc/thread-self/ns/net", &self) == 0 && same_inode(&self, host));
+    pthread_sigmask(SIG_SETMASK, NULL, &cur);
+    CHECK(sigismember(&cur, SIGUSR1) == 0);
+
+    /* No netns entered, no step run. */
+    memset(&s, 0, sizeof s);
+    CHECK(corral_ns_run_in(-1, look, &s) == -EBADF);
+    CHECK(corral_ns_run_in(mnt, look, &s) == -EINVAL);
+    CHECK(s.net.st_ino == 0);
+
+    /* A socket made in a belongs to a (the identity check's control: not to b). */
+    int fd = corral_ns_socket(a, AF_INET, SOCK_DGRAM, 0);
+    CHECK(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC));
+    CHECK(corral_ns_socket_is(fd, a) == 1 && corral_ns_socket_is(fd, b) == 0);
+    CHECK(corral_ns_socket(mnt, AF_INET, SOCK_DGRAM, 0) == -EINVAL);
+    close(fd);
+    close(a);
+    close(b);
+    close(mnt);
+    close(host);
+}
+
 int main(void)
 {
     test_kinds();
@@ -229,5 +297,6 @@ int main(void)
     test_unshare();
     test_maps_as_root();
     test_maps_unprivileged();
+    test_run_in();
     return DONE();
 }

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "netpair.h"
 #include "ns.h"
 #include "listen.h"
 #include "relay.h"
@@ -80,17 +81,6 @@ static struct sockaddr_storage lo_addr(int port, socklen_t *len)
     struct sockaddr_storage ss;
     corral_sockaddr_from("127.0.0.1", port, &ss, len);
     return ss;
-}
-
-static int tcp_pair(int *x, int *y)
-{
-    int port = 0;
-    int l = corral_tcp_listen("127.0.0.1", 0, &port);
-    if (l < 0) return -1;
-    *x = corral_tcp_connect("127.0.0.1", port, 1000);
-    *y = corral_tcp_accept(l, 1000);
-    close(l);
-    return *x >= 0 && *y >= 0 ? 0 : -1;
 }
 
 /* client c <-> a [relay] b <-> s server */

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 
 #include "check.h"
+#include "netpair.h"
 #include "ns.h"
 #include "listen.h"
 #include "rtnl.h"
@@ -146,7 +147,7 @@ static void test_connect_in_netns(void)
     /* The port exists only in ns: from here it refuses, made in ns it connects. */
     CHECK(corral_connect_marked((struct sockaddr *)&ss, len, 0, 1000, -1) == -ECONNREFUSED);
     int fd = corral_connect_marked((struct sockaddr *)&ss, len, 42, 1000, ns);
-    CHECK(fd >= 0 && corral_socket_netns_is(fd, ns) == 1 && mark_of(fd) == 42);
+    CHECK(fd >= 0 && corral_ns_socket_is(fd, ns) == 1 && mark_of(fd) == 42);
     if (fd >= 0) close(fd);
 
     /* An address routed into lo that nobody answers: the SYN is dropped, the deadline
@@ -161,17 +162,6 @@ static void test_connect_in_netns(void)
     close(mnt);
     close(l);
     close(ns);
-}
-
-static int tcp_pair(int *x, int *y)
-{
-    int port = 0;
-    int l = corral_tcp_listen("127.0.0.1", 0, &port);
-    if (l < 0) return -1;
-    *x = corral_tcp_connect("127.0.0.1", port, 1000);
-    *y = corral_tcp_accept(l, 1000);
-    close(l);
-    return *x >= 0 && *y >= 0 ? 0 : -1;
 }
 
 static void test_reset(void)

@@ -53,7 +53,7 @@ function M.args(sb, argv, seccomp_fd)
   else
     add("--unshare-all")
   end
-  for _, p in ipairs(core.confine_runtime_paths()) do
+  for _, p in ipairs(core.rootplan.runtime_paths()) do
     local target = core.readlink(p)
     if target then add("--symlink", target, p) else add("--ro-bind-try", p, p) end
   end

@@ -47,7 +47,7 @@ end
 
 -- The runtime, read-only, at the same paths; merged-/usr links recreated as links.
 local function runtime_binds(binds, links)
-  for _, p in ipairs(core.confine_runtime_paths()) do
+  for _, p in ipairs(core.rootplan.runtime_paths()) do
     local target = core.readlink(p)
     if target then
       links[#links + 1] = { target = target, path = p }

@@ -1,0 +1,117 @@
+/*
+ * The root plan's tables and boundary rules (see rootplan.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "rootplan.h"
+#include "util.h"
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Generous on purpose: profiles that named too little exited 134 on every case, the
+ * control included. */
+static const char *const runtime_paths[] = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                            "/lib32", "/lib64", "/libx32", "/etc"};
+
+_Static_assert(N(runtime_paths) <= CORRAL_ROOTPLAN_RUNTIME_MAX, "runtime set too long");
+
+/* Data, not runtime, and never needed to start a program. The caller is usually root,
+ * and root owns them, so dropping capabilities alone left /etc/shadow readable. The
+ * namespace layer covers them; Landlock without it grants /etc entry by entry around
+ * them. */
+static const char *const masked_paths[] = {
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/etc/krb5.keytab",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssh/ssh_host_dsa_key",
+    "/etc/.git", /* etckeeper: every past /etc/shadow */
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/etc/wireguard",
+    "/etc/ipsec.secrets",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/NetworkManager/system-connections",
+    "/etc/letsencrypt/archive",
+    "/etc/letsencrypt/live",
+    "/etc/kubernetes/pki",
+    "/etc/mysql/debian.cnf",
+    "/etc/default/cacerts",
+};
+
+/* A boundary here would confine nothing or make the runtime writable (as root,
+ * `--permit /etc` gave a writable /etc). */
+static const char *const system_paths[] = {"/proc", "/sys", "/dev", "/boot"};
+
+static const char *const device_paths[] = {"/dev/null",   "/dev/zero",    "/dev/full",
+                                           "/dev/random", "/dev/urandom", "/dev/tty"};
+
+const char *const *corral_rootplan_runtime(size_t *n)
+{
+    *n = N(runtime_paths);
+    return runtime_paths;
+}
+
+const char *const *corral_rootplan_masked(size_t *n)
+{
+    *n = N(masked_paths);
+    return masked_paths;
+}
+
+const char *const *corral_rootplan_system(size_t *n)
+{
+    *n = N(system_paths);
+    return system_paths;
+}
+
+const char *const *corral_rootplan_devices(size_t *n)
+{
+    *n = N(device_paths);
+    return device_paths;
+}
+
+enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *why, size_t len)
+{
+    enum corral_boundary b = CORRAL_BOUNDARY_OK;
+    const char *inside = NULL;
+    if (strcmp(resolved, "/") == 0) b = CORRAL_BOUNDARY_ROOT;
+    for (size_t i = 0; !b && i < N(system_paths); i++)
+        if (corral_is_beneath(resolved, system_paths[i])) b = CORRAL_BOUNDARY_SYSTEM;
+    for (size_t i = 0; !b && i < N(runtime_paths); i++)
+        if (corral_is_beneath(resolved, runtime_paths[i])) {
+            b = CORRAL_BOUNDARY_RUNTIME;
+            inside = runtime_paths[i];
+        }
+    if (b && why && len) {
+        if (b == CORRAL_BOUNDARY_RUNTIME)
+            snprintf(why, len, "is inside the runtime read set (%s), which stays read-only",
+                     inside);
+        else
+            snprintf(why, len, "would confine nothing");
+    }
+    return b;
+}
+
+const char *corral_boundary_name(enum corral_boundary b)
+{
+    switch (b) {
+    case CORRAL_BOUNDARY_OK:
+        return "ok";
+    case CORRAL_BOUNDARY_ROOT:
+        return "root";
+    case CORRAL_BOUNDARY_SYSTEM:
+        return "system";
+    case CORRAL_BOUNDARY_RUNTIME:
+        return "runtime";
+    }
+    return "unknown";
+}

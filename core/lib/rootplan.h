@@ -1,0 +1,46 @@
+/*
+ * The root plan: what a confined process's root shows of the host, and what may never
+ * be a boundary in it. One table each, read by exec-confined's native and bubblewrap
+ * layers (confine.c, confine_bwrap.c) and, through core.rootplan, by the tenant
+ * mechanisms and the Lua side of confinement.
+ */
+#ifndef CORRAL_ROOTPLAN_H
+#define CORRAL_ROOTPLAN_H
+
+#include <stddef.h>
+
+/* The runtime read set: what a process needs to start, shown read-only (and granted
+ * read+execute) to a confined process. At most CORRAL_ROOTPLAN_RUNTIME_MAX entries, so
+ * a caller can size its arrays at compile time. */
+#define CORRAL_ROOTPLAN_RUNTIME_MAX 16
+const char *const *corral_rootplan_runtime(size_t *n);
+
+/* Credential stores inside the runtime read set, covered in a confined root (an empty
+ * directory over a directory, /dev/null over a file) or left out of its Landlock grant. */
+const char *const *corral_rootplan_masked(size_t *n);
+
+/* The kernel's and the devices' interfaces: never a boundary. */
+const char *const *corral_rootplan_system(size_t *n);
+
+/* The device nodes a confined process may read, write and ioctl. */
+const char *const *corral_rootplan_devices(size_t *n);
+
+/* Why a resolved path may not be a boundary (--permit, --extra, --cd). */
+enum corral_boundary {
+    CORRAL_BOUNDARY_OK = 0,
+    CORRAL_BOUNDARY_ROOT,    /* "/" itself */
+    CORRAL_BOUNDARY_SYSTEM,  /* beneath a system path */
+    CORRAL_BOUNDARY_RUNTIME, /* beneath a runtime path, which stays read-only */
+};
+
+/* Checks a resolved absolute path against the boundary rules: not "/", not beneath a
+ * system path, not beneath a runtime path. Returns the verdict; when it is not OK and
+ * why is not NULL, writes the reason as a phrase that follows the path ("would confine
+ * nothing", "is inside the runtime read set (/etc), which stays read-only") into why
+ * (truncated to len). */
+enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *why, size_t len);
+
+/* "ok", "root", "system" or "runtime". */
+const char *corral_boundary_name(enum corral_boundary b);
+
+#endif

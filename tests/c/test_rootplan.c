@@ -1,0 +1,56 @@
+/*
+ * core/lib/rootplan.c: the boundary rules (the one set exec-confined, confinement.lua
+ * and sbpl.lua apply) and the tables they read.
+ */
+#include <string.h>
+
+#include "check.h"
+#include "rootplan.h"
+
+static int in_list(const char *const *list, size_t n, const char *want)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i], want) == 0) return 1;
+    return 0;
+}
+
+static void test_tables(void)
+{
+    size_t n;
+    const char *const *runtime = corral_rootplan_runtime(&n);
+    CHECK(n > 0 && n <= CORRAL_ROOTPLAN_RUNTIME_MAX);
+    CHECK(in_list(runtime, n, "/usr") && in_list(runtime, n, "/etc"));
+    CHECK(!in_list(runtime, n, "/tmp"));
+    const char *const *masked = corral_rootplan_masked(&n);
+    CHECK(in_list(masked, n, "/etc/shadow") && !in_list(masked, n, "/etc/passwd"));
+    const char *const *sys = corral_rootplan_system(&n);
+    CHECK(n == 4 && in_list(sys, n, "/proc") && in_list(sys, n, "/boot"));
+    const char *const *dev = corral_rootplan_devices(&n);
+    CHECK(in_list(dev, n, "/dev/null") && !in_list(dev, n, "/dev/mem"));
+}
+
+static void test_boundary(void)
+{
+    char why[128];
+    CHECK(corral_rootplan_check_boundary("/", why, sizeof why) == CORRAL_BOUNDARY_ROOT);
+    CHECK(strcmp(why, "would confine nothing") == 0);
+    CHECK(corral_rootplan_check_boundary("/proc/self", why, sizeof why) == CORRAL_BOUNDARY_SYSTEM);
+    CHECK(strcmp(why, "would confine nothing") == 0);
+    CHECK(corral_rootplan_check_boundary("/dev", why, sizeof why) == CORRAL_BOUNDARY_SYSTEM);
+    CHECK(corral_rootplan_check_boundary("/etc/ssl", why, sizeof why) == CORRAL_BOUNDARY_RUNTIME);
+    CHECK(strcmp(why, "is inside the runtime read set (/etc), which stays read-only") == 0);
+    CHECK(corral_rootplan_check_boundary("/usr", NULL, 0) == CORRAL_BOUNDARY_RUNTIME);
+    /* Controls: a shared prefix is not "inside", and an ordinary directory passes. */
+    CHECK(corral_rootplan_check_boundary("/usrdata", why, sizeof why) == CORRAL_BOUNDARY_OK);
+    CHECK(corral_rootplan_check_boundary("/procfs-copy", why, sizeof why) == CORRAL_BOUNDARY_OK);
+    CHECK(corral_rootplan_check_boundary("/tmp/box", why, sizeof why) == CORRAL_BOUNDARY_OK);
+    CHECK(strcmp(corral_boundary_name(CORRAL_BOUNDARY_RUNTIME), "runtime") == 0);
+    CHECK(strcmp(corral_boundary_name(CORRAL_BOUNDARY_OK), "ok") == 0);
+}
+
+int main(void)
+{
+    test_tables();
+    test_boundary();
+    return DONE();
+}
