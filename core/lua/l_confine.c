@@ -105,9 +105,10 @@ static char **check_strings(lua_State *L, int arg, const char *what)
 static int l_execve(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
+    /* Read before check_strings pushes its scratch space above the arguments. */
+    const char *cd = luaL_optstring(L, 4, NULL);
     char **argv = check_strings(L, 2, "argv must be a list of strings without NUL");
     char **envp = check_strings(L, 3, "envp must be a list of strings without NUL");
-    const char *cd = luaL_optstring(L, 4, NULL);
     if (cd && chdir(cd) < 0) return corral_pushfail(L, cd, errno);
     execve(path, argv, envp);
     return corral_pushfail(L, path, errno);
