@@ -463,14 +463,16 @@ describe("egress hardening, end to end #root #netns", function()
   it("IP entries: 0.0.0.0/0 never reaches a private address, an entry inside it does, never the host", function()
     local log = os.tmpname()
     local out, status = run({ "--allow", "0.0.0.0/0:" .. P, "--allow", cidr .. ":" .. P2, "--log-json", log },
-      table.concat({ nc(far_ip, P), nc(far_ip, P2), nc(host_ip, P2) }, "; "))
+      table.concat({ nc(far_ip, P), nc(host_ip, P2), nc(far_ip, P2) }, "; "))
     local text = h.read(log) or ""
     os.remove(log)
     assert.are.equal(0, status, out)
     local a = answers(out)
     assert.is_nil(a[far_ip .. ":" .. P]:find("far-side", 1, true), out)   -- 0.0.0.0/0 into 10/8
-    assert.matches("far%-side", a[far_ip .. ":" .. P2])                    -- control: an entry inside 10/8
     assert.is_nil(a[host_ip .. ":" .. P2]:find("host-side", 1, true), out) -- inside the entry, but the host's
+    assert.matches("far%-side", a[far_ip .. ":" .. P2])                    -- control, after: an entry inside 10/8
+    assert.is_true(h.in_order(out, { "@" .. far_ip .. ":" .. P .. "\n", "@" .. host_ip .. ":" .. P2 .. "\n",
+      "far%-side" }), out)
     assert.matches("broader than 10%.0%.0%.0/8", text)
     assert.matches("an address of this host", text)
   end)
@@ -478,11 +480,11 @@ describe("egress hardening, end to end #root #netns", function()
   it("names: one resolving to the host is refused unless network.internal lists the address", function()
     local common = { "--allow", "far.test:" .. P2, "--allow", "host.test:" .. P2,
       "--resolve", "far.test=" .. far_ip, "--resolve", "host.test=" .. host_ip, "--internal", cidr }
-    local script = table.concat({ nc("far.test", P2), nc("host.test", P2) }, "; ")
+    local script = table.concat({ nc("host.test", P2), nc("far.test", P2) }, "; ")
     local out = run(common, script)
     local a = answers(out)
-    assert.matches("far%-side", a["far.test:" .. P2], nil, out)                  -- control
     assert.is_nil(a["host.test:" .. P2]:find("host-side", 1, true), out)        -- the broad /24 does not unlock it
+    assert.matches("far%-side", a["far.test:" .. P2], nil, out)                  -- control, after it
     local with = { "--internal", host_ip .. "/32" }
     for _, x in ipairs(common) do with[#with + 1] = x end
     a = answers(run(with, script))
@@ -531,8 +533,8 @@ describe("egress hardening, end to end #root #netns", function()
   it("corral run --log-json: 400 DNS queries in a second do not push connection decisions out", function()
     local dir = h.tmpdir("flood-conn")
     local log = dir .. "/log.jsonl"
-    -- 400 queries (twice the DNS budget), then, at once, an allowed and a denied connection
-    -- (a server listens on both ports: only the decision keeps far-side from the second)
+    -- 400 queries (twice the DNS budget), then, at once, a denied and an allowed connection
+    -- (a server listens on both ports: only the decision keeps far-side from the first)
     local script = string.format([[perl -MSocket -MIO::Socket::INET -MTime::HiRes=time -e '
       socket(my $s, AF_INET, SOCK_DGRAM, 0) or die; my $to = pack_sockaddr_in(53, inet_aton("127.0.0.1"));
       my ($n, $t0) = (0, time);
@@ -543,12 +545,12 @@ describe("egress hardening, end to end #root #netns", function()
         my $r = ""; vec($r, fileno($s), 1) = 1;
         $n++ if select($r, undef, undef, 1) and recv($s, my $buf, 512, 0);
       }
-      my $ok = IO::Socket::INET->new(PeerAddr => "far.test", PeerPort => %d, Timeout => 2);
-      my $line = $ok ? <$ok> : ""; close $ok if $ok;
       my $no = IO::Socket::INET->new(PeerAddr => "far.test", PeerPort => %d, Timeout => 2);
       my $other = $no ? (<$no> // "") : "";
+      my $ok = IO::Socket::INET->new(PeerAddr => "far.test", PeerPort => %d, Timeout => 2);
+      my $line = $ok ? <$ok> : ""; close $ok if $ok;
       printf "answered=%%d allowed=%%d denied=%%d seconds=%%.3f\n", $n, $line =~ /far-side/ ? 1 : 0,
-        $other =~ /far-side/ ? 0 : 1, time - $t0']], P2, P)
+        $other =~ /far-side/ ? 0 : 1, time - $t0']], P, P2)
     -- other.test:P puts port P among the redirected ones, so far.test:P reaches the
     -- acceptor, which denies and logs it (a port no entry names is reset at the SYN).
     local out, status = run({ "--allow", "far.test:" .. P2, "--allow", "other.test:" .. P,

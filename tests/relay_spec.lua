@@ -90,16 +90,9 @@ describe("core.relay", function()
 
   it("propagates a reset, where an orderly close stays orderly", function()
     local loop <close> = relay.new()
-    -- Control: the server closes; the client reads the end of stream.
+    -- The server resets; the client gets ECONNRESET.
     local c, a = pair()
     local b, s = pair()
-    loop:add_pair(a, b)
-    s:close()
-    assert.equal("", recv(loop, c))
-    c:close()
-    -- The server resets; the client gets ECONNRESET.
-    c, a = pair()
-    b, s = pair()
     local id = loop:add_pair(a, b)
     assert.is_true(core.reset(s))
     assert.equal("corral.fd (closed)", tostring(s))
@@ -110,6 +103,14 @@ describe("core.relay", function()
     assert.equal("closed", e.kind)
     assert.equal(ECONNRESET, e.err)
     assert.is_string(e.msg)
+    c:close()
+    -- Control, after it, on the same loop: the server closes; the client reads the end
+    -- of stream.
+    c, a = pair()
+    b, s = pair()
+    loop:add_pair(a, b)
+    s:close()
+    assert.equal("", recv(loop, c))
     c:close()
   end)
 
@@ -139,10 +140,25 @@ describe("core.relay", function()
 
   it("connects upstream, or fails and resets the client", function()
     local loop <close> = relay.new()
-    local up, port = assert(core.tcp_listen("127.0.0.1", 0))
+    -- Refused: a port whose listener is gone.
+    local gone, port = assert(core.tcp_listen("127.0.0.1", 0))
+    gone:close()
     local c, a = pair()
+    local id = assert(loop:add_connect(a, "127.0.0.1", port))
+    local e = wait_event(loop, function(ev) return ev.id == id end)
+    assert.equal("failed", e.kind)
+    assert.equal(ECONNREFUSED, e.err)
+    local data, _, err = recv(loop, c, 1)
+    assert.is_nil(data)
+    assert.equal(ECONNRESET, err)
+    c:close()
+
+    -- Control, after it, on the same loop: a listening upstream is connected and relayed.
+    local up
+    up, port = assert(core.tcp_listen("127.0.0.1", 0))
+    c, a = pair()
     assert.equal(5, core.sock_send(c, "early"))
-    local id = assert(loop:add_connect(a, "127.0.0.1", port, { mark = 42, timeout = 1 }))
+    id = assert(loop:add_connect(a, "127.0.0.1", port, { mark = 42, timeout = 1 }))
     assert.is_not_nil(wait_event(loop, function(ev)
       return ev.id == id and ev.kind == "connected"
     end))
@@ -150,20 +166,9 @@ describe("core.relay", function()
     assert.equal("early", recv(loop, s, 5))
     s:close()
     c:close()
-    local e = wait_event(loop, function(ev) return ev.id == id and ev.kind ~= "connected" end)
+    e = wait_event(loop, function(ev) return ev.id == id and ev.kind ~= "connected" end)
     assert.same({ id = id, kind = "closed", up = 5, down = 0, err = 0 }, e)
-
-    -- Refused.
     up:close()
-    c, a = pair()
-    id = assert(loop:add_connect(a, "127.0.0.1", port))
-    e = wait_event(loop, function(ev) return ev.id == id end)
-    assert.equal("failed", e.kind)
-    assert.equal(ECONNREFUSED, e.err)
-    local data, _, err = recv(loop, c, 1)
-    assert.is_nil(data)
-    assert.equal(ECONNRESET, err)
-    c:close()
 
     -- A malformed address is an argument error, not a failure.
     c, a = pair()
@@ -172,6 +177,72 @@ describe("core.relay", function()
     assert.has_error(function() loop:add_pair(a, a) end)
     a:close()
     c:close()
+  end)
+
+  it("races a list of addresses: all refusing fails, one listening among them wins", function()
+    local loop <close> = relay.new()
+    local gone, dead = assert(core.tcp_listen("127.0.0.1", 0))
+    gone:close()
+    -- every address refuses (::1 and 127.0.0.1, nothing on that port): failed, reset
+    local c, a = pair()
+    local id = assert(loop:add_connect(a, { "::1", "127.0.0.1" }, dead, { attempt_delay = 1 }))
+    local e = wait_event(loop, function(ev) return ev.id == id end)
+    assert.equal("failed", e.kind)
+    assert.equal(ECONNREFUSED, e.err)
+    local _, _, err = recv(loop, c, 1)
+    assert.equal(ECONNRESET, err)
+    c:close()
+    -- control: the same race with a listener on 127.0.0.1 only; ::1 refuses first and
+    -- hands over at once (long before the one-second head start)
+    local up, port = assert(core.tcp_listen("127.0.0.1", 0))
+    c, a = pair()
+    local t0 = core.monotime()
+    id = assert(loop:add_connect(a, { "::1", "127.0.0.1" }, port, { attempt_delay = 1 }))
+    e = wait_event(loop, function(ev) return ev.id == id end)
+    assert.equal("connected", e.kind)
+    assert.equal(2, e.addr)
+    assert.truthy(core.monotime() - t0 < 0.9)
+    local s = assert(core.tcp_accept(up, 1))
+    assert.equal(2, core.sock_send(c, "he"))
+    assert.equal("he", recv(loop, s, 2))
+    -- both legs probe with TCP keepalive (ss shows the timer on each relayed socket)
+    local ss = io.popen("ss -tnoH state established '( sport = :" .. port .. " or dport = :" .. port .. " )'")
+    local text = ss:read("a")
+    ss:close()
+    local _, upstream_keepalive = text:gsub("timer:%(keepalive", "")
+    assert.truthy(upstream_keepalive >= 1, text) -- the relay's upstream end
+    s:close()
+    c:close()
+    up:close()
+    assert.has_error(function() loop:add_connect(a, {}, 80) end)
+    assert.has_error(function() loop:add_connect(a, { "localhost" }, 80) end)
+  end)
+
+  it("keeps TCP keepalive on both legs of a pair", function()
+    local loop <close> = relay.new()
+    -- a: accepted on port pa (its local port); b: connected to port pb (its peer's)
+    local la, pa = assert(core.tcp_listen("127.0.0.1", 0))
+    local c = assert(core.tcp_connect("127.0.0.1", pa, 1))
+    local a = assert(core.tcp_accept(la, 1))
+    local lb, pb = assert(core.tcp_listen("127.0.0.1", 0))
+    local b = assert(core.tcp_connect("127.0.0.1", pb, 1))
+    local s = assert(core.tcp_accept(lb, 1))
+    la:close()
+    lb:close()
+    local function timers(filter)
+      local p = io.popen("ss -tnoH state established '( " .. filter .. " )'")
+      local text = p:read("a")
+      p:close()
+      return text
+    end
+    -- before the loop takes it the socket has no keepalive timer: the timer is the loop's doing
+    assert.is_nil(timers("sport = :" .. pa):find("keepalive", 1, true))
+    loop:add_pair(a, b)
+    assert.matches("timer:%(keepalive", timers("sport = :" .. pa)) -- the client leg
+    local up = timers("dport = :" .. pb)
+    assert.matches("timer:%(keepalive", up)                       -- the upstream leg
+    c:close()
+    s:close()
   end)
 
   it("refuses the connection over a key's cap, and only for that key", function()
@@ -302,12 +373,8 @@ end)
 describe("core.connect_marked #root", function()
   it("returns a marked socket, and no socket when the mark cannot be set", function()
     local l, port = assert(core.tcp_listen("127.0.0.1", 0))
-    -- Control: with CAP_NET_ADMIN.
-    local fd = assert(core.connect_marked("127.0.0.1", port, 42, 1))
-    assert.is_not_nil(core.tcp_accept(l, 1))
-    fd:close()
-    -- The same call from a host process without CAP_NET_ADMIN / CAP_NET_RAW (still uid
-    -- 0): the message names the step, and the unmarked control in that process connects.
+    -- From a host process without CAP_NET_ADMIN / CAP_NET_RAW (still uid 0): the message
+    -- names the step, and the unmarked control in that process connects after it.
     local host = os.getenv("CORRAL_HOST") or "build/corral"
     local script = ([[
       local core = require "corral.core"
@@ -320,6 +387,10 @@ describe("core.connect_marked #root", function()
     assert.is_true(ok, out)
     assert.matches("nil\tsetsockopt_mark: Operation not permitted\t" .. EPERM, out, 1, true)
     assert.matches("unmarked ok", out, 1, true)
+    -- Control, after it: the same marked call with CAP_NET_ADMIN.
+    local fd = assert(core.connect_marked("127.0.0.1", port, 42, 1))
+    assert.is_not_nil(core.tcp_accept(l, 1))
+    fd:close()
     l:close()
   end)
 end)

@@ -29,7 +29,8 @@
 #include "sock.h"
 
 /* epoll data of the loop's own fds; a connection's is its address | side (malloc
- * aligns to 16, and no address is below 4096). */
+ * aligns to 16, and no address is below 4096): 0 the client, 1 upstream, 2 + i the
+ * attempt at a race's address i. */
 #define TAG_TIMER 1u
 #define TAG_NOTIFY 2u
 #define BATCH 256
@@ -44,7 +45,31 @@
  * 2 directions x the pipe), so the middle. Pages are held only while bytes wait. */
 #define PIPE_BYTES (256 * 1024)
 
+/* Both legs probe an idle peer (TCP keepalive), so a long-lived connection with no
+ * idle limit is still ended once either end is gone: the first probe after this many
+ * seconds of silence, then every KEEPINTVL, dead after KEEPCNT unanswered. An end that
+ * sends its own probes is answered by the leg it reaches, and the other leg carries its
+ * own, so neither end's NAT or firewall sees a silent flow for longer than KEEPIDLE. */
+#define KEEPIDLE 60
+#define KEEPINTVL 20
+#define KEEPCNT 6
+
 enum state { CONNECTING, OPEN };
+
+/* An upstream raced over several addresses (RFC 8305): one attempt starts, the next
+ * after delay_ms or at once when the last one in flight fails, the first to connect
+ * wins and the others are closed. Freed once a winner is chosen. */
+struct race {
+    struct sockaddr_storage addr[CORRAL_RELAY_RACE_MAX];
+    size_t n, next;                /* addresses; the next one to try */
+    int fd[CORRAL_RELAY_RACE_MAX]; /* the attempt at addr[i] while in flight, else -1 */
+    size_t flying;                 /* attempts in flight */
+    int64_t next_ms;               /* when the next attempt starts; 0: none */
+    int delay_ms, last_err;
+    uint32_t mark;
+    int netns_fd; /* a duplicate, closed with the race; -1: here */
+    char *port_key;
+};
 
 struct key_entry {
     struct key_entry *next;
@@ -73,6 +98,8 @@ struct conn {
     int64_t last_ms;          /* last byte moved */
     int64_t connect_deadline; /* 0: none */
     struct key_entry *key;
+    struct race *race; /* while racing addresses; fd[1] is -1 until one connects */
+    int winner;        /* the address index that connected (0 without a race) */
 };
 
 struct corral_relay {
@@ -159,6 +186,7 @@ static void push_event(struct corral_relay *r, const struct conn *c, int kind, i
     e->err = err;
     e->bytes_a_to_b = c->d[0].bytes;
     e->bytes_b_to_a = c->d[1].bytes;
+    e->addr_index = c->winner;
 }
 
 static void arm(struct corral_relay *r, int64_t at_ms)
@@ -168,9 +196,18 @@ static void arm(struct corral_relay *r, int64_t at_ms)
     if (timerfd_settime(r->timerfd, TFD_TIMER_ABSTIME, &its, NULL) == 0) r->armed_ms = at_ms;
 }
 
+static int64_t race_due(const struct conn *c)
+{
+    return c->race && c->race->next < c->race->n ? c->race->next_ms : 0;
+}
+
 static int64_t deadline(const struct conn *c)
 {
-    if (c->state == CONNECTING) return c->connect_deadline;
+    if (c->state == CONNECTING) {
+        int64_t due = race_due(c);
+        if (due && (!c->connect_deadline || due < c->connect_deadline)) return due;
+        return c->connect_deadline;
+    }
     return c->idle_ms > 0 ? c->last_ms + c->idle_ms : 0;
 }
 
@@ -203,10 +240,23 @@ static void close_pipes(struct conn *c)
             }
 }
 
+static void race_free(struct corral_relay *r, struct conn *c)
+{
+    struct race *x = c->race;
+    if (!x) return;
+    for (size_t i = 0; i < x->n; i++)
+        drop_fd(r, &x->fd[i], false);
+    if (x->netns_fd >= 0) close(x->netns_fd);
+    free(x->port_key);
+    free(x);
+    c->race = NULL;
+}
+
 /* Ends a connection whose sockets are already closed: queues its event, and moves it to
  * the graveyard, which run empties once no epoll event of this batch can name it. */
 static void finish(struct corral_relay *r, struct conn *c, int kind, int err)
 {
+    race_free(r, c);
     close_pipes(c);
     c->dead = true;
     if (c->prev)
@@ -345,9 +395,82 @@ static void connected(struct corral_relay *r, struct conn *c)
     arm_for(r, c);
 }
 
+static int prepare(int fd);
+
+/* Starts the next attempt of c's race; an address whose socket cannot even be made is
+ * skipped (its error kept). Ends c as FAILED when nothing is left in flight or to try. */
+static void race_next(struct corral_relay *r, struct conn *c)
+{
+    struct race *x = c->race;
+    while (x->next < x->n) {
+        size_t i = x->next++;
+        const struct sockaddr *sa = (const struct sockaddr *)&x->addr[i];
+        socklen_t len =
+            sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+        int in_progress;
+        int fd = corral_connect_marked_start(sa, len, x->mark, x->netns_fd, x->port_key,
+                                             &in_progress, NULL);
+        if (fd < 0) {
+            x->last_err = -fd;
+            continue;
+        }
+        struct epoll_event ev = {.events = EPOLLOUT | EPOLLET,
+                                 .data.u64 = (uint64_t)(uintptr_t)c | (uint64_t)(2 + i)};
+        if (prepare(fd) < 0 || epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            x->last_err = errno ? errno : EIO;
+            corral_reset(fd);
+            continue;
+        }
+        x->fd[i] = fd;
+        x->flying++;
+        x->next_ms = x->next < x->n ? r->now_ms + x->delay_ms : 0;
+        arm_for(r, c);
+        return;
+    }
+    x->next_ms = 0;
+    if (!x->flying) abort_conn(r, c, -1, x->last_err ? x->last_err : ECONNREFUSED);
+}
+
+/* An event on attempt i of c's race: a failure starts the next attempt when none is
+ * left in flight; the first to connect becomes the upstream (side 1). */
+static void race_event(struct corral_relay *r, struct conn *c, size_t i, uint32_t ev)
+{
+    struct race *x = c->race;
+    if (!x || i >= x->n || x->fd[i] < 0) return; /* an attempt already closed */
+    int err = sock_error(x->fd[i]);
+    if (!err && !(ev & EPOLLOUT)) return;
+    if (err || (ev & EPOLLHUP)) {
+        x->last_err = err ? err : ECONNRESET;
+        drop_fd(r, &x->fd[i], false);
+        x->flying--;
+        if (!x->flying) race_next(r, c);
+        return;
+    }
+    int fd = x->fd[i];
+    x->fd[i] = -1;
+    x->flying--;
+    struct epoll_event mod = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                              .data.u64 = (uint64_t)(uintptr_t)c | 1u};
+    if (epoll_ctl(r->epfd, EPOLL_CTL_MOD, fd, &mod) < 0) {
+        x->last_err = errno;
+        corral_reset(fd);
+        if (!x->flying) race_next(r, c);
+        return;
+    }
+    c->fd[1] = fd;
+    c->winner = (int)i;
+    race_free(r, c);
+    connected(r, c);
+    pump(r, c);
+}
+
 static void handle(struct corral_relay *r, struct conn *c, int side, uint32_t ev)
 {
     if (c->dead) return;
+    if (side >= 2) {
+        race_event(r, c, (size_t)side - 2, ev);
+        return;
+    }
     if (ev & EPOLLERR) {
         int err = sock_error(c->fd[side]);
         if (err) {
@@ -371,7 +494,12 @@ static void sweep(struct corral_relay *r)
     while (c) {
         struct conn *after = c->next;
         int64_t dl = deadline(c);
-        if (dl && dl <= r->now_ms) {
+        if (dl && dl <= r->now_ms && dl == race_due(c) &&
+            (!c->connect_deadline || dl < c->connect_deadline)) {
+            race_next(r, c); /* the head start is over: the next address joins */
+            dl = c->dead ? 0 : deadline(c);
+            if (dl && (!next || dl < next)) next = dl;
+        } else if (dl && dl <= r->now_ms) {
             /* Both reset on an idle timeout too: a peer must not take a cut stream for a
              * complete one. */
             abort_conn(r, c, -1, ETIMEDOUT);
@@ -430,6 +558,7 @@ void corral_relay_free(struct corral_relay *r)
     for (struct conn *c = r->conns; c; c = c->next) {
         for (int i = 0; i < 2; i++)
             if (c->fd[i] >= 0) corral_reset(c->fd[i]);
+        race_free(r, c);
         close_pipes(c);
     }
     free_list(r->conns);
@@ -464,8 +593,12 @@ static int prepare(int fd)
      * small write of a request would wait for the ACK of the first, which the server
      * delays until it answers: a 40 ms stall added to an exchange the ends made without
      * one. (Not a TCP socket: ignored.) */
-    int one = 1;
+    int one = 1, idle = KEEPIDLE, intvl = KEEPINTVL, cnt = KEEPCNT;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
     return 0;
 }
 
@@ -477,12 +610,12 @@ static int key_admits(const struct corral_relay *r, const struct corral_relay_op
 }
 
 static int add(struct corral_relay *r, int a, int b, enum state state, int connect_timeout_ms,
-               const struct corral_relay_opts *o, uint64_t *id)
+               const struct corral_relay_opts *o, struct race *race, uint64_t *id)
 {
     int err;
     struct conn *c = NULL;
     struct key_entry *k = NULL;
-    if (!r || a < 0 || b < 0 || a == b) {
+    if (!r || a < 0 || (b < 0 && !race) || a == b) {
         err = -EINVAL;
         goto fail;
     }
@@ -491,7 +624,7 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
         goto fail;
     }
     if ((err = key_admits(r, o)) < 0) goto fail;
-    if ((err = prepare(a)) < 0 || (err = prepare(b)) < 0) goto fail;
+    if ((err = prepare(a)) < 0 || (b >= 0 && (err = prepare(b)) < 0)) goto fail;
     if ((err = reserve_events(r)) < 0) goto fail;
     c = calloc(1, sizeof *c);
     if (!c) {
@@ -527,6 +660,7 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
         state == CONNECTING && connect_timeout_ms > 0 ? r->now_ms + connect_timeout_ms : 0;
     c->key = k;
     for (int i = 0; i < 2; i++) {
+        if (c->fd[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
                                  .data.u64 = (uint64_t)(uintptr_t)c | (uint64_t)i};
         if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, c->fd[i], &ev) < 0) {
@@ -538,14 +672,19 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
     if (r->conns) r->conns->prev = c;
     r->conns = c;
     r->live++;
-    arm_for(r, c);
     if (id) *id = c->id;
+    if (race) {
+        c->race = race;
+        race_next(r, c); /* a failure here is a FAILED event, as for any connect */
+    } else {
+        arm_for(r, c);
+    }
     return 0;
 
 fail:
     if (c) {
         epoll_ctl(r->epfd, EPOLL_CTL_DEL, a, NULL);
-        epoll_ctl(r->epfd, EPOLL_CTL_DEL, b, NULL);
+        if (b >= 0) epoll_ctl(r->epfd, EPOLL_CTL_DEL, b, NULL);
         free(c);
     }
     if (k) key_release(r, k);
@@ -557,7 +696,7 @@ fail:
 int corral_relay_add_pair(struct corral_relay *r, int a, int b,
                           const struct corral_relay_opts *opts, uint64_t *id)
 {
-    return add(r, a, b, OPEN, 0, opts, id);
+    return add(r, a, b, OPEN, 0, opts, NULL, id);
 }
 
 int corral_relay_add_connecting(struct corral_relay *r, int client_fd, int upstream_fd,
@@ -566,7 +705,7 @@ int corral_relay_add_connecting(struct corral_relay *r, int client_fd, int upstr
 {
     /* Registering a socket whose connect already finished reports EPOLLOUT at once, so
      * one path serves both. */
-    return add(r, client_fd, upstream_fd, CONNECTING, connect_timeout_ms, opts, id);
+    return add(r, client_fd, upstream_fd, CONNECTING, connect_timeout_ms, opts, NULL, id);
 }
 
 int corral_relay_add_connect(struct corral_relay *r, int client_fd, const struct sockaddr *upstream,
@@ -585,7 +724,51 @@ int corral_relay_add_connect(struct corral_relay *r, int client_fd, const struct
         if (client_fd >= 0) corral_reset(client_fd);
         return up;
     }
-    return add(r, client_fd, up, CONNECTING, connect_timeout_ms, opts, id);
+    return add(r, client_fd, up, CONNECTING, connect_timeout_ms, opts, NULL, id);
+}
+
+int corral_relay_add_race(struct corral_relay *r, int client_fd,
+                          const struct corral_relay_race *how, const struct corral_relay_opts *opts,
+                          uint64_t *id)
+{
+    int err = r && how && how->n >= 1 && how->n <= CORRAL_RELAY_RACE_MAX && how->addrs &&
+                      how->attempt_delay_ms >= 0
+                  ? key_admits(r, opts)
+                  : -EINVAL;
+    struct race *x = NULL;
+    if (!err && !(x = calloc(1, sizeof *x))) err = -ENOMEM;
+    if (!err) {
+        x->netns_fd = -1;
+        for (size_t i = 0; i < how->n; i++) {
+            int fam = how->addrs[i].ss_family;
+            if (fam != AF_INET && fam != AF_INET6) err = -EAFNOSUPPORT;
+            x->addr[i] = how->addrs[i];
+            x->fd[i] = -1;
+        }
+        x->n = how->n;
+        x->delay_ms = how->attempt_delay_ms;
+        x->mark = how->mark;
+    }
+    if (!err && how->netns_fd >= 0 && (x->netns_fd = fcntl(how->netns_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        err = -errno;
+    const char *pk = how && how->port_key ? how->port_key : opts ? opts->key : NULL;
+    if (!err && pk && !(x->port_key = strdup(pk))) err = -ENOMEM;
+    if (err) {
+        if (x) {
+            if (x->netns_fd >= 0) close(x->netns_fd);
+            free(x->port_key);
+            free(x);
+        }
+        if (client_fd >= 0) corral_reset(client_fd);
+        return err;
+    }
+    err = add(r, client_fd, -1, CONNECTING, how->connect_timeout_ms, opts, x, id);
+    if (err < 0) {
+        if (x->netns_fd >= 0) close(x->netns_fd);
+        free(x->port_key);
+        free(x);
+    }
+    return err;
 }
 
 static void dispatch(struct corral_relay *r, const struct epoll_event *ev)
@@ -600,7 +783,7 @@ static void dispatch(struct corral_relay *r, const struct epoll_event *ev)
         return;
     }
     if (tag == TAG_NOTIFY) return;
-    handle(r, (struct conn *)(uintptr_t)(tag & ~(uint64_t)1), (int)(tag & 1), ev->events);
+    handle(r, (struct conn *)(uintptr_t)(tag & ~(uint64_t)15), (int)(tag & 15), ev->events);
 }
 
 static void notify(struct corral_relay *r)

@@ -47,6 +47,7 @@ struct corral_relay_event {
     int err;
     uint64_t bytes_a_to_b; /* delivered from a (the client) to b (upstream) */
     uint64_t bytes_b_to_a;
+    int addr_index; /* add_race: the address that connected (0 otherwise) */
 };
 
 /* A new, empty loop. Returns 0 or -errno. */
@@ -89,6 +90,33 @@ int corral_relay_add_connect(struct corral_relay *r, int client_fd, const struct
 int corral_relay_add_connecting(struct corral_relay *r, int client_fd, int upstream_fd,
                                 int connect_timeout_ms, const struct corral_relay_opts *opts,
                                 uint64_t *id);
+
+/* The most addresses one add_race tries (and the epoll tag's room: 2 + index < 16). */
+#define CORRAL_RELAY_RACE_MAX 12
+
+struct corral_relay_race {
+    const struct sockaddr_storage *addrs; /* AF_INET / AF_INET6, port set, in try order */
+    size_t n;                             /* 1 .. CORRAL_RELAY_RACE_MAX */
+    uint32_t mark;                        /* 0: none (else set and read back) */
+    int netns_fd;                         /* upstream made in this netns; -1: here */
+    const char *port_key;                 /* source-port slice key; NULL: opts->key */
+    int connect_timeout_ms;               /* for the whole race; 0: no limit */
+    int attempt_delay_ms;                 /* head start of each attempt over the next */
+};
+
+/*
+ * Connects client_fd's upstream by racing addresses, as RFC 8305 ("Happy Eyeballs")
+ * asks: addrs[0] first; addrs[i + 1] after attempt_delay_ms, or at once when every
+ * attempt in flight has failed; the first to connect is relayed (CONNECTED, with its
+ * addr_index) and the others are closed. FAILED (the client reset) carries the last
+ * attempt's error once all have failed, ETIMEDOUT when connect_timeout_ms passes first.
+ * The caller orders addrs (IPv6 first, families interleaved); netns_fd is duplicated and
+ * port_key copied, so neither need outlive the call. Returns 0 or -errno (-EINVAL,
+ * -EAFNOSUPPORT, -ENOMEM, -EUSERS as add_pair).
+ */
+int corral_relay_add_race(struct corral_relay *r, int client_fd,
+                          const struct corral_relay_race *how, const struct corral_relay_opts *opts,
+                          uint64_t *id);
 
 /*
  * Waits up to timeout_ms (-1: no limit, 0: poll) for work, does it, and copies up to max

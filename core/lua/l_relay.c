@@ -5,8 +5,11 @@
  *   loop:fileno()                                      -> the epoll fd (readable: call run)
  *   loop:add_pair(fd_a, fd_b [, {idle=s, key=, max_per_key=}])          -> id
  *   loop:add_connect(client_fd, ip, port [, {mark=, timeout=s, idle=s, key=, max_per_key=,
- *                                           netns=fd}])
+ *                                           netns=fd, attempt_delay=s}])
  *                                                      -> id
+ *     ip may be a list of addresses: they are raced (RFC 8305) in the order given, each
+ *     attempt attempt_delay (default 0.25 s) ahead of the next; the connected event's
+ *     addr is the index (from 1) of the one that connected.
  *   loop:run([timeout_s])                              -> {{id=, kind=, up=, down=, err=,
  *                                                           msg=}, …}
  *   loop:count([key])                                  -> live connections
@@ -64,6 +67,7 @@ struct opts {
     int timeout_ms;
     int netns_fd;         /* upstream made in this netns (the sandbox's own link); -1: here */
     const char *port_key; /* the source-port slice's key (corral_port_slice); NULL: key */
+    int attempt_delay_ms;
 };
 
 /* Reads the options table at arg (absent: defaults). A key string stays referenced by
@@ -72,6 +76,7 @@ static void check_opts(lua_State *L, int arg, struct opts *p)
 {
     memset(p, 0, sizeof *p);
     p->timeout_ms = 10000;
+    p->attempt_delay_ms = 250;
     p->netns_fd = -1;
     if (lua_isnoneornil(L, arg)) return;
     luaL_checktype(L, arg, LUA_TTABLE);
@@ -89,6 +94,12 @@ static void check_opts(lua_State *L, int arg, struct opts *p)
     if (lua_getfield(L, arg, "timeout") != LUA_TNIL) {
         if (!lua_isnumber(L, -1)) luaL_argerror(L, arg, "timeout must be a number of seconds");
         p->timeout_ms = ms_of(L, arg, "timeout", lua_tonumber(L, -1));
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, arg, "attempt_delay") != LUA_TNIL) {
+        if (!lua_isnumber(L, -1))
+            luaL_argerror(L, arg, "attempt_delay must be a number of seconds");
+        p->attempt_delay_ms = ms_of(L, arg, "attempt_delay", lua_tonumber(L, -1));
     }
     lua_pop(L, 1);
     if (lua_getfield(L, arg, "mark") != LUA_TNIL) {
@@ -182,15 +193,48 @@ static int l_add_pair(lua_State *L)
     return 1;
 }
 
+/* add_connect with a list of addresses: raced by the loop (corral_relay_add_race). */
+static int add_race(lua_State *L, struct corral_relay *r, int port)
+{
+    struct sockaddr_storage addrs[CORRAL_RELAY_RACE_MAX];
+    lua_Integer n = luaL_len(L, 3);
+    if (n < 1 || n > CORRAL_RELAY_RACE_MAX)
+        return luaL_argerror(L, 3, "a list of 1 to 12 addresses");
+    for (lua_Integer i = 1; i <= n; i++) {
+        socklen_t len;
+        lua_geti(L, 3, i);
+        const char *ip = lua_tostring(L, -1);
+        if (!ip || corral_sockaddr_from(ip, port, &addrs[i - 1], &len) < 0)
+            return luaL_argerror(L, 3, "not a list of numeric IPv4 or IPv6 addresses");
+        lua_pop(L, 1);
+    }
+    struct opts p;
+    check_opts(L, 5, &p);
+    int client = take_fd(L, 2);
+    struct corral_relay_race how = {.addrs = addrs,
+                                    .n = (size_t)n,
+                                    .mark = p.mark,
+                                    .netns_fd = p.netns_fd,
+                                    .port_key = p.netns_fd < 0 ? p.port_key : NULL,
+                                    .connect_timeout_ms = p.timeout_ms,
+                                    .attempt_delay_ms = p.attempt_delay_ms};
+    uint64_t id = 0;
+    int err = corral_relay_add_race(r, client, &how, &p.o, &id);
+    if (err < 0) return corral_pushfail(L, "relay", err);
+    lua_pushinteger(L, (lua_Integer)id);
+    return 1;
+}
+
 static int l_add_connect(lua_State *L)
 {
     struct corral_relay *r = checkrelay(L, 1);
     corral_checkfd(L, 2);
-    const char *ip = luaL_checkstring(L, 3);
     lua_Integer port = luaL_checkinteger(L, 4);
+    if (port < 1 || port > 65535) return luaL_argerror(L, 4, "port out of range");
+    if (lua_type(L, 3) == LUA_TTABLE) return add_race(L, r, (int)port);
+    const char *ip = luaL_checkstring(L, 3);
     struct sockaddr_storage ss;
     socklen_t len;
-    if (port < 1 || port > 65535) return luaL_argerror(L, 4, "port out of range");
     if (corral_sockaddr_from(ip, (int)port, &ss, &len) < 0)
         return luaL_argerror(L, 3, "not a numeric IPv4 or IPv6 address");
     struct opts p;
@@ -257,6 +301,10 @@ static int l_run(lua_State *L)
             lua_setfield(L, -2, "down");
             lua_pushinteger(L, ev[i].err);
             lua_setfield(L, -2, "err");
+            if (ev[i].kind == CORRAL_RELAY_CONNECTED) {
+                lua_pushinteger(L, ev[i].addr_index + 1);
+                lua_setfield(L, -2, "addr");
+            }
             if (ev[i].err) {
                 lua_pushstring(L, strerror(ev[i].err));
                 lua_setfield(L, -2, "msg");

@@ -336,7 +336,8 @@ command("run", "run a tenant command in a sandbox (credentials stripped, no netw
            [--memory 256M] [--pids 64] [--cpu 0.5] [--wall 30s] [--fsize 1G] [--nofile 256]
            [--env NAME]... [--allow ENTRY]... [--allow-file FILE] [--internal CIDR]...
            [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE]
-           [--link NETNS,ADDR/PREFIX,GATEWAY,PEER/PREFIX] -- CMD ARGS...
+           [--link NETNS,ADDR/PREFIX,GATEWAY,PEER/PREFIX]
+           [--idle DURATION] [--max-connections N] [--verbose] -- CMD ARGS...
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (DIR, or a temporary directory removed
@@ -358,6 +359,15 @@ routed link (a veth into network namespace NETNS, a name under /run/netns or a p
 PEER/PREFIX, the address given to its far end, may be left out):
 permitted connections then leave from the sandbox's netns through it, on mark-checked
 sockets, instead of from the host's.
+A name's addresses are all tried (IPv6 first, then raced, as RFC 8305 asks) within the
+connect timeout. --idle DURATION (90s, 10m, 2h; default none) cuts a connection that
+moved no byte for that long; TCP keepalive runs on both legs, so a dead end is noticed
+either way. --max-connections N (default 4096) caps a sandbox's concurrent
+connections; each costs the host two sockets (about 7 KiB of kernel memory idle), under
+1 KiB of its own and six fds, plus up to 512 KiB of pipe only while bytes wait in it.
+At the end of the run, what was denied and which connections failed upstream are
+summarised on stderr with the option that would change them; --verbose prints each as
+it first happens.
 Exit status: the command's own (128+N when killed by signal N; under native 127 when
 it is not found and 126 when it cannot be executed, which bubblewrap reports as 1); 121
 when the memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
@@ -371,7 +381,8 @@ back as it was after the run.]],
       workspace = "value", memory = "value", pids = "value", cpu = "value", wall = "value",
       fsize = "value", nofile = "value", env = "list", allow = "list", ["allow-file"] = "value",
       internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value",
-      link = "value" })
+      link = "value",
+      idle = "value", ["max-connections"] = "value", verbose = "flag" }) -- egress/run_options, egress/summary
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
     local corral = require "corral"
@@ -420,6 +431,8 @@ back as it was after the run.]],
     end
     local network, nerr = M.network_options(opts)
     if nerr then return fail("run", nerr) end
+    network, nerr = require("corral.egress.run_options").apply(network, opts)
+    if nerr then return fail("run", nerr) end
     local service_port
     if opts["service-port"] then
       service_port = math.tointeger(tonumber(opts["service-port"]))
@@ -462,6 +475,7 @@ back as it was after the run.]],
       events.subscribe(writer)
       log_close = closer
     end
+    local summary = network and require("corral.egress.summary").start({ verbose = opts.verbose })
     local ok, perr = corral.provision(mech, sb)
     -- A temporary storage whose host id another process holds (sandbox.host_id_holder,
     -- rare): a fresh directory gives another id.
@@ -493,6 +507,7 @@ back as it was after the run.]],
     if signals then signals:close() end
     corral.destroy(mech, sb)
     cleanup()
+    if summary then summary.finish() end
     if log_close then log_close() end
     if not result then
       io.stderr:write("corral run: ", tostring(xerr), "\n")

@@ -380,6 +380,90 @@ static void test_connect(struct corral_relay *r)
     close(up);
 }
 
+/* Racing addresses (RFC 8305): each failure of the attempt in flight starts the next at
+ * once, an unanswered one gives the next its turn after the delay, the first to connect
+ * wins. Every attempt comes first, its control (the same race reaching a listener) after. */
+static void test_race(struct corral_relay *r)
+{
+    char buf[8] = {0};
+    int port = 0;
+    int up = corral_tcp_listen("127.0.0.1", 0, &port);
+    CHECK(up >= 0);
+    socklen_t len;
+    int hold[2];
+    struct sockaddr_storage addrs[3];
+    for (int i = 0; i < 2; i++) { /* bound, never listening: refused */
+        hold[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        addrs[i] = lo_addr(0, &len);
+        CHECK(bind(hold[i], (struct sockaddr *)&addrs[i], len) == 0);
+        len = sizeof addrs[i];
+        getsockname(hold[i], (struct sockaddr *)&addrs[i], &len);
+    }
+    struct corral_relay_race how = {.addrs = addrs,
+                                    .n = 2,
+                                    .netns_fd = -1,
+                                    .connect_timeout_ms = 2000,
+                                    .attempt_delay_ms = 1000};
+    int c, a;
+    uint64_t id = 0;
+
+    /* Every address refuses: FAILED with the last error, at once, the client reset. */
+    CHECK(tcp_pair(&c, &a) == 0);
+    long t0 = now_ms();
+    CHECK(corral_relay_add_race(r, a, &how, NULL, &id) == 0);
+    const struct corral_relay_event *e = wait_event(r, id, CORRAL_RELAY_FAILED, 3000);
+    CHECK(e && e->err == ECONNREFUSED && now_ms() - t0 < 900);
+    CHECK(read_relayed(r, c, buf, sizeof buf, 1, 1000) == -ECONNRESET);
+    close(c);
+
+    /* Only unanswered addresses: the race's connect timeout ends it. */
+    corral_sockaddr_from("203.0.113.9", 80, &addrs[0], &len);
+    corral_sockaddr_from("203.0.113.9", 81, &addrs[1], &len);
+    how.connect_timeout_ms = 300;
+    how.attempt_delay_ms = 100;
+    CHECK(tcp_pair(&c, &a) == 0);
+    t0 = now_ms();
+    CHECK(corral_relay_add_race(r, a, &how, NULL, &id) == 0);
+    e = wait_event(r, id, CORRAL_RELAY_FAILED, 3000);
+    CHECK(e && e->err == ETIMEDOUT && now_ms() - t0 >= 290 && now_ms() - t0 < 1500);
+    close(c);
+
+    /* Controls: a refused first address hands over at once, an unanswered one after its
+     * head start; the listener behind it is relayed, and named by addr_index. */
+    struct sockaddr_storage hold0 = addrs[0];
+    len = sizeof hold0;
+    getsockname(hold[0], (struct sockaddr *)&hold0, &len);
+    struct sockaddr_storage open_ss = lo_addr(port, &len);
+    const struct sockaddr_storage firsts[2] = {hold0, addrs[0]}; /* refused, unanswered */
+    const long least[2] = {0, 90}, most[2] = {500, 900};
+    for (int k = 0; k < 2; k++) {
+        addrs[0] = firsts[k];
+        addrs[1] = open_ss;
+        how.connect_timeout_ms = 2000;
+        how.attempt_delay_ms = k ? 100 : 1000;
+        CHECK(tcp_pair(&c, &a) == 0);
+        t0 = now_ms();
+        CHECK(corral_relay_add_race(r, a, &how, NULL, &id) == 0);
+        e = wait_event(r, id, CORRAL_RELAY_CONNECTED, 3000);
+        long took = now_ms() - t0;
+        CHECK(e && e->addr_index == 1 && took >= least[k] && took < most[k]);
+        int s = corral_tcp_accept(up, 1000);
+        CHECK(s >= 0 && write(c, "he", 2) == 2);
+        CHECK(read_relayed(r, s, buf, 2, 0, 2000) == 2 && memcmp(buf, "he", 2) == 0);
+        close(c);
+        close(s);
+        CHECK(wait_event(r, id, CORRAL_RELAY_CLOSED, 2000) != NULL);
+    }
+    how.n = 0; /* and a race of nothing is an argument error, the client reset */
+    CHECK(tcp_pair(&c, &a) == 0);
+    CHECK(corral_relay_add_race(r, a, &how, NULL, &id) == -EINVAL);
+    CHECK(read_relayed(r, c, buf, sizeof buf, 1, 1000) == -ECONNRESET);
+    close(c);
+    close(hold[0]);
+    close(hold[1]);
+    close(up);
+}
+
 /* Source port of the relay's upstream end for one add_connect under opts. */
 static int upstream_port(struct corral_relay *r, int up, const struct sockaddr_storage *ss,
                          socklen_t len, const struct corral_relay_opts *o)
@@ -769,6 +853,7 @@ int main(void)
     test_reset_propagates(r);
     test_idle_timeout(r);
     test_connect(r);
+    test_race(r);
     test_key_cap(r);
     test_reset_one(r);
     test_port_slice(r);

@@ -51,6 +51,26 @@ function M.host_env(link)
   return hostaddr.env(extra)
 end
 
+--- The order a name's addresses are tried in (RFC 8305 section 4): IPv6 first, then the
+-- families alternate, each keeping the resolver's order; at most `max` of them.
+-- @tparam {string,...} addrs textual addresses
+-- @tparam[opt=12] integer max
+-- @treturn {string,...}
+function M.eyeballs_order(addrs, max)
+  local v6, v4 = {}, {}
+  for _, a in ipairs(addrs) do
+    local list = a:find(":", 1, true) and v6 or v4
+    list[#list + 1] = a
+  end
+  local out, i = {}, 1
+  while (v6[i] or v4[i]) and #out < (max or 12) do
+    if v6[i] then out[#out + 1] = v6[i] end
+    if v4[i] and #out < (max or 12) then out[#out + 1] = v4[i] end
+    i = i + 1
+  end
+  return out
+end
+
 --- Binds the acceptor inside netns, on a port the kernel chooses.
 -- @tparam userdata netns the sandbox's network namespace
 -- @tparam table sandbox `{id =, synth = its synthetic allocator, registry = where its
@@ -64,7 +84,7 @@ function M.new(netns, sandbox)
   local self = setmetatable({ id = sandbox.id, synth = sandbox.synth, registry = sandbox.registry,
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
-    netns = netns }, Acceptor)
+    attempt_delay = sandbox.attempt_delay, netns = netns }, Acceptor)
   self.fd, self.port = core.listen_in_netns(netns, "tcp", "::", 0)
   if not self.fd then return nil, self.port end
   return self
@@ -136,16 +156,18 @@ function Acceptor:connect(client, ctx, port_key)
     if not addrs then
       return deny(client, ctx, "cannot resolve " .. name .. " on the host: " .. tostring(rerr))
     end
-    upstream = nil
-    local why
+    -- Every address the name resolved to that the policy admits is raced (RFC 8305), as
+    -- the client itself would have tried them: one refusing address is not the name's end.
+    local good_addrs, why = {}, nil
     for _, a in ipairs(addrs) do
       local good, r = decision.check_resolved(a, policy, env)
-      if good then upstream = a; break end
-      why = a .. ": " .. tostring(r)
+      if good then good_addrs[#good_addrs + 1] = a else why = a .. ": " .. tostring(r) end
     end
-    if not upstream then return deny(client, ctx, "resolved into a refused range (" .. why .. ")") end
+    if #good_addrs == 0 then return deny(client, ctx, "resolved into a refused range (" .. why .. ")") end
+    upstream = M.eyeballs_order(good_addrs)
   end
-  ctx.upstream = upstream
+  ctx.upstream = type(upstream) == "table" and upstream[1] or upstream
+  ctx.upstreams = type(upstream) == "table" and upstream or nil
   -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
   -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
   -- which the ruleset's mark rules exempt from the redirect.
@@ -153,7 +175,7 @@ function Acceptor:connect(client, ctx, port_key)
   -- `recheck` cuts when the policy stops allowing the destination.
   local id, cerr = loop.connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
-    port_key = port_key,
+    port_key = port_key, attempt_delay = self.attempt_delay,
     mark = self.link and self.mark or nil, netns = self.link and self.netns or nil },
     { name = name, ip = (not name) and ip or nil, port = port }, ctx)
   if not id then return deny(client, ctx, "upstream: " .. tostring(cerr)) end

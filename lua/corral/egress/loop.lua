@@ -130,9 +130,11 @@ end
 -- `recheck` reset is logged as `cut`, with the bytes it had moved.
 local function relay_events(loop)
   for _, ev in ipairs(loop.relay.relay:run(0) or {}) do
+    local ctx = pending[ev.id]
+    -- a raced connection is logged with the address that won it
+    if ev.kind == "connected" and ctx and ctx.upstreams then ctx.upstream = ctx.upstreams[ev.addr] end
     if ev.kind == "closed" or ev.kind == "failed" then
       loop.relay:ended(ev.id)
-      local ctx = pending[ev.id]
       pending[ev.id] = nil
       local cut = cuts[ev.id]
       cuts[ev.id] = nil
@@ -145,12 +147,22 @@ local function relay_events(loop)
         else
           events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
             upstream = ctx.upstream, entry = ctx.entry, verdict = "allow",
-            reason = ev.kind == "failed" and ("upstream: " .. tostring(ev.msg or ev.err)) or ctx.reason,
+            reason = ev.kind == "failed" and M.failure(ev, ctx) or ctx.reason,
             bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
         end
       end
     end
   end
+end
+
+--- Why a connection's upstream never connected, in words: "upstream: Connection refused
+-- (10.1.2.3)", naming every address that was tried.
+-- @tparam table ev the relay's failed event (`err`, `msg`)
+-- @tparam table ctx the connect decision (`upstream`, `upstreams`)
+-- @treturn string
+function M.failure(ev, ctx)
+  local tried = ctx.upstreams and table.concat(ctx.upstreams, ", ") or ctx.upstream
+  return "upstream: " .. tostring(ev.msg or ev.err) .. (tried and (" (" .. tried .. ")") or "")
 end
 
 --- Re-decides the open outbound connections of sandbox `id` with its plane's current

@@ -43,7 +43,8 @@ function M.new(id, network)
   local self = setmetatable({ id = id, network = network, registry = registry.process,
     max_connections = network.max_connections or defaults.max_connections,
     idle = network.idle or defaults.idle,
-    connect_timeout = network.connect_timeout or defaults.connect_timeout }, Plane)
+    connect_timeout = network.connect_timeout or defaults.connect_timeout,
+    attempt_delay = defaults.attempt_delay }, Plane)
   local function fail(what, err)
     self:close()
     return nil, errors.cannot_enforce("network_restriction", what .. ": " .. tostring(err))
@@ -82,7 +83,7 @@ function M.new(id, network)
   self.dns_port = self.responder.port
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
-    idle = self.idle, connect_timeout = self.connect_timeout })
+    idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay })
   if not self.acceptor then return fail("acceptor", err) end
   self.acceptor_port = self.acceptor.port
   self.tcp_ports = M.tcp_ports(policy)

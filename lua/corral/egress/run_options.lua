@@ -1,0 +1,55 @@
+--- `corral run`'s connection options, read into the `network` table: --idle (how long a
+-- connection may move no byte; none by default) and --max-connections (per sandbox).
+-- @module corral.egress.run_options
+local errors = require "corral.errors"
+
+local M = {}
+
+local UNIT = { [""] = 1, s = 1, m = 60, h = 3600, d = 86400 }
+
+--- Seconds from "90", "90s", "10m", "2h", "1d"; "0" and "none" are no limit (0).
+-- @tparam string text
+-- @treturn[1] number seconds
+-- @return[2] nil
+-- @treturn[2] string why
+function M.duration(text)
+  if text == "none" then return 0 end
+  local n, unit = tostring(text):match("^(%d+%.?%d*)(%a?)$")
+  local k = n and UNIT[unit]
+  if not k then
+    return nil, string.format('"%s": expected seconds, or a number with s, m, h or d (e.g. 2h), or none', text)
+  end
+  local v = tonumber(n) * k
+  if v > 86400 * 365 then return nil, string.format('"%s": at most a year', text) end
+  return v
+end
+
+--- Adds --idle and --max-connections to `network` (the table from the egress options).
+-- @tparam table|nil network
+-- @tparam table opts parsed options
+-- @treturn[1] table|nil network
+-- @return[2] nil
+-- @treturn[2] table invalid_argument naming the option
+function M.apply(network, opts)
+  local idle, max = opts.idle, opts["max-connections"]
+  if idle == nil and max == nil then return network end
+  if not network then
+    return nil, errors.invalid_argument(idle and "--idle" or "--max-connections",
+      "applies to egress connections: give --allow too (without it the sandbox has no network)")
+  end
+  if idle ~= nil then
+    local v, why = M.duration(idle)
+    if not v then return nil, errors.invalid_argument("--idle", why) end
+    network.idle = v
+  end
+  if max ~= nil then
+    local v = math.tointeger(tonumber(max))
+    if not v or v < 1 then
+      return nil, errors.invalid_argument("--max-connections", '"' .. max .. '": a positive integer')
+    end
+    network.max_connections = v
+  end
+  return network
+end
+
+return M

@@ -1,0 +1,101 @@
+--- What the egress plane denied, and which connections failed upstream, in words a
+-- person reads: `corral run` prints it on stderr at the end of a run (and each line as
+-- it first happens with --verbose), naming the command-line option that would change
+-- the decision. Names are what the tenant asked for: a synthetic address is already
+-- mapped back to its name by the acceptor.
+-- @module corral.egress.summary
+local events = require "corral.egress.events"
+
+local M = {}
+
+local function dest(ev)
+  local host = ev.name or ev.ip or "?"
+  if host:find(":", 1, true) then host = "[" .. host .. "]" end
+  return ev.port and (host .. ":" .. ev.port) or host
+end
+
+local function entry_for(ev)
+  local host = ev.name or ev.ip or "NAME"
+  if host:find(":", 1, true) then host = "[" .. host .. "]" end
+  return host .. (ev.port and (":" .. ev.port) or "")
+end
+
+--- One line for an event the summary reports, or nil for one it does not (allowed
+-- connections, answered names, orderly ends).
+-- @tparam table ev an egress event (`corral.egress.events`)
+-- @treturn string|nil
+function M.line(ev)
+  local reason = tostring(ev.reason or "")
+  if ev.kind == "failed" then
+    local why, tried = reason:match("^upstream: (.-) %((.*)%)$")
+    why = (why or reason:gsub("^upstream: ", "")):lower()
+    if why:find("refused", 1, true) then why = "upstream refused" end
+    if why:find("timed out", 1, true) then why = "upstream did not answer" end
+    return string.format("failed %s (%s%s)", dest(ev), why, tried and (" " .. tried) or "")
+  end
+  if ev.verdict ~= "deny" or ev.kind == "suppressed" then return nil end
+  local d = dest(ev)
+  if ev.kind == "dns" then
+    if reason:find("not in the allowlist", 1, true) then
+      return string.format("denied %s (no entry names it; --allow %s:PORT would)", d, entry_for(ev))
+    end
+    return string.format("denied %s (DNS: %s)", d, reason)
+  end
+  if reason:find("allowed only on ports", 1, true) then
+    return string.format("denied %s (port not allowed for %s; --allow %s would)", d, ev.name or ev.ip,
+      entry_for(ev))
+  end
+  if reason:find("not in the allowlist", 1, true) then
+    return string.format("denied %s (no entry names it; --allow %s would)", d, entry_for(ev))
+  end
+  if reason:find("network.internal", 1, true) or reason:find("refused range", 1, true) then
+    return string.format("denied %s (%s; --internal CIDR admits a private range)", d,
+      (reason:gsub("list it in network%.internal", "list it with --internal")))
+  end
+  if ev.kind == "cut" then return string.format("cut %s (%s)", d, reason) end
+  return string.format("denied %s (%s)", d, reason)
+end
+
+--- Starts collecting. With `opts.verbose`, each line is also written to `opts.out`
+-- (default io.stderr) the first time it happens.
+-- @tparam[opt] table opts `{verbose =, out =, sandbox = only this sandbox's events}`
+-- @treturn table the collector, with `:lines()` (in first-seen order, each with its
+--   count) and `:finish()` (unsubscribes, writes the summary, returns its lines)
+function M.start(opts)
+  opts = opts or {}
+  local out = opts.out or io.stderr
+  local self = { order = {}, count = {} }
+  function self.on(ev)
+    if opts.sandbox and ev.sandbox ~= opts.sandbox then return end
+    local ok, line = pcall(M.line, ev)
+    if not ok or not line then return end
+    if not self.count[line] then
+      self.order[#self.order + 1] = line
+      self.count[line] = 0
+      if opts.verbose then out:write("corral run: ", line, "\n") end
+    end
+    self.count[line] = self.count[line] + 1
+  end
+  function self.lines()
+    local t = {}
+    for i, l in ipairs(self.order) do
+      local n = self.count[l]
+      t[i] = n > 1 and (l .. " x" .. n) or l
+    end
+    return t
+  end
+  function self.finish()
+    events.unsubscribe(self.on)
+    local t = self.lines()
+    if #t > 0 then
+      out:write("corral run: egress: ", #t == 1 and "1 decision" or (#t .. " decisions"),
+        " the tenant may not have expected:\n")
+      for _, l in ipairs(t) do out:write("  ", l, "\n") end
+    end
+    return t
+  end
+  events.subscribe(self.on)
+  return self
+end
+
+return M

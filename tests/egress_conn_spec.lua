@@ -1,0 +1,185 @@
+-- Egress connections as real programs hold them, end to end under `corral run`: every
+-- address a name resolves to is tried (RFC 8305), --idle and --max-connections, and the
+-- summary on stderr of what was denied or failed. Real clients (curl, nc) in a native
+-- tenant, real servers in a test "internet" netns; each attempt runs first, its control
+-- after it.
+local h = require "helpers"
+local internet = require "internet"
+
+describe("egress connection options and the summary's words", function()
+  local network_spec = require "corral.egress.network_spec"
+  local run_options = require "corral.egress.run_options"
+  local summary = require "corral.egress.summary"
+  local acceptor = require "corral.egress.acceptor"
+
+  it("refuses a bad idle or connect_timeout; none and hours are accepted", function()
+    for _, bad in ipairs({ -1, "10m", 0 / 0, 86400 * 366 }) do
+      local ok, err = network_spec.check({ allow = { "a.test:443" }, idle = bad })
+      assert.is_nil(ok, tostring(bad))
+      assert.matches("idle must be a number of seconds", err.detail)
+    end
+    assert.is_nil(network_spec.check({ connect_timeout = -2 }))
+    for _, good in ipairs({ 0, 0.5, 7200 }) do -- controls
+      assert.is_table(network_spec.check({ allow = { "a.test:443" }, idle = good, connect_timeout = 5 }))
+    end
+    assert.are.equal(0, network_spec.DEFAULTS.idle)              -- no idle limit unless asked
+    assert.is_true(network_spec.DEFAULTS.max_connections >= 2000) -- a build's downloads fit
+  end)
+
+  it("reads --idle durations and refuses what is not one", function()
+    for _, bad in ipairs({ "soon", "-1", "1x", "2 h", "400d" }) do assert.is_nil(run_options.duration(bad), bad) end
+    assert.are.same({ 0, 0, 90, 90, 600, 7200, 86400, 1.5 }, { run_options.duration("none"), run_options.duration("0"),
+      run_options.duration("90"), run_options.duration("90s"), run_options.duration("10m"),
+      run_options.duration("2h"), run_options.duration("1d"), run_options.duration("1.5") })
+  end)
+
+  it("orders a name's addresses IPv6 first, the families alternating", function()
+    assert.are.same({ "2001:db8::1", "192.0.2.1", "2001:db8::2", "192.0.2.2", "192.0.2.3" },
+      acceptor.eyeballs_order({ "192.0.2.1", "192.0.2.2", "2001:db8::1", "192.0.2.3", "2001:db8::2" }))
+    assert.are.same({ "192.0.2.1" }, acceptor.eyeballs_order({ "192.0.2.1" }))
+    assert.are.equal(12, #acceptor.eyeballs_order((function()
+      local t = {}
+      for i = 1, 20 do t[i] = "192.0.2." .. i end
+      return t
+    end)()))
+  end)
+
+  it("words each denial and failure with the option that changes it; allowed ones are not listed", function()
+    assert.are.equal("denied api.test:9443 (port not allowed for api.test; --allow api.test:9443 would)",
+      summary.line({ kind = "connect", verdict = "deny", name = "api.test", port = 9443,
+        reason = "sb: api.test is allowed only on ports 443" }))
+    assert.are.equal("denied evil.test (no entry names it; --allow evil.test:PORT would)",
+      summary.line({ kind = "dns", verdict = "deny", name = "evil.test",
+        reason = "sb: evil.test is not in the allowlist" }))
+    assert.are.equal("denied [2001:db8::9]:22 (no entry names it; --allow [2001:db8::9]:22 would)",
+      summary.line({ kind = "connect", verdict = "deny", ip = "2001:db8::9", port = 22,
+        reason = "sb: 2001:db8::9 is not in the allowlist" }))
+    assert.are.equal("failed api.test:8443 (upstream refused 10.1.2.3)",
+      summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 8443,
+        reason = "upstream: Connection refused (10.1.2.3)" }))
+    assert.matches("%-%-internal", summary.line({ kind = "connect", verdict = "deny", name = "db.test", port = 5432,
+      reason = "resolved into a refused range (10.0.0.5: private; list it in network.internal)" }))
+    -- controls: what went as asked is not a line
+    assert.is_nil(summary.line({ kind = "connect", verdict = "allow", name = "api.test", port = 443 }))
+    assert.is_nil(summary.line({ kind = "closed", verdict = "allow", name = "api.test", port = 443 }))
+    assert.is_nil(summary.line({ kind = "dns", verdict = "allow", name = "api.test" }))
+  end)
+end)
+
+describe("egress connections #root #netns", function()
+  local net, v4_server
+  local V4_PORT = 9555
+
+  setup(function()
+    net = internet.start()
+    -- a server on the internet's IPv4 address only: its IPv6 address refuses this port
+    local out = h.sh(string.format("ip netns exec %s socat TCP4-LISTEN:%d,bind=%s,fork,reuseaddr " ..
+      "SYSTEM:'echo dual-ok' >/dev/null 2>&1 & echo pid=$!", net.ns, V4_PORT, net.ip))
+    v4_server = out:match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, V4_PORT)):match("^1")
+    end, 5), "the IPv4-only server did not start")
+  end)
+
+  teardown(function()
+    if v4_server then os.execute("kill " .. v4_server .. " 2>/dev/null") end
+    if net then internet.stop(net) end
+  end)
+
+  local function run(args, script)
+    local argv = { "run", "--internal", net.cidr, "--internal", net.cidr6 }
+    for _, a in ipairs(args) do argv[#argv + 1] = a end
+    for _, a in ipairs({ "--", "sh", "-c", script }) do argv[#argv + 1] = a end
+    return h.corral(table.unpack(argv))
+  end
+
+  it("tries every address of a name: a refusing IPv6 address falls back to IPv4", function()
+    local log = net.dir .. "/dual.jsonl"
+    local out, status = run({ "--allow", "only6.test:" .. V4_PORT, "--allow", "dual.test:" .. V4_PORT,
+      "--resolve", "only6.test=" .. net.ip6,
+      "--resolve", "dual.test=" .. net.ip6, "--resolve", "dual.test=" .. net.ip, "--log-json", log },
+      h.attempt_then_control("nc -w 3 only6.test " .. V4_PORT .. " </dev/null",
+        "nc -w 3 dual.test " .. V4_PORT .. " </dev/null"))
+    assert.are.equal(0, status, out)
+    local _, control, attempt = h.after_attempt(out, "dual%-ok")
+    assert.is_nil(attempt:find("dual-ok", 1, true), out) -- the only address refused: nothing
+    assert.matches("dual%-ok", control)
+    -- the summary names the failure and the address that refused
+    assert.matches("failed only6.test:" .. V4_PORT .. " (upstream refused " .. net.ip6 .. ")", out, nil, true)
+    local json = require "dkjson"
+    local closed
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do
+      local e = assert(json.decode(line), line)
+      if e.kind == "closed" and e.name == "dual.test" then closed = e end
+    end
+    assert.truthy(closed, "no closed record for dual.test")
+    assert.are.equal(net.ip, closed.upstream) -- the IPv4 address won the race
+  end)
+
+  it("--idle cuts a connection silent for longer; without it, or longer, it is kept", function()
+    local echo = "(echo first; sleep 2.5; echo second) | nc -w 5 echo.test " .. net.echo_port .. "; echo nc-done"
+    local common = { "--allow", "echo.test:" .. net.echo_port, "--resolve", "echo.test=" .. net.ip }
+    local function with(extra)
+      local args = {}
+      for _, a in ipairs(common) do args[#args + 1] = a end
+      for _, a in ipairs(extra) do args[#args + 1] = a end
+      return run(args, echo)
+    end
+    local cut = with({ "--idle", "1s" })
+    assert.matches("first", cut)
+    assert.matches("nc%-done", cut)
+    assert.is_nil(cut:find("second", 1, true), cut) -- cut after a second of silence
+    local kept = with({ "--idle", "10s" })               -- controls: a longer limit, and none
+    assert.is_true(h.in_order(kept, { "first", "second", "nc%-done" }), kept)
+    local default = with({})
+    assert.is_true(h.in_order(default, { "first", "second", "nc%-done" }), default)
+  end)
+
+  it("--max-connections refuses the connection over it; one under it still connects", function()
+    local hold = "sleep 3 | nc -w 4 echo.test " .. net.echo_port .. " >/dev/null 2>&1 & "
+    local script = h.attempt_then_control(hold .. hold .. "sleep 0.5; echo x | nc -w 2 echo.test " ..
+      net.echo_port .. "; r=$?; wait; (exit $r)",
+      "echo after-the-cap | nc -N -w 2 echo.test " .. net.echo_port)
+    local out, status = run({ "--allow", "echo.test:" .. net.echo_port, "--resolve", "echo.test=" .. net.ip,
+      "--max-connections", "2" }, script)
+    assert.are.equal(0, status, out)
+    local _, _, attempt = h.after_attempt(out, "after%-the%-cap")
+    assert.is_nil(attempt:match("^x\n"), out) -- the third connection echoed nothing
+    assert.matches("connection cap reached %(2%)", out)
+  end)
+
+  it("summarises what it denied on stderr, naming the option; --verbose prints it at once", function()
+    local script = h.attempt_then_control(
+      "curl -sS --max-time 3 http://evil.test:8080/; curl -sS --max-time 3 http://pypi.org:9444/",
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html")
+    local args = { "--allow", "pypi.org:8080", "--allow", "logger.test:9444", "--resolve", "pypi.org=" .. net.ip,
+      "--resolve", "logger.test=" .. net.ip }
+    local out, status = run(args, script)
+    assert.are.equal(0, status, out)
+    h.after_attempt(out, "hello%-from%-the%-internet")
+    local summary = out:match("corral run: egress: .*$") or ""
+    assert.matches("denied evil.test (no entry names it; --allow evil.test:PORT would)", summary, nil, true)
+    assert.matches("denied pypi.org:9444 (port not allowed for pypi.org; --allow pypi.org:9444 would)",
+      summary, nil, true)
+    assert.is_nil(summary:find("8080", 1, true), summary) -- the allowed connection is not in it
+    -- --verbose: the same line as it happens, before the control's output
+    args[#args + 1] = "--verbose"
+    out = run(args, script)
+    assert.is_true(h.in_order(out, { "corral run: denied evil.test", "hello%-from%-the%-internet",
+      "corral run: egress: " }), out)
+  end)
+
+  it("refuses a bad --idle or --max-connections, or one without --allow, before starting", function()
+    for _, bad in ipairs({ { "--idle", "soon" }, { "--idle", "-1" }, { "--max-connections", "0" } }) do
+      local out, status = h.corral("run", "--allow", "pypi.org:443", bad[1], bad[2], "--", "true")
+      assert.are.equal(2, status, out)
+      assert.matches(bad[1], out, nil, true)
+    end
+    local out, status = h.corral("run", "--idle", "2h", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("give --allow too", out, nil, true)
+    out, status = h.corral("run", "--allow", "pypi.org:443", "--idle", "2h", "--max-connections", "8000",
+      "--", "true") -- control
+    assert.are.equal(0, status, out)
+  end)
+end)
