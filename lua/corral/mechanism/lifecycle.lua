@@ -14,17 +14,13 @@ local M = {}
 
 --- Completes `mech` with the lifecycle callbacks.
 -- @tparam table mech the mechanism (name, capabilities, …)
--- @tparam function spawn `spawn(sb, st, argv, opts)` → process, or nil, error, or
+-- @tparam function spawn `spawn(sb, st, argv, opts)`, st the host's state for the
+--   sandbox (corral.resources.acquire's, plus `process`) → process, or nil, error, or
 --   nil, nil, result (the sandbox was built and the command itself could not run).
 --   opts.stdout/opts.stderr are already set when the caller asked for `output`.
 -- @treturn table mech
 function M.build(mech, spawn)
-  local state = {} -- id → {cgroup =, plane =, process =, status =}
-
-  --- The host's state for a provisioned sandbox (nil when absent).
-  function mech.state_of(sb)
-    return state[sb.id]
-  end
+  local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
 
   -- Runs spawn with opts.output (a host path for the tenant's stdout and stderr) opened.
   local function spawn_with_output(sb, argv, opts)
