@@ -18,19 +18,20 @@
 -- @module corral.mechanism.bwrap
 local core = require "corral.core"
 local errors = require "corral.errors"
-local limits = require "corral.limits"
-local resources = require "corral.resources"
+local lifecycle = require "corral.mechanism.lifecycle"
 local tenant_root = require "corral.tenant_root"
 
 local M = { name = "bwrap" }
 
+--- What a sandbox under bwrap needs: the tenant profile's guarantees, and bubblewrap.
+-- @tparam table sb
+-- @treturn {string,...}
 function M.required_capabilities(sb)
-  local req = { "filesystem_confinement", "privilege_separation", "network_restriction", "bwrap" }
-  if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
-  if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
-  return req
+  return lifecycle.required_capabilities(sb, { "bwrap" })
 end
 
+--- What bwrap builds itself (resource limits are the host's, around it).
+-- @treturn {string,...}
 function M.constructed_capabilities()
   return { "filesystem_confinement", "privilege_separation", "network_restriction" }
 end
@@ -113,6 +114,6 @@ local function spawn(sb, st, argv, opts)
   return proc
 end
 
-require("corral.mechanism.lifecycle").build(M, spawn)
+lifecycle.build(M, spawn)
 
 return M

@@ -12,6 +12,20 @@ local resources = require "corral.resources"
 
 local M = {}
 
+--- What a sandbox under a built-in mechanism requires, in the order the gate asks: the
+-- tenant profile's guarantees, what the mechanism builds them from, resource_limits
+-- when it sets cgroup limits and nftables when it has an egress plane.
+-- @tparam table sb
+-- @tparam {string,...} needs the mechanism's own requirements
+-- @treturn {string,...}
+function M.required_capabilities(sb, needs)
+  local req = { "filesystem_confinement", "privilege_separation", "network_restriction" }
+  for _, c in ipairs(needs) do req[#req + 1] = c end
+  if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
+  if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
+  return req
+end
+
 --- Completes `mech` with the lifecycle callbacks.
 -- @tparam table mech the mechanism (name, capabilities, …)
 -- @tparam function spawn `spawn(sb, st, argv, opts)`, st the host's state for the

@@ -14,8 +14,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local capability = require "corral.capability"
-local limits = require "corral.limits"
-local resources = require "corral.resources"
+local lifecycle = require "corral.mechanism.lifecycle"
 local tenant_root = require "corral.tenant_root"
 
 local M = { name = "native" }
@@ -25,11 +24,7 @@ local M = { name = "native" }
 -- @tparam table sb
 -- @treturn {string,...}
 function M.required_capabilities(sb)
-  local req = { "filesystem_confinement", "privilege_separation", "network_restriction",
-                "user_namespaces", "seccomp" }
-  if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
-  if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
-  return req
+  return lifecycle.required_capabilities(sb, { "user_namespaces", "seccomp" })
 end
 
 --- What native builds itself (user_namespaces and seccomp come from the host kernel and
@@ -88,6 +83,6 @@ local function spawn(sb, st, argv, opts)
   return proc
 end
 
-require("corral.mechanism.lifecycle").build(M, spawn)
+lifecycle.build(M, spawn)
 
 return M
