@@ -181,7 +181,8 @@ function M.execute(req, hooks)
   -- mask): a blocked signal would otherwise pass, blocked, to a custom mechanism's
   -- children, since exec keeps the signal mask.
   local builtin = mech.name == "native" or mech.name == "bwrap"
-  local signals = builtin and core.signal_fd({ "INT", "TERM", "HUP" }) or nil
+  local forwarded = { "INT", "TERM", "HUP" }
+  local signals = builtin and core.signal_fd(forwarded) or nil
   -- The terminal the tenant may share is put back as it was found.
   local ttys = {}
   for fd = 0, 2 do ttys[fd] = core.tty_save(fd) end
@@ -189,7 +190,10 @@ function M.execute(req, hooks)
   for fd = 0, 2 do
     if ttys[fd] then core.tty_restore(fd, ttys[fd]) end
   end
-  if signals then signals:close() end
+  if signals then
+    signals:close()
+    core.signal_unblock(forwarded) -- the caller may live on (a script, the REPL)
+  end
   corral.destroy(mech, sb)
   release()
 
