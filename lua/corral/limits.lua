@@ -38,7 +38,7 @@ end
 -- fired during it (`st.oom_seen` remembers the count between runs), and `limit =
 -- "memory"` when that is also what ended the command: it was killed by SIGKILL. A child
 -- the killer took while the command went on to exit by itself is not the cap ending
--- the run (a red-team run saw 121 for a command that exited 0).
+-- the run (that reported 121 for a command that exited 0).
 -- @tparam table st the mechanism's state for the sandbox (`cgroup`, `oom_seen`)
 -- @tparam table result `{code, how, limit?}`
 -- @treturn table result
