@@ -242,3 +242,75 @@ describe("corral CLI", function()
     assert.matches("disk_quota%s+absent", out)
   end)
 end)
+
+describe("corral.run from Lua", function()
+  local run = require "corral.run"
+  local core = require "corral.core"
+
+  local function own_temps()
+    local n = 0
+    for _, name in ipairs(core.listdir("/tmp") or {}) do
+      if name:find("^corral%-run%-" .. core.getpid() .. "%-") then n = n + 1 end
+    end
+    return n
+  end
+
+  it("names a refused value by its field without the CLI's names, and leaves nothing", function()
+    local status, err = run.execute({ argv = { "true" }, limits = { pids = "many" } })
+    assert.is_nil(status)
+    assert.are.equal("limits.pids", err.argument)
+    status, err = run.execute({ argv = { "true" }, limits = { memory = "1" } })
+    assert.is_nil(status)
+    assert.are.equal("limits.memory", err.argument) -- from corral.sandbox, after the temporary storage
+    status, err = run.execute({ argv = { "true" }, limits = { memory = "1" } },
+      { names = { ["limits.memory"] = "-m" } })
+    assert.is_nil(status)
+    assert.are.equal("-m", err.argument)
+    assert.are.equal(0, own_temps())
+  end)
+
+  local function blocked()
+    local f = assert(io.open("/proc/self/status"))
+    local mask = f:read("a"):match("SigBlk:%s*(%x+)")
+    f:close()
+    return mask
+  end
+
+  it("returns the command's status and says why corral ended a run #root", function()
+    local mask = blocked()
+    local said = {}
+    local hooks = { say = function(line) said[#said + 1] = line end }
+    local status = run.execute({ argv = { "sh", "-c", "exit 7" } }, hooks)
+    assert.are.equal(7, status) -- control: the command's own status, nothing said
+    assert.are.same({}, said)
+    status = run.execute({ argv = { "sleep", "5" }, limits = { wall = "0.3s" } }, hooks)
+    assert.are.equal(run.EXIT.wall, status)
+    assert.are.same({ "the wall-clock limit ended the sandbox" }, said)
+    assert.are.equal(0, own_temps())
+    -- the forwarded signals were blocked for the run only: the caller lives on
+    assert.are.equal(mask, blocked())
+  end)
+end)
+
+describe("resources.sweep", function()
+  local resources = require "corral.resources"
+  local core = require "corral.core"
+
+  it("removes only entries whose creator is gone and that the remover takes", function()
+    local dir = h.tmpdir("sweep")
+    local dead = h.sh("sh -c 'echo $$'"):match("%d+")
+    local names = { "x-" .. dead .. "-a", "x-" .. core.getpid() .. "-b", "x-" .. dead .. "-keep", "y-" .. dead }
+    for _, name in ipairs(names) do
+      assert(core.mkdir(dir .. "/" .. name, tonumber("700", 8)))
+    end
+    local removed = resources.sweep(dir, "^x%-(%d+)%-", function(path)
+      return not path:find("keep", 1, true) and os.remove(path)
+    end)
+    local left = core.listdir(dir)
+    h.rmrf(dir)
+    assert.are.equal(1, removed)
+    local want = { "x-" .. dead .. "-keep", "x-" .. core.getpid() .. "-b", "y-" .. dead }
+    table.sort(want)
+    assert.are.same(want, left)
+  end)
+end)

@@ -3,6 +3,8 @@
  * signalfd for them, so a Lua loop can poll them beside its other fds (a `corral run`
  * forwards SIGINT/SIGTERM/SIGHUP to the sandbox and still cleans up, instead of dying
  * and leaving its cgroup behind). core.signal_read(fd) → signal number | nil.
+ * core.signal_unblock(names) unblocks them again once the fd is closed: closing it does
+ * not, and a caller that lives on (the REPL, a script) would keep Ctrl-C blocked.
  */
 #include <errno.h>
 #include <signal.h>
@@ -18,11 +20,11 @@ static const struct {
 } names[] = {{"INT", SIGINT},   {"TERM", SIGTERM}, {"HUP", SIGHUP},
              {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
 
-static int l_signal_fd(lua_State *L)
+/* The set named by the list at arg 1; raises on an unknown name. */
+static void check_set(lua_State *L, sigset_t *set)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
-    sigset_t set;
-    sigemptyset(&set);
+    sigemptyset(set);
     lua_Integer n = luaL_len(L, 1);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, 1, i);
@@ -30,13 +32,19 @@ static int l_signal_fd(lua_State *L)
         int found = 0;
         for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
             if (strcmp(s, names[k].name) == 0) {
-                sigaddset(&set, names[k].sig);
+                sigaddset(set, names[k].sig);
                 found = 1;
             }
         }
-        if (!found) return luaL_argerror(L, 1, lua_pushfstring(L, "unknown signal %s", s));
+        if (!found) luaL_argerror(L, 1, lua_pushfstring(L, "unknown signal %s", s));
         lua_pop(L, 1);
     }
+}
+
+static int l_signal_fd(lua_State *L)
+{
+    sigset_t set;
+    check_set(L, &set);
     corral_fd *f = corral_newfd(L);
     int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (fd < 0) return corral_pushfail(L, "signalfd", errno);
@@ -55,11 +63,22 @@ static int l_signal_read(lua_State *L)
     return 1;
 }
 
+static int l_signal_unblock(lua_State *L)
+{
+    sigset_t set;
+    check_set(L, &set);
+    if (sigprocmask(SIG_UNBLOCK, &set, NULL) < 0) return corral_pushfail(L, "sigprocmask", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 int corral_open_signal(lua_State *L)
 {
     lua_pushcfunction(L, l_signal_fd);
     lua_setfield(L, -2, "signal_fd");
     lua_pushcfunction(L, l_signal_read);
     lua_setfield(L, -2, "signal_read");
+    lua_pushcfunction(L, l_signal_unblock);
+    lua_setfield(L, -2, "signal_unblock");
     return 0;
 }

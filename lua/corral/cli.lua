@@ -15,12 +15,11 @@ local M = {}
 
 local EXIT_USAGE, EXIT_CANNOT = 2, 3
 
+-- dkjson is the declared dependency; only --json output needs it.
 local function json()
   local ok, dkjson = pcall(require, "dkjson")
-  if ok then return dkjson end
-  local ok2, cjson = pcall(require, "cjson")
-  if ok2 then return cjson end
-  error("JSON output needs dkjson or lua-cjson (Debian: lua-dkjson)")
+  if not ok then error("JSON output needs dkjson (Debian: lua-dkjson)") end
+  return dkjson
 end
 
 local function fail(cmd, err)
@@ -156,40 +155,12 @@ function M.network_options(opts)
   return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
 end
 
---- Removes the temporary storage of earlier runs that were killed before they could
--- clean up (SIGKILL leaves no chance): `/tmp/corral-run-PID-XXXXXX` directories of ours
--- whose PID no longer exists. A red-team run found ~240 such directories left behind.
--- @treturn integer how many were removed
-function M.sweep_stale_runs()
-  local removed = 0
-  for _, name in ipairs(core.listdir("/tmp") or {}) do
-    local pid = name:match("^corral%-run%-(%d+)%-%w+$")
-    if pid and not core.lstat("/proc/" .. pid) then
-      local path = "/tmp/" .. name
-      local st = core.lstat(path)
-      if st and st.type == "dir" and st.uid == core.geteuid() and core.remove_tree(path) then
-        removed = removed + 1
-      end
-    end
-  end
-  return removed
-end
-
---- The command-line option an error from corral.sandbox is about: the same error with
--- `argument` renamed (`limits.memory` is `--memory`, `workspace_path` is `--workspace`).
--- @tparam table err
--- @tparam table opts the parsed options of `run`
--- @treturn table
-function M.as_option(err, opts)
-  if type(err) ~= "table" or not err.argument then return err end
-  local a = err.argument
-  local option = a:match("^limits%.(.+)$")
-  option = option and "--" .. option
-    or ({ workspace_path = "--workspace", service_port = "--service-port", env = "--env",
-          network = "--allow" })[a]
-    or ((a == "id" or a == "storage" or a == "storage_root") and (opts.storage and "--storage" or "--id"))
-  if not option then return err end
-  return errors.new(err.code, { argument = option, capability = err.capability, detail = err.detail })
+-- The option each argument corral.run may refuse came from (`limits.memory` is
+-- `--memory`, `workspace_path` is `--workspace`).
+local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
+                           service_port = "--service-port", network = "--allow", log_json = "--log-json" }
+for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
+  RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
 
 local commands = {}
@@ -385,143 +356,19 @@ back as it was after the run.]],
       idle = "value", ["max-connections"] = "value", verbose = "flag" }) -- egress/run_options, egress/summary
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
-    local corral = require "corral"
-    local mech, merr = corral.mechanism.load(opts.mechanism or "native")
-    if not mech then return fail("run", merr) end
-    local limits = {}
-    for _, k in ipairs({ "memory", "fsize", "wall" }) do limits[k] = opts[k] end
-    for _, k in ipairs({ "pids", "nofile" }) do
-      if opts[k] then
-        limits[k] = math.tointeger(tonumber(opts[k]))
-        if not limits[k] then return fail("run", errors.invalid_argument("--" .. k, "must be an integer")) end
-      end
-    end
-    if opts.cpu then
-      limits.cpu = tonumber(opts.cpu)
-      if not limits.cpu then return fail("run", errors.invalid_argument("--cpu", "must be a number of cores")) end
-    end
-    local env = {}
-    local host_env = core.environ()
-    for _, name in ipairs(opts.env) do
-      if host_env[name] == nil then
-        return fail("run", errors.invalid_argument("--env", name .. " is not set in this environment"))
-      end
-      env[name] = host_env[name]
-    end
-    local temp
-    local root, id
-    id = opts.id
-    if opts.storage then
-      -- DIR may not exist yet (corral creates it); its parent must, and is resolved.
-      local parent, base = opts.storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
-      if opts.storage:sub(1, 1) ~= "/" then
-        return fail("run", errors.invalid_argument("--storage", opts.storage .. ": must be an absolute path"))
-      end
-      if not parent or base == "." or base == ".." then
-        return fail("run", errors.invalid_argument("--storage", opts.storage ..
-          ": must name a directory below /, ending in its own name (not . or ..)"))
-      end
-      local dir, err = core.resolve_path(parent == "" and "/" or parent)
-      if not dir then return fail("run", errors.invalid_argument("--storage", err)) end
-      if opts.id and opts.id ~= base then
-        return fail("run", errors.invalid_argument("--id", "the sandbox's id is --storage's last component (" ..
-          base .. "); give one of --id and --storage"))
-      end
-      root, id = dir, base
-    end
     local network, nerr = M.network_options(opts)
     if nerr then return fail("run", nerr) end
     network, nerr = require("corral.egress.run_options").apply(network, opts)
     if nerr then return fail("run", nerr) end
-    local service_port
-    if opts["service-port"] then
-      service_port = math.tointeger(tonumber(opts["service-port"]))
-      if not service_port then
-        return fail("run", errors.invalid_argument("--service-port", "must be a port number"))
-      end
-    end
-    -- The temporary storage comes last, once every option has been checked: an invalid
-    -- one must leave nothing behind.
-    local function new_temp()
-      temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
-      core.chmod(temp, tonumber("711", 8))
-      root, id = temp, opts.id or "tenant"
-    end
-    if not opts.storage then
-      M.sweep_stale_runs()
-      new_temp()
-    end
-    local function describe()
-      return corral.sandbox({ id = id, storage_root = root, workspace_path = opts.workspace,
-        env = env, limits = limits, network = network, service_port = service_port })
-    end
-    local sb, err = describe()
-    local function cleanup()
-      if not temp then return end
-      local ok, rerr = core.remove_tree(temp)
-      if not ok then
-        io.stderr:write("corral run: warning: temporary storage ", temp, " not removed: ", tostring(rerr), "\n")
-      end
-    end
-    if not sb then cleanup() return fail("run", M.as_option(err, opts)) end
-    local log_close
-    if opts["log-json"] then
-      local events = require "corral.egress.events"
-      local writer, closer = events.json_lines_writer(opts["log-json"])
-      if not writer then
-        cleanup()
-        return fail("run", errors.invalid_argument("--log-json", tostring(closer)))
-      end
-      events.subscribe(writer)
-      log_close = closer
-    end
-    local summary = network and require("corral.egress.summary").start({ verbose = opts.verbose })
-    local ok, perr = corral.provision(mech, sb)
-    -- A temporary storage whose host id another process holds (sandbox.host_id_holder,
-    -- rare): a fresh directory gives another id.
-    for _ = 1, 3 do
-      if ok or not (temp and type(perr) == "table" and perr.held_by) then break end
-      cleanup()
-      new_temp()
-      sb, err = describe()
-      if not sb then cleanup() return fail("run", M.as_option(err, opts)) end
-      ok, perr = corral.provision(mech, sb)
-    end
-    if not ok then cleanup() return fail("run", M.as_option(perr, opts)) end
-    local _, addr = corral.address(mech, sb)
-    if addr then io.stderr:write("corral run: service port ", service_port, " on ", addr, "\n") end
-    -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
-    -- process stays to clean up; dying here would leave the cgroup behind.
-    -- Only the built-in mechanisms read them (and start their children with a clean
-    -- mask): a blocked signal would otherwise pass, blocked, to a custom mechanism's
-    -- children, since exec keeps the signal mask.
-    local builtin = mech.name == "native" or mech.name == "bwrap"
-    local signals = builtin and core.signal_fd({ "INT", "TERM", "HUP" }) or nil
-    -- The terminal the tenant may share is put back as it was found.
-    local ttys = {}
-    for fd = 0, 2 do ttys[fd] = core.tty_save(fd) end
-    local result, xerr = corral.exec(mech, sb, rest, { signals = signals })
-    for fd = 0, 2 do
-      if ttys[fd] then core.tty_restore(fd, ttys[fd]) end
-    end
-    if signals then signals:close() end
-    corral.destroy(mech, sb)
-    cleanup()
-    if summary then summary.finish() end
-    if log_close then log_close() end
-    if not result then
-      io.stderr:write("corral run: ", tostring(xerr), "\n")
-      return errors.is(xerr, "cannot_enforce") and 120 or EXIT_USAGE
-    end
-    if result.error then io.stderr:write("corral run: ", result.error, "\n") end
-    if result.limit == "memory" then
-      io.stderr:write("corral run: the memory cap ended the sandbox\n")
-      return 121
-    elseif result.limit == "wall" then
-      io.stderr:write("corral run: the wall-clock limit ended the sandbox\n")
-      return 124
-    end
-    return result.code
+    local status, err = require("corral.run").execute({
+      argv = rest, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
+      limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
+                 nofile = opts.nofile },
+      env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
+      verbose = opts.verbose,
+    }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
+    if not status then return fail("run", err) end
+    return status
   end)
 
 local tier_cli = require "corral.tier.cli"
@@ -565,12 +412,5 @@ function M.main(argv)
   end
   return status
 end
-
---- Registers a subcommand (later modules add theirs: run, …).
--- @tparam string name
--- @tparam string summary
--- @tparam string usage
--- @tparam function fn receives argv, returns an exit status
-M.register = command
 
 return M

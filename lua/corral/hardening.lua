@@ -5,7 +5,7 @@
 -- named ones, and values that carry a credential (a URL with user information, a
 -- Password= in a connection string, a known token shape, a private key) are refused
 -- too. The list is never widened and no option disables it: credentials reach a process
--- only through the control-plane entry point (DESIGN invariant 6).
+-- only through the control-plane entry point (`corral confine`).
 -- @module corral.hardening
 local errors = require "corral.errors"
 
@@ -16,7 +16,7 @@ local FRAGMENTS = {
   "SESSION", "PRIVATE", "CERT", "AWS_", "GCP_", "GOOGLE_", "AZURE_", "GITHUB_", "GH_",
   "GITLAB_", "ANTHROPIC_", "OPENAI_", "HF_", "DOCKER_", "KUBE", "VAULT_", "SSH_", "GPG_",
   "NPM_", "PYPI_", "STRIPE_", "SLACK_", "SENTRY_", "DSN",
-  -- DB_PASS, MYSQL_PWD, PGPASS...: found reaching a tenant by a red-team run
+  -- DB_PASS, MYSQL_PWD, PGPASS...: these reached a tenant before they were listed
   "PASS", "_PWD", "PGPASS",
 }
 

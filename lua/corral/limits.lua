@@ -17,36 +17,12 @@ function M.wants_cgroup(sb)
   return l.memory ~= nil or l.pids ~= nil or l.cpu ~= nil
 end
 
---- Removes cgroups a killed corral left behind: empty `corral-<pid>-<n>` directories
--- beneath our own cgroup whose creator is gone (a SIGKILLed host cannot clean up). A
--- directory with a process in it, or whose pid is alive, is never touched.
-function M.sweep()
-  local info = core.cgroup.info()
-  if not info or not info.paths then return end
-  local dirs = {}
-  for _, dir in pairs(info.paths) do dirs[#dirs + 1] = dir end
-  local shell = require "corral.shell"
-  shell.capture({ "sh", "-c", [[
-    for own in "$@"; do
-      for d in "$own"/corral-*-*; do
-        [ -d "$d" ] || continue
-        pid=${d##*/corral-}; pid=${pid%%-*}
-        [ -d "/proc/$pid" ] && continue
-        [ -s "$d/cgroup.procs" ] && continue
-        rmdir "$d" 2>/dev/null
-      done
-    done]], "sh", table.unpack(dirs) })
-end
-
 --- The sandbox's cgroup, or nil when it asks for none.
 -- @tparam table sb
 -- @treturn[1] userdata|nil the cgroup
 -- @return[2] nil
 -- @treturn[2] table cannot_enforce("resource_limits", …)
 function M.cgroup(sb)
-  -- Swept on every provision, with limits or without: a SIGKILLed run's cgroup must not
-  -- wait for the next run that happens to set limits (a red-team run saw it wait).
-  if core.geteuid() == 0 and core.cgroup then pcall(M.sweep) end
   if not M.wants_cgroup(sb) then return nil end
   local l = sb.limits
   local cg, err = core.cgroup.create({
@@ -62,7 +38,7 @@ end
 -- fired during it (`st.oom_seen` remembers the count between runs), and `limit =
 -- "memory"` when that is also what ended the command: it was killed by SIGKILL. A child
 -- the killer took while the command went on to exit by itself is not the cap ending
--- the run (a red-team run saw 121 for a command that exited 0).
+-- the run (that reported 121 for a command that exited 0).
 -- @tparam table st the mechanism's state for the sandbox (`cgroup`, `oom_seen`)
 -- @tparam table result `{code, how, limit?}`
 -- @treturn table result

@@ -3,10 +3,46 @@
 -- one release, so every mechanism provisions and tears down the same way and a
 -- half-built provision is undone.
 -- @module corral.resources
+local core = require "corral.core"
 local sandbox = require "corral.sandbox"
 local limits = require "corral.limits"
 
 local M = {}
+
+--- Removes what corral processes killed before they could clean up (SIGKILL leaves no
+-- chance) left in `dir`: each entry whose name matches `pattern`, its capture the pid
+-- of the process that made it, when that process is gone and `remove` takes the entry.
+-- @tparam string dir
+-- @tparam string pattern a Lua pattern whose first capture is the pid
+-- @tparam function remove `remove(path)` → truthy when it removed the entry
+-- @treturn integer how many were removed
+function M.sweep(dir, pattern, remove)
+  local removed = 0
+  for _, name in ipairs(core.listdir(dir) or {}) do
+    local pid = name:match(pattern)
+    if pid and not core.lstat("/proc/" .. pid) and remove(dir .. "/" .. name) then removed = removed + 1 end
+  end
+  return removed
+end
+
+-- rmdir removes a cgroup only when no process and no child cgroup is in it (EBUSY
+-- otherwise), so a populated one is never touched; os.remove is rmdir for a directory.
+local function remove_empty_cgroup(path)
+  local st = core.lstat(path)
+  return st and st.type == "dir" and os.remove(path)
+end
+
+--- Removes the cgroups killed corral processes left: empty `corral-<pid>-<n>`
+-- directories beneath our own cgroup whose creator is gone.
+-- @treturn integer how many were removed
+function M.sweep_cgroups()
+  local info = core.cgroup.info()
+  local removed = 0
+  for _, own in pairs(info and info.paths or {}) do
+    removed = removed + M.sweep(own, "^corral%-(%d+)%-%d+$", remove_empty_cgroup)
+  end
+  return removed
+end
 
 --- Whether the sandbox needs an egress plane (an allowlist or a service port).
 function M.needs_plane(sb)
@@ -47,6 +83,9 @@ function M.acquire(sb)
   if not ok then return nil, lock end
   local err
   local st = { status = "provisioned", storage_lock = lock }
+  -- Swept on every provision, with limits or without: a SIGKILLed run's cgroup must not
+  -- wait for the next run that happens to set limits.
+  if core.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
   st.cgroup, err = limits.cgroup(sb)
   if err then
     M.release(st)

@@ -46,8 +46,8 @@ end
 
 --- RLIMIT_NPROC for a sandbox's processes, or nil. The kernel counts it per real uid,
 -- and as root every sandbox runs as a host id of its own, so this is the sandbox's own
--- process count: a fork bomb stops there even without a pids cgroup (a red-team run
--- found the limit inherited at 96,364 against a host pid_max of 32,768). Unprivileged,
+-- process count: a fork bomb stops there even without a pids cgroup (inherited, the
+-- limit was 96,364 against a host pid_max of 32,768). Unprivileged,
 -- the id is the caller's own, shared with all its processes: no default then.
 -- @tparam table sb
 -- @treturn integer|nil
@@ -164,18 +164,10 @@ function M.storage_path(sb)
   return (sb.storage_root:gsub("/+$", "")) .. "/" .. sb.id
 end
 
---- Creates the sandbox's storage directory, owned by its host id, or accepts an existing
--- one only when that id already owns it: corral never takes over a directory someone
--- else owns (a `--storage /etc` must not hand /etc to a tenant). Every directory above
--- it must be searchable by the host id, because the tenant's own id opens it.
--- @tparam table sb
--- @treturn[1] true
--- @return[2] nil
--- @treturn[2] table invalid_argument("storage", …) or cannot_enforce
 --- Who else holds a sandbox's host id, or nil: a live process running as it, or another
 -- storage directory beside this one owned by it. The id is a hash of the storage path,
--- and a colliding pair of paths was found offline in under a second (a red-team run):
--- two sandboxes sharing an id share its kernel limits and can reach each other's files.
+-- and a colliding pair of paths can be found offline in under a second: two sandboxes
+-- sharing an id share its kernel limits and can reach each other's files.
 -- @tparam table sb
 -- @treturn string|nil what holds it
 function M.host_id_holder(sb)
@@ -202,6 +194,16 @@ function M.host_id_holder(sb)
   return nil
 end
 
+--- Creates the sandbox's storage directory, owned by its host id, or accepts an existing
+-- one only when that id already owns it: corral never takes over a directory someone
+-- else owns (a `--storage /etc` must not hand /etc to a tenant). Every directory above
+-- it must be searchable by the host id, because the tenant's own id opens it. The
+-- storage is locked until the sandbox is destroyed.
+-- @tparam table sb
+-- @treturn[1] true
+-- @treturn[1] userdata the lock (close it to release the storage)
+-- @return[2] nil
+-- @treturn[2] table invalid_argument("storage", …) or cannot_enforce
 function M.prepare_storage(sb)
   local path, id = M.storage_path(sb), M.host_id(sb)
   -- A path that cannot hold a directory is the argument's fault (exit 2); anything else
@@ -250,8 +252,8 @@ function M.prepare_storage(sb)
       "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
   end
   -- Held until the sandbox is destroyed: two provisions of one storage at the same moment
-  -- both passed the holder check below, which only sees ids already running (a red-team
-  -- run started three at once). The lock is taken first, so the check cannot race.
+  -- both passed the holder check below, which only sees ids already running (three
+  -- started at once). The lock is taken first, so the check cannot race.
   local lock, lerr, lerrno = core.lock_dir(path)
   if not lock then
     if lerrno == 11 then -- EWOULDBLOCK
@@ -280,7 +282,7 @@ function M.host_id(sb)
   if euid ~= 0 then return euid end
   -- Of the whole storage path, not the id alone: every `corral run` without --storage
   -- is id "tenant", and two concurrent ones shared a host id (and so its per-user kernel
-  -- limits) until this hashed the path (found by a red-team run). The same path always
+  -- limits) until this hashed the path. The same path always
   -- gives the same id, so persistent storage keeps its owner across runs.
   local key = M.storage_path(sb)
   local h = 2166136261

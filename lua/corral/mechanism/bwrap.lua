@@ -18,20 +18,20 @@
 -- @module corral.mechanism.bwrap
 local core = require "corral.core"
 local errors = require "corral.errors"
-local sandbox = require "corral.sandbox"
-local limits = require "corral.limits"
-local hardening = require "corral.hardening"
-local resources = require "corral.resources"
+local lifecycle = require "corral.mechanism.lifecycle"
+local tenant_root = require "corral.tenant_root"
 
 local M = { name = "bwrap" }
 
+--- What a sandbox under bwrap needs: the tenant profile's guarantees, and bubblewrap.
+-- @tparam table sb
+-- @treturn {string,...}
 function M.required_capabilities(sb)
-  local req = { "filesystem_confinement", "privilege_separation", "network_restriction", "bwrap" }
-  if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
-  if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
-  return req
+  return lifecycle.required_capabilities(sb, { "bwrap" })
 end
 
+--- What bwrap builds itself (resource limits are the host's, around it).
+-- @treturn {string,...}
 function M.constructed_capabilities()
   return { "filesystem_confinement", "privilege_separation", "network_restriction" }
 end
@@ -42,32 +42,43 @@ local function tool(name)
   return path
 end
 
---- The bwrap argument list for argv in sandbox sb (seccomp program on fd `seccomp_fd`).
-function M.args(sb, argv, seccomp_fd)
+-- A root-plan bind as bubblewrap spells it: --bind, --ro-bind, and -try when optional.
+local function bind_option(m)
+  return (m.rw and "--bind" or "--ro-bind") .. (m.optional and "-try" or "")
+end
+
+--- The bwrap argument list for argv under a tenant root plan (see corral.tenant_root),
+-- the seccomp program on fd `seccomp_fd`.
+-- @tparam table root the root plan
+-- @tparam {string,...} argv
+-- @tparam[opt] integer seccomp_fd
+-- @treturn {string,...}
+function M.args(root, argv, seccomp_fd)
   local a = { "--die-with-parent", "--new-session", "--uid", "0", "--gid", "0",
-              "--hostname", "corral", "--cap-drop", "ALL" }
+              "--hostname", root.hostname, "--cap-drop", "ALL" }
   local function add(...) for _, v in ipairs({ ... }) do a[#a + 1] = v end end
-  local st = M.state_of(sb)
-  if st and st.plane then
+  if root.netns then
     add("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try")
   else
     add("--unshare-all")
   end
-  for _, p in ipairs(core.rootplan.runtime_paths()) do
-    local target = core.readlink(p)
-    if target then add("--symlink", target, p) else add("--ro-bind-try", p, p) end
+  for _, m in ipairs(root.mounts) do
+    if m.type == "symlink" then
+      add("--symlink", m.target, m.dest)
+    else
+      add(bind_option(m), m.src, m.dest)
+    end
   end
-  add("--bind", sandbox.storage_path(sb), "/storage")
-  if sb.workspace_path then add("--bind", sb.workspace_path, "/workspace") end
   -- As native's: /tmp a capped tmpfs, and the root bubblewrap builds (a tmpfs of its
   -- own) read-only once everything is mounted on it (a conformance run wrote to /).
-  local tmp_bytes = require("corral.mechanism.native").TMP_MIB * 1024 * 1024
-  add("--proc", "/proc", "--dev", "/dev", "--size", tostring(tmp_bytes), "--tmpfs", "/tmp",
-      "--remount-ro", "/", "--chdir", "/storage")
+  if root.proc then add("--proc", "/proc") end
+  if root.dev then add("--dev", "/dev") end
+  if root.tmp_mib then add("--size", tostring(root.tmp_mib * 1024 * 1024), "--tmpfs", "/tmp") end
+  add("--remount-ro", "/", "--chdir", root.cwd)
   if seccomp_fd then add("--seccomp", tostring(seccomp_fd)) end
   -- The environment is bubblewrap's own (the spawn gives it exactly the tenant's), not
   -- --setenv arguments: bwrap's command line is /proc/1/cmdline inside, and the values
-  -- showed there (found by a red-team run).
+  -- showed there.
   add("--")
   for _, v in ipairs(argv) do a[#a + 1] = v end
   return a
@@ -90,21 +101,19 @@ local function spawn(sb, st, argv, opts)
   local prog, perr = core.open(prog_path)
   os.remove(prog_path)
   if not prog then return nil, errors.cannot_enforce("privilege_separation", tostring(perr)) end
-  local id = sandbox.host_id(sb)
-  local l = sb.limits or {}
+  local root = tenant_root.plan(sb, st)
   local full = { bwrap }
-  for _, v in ipairs(M.args(sb, argv, prog:fileno())) do full[#full + 1] = v end
-  local root = core.geteuid() == 0
-  local proc, err = core.spawn({ plain = true, plain_ids = root, plain_pidns = root, uid = id, gid = id,
-    path = bwrap, argv = full, env = hardening.envp(sb.env),
-    rlimits = { core = 0, nofile = l.nofile, fsize = l.fsize, nproc = sandbox.default_nproc(sb) },
-    netns = st.plane and st.plane.netns, cgroup_procs = resources.cgroup_procs(st), keep_fds = { prog },
+  for _, v in ipairs(M.args(root, argv, prog:fileno())) do full[#full + 1] = v end
+  local as_root = core.geteuid() == 0
+  local proc, err = core.spawn({ plain = true, plain_ids = as_root, plain_pidns = as_root,
+    uid = root.uid, gid = root.gid, path = bwrap, argv = full, env = root.env, rlimits = root.rlimits,
+    netns = root.netns, cgroup_procs = root.cgroup_procs, keep_fds = { prog },
     stdout = opts.stdout, stderr = opts.stderr })
   prog:close()
   if not proc then return nil, errors.cannot_enforce("bwrap", tostring(err)) end
   return proc
 end
 
-require("corral.mechanism.lifecycle").build(M, spawn)
+lifecycle.build(M, spawn)
 
 return M

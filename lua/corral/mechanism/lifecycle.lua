@@ -12,19 +12,29 @@ local resources = require "corral.resources"
 
 local M = {}
 
+--- What a sandbox under a built-in mechanism requires, in the order the gate asks: the
+-- tenant profile's guarantees, what the mechanism builds them from, resource_limits
+-- when it sets cgroup limits and nftables when it has an egress plane.
+-- @tparam table sb
+-- @tparam {string,...} needs the mechanism's own requirements
+-- @treturn {string,...}
+function M.required_capabilities(sb, needs)
+  local req = { "filesystem_confinement", "privilege_separation", "network_restriction" }
+  for _, c in ipairs(needs) do req[#req + 1] = c end
+  if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
+  if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
+  return req
+end
+
 --- Completes `mech` with the lifecycle callbacks.
 -- @tparam table mech the mechanism (name, capabilities, …)
--- @tparam function spawn `spawn(sb, st, argv, opts)` → process, or nil, error, or
+-- @tparam function spawn `spawn(sb, st, argv, opts)`, st the host's state for the
+--   sandbox (corral.resources.acquire's, plus `process`) → process, or nil, error, or
 --   nil, nil, result (the sandbox was built and the command itself could not run).
 --   opts.stdout/opts.stderr are already set when the caller asked for `output`.
 -- @treturn table mech
 function M.build(mech, spawn)
-  local state = {} -- id → {cgroup =, plane =, process =, status =}
-
-  --- The host's state for a provisioned sandbox (nil when absent).
-  function mech.state_of(sb)
-    return state[sb.id]
-  end
+  local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
 
   -- Runs spawn with opts.output (a host path for the tenant's stdout and stderr) opened.
   local function spawn_with_output(sb, argv, opts)

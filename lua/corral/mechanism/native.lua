@@ -13,27 +13,18 @@
 -- @module corral.mechanism.native
 local core = require "corral.core"
 local errors = require "corral.errors"
-local sandbox = require "corral.sandbox"
-local hardening = require "corral.hardening"
 local capability = require "corral.capability"
-
-local limits = require "corral.limits"
-local resources = require "corral.resources"
+local lifecycle = require "corral.mechanism.lifecycle"
+local tenant_root = require "corral.tenant_root"
 
 local M = { name = "native" }
-
-M.TMP_MIB = 64
 
 --- What a sandbox under this mechanism needs: the tenant profile's guarantees, plus the
 -- kernel features native builds them from.
 -- @tparam table sb
 -- @treturn {string,...}
 function M.required_capabilities(sb)
-  local req = { "filesystem_confinement", "privilege_separation", "network_restriction",
-                "user_namespaces", "seccomp" }
-  if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
-  if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
-  return req
+  return lifecycle.required_capabilities(sb, { "user_namespaces", "seccomp" })
 end
 
 --- What native builds itself (user_namespaces and seccomp come from the host kernel and
@@ -45,58 +36,42 @@ function M.constructed_capabilities()
   return c
 end
 
--- The runtime, read-only, at the same paths; merged-/usr links recreated as links.
-local function runtime_binds(binds, links)
-  for _, p in ipairs(core.rootplan.runtime_paths()) do
-    local target = core.readlink(p)
-    if target then
-      links[#links + 1] = { target = target, path = p }
+--- The spawn plan for running argv in sandbox sb: its root plan (corral.tenant_root)
+-- rendered for core.spawn, with argv[1] resolved through the tenant's PATH.
+-- @tparam table sb a validated sandbox
+-- @tparam[opt] table st the host's state for it (nil: not provisioned)
+-- @tparam {string,...} argv
+-- @tparam[opt] table opts stdin/stdout/stderr
+-- @treturn table plan
+function M.plan(sb, st, argv, opts)
+  opts = opts or {}
+  local root = tenant_root.plan(sb, st)
+  local binds, links = {}, {}
+  for _, m in ipairs(root.mounts) do
+    if m.type == "symlink" then
+      links[#links + 1] = { target = m.target, path = m.dest }
     else
-      binds[#binds + 1] = { src = p, dest = p, optional = true }
+      binds[#binds + 1] = { src = m.src, dest = m.dest, rw = m.rw, optional = m.optional }
     end
   end
-end
-
---- The spawn plan for running argv in sandbox sb (see core.spawn).
--- @tparam table sb a validated sandbox
--- @tparam {string,...} argv
--- @tparam[opt] table opts `extra_binds` (list of {src, dest}), stdin/stdout/stderr
--- @treturn table plan
--- @return[2] nil
--- @treturn[2] table error
-function M.plan(sb, argv, opts)
-  opts = opts or {}
-  local st = M.state_of(sb)
-  local binds, links = {}, {}
-  runtime_binds(binds, links)
-  binds[#binds + 1] = { src = sandbox.storage_path(sb), dest = "/storage", rw = true }
-  if sb.workspace_path then
-    binds[#binds + 1] = { src = sb.workspace_path, dest = "/workspace", rw = true }
-  end
-  for _, b in ipairs(opts.extra_binds or {}) do binds[#binds + 1] = b end
   local path = argv[1]
   if not path:find("/", 1, true) then
     path = core.resolve_executable(path, sb.env.PATH)
   end
-  local lim = sb.limits or {}
-  local id = sandbox.host_id(sb)
-  local plan = {
-    path = path, argv = argv, env = hardening.envp(sb.env), cwd = "/storage",
-    hostname = "corral", new_net = not (st and st.plane), netns = st and st.plane and st.plane.netns,
-    uid = id, gid = id,
-    binds = binds, symlinks = links, proc = true, dev = true, tmp_mib = M.TMP_MIB,
-    seccomp = true,
-    rlimits = { core = 0, nofile = lim.nofile, fsize = lim.fsize, nproc = sandbox.default_nproc(sb) },
-    cgroup_procs = resources.cgroup_procs(st),
+  return {
+    path = path, argv = argv, env = root.env, cwd = root.cwd,
+    hostname = root.hostname, new_net = root.netns == nil, netns = root.netns,
+    uid = root.uid, gid = root.gid,
+    binds = binds, symlinks = links, proc = root.proc, dev = root.dev, tmp_mib = root.tmp_mib,
+    seccomp = true, rlimits = root.rlimits, cgroup_procs = root.cgroup_procs,
     stdin = opts.stdin, stdout = opts.stdout, stderr = opts.stderr,
   }
-  return plan
 end
 
 -- Spawns argv in new namespaces, or, when the sandbox has a running process (`start`),
 -- inside it: same pid namespace, same /tmp, same network, same cgroup.
 local function spawn(sb, st, argv, opts)
-  local plan = M.plan(sb, argv, opts)
+  local plan = M.plan(sb, st, argv, opts)
   if st.process and st.process:running() then plan.join = st.process end
   local proc, err, errno, step = core.spawn(plan)
   if not proc and step == "exec" then
@@ -108,6 +83,6 @@ local function spawn(sb, st, argv, opts)
   return proc
 end
 
-require("corral.mechanism.lifecycle").build(M, spawn)
+lifecycle.build(M, spawn)
 
 return M

@@ -1,0 +1,220 @@
+--- One command in a fresh sandbox, from start to end: what `corral run` does once its
+-- arguments are parsed.
+--
+-- `execute` checks the caller's values (a refusal names the argument it came from, in
+-- the caller's own words), takes the storage given or makes a temporary one, provisions
+-- the sandbox under its mechanism (corral.mechanism.lifecycle for the built-in ones),
+-- runs the command with Ctrl-C, SIGTERM and SIGHUP forwarded to it and the terminal put
+-- back as it was, releases everything but a given storage, and maps how the command
+-- ended to an exit status.
+-- @module corral.run
+local core = require "corral.core"
+local errors = require "corral.errors"
+local resources = require "corral.resources"
+
+local M = {}
+
+--- The statuses corral's own outcomes exit with (any other is the command's own).
+M.EXIT = { not_started = 120, memory = 121, wall = 124, invalid = 2 }
+
+-- Temporary storage lives at /tmp/corral-run-PID-XXXXXX, PID the run's own.
+local TEMP_DIR = "/tmp"
+local TEMP_PATTERN = "^corral%-run%-(%d+)%-%w+$"
+
+-- A temporary storage of ours; never a link, nor a tree another user made.
+local function remove_own_tree(path)
+  local st = core.lstat(path)
+  return st and st.type == "dir" and st.uid == core.geteuid() and core.remove_tree(path)
+end
+
+-- The limits table from the caller's values: sizes and durations as given (corral.sandbox
+-- parses them), counts converted to integers, cpu to a number.
+local function convert_limits(given, invalid)
+  local limits = {}
+  given = given or {}
+  for _, k in ipairs({ "memory", "fsize", "wall" }) do limits[k] = given[k] end
+  for _, k in ipairs({ "pids", "nofile" }) do
+    if given[k] then
+      limits[k] = math.tointeger(tonumber(given[k]))
+      if not limits[k] then return invalid("limits." .. k, "must be an integer") end
+    end
+  end
+  if given.cpu then
+    limits.cpu = tonumber(given.cpu)
+    if not limits.cpu then return invalid("limits.cpu", "must be a number of cores") end
+  end
+  return limits
+end
+
+-- The storage root and id from a storage path: DIR may not exist yet (corral creates
+-- it); its parent must, and is resolved. The id is DIR's last component.
+local function split_storage(storage, id, invalid, name)
+  local parent, base = storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
+  if storage:sub(1, 1) ~= "/" then return invalid("storage", storage .. ": must be an absolute path") end
+  if not parent or base == "." or base == ".." then
+    return invalid("storage", storage .. ": must name a directory below /, ending in its own name (not . or ..)")
+  end
+  local dir, err = core.resolve_path(parent == "" and "/" or parent)
+  if not dir then return invalid("storage", err) end
+  if id and id ~= base then
+    return invalid("id", string.format("the sandbox's id is %s's last component (%s); give one of %s and %s",
+      name("storage"), base, name("id"), name("storage")))
+  end
+  return dir, base
+end
+
+--- Runs a command in a new sandbox and releases the sandbox afterwards.
+-- @tparam table req what to run:
+--   `argv` (the command), `mechanism` (a built-in name, a .lua path or a table; default
+--   native), `id`, `storage` (a directory path: the storage itself, kept afterwards;
+--   without it a temporary one is made and removed), `workspace`, `limits` (`memory`,
+--   `fsize`, `wall` as corral.sandbox takes them, `pids`, `nofile`, `cpu` as numbers or
+--   numeric strings), `env` (names of the caller's variables to pass), `network` (as
+--   corral.sandbox takes it), `service_port`, `log_json` (a path for the decision log),
+--   `verbose` (print each egress denial as it happens).
+-- @tparam[opt] table hooks how the caller presents: `say(line)` for each message to the
+--   user (default: none), `names` the caller's name for each argument a refusal is about
+--   (`"limits.memory"`, `"storage"`, `"id"`, `"workspace_path"`, `"env"`,
+--   `"service_port"`, `"network"`, `"log_json"`; default: those keys themselves).
+-- @treturn[1] integer the exit status: the command's own, or one of `EXIT`
+-- @return[2] nil nothing ran
+-- @treturn[2] table error (`invalid_argument`, `refused_env` or `cannot_enforce`)
+function M.execute(req, hooks)
+  hooks = hooks or {}
+  local say = hooks.say or function() end
+  local names = hooks.names or {}
+  local function name(key) return names[key] or key end
+  local function invalid(key, detail) return nil, errors.invalid_argument(name(key), detail) end
+  -- An error from corral.sandbox or a provision, about the argument as the caller names it.
+  local function renamed(err)
+    if type(err) ~= "table" or not err.argument then return err end
+    local key = err.argument
+    if key == "id" or key == "storage" or key == "storage_root" then key = req.storage and "storage" or "id" end
+    if not names[key] then return err end
+    return errors.new(err.code, { argument = names[key], capability = err.capability, detail = err.detail })
+  end
+
+  local corral = require "corral"
+  local mech, merr = corral.mechanism.load(req.mechanism or "native")
+  if not mech then return nil, merr end
+  local limits, lerr = convert_limits(req.limits, invalid)
+  if not limits then return nil, lerr end
+  local env = {}
+  local host_env = core.environ()
+  for _, var in ipairs(req.env or {}) do
+    if host_env[var] == nil then return invalid("env", var .. " is not set in this environment") end
+    env[var] = host_env[var]
+  end
+  local root, id = nil, req.id
+  if req.storage then
+    local base_or_err
+    root, base_or_err = split_storage(req.storage, req.id, invalid, name)
+    if not root then return nil, base_or_err end
+    id = base_or_err
+  end
+  local service_port
+  if req.service_port then
+    service_port = math.tointeger(tonumber(req.service_port))
+    if not service_port then return invalid("service_port", "must be a port number") end
+  end
+
+  -- The temporary storage comes last, once every value has been checked: an invalid one
+  -- must leave nothing behind.
+  local temp
+  local function new_temp()
+    temp = assert(core.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.getpid() .. "-"))
+    core.chmod(temp, tonumber("711", 8))
+    root, id = temp, req.id or "tenant"
+  end
+  local function remove_temp()
+    if not temp then return end
+    local ok, rerr = core.remove_tree(temp)
+    if not ok then say("warning: temporary storage " .. temp .. " not removed: " .. tostring(rerr)) end
+  end
+  if not req.storage then
+    resources.sweep(TEMP_DIR, TEMP_PATTERN, remove_own_tree)
+    new_temp()
+  end
+  local function describe()
+    return corral.sandbox({ id = id, storage_root = root, workspace_path = req.workspace,
+      env = env, limits = limits, network = req.network, service_port = service_port })
+  end
+  local sb, err = describe()
+  if not sb then remove_temp() return nil, renamed(err) end
+
+  local log, log_close
+  if req.log_json then
+    local events = require "corral.egress.events"
+    local writer, closer = events.json_lines_writer(req.log_json)
+    if not writer then
+      remove_temp()
+      return invalid("log_json", tostring(closer))
+    end
+    log = events.subscribe(writer)
+    log_close = function()
+      events.unsubscribe(log)
+      closer()
+    end
+  end
+  -- What the egress plane denied or failed, summarised on stderr at the end (and live
+  -- with verbose).
+  local summary = req.network and require("corral.egress.summary").start({ verbose = req.verbose })
+  local function release()
+    remove_temp()
+    if summary then summary.finish() end
+    if log_close then log_close() end
+  end
+
+  local ok, perr = corral.provision(mech, sb)
+  -- A temporary storage whose host id another process holds (sandbox.host_id_holder,
+  -- rare): a fresh directory gives another id.
+  for _ = 1, 3 do
+    if ok or not (temp and type(perr) == "table" and perr.held_by) then break end
+    remove_temp()
+    new_temp()
+    sb, err = describe()
+    if not sb then release() return nil, renamed(err) end
+    ok, perr = corral.provision(mech, sb)
+  end
+  if not ok then release() return nil, renamed(perr) end
+  local _, addr = corral.address(mech, sb)
+  if addr then say("service port " .. service_port .. " on " .. addr) end
+
+  -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
+  -- process stays to clean up; dying here would leave the cgroup behind.
+  -- Only the built-in mechanisms read them (and start their children with a clean
+  -- mask): a blocked signal would otherwise pass, blocked, to a custom mechanism's
+  -- children, since exec keeps the signal mask.
+  local builtin = mech.name == "native" or mech.name == "bwrap"
+  local forwarded = { "INT", "TERM", "HUP" }
+  local signals = builtin and core.signal_fd(forwarded) or nil
+  -- The terminal the tenant may share is put back as it was found.
+  local ttys = {}
+  for fd = 0, 2 do ttys[fd] = core.tty_save(fd) end
+  local result, xerr = corral.exec(mech, sb, req.argv, { signals = signals })
+  for fd = 0, 2 do
+    if ttys[fd] then core.tty_restore(fd, ttys[fd]) end
+  end
+  if signals then
+    signals:close()
+    core.signal_unblock(forwarded) -- the caller may live on (a script, the REPL)
+  end
+  corral.destroy(mech, sb)
+  release()
+
+  if not result then
+    say(tostring(xerr))
+    return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
+  end
+  if result.error then say(result.error) end
+  if result.limit == "memory" then
+    say("the memory cap ended the sandbox")
+    return M.EXIT.memory
+  elseif result.limit == "wall" then
+    say("the wall-clock limit ended the sandbox")
+    return M.EXIT.wall
+  end
+  return result.code
+end
+
+return M

@@ -1,0 +1,65 @@
+--- The tenant's root plan: what a sandboxed command sees and runs with, built once from
+-- the sandbox and the host's state for it, as a plain table that each mechanism renders
+-- (native: a `core.spawn` plan; bwrap: its argument list).
+--
+-- The plan:
+--
+-- * `mounts`: in order, `{type = "symlink", target =, dest =}` (the merged-/usr links
+--   recreated as links) and `{type = "bind", src =, dest =, rw =, optional =}`: the
+--   runtime read-only at the same paths (optional: a path this host lacks is skipped),
+--   the sandbox's storage read-write at /storage, its workspace read-write at /workspace
+--   when it has one;
+-- * `proc`, `dev`: a fresh /proc and a minimal /dev; `tmp_mib`: /tmp a tmpfs of that size;
+-- * `cwd`, `hostname`;
+-- * `uid`, `gid`: the unprivileged host id the tenant's root maps to;
+-- * `env`: the tenant environment as a sorted `{"NAME=value", ...}`;
+-- * `rlimits`: `{core =, nofile =, fsize =, nproc =}` (nil: inherited);
+-- * `netns`: the host-made network namespace to share (the egress plane's), or nil for a
+--   new, empty one;
+-- * `cgroup_procs`: the cgroup.procs files the command is started in.
+--
+-- What every renderer adds itself: the root read-only, every capability dropped,
+-- no_new_privs, the tenant seccomp filter, a new session and fresh namespaces.
+-- @module corral.tenant_root
+local core = require "corral.core"
+local sandbox = require "corral.sandbox"
+local hardening = require "corral.hardening"
+local resources = require "corral.resources"
+
+local M = {}
+
+--- The size of the tenant's /tmp, in MiB; its pages are also charged to the memory cgroup.
+M.TMP_MIB = 64
+
+--- The root plan for sandbox sb.
+-- @tparam table sb a validated sandbox
+-- @tparam[opt] table st the host's state for it (`plane`, `cgroup`); nil when it is not
+--   provisioned: no shared network namespace, no cgroup
+-- @treturn table plan (fields above)
+function M.plan(sb, st)
+  local mounts = {}
+  for _, p in ipairs(core.rootplan.runtime_paths()) do
+    local target = core.readlink(p)
+    if target then
+      mounts[#mounts + 1] = { type = "symlink", target = target, dest = p }
+    else
+      mounts[#mounts + 1] = { type = "bind", src = p, dest = p, optional = true }
+    end
+  end
+  mounts[#mounts + 1] = { type = "bind", src = sandbox.storage_path(sb), dest = "/storage", rw = true }
+  if sb.workspace_path then
+    mounts[#mounts + 1] = { type = "bind", src = sb.workspace_path, dest = "/workspace", rw = true }
+  end
+  local lim = sb.limits or {}
+  local id = sandbox.host_id(sb)
+  return {
+    mounts = mounts, proc = true, dev = true, tmp_mib = M.TMP_MIB,
+    cwd = "/storage", hostname = "corral", uid = id, gid = id,
+    env = hardening.envp(sb.env),
+    rlimits = { core = 0, nofile = lim.nofile, fsize = lim.fsize, nproc = sandbox.default_nproc(sb) },
+    netns = st and st.plane and st.plane.netns,
+    cgroup_procs = resources.cgroup_procs(st),
+  }
+end
+
+return M
