@@ -85,7 +85,8 @@ describe("tier grants and commitment", function()
     assert.are.equal(c, out)
     local changes = {
       { read = { "/usr/share", "/etc" } }, { write = { "/tmp", "/var/tmp" } }, { exec = { "/usr/bin" } },
-      { net = true }, { subprocess = true }, { env = { "HOME", "LANG" } },
+      { net = true }, { subprocess = true }, { env = { "HOME", "LANG" } }, { net = { "pypi.org:443" } },
+      { net = { "pypi.org:443", "files.pythonhosted.org:443" } },
     }
     local seen = { [c] = true }
     for _, change in ipairs(changes) do
@@ -99,6 +100,24 @@ describe("tier grants and commitment", function()
     local other = assert(policy.commitment({ tier = "S1", mechanism = "landlock/6+seccomp" },
       assert(policy.check(base))))
     assert.is_nil(seen[other])
+  end)
+
+  it("commits to an allowlist by its canonical entries, sorted, whatever their spelling", function()
+    local pol = { tier = "S1", mechanism = "landlock/7+seccomp+egress" }
+    local a = assert(policy.check({ net = { "PyPI.org.:443", "api.test:80,443" } }))
+    local b = assert(policy.check({ net = { "api.test:443,80", "pypi.org:443", "pypi.org:443" } }))
+    assert.are.same({ "api.test:80,443", "pypi.org:443" }, a.net)
+    assert.are.equal(policy.commitment(pol, a), policy.commitment(pol, b))
+    local text = policy.canonical(pol, a)
+    assert.matches("grant net allow api.test:80,443\ngrant net allow pypi.org:443\n", text)
+    -- The operator's internal ranges are part of what was enforced.
+    local with_internal = setmetatable({ internal = { "127.0.0.1/32" } }, { __index = pol })
+    assert.are_not.equal(policy.commitment(pol, a), policy.commitment(with_internal, a))
+    local derived = policy.derive(a, { name = "landlock/7+seccomp" })
+    assert.are.equal("landlock/7+seccomp+egress", derived.mechanism)
+    -- Sockets are the plane's to decide: no nonet filter, and the resolver's files are read.
+    assert.is_nil(policy.canonical(derived, a):find("seccomp nonet", 1, true))
+    assert.matches("landlock r /etc/hosts\n", policy.canonical(derived, a))
   end)
 
   it("covers the exact seccomp programs and the Landlock rules applied", function()
@@ -116,7 +135,7 @@ describe("tier grants and commitment", function()
   local refusals = {
     { { clock = false }, "cannot_enforce", "grants.clock" },
     { { random = false }, "cannot_enforce", "grants.random" },
-    { { net = { "pypi.org:443" } }, "cannot_enforce", "grants.net" },
+    { { net = { "*.com:443" } }, "invalid_argument", "grants.net" },
     { { network = false }, "invalid_argument", "grants.network" },
     { { read = { "relative" } }, "invalid_argument", "grants.read" },
   }
@@ -322,6 +341,95 @@ describe("a step at S1 #root", function()
     assert.are.equal(7, lines[1].exit)
     assert.are.equal(0, lines[2].exit)
     assert.are.equal("S1", lines[2].tier)
+  end)
+end)
+
+describe("a step with net = an allowlist #root #netns", function()
+  -- A server of the test's own on the host, on every address: reached by name through
+  -- the egress plane (api.test resolves to 127.0.0.1 from the operator's table), and
+  -- by the host's own non-loopback address from here, which the step's bare IP uses.
+  local port, server, host_ip, www
+  setup(function()
+    port = h.free_port()
+    www = h.tmpdir("tier-www")
+    h.write(www .. "/index.html", "hello-tier\n")
+    server = h.sh(string.format("busybox httpd -f -p %d -h %s >/dev/null 2>&1 & echo $!", port, h.quote(www)))
+      :match("%d+")
+    host_ip = h.sh("ip -4 route get 192.0.2.1 2>/dev/null"):match("src (%d+%.%d+%.%d+%.%d+)") or "127.0.0.1"
+    assert(h.wait_for(function()
+      return h.sh(string.format("curl -s --max-time 1 http://127.0.0.1:%d/", port)):find("hello-tier", 1, true)
+    end, 5), "the test server never answered")
+  end)
+  teardown(function()
+    if server then os.execute("kill " .. server) end
+    if www then h.rmrf(www) end
+  end)
+
+  local function allowlisted(script, grants)
+    grants = grants or { net = { "api.test:" .. port }, subprocess = true }
+    local out = io.tmpfile()
+    local result, rec = tier.step({ cmd = { "/bin/sh", "-c", script }, grants = grants, stdout = out,
+      stderr = out, timeout = 30, network = { internal = { "127.0.0.1/32" }, resolve = { ["api.test"] =
+      "127.0.0.1" } } })
+    out:seek("set")
+    local text = out:read("a")
+    out:close()
+    return result, rec, text
+  end
+
+  it("answers NXDOMAIN for a name not allowed, then reaches the allowed one, in the same child", function()
+    if not s1_or_pending() then return end
+    local result, rec, out = allowlisted(string.format([[
+      dig +tries=1 +time=2 denied.test A | grep -o 'status: [A-Z]*'
+      curl -sS --max-time 10 http://api.test:%d/; echo "control rc=$?"]], port))
+    assert.are.equal(0, result.exit, out)
+    assert.are.equal("S1", rec.tier)
+    assert.matches("^landlock/%d+%+seccomp%+egress$", rec.mechanism)
+    assert.are.same({ "api.test:" .. port }, rec.grants.net)
+    assert.truthy(h.in_order(out, { "status: NXDOMAIN", "hello-tier", "control rc=0" }, true), out)
+  end)
+
+  it("resets a bare IP that the host itself reaches, then reaches the allowed name", function()
+    if not s1_or_pending() then return end
+    -- The host reaches that address (so the step's failure is the plane's refusal).
+    assert.matches("hello%-tier", h.sh(string.format("curl -s --max-time 5 http://%s:%d/", host_ip, port)))
+    local result, _, out = allowlisted(string.format([[
+      curl -sS --max-time 5 http://%s:%d/; echo "bare rc=$?"
+      curl -sS --max-time 10 http://api.test:%d/; echo "control rc=$?"]], host_ip, port, port))
+    assert.are.equal(0, result.exit, out)
+    local bare = out:match("bare rc=(%d+)")
+    assert.truthy(bare and bare ~= "0", out)
+    local before = out:sub(1, out:find("bare rc=", 1, true))
+    assert.is_nil(before:find("hello-tier", 1, true), "the bare IP was reached: " .. out)
+    assert.truthy(h.in_order(out, { "bare rc=", "hello-tier", "control rc=0" }, true), out)
+  end)
+
+  it("holds no capability over the namespace it runs in: nft is refused, then a granted read succeeds", function()
+    if not s1_or_pending() then return end
+    local result, _, out = allowlisted([[
+      nft flush ruleset 2>&1; echo "nft rc=$?"
+      cat /etc/hosts >/dev/null && echo "control ok"]])
+    assert.are.equal(0, result.exit, out)
+    local rc = out:match("nft rc=(%d+)")
+    assert.truthy(rc and rc ~= "0", out)
+    assert.truthy(h.in_order(out, { "nft rc=", "control ok" }, true), out)
+  end)
+
+  it("is refused naming grants.net where no namespace can be had (non-root), and runs net = false there", function()
+    if not s1_or_pending() then return end
+    local script = h.tmpdir("tier-nonroot") .. "/t.lua"
+    h.write(script, [[
+      local tier = require "corral.tier"
+      local r, err = tier.step({ cmd = { "/bin/true" }, grants = { net = { "api.test:443" } } })
+      print("allowlist", r == nil and err.code, err and err.capability)
+      local c, rec = tier.step({ cmd = { "/bin/true" }, grants = {} })
+      print("control", c and c.exit, rec and rec.tier)]])
+    os.execute("chmod -R a+rX " .. h.quote(script:match("^(.*)/")))
+    local out = h.sh(string.format("cd / && TMPDIR=/tmp setpriv --reuid=65534 --regid=65534 --clear-groups " ..
+      "env LUA_PATH=%s %s %s 2>&1", h.quote(os.getenv("PWD") .. "/lua/?.lua;" .. os.getenv("PWD") ..
+      "/lua/?/init.lua;;"), h.quote(HOST), h.quote(script)))
+    h.rmrf(script:match("^(.*)/"))
+    assert.truthy(h.in_order(out, { "allowlist\tcannot_enforce\tgrants.net", "control\t0\tS1" }, true), out)
   end)
 end)
 

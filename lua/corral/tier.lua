@@ -35,14 +35,81 @@ local function environment(names)
   return env
 end
 
+local steps = 0
+
+-- The egress plane for an allowlisted step: a network namespace corral makes and
+-- programs (DNS responder, acceptor, the nftables redirect, read back) before the
+-- program exists. The namespace is owned by the caller's user namespace, where the
+-- program, which joins it and then drops every capability, holds none.
+local function egress_plane(g, network)
+  network = network or {}
+  steps = steps + 1
+  local id = string.format("step-%d-%d", core.getpid(), steps)
+  local pl, err = require("corral.egress.plane").new(id, { allow = g.net, internal = network.internal,
+    resolve = network.resolve })
+  if not pl then
+    return nil, errors.cannot_enforce("grants.net", "the egress plane an allowlist needs could not be built " ..
+      "(a network namespace of corral's own, programmed with nftables: root here): " ..
+      tostring(errors.is(err) and err.detail or err))
+  end
+  pl.port_key = id
+  return pl
+end
+
+-- Runs the plan while serving the egress loop the step's network depends on.
+local function run_served(pl, plan)
+  local loop = require "corral.egress.loop"
+  plan.netns = pl.netns
+  loop.add(pl)
+  local running, err = core.tier.start(plan)
+  local res
+  if running then
+    repeat local hit = loop.step(1, { running }) until hit[1]
+    res, err = running:result()
+  end
+  loop.remove(pl)
+  pl:close()
+  return res, err
+end
+
+-- The operator's egress options as the commitment lists them (sorted text).
+local function egress_facts(pol, network)
+  network = network or {}
+  local internal = {}
+  for _, c in ipairs(network.internal or {}) do internal[#internal + 1] = tostring(c) end
+  table.sort(internal)
+  local resolve = {}
+  if type(network.resolve) == "table" then
+    for name, addrs in pairs(network.resolve) do
+      local list = type(addrs) == "table" and addrs or { addrs }
+      local texts = {}
+      for _, a in ipairs(list) do texts[#texts + 1] = tostring(a) end
+      table.sort(texts)
+      resolve[#resolve + 1] = tostring(name) .. " " .. table.concat(texts, ",")
+    end
+  elseif network.resolve ~= nil then
+    resolve[1] = "(a function of the operator's)"
+  end
+  table.sort(resolve)
+  pol.internal, pol.resolve = internal, resolve
+end
+
 -- Runs one plan under the policy and builds its receipt. `extra` is merged into it.
-local function run_sealed(pol, g, earned, plan, extra)
+local function run_sealed(pol, g, earned, plan, extra, network)
+  if pol.egress then egress_facts(pol, network) end
   local commitment, cerr = policy.commitment(pol, g)
   if not commitment then return nil, cerr end
   plan.rules, plan.filters, plan.supervised, plan.drop_caps = pol.rules, pol.filters, pol.supervised,
     pol.drop_caps
   local meter = receipt.meter()
-  local res, err = core.tier.run(plan)
+  local res, err
+  if pol.egress then
+    local pl, perr = egress_plane(g, network)
+    if not pl then return nil, perr end
+    res, err = run_served(pl, plan)
+  else
+    res, err = core.tier.run(plan)
+  end
   if not res then
     -- The program could not be executed: a result like a shell's (126/127), still
     -- sealed. Any other failed step is a layer that could not be built: refused.
@@ -67,7 +134,9 @@ end
 --- Runs one command at the highest tier this host earns for its grants.
 -- @tparam table spec `{cmd = {argv...}` (or the array part), `grants =`, `min_tier =
 --   "S1"` (refuse rather than run at S0), `timeout =` seconds, `stdin/stdout/stderr =`
---   files, `receipts =` a file the receipt line is appended to`}`
+--   files, `receipts =` a file the receipt line is appended to, `network =` the
+--   operator's side of an allowlist grant: `{internal = {cidr...}, resolve = {name =
+--   addr}}` as in a sandbox's network table`}`
 -- @treturn table result `{exit =, timed_out =}`
 -- @treturn table the receipt
 -- @return[2] nil
@@ -100,7 +169,7 @@ function M.step(spec)
   end
   local plan = { path = path, argv = argv, env = environment(g.env), cwd = spec.cwd, timeout = spec.timeout,
     stdin = spec.stdin, stdout = spec.stdout, stderr = spec.stderr }
-  local res, rec = run_sealed(pol, g, earned, plan, { cmd = argv })
+  local res, rec = run_sealed(pol, g, earned, plan, { cmd = argv }, spec.network)
   if not res then return nil, rec end
   if spec.receipts then
     local ok, aerr = receipt.append(rec, spec.receipts)
