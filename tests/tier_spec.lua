@@ -597,6 +597,25 @@ describe("S2 through a confined child #root", function()
     assert.are.equal(0, rec.result.exit)
   end)
 
+  it("is bare step{...} in the REPL on a terminal: a denied read, then the granted one", function()
+    if not s1_or_pending() then return end
+    local dir = h.tmpdir("tier-repl")
+    assert(core.mkdir(dir .. "/granted", tonumber("755", 8)))
+    h.write(dir .. "/outside", "outside-secret\n")
+    h.write(dir .. "/granted/f", "granted-data\n")
+    local typed = string.format('r = step{"/bin/sh", "-c", "cat %s/outside; echo rc=$?; cat %s/granted/f", ' ..
+      'grants = {read = {"%s/granted"}, subprocess = true}}\nprint("step", r.tier, r.mechanism, r.result.exit)\n' ..
+      'print("s2", step{s2 = "return 6 * 7"}.result.values[1])\nos.exit(0)\n', dir, dir, dir)
+    -- util-linux script gives the host a pseudo-terminal, so it opens its REPL.
+    local out = h.sh("printf '%s' " .. h.quote(typed) .. " | env CORRAL_HISTORY= TERM=dumb timeout 20 script -qfec " ..
+      h.quote("exec " .. HOST .. " -i") .. " /dev/null")
+    h.rmrf(dir)
+    out = out:gsub("\r", "")
+    assert.is_nil(out:find("outside-secret", 1, true), out)
+    assert.truthy(h.in_order(out, { "Permission denied", "rc=1", "granted-data", "step\tS1\tlandlock/" }, true), out)
+    assert.truthy(out:find("s2\t42", 1, true), out)
+  end)
+
   it("refuses grants S2 has no checked function for", function()
     local r, err = tier.s2({ code = "return 1", grants = { subprocess = true } })
     assert.is_nil(r)
@@ -640,6 +659,22 @@ describe("corral step #root", function()
       dir .. "/grants.lua" })
     assert.are.equal(3, status, out)
     assert.matches("%-%-s2", out)
+  end)
+
+  it("is reported by corral probe: S1 with its mechanism here, S0 with the reason when weakened", function()
+    if not s1_or_pending() then return end
+    local out, status = h.corral("probe")
+    assert.are.equal(0, status, out)
+    assert.matches("\ntier +holds +S1: landlock/%d+%+seccomp: read, ", "\n" .. out)
+    out, status = h.sh("CORRAL_TIER_PROBE_MUTATE=no-landlock " .. h.quote(HOST) .. " probe --json")
+    assert.are.equal(0, status, out)
+    local found
+    for _, r in ipairs(assert(json.decode(out))) do
+      if r.name == "tier" then found = r end
+    end
+    assert.is_false(found.holds)
+    assert.matches("^S0: the confined probe exited", found.detail)
+    assert.are.equal("S0", found.extra.tier)
   end)
 
   it("names the flag in its refusals", function()

@@ -303,4 +303,6 @@ function M.s2(spec)
   return result, rec
 end
 
-return M
+-- The REPL's bare `step{...}` (the host binds `step` to this module): the receipt,
+-- with the step's result in it, as `corral.step` returns.
+return setmetatable(M, { __call = function(_, spec) return require("corral.repl").step(spec) end })
