@@ -159,6 +159,65 @@ describe("tier grants and commitment", function()
   end
 end)
 
+describe("the seatbelt path (macOS)", function()
+  local sbpl = require "corral.sbpl"
+  local pol_of = function(grants)
+    return assert(policy.derive_seatbelt(assert(policy.check(grants)), { name = "seatbelt/15.1" }, "/bin/sh"))
+  end
+
+  it("renders grants to a deny-default SBPL profile: the runtime, then each grant", function()
+    local g = assert(policy.check({ read = { "/usr/share" }, write = { "/tmp" } }))
+    local text = assert(sbpl.tier_profile(g, "/bin/sh"))
+    assert.matches("^%(version 1%)\n%(deny default%)\n", text)
+    assert.truthy(text:find('(allow file-read* (subpath "/usr/share"))\n', 1, true))
+    assert.truthy(text:find('(allow file-read* file-write* (subpath "/tmp"))\n', 1, true))
+    assert.truthy(text:find('(allow process-exec (literal "/bin/sh"))\n', 1, true))
+    -- subprocess = false and net = false: no fork, no network operation at all.
+    assert.is_nil(text:find("process-fork", 1, true))
+    assert.is_nil(text:find("network", 1, true))
+    -- The runtime's mach services are the control-plane profile's own.
+    assert.truthy(text:find('(global-name "com.apple.system.logger")', 1, true))
+    local open = assert(sbpl.tier_profile(assert(policy.check({ net = true, subprocess = true })), "/bin/sh"))
+    assert.truthy(open:find("(allow network*)\n", 1, true))
+    assert.truthy(open:find("(allow process-fork)\n", 1, true))
+  end)
+
+  it("commits to the exact profile: stable, and changed by any grant or the macOS version", function()
+    local base = { read = { "/usr/share" } }
+    local c = assert(policy.commitment(pol_of(base), assert(policy.check(base))))
+    assert.are.equal(c, assert(policy.commitment(pol_of(base), assert(policy.check(base)))))
+    assert.matches("\nsbpl %x+\n", policy.canonical(pol_of(base), assert(policy.check(base))))
+    local seen = { [c] = true }
+    for _, grants in ipairs({ { read = { "/usr/share", "/usr/bin" } }, { read = { "/usr/share" }, net = true },
+      { read = { "/usr/share" }, subprocess = true }, { read = { "/usr/share" }, write = { "/tmp" } } }) do
+      local d = assert(policy.commitment(pol_of(grants), assert(policy.check(grants))))
+      assert.is_nil(seen[d], json.encode(grants))
+      seen[d] = true
+    end
+    local g = assert(policy.check(base))
+    local other = assert(policy.derive_seatbelt(g, { name = "seatbelt/14.0" }, "/bin/sh"))
+    assert.is_nil(seen[assert(policy.commitment(other, g))])
+  end)
+
+  it("refuses an allowlist (no egress plane there) naming grants.net, and renders net = false", function()
+    local r, err = sbpl.tier_profile(assert(policy.check({ net = { "api.test:443" } })), "/bin/sh")
+    assert.is_nil(r)
+    assert.are.equal("grants.net", err.capability)
+    assert.truthy(sbpl.tier_profile(assert(policy.check({ net = false })), "/bin/sh"))
+  end)
+
+  it("is never taken on Linux: no sandbox-exec, and the earned mechanism is Landlock's", function()
+    local sb, why = probe.seatbelt()
+    if core.resolve_file("/usr/bin/sandbox-exec") then
+      assert.matches("^seatbelt/", sb.mechanism)
+      return
+    end
+    assert.is_nil(sb)
+    assert.matches("sandbox%-exec is not on this host", why)
+    if earned.tier == "S1" then assert.matches("^landlock/", earned.mechanism) end
+  end)
+end)
+
 describe("the S1 probe #root", function()
   it("holds here and seals landlock/<abi>+seccomp", function()
     if not s1_or_pending() then return end

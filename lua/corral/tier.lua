@@ -158,7 +158,15 @@ function M.step(spec)
     return nil, errors.cannot_enforce("tier S1", "this host did not earn it: " .. tostring(earned.detail))
   end
   local pol = { tier = "S0" }
-  if earned.tier == "S1" then
+  local plan_path, plan_argv = path, argv
+  if earned.mechanism and earned.mechanism:match("^seatbelt/") then
+    -- macOS: the grants as a deny-default SBPL profile, applied by sandbox-exec.
+    local serr
+    pol, serr = policy.derive_seatbelt(g, { name = earned.mechanism }, path)
+    if not pol then return nil, serr end
+    plan_path, plan_argv = "/usr/bin/sandbox-exec", { "/usr/bin/sandbox-exec", "-p", pol.profile, path,
+      table.unpack(argv, 2) }
+  elseif earned.tier == "S1" then
     pol = policy.derive(g, { name = earned.mechanism })
     -- Resolve before grant: the program is exec'd by the resolved path the rules cover.
     local runtime = policy.runtime_dirs()
@@ -167,7 +175,7 @@ function M.step(spec)
         table.concat(runtime, ", ") .. ") nor granted exec")
     end
   end
-  local plan = { path = path, argv = argv, env = environment(g.env), cwd = spec.cwd, timeout = spec.timeout,
+  local plan = { path = plan_path, argv = plan_argv, env = environment(g.env), cwd = spec.cwd, timeout = spec.timeout,
     stdin = spec.stdin, stdout = spec.stdout, stderr = spec.stderr }
   local res, rec = run_sealed(pol, g, earned, plan, { cmd = argv }, spec.network)
   if not res then return nil, rec end

@@ -231,6 +231,21 @@ function M.derive(g, mech, extra_exec, extra_read)
            egress = M.allowlisted(g) and g.net or nil }
 end
 
+--- Derives the policy seatbelt applies on macOS (`mech.name` is `seatbelt/<version>`):
+-- the grants rendered to a deny-default SBPL profile (corral.sbpl.tier_profile), whose
+-- exact text the commitment covers.
+-- @tparam table g normalised grants
+-- @tparam table mech `{name =}`
+-- @tparam string program the resolved program
+-- @treturn table `{tier =, mechanism =, profile =}`
+-- @return[2] nil
+-- @treturn[2] table the refusal (an allowlist, a path SBPL cannot spell)
+function M.derive_seatbelt(g, mech, program)
+  local profile, err = require("corral.sbpl").tier_profile(g, program)
+  if not profile then return nil, err end
+  return { tier = mech.tier or "S1", mechanism = mech.name, profile = profile }
+end
+
 --- The canonical serialisation of a policy and the grants it came from.
 -- @tparam table policy from `M.derive` (or `{tier = "S0", mechanism = "none"}`)
 -- @tparam table g normalised grants
@@ -252,6 +267,7 @@ function M.canonical(policy, g)
     lines[#lines + 1] = "seccomp " .. f .. " " .. assert(core.digest.sha256(programs[name]))
   end
   for _, r in ipairs(policy.rules or {}) do lines[#lines + 1] = "landlock " .. r.access .. " " .. r.path end
+  if policy.profile then lines[#lines + 1] = "sbpl " .. assert(core.digest.sha256(policy.profile)) end
   for _, k in ipairs({ "read", "write", "exec" }) do
     for _, p in ipairs(g[k]) do lines[#lines + 1] = "grant " .. k .. " " .. p end
   end
