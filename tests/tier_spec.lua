@@ -24,17 +24,23 @@ local function s1_or_pending()
   return false
 end
 
+-- Runs a step with its stdout and stderr captured; returns result, receipt and output.
+local function captured_step(spec)
+  local out = io.tmpfile()
+  spec.stdout, spec.stderr = out, out
+  local result, rec = tier.step(spec)
+  out:seek("set")
+  local text = out:read("a")
+  out:close()
+  return result, rec, text
+end
+
 -- Runs Lua code in the corral host as a step; returns result, receipt and output.
 local function host_step(code, grants)
   grants = grants or {}
   grants.exec = grants.exec or {}
   grants.exec[#grants.exec + 1] = HOST
-  local out = io.tmpfile()
-  local result, rec = tier.step({ cmd = { HOST, "-e", code }, grants = grants, stdout = out, stderr = out })
-  out:seek("set")
-  local text = out:read("a")
-  out:close()
-  return result, rec, text
+  return captured_step({ cmd = { HOST, "-e", code }, grants = grants })
 end
 
 describe("core.digest", function()
@@ -425,15 +431,9 @@ describe("a step with net = an allowlist #root #netns", function()
   end)
 
   local function allowlisted(script, grants)
-    grants = grants or { net = { "api.test:" .. port }, subprocess = true }
-    local out = io.tmpfile()
-    local result, rec = tier.step({ cmd = { "/bin/sh", "-c", script }, grants = grants, stdout = out,
-      stderr = out, timeout = 30, network = { internal = { "127.0.0.1/32" }, resolve = { ["api.test"] =
-      "127.0.0.1" } } })
-    out:seek("set")
-    local text = out:read("a")
-    out:close()
-    return result, rec, text
+    return captured_step({ cmd = { "/bin/sh", "-c", script }, timeout = 30,
+      grants = grants or { net = { "api.test:" .. port }, subprocess = true },
+      network = { internal = { "127.0.0.1/32" }, resolve = { ["api.test"] = "127.0.0.1" } } })
   end
 
   it("answers NXDOMAIN for a name not allowed, then reaches the allowed one, in the same child", function()
