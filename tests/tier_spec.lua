@@ -24,17 +24,23 @@ local function s1_or_pending()
   return false
 end
 
+-- Runs a step with its stdout and stderr captured; returns result, receipt and output.
+local function captured_step(spec)
+  local out = io.tmpfile()
+  spec.stdout, spec.stderr = out, out
+  local result, rec = tier.step(spec)
+  out:seek("set")
+  local text = out:read("a")
+  out:close()
+  return result, rec, text
+end
+
 -- Runs Lua code in the corral host as a step; returns result, receipt and output.
 local function host_step(code, grants)
   grants = grants or {}
   grants.exec = grants.exec or {}
   grants.exec[#grants.exec + 1] = HOST
-  local out = io.tmpfile()
-  local result, rec = tier.step({ cmd = { HOST, "-e", code }, grants = grants, stdout = out, stderr = out })
-  out:seek("set")
-  local text = out:read("a")
-  out:close()
-  return result, rec, text
+  return captured_step({ cmd = { HOST, "-e", code }, grants = grants })
 end
 
 describe("core.digest", function()
@@ -85,7 +91,8 @@ describe("tier grants and commitment", function()
     assert.are.equal(c, out)
     local changes = {
       { read = { "/usr/share", "/etc" } }, { write = { "/tmp", "/var/tmp" } }, { exec = { "/usr/bin" } },
-      { net = true }, { subprocess = true }, { env = { "HOME", "LANG" } },
+      { net = true }, { subprocess = true }, { env = { "HOME", "LANG" } }, { net = { "pypi.org:443" } },
+      { net = { "pypi.org:443", "files.pythonhosted.org:443" } },
     }
     local seen = { [c] = true }
     for _, change in ipairs(changes) do
@@ -99,6 +106,24 @@ describe("tier grants and commitment", function()
     local other = assert(policy.commitment({ tier = "S1", mechanism = "landlock/6+seccomp" },
       assert(policy.check(base))))
     assert.is_nil(seen[other])
+  end)
+
+  it("commits to an allowlist by its canonical entries, sorted, whatever their spelling", function()
+    local pol = { tier = "S1", mechanism = "landlock/7+seccomp+egress" }
+    local a = assert(policy.check({ net = { "PyPI.org.:443", "api.test:80,443" } }))
+    local b = assert(policy.check({ net = { "api.test:443,80", "pypi.org:443", "pypi.org:443" } }))
+    assert.are.same({ "api.test:80,443", "pypi.org:443" }, a.net)
+    assert.are.equal(policy.commitment(pol, a), policy.commitment(pol, b))
+    local text = policy.canonical(pol, a)
+    assert.matches("grant net allow api.test:80,443\ngrant net allow pypi.org:443\n", text)
+    -- The operator's internal ranges are part of what was enforced.
+    local with_internal = setmetatable({ internal = { "127.0.0.1/32" } }, { __index = pol })
+    assert.are_not.equal(policy.commitment(pol, a), policy.commitment(with_internal, a))
+    local derived = policy.derive(a, { name = "landlock/7+seccomp" })
+    assert.are.equal("landlock/7+seccomp+egress", derived.mechanism)
+    -- Sockets are the plane's to decide: no nonet filter, and the resolver's files are read.
+    assert.is_nil(policy.canonical(derived, a):find("seccomp nonet", 1, true))
+    assert.matches("landlock r /etc/hosts\n", policy.canonical(derived, a))
   end)
 
   it("covers the exact seccomp programs and the Landlock rules applied", function()
@@ -116,7 +141,7 @@ describe("tier grants and commitment", function()
   local refusals = {
     { { clock = false }, "cannot_enforce", "grants.clock" },
     { { random = false }, "cannot_enforce", "grants.random" },
-    { { net = { "pypi.org:443" } }, "cannot_enforce", "grants.net" },
+    { { net = { "*.com:443" } }, "invalid_argument", "grants.net" },
     { { network = false }, "invalid_argument", "grants.network" },
     { { read = { "relative" } }, "invalid_argument", "grants.read" },
   }
@@ -138,6 +163,65 @@ describe("tier grants and commitment", function()
       h.rmrf(dir)
     end)
   end
+end)
+
+describe("the seatbelt path (macOS)", function()
+  local sbpl = require "corral.sbpl"
+  local pol_of = function(grants)
+    return assert(policy.derive_seatbelt(assert(policy.check(grants)), { name = "seatbelt/15.1" }, "/bin/sh"))
+  end
+
+  it("renders grants to a deny-default SBPL profile: the runtime, then each grant", function()
+    local g = assert(policy.check({ read = { "/usr/share" }, write = { "/tmp" } }))
+    local text = assert(sbpl.tier_profile(g, "/bin/sh"))
+    assert.matches("^%(version 1%)\n%(deny default%)\n", text)
+    assert.truthy(text:find('(allow file-read* (subpath "/usr/share"))\n', 1, true))
+    assert.truthy(text:find('(allow file-read* file-write* (subpath "/tmp"))\n', 1, true))
+    assert.truthy(text:find('(allow process-exec (literal "/bin/sh"))\n', 1, true))
+    -- subprocess = false and net = false: no fork, no network operation at all.
+    assert.is_nil(text:find("process-fork", 1, true))
+    assert.is_nil(text:find("network", 1, true))
+    -- The runtime's mach services are the control-plane profile's own.
+    assert.truthy(text:find('(global-name "com.apple.system.logger")', 1, true))
+    local open = assert(sbpl.tier_profile(assert(policy.check({ net = true, subprocess = true })), "/bin/sh"))
+    assert.truthy(open:find("(allow network*)\n", 1, true))
+    assert.truthy(open:find("(allow process-fork)\n", 1, true))
+  end)
+
+  it("commits to the exact profile: stable, and changed by any grant or the macOS version", function()
+    local base = { read = { "/usr/share" } }
+    local c = assert(policy.commitment(pol_of(base), assert(policy.check(base))))
+    assert.are.equal(c, assert(policy.commitment(pol_of(base), assert(policy.check(base)))))
+    assert.matches("\nsbpl %x+\n", policy.canonical(pol_of(base), assert(policy.check(base))))
+    local seen = { [c] = true }
+    for _, grants in ipairs({ { read = { "/usr/share", "/usr/bin" } }, { read = { "/usr/share" }, net = true },
+      { read = { "/usr/share" }, subprocess = true }, { read = { "/usr/share" }, write = { "/tmp" } } }) do
+      local d = assert(policy.commitment(pol_of(grants), assert(policy.check(grants))))
+      assert.is_nil(seen[d], json.encode(grants))
+      seen[d] = true
+    end
+    local g = assert(policy.check(base))
+    local other = assert(policy.derive_seatbelt(g, { name = "seatbelt/14.0" }, "/bin/sh"))
+    assert.is_nil(seen[assert(policy.commitment(other, g))])
+  end)
+
+  it("refuses an allowlist (no egress plane there) naming grants.net, and renders net = false", function()
+    local r, err = sbpl.tier_profile(assert(policy.check({ net = { "api.test:443" } })), "/bin/sh")
+    assert.is_nil(r)
+    assert.are.equal("grants.net", err.capability)
+    assert.truthy(sbpl.tier_profile(assert(policy.check({ net = false })), "/bin/sh"))
+  end)
+
+  it("is never taken on Linux: no sandbox-exec, and the earned mechanism is Landlock's", function()
+    local sb, why = probe.seatbelt()
+    if core.resolve_file("/usr/bin/sandbox-exec") then
+      assert.matches("^seatbelt/", sb.mechanism)
+      return
+    end
+    assert.is_nil(sb)
+    assert.matches("sandbox%-exec is not on this host", why)
+    if earned.tier == "S1" then assert.matches("^landlock/", earned.mechanism) end
+  end)
 end)
 
 describe("the S1 probe #root", function()
@@ -325,6 +409,89 @@ describe("a step at S1 #root", function()
   end)
 end)
 
+describe("a step with net = an allowlist #root #netns", function()
+  -- A server of the test's own on the host, on every address: reached by name through
+  -- the egress plane (api.test resolves to 127.0.0.1 from the operator's table), and
+  -- by the host's own non-loopback address from here, which the step's bare IP uses.
+  local port, server, host_ip, www
+  setup(function()
+    port = h.free_port()
+    www = h.tmpdir("tier-www")
+    h.write(www .. "/index.html", "hello-tier\n")
+    server = h.sh(string.format("busybox httpd -f -p %d -h %s >/dev/null 2>&1 & echo $!", port, h.quote(www)))
+      :match("%d+")
+    host_ip = h.sh("ip -4 route get 192.0.2.1 2>/dev/null"):match("src (%d+%.%d+%.%d+%.%d+)") or "127.0.0.1"
+    assert(h.wait_for(function()
+      return h.sh(string.format("curl -s --max-time 1 http://127.0.0.1:%d/", port)):find("hello-tier", 1, true)
+    end, 5), "the test server never answered")
+  end)
+  teardown(function()
+    if server then os.execute("kill " .. server) end
+    if www then h.rmrf(www) end
+  end)
+
+  local function allowlisted(script, grants)
+    return captured_step({ cmd = { "/bin/sh", "-c", script }, timeout = 30,
+      grants = grants or { net = { "api.test:" .. port }, subprocess = true },
+      network = { internal = { "127.0.0.1/32" }, resolve = { ["api.test"] = "127.0.0.1" } } })
+  end
+
+  it("answers NXDOMAIN for a name not allowed, then reaches the allowed one, in the same child", function()
+    if not s1_or_pending() then return end
+    local result, rec, out = allowlisted(string.format([[
+      dig +tries=1 +time=2 denied.test A | grep -o 'status: [A-Z]*'
+      curl -sS --max-time 10 http://api.test:%d/; echo "control rc=$?"]], port))
+    assert.are.equal(0, result.exit, out)
+    assert.are.equal("S1", rec.tier)
+    assert.matches("^landlock/%d+%+seccomp%+egress$", rec.mechanism)
+    assert.are.same({ "api.test:" .. port }, rec.grants.net)
+    assert.truthy(h.in_order(out, { "status: NXDOMAIN", "hello-tier", "control rc=0" }, true), out)
+  end)
+
+  it("resets a bare IP that the host itself reaches, then reaches the allowed name", function()
+    if not s1_or_pending() then return end
+    -- The host reaches that address (so the step's failure is the plane's refusal).
+    assert.matches("hello%-tier", h.sh(string.format("curl -s --max-time 5 http://%s:%d/", host_ip, port)))
+    local result, _, out = allowlisted(string.format([[
+      curl -sS --max-time 5 http://%s:%d/; echo "bare rc=$?"
+      curl -sS --max-time 10 http://api.test:%d/; echo "control rc=$?"]], host_ip, port, port))
+    assert.are.equal(0, result.exit, out)
+    local bare = out:match("bare rc=(%d+)")
+    assert.truthy(bare and bare ~= "0", out)
+    local before = out:sub(1, out:find("bare rc=", 1, true))
+    assert.is_nil(before:find("hello-tier", 1, true), "the bare IP was reached: " .. out)
+    assert.truthy(h.in_order(out, { "bare rc=", "hello-tier", "control rc=0" }, true), out)
+  end)
+
+  it("holds no capability over the namespace it runs in: nft is refused, then a granted read succeeds", function()
+    if not s1_or_pending() then return end
+    local result, _, out = allowlisted([[
+      nft flush ruleset 2>&1; echo "nft rc=$?"
+      cat /etc/hosts >/dev/null && echo "control ok"]])
+    assert.are.equal(0, result.exit, out)
+    local rc = out:match("nft rc=(%d+)")
+    assert.truthy(rc and rc ~= "0", out)
+    assert.truthy(h.in_order(out, { "nft rc=", "control ok" }, true), out)
+  end)
+
+  it("is refused naming grants.net where no namespace can be had (non-root), and runs net = false there", function()
+    if not s1_or_pending() then return end
+    local script = h.tmpdir("tier-nonroot") .. "/t.lua"
+    h.write(script, [[
+      local tier = require "corral.tier"
+      local r, err = tier.step({ cmd = { "/bin/true" }, grants = { net = { "api.test:443" } } })
+      print("allowlist", r == nil and err.code, err and err.capability)
+      local c, rec = tier.step({ cmd = { "/bin/true" }, grants = {} })
+      print("control", c and c.exit, rec and rec.tier)]])
+    os.execute("chmod -R a+rX " .. h.quote(script:match("^(.*)/")))
+    local out = h.sh(string.format("cd / && TMPDIR=/tmp setpriv --reuid=65534 --regid=65534 --clear-groups " ..
+      "env LUA_PATH=%s %s %s 2>&1", h.quote(os.getenv("PWD") .. "/lua/?.lua;" .. os.getenv("PWD") ..
+      "/lua/?/init.lua;;"), h.quote(HOST), h.quote(script)))
+    h.rmrf(script:match("^(.*)/"))
+    assert.truthy(h.in_order(out, { "allowlist\tcannot_enforce\tgrants.net", "control\t0\tS1" }, true), out)
+  end)
+end)
+
 describe("S2: Lua in a fresh state (core.vm)", function()
   local function eval(code, opts) return core.vm.eval(code, opts) end
 
@@ -489,6 +656,25 @@ describe("S2 through a confined child #root", function()
     assert.are.equal(0, rec.result.exit)
   end)
 
+  it("is bare step{...} in the REPL on a terminal: a denied read, then the granted one", function()
+    if not s1_or_pending() then return end
+    local dir = h.tmpdir("tier-repl")
+    assert(core.mkdir(dir .. "/granted", tonumber("755", 8)))
+    h.write(dir .. "/outside", "outside-secret\n")
+    h.write(dir .. "/granted/f", "granted-data\n")
+    local typed = string.format('r = step{"/bin/sh", "-c", "cat %s/outside; echo rc=$?; cat %s/granted/f", ' ..
+      'grants = {read = {"%s/granted"}, subprocess = true}}\nprint("step", r.tier, r.mechanism, r.result.exit)\n' ..
+      'print("s2", step{s2 = "return 6 * 7"}.result.values[1])\nos.exit(0)\n', dir, dir, dir)
+    -- util-linux script gives the host a pseudo-terminal, so it opens its REPL.
+    local out = h.sh("printf '%s' " .. h.quote(typed) .. " | env CORRAL_HISTORY= TERM=dumb timeout 20 script -qfec " ..
+      h.quote("exec " .. HOST .. " -i") .. " /dev/null")
+    h.rmrf(dir)
+    out = out:gsub("\r", "")
+    assert.is_nil(out:find("outside-secret", 1, true), out)
+    assert.truthy(h.in_order(out, { "Permission denied", "rc=1", "granted-data", "step\tS1\tlandlock/" }, true), out)
+    assert.truthy(out:find("s2\t42", 1, true), out)
+  end)
+
   it("refuses grants S2 has no checked function for", function()
     local r, err = tier.s2({ code = "return 1", grants = { subprocess = true } })
     assert.is_nil(r)
@@ -532,6 +718,22 @@ describe("corral step #root", function()
       dir .. "/grants.lua" })
     assert.are.equal(3, status, out)
     assert.matches("%-%-s2", out)
+  end)
+
+  it("is reported by corral probe: S1 with its mechanism here, S0 with the reason when weakened", function()
+    if not s1_or_pending() then return end
+    local out, status = h.corral("probe")
+    assert.are.equal(0, status, out)
+    assert.matches("\ntier +holds +S1: landlock/%d+%+seccomp: read, ", "\n" .. out)
+    out, status = h.sh("CORRAL_TIER_PROBE_MUTATE=no-landlock " .. h.quote(HOST) .. " probe --json")
+    assert.are.equal(0, status, out)
+    local found
+    for _, r in ipairs(assert(json.decode(out))) do
+      if r.name == "tier" then found = r end
+    end
+    assert.is_false(found.holds)
+    assert.matches("^S0: the confined probe exited", found.detail)
+    assert.are.equal("S0", found.extra.tier)
   end)
 
   it("names the flag in its refusals", function()

@@ -704,6 +704,7 @@ static void repl(lua_State *L)
     require_global(L, "corral", "corral");
     require_global(L, "core", "corral.core");
     require_global(L, "conformance", "corral.conformance"); /* conformance("native") */
+    require_global(L, "step", "corral.tier");               /* step{"/bin/true", grants = {}} */
 
     while ((status = load_input(L)) != INPUT_EOF) {
         if (status == INPUT_INTERRUPTED) continue;

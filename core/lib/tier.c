@@ -15,6 +15,7 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -58,6 +59,7 @@ enum step {
     STEP_SYNC,
     STEP_STDIO,
     STEP_CWD,
+    STEP_NETNS,
     STEP_CAPS,
     STEP_LANDLOCK,
     STEP_SECCOMP,
@@ -68,6 +70,7 @@ static const char *const step_names[] = {
     [STEP_SYNC] = "start",
     [STEP_STDIO] = "stdio",
     [STEP_CWD] = "chdir",
+    [STEP_NETNS] = "join network namespace",
     [STEP_CAPS] = "drop capabilities",
     [STEP_LANDLOCK] = "landlock",
     [STEP_SECCOMP] = "seccomp",
@@ -161,6 +164,9 @@ __attribute__((noreturn)) static void child_main(const struct corral_tier_plan *
     if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
         child_fail(errfd, STEP_STDIO, errno);
+    /* Before the capabilities go: joining needs CAP_SYS_ADMIN over the namespace. */
+    if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
+        child_fail(errfd, STEP_NETNS, errno);
     /* no_new_privs first: it lets the bounding set stay where CAP_SETPCAP is missing
      * (caps.c), and every layer below needs it anyway. */
     if ((p->empty_caps || p->n_filters || p->supervised) &&

@@ -43,6 +43,9 @@ struct corral_tier_plan {
     const char *cwd;   /* NULL: the caller's */
     void *empty_caps;  /* from corral_caps_empty(): every capability dropped (and the
                           securebits locked) before Landlock; NULL: kept, as S0 does */
+    int netns_fd;      /* >= 0: a network namespace joined first, while the child still
+                          holds the capability to (its owner's user namespace is the
+                          caller's, where the program then holds none); -1: the caller's */
     int ruleset_fd;    /* >= 0: enforced (Landlock) before the filters; -1: none */
     const struct corral_bpf *filters[CORRAL_TIER_MAX_FILTERS]; /* installed in order */
     size_t n_filters;

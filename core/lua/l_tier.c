@@ -16,6 +16,10 @@
  *   (a thread is created and joined), "socket" (an AF_INET stream socket),
  *   "connect" (to 127.0.0.1:arg), "socketpair" (AF_UNIX, one byte through it),
  *   "capabilities" (succeeds while any capability is effective, EPERM once none is).
+ * core.tier.start(plan): as run, but the step is supervised by a process of its own and
+ *   the call returns at once: a handle whose :fileno() becomes readable when the step is
+ *   over and whose :result() then returns what run would have (closing the handle
+ *   kills the step). plan.netns: a network namespace (fd) the step joins first.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,6 +27,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -140,72 +147,196 @@ static void set_number(lua_State *L, const char *k, double v)
     lua_setfield(L, -2, k);
 }
 
-static int l_run(lua_State *L)
+/* Fills plan from the table at index 1 (kept on the stack below the scratch values it
+ * leaves). Returns 0, or the number of failure values pushed (nothing to release then).
+ * On 0 the ruleset fd and empty_caps are the caller's to release. */
+static int plan_from(lua_State *L, struct corral_tier_plan *plan, int *abi)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    struct corral_tier_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.ruleset_fd = -1;
+    memset(plan, 0, sizeof *plan);
+    plan->ruleset_fd = -1;
+    plan->netns_fd = -1;
     lua_getfield(L, 1, "path");
-    plan.path = corral_checkpath(L, -1);
-    plan.argv = strings_at(L, "argv");
-    plan.envp = strings_at(L, "env");
+    plan->path = corral_checkpath(L, -1);
+    plan->argv = strings_at(L, "argv");
+    plan->envp = strings_at(L, "env");
     lua_getfield(L, 1, "cwd");
-    plan.cwd = lua_tostring(L, -1);
+    plan->cwd = lua_tostring(L, -1);
     static const char *const stdio_names[] = {"stdin", "stdout", "stderr"};
     for (int i = 0; i < 3; i++) {
-        plan.stdio[i] = lua_getfield(L, 1, stdio_names[i]) == LUA_TNIL ? -1 : fd_of(L, -1);
+        plan->stdio[i] = lua_getfield(L, 1, stdio_names[i]) == LUA_TNIL ? -1 : fd_of(L, -1);
         lua_pop(L, 1);
     }
+    if (lua_getfield(L, 1, "netns") != LUA_TNIL) plan->netns_fd = fd_of(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, 1, "timeout");
-    plan.timeout_ms = (int)(luaL_optnumber(L, -1, 0) * 1000);
+    plan->timeout_ms = (int)(luaL_optnumber(L, -1, 0) * 1000);
     lua_pop(L, 1);
     if (lua_getfield(L, 1, "filters") == LUA_TTABLE) {
         lua_Integer n = luaL_len(L, -1);
         if (n > CORRAL_TIER_MAX_FILTERS) luaL_error(L, "tier.run: too many filters");
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, -1, i);
-            plan.filters[plan.n_filters++] = program_named(L, luaL_checkstring(L, -1));
+            plan->filters[plan->n_filters++] = program_named(L, luaL_checkstring(L, -1));
             lua_pop(L, 1);
         }
     }
     lua_pop(L, 1);
     if (lua_getfield(L, 1, "supervised") != LUA_TNIL)
-        plan.supervised = program_named(L, luaL_checkstring(L, -1));
+        plan->supervised = program_named(L, luaL_checkstring(L, -1));
     lua_pop(L, 1);
-    int abi = 0;
+    *abi = 0;
     if (lua_getfield(L, 1, "rules") == LUA_TTABLE) {
-        plan.ruleset_fd = ruleset_from(L, &abi);
-        if (plan.ruleset_fd < 0) return 3;
+        plan->ruleset_fd = ruleset_from(L, abi);
+        if (plan->ruleset_fd < 0) return 3;
     }
     /* Nothing below raises until both are released. */
     if (lua_getfield(L, 1, "drop_caps") != LUA_TNIL && lua_toboolean(L, -1)) {
-        plan.empty_caps = corral_caps_empty();
-        if (!plan.empty_caps) {
-            if (plan.ruleset_fd >= 0) close(plan.ruleset_fd);
+        plan->empty_caps = corral_caps_empty();
+        if (!plan->empty_caps) {
+            if (plan->ruleset_fd >= 0) close(plan->ruleset_fd);
             return corral_pushfail(L, "capabilities", ENOMEM);
         }
     }
-    struct corral_tier_result res;
-    const char *step = "";
-    int r = corral_tier_run(&plan, &res, &step);
-    if (plan.ruleset_fd >= 0) close(plan.ruleset_fd);
-    if (plan.empty_caps) corral_caps_free(plan.empty_caps);
+    return 0;
+}
+
+static void plan_release(struct corral_tier_plan *plan)
+{
+    if (plan->ruleset_fd >= 0) close(plan->ruleset_fd);
+    if (plan->empty_caps) corral_caps_free(plan->empty_caps);
+}
+
+static int push_result(lua_State *L, int r, const char *step, const struct corral_tier_result *res,
+                       int abi)
+{
     if (r < 0) return corral_pushfail(L, step, r);
     lua_createtable(L, 0, 8);
-    lua_pushinteger(L, res.status);
+    lua_pushinteger(L, res->status);
     lua_setfield(L, -2, "status");
-    lua_pushboolean(L, res.timed_out);
+    lua_pushboolean(L, res->timed_out);
     lua_setfield(L, -2, "timed_out");
-    lua_pushinteger(L, res.execs_denied);
+    lua_pushinteger(L, res->execs_denied);
     lua_setfield(L, -2, "execs_denied");
-    set_number(L, "wall_s", res.wall_s);
-    set_number(L, "cpu_s", res.cpu_s);
-    lua_pushinteger(L, res.max_rss_kb);
+    set_number(L, "wall_s", res->wall_s);
+    set_number(L, "cpu_s", res->cpu_s);
+    lua_pushinteger(L, res->max_rss_kb);
     lua_setfield(L, -2, "max_rss_kb");
     lua_pushinteger(L, abi);
     lua_setfield(L, -2, "abi");
+    return 1;
+}
+
+static int l_run(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    struct corral_tier_plan plan;
+    int abi, n = plan_from(L, &plan, &abi);
+    if (n) return n;
+    struct corral_tier_result res;
+    const char *step = "";
+    int r = corral_tier_run(&plan, &res, &step);
+    plan_release(&plan);
+    return push_result(L, r, step, &res, abi);
+}
+
+/* A step run by a supervisor process of its own (core.tier.start), so that the caller's
+ * thread stays free to serve the egress loop the step's network depends on. */
+#define RUNNING_MT "corral.tier.running"
+
+struct running {
+    pid_t pid; /* the supervisor; -1 once reaped */
+    int fd;    /* read end: one struct outcome when the step is over */
+    int abi;
+};
+
+struct outcome {
+    int r;
+    const char *step; /* a static string of tier.c: the same address after fork */
+    struct corral_tier_result res;
+};
+
+static int running_close(lua_State *L)
+{
+    struct running *s = luaL_checkudata(L, 1, RUNNING_MT);
+    if (s->pid > 0) {
+        /* The step's own child has PDEATHSIG set to SIGKILL: it goes with it. */
+        kill(s->pid, SIGKILL);
+        while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        s->pid = -1;
+    }
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+    return 0;
+}
+
+static int running_fileno(lua_State *L)
+{
+    struct running *s = luaL_checkudata(L, 1, RUNNING_MT);
+    lua_pushinteger(L, s->fd);
+    return 1;
+}
+
+/* :result() blocks until the step is over; returns what core.tier.run would have. */
+static int running_result(lua_State *L)
+{
+    struct running *s = luaL_checkudata(L, 1, RUNNING_MT);
+    if (s->fd < 0) return luaL_error(L, "tier.start: result already taken");
+    struct outcome o;
+    ssize_t n;
+    do
+        n = read(s->fd, &o, sizeof o);
+    while (n < 0 && errno == EINTR);
+    int abi = s->abi;
+    lua_settop(L, 1);
+    running_close(L);
+    if (n != (ssize_t)sizeof o) return corral_pushfail(L, "supervisor", n < 0 ? errno : EPIPE);
+    return push_result(L, o.r, o.step, &o.res, abi);
+}
+
+static int l_start(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    struct running *s = lua_newuserdatauv(L, sizeof *s, 0);
+    s->pid = -1;
+    s->fd = -1;
+    luaL_setmetatable(L, RUNNING_MT); /* at 2, above the plan */
+    struct corral_tier_plan plan;
+    int n = plan_from(L, &plan, &s->abi);
+    if (n) return n;
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        int err = errno;
+        plan_release(&plan);
+        return corral_pushfail(L, "supervisor", err);
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Only system calls from here (the caller may have threads): tier.c's runner is
+         * written for that already. */
+        close(p[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+        struct outcome o;
+        memset(&o, 0, sizeof o);
+        o.step = "";
+        o.r = corral_tier_run(&plan, &o.res, &o.step);
+        ssize_t w = write(p[1], &o, sizeof o);
+        _exit(w == (ssize_t)sizeof o ? 0 : 1);
+    }
+    int err = errno;
+    close(p[1]);
+    plan_release(&plan);
+    if (pid < 0) {
+        close(p[0]);
+        return corral_pushfail(L, "supervisor", err);
+    }
+    s->pid = pid;
+    s->fd = p[0];
+    lua_pushvalue(L, 2);
     return 1;
 }
 
@@ -283,8 +414,23 @@ static int l_attempt(lua_State *L)
 
 int corral_open_tier(lua_State *L)
 {
-    static const luaL_Reg fns[] = {
-        {"run", l_run}, {"programs", l_programs}, {"attempt", l_attempt}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"run", l_run},
+                                   {"start", l_start},
+                                   {"programs", l_programs},
+                                   {"attempt", l_attempt},
+                                   {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"result", running_result},
+                                       {"fileno", running_fileno},
+                                       {"close", running_close},
+                                       {NULL, NULL}};
+    luaL_newmetatable(L, RUNNING_MT);
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, running_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, running_close);
+    lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
     luaL_newlib(L, fns);
     lua_setfield(L, -2, "tier");
     return 0;

@@ -326,6 +326,15 @@ local probes = {
     end,
   },
   {
+    name = "tier",
+    gates = { "step" },
+    run = function()
+      -- The tier this host earns (corral.tier.probe): S1 with its mechanism, or S0 and why.
+      local e = require("corral.tier").earned()
+      return e.tier == "S1", e.tier .. ": " .. tostring(e.detail), { tier = e.tier, mechanism = e.mechanism }
+    end,
+  },
+  {
     name = "bwrap",
     gates = {},
     run = function()

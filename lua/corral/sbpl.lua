@@ -103,4 +103,63 @@ function M.profile(permit_path, extras)
   return text
 end
 
+-- An SBPL string literal: `\` and `"` escaped (TinyScheme's reader), and a path with a
+-- newline or CR refused, as core.sbpl does.
+local function literal(path)
+  if type(path) ~= "string" or path:sub(1, 1) ~= "/" or path:find("[\n\r%z]") then return nil end
+  return '"' .. path:gsub('[\\"]', "\\%0") .. '"'
+end
+
+local TIER_DEVICES = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom" }
+
+--- The SBPL profile for a tier step (corral.tier on macOS): deny by default, the
+-- runtime read-only, then each grant. `g` is normalised by corral.tier.policy.check;
+-- `program` the resolved program, the one exec let through when subprocess = false
+-- (no fork either: SBPL's process-fork). net = false grants no network operation,
+-- net = true all of them; an allowlist has no egress plane here and is refused. The
+-- mach services and shared memory the runtime needs to start are those of `M.profile`,
+-- taken from core.sbpl's emission, so the two profiles never disagree on them.
+-- @tparam table g normalised grants
+-- @tparam string program resolved
+-- @treturn[1] string the profile text for `sandbox-exec -p`
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the path, or `cannot_enforce` on grants.net
+function M.tier_profile(g, program)
+  if type(g.net) == "table" then
+    return nil, errors.cannot_enforce("grants.net", "an allowlist needs the egress plane, which has no " ..
+      "seatbelt counterpart here")
+  end
+  local lines = { "(version 1)", "(deny default)", "; corral tier S1: the runtime",
+    "(allow sysctl-read)", "(allow signal (target same-sandbox))" }
+  local control = assert(core.sbpl("/", {}, {}))
+  lines[#lines + 1] = assert(control:match("%(allow mach%-lookup.-%)%)\n")):sub(1, -2)
+  lines[#lines + 1] = "(allow ipc-posix-shm)"
+  local function rule(ops, filter, path, what)
+    local lit = literal(path)
+    if not lit then return nil, errors.invalid_argument(what, tostring(path) .. ": not a path SBPL can spell") end
+    lines[#lines + 1] = string.format("(allow %s (%s %s))", ops, filter, lit)
+    return true
+  end
+  local steps = { { "file-read*", "literal", "/", "runtime" } }
+  for _, p in ipairs(M.runtime_read_paths()) do steps[#steps + 1] = { "file-read*", "subpath", p, "runtime" } end
+  for _, p in ipairs(TIER_DEVICES) do
+    steps[#steps + 1] = { "file-read* file-write* file-ioctl", "literal", p, "runtime" }
+  end
+  local exec_ops = g.subprocess and "file-read* process-exec" or "file-read*"
+  steps[#steps + 1] = { "process-exec", "literal", program, "cmd" }
+  for _, p in ipairs(g.read) do steps[#steps + 1] = { "file-read*", "subpath", p, "grants.read" } end
+  for _, p in ipairs(g.write) do steps[#steps + 1] = { "file-read* file-write*", "subpath", p, "grants.write" } end
+  for _, p in ipairs(g.exec) do steps[#steps + 1] = { exec_ops, "subpath", p, "grants.exec" } end
+  for _, st in ipairs(steps) do
+    local ok, err = rule(st[1], st[2], st[3], st[4])
+    if not ok then return nil, err end
+  end
+  if g.subprocess then
+    lines[#lines + 1] = "(allow process-fork)"
+    for _, p in ipairs(M.runtime_read_paths()) do rule("process-exec", "subpath", p, "runtime") end
+  end
+  if g.net == true then lines[#lines + 1] = "(allow network*)" end
+  return table.concat(lines, "\n") .. "\n"
+end
+
 return M

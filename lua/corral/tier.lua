@@ -35,14 +35,81 @@ local function environment(names)
   return env
 end
 
+local steps = 0
+
+-- The egress plane for an allowlisted step: a network namespace corral makes and
+-- programs (DNS responder, acceptor, the nftables redirect, read back) before the
+-- program exists. The namespace is owned by the caller's user namespace, where the
+-- program, which joins it and then drops every capability, holds none.
+local function egress_plane(g, network)
+  network = network or {}
+  steps = steps + 1
+  local id = string.format("step-%d-%d", core.getpid(), steps)
+  local pl, err = require("corral.egress.plane").new(id, { allow = g.net, internal = network.internal,
+    resolve = network.resolve })
+  if not pl then
+    return nil, errors.cannot_enforce("grants.net", "the egress plane an allowlist needs could not be built " ..
+      "(a network namespace of corral's own, programmed with nftables: root here): " ..
+      tostring(errors.is(err) and err.detail or err))
+  end
+  pl.port_key = id
+  return pl
+end
+
+-- Runs the plan while serving the egress loop the step's network depends on.
+local function run_served(pl, plan)
+  local loop = require "corral.egress.loop"
+  plan.netns = pl.netns
+  loop.add(pl)
+  local running, err = core.tier.start(plan)
+  local res
+  if running then
+    repeat local hit = loop.step(1, { running }) until hit[1]
+    res, err = running:result()
+  end
+  loop.remove(pl)
+  pl:close()
+  return res, err
+end
+
+-- The operator's egress options as the commitment lists them (sorted text).
+local function egress_facts(pol, network)
+  network = network or {}
+  local internal = {}
+  for _, c in ipairs(network.internal or {}) do internal[#internal + 1] = tostring(c) end
+  table.sort(internal)
+  local resolve = {}
+  if type(network.resolve) == "table" then
+    for name, addrs in pairs(network.resolve) do
+      local list = type(addrs) == "table" and addrs or { addrs }
+      local texts = {}
+      for _, a in ipairs(list) do texts[#texts + 1] = tostring(a) end
+      table.sort(texts)
+      resolve[#resolve + 1] = tostring(name) .. " " .. table.concat(texts, ",")
+    end
+  elseif network.resolve ~= nil then
+    resolve[1] = "(a function of the operator's)"
+  end
+  table.sort(resolve)
+  pol.internal, pol.resolve = internal, resolve
+end
+
 -- Runs one plan under the policy and builds its receipt. `extra` is merged into it.
-local function run_sealed(pol, g, earned, plan, extra)
+local function run_sealed(pol, g, earned, plan, extra, network)
+  if pol.egress then egress_facts(pol, network) end
   local commitment, cerr = policy.commitment(pol, g)
   if not commitment then return nil, cerr end
   plan.rules, plan.filters, plan.supervised, plan.drop_caps = pol.rules, pol.filters, pol.supervised,
     pol.drop_caps
   local meter = receipt.meter()
-  local res, err = core.tier.run(plan)
+  local res, err
+  if pol.egress then
+    local pl, perr = egress_plane(g, network)
+    if not pl then return nil, perr end
+    res, err = run_served(pl, plan)
+  else
+    res, err = core.tier.run(plan)
+  end
   if not res then
     -- The program could not be executed: a result like a shell's (126/127), still
     -- sealed. Any other failed step is a layer that could not be built: refused.
@@ -67,7 +134,9 @@ end
 --- Runs one command at the highest tier this host earns for its grants.
 -- @tparam table spec `{cmd = {argv...}` (or the array part), `grants =`, `min_tier =
 --   "S1"` (refuse rather than run at S0), `timeout =` seconds, `stdin/stdout/stderr =`
---   files, `receipts =` a file the receipt line is appended to`}`
+--   files, `receipts =` a file the receipt line is appended to, `network =` the
+--   operator's side of an allowlist grant: `{internal = {cidr...}, resolve = {name =
+--   addr}}` as in a sandbox's network table`}`
 -- @treturn table result `{exit =, timed_out =}`
 -- @treturn table the receipt
 -- @return[2] nil
@@ -89,7 +158,15 @@ function M.step(spec)
     return nil, errors.cannot_enforce("tier S1", "this host did not earn it: " .. tostring(earned.detail))
   end
   local pol = { tier = "S0" }
-  if earned.tier == "S1" then
+  local plan_path, plan_argv = path, argv
+  if earned.mechanism and earned.mechanism:match("^seatbelt/") then
+    -- macOS: the grants as a deny-default SBPL profile, applied by sandbox-exec.
+    local serr
+    pol, serr = policy.derive_seatbelt(g, { name = earned.mechanism }, path)
+    if not pol then return nil, serr end
+    plan_path, plan_argv = "/usr/bin/sandbox-exec", { "/usr/bin/sandbox-exec", "-p", pol.profile, path,
+      table.unpack(argv, 2) }
+  elseif earned.tier == "S1" then
     pol = policy.derive(g, { name = earned.mechanism })
     -- Resolve before grant: the program is exec'd by the resolved path the rules cover.
     local runtime = policy.runtime_dirs()
@@ -98,9 +175,9 @@ function M.step(spec)
         table.concat(runtime, ", ") .. ") nor granted exec")
     end
   end
-  local plan = { path = path, argv = argv, env = environment(g.env), cwd = spec.cwd, timeout = spec.timeout,
+  local plan = { path = plan_path, argv = plan_argv, env = environment(g.env), cwd = spec.cwd, timeout = spec.timeout,
     stdin = spec.stdin, stdout = spec.stdout, stderr = spec.stderr }
-  local res, rec = run_sealed(pol, g, earned, plan, { cmd = argv })
+  local res, rec = run_sealed(pol, g, earned, plan, { cmd = argv }, spec.network)
   if not res then return nil, rec end
   if spec.receipts then
     local ok, aerr = receipt.append(rec, spec.receipts)
@@ -234,4 +311,6 @@ function M.s2(spec)
   return result, rec
 end
 
-return M
+-- The REPL's bare `step{...}` (the host binds `step` to this module): the receipt,
+-- with the step's result in it, as `corral.step` returns.
+return setmetatable(M, { __call = function(_, spec) return require("corral.repl").step(spec) end })

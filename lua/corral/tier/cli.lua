@@ -16,8 +16,10 @@ corral step --s2 FILE.lua [--grants FILE.lua] [--fuel N] [--memory BYTES] [--tim
             [--json] [--receipts FILE]
 
 Runs CMD under the grants in FILE.lua (a Lua file returning {read = {paths}, write =
-{paths}, exec = {paths}, net = false|true, subprocess = false|true, env = {names},
-clock = true, random = true}; whatever it does not grant is denied) at the highest
+{paths}, exec = {paths}, net = false|true|{"api.test:443", ...}, subprocess =
+false|true, env = {names}, clock = true, random = true}; whatever it does not grant is
+denied; an allowlist has the grammar of `corral run --allow` and runs behind the egress
+plane) at the highest
 tier the host earns by probe: S1 (Landlock + seccomp) where the probe holds, else S0
 (a bare child, and the receipt says so; --tier S1 refuses instead). Grants withholding
 the clock or randomness are refused: a native process cannot lose them. --s2 runs the

@@ -15,6 +15,7 @@
 -- @module corral.tier.policy
 local core = require "corral.core"
 local errors = require "corral.errors"
+local allowlist = require "corral.egress.allowlist"
 
 local M = {}
 
@@ -30,6 +31,8 @@ M.RESIDUE = {
   "its inherited stdin, stdout and stderr, whatever they are",
   "CPU time and memory: S1 sets no resource limits (corral run does)",
   "host identity: uname, the hostname, the number of CPUs",
+  "with net = an allowlist: a network namespace of its own where DNS and TCP reach only the egress plane " ..
+    "(any other packet goes nowhere); its loopback",
   "with net = true: any socket, including pathname unix sockets its uid may open (Landlock checks " ..
     "unix connects only from ABI 9)",
 }
@@ -122,13 +125,25 @@ function M.check(grants)
   local net = grants.net
   if net == nil then net = DEFAULTS.net end
   if type(net) == "table" then
-    return nil, errors.cannot_enforce("grants.net", "an allowlist needs the egress plane, which lives in a " ..
-      "network namespace of its own; tier S1 (Landlock + seccomp, no namespace) cannot enforce one: " ..
-      "use `corral run --allow`, or net = false / true")
+    -- The grammar of `corral run --allow`; what is committed is each entry's canonical
+    -- text, sorted, so that two spellings of one allowlist commit alike.
+    local al, aerr = allowlist.parse(net)
+    if not al then return invalid("net", "%s", aerr.detail or tostring(aerr)) end
+    local texts = {}
+    for _, e in ipairs(al:entries()) do texts[#texts + 1] = e.text end
+    g.net = sorted_unique(texts)
+    return g
   end
   if type(net) ~= "boolean" then return invalid("net", "must be false, true or an allowlist") end
   g.net = net
   return g
+end
+
+--- Whether normalised grants ask for an egress allowlist (the egress plane).
+-- @tparam table g normalised grants
+-- @treturn boolean
+function M.allowlisted(g)
+  return type(g.net) == "table"
 end
 
 local function beneath(path, dir)
@@ -207,8 +222,28 @@ function M.derive(g, mech, extra_exec, extra_read)
   end)
   local filters = { "tty" }
   if not g.net then filters[#filters + 1] = "nonet" end
-  return { tier = mech.tier or "S1", mechanism = mech.name, rules = rules, filters = filters,
-           supervised = (not g.subprocess) and "nosubprocess" or nil, drop_caps = true }
+  -- An allowlist is enforced by the egress plane around the program's own network
+  -- namespace; the mechanism says so.
+  local name = mech.name
+  if M.allowlisted(g) and name then name = name .. "+egress" end
+  return { tier = mech.tier or "S1", mechanism = name, rules = rules, filters = filters,
+           supervised = (not g.subprocess) and "nosubprocess" or nil, drop_caps = true,
+           egress = M.allowlisted(g) and g.net or nil }
+end
+
+--- Derives the policy seatbelt applies on macOS (`mech.name` is `seatbelt/<version>`):
+-- the grants rendered to a deny-default SBPL profile (corral.sbpl.tier_profile), whose
+-- exact text the commitment covers.
+-- @tparam table g normalised grants
+-- @tparam table mech `{name =}`
+-- @tparam string program the resolved program
+-- @treturn table `{tier =, mechanism =, profile =}`
+-- @return[2] nil
+-- @treturn[2] table the refusal (an allowlist, a path SBPL cannot spell)
+function M.derive_seatbelt(g, mech, program)
+  local profile, err = require("corral.sbpl").tier_profile(g, program)
+  if not profile then return nil, err end
+  return { tier = mech.tier or "S1", mechanism = mech.name, profile = profile }
 end
 
 --- The canonical serialisation of a policy and the grants it came from.
@@ -232,13 +267,23 @@ function M.canonical(policy, g)
     lines[#lines + 1] = "seccomp " .. f .. " " .. assert(core.digest.sha256(programs[name]))
   end
   for _, r in ipairs(policy.rules or {}) do lines[#lines + 1] = "landlock " .. r.access .. " " .. r.path end
+  if policy.profile then lines[#lines + 1] = "sbpl " .. assert(core.digest.sha256(policy.profile)) end
   for _, k in ipairs({ "read", "write", "exec" }) do
     for _, p in ipairs(g[k]) do lines[#lines + 1] = "grant " .. k .. " " .. p end
   end
   for _, name in ipairs(g.env) do lines[#lines + 1] = "grant env " .. name end
-  for _, k in ipairs({ "net", "subprocess", "clock", "random" }) do
+  if M.allowlisted(g) then
+    for _, e in ipairs(g.net) do lines[#lines + 1] = "grant net allow " .. e end
+  else
+    lines[#lines + 1] = "grant net " .. tostring(g.net)
+  end
+  for _, k in ipairs({ "subprocess", "clock", "random" }) do
     lines[#lines + 1] = "grant " .. k .. " " .. tostring(g[k])
   end
+  -- The operator's side of the egress plane: the private ranges an allowed name may
+  -- resolve into, and names answered from a table instead of the host's resolver.
+  for _, c in ipairs(policy.internal or {}) do lines[#lines + 1] = "egress internal " .. c end
+  for _, r in ipairs(policy.resolve or {}) do lines[#lines + 1] = "egress resolve " .. r end
   return table.concat(lines, "\n") .. "\n"
 end
 

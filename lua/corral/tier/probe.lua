@@ -158,6 +158,52 @@ local function probe_once(mutate)
     "that succeeded; all succeeded in a bare child", table.concat(order, ", ")):format(abi), report, abi
 end
 
+local SANDBOX_EXEC = "/usr/bin/sandbox-exec"
+
+-- Runs a shell line, returning its output (stdout and stderr) and whether it exited 0.
+local function sh(line)
+  local f = io.popen(line .. " 2>&1")
+  if not f then return "", false end
+  local out = f:read("a") or ""
+  return out, f:close() == true
+end
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+--- The seatbelt probe (macOS), taken only where `sandbox-exec` runs: a read of a secret
+-- succeeds under an allow-default profile (the control), then, under the tier profile
+-- for grants that name only a granted directory, the same read is denied and, in the
+-- same child, the granted file is read. On Linux `sandbox-exec` does not exist and
+-- nothing runs.
+-- @treturn[1] table `{tier = "S1", mechanism = "seatbelt/<macOS version>", detail =}`
+-- @return[2] nil
+-- @treturn[2] string why not
+function M.seatbelt()
+  if not core.resolve_file(SANDBOX_EXEC) then return nil, SANDBOX_EXEC .. " is not on this host" end
+  local version = sh("/usr/bin/sw_vers -productVersion"):match("^%s*(%S+)")
+  if not version then return nil, "no macOS version (sw_vers)" end
+  local dir = core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-sb-")
+  if not dir then return nil, "cannot make a scratch directory" end
+  local real = core.resolve_path(dir)
+  local secret, granted = real .. "/secret", real .. "/granted"
+  local f = assert(io.open(secret, "w")) f:write("secret\n") f:close()
+  assert(core.mkdir(granted, tonumber("755", 8)))
+  f = assert(io.open(granted .. "/f", "w")) f:write("granted\n") f:close()
+  local control, cok = sh(SANDBOX_EXEC .. " -p '(version 1)(allow default)' /bin/cat " .. quote(secret))
+  local g = assert(policy.check({ read = { granted }, subprocess = true }))
+  local profile, perr = require("corral.sbpl").tier_profile(g, "/bin/sh")
+  local out = profile and sh(SANDBOX_EXEC .. " -p " .. quote(profile) .. " /bin/sh -c " ..
+    quote("cat " .. quote(secret) .. " || echo denied; cat " .. quote(granted .. "/f"))) or ""
+  core.remove_tree(dir)
+  if not (cok and control:find("secret", 1, true)) then return nil, "control failed: " .. control end
+  if not profile then return nil, tostring(perr) end
+  if out:find("secret\n", 1, true) or not out:find("denied\ngranted\n", 1, true) then
+    return nil, "the confined read was not denied, or its control failed: " .. out
+  end
+  return { tier = "S1", mechanism = "seatbelt/" .. version, detail = "seatbelt/" .. version ..
+    ": a read outside the grants was denied, then a granted one succeeded; it succeeded unconfined" }
+end
+
 --- Runs the S1 probe (cached per process unless `mutate` is given).
 -- @tparam[opt] string mutate a deliberate weakening (see the module's description)
 -- @treturn table `{tier = "S1"|"S0", mechanism = string|nil, detail =, probe = {control, attempts}}`
@@ -165,6 +211,15 @@ function M.check(mutate)
   mutate = mutate or os.getenv("CORRAL_TIER_PROBE_MUTATE")
   if mutate == "" then mutate = nil end
   if not mutate and cached then return cached end
+  if not core.landlock_abi() and not mutate then
+    -- No Landlock: macOS keeps the seatbelt path, earned only where sandbox-exec runs.
+    local sb = M.seatbelt()
+    if sb then
+      sb.probe = { control = true, attempts = { { attempt = "read", denied = true, control_after = true } } }
+      cached = sb
+      return sb
+    end
+  end
   local ok, holds, detail, report, abi = pcall(probe_once, mutate)
   if not ok then holds, detail = false, "probe error: " .. tostring(holds) end
   local r = { tier = holds and "S1" or "S0", mechanism = holds and ("landlock/" .. abi .. "+seccomp") or nil,
