@@ -52,18 +52,31 @@ end
 --- Runs the command. `cli` is corral.cli (its option parser and failure printer).
 -- @treturn integer exit status
 function M.run(argv, cli)
+  local errors = require "corral.errors"
+  for _, a in ipairs(argv) do
+    if a == "--help" or a == "-h" then
+      io.write(M.USAGE, "\n")
+      return 0
+    end
+  end
   local opts, rest = cli.parse(argv, { mechanism = "value", only = "value", json = "flag" })
   if not opts then return cli.fail("conformance", rest) end
   if #rest > 0 then
-    return cli.fail("conformance", require("corral.errors").invalid_argument(rest[1], "unexpected argument"))
+    return cli.fail("conformance", errors.invalid_argument(rest[1], "unexpected argument"))
   end
+  -- the run names what was wrong by its own words (group, mechanism); a user typed a flag
+  local FLAG = { group = "--only", mechanism = "--mechanism" }
   local report, err = require("corral.conformance").run(opts.mechanism or "native", {
     only = opts.only,
     progress = function(r, i, n)
       io.stderr:write(string.format("[%d/%d] %-22s %s\n", i, n, r.id, r.outcome))
     end,
   })
-  if not report then return cli.fail("conformance", err) end
+  if not report then
+    local arg = type(err) == "table" and err.argument
+    if arg and FLAG[arg] then err = errors.invalid_argument(FLAG[arg], err.detail) end
+    return cli.fail("conformance", err)
+  end
   if opts.json then
     io.write(cli.json().encode(report), "\n")
   else

@@ -51,10 +51,13 @@ return {
     control = "A reads its own /proc/self/environ, then its own storage",
     run = function(w)
       local secret = w:token()
-      local holder, herr = w:host_process("while :; do sleep 1; done", { "CORRAL_CONFORMANCE_SECRET=" .. secret })
-      if not holder then return { unavailable = "cannot start the host holder: " .. tostring(herr) } end
       local a, err = w:sandbox()
       if not a then return { refused = err } end
+      -- the holder runs as the tenant's own host id: a root-owned one is refused by the
+      -- uid check alone, which would hold even with no pid namespace
+      local holder, herr = w:host_process("while :; do sleep 1; done", { "CORRAL_CONFORMANCE_SECRET=" .. secret },
+        a.host_id)
+      if not holder then return { unavailable = "cannot start the host holder: " .. tostring(herr) } end
       local out, ok, detail = w:attempt(a, string.format("cat /proc/1/environ /proc/%d/environ; " ..
         "for f in /proc/[0-9]*/environ; do cat $f; done; " ..
         "grep -qa HOME=/ /proc/self/environ && echo SELF-ENV:1", holder:pid()))

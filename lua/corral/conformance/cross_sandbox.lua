@@ -101,7 +101,11 @@ local function pair(w)
   w:write(b, "target.py", TARGET)
   local ok, serr = w:start(b, "exec python3 /storage/target.py " .. b.own)
   if not ok then return nil, { unavailable = "the target sandbox did not start: " .. tostring(serr) } end
-  w:wait_for(function() return w:read(b, "ready") ~= nil end, 5)
+  -- B's own word that its target runs (its storage): an attempt at a target that never
+  -- started distinguishes nothing
+  if not w:wait_for(function() return w:read(b, "ready") ~= nil end, 5) then
+    return nil, { unavailable = "B's target never started: " .. (w:read(b, "../start-" .. b.id) or ""):sub(1, 120) }
+  end
   b.host_pid = host_pid_of(b.own)
   local a, aerr = w:sandbox()
   if not a then return nil, { refused = aerr } end
@@ -112,7 +116,8 @@ end
 -- B's self-test of `target` after the attempt.
 local function target_alive(w, b, target)
   w:write(b, "go", "go")
-  w:wait_for(function() return w:read(b, "selftest") ~= nil end, 5)
+  -- generous: on a loaded machine B's own tests (1 s timeouts each) take seconds
+  w:wait_for(function() return w:read(b, "selftest") ~= nil end, 15)
   return ((w:read(b, "selftest") or ""):find(target .. "=1", 1, true)) ~= nil
 end
 
@@ -148,9 +153,10 @@ return {
     "kill -KILL B's target, by its host pid and by every pid showing B's token", "alive",
     function(b)
       -- the pattern does not match this script's own command line
-      return string.format("kill -KILL %s; for p in /proc/[0-9]*; do " ..
+      -- never `kill 0` (the tenant's own group) when the host pid is unknown
+      return string.format("%sfor p in /proc/[0-9]*; do " ..
         "grep -qa 'target[.]py' $p/cmdline 2>/dev/null && kill -KILL ${p#/proc/}; done; sleep 0.1",
-        tostring(b.host_pid or 0))
+        b.host_pid and ("kill -KILL " .. b.host_pid .. "; ") or "")
     end,
     function(_, b)
       if b.host_pid and not core.lstat("/proc/" .. b.host_pid) then return "B's target was killed" end

@@ -214,7 +214,7 @@ return {
     end,
   },
   {
-    id = "egress.nft_flush", needs = EG, tools = { "python3", "nft" },
+    id = "egress.nft_flush", needs = EG, tools = { "python3", "nft", "grep" },
     guarantee = "the tenant cannot change its sandbox's nftables ruleset",
     attempt = "nft flush ruleset, then list what is left, then connect to denied.test",
     control = "allowed.test on port P reached after it; A's own storage",

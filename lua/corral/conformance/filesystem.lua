@@ -37,6 +37,11 @@ local function read_check(id, guarantee, attempt, script, prepare)
   }
 end
 
+local function with_tools(tools, check)
+  check.tools = tools
+  return check
+end
+
 return {
   read_check("fs.sibling_read", "a tenant cannot read a sibling sandbox's storage by its host path",
     "cat B's secret by its host path",
@@ -79,14 +84,14 @@ return {
       return string.format('cat "/proc/1/cwd%s/secret" "/proc/1/root%s/secret"; ' ..
         'for p in /proc/[0-9]*; do cat "$p/root%s/secret"; done 2>/dev/null', b.dir, b.dir, b.dir)
     end),
-  read_check("fs.hardlink_out", "a hard link cannot bring a file from outside into the storage",
+  with_tools({ "ln" }, read_check("fs.hardlink_out", "a hard link cannot bring a file from outside into the storage",
     "ln B's secret (host path) into A's storage, then read the link",
     function(_, _, b)
       return string.format('ln "%s/secret" /storage/stolen; ln "/storage/../%s/secret" /storage/stolen2; ' ..
         'cat /storage/stolen /storage/stolen2', b.dir, b.id)
-    end),
+    end)),
   {
-    id = "fs.rename_out", needs = FS,
+    id = "fs.rename_out", needs = FS, tools = { "mv" },
     guarantee = "rename cannot move a file across the storage boundary, in either direction",
     attempt = "mv B's secret into A's storage, and A's file into B's storage",
     control = "A reads, writes and reads back its own storage",
@@ -111,13 +116,17 @@ return {
   {
     id = "fs.runtime_write", needs = FS,
     guarantee = "the runtime and the host's root are read-only: nothing the tenant writes there reaches the host",
-    attempt = "write a marker into /usr, /etc, /bin, / and the storage root's parent",
+    attempt = "write a marker into /usr, /etc, /bin, /, the storage root, and the host's shared /tmp, /var/tmp and " ..
+      "/dev/shm",
     control = "A reads, writes and reads back its own storage",
     run = function(w)
       local a, err = w:sandbox()
       if not a then return { refused = err } end
       local mark = "corral-conformance-" .. w:token()
-      local targets = { "/usr/" .. mark, "/etc/" .. mark, "/bin/" .. mark, "/" .. mark, w.root .. "/" .. mark }
+      -- the world-writable ones are what a writable runtime exposes to a tenant whose
+      -- uid owns nothing else of the host's (each is private inside a sound sandbox)
+      local targets = { "/usr/" .. mark, "/etc/" .. mark, "/bin/" .. mark, "/" .. mark, w.root .. "/" .. mark,
+                        "/tmp/" .. mark, "/var/tmp/" .. mark, "/dev/shm/" .. mark }
       local script = {}
       for _, t in ipairs(targets) do script[#script + 1] = "echo x > " .. t end
       local _, ok, detail = w:attempt(a, table.concat(script, "; "))
@@ -149,7 +158,7 @@ return {
     end,
   },
   {
-    id = "fs.mount", needs = FS, tools = { "mount" },
+    id = "fs.mount", needs = FS, tools = { "mount", "grep", "sed" },
     guarantee = "a tenant cannot mount a filesystem",
     attempt = "mount a tmpfs (its source a fresh token) and bind-mount / over the storage",
     control = "A reads, writes and reads back its own storage",

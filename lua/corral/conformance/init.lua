@@ -237,19 +237,48 @@ end
 --- Runs `attempt` (a shell script, in a subshell so that its own exit ends only it)
 -- and then the control, in one script in the box. Returns the output, whether the
 -- control succeeded and what it did; `seen` adds those to a check's observation.
+-- After the attempt, inside the same sandbox: which of the check's tools the tenant's
+-- own PATH lacks (a builtin, so it runs whatever is missing). An attempt made with a
+-- tool that is not there "fails" for the wrong reason, so its refusal distinguishes
+-- nothing; the runner files such a check as unavailable.
+function World:tool_probe()
+  if not self.tools or #self.tools == 0 then return "" end
+  return "\nfor t in " .. table.concat(self.tools, " ") ..
+    -- split in the script so that a tenant printing its own command line shows no marker
+    "; do command -v $t >/dev/null 2>&1 || echo CF-NO''TOOL:$t; done"
+end
+
+-- Records the tools the probe found missing in `out`.
+function World:note_missing(out)
+  for t in (out or ""):gmatch("CF%-NOTOOL:([%w._+-]+)\n") do
+    self.missing = self.missing or {}
+    if not self.missing[t] then
+      self.missing[t] = true
+      self.missing[#self.missing + 1] = t
+    end
+  end
+end
+
 function World:attempt(box, attempt, timeout)
-  local out, err = self:run(box, "( " .. attempt .. "\n) 2>&1 </dev/null" .. self:control(box), timeout)
+  local out, err = self:run(box, "( " .. attempt .. "\n) 2>&1 </dev/null" .. self:tool_probe() .. self:control(box),
+    timeout)
   if not out then return "", false, "could not start: " .. tostring(err) end
+  self:note_missing(out)
   local ok, detail = self:control_ok(box, out)
   return out, ok, detail
 end
 
 -- The tenant's client: `dial.py tcp|udp HOST PORT PAYLOAD` connects (2 s), sends
--- PAYLOAD, reads for a second and prints `DIAL:HOST:PORT:ok:<reply>` or `…:err:<errno>`.
+-- PAYLOAD, reads for a second and prints `DIAL:HOST:PORT:ok:<reply>` or `…:err:<errno>`;
+-- HOST `gateway` is the tenant's default route's next hop.
 M.DIAL = [[
 import socket, sys
 kind, host, port, payload = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].encode()
 try:
+    if host == "gateway":  # the default route's next hop, the way out of a routed namespace
+        gw = [l.split()[2] for l in open("/proc/net/route").read().splitlines()[1:] if l.split()[1] == "00000000"]
+        if not gw: raise OSError(0, "no default route")
+        host = socket.inet_ntoa(bytes.fromhex(gw[0])[::-1])
     fam = socket.getaddrinfo(host, port, 0, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)[0]
     s = socket.socket(fam[0], fam[1])
     s.settimeout(2)
@@ -297,10 +326,14 @@ function World:host_dial(host, port, payload, seconds, expect)
   return got
 end
 
---- A host process of the check's own (a target): `sh -c script` with `env`.
-function World:host_process(script, env)
+--- A host process of the check's own (a target): `sh -c script` with `env`, as `uid`
+-- (and the same gid) when given. A target running as the tenant's own host id is
+-- reachable by uid alone (kill, /proc/PID/environ), so only a namespace can hide it:
+-- a root-owned target would be refused by the uid check even with no pid namespace.
+function World:host_process(script, env, uid)
   local devnull = assert(io.open("/dev/null", "r+"))
-  local p, err = core.spawn({ plain = true, path = "/bin/sh", argv = { "sh", "-c", script }, env = env or {},
+  local p, err = core.spawn({ plain = true, plain_ids = uid ~= nil, uid = uid, gid = uid, path = "/bin/sh",
+                               argv = { "sh", "-c", script }, env = env or {},
                                stdin = devnull, stdout = devnull, stderr = devnull })
   devnull:close()
   if not p then return nil, err end
@@ -317,7 +350,8 @@ function World.host_ipv4()
   return nil
 end
 
---- Whether an executable exists in the runtime the tenant sees (/usr/bin, /bin, …).
+--- Whether an executable exists on the host (/usr/bin, /bin, …): a first filter only;
+-- what the tenant's own PATH holds is asked inside, after the attempt (`tool_probe`).
 function World.tool(name)
   for _, dir in ipairs({ "/usr/bin", "/bin", "/usr/sbin", "/sbin" }) do
     local st = core.lstat(dir .. "/" .. name)
@@ -389,9 +423,14 @@ local function run_check(check, mech, claimed, opts)
   end
   local w, err = new_world(mech, opts)
   if not w then return result(check, "void", nil, nil, "cannot make a storage root: " .. tostring(err)) end
+  w.tools = check.tools
   local ok, seen = xpcall(check.run, debug.traceback, w, opts)
   w:close()
   if not ok then return result(check, "void", nil, nil, "check error: " .. tostring(seen)) end
+  if type(seen) == "table" and not seen.evidence and w.missing then
+    return result(check, "unavailable", seen.attempt, seen.control, "no " .. table.concat(w.missing, ", ") ..
+      " inside the sandbox to attempt it with (a refusal by a missing tool distinguishes nothing)")
+  end
   -- A sandbox the gate refused shows nothing: the capability is absent here.
   if type(seen) == "table" and seen.refused then
     local e = seen.refused

@@ -67,20 +67,28 @@ end
 M.checks = {
   {
     id = "net.connect_out", needs = NET, tools = { "python3" },
-    guarantee = "a sandbox without an allowlist cannot connect out, not even to the host's loopback",
-    attempt = "connect to a server of the check's own on the host's 127.0.0.1 and read its token",
+    guarantee = "a sandbox without an allowlist cannot connect out: not to the host's loopback, not by any route",
+    attempt = "connect to a server of the check's own on every host address, by 127.0.0.1, the tenant's default " ..
+      "gateway and the host's own address, and read its token",
     control = "the host's own connect to the same server gets the token; A's own storage",
     run = function(w)
+      -- a sandbox with a network namespace of its own has a 127.0.0.1 of its own: only a
+      -- routed address (its gateway, the host's) shows whether a way out exists, so the
+      -- server listens on all of the host's addresses
       local reply = w:token()
-      local srv, serr = w:tcp_server("127.0.0.1", reply .. "\n")
-      if not srv then return { unavailable = "cannot listen on the host's loopback: " .. tostring(serr) } end
+      local srv, serr = w:tcp_server("0.0.0.0", reply .. "\n")
+      if not srv then return { unavailable = "cannot listen on the host: " .. tostring(serr) } end
       local a, err = w:sandbox()
       if not a then return { refused = err } end
-      local nonce = w:token()
-      local out, ok, detail = w:attempt(a, w:dialer(a) .. " tcp 127.0.0.1 " .. srv.port .. " " .. nonce)
+      local nonce, dial, script = w:token(), w:dialer(a), {}
+      for _, addr in ipairs({ "127.0.0.1", "gateway", w.host_ipv4() }) do
+        script[#script + 1] = dial .. " tcp " .. addr .. " " .. srv.port .. " " .. nonce
+      end
+      local out, ok, detail = w:attempt(a, table.concat(script, "; "))
       w:pump(0.05)
       if out:find(reply, 1, true) or srv.got:find(nonce, 1, true) then
-        return { evidence = "the tenant's connection reached the host's server (token exchanged)" }
+        return { evidence = "the tenant's connection reached the host's server (token exchanged): " ..
+          (out:match("DIAL:([^\n]*:ok:)") or "seen by the host") }
       end
       local got = w:host_dial("127.0.0.1", srv.port, nil, 2, reply) or ""
       if not got:find(reply, 1, true) then return { unavailable = "the host's own server did not answer the host" } end

@@ -8,13 +8,24 @@
 local PRIV = { "privilege_separation" }
 
 -- The host holder and the tenant A; or nil and the reason.
+-- The holder runs as the tenant's own host id, so that nothing but the pid namespace
+-- (and the filter) stands between them: a root-owned holder is refused by the uid
+-- check alone, and would show held under a mechanism with no pid namespace.
 local function holder_and_tenant(w)
   local tag, secret = w:token(), w:token()
-  local p, err = w:host_process("while :; do sleep 1; done; : " .. tag, { "CORRAL_CONFORMANCE_SECRET=" .. secret })
-  if not p then return nil, { unavailable = "cannot start the host holder: " .. tostring(err) } end
   local a, aerr = w:sandbox()
   if not a then return nil, { refused = aerr } end
+  local p, err = w:host_process("while :; do sleep 1; done; : " .. tag, { "CORRAL_CONFORMANCE_SECRET=" .. secret },
+    a.host_id)
+  if not p then return nil, { unavailable = "cannot start the host holder: " .. tostring(err) } end
   return { proc = p, pid = p:pid(), tag = tag, secret = secret }, a
+end
+
+-- An attempt that printed no result of its own: with the control passing, the tool
+-- failed for its own reason (unavailable); with it failing, the set-up killed both (void).
+local function never_ran(ok, detail, what, out)
+  if not ok then return { control_ok = false, control_detail = detail } end
+  return { unavailable = "the attempt never ran (" .. what .. "): " .. out:sub(1, 120) }
 end
 
 local PTRACE = [[
@@ -40,11 +51,12 @@ except OSError as e:
     print("NOPTY:%d" % e.errno); raise SystemExit
 try:
     fcntl.ioctl(slave, 0x5412, b"Z")  # TIOCSTI
+    print("TIOCSTI-ACCEPTED", flush=True)
     os.set_blocking(slave, False)
     got = os.read(slave, 16)
     print("INJECTED:" + got.hex())
 except OSError as e:
-    print("tiocsti", e.errno)
+    print("TIOCSTI-REFUSED:%d" % e.errno)
 n = fcntl.ioctl(slave, 0x541B, struct.pack("i", 0))  # FIONREAD: the terminal itself works
 print("TTY-CTL-OK")
 ]]
@@ -66,7 +78,7 @@ if k >= 0:
 
 return {
   {
-    id = "proc.host_pids", needs = PRIV,
+    id = "proc.host_pids", needs = PRIV, tools = { "tr" },
     guarantee = "a tenant cannot see the host's processes",
     attempt = "read every /proc/PID/cmdline, looking for the host holder's token",
     control = "the tenant sees its own pid in /proc; A's own storage",
@@ -106,8 +118,10 @@ return {
       if not t then return a end
       w:write(a, "ptrace.py", PTRACE)
       local out, ok, detail = w:attempt(a, "python3 /storage/ptrace.py " .. t.pid)
-      return { evidence = out:find(t.secret, 1, true) and "the host holder's memory was read through ptrace" or nil,
-               control_ok = ok, control_detail = detail }
+      if out:find(t.secret, 1, true) then return { evidence = "the host holder's memory was read through ptrace" } end
+      if out:find("attach 0 ", 1, true) then return { evidence = "PTRACE_ATTACH to the host holder succeeded" } end
+      if not out:find("attach %-1 ") then return never_ran(ok, detail, "no PTRACE_ATTACH result", out) end
+      return { control_ok = ok, control_detail = detail }
     end,
   },
   {
@@ -120,14 +134,16 @@ return {
       if not a then return { refused = err } end
       w:write(a, "tiocsti.py", TIOCSTI)
       local out, ok, detail = w:attempt(a, "python3 /storage/tiocsti.py")
-      if out:find("INJECTED:5a", 1, true) then
-        return { evidence = "the injected byte was read back from the terminal" }
+      -- the kernel accepting the ioctl is the breach: a canonical-mode terminal holds an
+      -- injected byte without a newline unread, so a read-back alone misses it
+      if out:find("INJECTED:5a", 1, true) or out:find("TIOCSTI-ACCEPTED", 1, true) then
+        return { evidence = "the kernel accepted TIOCSTI on the tenant's terminal" }
       end
       local nopty = out:match("NOPTY:(%d+)")
       if nopty then
         return { unavailable = "no terminal inside to aim TIOCSTI at (openpty: errno " .. nopty .. ")" }
       end
-      local tty_ok = out:find("TTY-CTL-OK", 1, true) ~= nil
+      local tty_ok = out:find("TTY-CTL-OK", 1, true) ~= nil and out:find("TIOCSTI-REFUSED:", 1, true) ~= nil
       return { control_ok = ok and tty_ok, control_detail = tty_ok and detail or "the terminal itself did not work" }
     end,
   },
@@ -145,9 +161,12 @@ return {
       if out:find("NOARCH", 1, true) then
         return { unavailable = "no keyring syscall numbers for this architecture" }
       end
-      local kept = out:find("KEY:" .. payload, 1, true) and "the kernel kept and returned the tenant's key" or nil
-      return { evidence = kept,
-               control_ok = ok, control_detail = detail }
+      local id = tonumber(out:match("add_key (%-?%d+)"))
+      if not id then return never_ran(ok, detail, "no add_key result", out) end
+      -- the kernel keeping the key is the breach, whether or not the tenant may read it back
+      local kept = (out:find("KEY:" .. payload, 1, true) and "the kernel kept and returned the tenant's key") or
+        (id >= 0 and ("the kernel kept the tenant's key (serial " .. id .. ")")) or nil
+      return { evidence = kept, control_ok = ok, control_detail = detail }
     end,
   },
 }
