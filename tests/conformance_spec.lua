@@ -3,6 +3,7 @@
 -- that cannot tell a broken mechanism from a sound one demonstrates nothing.
 local conformance = require "corral.conformance"
 local h = require "helpers"
+local core = require "corral.core"
 
 local FIXTURES = "tests/fixtures/mechanisms/"
 
@@ -127,7 +128,9 @@ describe("conformance against broken mechanisms #root", function()
   it("does not credit a refusal by a tool missing inside the sandbox: unavailable, never held", function()
     local ids = { ["fs.mknod"] = true, ["fs.mount"] = true, ["proc.ptrace"] = true, ["proc.keyring"] = true,
                   ["priv.nested_userns"] = true, ["net.connect_out"] = true, ["fs.sibling_read"] = true }
-    local report = assert(conformance.run(FIXTURES .. "no_tools.lua", { only = { "filesystem", "process",
+    local mech = dofile(FIXTURES .. "no_tools.lua")
+    finally(function() core.remove_tree(mech.fixture_dir) end)
+    local report = assert(conformance.run(mech, { only = { "filesystem", "process",
       "privilege", "network" }, ids = ids }))
     local outcomes = by_id(report)
     for id in pairs(ids) do
