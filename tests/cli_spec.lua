@@ -190,7 +190,7 @@ describe("corral CLI", function()
   it("run sweeps the temporary storage of killed runs, and only that", function()
     local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a process that has exited
     local stale = "/tmp/corral-run-" .. dead .. "-sweep1"
-    local live = "/tmp/corral-run-" .. require("corral.core").getpid() .. "-sweep2" -- this runner
+    local live = "/tmp/corral-run-" .. require("corral.core").proc.getpid() .. "-sweep2" -- this runner
     local foreign = "/tmp/corral-run-" .. dead .. "-sweep3"
     local outside = h.tmpdir("sweep-outside")
     for _, d in ipairs({ stale, live, foreign }) do assert(os.execute("mkdir -p " .. d .. "/tenant")) end

@@ -28,7 +28,7 @@ local function baseline()
 end
 
 local function has_bwrap()
-  return require("corral.capability").check("bwrap").holds
+  return require("corral.probe").check("bwrap").holds
 end
 
 describe("conformance census #root", function()

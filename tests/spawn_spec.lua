@@ -1,8 +1,8 @@
--- core.spawn: a failed setup step never execs, and its step and errno come back.
+-- core.spawn.start: a failed setup step never execs, and its step and errno come back.
 local core = require "corral.core"
 local h = require "helpers"
 
-describe("core.spawn #root", function()
+describe("core.spawn.start #root", function()
   local dir
   before_each(function()
     dir = h.tmpdir("spawn")
@@ -20,19 +20,19 @@ describe("core.spawn #root", function()
   end
 
   it("runs the plan (control): the command writes its marker", function()
-    local p = assert(core.spawn(plan(dir)))
+    local p = assert(core.spawn.start(plan(dir)))
     assert.are.equal(0, (p:wait(5)))
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)
 
   it("reports a failed step with its name and errno, and runs nothing", function()
-    local p, msg, errno, step = core.spawn(plan(dir .. "/missing"))
+    local p, msg, errno, step = core.spawn.start(plan(dir .. "/missing"))
     assert.is_nil(p)
     assert.are.equal("build root", step)
     assert.are.equal(core.errno.ENOENT, errno)
     assert.matches("build root", msg)
     assert.is_nil(h.read(dir .. "/marker"))
-    p = assert(core.spawn(plan(dir))) -- control, after: the same plan with its bind present runs
+    p = assert(core.spawn.start(plan(dir))) -- control, after: the same plan with its bind present runs
     assert.are.equal(0, (p:wait(5)))
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)
@@ -40,12 +40,12 @@ describe("core.spawn #root", function()
   it("reports an exec failure as the exec step", function()
     local pl = plan(dir)
     pl.path = "/usr/bin/no-such-program"
-    local p, _, errno, step = core.spawn(pl)
+    local p, _, errno, step = core.spawn.start(pl)
     assert.is_nil(p)
     assert.are.equal("exec", step)
     assert.are.equal(core.errno.ENOENT, errno)
     assert.is_nil(h.read(dir .. "/marker"))
-    p = assert(core.spawn(plan(dir))) -- control, after: the same plan with a real program runs
+    p = assert(core.spawn.start(plan(dir))) -- control, after: the same plan with a real program runs
     assert.are.equal(0, (p:wait(5)))
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)

@@ -258,7 +258,6 @@ int corral_open_cgroup(lua_State *L)
     lua_pop(L, 1);
 
     static const luaL_Reg fns[] = {{"create", l_create}, {"info", l_info}, {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "cgroup");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

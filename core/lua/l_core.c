@@ -1,6 +1,6 @@
 /*
  * luaopen_corral_core: the one exported symbol of corral/core.so, and the function the
- * `corral` host preloads. Each binding module adds its functions to one table.
+ * `corral` host preloads. Each binding module fills its own table, core.<module>.
  */
 #include <errno.h>
 
@@ -43,7 +43,10 @@ static void push_errno_constants(lua_State *L)
 int luaopen_corral_core(lua_State *L)
 {
     lua_newtable(L);
-#define CORRAL_CALL_OPEN(name) corral_open_##name(L);
+#define CORRAL_CALL_OPEN(name)                                                                     \
+    lua_newtable(L);                                                                               \
+    corral_open_##name(L);                                                                         \
+    lua_setfield(L, -2, #name);
     CORRAL_MODULES(CORRAL_CALL_OPEN)
 #undef CORRAL_CALL_OPEN
     push_errno_constants(L);

@@ -77,7 +77,7 @@ static int fd_tostring(lua_State *L)
     return 1;
 }
 
-/* core.open(path) → a read-only CLOEXEC fd (e.g. a seccomp program handed to a helper). */
+/* core.fd.open(path) → a read-only CLOEXEC fd (e.g. a seccomp program handed to a helper). */
 static int fd_open(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);

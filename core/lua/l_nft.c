@@ -115,11 +115,10 @@ int corral_open_nft(lua_State *L)
 {
     static const luaL_Reg funcs[] = {
         {"apply", l_apply}, {"verify", l_verify}, {"delete", l_delete}, {NULL, NULL}};
-    luaL_newlib(L, funcs);
+    luaL_setfuncs(L, funcs, 0);
     lua_pushinteger(L, CORRAL_NFT_MARK);
     lua_setfield(L, -2, "DEFAULT_MARK");
     lua_pushstring(L, CORRAL_NFT_TABLE);
     lua_setfield(L, -2, "DEFAULT_TABLE");
-    lua_setfield(L, -2, "nft");
     return 0;
 }

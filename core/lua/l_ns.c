@@ -166,11 +166,10 @@ int corral_open_ns(lua_State *L)
         {"CLONE_NEWIPC", CLONE_NEWIPC},       {"CLONE_NEWUTS", CLONE_NEWUTS},
         {"CLONE_NEWCGROUP", CLONE_NEWCGROUP}, {"CLONE_NEWTIME", CLONE_NEWTIME},
     };
-    luaL_newlib(L, fns);
+    luaL_setfuncs(L, fns, 0);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         lua_pushinteger(L, flags[i].value);
         lua_setfield(L, -2, flags[i].name);
     }
-    lua_setfield(L, -2, "ns");
     return 0;
 }

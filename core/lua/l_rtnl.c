@@ -116,7 +116,6 @@ int corral_open_rtnl(lua_State *L)
                                      {"default_via", l_default_via},
                                      {"link_del", l_link_del},
                                      {NULL, NULL}};
-    luaL_newlib(L, funcs);
-    lua_setfield(L, -2, "rtnl");
+    luaL_setfuncs(L, funcs, 0);
     return 0;
 }

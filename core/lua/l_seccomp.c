@@ -34,7 +34,6 @@ int corral_open_seccomp(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"install_tenant", l_install_tenant}, {"tenant_program", l_tenant_program}, {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "seccomp");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * core.spawn(plan) → process: the tenant spawn primitive (core/lib/spawn.c) from a Lua
+ * core.spawn.start(plan) → process: the tenant spawn primitive (core/lib/spawn.c) from a Lua
  * table. Strings are used in place: they stay reachable from the plan table, which is on
  * the stack for the whole call, and pointer arrays live in scratch userdata also kept on
  * the stack, so nothing the child reads can be collected or moved.
@@ -371,7 +371,7 @@ static int l_close(lua_State *L)
     return 0;
 }
 
-/* The pidfd: readable once the sandbox's init has exited (for core.poll). */
+/* The pidfd: readable once the sandbox's init has exited (for core.io.poll). */
 static int l_fileno(lua_State *L)
 {
     process *p = checkproc(L);
@@ -404,6 +404,6 @@ int corral_open_spawn(lua_State *L)
     }
     lua_pop(L, 1);
     lua_pushcfunction(L, l_spawn);
-    lua_setfield(L, -2, "spawn");
+    lua_setfield(L, -2, "start");
     return 0;
 }

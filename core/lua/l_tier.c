@@ -285,7 +285,6 @@ int corral_open_tier(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"run", l_run}, {"programs", l_programs}, {"attempt", l_attempt}, {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "tier");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

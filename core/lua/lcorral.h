@@ -31,17 +31,18 @@ int corral_checkfd(lua_State *L, int arg);
 const char *corral_checkpath(lua_State *L, int arg);
 
 /*
- * Every binding module: CORRAL_MODULE(name) declares `int corral_open_<name>(lua_State *L)`,
- * which stores its functions into the table on top of the stack. Add one line per module.
+ * Every binding module, one Lua namespace each: for a line X(name), luaopen_corral_core
+ * creates the table core.<name> and calls `int corral_open_<name>(lua_State *L)`, which
+ * stores its functions and constants into the table on top of the stack. Add one line
+ * per module; a module is one file l_<name>.c over one core/lib unit where it can be.
  */
 #define CORRAL_MODULES(X)                                                                          \
     X(fd)                                                                                          \
     X(path)                                                                                        \
     X(sbpl)                                                                                        \
     X(landlock)                                                                                    \
-    X(confine)                                                                                     \
+    X(proc)                                                                                        \
     X(rootplan)                                                                                    \
-    X(caps)                                                                                        \
     X(seccomp)                                                                                     \
     X(cgroup)                                                                                      \
     X(ns)                                                                                          \
@@ -52,7 +53,10 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(sock)                                                                                        \
     X(listen)                                                                                      \
     X(relay)                                                                                       \
-    X(netio)                                                                                       \
+    X(io)                                                                                          \
+    X(udp)                                                                                         \
+    X(lookup)                                                                                      \
+    X(clock)                                                                                       \
     X(inet)                                                                                        \
     X(signal)                                                                                      \
     X(fs)                                                                                          \

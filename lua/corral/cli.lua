@@ -148,7 +148,7 @@ function M.network_options(opts)
     end
     link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
              peer_address = peer ~= "" and peer or nil }
-    if not core.lstat(link.peer_netns) then
+    if not core.fs.lstat(link.peer_netns) then
       return nil, errors.invalid_argument("--link", link.peer_netns .. ": no such network namespace")
     end
   end
@@ -162,12 +162,12 @@ end
 -- @treturn integer how many were removed
 function M.sweep_stale_runs()
   local removed = 0
-  for _, name in ipairs(core.listdir("/tmp") or {}) do
+  for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
     local pid = name:match("^corral%-run%-(%d+)%-%w+$")
-    if pid and not core.lstat("/proc/" .. pid) then
+    if pid and not core.fs.lstat("/proc/" .. pid) then
       local path = "/tmp/" .. name
-      local st = core.lstat(path)
-      if st and st.type == "dir" and st.uid == core.geteuid() and core.remove_tree(path) then
+      local st = core.fs.lstat(path)
+      if st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path) then
         removed = removed + 1
       end
     end
@@ -240,7 +240,7 @@ Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
       -- The wrapper refuses an inherited directory on 0-2 (it leads out past both
       -- layers); say so here, as the argument error it is, before any probe runs.
       for fd = 0, 2 do
-        local st = core.lstat("/proc/self/fd/" .. fd .. "/.")
+        local st = core.fs.lstat("/proc/self/fd/" .. fd .. "/.")
         if st and st.type == "dir" then
           return fail("confine", errors.invalid_argument("fd " .. fd,
             "is a directory; an inherited directory would lead out of the boundary"))
@@ -250,7 +250,7 @@ Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
     local confinement = require "corral.confinement"
     local spec, err = confinement.confine({ rest[1], cmdargs }, {
       permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-      env = core.environ(),
+      env = core.proc.environ(),
     })
     if not spec then return fail("confine", err) end
     if spec.layers and #spec.layers < 2 then
@@ -305,7 +305,7 @@ A bare name through PATH, then every symlink component by component. A name not 
 PATH is printed unchanged (the exec would earn the OS's own error).]],
   function(argv)
     if #argv ~= 2 then return fail("resolve", errors.invalid_argument("CMD", "exactly one is needed")) end
-    local r, err = core.resolve_executable(argv[2])
+    local r, err = core.path.resolve_executable(argv[2])
     if not r then return fail("resolve", err) end
     io.write(r, "\n")
     return 0
@@ -319,7 +319,7 @@ denied. Prints capability, holds/absent, the detail measured, and what it gates.
   function(argv)
     local opts, rest = M.parse(argv, { json = "flag" })
     if not opts then return fail("probe", rest) end
-    local results = require("corral.capability").probe()
+    local results = require("corral.probe").probe()
     if opts.json then
       io.write(json().encode(results), "\n")
       return 0
@@ -401,7 +401,7 @@ back as it was after the run.]],
       if not limits.cpu then return fail("run", errors.invalid_argument("--cpu", "must be a number of cores")) end
     end
     local env = {}
-    local host_env = core.environ()
+    local host_env = core.proc.environ()
     for _, name in ipairs(opts.env) do
       if host_env[name] == nil then
         return fail("run", errors.invalid_argument("--env", name .. " is not set in this environment"))
@@ -421,7 +421,7 @@ back as it was after the run.]],
         return fail("run", errors.invalid_argument("--storage", opts.storage ..
           ": must name a directory below /, ending in its own name (not . or ..)"))
       end
-      local dir, err = core.resolve_path(parent == "" and "/" or parent)
+      local dir, err = core.path.resolve(parent == "" and "/" or parent)
       if not dir then return fail("run", errors.invalid_argument("--storage", err)) end
       if opts.id and opts.id ~= base then
         return fail("run", errors.invalid_argument("--id", "the sandbox's id is --storage's last component (" ..
@@ -443,8 +443,8 @@ back as it was after the run.]],
     -- The temporary storage comes last, once every option has been checked: an invalid
     -- one must leave nothing behind.
     local function new_temp()
-      temp = assert(core.mkdtemp("/tmp/corral-run-" .. core.getpid() .. "-"))
-      core.chmod(temp, tonumber("711", 8))
+      temp = assert(core.fs.mkdtemp("/tmp/corral-run-" .. core.proc.getpid() .. "-"))
+      core.fs.chmod(temp, tonumber("711", 8))
       root, id = temp, opts.id or "tenant"
     end
     if not opts.storage then
@@ -458,7 +458,7 @@ back as it was after the run.]],
     local sb, err = describe()
     local function cleanup()
       if not temp then return end
-      local ok, rerr = core.remove_tree(temp)
+      local ok, rerr = core.fs.remove_tree(temp)
       if not ok then
         io.stderr:write("corral run: warning: temporary storage ", temp, " not removed: ", tostring(rerr), "\n")
       end
@@ -496,13 +496,13 @@ back as it was after the run.]],
     -- mask): a blocked signal would otherwise pass, blocked, to a custom mechanism's
     -- children, since exec keeps the signal mask.
     local builtin = mech.name == "native" or mech.name == "bwrap"
-    local signals = builtin and core.signal_fd({ "INT", "TERM", "HUP" }) or nil
+    local signals = builtin and core.signal.fd({ "INT", "TERM", "HUP" }) or nil
     -- The terminal the tenant may share is put back as it was found.
     local ttys = {}
-    for fd = 0, 2 do ttys[fd] = core.tty_save(fd) end
+    for fd = 0, 2 do ttys[fd] = core.tty.save(fd) end
     local result, xerr = corral.exec(mech, sb, rest, { signals = signals })
     for fd = 0, 2 do
-      if ttys[fd] then core.tty_restore(fd, ttys[fd]) end
+      if ttys[fd] then core.tty.restore(fd, ttys[fd]) end
     end
     if signals then signals:close() end
     corral.destroy(mech, sb)

@@ -46,7 +46,7 @@ end
 function M.cgroup(sb)
   -- Swept on every provision, with limits or without: a SIGKILLed run's cgroup must not
   -- wait for the next run that happens to set limits (a red-team run saw it wait).
-  if core.geteuid() == 0 and core.cgroup then pcall(M.sweep) end
+  if core.proc.geteuid() == 0 and core.cgroup then pcall(M.sweep) end
   if not M.wants_cgroup(sb) then return nil end
   local l = sb.limits
   local cg, err = core.cgroup.create({

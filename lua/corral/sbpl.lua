@@ -2,7 +2,7 @@
 --
 -- The profile denies by default, grants the runtime a process needs to start, then the
 -- one data boundary (`permit_path`) and the caller's `extras`, in that order: SBPL applies
--- the last matching rule. Emission is C (`core.sbpl`); this module chooses the runtime read
+-- the last matching rule. Emission is C (`core.sbpl.emit`); this module chooses the runtime read
 -- set and resolves the caller's paths, because SBPL matches resolved paths and a grant
 -- written against a symlink silently never matches (seed 000).
 -- @module corral.sbpl
@@ -59,7 +59,7 @@ local function resolve(name, value)
   if value:find("\0", 1, true) then
     return nil, errors.invalid_argument(name, "contains a NUL byte")
   end
-  local resolved, msg = core.resolve_path(value)
+  local resolved, msg = core.path.resolve(value)
   if not resolved then return nil, errors.invalid_argument(name, msg) end
   -- The boundary rules of every confinement (core/lib/rootplan.c).
   local ok, why, kind = core.rootplan.check_boundary(resolved)
@@ -93,9 +93,9 @@ function M.profile(permit_path, extras)
     if not r then return nil, e end
     resolved[i] = r
   end
-  local text, msg = core.sbpl(permit, resolved, M.runtime_read_paths())
+  local text, msg = core.sbpl.emit(permit, resolved, M.runtime_read_paths())
   if not text then
-    -- core.sbpl names the argument ("sbpl: extras[2]: Invalid argument"): a resolved
+    -- core.sbpl.emit names the argument ("sbpl: extras[2]: Invalid argument"): a resolved
     -- path the profile cannot spell, e.g. one containing a newline.
     local name = msg:match("^sbpl: ([%w_%[%]]+):") or "permit_path"
     return nil, errors.invalid_argument(name, msg)

@@ -28,7 +28,7 @@ function M.earned()
 end
 
 local function environment(names)
-  local host, env = core.environ(), {}
+  local host, env = core.proc.environ(), {}
   for _, name in ipairs(names) do
     if host[name] ~= nil then env[#env + 1] = name .. "=" .. host[name] end
   end
@@ -80,7 +80,7 @@ function M.step(spec)
   if type(argv) ~= "table" or type(argv[1]) ~= "string" then
     return nil, errors.invalid_argument("cmd", "a command is required")
   end
-  local path = core.resolve_executable(argv[1])
+  local path = core.path.resolve_executable(argv[1])
   if not path or path:sub(1, 1) ~= "/" then
     return nil, errors.invalid_argument("cmd", argv[1] .. ": not found")
   end
@@ -182,13 +182,13 @@ function M.s2(spec)
     return nil, errors.cannot_enforce("tier S2", "its child must be confined at S1, which this host did not " ..
       "earn: " .. tostring(earned.detail))
   end
-  local host = core.host_executable()
-  host = host and core.resolve_file(host)
+  local host = core.proc.host_executable()
+  host = host and core.path.resolve_file(host)
   if not host then return nil, errors.cannot_enforce("tier S2", "the corral executable was not found") end
   -- The runner in the child reads dkjson; where it lies outside the runtime (a
   -- user's luarocks tree), that one file is granted read too.
   local dkjson_path = package.searchpath("dkjson", package.path)
-  dkjson_path = dkjson_path and core.resolve_file(dkjson_path)
+  dkjson_path = dkjson_path and core.path.resolve_file(dkjson_path)
   local extra_read = {}
   if dkjson_path and not policy.covered(dkjson_path, policy.runtime_dirs()) then extra_read[1] = dkjson_path end
   local pol = policy.derive(g, { name = "lua/" .. _VERSION:match("%d+%.%d+") .. "+" .. earned.mechanism,

@@ -37,7 +37,7 @@ function M.constructed_capabilities()
 end
 
 local function tool(name)
-  local path = core.resolve_executable(name)
+  local path = core.path.resolve_executable(name)
   if not path or path:sub(1, 1) ~= "/" then return nil, name .. " not found on PATH" end
   return path
 end
@@ -54,7 +54,7 @@ function M.args(sb, argv, seccomp_fd)
     add("--unshare-all")
   end
   for _, p in ipairs(core.rootplan.runtime_paths()) do
-    local target = core.readlink(p)
+    local target = core.fs.readlink(p)
     if target then add("--symlink", target, p) else add("--ro-bind-try", p, p) end
   end
   add("--bind", sandbox.storage_path(sb), "/storage")
@@ -87,15 +87,15 @@ local function spawn(sb, st, argv, opts)
   local f = assert(io.open(prog_path, "wb"))
   f:write(assert(core.seccomp.tenant_program()))
   f:close()
-  local prog, perr = core.open(prog_path)
+  local prog, perr = core.fd.open(prog_path)
   os.remove(prog_path)
   if not prog then return nil, errors.cannot_enforce("privilege_separation", tostring(perr)) end
   local id = sandbox.host_id(sb)
   local l = sb.limits or {}
   local full = { bwrap }
   for _, v in ipairs(M.args(sb, argv, prog:fileno())) do full[#full + 1] = v end
-  local root = core.geteuid() == 0
-  local proc, err = core.spawn({ plain = true, plain_ids = root, plain_pidns = root, uid = id, gid = id,
+  local root = core.proc.geteuid() == 0
+  local proc, err = core.spawn.start({ plain = true, plain_ids = root, plain_pidns = root, uid = id, gid = id,
     path = bwrap, argv = full, env = hardening.envp(sb.env),
     rlimits = { core = 0, nofile = l.nofile, fsize = l.fsize, nproc = sandbox.default_nproc(sb) },
     netns = st.plane and st.plane.netns, cgroup_procs = resources.cgroup_procs(st), keep_fds = { prog },

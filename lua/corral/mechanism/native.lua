@@ -15,7 +15,7 @@ local core = require "corral.core"
 local errors = require "corral.errors"
 local sandbox = require "corral.sandbox"
 local hardening = require "corral.hardening"
-local capability = require "corral.capability"
+local probe = require "corral.probe"
 
 local limits = require "corral.limits"
 local resources = require "corral.resources"
@@ -41,14 +41,14 @@ end
 -- @treturn {string,...}
 function M.constructed_capabilities()
   local c = { "filesystem_confinement", "privilege_separation", "network_restriction" }
-  if capability.check("cgroups").holds then c[#c + 1] = "resource_limits" end
+  if probe.check("cgroups").holds then c[#c + 1] = "resource_limits" end
   return c
 end
 
 -- The runtime, read-only, at the same paths; merged-/usr links recreated as links.
 local function runtime_binds(binds, links)
   for _, p in ipairs(core.rootplan.runtime_paths()) do
-    local target = core.readlink(p)
+    local target = core.fs.readlink(p)
     if target then
       links[#links + 1] = { target = target, path = p }
     else
@@ -57,7 +57,7 @@ local function runtime_binds(binds, links)
   end
 end
 
---- The spawn plan for running argv in sandbox sb (see core.spawn).
+--- The spawn plan for running argv in sandbox sb (see core.spawn.start).
 -- @tparam table sb a validated sandbox
 -- @tparam {string,...} argv
 -- @tparam[opt] table opts `extra_binds` (list of {src, dest}), stdin/stdout/stderr
@@ -76,7 +76,7 @@ function M.plan(sb, argv, opts)
   for _, b in ipairs(opts.extra_binds or {}) do binds[#binds + 1] = b end
   local path = argv[1]
   if not path:find("/", 1, true) then
-    path = core.resolve_executable(path, sb.env.PATH)
+    path = core.path.resolve_executable(path, sb.env.PATH)
   end
   local lim = sb.limits or {}
   local id = sandbox.host_id(sb)
@@ -98,7 +98,7 @@ end
 local function spawn(sb, st, argv, opts)
   local plan = M.plan(sb, argv, opts)
   if st.process and st.process:running() then plan.join = st.process end
-  local proc, err, errno, step = core.spawn(plan)
+  local proc, err, errno, step = core.spawn.start(plan)
   if not proc and step == "exec" then
     -- The sandbox was built and the command itself could not run: the tenant's failure,
     -- reported as a shell does (127 not found, 126 not executable), not corral's.

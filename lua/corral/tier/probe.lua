@@ -53,7 +53,7 @@ report("fork", core.tier.attempt("fork"))
 say("fork-control", core.tier.attempt("thread") and "ok" or "failed")
 report("connect", core.tier.attempt("connect", port))
 say("connect-control", core.tier.attempt("socketpair") and "ok" or "failed")
-report("exec", core.execve(host, { host, "-e", "os.exit(42)" }, {}, "/"))
+report("exec", core.proc.execve(host, { host, "-e", "os.exit(42)" }, {}, "/"))
 say("exec-control", "ok")
 os.exit(0)
 ]]
@@ -91,19 +91,19 @@ end
 
 -- The probe proper; returns holds, detail, the receipt's `probe` table.
 local function probe_once(mutate)
-  local host = core.host_executable()
+  local host = core.proc.host_executable()
   if not host then return false, "the corral executable was not found for the probe program" end
-  host = core.resolve_file(host) or host
-  local abi = core.landlock_abi()
+  host = core.path.resolve_file(host) or host
+  local abi = core.landlock.abi()
   if not abi then return false, "Landlock is not available here" end
-  local dir = core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-probe-")
+  local dir = core.fs.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-probe-")
   if not dir then return false, "cannot make a scratch directory" end
   local secret = dir .. "/secret"
   local f = assert(io.open(secret, "w"))
   f:write("secret\n")
   f:close()
-  local lfd, port = core.tcp_listen("127.0.0.1", 0)
-  if not lfd then core.remove_tree(dir) return false, "cannot listen on loopback: " .. tostring(port) end
+  local lfd, port = core.sock.listen("127.0.0.1", 0)
+  if not lfd then core.fs.remove_tree(dir) return false, "cannot listen on loopback: " .. tostring(port) end
   local granted = mutate == "control-fails" and secret or host
   local env = { "PROBE_SECRET=" .. secret, "PROBE_PORT=" .. port, "PROBE_GRANTED=" .. granted,
     "PROBE_HOST=" .. host }
@@ -130,7 +130,7 @@ local function probe_once(mutate)
   if mutate == "no-subprocess-filter" then plan.supervised = nil end
   local res, err, out = run(plan)
   lfd:close()
-  core.remove_tree(dir)
+  core.fs.remove_tree(dir)
   if not control_ok then
     return false, "control failed: the attempts did not succeed in a bare child (" ..
       tostring(cres and cres.status or cerr) .. "): " .. cout:gsub("%s+$", ""), report
