@@ -31,6 +31,7 @@ static void push_errno_constants(lua_State *L)
         {"ECONNREFUSED", ECONNREFUSED},
         {"EAGAIN", EAGAIN},
         {"EBADF", EBADF},
+        {"ETIMEDOUT", ETIMEDOUT},
     };
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

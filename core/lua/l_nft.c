@@ -83,9 +83,7 @@ static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
 
 static int result(lua_State *L, const char *what, int err)
 {
-    if (err < 0) return corral_pushfail(L, what, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, err, what);
 }
 
 static int l_apply(lua_State *L)

@@ -20,9 +20,7 @@
 
 static int result(lua_State *L, const char *what, int err)
 {
-    if (err < 0) return corral_pushfail(L, what, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, err, what);
 }
 
 static int l_netns_open(lua_State *L)

@@ -19,9 +19,7 @@ static const struct corral_bpf tenant = {(struct sock_filter *)corral_tenant_fil
 static int l_install_tenant(lua_State *L)
 {
     int rc = corral_seccomp_install(&tenant);
-    if (rc < 0) return corral_pushfail(L, "seccomp", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "seccomp");
 }
 
 static int l_tenant_program(lua_State *L)

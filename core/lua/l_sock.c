@@ -108,9 +108,7 @@ static int l_reset(lua_State *L)
     int fd = f->fd;
     f->fd = -1;
     int err = corral_reset(fd);
-    if (err < 0) return corral_pushfail(L, "reset", err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, err, "reset");
 }
 
 static int l_send(lua_State *L)

@@ -276,9 +276,7 @@ static int l_attempt(lua_State *L)
     } else {
         return luaL_argerror(L, 1, "fork, thread, socket, connect, socketpair or capabilities");
     }
-    if (r < 0) return corral_pushfail(L, kind, r);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, r, kind);
 }
 
 int corral_open_tier(lua_State *L)

@@ -2,9 +2,12 @@
  * Shared helpers for the bindings in core/lua: the error convention, the fd userdata,
  * and the list of binding modules that luaopen_corral_core registers.
  *
- * Convention (liolib.c): an OS failure returns `nil, "what: strerror", errno`; a bad
- * argument raises through luaL_argerror. An fd is a userdata allocated *before* the
- * syscall that creates it, so a failed allocation can never leak the fd.
+ * Convention (liolib.c): an OS failure returns `nil, "what: strerror", errno` (always
+ * three values, through corral_pushfail or corral_result); a bad argument raises through
+ * luaL_argerror. A lookup that finds nothing (core.inet.unmap, core.dns.error_rcode) is
+ * a plain nil, and a verdict (core.rootplan.check_boundary) is nil, reason, kind. An fd is a
+ * userdata allocated *before* the syscall that creates it, so a failed allocation can never leak
+ * the fd.
  */
 #ifndef CORRAL_LCORRAL_H
 #define CORRAL_LCORRAL_H
@@ -18,8 +21,13 @@ typedef struct corral_fd {
     int fd; /* -1 once closed or released */
 } corral_fd;
 
-/* Pushes nil, "what: strerror(err)", err (err positive or negative); returns 3. */
+/* THE failure result of every binding: pushes nil, "what: strerror(err)", err (err
+ * positive or negative, errno style); returns 3. */
 int corral_pushfail(lua_State *L, const char *what, int err);
+
+/* The result of a core/lib call that returns 0 or -errno and has nothing else to say:
+ * true, or corral_pushfail(what, rc). Returns the number of values pushed. */
+int corral_result(lua_State *L, int rc, const char *what);
 
 /* Allocates a closed fd userdata (fd = -1) with its metatable; the caller stores the fd. */
 corral_fd *corral_newfd(lua_State *L);

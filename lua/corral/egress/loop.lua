@@ -292,7 +292,8 @@ end
 
 --- Waits for a sandbox process: serving the loop meanwhile (opts.serve), up to
 -- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
--- core.signal.fd) to it. Returns its code and how it ended, or nil, "timeout".
+-- core.signal.fd) to it. Returns its code and how it ended, or proc:wait's
+-- nil, msg, ETIMEDOUT while it still runs at the deadline.
 -- @tparam userdata proc a corral.process
 -- @tparam[opt] table opts `{serve =, wall =, signals =}`
 function M.wait(proc, opts)
@@ -302,7 +303,7 @@ function M.wait(proc, opts)
   local extra = { proc, opts.signals }
   while true do
     local left = deadline and deadline - core.clock.monotime()
-    if left and left <= 0 then return nil, "timeout" end
+    if left and left <= 0 then return proc:wait(0) end
     local timeout = left and math.min(left, 1) or 1
     local hit
     if opts.serve then

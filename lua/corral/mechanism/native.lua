@@ -98,7 +98,8 @@ end
 local function spawn(sb, st, argv, opts)
   local plan = M.plan(sb, argv, opts)
   if st.process and st.process:running() then plan.join = st.process end
-  local proc, err, errno, step = core.spawn.start(plan)
+  local proc, err, errno = core.spawn.start(plan)
+  local step = err and err:match("^spawn: (.-): ")
   if not proc and step == "exec" then
     -- The sandbox was built and the command itself could not run: the tenant's failure,
     -- reported as a shell does (127 not found, 126 not executable), not corral's.
