@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 
+#include "exitcodes.h"
 #include "lcorral.h"
 
 #define CORRAL_EXPORT __attribute__((visibility("default")))
@@ -41,6 +42,18 @@ static void push_errno_constants(lua_State *L)
     lua_setfield(L, -2, "errno");
 }
 
+/* core.exit: the statuses corral gives of its own (exitcodes.h holds the table). */
+static void push_exit_codes(lua_State *L)
+{
+    lua_newtable(L);
+#define CORRAL_EXIT_PUSH(name, code)                                                               \
+    lua_pushinteger(L, code);                                                                      \
+    lua_setfield(L, -2, #name);
+    CORRAL_EXIT_CODES(CORRAL_EXIT_PUSH)
+#undef CORRAL_EXIT_PUSH
+    lua_setfield(L, -2, "exit");
+}
+
 int luaopen_corral_core(lua_State *L)
 {
     lua_newtable(L);
@@ -51,6 +64,7 @@ int luaopen_corral_core(lua_State *L)
     CORRAL_MODULES(CORRAL_CALL_OPEN)
 #undef CORRAL_CALL_OPEN
     push_errno_constants(L);
+    push_exit_codes(L);
     lua_pushliteral(L, "corral.core 0.1");
     lua_setfield(L, -2, "_VERSION");
     return 1;

@@ -118,5 +118,7 @@ int corral_open_nft(lua_State *L)
     lua_setfield(L, -2, "DEFAULT_MARK");
     lua_pushstring(L, CORRAL_NFT_TABLE);
     lua_setfield(L, -2, "DEFAULT_TABLE");
+    lua_pushinteger(L, CORRAL_NFT_MAX_PORT_RANGES);
+    lua_setfield(L, -2, "MAX_PORT_RANGES");
     return 0;
 }

@@ -13,14 +13,12 @@ local shell = require "corral.shell"
 
 local M = {}
 
-local EXIT_USAGE, EXIT_CANNOT = 2, 3
+local EXIT_USAGE, EXIT_CANNOT = core.exit.USAGE, core.exit.CANNOT
 
 local function json()
   local ok, dkjson = pcall(require, "dkjson")
   if ok then return dkjson end
-  local ok2, cjson = pcall(require, "cjson")
-  if ok2 then return cjson end
-  error("JSON output needs dkjson or lua-cjson (Debian: lua-dkjson)")
+  error("JSON output needs dkjson (Debian: lua-dkjson)")
 end
 
 local function fail(cmd, err)
@@ -511,15 +509,15 @@ back as it was after the run.]],
     if log_close then log_close() end
     if not result then
       io.stderr:write("corral run: ", tostring(xerr), "\n")
-      return errors.is(xerr, "cannot_enforce") and 120 or EXIT_USAGE
+      return errors.is(xerr, "cannot_enforce") and core.exit.START_REFUSED or EXIT_USAGE
     end
     if result.error then io.stderr:write("corral run: ", result.error, "\n") end
     if result.limit == "memory" then
       io.stderr:write("corral run: the memory cap ended the sandbox\n")
-      return 121
+      return core.exit.MEMORY
     elseif result.limit == "wall" then
       io.stderr:write("corral run: the wall-clock limit ended the sandbox\n")
-      return 124
+      return core.exit.WALL
     end
     return result.code
   end)
@@ -566,11 +564,5 @@ function M.main(argv)
   return status
 end
 
---- Registers a subcommand (later modules add theirs: run, …).
--- @tparam string name
--- @tparam string summary
--- @tparam string usage
--- @tparam function fn receives argv, returns an exit status
-M.register = command
 
 return M

@@ -21,10 +21,6 @@ M.confine = function(...) return require("corral.confinement").confine(...) end
 -- @function probe
 M.probe = function(...) return require("corral.probe").probe(...) end
 
---- Resolves a command the way the kernel will (PATH, then every symlink).
--- @function resolve_executable
-M.resolve_executable = M.core.path.resolve_executable
-
 --- Validates a tenant sandbox description (see corral.sandbox).
 -- @function sandbox
 M.sandbox = function(...) return require("corral.sandbox").new(...) end

@@ -282,7 +282,7 @@ local probes = {
     run = function()
       local netns, err = core.ns.new_net()
       if not netns then return false, "cannot create a network namespace: " .. tostring(err) end
-      local plan = { dns_port = 5353, acceptor_port = 15001, mark = 42 }
+      local plan = { dns_port = 5353, acceptor_port = 15001, mark = core.nft.DEFAULT_MARK }
       local ok
       ok, err = core.nft.apply(netns, plan)
       if ok then ok, err = core.nft.verify(netns, plan) end

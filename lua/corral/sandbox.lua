@@ -7,7 +7,6 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
-local EEXIST = 17 -- errno.h on Linux
 
 local M = {}
 
@@ -221,7 +220,7 @@ function M.prepare_storage(sb)
     at = stop
     if parent ~= "" then
       local ok, err, errno = core.fs.mkdir(parent, tonumber("711", 8))
-      if not ok and errno ~= EEXIST then return cannot(err, errno) end
+      if not ok and errno ~= core.errno.EEXIST then return cannot(err, errno) end
     end
   end
   local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
@@ -231,7 +230,7 @@ function M.prepare_storage(sb)
       core.fs.remove_tree(path)
       return cannot(cerr)
     end
-  elseif errno ~= EEXIST then
+  elseif errno ~= core.errno.EEXIST then
     return cannot(err, errno)
   else
     local st = core.fs.lstat(path)
@@ -254,7 +253,7 @@ function M.prepare_storage(sb)
   -- run started three at once). The lock is taken first, so the check cannot race.
   local lock, lerr, lerrno = core.fs.lock_dir(path)
   if not lock then
-    if lerrno == 11 then -- EWOULDBLOCK
+    if lerrno == core.errno.EAGAIN then
       return nil, errors.invalid_argument("storage", path .. " is in use by another sandbox")
     end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot lock storage: " .. tostring(lerr))

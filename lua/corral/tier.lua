@@ -42,14 +42,15 @@ local function run_sealed(pol, g, earned, plan, extra)
   plan.rules, plan.filters, plan.supervised, plan.drop_caps = pol.rules, pol.filters, pol.supervised,
     pol.drop_caps
   local meter = receipt.meter()
-  local res, err = core.tier.run(plan)
+  local res, err, errno = core.tier.run(plan)
   if not res then
     -- The program could not be executed: a result like a shell's (126/127), still
     -- sealed. Any other failed step is a layer that could not be built: refused.
     if not tostring(err):match("^exec:") then
       return nil, errors.cannot_enforce("tier " .. pol.tier, "could not be applied: " .. tostring(err))
     end
-    res = { status = err:match("No such file") and 127 or 126, wall_s = 0, cpu_s = 0, max_rss_kb = 0,
+    local status = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
+    res = { status = status, wall_s = 0, cpu_s = 0, max_rss_kb = 0,
             error = err }
   end
   local rec = {

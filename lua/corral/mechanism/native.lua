@@ -103,7 +103,8 @@ local function spawn(sb, st, argv, opts)
   if not proc and step == "exec" then
     -- The sandbox was built and the command itself could not run: the tenant's failure,
     -- reported as a shell does (127 not found, 126 not executable), not corral's.
-    return nil, nil, { code = errno == core.errno.ENOENT and 127 or 126, how = "exited", error = err }
+    local code = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
+    return nil, nil, { code = code, how = "exited", error = err }
   end
   if not proc then return nil, errors.cannot_enforce("filesystem_confinement", err) end
   return proc
