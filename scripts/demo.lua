@@ -3,17 +3,17 @@
 -- and shows, side by side, a write inside that succeeds and a read of a sibling
 -- directory that is denied — both from the same confined shell.
 local corral = require "corral"
-local capability = require "corral.capability"
+local probe = require "corral.probe"
 local shell = require "corral.shell"
 
 local function say(fmt, ...) io.write(string.format(fmt, ...), "\n") end
 
 say("corral demo — control-plane confinement on this host")
-for _, r in ipairs(capability.probe()) do
+for _, r in ipairs(probe.probe()) do
   say("  %-24s %-6s  %s", r.name, r.holds and "holds" or "absent", r.detail)
 end
 
-local root = assert(corral.core.mkdtemp("/tmp/corral-demo-"))
+local root = assert(corral.core.fs.mkdtemp("/tmp/corral-demo-"))
 local box, sibling = root .. "/box", root .. "/sibling"
 assert(os.execute(string.format("mkdir %s %s && echo 'credentials of the next tenant' > %s/secret.txt",
   box, sibling, sibling)))
@@ -61,9 +61,9 @@ if io.popen("id -u"):read("l") ~= "0" then
   return
 end
 say("\ncorral demo — a tenant that may reach pypi.org:8080 and nothing else")
-local n = core.getpid() % 200 + 20
+local n = core.proc.getpid() % 200 + 20
 local ns, veth, ip = "corral-demo-" .. n, "crld" .. n, "10.78." .. n .. ".2"
-local www = assert(core.mkdtemp("/tmp/corral-demo-www-"))
+local www = assert(core.fs.mkdtemp("/tmp/corral-demo-www-"))
 local function net(cmd) return shell.capture({ "sh", "-c", cmd }) end
 local setup = string.format([[
   set -e
@@ -88,7 +88,7 @@ for url in http://pypi.org:8080/ http://evil.example:8080/ http://10.78.]] .. n 
   if out=$(curl -sS --max-time 3 "$url" 2>&1); then echo "ALLOWED $url -> $out"
   else echo "DENIED  $url -> ${out#curl: }"; fi
 done]]
-out = shell.capture({ corral.core.host_executable(), "run", "--allow", "pypi.org:8080",
+out = shell.capture({ corral.core.proc.host_executable(), "run", "--allow", "pypi.org:8080",
   "--resolve", "pypi.org=" .. ip, "--internal", "10.78." .. n .. ".0/24", "--", "sh", "-c", tenant })
 teardown()
 for line in out:gmatch("[^\n]+") do say("  %s", line) end

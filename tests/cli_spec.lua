@@ -190,7 +190,7 @@ describe("corral CLI", function()
   it("run sweeps the temporary storage of killed runs, and only that", function()
     local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a process that has exited
     local stale = "/tmp/corral-run-" .. dead .. "-sweep1"
-    local live = "/tmp/corral-run-" .. require("corral.core").getpid() .. "-sweep2" -- this runner
+    local live = "/tmp/corral-run-" .. require("corral.core").proc.getpid() .. "-sweep2" -- this runner
     local foreign = "/tmp/corral-run-" .. dead .. "-sweep3"
     local outside = h.tmpdir("sweep-outside")
     for _, d in ipairs({ stale, live, foreign }) do assert(os.execute("mkdir -p " .. d .. "/tenant")) end
@@ -249,8 +249,8 @@ describe("corral.run from Lua", function()
 
   local function own_temps()
     local n = 0
-    for _, name in ipairs(core.listdir("/tmp") or {}) do
-      if name:find("^corral%-run%-" .. core.getpid() .. "%-") then n = n + 1 end
+    for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
+      if name:find("^corral%-run%-" .. core.proc.getpid() .. "%-") then n = n + 1 end
     end
     return n
   end
@@ -299,17 +299,17 @@ describe("resources.sweep", function()
   it("removes only entries whose creator is gone and that the remover takes", function()
     local dir = h.tmpdir("sweep")
     local dead = h.sh("sh -c 'echo $$'"):match("%d+")
-    local names = { "x-" .. dead .. "-a", "x-" .. core.getpid() .. "-b", "x-" .. dead .. "-keep", "y-" .. dead }
+    local names = { "x-" .. dead .. "-a", "x-" .. core.proc.getpid() .. "-b", "x-" .. dead .. "-keep", "y-" .. dead }
     for _, name in ipairs(names) do
-      assert(core.mkdir(dir .. "/" .. name, tonumber("700", 8)))
+      assert(core.fs.mkdir(dir .. "/" .. name, tonumber("700", 8)))
     end
     local removed = resources.sweep(dir, "^x%-(%d+)%-", function(path)
       return not path:find("keep", 1, true) and os.remove(path)
     end)
-    local left = core.listdir(dir)
+    local left = core.fs.listdir(dir)
     h.rmrf(dir)
     assert.are.equal(1, removed)
-    local want = { "x-" .. dead .. "-keep", "x-" .. core.getpid() .. "-b", "y-" .. dead }
+    local want = { "x-" .. dead .. "-keep", "x-" .. core.proc.getpid() .. "-b", "y-" .. dead }
     table.sort(want)
     assert.are.same(want, left)
   end)

@@ -389,16 +389,16 @@ describe("confine refuses bad input with an error naming the argument", function
   end)
 
   it("falls back to bubblewrap for the namespace layer when corral cannot build it", function()
-    local capability = require "corral.capability"
-    local saved = capability.check
-    capability.check = function(name)
+    local probe = require "corral.probe"
+    local saved = probe.check
+    probe.check = function(name)
       if name == "confinement.namespace" then
         return { name = name, holds = false, detail = "forced absent for this test", gates = {} }
       end
       return saved(name)
     end
     local spec, err = confinement.confine({ "sh", { "-c", "echo in > f && cat f" } }, { permit_path = box })
-    capability.check = saved
+    probe.check = saved
     assert.is_truthy(spec, tostring(err))
     assert.are.same({ "bwrap", "landlock" }, spec.layers)
     local out, status = h.run_spec(spec)
@@ -408,14 +408,14 @@ describe("confine refuses bad input with an error naming the argument", function
 
   it("returns cannot_enforce, never a bare spec, when the wrapper refuses every layer", function()
     -- Run with an impossible set-up: a wrapper that cannot enter namespaces or Landlock
-    -- is simulated by probing through a corral.capability whose results say so.
-    local capability = require "corral.capability"
-    local saved = capability.check
-    capability.check = function(name)
+    -- is simulated by probing through a corral.probe whose results say so.
+    local probe = require "corral.probe"
+    local saved = probe.check
+    probe.check = function(name)
       return { name = name, holds = false, detail = "forced absent for this test", gates = {} }
     end
     local spec, err = confinement.confine({ "true", {} }, { permit_path = box })
-    capability.check = saved
+    probe.check = saved
     assert.is_nil(spec)
     assert.are.equal("cannot_enforce", err.code)
     assert.are.equal("filesystem_confinement", err.capability)

@@ -29,7 +29,7 @@ local function baseline()
 end
 
 local function has_bwrap()
-  return require("corral.capability").check("bwrap").holds
+  return require("corral.probe").check("bwrap").holds
 end
 
 describe("conformance census #root", function()
@@ -129,7 +129,7 @@ describe("conformance against broken mechanisms #root", function()
     local ids = { ["fs.mknod"] = true, ["fs.mount"] = true, ["proc.ptrace"] = true, ["proc.keyring"] = true,
                   ["priv.nested_userns"] = true, ["net.connect_out"] = true, ["fs.sibling_read"] = true }
     local mech = dofile(FIXTURES .. "no_tools.lua")
-    finally(function() core.remove_tree(mech.fixture_dir) end)
+    finally(function() core.fs.remove_tree(mech.fixture_dir) end)
     local report = assert(conformance.run(mech, { only = { "filesystem", "process",
       "privilege", "network" }, ids = ids }))
     local outcomes = by_id(report)

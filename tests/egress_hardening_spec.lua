@@ -282,7 +282,7 @@ describe("egress hardening: the JSON log", function()
     local writer, close = assert(events.json_lines_writer(path, { rate = 5 }))
     -- control for the mode: a file created the ordinary way, same process, same umask
     h.write(dir .. "/plain", "")
-    local plain = core.lstat(dir .. "/plain").mode & tonumber("777", 8)
+    local plain = core.fs.lstat(dir .. "/plain").mode & tonumber("777", 8)
     local seen = 0
     local function count() seen = seen + 1 end
     events.subscribe(writer)
@@ -292,7 +292,7 @@ describe("egress hardening: the JSON log", function()
     events.unsubscribe(writer)
     events.unsubscribe(count)
     close()
-    local mode = core.lstat(path).mode & tonumber("777", 8)
+    local mode = core.fs.lstat(path).mode & tonumber("777", 8)
     local lines, suppressed, quiet = 0, nil, false
     local json = require "dkjson"
     for line in h.read(path):gmatch("[^\n]+") do
@@ -316,8 +316,8 @@ describe("egress hardening: the loop", function()
 
   -- A listener with a connection waiting: readable until accepted.
   local function readable()
-    local l, port = assert(core.tcp_listen("127.0.0.1", 0))
-    local c = assert(core.tcp_connect("127.0.0.1", port, 2))
+    local l, port = assert(core.sock.listen("127.0.0.1", 0))
+    local c = assert(core.sock.connect("127.0.0.1", port, 2))
     return l, c
   end
 
@@ -327,7 +327,7 @@ describe("egress hardening: the loop", function()
     local ran = false
     local bad = { id = "bad-plane", watch = function() return { { fd = l1, on = function() error("boom") end } } end }
     local good = { id = "good-plane", watch = function()
-      return { { fd = l2, on = function() ran = true; local a = core.tcp_accept(l2, 0); if a then a:close() end end } }
+      return { { fd = l2, on = function() ran = true; local a = core.sock.accept(l2, 0); if a then a:close() end end } }
     end }
     loop.add(bad)
     loop.add(good)
@@ -346,13 +346,13 @@ describe("egress hardening: the loop", function()
     assert.matches("boom", last.reason)
   end)
 
-  it("polls past core.poll's limit in batches, and skips closed fds", function()
+  it("polls past core.io.poll's limit in batches, and skips closed fds", function()
     local saved = loop.POLL_MAX
     loop.POLL_MAX = 3
     local idle, ls = {}, {}
-    for i = 1, 5 do idle[i] = assert(core.tcp_listen("127.0.0.1", 0)) end
+    for i = 1, 5 do idle[i] = assert(core.sock.listen("127.0.0.1", 0)) end
     local l, c = readable()
-    local closed = assert(core.tcp_listen("127.0.0.1", 0))
+    local closed = assert(core.sock.listen("127.0.0.1", 0))
     closed:close()
     local hits = 0
     local p = { id = "many", watch = function()
@@ -360,7 +360,7 @@ describe("egress hardening: the loop", function()
       for _, fd in ipairs(idle) do w[#w + 1] = { fd = fd, conn = true, on = function() error("idle fd fired") end } end
       w[#w + 1] = { fd = l, conn = true, on = function()
         hits = hits + 1
-        ls[#ls + 1] = core.tcp_accept(l, 0)
+        ls[#ls + 1] = core.sock.accept(l, 0)
       end }
       return w
     end }
@@ -382,7 +382,7 @@ end)
 describe("egress hardening, end to end #root #netns", function()
   local corral = require "corral"
   local synthetic = require "corral.egress.synthetic"
-  local n = core.getpid() % 200 + 20
+  local n = core.proc.getpid() % 200 + 20
   local ns, hv, pv = "corral-t-hard-" .. n, "crlhh" .. n, "crlhp" .. n
   local host_ip, far_ip, cidr = "10.78." .. n .. ".1", "10.78." .. n .. ".2", "10.78." .. n .. ".0/24"
   local P, P2 = 9101, 9102
@@ -444,7 +444,7 @@ describe("egress hardening, end to end #root #netns", function()
   end
 
   it("reads this host's addresses from the kernel, refreshed after REFRESH seconds", function()
-    local t0 = core.monotime()
+    local t0 = core.clock.monotime()
     hostaddr.invalidate()
     local first = assert(hostaddr.get(t0))
     assert.truthy(hostaddr.contains(first, host_ip))        -- our veth's host end
@@ -509,7 +509,7 @@ describe("egress hardening, end to end #root #netns", function()
       printf "answered=%d seconds=%.3f
 ", $n, time - $t0']]
     local out, status = run({ "--allow", "pypi.org:443", "--log-json", log }, flood)
-    local mode = (core.lstat(log) or {}).mode
+    local mode = (core.fs.lstat(log) or {}).mode
     local written, suppressed, other = 0, 0, 0
     local json = require "dkjson"
     for line in (h.read(log) or ""):gmatch("[^\n]+") do
@@ -589,7 +589,7 @@ describe("egress hardening, end to end #root #netns", function()
     local saved = synthetic.DEFAULT_LIMIT
     synthetic.DEFAULT_LIMIT = 2
     local root = h.tmpdir("pool")
-    core.chmod(root, tonumber("711", 8))
+    core.fs.chmod(root, tonumber("711", 8))
     local ok, err = pcall(function()
       local dig = "dig +tries=1 +time=2 %s A | grep -o 'status: [A-Z]*'"
       local script = table.concat({ dig:format("a1.pool.test"), dig:format("a2.pool.test"),
@@ -629,7 +629,7 @@ describe("egress hardening, end to end #root #netns", function()
 
   it("a resolver answering nonsense denies that connection; the next one is relayed", function()
     local root = h.tmpdir("resolver")
-    core.chmod(root, tonumber("711", 8))
+    core.fs.chmod(root, tonumber("711", 8))
     local sb = assert(corral.sandbox({ id = "odd-resolver", storage_root = root, network = {
       allow = { "odd.test:" .. P2, "far.test:" .. P2 }, internal = { cidr },
       resolve = function(name) if name == "odd.test" then return 42 end return { far_ip } end } }))
@@ -669,12 +669,12 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
 
   -- Serves the loop (and `also`, once per turn) until cond() is true or `seconds` pass.
   local function pump(cond, seconds, also)
-    local deadline = core.monotime() + (seconds or 2)
+    local deadline = core.clock.monotime() + (seconds or 2)
     repeat
       loop.step(0.01)
       if also then also() end
       if cond() then return true end
-    until core.monotime() > deadline
+    until core.clock.monotime() > deadline
     return false
   end
 
@@ -705,11 +705,11 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
       responder.TCP_DNS_QUERIES = 3
       local ok, err = pcall(function()
         -- two queries written back to back, in one write, on one connection
-        local c = assert(core.connect_marked("127.0.0.1", 53, 0, 2, p.netns))
-        assert(core.write(c, query(1, "a.test") .. query(2, "b.test")))
+        local c = assert(core.sock.connect_marked("127.0.0.1", 53, 0, 2, p.netns))
+        assert(core.io.write(c, query(1, "a.test") .. query(2, "b.test")))
         local buf, eof = "", false
         pump(function()
-          local chunk = core.read(c, 4096)
+          local chunk = core.io.read(c, 4096)
           if chunk == "" then eof = true elseif chunk then buf = buf .. chunk end
           return #answers(buf) >= 2
         end)
@@ -720,12 +720,12 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
         assert.are.same({ 2, 0, (egress.address("tcp-pipe", "b.test")) }, { got[2].id, got[2].rcode, got[2].ip })
         assert.is_false(eof) -- still open for more
         -- the bound: four pipelined, three answered (the limit, lowered here), then closed
-        local c2 = assert(core.connect_marked("127.0.0.1", 53, 0, 2, p.netns))
-        assert(core.write(c2, query(11, "a.test") .. query(12, "b.test") .. query(13, "evil.test")
+        local c2 = assert(core.sock.connect_marked("127.0.0.1", 53, 0, 2, p.netns))
+        assert(core.io.write(c2, query(11, "a.test") .. query(12, "b.test") .. query(13, "evil.test")
           .. query(14, "a.test")))
         buf, eof = "", false
         pump(function()
-          local chunk = core.read(c2, 4096)
+          local chunk = core.io.read(c2, 4096)
           if chunk == "" then eof = true elseif chunk then buf = buf .. chunk end
           return eof
         end)
@@ -742,21 +742,21 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
   end)
 
   it("revoke(sb, entry, {cut = true}) resets what the entry allowed; other connections carry on", function()
-    local function fds() return #h.sh("ls /proc/" .. core.getpid() .. "/fd"):gsub("[^\n]", "") end
+    local function fds() return #h.sh("ls /proc/" .. core.proc.getpid() .. "/fd"):gsub("[^\n]", "") end
     loop.count() -- the loop's relay exists before the count
     local fds0 = fds()
     -- the "internet": an echo server of this test on the host's loopback
-    local srv, port = assert(core.tcp_listen("127.0.0.1", 0))
+    local srv, port = assert(core.sock.listen("127.0.0.1", 0))
     local conns = {}
     local function serve()
-      local a = core.tcp_accept(srv, 0)
+      local a = core.sock.accept(srv, 0)
       if a then conns[#conns + 1] = { fd = a } end
       for _, s in ipairs(conns) do
         if not s.done then
-          local data, _, errno = core.read(s.fd, 4096)
+          local data, _, errno = core.io.read(s.fd, 4096)
           if data and data ~= "" then
             s.first = s.first or data
-            core.write(s.fd, data)
+            core.io.write(s.fd, data)
           elseif data == "" or errno ~= core.errno.EAGAIN then
             s.done = data == "" and "eof" or errno
             s.fd:close()
@@ -774,13 +774,13 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
       local addr = {}
       for _, name in ipairs({ "a.test", "b.test", "c.test" }) do addr[name] = assert(egress.address("cut-sb", name)) end
       local function dial(name)
-        return assert(core.connect_marked(addr[name], port, 0, 2, p.netns))
+        return assert(core.sock.connect_marked(addr[name], port, 0, 2, p.netns))
       end
       local function echoes(c, msg)
-        assert(core.write(c, msg))
+        assert(core.io.write(c, msg))
         local got, gone = "", false
         pump(function()
-          local data, _, errno = core.read(c, 4096)
+          local data, _, errno = core.io.read(c, 4096)
           got, gone = got .. (data or ""), data == "" or (data == nil and errno ~= core.errno.EAGAIN)
           return got == msg or gone
         end, 2, serve)
@@ -799,7 +799,7 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
       assert.are.equal(1, n)
       assert.are.equal(2, cut) -- a, and c (revoked before, now re-decided)
       local data, msg, errno
-      pump(function() data, msg, errno = core.read(a, 4096); return errno ~= core.errno.EAGAIN end, 1, serve)
+      pump(function() data, msg, errno = core.io.read(a, 4096); return errno ~= core.errno.EAGAIN end, 1, serve)
       assert.is_nil(data, "a still relays after the cut")
       assert.are.equal(104, errno, msg) -- ECONNRESET: an RST, not an orderly end
       assert.is_true(echoes(b, "b-2"))          -- control: the other connection carries on

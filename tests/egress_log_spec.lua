@@ -122,7 +122,7 @@ describe("egress log: the responder's events #root #netns", function()
     events.subscribe(collect)
     p = assert(plane.new("log-dns", { allow = { "pypi.org:443", "*.example.com:443" } }))
     loop.add(p)
-    client = assert(core.listen_in_netns(p.netns, "udp", "127.0.0.1", 0))
+    client = assert(core.listen.in_netns(p.netns, "udp", "127.0.0.1", 0))
   end)
 
   teardown(function()
@@ -137,11 +137,11 @@ describe("egress log: the responder's events #root #netns", function()
   -- Sends one query over UDP inside the sandbox's netns and serves the loop until its
   -- answer arrives (nil after a second: dropped).
   local function ask(q)
-    assert(core.udp_send(client, q, "127.0.0.1", 53))
-    local deadline = core.monotime() + 1
-    while core.monotime() < deadline do
+    assert(core.udp.send(client, q, "127.0.0.1", 53))
+    local deadline = core.clock.monotime() + 1
+    while core.clock.monotime() < deadline do
       loop.step(0.02)
-      if #(core.poll({ client }, 0) or {}) > 0 then return (core.udp_recv(client)) end
+      if #(core.io.poll({ client }, 0) or {}) > 0 then return (core.udp.recv(client)) end
     end
   end
 

@@ -252,12 +252,12 @@ describe("egress #root #netns", function()
     native.serve(0.5)
     local got = ""
     for _ = 1, 20 do
-      local c = corral.core.tcp_connect("127.0.0.1", host_port, 2)
+      local c = corral.core.sock.connect("127.0.0.1", host_port, 2)
       if c then
-        local deadline = corral.core.monotime() + 3
-        while corral.core.monotime() < deadline and not got:find("\n") do
+        local deadline = corral.core.clock.monotime() + 3
+        while corral.core.clock.monotime() < deadline and not got:find("\n") do
           native.serve(0.05)
-          got = got .. (corral.core.read(c, 100) or "")
+          got = got .. (corral.core.io.read(c, 100) or "")
         end
         c:close()
       end
@@ -458,12 +458,12 @@ describe("egress #root #netns", function()
     for _, p in ipairs(require("corral.egress.loop").planes()) do if p.id == "flood" then plane = p end end
     local held = plane.responder:tcp_count()
     -- control: the responder still answers over UDP while the connections are held
-    local client = assert(corral.core.listen_in_netns(plane.netns, "udp", "127.0.0.1", 0))
+    local client = assert(corral.core.listen.in_netns(plane.netns, "udp", "127.0.0.1", 0))
     local q = string.char(0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 4) .. "pypi" .. string.char(3) .. "org" ..
       string.char(0, 0, 1, 0, 1)
-    corral.core.udp_send(client, q, "127.0.0.1", 53)
+    corral.core.udp.send(client, q, "127.0.0.1", 53)
     native.serve(0.2)
-    local answer = corral.core.udp_recv(client)
+    local answer = corral.core.udp.recv(client)
     client:close()
     corral.destroy("native", sb)
     h.rmrf(root)
@@ -489,7 +489,7 @@ describe("egress #root #netns", function()
 
   it("1,000 plane create/destroy cycles leave no fd, netns or table behind", function()
     local plane = require "corral.egress.plane"
-    local pid = corral.core.getpid()
+    local pid = corral.core.proc.getpid()
     local function fds() return #h.sh("ls /proc/" .. pid .. "/fd"):gsub("[^\n]", "") end
     -- a plane's netns lives only as long as an fd (or a process) holds it: count ours,
     -- and the named ones

@@ -10,8 +10,8 @@ M.host = os.getenv("CORRAL_HOST") or (os.getenv("PWD") .. "/build/corral")
 
 --- A fresh private directory, resolved (so it compares equal to what corral resolves).
 function M.tmpdir(tag)
-  local d = assert(core.mkdtemp("/tmp/corral-test-" .. (tag or "") .. "-"))
-  return assert(core.resolve_path(d))
+  local d = assert(core.fs.mkdtemp("/tmp/corral-test-" .. (tag or "") .. "-"))
+  return assert(core.path.resolve(d))
 end
 
 function M.rmrf(path)

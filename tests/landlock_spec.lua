@@ -1,8 +1,8 @@
--- core.landlock_restrict: a process confines itself; a control read inside succeeds in
+-- core.landlock.restrict: a process confines itself; a control read inside succeeds in
 -- the same process, after its read outside is denied.
 local h = require "helpers"
 
-describe("core.landlock_restrict", function()
+describe("core.landlock.restrict", function()
   local root
   setup(function()
     root = h.tmpdir("ll")
@@ -12,14 +12,14 @@ describe("core.landlock_restrict", function()
   teardown(function() h.rmrf(root) end)
 
   it("reports the ABI", function()
-    local abi = assert(require("corral.core").landlock_abi())
+    local abi = assert(require("corral.core").landlock.abi())
     assert.truthy(abi >= 1)
   end)
 
   it("denies outside, then allows inside, in one restricted process", function()
     local code = string.format([[
       local core = require "corral.core"
-      assert(core.landlock_restrict({ {path = %q, access = "rw"}, {path = "/usr", access = "rx"} }))
+      assert(core.landlock.restrict({ {path = %q, access = "rw"}, {path = "/usr", access = "rx"} }))
       print("outside:" .. tostring(io.open(%q)))
       local f = assert(io.open(%q)) print("inside:" .. f:read("l")) f:close()
       local g = io.open(%q, "w") if g then g:write("x") g:close() print("write-inside-ok") end]],
@@ -31,7 +31,7 @@ describe("core.landlock_restrict", function()
   end)
 
   it("rejects a bad access mode before restricting anything", function()
-    local out, status = h.corral("-e", [[require("corral.core").landlock_restrict({{path = "/", access = "all"}})]])
+    local out, status = h.corral("-e", [[require("corral.core").landlock.restrict({{path = "/", access = "all"}})]])
     assert.are.equal(1, status)
     assert.matches('access must be "r", "rx" or "rw"', out)
   end)

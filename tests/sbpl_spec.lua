@@ -1,4 +1,4 @@
--- corral.sbpl and core.sbpl: the emitted profile is read back with a small s-expression
+-- corral.sbpl and core.sbpl.emit: the emitted profile is read back with a small s-expression
 -- reader (string literals with `\` escapes, `;` comments), so each check is about what
 -- a Scheme reader sees, not about bytes. Paths are real directories, resolved.
 local core = require "corral.core"
@@ -114,7 +114,7 @@ describe("corral.sbpl", function()
     local f = assert(io.popen("mktemp -d /tmp/corral-sbpl-spec-XXXXXX"))
     root = f:read("l")
     f:close()
-    root = assert(core.resolve_path(root))
+    root = assert(core.path.resolve(root))
     h.must(table.concat({
       "cd " .. h.quote(root),
       "mkdir -p work cache other/deep real-work 'a\"b\\c' 'nl\nx' 'cr\rx'",
@@ -224,39 +224,39 @@ describe("corral.sbpl", function()
   end)
 end)
 
-describe("core.sbpl", function()
+describe("core.sbpl.emit", function()
   local rt = { "/usr/lib", "/System" }
 
   it("refuses relative, NUL, newline and CR paths in every position", function()
     for _, bad in ipairs { "rel/ative", "/a\0b", "/a\nb", "/a\rb", "/a/../b", "/a/" } do
-      local t, msg, errno = core.sbpl(bad, {}, rt)
+      local t, msg, errno = core.sbpl.emit(bad, {}, rt)
       assert.is_nil(t)
       assert.equal(core.errno.EINVAL, errno)
       assert.matches("permit_path", msg)
-      t, msg, errno = core.sbpl("/work", { "/ok", bad }, rt)
+      t, msg, errno = core.sbpl.emit("/work", { "/ok", bad }, rt)
       assert.is_nil(t)
       assert.equal(core.errno.EINVAL, errno)
       assert.matches("extras%[2%]", msg)
-      t, msg, errno = core.sbpl("/work", {}, { bad })
+      t, msg, errno = core.sbpl.emit("/work", {}, { bad })
       assert.is_nil(t)
       assert.equal(core.errno.EINVAL, errno)
       assert.matches("runtime_reads%[1%]", msg)
     end
-    assert.is_string(core.sbpl("/work", { "/ok" }, rt)) -- control
+    assert.is_string(core.sbpl.emit("/work", { "/ok" }, rt)) -- control
   end)
 
   it("raises on arguments of the wrong type", function()
-    assert.has_error(function() core.sbpl(nil) end)
-    assert.has_error(function() core.sbpl("/work", "/x") end)
-    assert.has_error(function() core.sbpl("/work", { 42 }) end)
-    assert.has_error(function() core.sbpl("/work", {}, { true }) end)
-    assert.is_string(core.sbpl("/work")) -- control: lists are optional
+    assert.has_error(function() core.sbpl.emit(nil) end)
+    assert.has_error(function() core.sbpl.emit("/work", "/x") end)
+    assert.has_error(function() core.sbpl.emit("/work", { 42 }) end)
+    assert.has_error(function() core.sbpl.emit("/work", {}, { true }) end)
+    assert.is_string(core.sbpl.emit("/work")) -- control: lists are optional
   end)
 
   it("is balanced and carries egress and the device literals", function()
     -- Unescaped, this would close the grant and add a top-level (allow … (subpath "/")).
     local inj = '/x")) (allow file-write* (subpath "/")) (("'
-    local text = assert(core.sbpl("/work", { inj }, rt))
+    local text = assert(core.sbpl.emit("/work", { inj }, rt))
     local forms = assert(read_sexprs(text))
     assert.is_truthy(find_grant(forms, "file-write*", "literal", "/dev/null"))
     assert.is_truthy(find_grant(forms, "file-read*", "literal", "/dev/urandom"))

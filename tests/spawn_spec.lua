@@ -1,8 +1,8 @@
--- core.spawn: a failed setup step never execs, and its step and errno come back.
+-- core.spawn.start: a failed setup step never execs, and its step and errno come back.
 local core = require "corral.core"
 local h = require "helpers"
 
-describe("core.spawn #root", function()
+describe("core.spawn.start #root", function()
   local dir
   before_each(function()
     dir = h.tmpdir("spawn")
@@ -20,19 +20,20 @@ describe("core.spawn #root", function()
   end
 
   it("runs the plan (control): the command writes its marker", function()
-    local p = assert(core.spawn(plan(dir)))
+    local p = assert(core.spawn.start(plan(dir)))
     assert.are.equal(0, (p:wait(5)))
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)
 
   it("reports a failed step with its name and errno, and runs nothing", function()
-    local p, msg, errno, step = core.spawn(plan(dir .. "/missing"))
+    local p, msg, errno = core.spawn.start(plan(dir .. "/missing"))
+    local step = msg and msg:match("^spawn: (.-): ")
     assert.is_nil(p)
     assert.are.equal("build root", step)
     assert.are.equal(core.errno.ENOENT, errno)
     assert.matches("build root", msg)
     assert.is_nil(h.read(dir .. "/marker"))
-    p = assert(core.spawn(plan(dir))) -- control, after: the same plan with its bind present runs
+    p = assert(core.spawn.start(plan(dir))) -- control, after: the same plan with its bind present runs
     assert.are.equal(0, (p:wait(5)))
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)
@@ -40,13 +41,27 @@ describe("core.spawn #root", function()
   it("reports an exec failure as the exec step", function()
     local pl = plan(dir)
     pl.path = "/usr/bin/no-such-program"
-    local p, _, errno, step = core.spawn(pl)
+    local p, msg, errno = core.spawn.start(pl)
+    local step = msg and msg:match("^spawn: (.-): ")
     assert.is_nil(p)
     assert.are.equal("exec", step)
     assert.are.equal(core.errno.ENOENT, errno)
     assert.is_nil(h.read(dir .. "/marker"))
-    p = assert(core.spawn(plan(dir))) -- control, after: the same plan with a real program runs
+    p = assert(core.spawn.start(plan(dir))) -- control, after: the same plan with a real program runs
     assert.are.equal(0, (p:wait(5)))
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
+  end)
+
+  it("fails a timed wait with the three values of every binding, ETIMEDOUT", function()
+    local pl = plan(dir)
+    pl.argv = { "sh", "-c", "sleep 5" }
+    local p <close> = assert(core.spawn.start(pl))
+    local code, msg, errno = p:wait(0.1)
+    assert.is_nil(code)
+    assert.matches("^wait: ", msg)
+    assert.are.equal(core.errno.ETIMEDOUT, errno)
+    assert.is_true(p:running())
+    p:kill()
+    assert.is_number((p:wait(5))) -- control: the same process, once killed, is waited for
   end)
 end)

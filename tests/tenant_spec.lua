@@ -190,10 +190,10 @@ for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
     end)
 
     it("has no network", function()
-      local lfd, port = assert(corral.core.tcp_listen("127.0.0.1", 0))
+      local lfd, port = assert(corral.core.sock.listen("127.0.0.1", 0))
       local out = run(sb, h.attempt_then_control('cat /proc/net/dev | grep -c ":" ; nc -z -w 1 127.0.0.1 ' ..
         port .. ' && echo REACHED', 'getent hosts localhost >/dev/null && echo lo-name-ok'))
-      assert(corral.core.tcp_connect("127.0.0.1", port, 1)):close() -- control from the host, after
+      assert(corral.core.sock.connect("127.0.0.1", port, 1)):close() -- control from the host, after
       lfd:close()
       local _, _, attempt = h.after_attempt(out, "lo%-name%-ok")
       assert.is_nil(out:find("REACHED", 1, true))
@@ -209,9 +209,9 @@ for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
       local current = tonumber(h.read(dir .. "/pids.current") or "")
       local refused = tonumber((h.read(dir .. "/pids.events") or ""):match("max (%d+)"))
       -- the host forks freely meanwhile: 20 shells in well under the 5 s bound
-      local t0 = corral.core.monotime()
+      local t0 = corral.core.clock.monotime()
       for _ = 1, 20 do assert.matches("ok", h.sh("echo ok")) end
-      local host_s = corral.core.monotime() - t0
+      local host_s = corral.core.clock.monotime() - t0
       corral.destroy(mech, s)
       -- control: the bomb did reach the cap (the kernel counted refused forks) …
       assert.truthy(refused and refused > 0, "the bomb never reached the cap")
@@ -286,7 +286,7 @@ time.sleep(3)
       end)
 
       it("gives the tenant its own loopback, and nothing beyond it", function()
-        local lfd, port = require("corral.core").tcp_listen("127.0.0.1", 0)
+        local lfd, port = require("corral.core").sock.listen("127.0.0.1", 0)
         assert(lfd, port)
         local out = run(sb, h.attempt_then_control([[
           socat -T 2 - TCP:127.0.0.1:]] .. port .. [[ </dev/null && echo HOST-LOOPBACK-REACHED]], [[
@@ -398,7 +398,7 @@ describe("corral run cleans up #root", function()
   it("sweeps empty cgroups a killed corral left, never a live one's", function()
     local base = own_pids_cgroup()
     local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a pid that has exited
-    local stale, live = base .. "/corral-" .. dead .. "-77", base .. "/corral-" .. corral.core.getpid() .. "-77"
+    local stale, live = base .. "/corral-" .. dead .. "-77", base .. "/corral-" .. corral.core.proc.getpid() .. "-77"
     assert(os.execute("mkdir " .. stale .. " " .. live))
     local out, status = h.corral("run", "--pids", "16", "--", "true")
     local stale_left, live_left = io.open(stale .. "/cgroup.procs"), io.open(live .. "/cgroup.procs")

@@ -14,7 +14,7 @@ local tier = require "corral.tier"
 local expect_s1 = os.getenv("CORRAL_EXPECT_S1") or ((h.sh("id -u")):match("^0\n") and "1" or "0")
 expect_s1 = expect_s1 == "1"
 
-local HOST = assert(core.resolve_file(h.host))
+local HOST = assert(core.path.resolve_file(h.host))
 local earned = probe.check()
 
 local function s1_or_pending()
@@ -214,7 +214,7 @@ describe("the seatbelt path (macOS)", function()
 
   it("is never taken on Linux: no sandbox-exec, and the earned mechanism is Landlock's", function()
     local sb, why = probe.seatbelt()
-    if core.resolve_file("/usr/bin/sandbox-exec") then
+    if core.path.resolve_file("/usr/bin/sandbox-exec") then
       assert.matches("^seatbelt/", sb.mechanism)
       return
     end
@@ -261,11 +261,11 @@ describe("a step at S1 #root", function()
   local dir, lfd, port
   before_each(function()
     dir = h.tmpdir("tier")
-    assert(core.mkdir(dir .. "/granted", tonumber("755", 8)))
-    assert(core.mkdir(dir .. "/outside", tonumber("755", 8)))
+    assert(core.fs.mkdir(dir .. "/granted", tonumber("755", 8)))
+    assert(core.fs.mkdir(dir .. "/outside", tonumber("755", 8)))
     h.write(dir .. "/granted/f", "granted\n")
     h.write(dir .. "/outside/f", "outside\n")
-    lfd, port = assert(core.tcp_listen("127.0.0.1", 0))
+    lfd, port = assert(core.sock.listen("127.0.0.1", 0))
   end)
   after_each(function()
     lfd:close()
@@ -321,7 +321,7 @@ describe("a step at S1 #root", function()
       local core = require "corral.core"
       print("fork", select(3, core.tier.attempt("fork")) == core.errno.EPERM and "denied" or "FORKED")
       print("thread", core.tier.attempt("thread") and "ok" or "failed")
-      print("exec", select(3, core.execve("/bin/true", { "true" }, {}, "/")) == core.errno.EPERM and "denied")
+      print("exec", select(3, core.proc.execve("/bin/true", { "true" }, {}, "/")) == core.errno.EPERM and "denied")
       print("control ok")]])
     assert.are.equal(0, result.exit, out)
     assert.matches("fork\tdenied", out)
@@ -336,7 +336,7 @@ describe("a step at S1 #root", function()
     local result, _, out = host_step([[
       local core = require "corral.core"
       print("fork", core.tier.attempt("fork") and "ok")
-      core.execve("/bin/sh", { "sh", "-c", "echo exec ok" }, {}, "/")]], { subprocess = true })
+      core.proc.execve("/bin/sh", { "sh", "-c", "echo exec ok" }, {}, "/")]], { subprocess = true })
     assert.are.equal(0, result.exit, out)
     assert.matches("fork\tok", out)
     assert.matches("exec ok", out)
@@ -582,10 +582,10 @@ describe("S2: Lua in a fresh state (core.vm)", function()
   it("reads only beneath a read grant, through read_file", function()
     local dir = h.tmpdir("vm")
     h.write(dir .. "/in", "granted")
-    h.write(dir .. "/../corral-vm-outside-" .. core.getpid(), "outside")
+    h.write(dir .. "/../corral-vm-outside-" .. core.proc.getpid(), "outside")
     local ok, r = eval(string.format("local a, e = read_file(%q) return a, e, read_file(%q)",
-      dir .. "/../corral-vm-outside-" .. core.getpid(), dir .. "/in"), { read = { dir } })
-    os.remove(dir .. "/../corral-vm-outside-" .. core.getpid())
+      dir .. "/../corral-vm-outside-" .. core.proc.getpid(), dir .. "/in"), { read = { dir } })
+    os.remove(dir .. "/../corral-vm-outside-" .. core.proc.getpid())
     h.rmrf(dir)
     assert.is_true(ok)
     assert.is_nil(r[1])
@@ -659,7 +659,7 @@ describe("S2 through a confined child #root", function()
   it("is bare step{...} in the REPL on a terminal: a denied read, then the granted one", function()
     if not s1_or_pending() then return end
     local dir = h.tmpdir("tier-repl")
-    assert(core.mkdir(dir .. "/granted", tonumber("755", 8)))
+    assert(core.fs.mkdir(dir .. "/granted", tonumber("755", 8)))
     h.write(dir .. "/outside", "outside-secret\n")
     h.write(dir .. "/granted/f", "granted-data\n")
     local typed = string.format('r = step{"/bin/sh", "-c", "cat %s/outside; echo rc=$?; cat %s/granted/f", ' ..

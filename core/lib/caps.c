@@ -72,15 +72,3 @@ int corral_caps_text(char *buf, size_t len)
     cap_free(text);
     return 0;
 }
-
-int corral_caps_have(int cap)
-{
-    cap_t cur = cap_get_proc();
-    if (!cur) return -errno;
-    cap_flag_value_t v = CAP_CLEAR;
-    int r = cap_get_flag(cur, (cap_value_t)cap, CAP_EFFECTIVE, &v);
-    int err = errno;
-    cap_free(cur);
-    if (r < 0) return -err;
-    return v == CAP_SET;
-}

@@ -24,8 +24,4 @@ void corral_caps_free(void *caps);
  * empty) into buf. Returns 0 or -errno. */
 int corral_caps_text(char *buf, size_t len);
 
-/* 1 when the calling process holds the capability in its effective set, 0 when not,
- * -errno on failure. */
-int corral_caps_have(int cap);
-
 #endif

@@ -6,10 +6,9 @@
 #ifndef CORRAL_CONFINE_H
 #define CORRAL_CONFINE_H
 
-/* Exit statuses of the wrapper itself (the command's own status passes through). */
-#define CORRAL_EXIT_SETUP 125    /* a layer could not be built: nothing was executed */
-#define CORRAL_EXIT_NOEXEC 126   /* the command exists but could not be executed */
-#define CORRAL_EXIT_NOTFOUND 127 /* the command was not found */
+/* Exit statuses of the wrapper itself: CORRAL_EXIT_SETUP, _NOEXEC, _NOTFOUND (the
+ * command's own status passes through). */
+#include "exitcodes.h"
 
 /* argv[0] is "exec-confined". Never returns on success of the exec path in the child;
  * returns the exit status to use for the wrapper process. */

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include "exitcodes.h"
 #include "reaper.h"
 
 static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH};
@@ -24,7 +25,7 @@ int corral_status_code(int wstatus)
 {
     if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
     if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-    return 125;
+    return CORRAL_EXIT_SETUP;
 }
 
 int corral_reaper_wait(pid_t child, const sigset_t *mask)
@@ -41,7 +42,7 @@ int corral_reaper_wait(pid_t child, const sigset_t *mask)
         int sig = sigwaitinfo(mask, &si);
         if (sig < 0) {
             if (errno == EINTR) continue;
-            return 125;
+            return CORRAL_EXIT_SETUP;
         }
         if (sig != SIGCHLD) kill(child, sig);
     }

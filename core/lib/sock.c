@@ -182,11 +182,11 @@ void corral_port_slice(const char *key, unsigned *lo, unsigned *hi)
 
 int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32_t mark,
                                 int netns_fd, const char *port_key, int *in_progress,
-                                const char **what)
+                                const char **step)
 {
-    const char *step = "socket";
-    if (!what) what = &step;
-    *what = "socket";
+    const char *unused = "socket";
+    if (!step) step = &unused;
+    *step = "socket";
     if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) return -EAFNOSUPPORT;
     _cleanup_close_ int fd = -1;
     if (netns_fd < 0) {
@@ -195,12 +195,12 @@ int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32
     } else {
         fd = corral_ns_socket(netns_fd, sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
         if (fd < 0) {
-            if (fd != -EMFILE && fd != -ENFILE && fd != -ENOMEM) *what = "setns";
+            if (fd != -EMFILE && fd != -ENFILE && fd != -ENOMEM) *step = "setns";
             return fd;
         }
     }
     if (mark) {
-        *what = "setsockopt_mark";
+        *step = "setsockopt_mark";
         int r = corral_set_mark_checked(fd, mark);
         if (r < 0) return r;
     }
@@ -212,7 +212,7 @@ int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32
          * loses the slice, never the connection. */
         (void)setsockopt(fd, IPPROTO_IP, IP_LOCAL_PORT_RANGE, &range, sizeof range);
     }
-    *what = "connect";
+    *step = "connect";
     *in_progress = 0;
     if (connect(fd, sa, len) < 0) {
         if (errno != EINPROGRESS) return -errno;
@@ -222,19 +222,19 @@ int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32
 }
 
 int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t mark,
-                             int timeout_ms, int netns_fd, const char **what)
+                             int timeout_ms, int netns_fd, const char **step)
 {
-    const char *step = "socket";
-    if (!what) what = &step;
+    const char *unused = "socket";
+    if (!step) step = &unused;
     int in_progress = 0;
     _cleanup_close_ int fd =
-        corral_connect_marked_start(sa, len, mark, netns_fd, NULL, &in_progress, what);
+        corral_connect_marked_start(sa, len, mark, netns_fd, NULL, &in_progress, step);
     if (fd < 0) return fd;
     if (in_progress) {
         int n = corral_poll_fd(fd, POLLOUT, timeout_ms);
         if (n < 0) return n;
         if (n == 0) {
-            *what = "timeout";
+            *step = "timeout";
             return -ETIMEDOUT;
         }
         int err = 0;
@@ -244,7 +244,7 @@ int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t 
     }
     if (mark) {
         /* Once more on the connected socket: the fd handed out is the one checked. */
-        *what = "setsockopt_mark";
+        *step = "setsockopt_mark";
         uint32_t back = 0;
         socklen_t ml = sizeof back;
         if (getsockopt(fd, SOL_SOCKET, SO_MARK, &back, &ml) < 0) return -errno;

@@ -55,12 +55,12 @@ int corral_set_mark_checked(int fd, uint32_t mark);
  * SO_MARK when mark is not 0, keeps its source port in port_key's slice (NULL: anywhere;
  * see corral_port_slice), then starts a non-blocking connect. Returns a CLOEXEC,
  * O_NONBLOCK fd and sets *in_progress (1: EINPROGRESS, wait for writability and read
- * SO_ERROR; 0: already connected), or -errno and no fd. When what is not NULL it names
+ * SO_ERROR; 0: already connected), or -errno and no fd. When step is not NULL it names
  * the step that failed: "setns", "socket", "setsockopt_mark" or "connect".
  */
 int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32_t mark,
                                 int netns_fd, const char *port_key, int *in_progress,
-                                const char **what);
+                                const char **step);
 
 /*
  * The slice of the local port range a key's connections take their source ports from
@@ -81,10 +81,10 @@ void corral_port_slice(const char *key, unsigned *lo, unsigned *hi);
 int corral_connect_marked(const struct sockaddr *sa, socklen_t len, uint32_t mark, int timeout_ms,
                           int netns_fd);
 
-/* corral_connect_marked, naming the failed step in *what (may be NULL) as above, or
+/* corral_connect_marked, naming the failed step in *step (may be NULL) as above, or
  * "timeout" / "connect" for the wait. */
 int corral_connect_marked_ex(const struct sockaddr *sa, socklen_t len, uint32_t mark,
-                             int timeout_ms, int netns_fd, const char **what);
+                             int timeout_ms, int netns_fd, const char **step);
 
 /* Closes fd with SO_LINGER {1, 0}, so the peer sees a reset at once instead of an
  * orderly end of stream (the acceptor's deny). The fd is closed in every case; returns

@@ -12,6 +12,8 @@
 #ifndef CORRAL_SPAWN_H
 #define CORRAL_SPAWN_H
 
+#include "exitcodes.h"
+
 #include <stddef.h>
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -70,8 +72,9 @@ int corral_spawn(const struct corral_spawn_plan *plan, struct corral_spawn_resul
 /* Signals a process through its pidfd (a recycled pid can never be hit). 0 or -errno. */
 int corral_pidfd_signal(int pidfd, int sig);
 
-/* The exit status a tenant's init reports: the tenant's own status, or 128+N when it
- * was killed by signal N. */
-#define CORRAL_SPAWN_EXEC_FAILED 127
+/* The exit status of a spawn child whose setup failed before exec (exitcodes.h). A
+ * tenant's init otherwise reports the tenant's own status, or 128+N when it was killed
+ * by signal N. */
+#define CORRAL_SPAWN_EXEC_FAILED CORRAL_EXIT_NOTFOUND
 
 #endif

@@ -106,9 +106,7 @@ static int l_destroy(lua_State *L)
         corral_cgroup_free(u->cg);
         u->cg = NULL;
     }
-    if (rc < 0) return corral_pushfail(L, "destroy cgroup", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "destroy cgroup");
 }
 
 static struct corral_cgroup *checklive(lua_State *L)
@@ -124,17 +122,13 @@ static int l_attach(lua_State *L)
     lua_Integer pid = luaL_checkinteger(L, 2);
     if (pid <= 0 || pid > INT32_MAX) luaL_argerror(L, 2, "pid out of range");
     int rc = corral_cgroup_attach(cg, (pid_t)pid);
-    if (rc < 0) return corral_pushfail(L, "attach to cgroup", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "attach to cgroup");
 }
 
 static int l_kill(lua_State *L)
 {
     int rc = corral_cgroup_kill(checklive(L));
-    if (rc < 0) return corral_pushfail(L, "kill cgroup", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "kill cgroup");
 }
 
 static int l_usage(lua_State *L)
@@ -258,7 +252,6 @@ int corral_open_cgroup(lua_State *L)
     lua_pop(L, 1);
 
     static const luaL_Reg fns[] = {{"create", l_create}, {"info", l_info}, {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "cgroup");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

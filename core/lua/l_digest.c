@@ -30,7 +30,6 @@ static int l_sha256(lua_State *L)
 int corral_open_digest(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"sha256", l_sha256}, {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "digest");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -117,11 +117,10 @@ int corral_open_dns(lua_State *L)
         {"EPROTO", EPROTO},
         {"EMSGSIZE", EMSGSIZE},
     };
-    luaL_newlib(L, funcs);
+    luaL_setfuncs(L, funcs, 0);
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++) {
         lua_pushinteger(L, consts[i].value);
         lua_setfield(L, -2, consts[i].name);
     }
-    lua_setfield(L, -2, "dns");
     return 0;
 }

@@ -19,6 +19,13 @@ int corral_pushfail(lua_State *L, const char *what, int err)
     return 3;
 }
 
+int corral_result(lua_State *L, int rc, const char *what)
+{
+    if (rc < 0) return corral_pushfail(L, what, rc);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 const char *corral_checkpath(lua_State *L, int arg)
 {
     size_t len;
@@ -77,7 +84,7 @@ static int fd_tostring(lua_State *L)
     return 1;
 }
 
-/* core.open(path) → a read-only CLOEXEC fd (e.g. a seccomp program handed to a helper). */
+/* core.fd.open(path) → a read-only CLOEXEC fd (e.g. a seccomp program handed to a helper). */
 static int fd_open(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);

@@ -1,12 +1,14 @@
 /*
- * core.mkdir / chmod / chown / lstat / remove_tree / access_as: the file-system steps the
+ * core.fs.mkdir / chmod / chown / lstat / remove_tree / access_as: the file-system steps the
  * host takes around a sandbox (core/lib/fs.c), so preparing and removing a tenant's
  * storage needs no shell. None of them follows a symlink in the last component.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -36,7 +38,7 @@ static int push_ok_or_fail(lua_State *L, const char *what, int rc)
     return 1;
 }
 
-/* core.mkdir(path, mode) → true | nil, msg, errno (EEXIST when it is already there).
+/* core.fs.mkdir(path, mode) → true | nil, msg, errno (EEXIST when it is already there).
  * The mode is applied exactly, whatever the umask. */
 static int l_mkdir(lua_State *L)
 {
@@ -46,7 +48,7 @@ static int l_mkdir(lua_State *L)
     return push_ok_or_fail(L, path, fchmodat(AT_FDCWD, path, mode, 0));
 }
 
-/* core.chmod(path, mode) → true | nil, msg, errno. Refuses a symlink (ELOOP) rather than
+/* core.fs.chmod(path, mode) → true | nil, msg, errno. Refuses a symlink (ELOOP) rather than
  * changing what it points at. */
 static int l_chmod(lua_State *L)
 {
@@ -70,7 +72,7 @@ static int l_chmod(lua_State *L)
     return 1;
 }
 
-/* core.chown(path, uid, gid) → true | nil, msg, errno; a symlink itself, never its target. */
+/* core.fs.chown(path, uid, gid) → true | nil, msg, errno; a symlink itself, never its target. */
 static int l_chown(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
@@ -78,7 +80,7 @@ static int l_chown(lua_State *L)
     return push_ok_or_fail(L, path, fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW));
 }
 
-/* core.lstat(path) → {type = "dir"|"file"|"link"|"other", uid, gid, mode} | nil, msg, errno */
+/* core.fs.lstat(path) → {type = "dir"|"file"|"link"|"other", uid, gid, mode} | nil, msg, errno */
 static int l_lstat(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
@@ -99,7 +101,7 @@ static int l_lstat(lua_State *L)
     return 1;
 }
 
-/* core.remove_tree(path) → true | nil, msg, errno. Never follows a symlink. */
+/* core.fs.remove_tree(path) → true | nil, msg, errno. Never follows a symlink. */
 static int l_remove_tree(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
@@ -109,7 +111,7 @@ static int l_remove_tree(lua_State *L)
     return 1;
 }
 
-/* core.access_as(path, uid, gid, how) → true | false | nil, msg, errno; how is a string
+/* core.fs.access_as(path, uid, gid, how) → true | false | nil, msg, errno; how is a string
  * of "r", "w", "x" letters. */
 static int l_access_as(lua_State *L)
 {
@@ -134,7 +136,7 @@ static int l_access_as(lua_State *L)
     return 1;
 }
 
-/* core.listdir(path) → {name, …} (sorted, without "." and "..") | nil, msg, errno */
+/* core.fs.listdir(path) → {name, …} (sorted, without "." and "..") | nil, msg, errno */
 static int l_listdir(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
@@ -160,7 +162,7 @@ static int l_listdir(lua_State *L)
     return 1;
 }
 
-/* core.lock_dir(path) → fd holding an exclusive flock on the directory | nil, msg, errno
+/* core.fs.lock_dir(path) → fd holding an exclusive flock on the directory | nil, msg, errno
  * (EWOULDBLOCK: another holder). The lock lasts until the fd is closed. */
 static int l_lock_dir(lua_State *L)
 {
@@ -177,6 +179,29 @@ static int l_lock_dir(lua_State *L)
     return 1;
 }
 
+/* core.fs.mkdtemp(prefix) → a new private directory (mode 0700) "<prefix>XXXXXX". */
+static int l_mkdtemp(lua_State *L)
+{
+    const char *prefix = corral_checkpath(L, 1);
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%sXXXXXX", prefix) >= (int)sizeof buf)
+        return luaL_argerror(L, 1, "prefix too long");
+    if (!mkdtemp(buf)) return corral_pushfail(L, "mkdtemp", errno);
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+/* core.fs.readlink(path) → target, or nil, msg, errno (EINVAL: not a symlink). */
+static int l_readlink(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    char buf[PATH_MAX];
+    ssize_t n = readlink(path, buf, sizeof buf - 1);
+    if (n < 0) return corral_pushfail(L, path, errno);
+    lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
 int corral_open_fs(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"mkdir", l_mkdir},
@@ -187,6 +212,8 @@ int corral_open_fs(lua_State *L)
                                    {"access_as", l_access_as},
                                    {"listdir", l_listdir},
                                    {"lock_dir", l_lock_dir},
+                                   {"mkdtemp", l_mkdtemp},
+                                   {"readlink", l_readlink},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

@@ -99,7 +99,6 @@ int corral_open_inet(lua_State *L)
     static const luaL_Reg funcs[] = {{"parse", inet_parse},   {"unmap", inet_unmap},
                                      {"format", inet_format}, {"in_cidr", inet_in_cidr},
                                      {"mask", inet_mask},     {NULL, NULL}};
-    luaL_newlib(L, funcs);
-    lua_setfield(L, -2, "inet");
+    luaL_setfuncs(L, funcs, 0);
     return 0;
 }

@@ -1,6 +1,6 @@
 /*
- * core.landlock_abi(): the Landlock ABI this kernel enforces, or nil, msg, errno.
- * core.landlock_restrict(rules): confines the calling process (irreversibly) to the
+ * core.landlock.abi(): the Landlock ABI this kernel enforces, or nil, msg, errno.
+ * core.landlock.restrict(rules): confines the calling process (irreversibly) to the
  * given paths at the best ABI, e.g. {{path = "/srv/x", access = "rw"},
  * {path = "/usr", access = "rx"}}; access is "r", "rx" or "rw" (rw includes create,
  * remove, rename and truncate beneath the path). Returns the ABI enforced.
@@ -69,8 +69,8 @@ static int l_landlock_restrict(lua_State *L)
 int corral_open_landlock(lua_State *L)
 {
     lua_pushcfunction(L, l_landlock_abi);
-    lua_setfield(L, -2, "landlock_abi");
+    lua_setfield(L, -2, "abi");
     lua_pushcfunction(L, l_landlock_restrict);
-    lua_setfield(L, -2, "landlock_restrict");
+    lua_setfield(L, -2, "restrict");
     return 0;
 }

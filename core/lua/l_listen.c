@@ -1,5 +1,5 @@
 /*
- * core.listen_in_netns(netns_fd, "tcp" | "udp", addr, port) -> fd, port
+ * core.listen.in_netns(netns_fd, "tcp" | "udp", addr, port) -> fd, port
  *
  * A listening TCP (or bound UDP) socket created inside the netns (core/lib/listen.h):
  * addr "127.0.0.1", "::1" or "::" (dual stack), port 0 for a kernel-chosen one. A netns
@@ -35,6 +35,6 @@ static int l_listen_in_netns(lua_State *L)
 int corral_open_listen(lua_State *L)
 {
     lua_pushcfunction(L, l_listen_in_netns);
-    lua_setfield(L, -2, "listen_in_netns");
+    lua_setfield(L, -2, "in_netns");
     return 0;
 }

@@ -83,9 +83,7 @@ static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
 
 static int result(lua_State *L, const char *what, int err)
 {
-    if (err < 0) return corral_pushfail(L, what, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, err, what);
 }
 
 static int l_apply(lua_State *L)
@@ -115,11 +113,12 @@ int corral_open_nft(lua_State *L)
 {
     static const luaL_Reg funcs[] = {
         {"apply", l_apply}, {"verify", l_verify}, {"delete", l_delete}, {NULL, NULL}};
-    luaL_newlib(L, funcs);
+    luaL_setfuncs(L, funcs, 0);
     lua_pushinteger(L, CORRAL_NFT_MARK);
     lua_setfield(L, -2, "DEFAULT_MARK");
     lua_pushstring(L, CORRAL_NFT_TABLE);
     lua_setfield(L, -2, "DEFAULT_TABLE");
-    lua_setfield(L, -2, "nft");
+    lua_pushinteger(L, CORRAL_NFT_MAX_PORT_RANGES);
+    lua_setfield(L, -2, "MAX_PORT_RANGES");
     return 0;
 }

@@ -82,9 +82,7 @@ static int l_setns(lua_State *L)
     int fd = corral_checkfd(L, 1);
     int type = lua_isnoneornil(L, 2) ? 0 : checkkind(L, 2);
     int rc = corral_ns_setns(fd, type);
-    if (rc < 0) return corral_pushfail(L, "setns", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "setns");
 }
 
 static int l_unshare(lua_State *L)
@@ -92,9 +90,7 @@ static int l_unshare(lua_State *L)
     lua_Integer flags = luaL_checkinteger(L, 1);
     if (flags < 0 || flags > INT32_MAX) luaL_argerror(L, 1, "flags out of range");
     int rc = corral_ns_unshare((int)flags);
-    if (rc < 0) return corral_pushfail(L, "unshare", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "unshare");
 }
 
 static uint32_t map_field(lua_State *L, int arg, int idx, const char *name, int min)
@@ -146,9 +142,7 @@ static int l_write_maps(lua_State *L)
     size_t nuid = checkmap(L, 2, uid);
     size_t ngid = checkmap(L, 3, gid);
     int rc = corral_ns_write_maps((pid_t)pid, uid, nuid, gid, ngid);
-    if (rc < 0) return corral_pushfail(L, "write id maps", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "write id maps");
 }
 
 int corral_open_ns(lua_State *L)
@@ -166,11 +160,10 @@ int corral_open_ns(lua_State *L)
         {"CLONE_NEWIPC", CLONE_NEWIPC},       {"CLONE_NEWUTS", CLONE_NEWUTS},
         {"CLONE_NEWCGROUP", CLONE_NEWCGROUP}, {"CLONE_NEWTIME", CLONE_NEWTIME},
     };
-    luaL_newlib(L, fns);
+    luaL_setfuncs(L, fns, 0);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         lua_pushinteger(L, flags[i].value);
         lua_setfield(L, -2, flags[i].name);
     }
-    lua_setfield(L, -2, "ns");
     return 0;
 }

@@ -1,7 +1,7 @@
 /*
- * core.resolve_executable / resolve_path / resolve_file: the one resolver (core/lib/path.c)
+ * core.path.resolve_executable / resolve / resolve_file: the one resolver (core/lib/path.c)
  * for Lua, so a grant and the invocation it covers are computed by the same code; and
- * core.is_beneath, the one containment test (core/lib/util.c).
+ * core.path.is_beneath, the one containment test (core/lib/util.c).
  */
 #include <stdlib.h>
 
@@ -18,7 +18,7 @@ static int push_owned(lua_State *L, char *s)
     return 1;
 }
 
-/* core.resolve_executable(cmd [, path_env]) -> resolved | cmd unchanged | nil, msg, errno */
+/* core.path.resolve_executable(cmd [, path_env]) -> resolved | cmd unchanged | nil, msg, errno */
 static int l_resolve_executable(lua_State *L)
 {
     const char *cmd = corral_checkpath(L, 1);
@@ -29,7 +29,7 @@ static int l_resolve_executable(lua_State *L)
     return push_owned(L, out);
 }
 
-/* core.resolve_path(p) -> resolved directory | nil, msg, errno */
+/* core.path.resolve(p) -> resolved directory | nil, msg, errno */
 static int l_resolve_path(lua_State *L)
 {
     const char *p = corral_checkpath(L, 1);
@@ -39,7 +39,7 @@ static int l_resolve_path(lua_State *L)
     return push_owned(L, out);
 }
 
-/* core.resolve_file(p) -> resolved existing path of any type | nil, msg, errno */
+/* core.path.resolve_file(p) -> resolved existing path of any type | nil, msg, errno */
 static int l_resolve_file(lua_State *L)
 {
     const char *p = corral_checkpath(L, 1);
@@ -49,7 +49,7 @@ static int l_resolve_file(lua_State *L)
     return push_owned(L, out);
 }
 
-/* core.is_beneath(path, dir) -> true when path is dir or lies beneath it (every absolute
+/* core.path.is_beneath(path, dir) -> true when path is dir or lies beneath it (every absolute
  * path is beneath "/"); a string test on resolved paths. */
 static int l_is_beneath(lua_State *L)
 {
@@ -62,7 +62,7 @@ static int l_is_beneath(lua_State *L)
 int corral_open_path(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"resolve_executable", l_resolve_executable},
-                                   {"resolve_path", l_resolve_path},
+                                   {"resolve", l_resolve_path},
                                    {"resolve_file", l_resolve_file},
                                    {"is_beneath", l_is_beneath},
                                    {NULL, NULL}};

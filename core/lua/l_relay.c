@@ -371,11 +371,9 @@ int corral_open_relay(lua_State *L)
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
-    lua_createtable(L, 0, 2);
     lua_pushcfunction(L, l_new);
     lua_setfield(L, -2, "new");
     lua_pushinteger(L, EUSERS);
     lua_setfield(L, -2, "EUSERS");
-    lua_setfield(L, -2, "relay");
     return 0;
 }

@@ -61,7 +61,6 @@ int corral_open_rootplan(lua_State *L)
                                    {"system_paths", l_system_paths},
                                    {"check_boundary", l_check_boundary},
                                    {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "rootplan");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

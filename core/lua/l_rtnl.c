@@ -20,9 +20,7 @@
 
 static int result(lua_State *L, const char *what, int err)
 {
-    if (err < 0) return corral_pushfail(L, what, err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, err, what);
 }
 
 static int l_netns_open(lua_State *L)
@@ -116,7 +114,6 @@ int corral_open_rtnl(lua_State *L)
                                      {"default_via", l_default_via},
                                      {"link_del", l_link_del},
                                      {NULL, NULL}};
-    luaL_newlib(L, funcs);
-    lua_setfield(L, -2, "rtnl");
+    luaL_setfuncs(L, funcs, 0);
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * core.sbpl(permit_path, extras, runtime_reads) -> profile text | nil, msg, EINVAL.
+ * core.sbpl.emit(permit_path, extras, runtime_reads) -> profile text | nil, msg, EINVAL.
  * Paths are taken as given (lua/corral/sbpl.lua resolves them first); a path the
  * profile could not express faithfully is a refusal naming the argument, not a raise,
  * because it is data from the caller's configuration rather than a programming error.
@@ -81,6 +81,6 @@ static int l_sbpl(lua_State *L)
 int corral_open_sbpl(lua_State *L)
 {
     lua_pushcfunction(L, l_sbpl);
-    lua_setfield(L, -2, "sbpl");
+    lua_setfield(L, -2, "emit");
     return 0;
 }

@@ -19,9 +19,7 @@ static const struct corral_bpf tenant = {(struct sock_filter *)corral_tenant_fil
 static int l_install_tenant(lua_State *L)
 {
     int rc = corral_seccomp_install(&tenant);
-    if (rc < 0) return corral_pushfail(L, "seccomp", rc);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, rc, "seccomp");
 }
 
 static int l_tenant_program(lua_State *L)
@@ -34,7 +32,6 @@ int corral_open_seccomp(lua_State *L)
 {
     static const luaL_Reg fns[] = {
         {"install_tenant", l_install_tenant}, {"tenant_program", l_tenant_program}, {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "seccomp");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -1,9 +1,9 @@
 /*
- * core.signal_fd(names) → fd: blocks the named signals in this process and returns a
+ * core.signal.fd(names) → fd: blocks the named signals in this process and returns a
  * signalfd for them, so a Lua loop can poll them beside its other fds (a `corral run`
  * forwards SIGINT/SIGTERM/SIGHUP to the sandbox and still cleans up, instead of dying
- * and leaving its cgroup behind). core.signal_read(fd) → signal number | nil.
- * core.signal_unblock(names) unblocks them again once the fd is closed: closing it does
+ * and leaving its cgroup behind). core.signal.read(fd) → signal number | nil.
+ * core.signal.unblock(names) unblocks them again once the fd is closed: closing it does
  * not, and a caller that lives on (the REPL, a script) would keep Ctrl-C blocked.
  */
 #include <errno.h>
@@ -75,10 +75,10 @@ static int l_signal_unblock(lua_State *L)
 int corral_open_signal(lua_State *L)
 {
     lua_pushcfunction(L, l_signal_fd);
-    lua_setfield(L, -2, "signal_fd");
+    lua_setfield(L, -2, "fd");
     lua_pushcfunction(L, l_signal_read);
-    lua_setfield(L, -2, "signal_read");
+    lua_setfield(L, -2, "read");
     lua_pushcfunction(L, l_signal_unblock);
-    lua_setfield(L, -2, "signal_unblock");
+    lua_setfield(L, -2, "unblock");
     return 0;
 }

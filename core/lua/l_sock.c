@@ -2,16 +2,16 @@
  * TCP sockets (core/lib/sock.h). Failures: nil, "what: strerror", errno; bad arguments
  * raise.
  *
- *   core.tcp_listen(addr[, port])                 -> fd, port
- *   core.tcp_connect(addr, port[, timeout_s])     -> fd
- *   core.tcp_accept(fd[, timeout_s])              -> fd
- *   core.original_dst(fd)                         -> ip, port (IPv6 without brackets)
- *   core.connect_marked(ip, port, mark[, timeout_s[, netns_fd]]) -> fd
+ *   core.sock.listen(addr[, port])                 -> fd, port
+ *   core.sock.connect(addr, port[, timeout_s])     -> fd
+ *   core.sock.accept(fd[, timeout_s])              -> fd
+ *   core.sock.original_dst(fd)                         -> ip, port (IPv6 without brackets)
+ *   core.sock.connect_marked(ip, port, mark[, timeout_s[, netns_fd]]) -> fd
  *       (mark 0: none; a mark that cannot be set fails "setsockopt_mark: …", no fd)
- *   core.reset(fd)                                -> true (fd closed with an RST)
- *   core.sock_send(fd, data)                      -> bytes sent
- *   core.sock_recv(fd, max[, timeout_s])          -> data ("" at end of stream)
- *   core.sock_shutdown(fd, "r" | "w" | "rw")      -> true
+ *   core.sock.reset(fd)                                -> true (fd closed with an RST)
+ *   core.sock.send(fd, data)                      -> bytes sent
+ *   core.sock.recv(fd, max[, timeout_s])          -> data ("" at end of stream)
+ *   core.sock.shutdown(fd, "r" | "w" | "rw")      -> true
  */
 #include <errno.h>
 #include <poll.h>
@@ -108,9 +108,7 @@ static int l_reset(lua_State *L)
     int fd = f->fd;
     f->fd = -1;
     int err = corral_reset(fd);
-    if (err < 0) return corral_pushfail(L, "reset", err);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, err, "reset");
 }
 
 static int l_send(lua_State *L)
@@ -164,15 +162,15 @@ static int l_shutdown(lua_State *L)
 
 int corral_open_sock(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"tcp_listen", l_listen},
-                                   {"tcp_connect", l_connect},
-                                   {"tcp_accept", l_accept},
+    static const luaL_Reg fns[] = {{"listen", l_listen},
+                                   {"connect", l_connect},
+                                   {"accept", l_accept},
                                    {"original_dst", l_original_dst},
                                    {"connect_marked", l_connect_marked},
                                    {"reset", l_reset},
-                                   {"sock_send", l_send},
-                                   {"sock_recv", l_recv},
-                                   {"sock_shutdown", l_shutdown},
+                                   {"send", l_send},
+                                   {"recv", l_recv},
+                                   {"shutdown", l_shutdown},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

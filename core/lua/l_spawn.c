@@ -1,8 +1,11 @@
 /*
- * core.spawn(plan) → process: the tenant spawn primitive (core/lib/spawn.c) from a Lua
+ * core.spawn.start(plan) → process: the tenant spawn primitive (core/lib/spawn.c) from a Lua
  * table. Strings are used in place: they stay reachable from the plan table, which is on
  * the stack for the whole call, and pointer arrays live in scratch userdata also kept on
  * the stack, so nothing the child reads can be collected or moved.
+ *
+ * A failed step is nil, "spawn: <step>: strerror", errno: the step ("build root", "exec",
+ * …, spawn.h) is the text between "spawn: " and the next ": ".
  *
  * A process userdata that is collected or closed before it was waited for is killed
  * (SIGKILL to its init takes the whole pid namespace with it): a sandbox never outlives
@@ -50,7 +53,7 @@ static const char *opt_string(lua_State *L, int t, const char *field)
         size_t len;
         s = lua_tolstring(L, -1, &len);
         if (!s || strlen(s) != len)
-            luaL_error(L, "spawn: %s must be a string without NUL bytes", field);
+            luaL_argerror(L, 1, lua_pushfstring(L, "%s must be a string without NUL bytes", field));
     }
     lua_pop(L, 1); /* still referenced by the plan table */
     return s;
@@ -71,7 +74,7 @@ static lua_Integer opt_int(lua_State *L, int t, const char *field, lua_Integer d
     if (!lua_isnil(L, -1)) {
         int ok;
         v = lua_tointegerx(L, -1, &ok);
-        if (!ok) luaL_error(L, "spawn: %s must be an integer", field);
+        if (!ok) luaL_argerror(L, 1, lua_pushfstring(L, "%s must be an integer", field));
     }
     lua_pop(L, 1);
     return v;
@@ -81,7 +84,7 @@ static lua_Integer opt_int(lua_State *L, int t, const char *field, lua_Integer d
 static char **string_list(lua_State *L, int t, const char *field)
 {
     if (lua_getfield(L, t, field) != LUA_TTABLE)
-        luaL_error(L, "spawn: %s must be a list of strings", field);
+        luaL_argerror(L, 1, lua_pushfstring(L, "%s must be a list of strings", field));
     int list = lua_gettop(L);
     lua_Integer n = luaL_len(L, list);
     char **v = scratch(L, sizeof(char *) * (size_t)(n + 1));
@@ -90,7 +93,9 @@ static char **string_list(lua_State *L, int t, const char *field)
         size_t len;
         const char *s = lua_tolstring(L, -1, &len);
         if (lua_type(L, -1) != LUA_TSTRING || strlen(s) != len)
-            luaL_error(L, "spawn: %s[%d] must be a string without NUL bytes", field, (int)i);
+            luaL_argerror(
+                L, 1,
+                lua_pushfstring(L, "%s[%d] must be a string without NUL bytes", field, (int)i));
         v[i - 1] = (char *)s;
         lua_pop(L, 1);
     }
@@ -105,7 +110,7 @@ static int fd_of(lua_State *L, int idx)
     if (f) return f->fd;
     luaL_Stream *s = luaL_testudata(L, idx, LUA_FILEHANDLE);
     if (s && s->f) return fileno(s->f);
-    luaL_error(L, "spawn: expected an fd, a corral.fd or a Lua file");
+    luaL_argerror(L, 1, "expected an fd, a corral.fd or a Lua file");
     return -1;
 }
 
@@ -144,7 +149,7 @@ static int l_spawn(lua_State *L)
     if (lua_getfield(L, 1, "join") != LUA_TNIL) {
         process *j = luaL_testudata(L, -1, PROC_TYPE);
         if (!j || j->reaped || j->pidfd < 0)
-            return luaL_error(L, "spawn: join must be a running corral.process");
+            return luaL_argerror(L, 1, "join must be a running corral.process");
         plan.join_pidfd = j->pidfd;
     }
     lua_pop(L, 1);
@@ -162,11 +167,12 @@ static int l_spawn(lua_State *L)
         lua_geti(L, binds_t, (lua_Integer)i + 1);
         int b = lua_gettop(L);
         if (!lua_istable(L, b))
-            return luaL_error(L, "spawn: binds[%d] must be a table", (int)i + 1);
+            return luaL_argerror(L, 1, lua_pushfstring(L, "binds[%d] must be a table", (int)i + 1));
         binds[i].src = opt_string(L, b, "src");
         binds[i].dest = opt_string(L, b, "dest");
         if (!binds[i].src || !binds[i].dest || binds[i].dest[0] != '/')
-            return luaL_error(L, "spawn: binds[%d] needs src and an absolute dest", (int)i + 1);
+            return luaL_argerror(
+                L, 1, lua_pushfstring(L, "binds[%d] needs src and an absolute dest", (int)i + 1));
         binds[i].flags = (opt_bool(L, b, "rw") ? CORRAL_BIND_RW : 0) |
                          (opt_bool(L, b, "optional") ? CORRAL_BIND_OPTIONAL : 0) |
                          (opt_bool(L, b, "devices") ? CORRAL_BIND_DEVICES : 0);
@@ -180,7 +186,8 @@ static int l_spawn(lua_State *L)
         links[i].target = opt_string(L, -1, "target");
         links[i].linkpath = opt_string(L, -1, "path");
         if (!links[i].target || !links[i].linkpath)
-            return luaL_error(L, "spawn: symlinks[%d] needs target and path", (int)i + 1);
+            return luaL_argerror(
+                L, 1, lua_pushfstring(L, "symlinks[%d] needs target and path", (int)i + 1));
         lua_pop(L, 1);
     }
     plan.root = (struct corral_root_plan){.binds = binds,
@@ -203,7 +210,8 @@ static int l_spawn(lua_State *L)
                     (struct corral_rlimit){rlimit_names[i].resource, (rlim_t)lua_tointeger(L, -1),
                                            (rlim_t)lua_tointeger(L, -1)};
             } else if (ty != LUA_TNIL) {
-                return luaL_error(L, "spawn: rlimits.%s must be a number", rlimit_names[i].name);
+                return luaL_argerror(
+                    L, 1, lua_pushfstring(L, "rlimits.%s must be a number", rlimit_names[i].name));
             }
             lua_pop(L, 1);
         }
@@ -266,13 +274,7 @@ static int l_spawn(lua_State *L)
     r = corral_spawn(&plan, &res, &step);
     for (size_t i = 0; i < ncg; i++)
         close(cgfds[i]);
-    if (r < 0) {
-        luaL_pushfail(L);
-        lua_pushfstring(L, "spawn: %s: %s", step, strerror(-r));
-        lua_pushinteger(L, -r);
-        lua_pushstring(L, step);
-        return 4;
-    }
+    if (r < 0) return corral_pushfail(L, lua_pushfstring(L, "spawn: %s", step), r);
     return process_new(L, res.pid, res.pidfd);
 }
 
@@ -303,7 +305,8 @@ static void reap(process *p, int flags)
     }
 }
 
-/* p:wait([timeout_seconds]) → code, how ("exited" | "killed") | nil, "timeout" */
+/* p:wait([timeout_seconds]) → code, how ("exited" | "killed"[, signal]) |
+ * nil, "wait: strerror(ETIMEDOUT)", ETIMEDOUT while it still runs. */
 static int l_wait(lua_State *L)
 {
     process *p = checkproc(L);
@@ -315,11 +318,7 @@ static int l_wait(lua_State *L)
             do
                 n = poll(&pfd, 1, t < 0 ? -1 : (int)(t * 1000));
             while (n < 0 && errno == EINTR);
-            if (n == 0) {
-                luaL_pushfail(L);
-                lua_pushliteral(L, "timeout");
-                return 2;
-            }
+            if (n == 0) return corral_pushfail(L, "wait", ETIMEDOUT);
         }
         reap(p, 0);
     }
@@ -371,7 +370,7 @@ static int l_close(lua_State *L)
     return 0;
 }
 
-/* The pidfd: readable once the sandbox's init has exited (for core.poll). */
+/* The pidfd: readable once the sandbox's init has exited (for core.io.poll). */
 static int l_fileno(lua_State *L)
 {
     process *p = checkproc(L);
@@ -404,6 +403,6 @@ int corral_open_spawn(lua_State *L)
     }
     lua_pop(L, 1);
     lua_pushcfunction(L, l_spawn);
-    lua_setfield(L, -2, "spawn");
+    lua_setfield(L, -2, "start");
     return 0;
 }

@@ -407,9 +407,7 @@ static int l_attempt(lua_State *L)
     } else {
         return luaL_argerror(L, 1, "fork, thread, socket, connect, socketpair or capabilities");
     }
-    if (r < 0) return corral_pushfail(L, kind, r);
-    lua_pushboolean(L, 1);
-    return 1;
+    return corral_result(L, r, kind);
 }
 
 int corral_open_tier(lua_State *L)
@@ -431,7 +429,6 @@ int corral_open_tier(lua_State *L)
     lua_pushcfunction(L, running_close);
     lua_setfield(L, -2, "__close");
     lua_pop(L, 1);
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "tier");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * core.tty_save / core.tty_restore: a terminal's settings (termios and window size) as
+ * core.tty.save / core.tty.restore: a terminal's settings (termios and window size) as
  * an opaque string, put back after a tenant ran on it. A tenant's fds 0-2 may be the
  * operator's terminal; `stty -echo intr undef` from inside outlived the run (found by a
  * red-team run), so `corral run` restores what it found.
@@ -18,7 +18,7 @@ struct tty_state {
     int has_ws;
 };
 
-/* core.tty_save(fdnum) → state string | nil (not a terminal) */
+/* core.tty.save(fdnum) → state string | nil (not a terminal) */
 static int l_tty_save(lua_State *L)
 {
     int fd = (int)luaL_checkinteger(L, 1);
@@ -33,13 +33,13 @@ static int l_tty_save(lua_State *L)
     return 1;
 }
 
-/* core.tty_restore(fdnum, state) → true | nil, msg, errno */
+/* core.tty.restore(fdnum, state) → true | nil, msg, errno */
 static int l_tty_restore(lua_State *L)
 {
     int fd = (int)luaL_checkinteger(L, 1);
     size_t len;
     const char *s = luaL_checklstring(L, 2, &len);
-    luaL_argcheck(L, len == sizeof(struct tty_state), 2, "not a state from core.tty_save");
+    luaL_argcheck(L, len == sizeof(struct tty_state), 2, "not a state from core.tty.save");
     struct tty_state st;
     memcpy(&st, s, sizeof st);
     if (tcsetattr(fd, TCSANOW, &st.tio) < 0) return corral_pushfail(L, "tcsetattr", errno);
@@ -54,8 +54,7 @@ static int l_tty_restore(lua_State *L)
 
 int corral_open_tty(lua_State *L)
 {
-    static const luaL_Reg fns[] = {
-        {"tty_save", l_tty_save}, {"tty_restore", l_tty_restore}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"save", l_tty_save}, {"restore", l_tty_restore}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

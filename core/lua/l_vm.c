@@ -413,7 +413,6 @@ static int l_eval(lua_State *O)
 int corral_open_vm(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"eval", l_eval}, {NULL, NULL}};
-    luaL_newlib(L, fns);
-    lua_setfield(L, -2, "vm");
+    luaL_setfuncs(L, fns, 0);
     return 0;
 }

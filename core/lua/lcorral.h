@@ -2,9 +2,12 @@
  * Shared helpers for the bindings in core/lua: the error convention, the fd userdata,
  * and the list of binding modules that luaopen_corral_core registers.
  *
- * Convention (liolib.c): an OS failure returns `nil, "what: strerror", errno`; a bad
- * argument raises through luaL_argerror. An fd is a userdata allocated *before* the
- * syscall that creates it, so a failed allocation can never leak the fd.
+ * Convention (liolib.c): an OS failure returns `nil, "what: strerror", errno` (always
+ * three values, through corral_pushfail or corral_result); a bad argument raises through
+ * luaL_argerror. A lookup that finds nothing (core.inet.unmap, core.dns.error_rcode) is
+ * a plain nil, and a verdict (core.rootplan.check_boundary) is nil, reason, kind. An fd is a
+ * userdata allocated *before* the syscall that creates it, so a failed allocation can never leak
+ * the fd.
  */
 #ifndef CORRAL_LCORRAL_H
 #define CORRAL_LCORRAL_H
@@ -18,8 +21,13 @@ typedef struct corral_fd {
     int fd; /* -1 once closed or released */
 } corral_fd;
 
-/* Pushes nil, "what: strerror(err)", err (err positive or negative); returns 3. */
+/* THE failure result of every binding: pushes nil, "what: strerror(err)", err (err
+ * positive or negative, errno style); returns 3. */
 int corral_pushfail(lua_State *L, const char *what, int err);
+
+/* The result of a core/lib call that returns 0 or -errno and has nothing else to say:
+ * true, or corral_pushfail(what, rc). Returns the number of values pushed. */
+int corral_result(lua_State *L, int rc, const char *what);
 
 /* Allocates a closed fd userdata (fd = -1) with its metatable; the caller stores the fd. */
 corral_fd *corral_newfd(lua_State *L);
@@ -31,17 +39,18 @@ int corral_checkfd(lua_State *L, int arg);
 const char *corral_checkpath(lua_State *L, int arg);
 
 /*
- * Every binding module: CORRAL_MODULE(name) declares `int corral_open_<name>(lua_State *L)`,
- * which stores its functions into the table on top of the stack. Add one line per module.
+ * Every binding module, one Lua namespace each: for a line X(name), luaopen_corral_core
+ * creates the table core.<name> and calls `int corral_open_<name>(lua_State *L)`, which
+ * stores its functions and constants into the table on top of the stack. Add one line
+ * per module; a module is one file l_<name>.c over one core/lib unit where it can be.
  */
 #define CORRAL_MODULES(X)                                                                          \
     X(fd)                                                                                          \
     X(path)                                                                                        \
     X(sbpl)                                                                                        \
     X(landlock)                                                                                    \
-    X(confine)                                                                                     \
+    X(proc)                                                                                        \
     X(rootplan)                                                                                    \
-    X(caps)                                                                                        \
     X(seccomp)                                                                                     \
     X(cgroup)                                                                                      \
     X(ns)                                                                                          \
@@ -52,7 +61,10 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(sock)                                                                                        \
     X(listen)                                                                                      \
     X(relay)                                                                                       \
-    X(netio)                                                                                       \
+    X(io)                                                                                          \
+    X(udp)                                                                                         \
+    X(lookup)                                                                                      \
+    X(clock)                                                                                       \
     X(inet)                                                                                        \
     X(signal)                                                                                      \
     X(fs)                                                                                          \

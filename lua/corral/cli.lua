@@ -13,7 +13,7 @@ local shell = require "corral.shell"
 
 local M = {}
 
-local EXIT_USAGE, EXIT_CANNOT = 2, 3
+local EXIT_USAGE, EXIT_CANNOT = core.exit.USAGE, core.exit.CANNOT
 
 -- dkjson is the declared dependency; only --json output needs it.
 local function json()
@@ -147,7 +147,7 @@ function M.network_options(opts)
     end
     link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
              peer_address = peer ~= "" and peer or nil }
-    if not core.lstat(link.peer_netns) then
+    if not core.fs.lstat(link.peer_netns) then
       return nil, errors.invalid_argument("--link", link.peer_netns .. ": no such network namespace")
     end
   end
@@ -211,7 +211,7 @@ Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
       -- The wrapper refuses an inherited directory on 0-2 (it leads out past both
       -- layers); say so here, as the argument error it is, before any probe runs.
       for fd = 0, 2 do
-        local st = core.lstat("/proc/self/fd/" .. fd .. "/.")
+        local st = core.fs.lstat("/proc/self/fd/" .. fd .. "/.")
         if st and st.type == "dir" then
           return fail("confine", errors.invalid_argument("fd " .. fd,
             "is a directory; an inherited directory would lead out of the boundary"))
@@ -221,7 +221,7 @@ Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
     local confinement = require "corral.confinement"
     local spec, err = confinement.confine({ rest[1], cmdargs }, {
       permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-      env = core.environ(),
+      env = core.proc.environ(),
     })
     if not spec then return fail("confine", err) end
     if spec.layers and #spec.layers < 2 then
@@ -276,7 +276,7 @@ A bare name through PATH, then every symlink component by component. A name not 
 PATH is printed unchanged (the exec would earn the OS's own error).]],
   function(argv)
     if #argv ~= 2 then return fail("resolve", errors.invalid_argument("CMD", "exactly one is needed")) end
-    local r, err = core.resolve_executable(argv[2])
+    local r, err = core.path.resolve_executable(argv[2])
     if not r then return fail("resolve", err) end
     io.write(r, "\n")
     return 0
@@ -290,7 +290,7 @@ denied. Prints capability, holds/absent, the detail measured, and what it gates.
   function(argv)
     local opts, rest = M.parse(argv, { json = "flag" })
     if not opts then return fail("probe", rest) end
-    local results = require("corral.capability").probe()
+    local results = require("corral.probe").probe()
     if opts.json then
       io.write(json().encode(results), "\n")
       return 0

@@ -12,7 +12,7 @@
 -- @module corral.confinement
 local core = require "corral.core"
 local errors = require "corral.errors"
-local capability = require "corral.capability"
+local probe = require "corral.probe"
 
 local M = {}
 
@@ -35,7 +35,7 @@ local function resolve_dir(name, value)
   if value:sub(1, 1) ~= "/" then
     return nil, errors.invalid_argument(name, "must be absolute, got " .. value)
   end
-  local resolved, err = core.resolve_path(value)
+  local resolved, err = core.path.resolve(value)
   if not resolved then return nil, errors.invalid_argument(name, err) end
   -- The boundary rules are exec-confined's own (core/lib/rootplan.c): not /, not on the
   -- kernel's and devices' filesystems, not inside the runtime read set.
@@ -131,8 +131,8 @@ local function check_opts(opts)
     local e
     cd, e = resolve_dir("cd", opts.cd)
     if not cd then return nil, e end
-    local inside = core.is_beneath(cd, permit)
-    for _, x in ipairs(extras) do inside = inside or core.is_beneath(cd, x) end
+    local inside = core.path.is_beneath(cd, permit)
+    for _, x in ipairs(extras) do inside = inside or core.path.is_beneath(cd, x) end
     if not inside then
       -- Seed 000: a child started outside the boundary resolves every relative path
       -- outside it and cannot even getcwd; a starting point is never a boundary.
@@ -148,15 +148,15 @@ end
 -- @treturn {string,...} layer names in order, a subset of {"ns", "landlock"}
 -- @treturn string detail of what was measured
 function M.layers()
-  local ns = capability.check("confinement.namespace")
-  local ll = capability.check("confinement.landlock")
+  local ns = probe.check("confinement.namespace")
+  local ll = probe.check("confinement.landlock")
   local layers = {}
   local detail = string.format("namespace: %s; landlock: %s", ns.detail, ll.detail)
   if ns.holds then
     layers[#layers + 1] = "ns"
   else
     -- bubblewrap builds the namespace layer where corral cannot (the issue's fallback)
-    local bw = capability.check("confinement.bwrap")
+    local bw = probe.check("confinement.bwrap")
     if bw.holds then layers[#layers + 1] = "bwrap" end
     detail = detail .. "; bwrap layer: " .. bw.detail
   end
@@ -170,9 +170,9 @@ local function linux_spec(cmd, args, o)
     return nil, errors.cannot_enforce("filesystem_confinement",
       "neither the namespace layer nor Landlock holds here: " .. detail)
   end
-  local host, why = core.host_executable()
+  local host, why = core.proc.host_executable()
   if not host then return nil, errors.cannot_enforce("filesystem_confinement", why) end
-  local resolved, err = core.resolve_executable(cmd)
+  local resolved, err = core.path.resolve_executable(cmd)
   if not resolved then return nil, errors.invalid_argument("cmd", cmd .. ": " .. err) end
   local wargs = { "exec-confined", "--layers", table.concat(layers, ","), "--permit", o.permit }
   for _, x in ipairs(o.extras) do
@@ -200,9 +200,9 @@ function M.sandbox_exec_spec(command, opts)
   local o, e = check_opts(opts)
   if not o then return nil, e end
   local sbpl = require "corral.sbpl"
-  local profile, perr = core.sbpl(o.permit, o.extras, sbpl.runtime_read_paths())
+  local profile, perr = core.sbpl.emit(o.permit, o.extras, sbpl.runtime_read_paths())
   if not profile then return nil, errors.invalid_argument("permit_path", perr) end
-  local resolved = core.resolve_executable(cmd) or cmd
+  local resolved = core.path.resolve_executable(cmd) or cmd
   local sargs = { "-p", profile, resolved }
   for _, a in ipairs(args) do sargs[#sargs + 1] = a end
   return { cmd = "/usr/bin/sandbox-exec", args = sargs, env = o.env, cd = o.cd,
@@ -226,7 +226,7 @@ function M.confine(command, opts)
   if not cmd then return nil, err end
   local o, e = check_opts(opts)
   if not o then return nil, e end
-  local sys = core.uname()
+  local sys = core.proc.uname()
   if sys == "Linux" then return linux_spec(cmd, args, o) end
   if sys == "Darwin" then return M.sandbox_exec_spec(command, opts) end
   return nil, errors.cannot_enforce("filesystem_confinement",
@@ -241,7 +241,7 @@ function M.exec(spec)
   for _, a in ipairs(spec.args) do argv[#argv + 1] = a end
   local envp = {}
   for i, pair in ipairs(spec.env) do envp[i] = pair[1] .. "=" .. pair[2] end
-  return core.execve(spec.cmd, argv, envp, spec.cd)
+  return core.proc.execve(spec.cmd, argv, envp, spec.cd)
 end
 
 return M

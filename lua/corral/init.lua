@@ -17,13 +17,9 @@ M.errors = require "corral.errors"
 -- @function confine
 M.confine = function(...) return require("corral.confinement").confine(...) end
 
---- The capability probe (see corral.capability).
+--- The capability probe (see corral.probe).
 -- @function probe
-M.probe = function(...) return require("corral.capability").probe(...) end
-
---- Resolves a command the way the kernel will (PATH, then every symlink).
--- @function resolve_executable
-M.resolve_executable = M.core.resolve_executable
+M.probe = function(...) return require("corral.probe").probe(...) end
 
 --- Validates a tenant sandbox description (see corral.sandbox).
 -- @function sandbox
@@ -111,12 +107,12 @@ function M.boundary_path()
   local here = debug.getinfo(1, "S").source:match("^@(.*)/corral/init%.lua$") or "."
   local tries = { here .. "/../docs/boundary.md", here .. "/../../corral/boundary.md" }
   local rocks = here .. "/../../../lib/luarocks/rocks-5.4/corral"
-  for _, v in ipairs(M.core.listdir(rocks) or {}) do tries[#tries + 1] = rocks .. "/" .. v .. "/docs/boundary.md" end
+  for _, v in ipairs(M.core.fs.listdir(rocks) or {}) do tries[#tries + 1] = rocks .. "/" .. v .. "/docs/boundary.md" end
   for _, p in ipairs(tries) do
     local f = io.open(p)
     if f then
       f:close()
-      return M.core.resolve_path(p) or p
+      return M.core.path.resolve(p) or p
     end
   end
   return nil, "boundary.md not found (looked in " .. table.concat(tries, ", ") .. ")"

@@ -9,7 +9,7 @@
 -- open: a probe that errors, or a capability nobody can establish, refuses.
 -- @module corral.mechanism
 local errors = require "corral.errors"
-local capability = require "corral.capability"
+local probe = require "corral.probe"
 
 local M = {}
 
@@ -89,7 +89,7 @@ function M.gate(mech, sb)
   for _, c in ipairs(constructed) do built[c] = true end
   for _, cap in ipairs(required) do
     if not built[cap] then
-      local ok, result = pcall(capability.check, cap)
+      local ok, result = pcall(probe.check, cap)
       if not ok then
         return nil, errors.cannot_enforce(cap, "no probe establishes it: " .. tostring(result))
       end

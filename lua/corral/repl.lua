@@ -34,7 +34,7 @@ function M.ruleset(id)
   for _, p in ipairs(planes()) do
     if p.id == id and p.netns then
       local fd = p.netns:fileno()
-      local out = shell.capture({ "nsenter", "--net=/proc/" .. core.getpid() .. "/fd/" .. fd, "nft", "list",
+      local out = shell.capture({ "nsenter", "--net=/proc/" .. core.proc.getpid() .. "/fd/" .. fd, "nft", "list",
         "ruleset" })
       return out
     end

@@ -18,9 +18,9 @@ local M = {}
 -- @treturn integer how many were removed
 function M.sweep(dir, pattern, remove)
   local removed = 0
-  for _, name in ipairs(core.listdir(dir) or {}) do
+  for _, name in ipairs(core.fs.listdir(dir) or {}) do
     local pid = name:match(pattern)
-    if pid and not core.lstat("/proc/" .. pid) and remove(dir .. "/" .. name) then removed = removed + 1 end
+    if pid and not core.fs.lstat("/proc/" .. pid) and remove(dir .. "/" .. name) then removed = removed + 1 end
   end
   return removed
 end
@@ -28,7 +28,7 @@ end
 -- rmdir removes a cgroup only when no process and no child cgroup is in it (EBUSY
 -- otherwise), so a populated one is never touched; os.remove is rmdir for a directory.
 local function remove_empty_cgroup(path)
-  local st = core.lstat(path)
+  local st = core.fs.lstat(path)
   return st and st.type == "dir" and os.remove(path)
 end
 
@@ -85,7 +85,7 @@ function M.acquire(sb)
   local st = { status = "provisioned", storage_lock = lock }
   -- Swept on every provision, with limits or without: a SIGKILLed run's cgroup must not
   -- wait for the next run that happens to set limits.
-  if core.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
+  if core.proc.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
   st.cgroup, err = limits.cgroup(sb)
   if err then
     M.release(st)

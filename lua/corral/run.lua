@@ -15,7 +15,8 @@ local resources = require "corral.resources"
 local M = {}
 
 --- The statuses corral's own outcomes exit with (any other is the command's own).
-M.EXIT = { not_started = 120, memory = 121, wall = 124, invalid = 2 }
+M.EXIT = { not_started = core.exit.START_REFUSED, memory = core.exit.MEMORY, wall = core.exit.WALL,
+           invalid = core.exit.USAGE }
 
 -- Temporary storage lives at /tmp/corral-run-PID-XXXXXX, PID the run's own.
 local TEMP_DIR = "/tmp"
@@ -23,8 +24,8 @@ local TEMP_PATTERN = "^corral%-run%-(%d+)%-%w+$"
 
 -- A temporary storage of ours; never a link, nor a tree another user made.
 local function remove_own_tree(path)
-  local st = core.lstat(path)
-  return st and st.type == "dir" and st.uid == core.geteuid() and core.remove_tree(path)
+  local st = core.fs.lstat(path)
+  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
 end
 
 -- The limits table from the caller's values: sizes and durations as given (corral.sandbox
@@ -54,7 +55,7 @@ local function split_storage(storage, id, invalid, name)
   if not parent or base == "." or base == ".." then
     return invalid("storage", storage .. ": must name a directory below /, ending in its own name (not . or ..)")
   end
-  local dir, err = core.resolve_path(parent == "" and "/" or parent)
+  local dir, err = core.path.resolve(parent == "" and "/" or parent)
   if not dir then return invalid("storage", err) end
   if id and id ~= base then
     return invalid("id", string.format("the sandbox's id is %s's last component (%s); give one of %s and %s",
@@ -100,7 +101,7 @@ function M.execute(req, hooks)
   local limits, lerr = convert_limits(req.limits, invalid)
   if not limits then return nil, lerr end
   local env = {}
-  local host_env = core.environ()
+  local host_env = core.proc.environ()
   for _, var in ipairs(req.env or {}) do
     if host_env[var] == nil then return invalid("env", var .. " is not set in this environment") end
     env[var] = host_env[var]
@@ -122,13 +123,13 @@ function M.execute(req, hooks)
   -- must leave nothing behind.
   local temp
   local function new_temp()
-    temp = assert(core.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.getpid() .. "-"))
-    core.chmod(temp, tonumber("711", 8))
+    temp = assert(core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-"))
+    core.fs.chmod(temp, tonumber("711", 8))
     root, id = temp, req.id or "tenant"
   end
   local function remove_temp()
     if not temp then return end
-    local ok, rerr = core.remove_tree(temp)
+    local ok, rerr = core.fs.remove_tree(temp)
     if not ok then say("warning: temporary storage " .. temp .. " not removed: " .. tostring(rerr)) end
   end
   if not req.storage then
@@ -187,17 +188,17 @@ function M.execute(req, hooks)
   -- children, since exec keeps the signal mask.
   local builtin = mech.name == "native" or mech.name == "bwrap"
   local forwarded = { "INT", "TERM", "HUP" }
-  local signals = builtin and core.signal_fd(forwarded) or nil
+  local signals = builtin and core.signal.fd(forwarded) or nil
   -- The terminal the tenant may share is put back as it was found.
   local ttys = {}
-  for fd = 0, 2 do ttys[fd] = core.tty_save(fd) end
+  for fd = 0, 2 do ttys[fd] = core.tty.save(fd) end
   local result, xerr = corral.exec(mech, sb, req.argv, { signals = signals })
   for fd = 0, 2 do
-    if ttys[fd] then core.tty_restore(fd, ttys[fd]) end
+    if ttys[fd] then core.tty.restore(fd, ttys[fd]) end
   end
   if signals then
     signals:close()
-    core.signal_unblock(forwarded) -- the caller may live on (a script, the REPL)
+    core.signal.unblock(forwarded) -- the caller may live on (a script, the REPL)
   end
   corral.destroy(mech, sb)
   release()

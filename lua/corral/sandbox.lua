@@ -7,7 +7,6 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
-local EEXIST = 17 -- errno.h on Linux
 
 local M = {}
 
@@ -52,7 +51,7 @@ end
 -- @tparam table sb
 -- @treturn integer|nil
 function M.default_nproc(sb)
-  if core.geteuid() ~= 0 then return nil end
+  if core.proc.geteuid() ~= 0 then return nil end
   -- Never below --pids: that cap is the cgroup's to enforce (and to count, in pids.events).
   return math.max(4096, sb.limits and sb.limits.pids or 0)
 end
@@ -133,7 +132,7 @@ function M.new(t)
     if type(t.workspace_path) ~= "string" or t.workspace_path:sub(1, 1) ~= "/" then
       return bad("workspace_path", "must be an absolute path to an existing directory")
     end
-    local r, err = core.resolve_path(t.workspace_path)
+    local r, err = core.path.resolve(t.workspace_path)
     if not r then return bad("workspace_path", err) end
     sb.workspace_path = r
   end
@@ -172,10 +171,10 @@ end
 -- @treturn string|nil what holds it
 function M.host_id_holder(sb)
   local id = M.host_id(sb)
-  if id == core.geteuid() then return nil end -- unprivileged: always the caller's own id
-  for _, name in ipairs(core.listdir("/proc") or {}) do
+  if id == core.proc.geteuid() then return nil end -- unprivileged: always the caller's own id
+  for _, name in ipairs(core.fs.listdir("/proc") or {}) do
     if name:match("^%d+$") then
-      local st = core.lstat("/proc/" .. name)
+      local st = core.fs.lstat("/proc/" .. name)
       if st and st.uid == id then
         -- a zombie holds nothing (and an init that never reaps keeps them around)
         local f = io.open("/proc/" .. name .. "/stat")
@@ -185,9 +184,9 @@ function M.host_id_holder(sb)
       end
     end
   end
-  for _, name in ipairs(core.listdir(sb.storage_root) or {}) do
+  for _, name in ipairs(core.fs.listdir(sb.storage_root) or {}) do
     if name ~= sb.id then
-      local st = core.lstat(sb.storage_root .. "/" .. name)
+      local st = core.fs.lstat(sb.storage_root .. "/" .. name)
       if st and st.uid == id then return "storage " .. sb.storage_root .. "/" .. name end
     end
   end
@@ -222,21 +221,21 @@ function M.prepare_storage(sb)
     local parent = dir:sub(1, stop - 1)
     at = stop
     if parent ~= "" then
-      local ok, err, errno = core.mkdir(parent, tonumber("711", 8))
-      if not ok and errno ~= EEXIST then return cannot(err, errno) end
+      local ok, err, errno = core.fs.mkdir(parent, tonumber("711", 8))
+      if not ok and errno ~= core.errno.EEXIST then return cannot(err, errno) end
     end
   end
-  local made, err, errno = core.mkdir(path, tonumber("700", 8))
+  local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
   if made then
-    local ok, cerr = core.chown(path, id, id)
+    local ok, cerr = core.fs.chown(path, id, id)
     if not ok then
-      core.remove_tree(path)
+      core.fs.remove_tree(path)
       return cannot(cerr)
     end
-  elseif errno ~= EEXIST then
+  elseif errno ~= core.errno.EEXIST then
     return cannot(err, errno)
   else
-    local st = core.lstat(path)
+    local st = core.fs.lstat(path)
     if not st or st.type ~= "dir" then
       return nil, errors.invalid_argument("storage", path .. " exists and is not a directory")
     end
@@ -247,16 +246,16 @@ function M.prepare_storage(sb)
   end
   -- The tenant's own id opens it, so every directory above must be searchable by that id
   -- (as root the kernel is asked as that id; unprivileged, the storage is our own).
-  if core.geteuid() == 0 and core.access_as(path, id, id, "x") ~= true then
+  if core.proc.geteuid() == 0 and core.fs.access_as(path, id, id, "x") ~= true then
     return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
       "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
   end
   -- Held until the sandbox is destroyed: two provisions of one storage at the same moment
   -- both passed the holder check below, which only sees ids already running (three
   -- started at once). The lock is taken first, so the check cannot race.
-  local lock, lerr, lerrno = core.lock_dir(path)
+  local lock, lerr, lerrno = core.fs.lock_dir(path)
   if not lock then
-    if lerrno == 11 then -- EWOULDBLOCK
+    if lerrno == core.errno.EAGAIN then
       return nil, errors.invalid_argument("storage", path .. " is in use by another sandbox")
     end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot lock storage: " .. tostring(lerr))
@@ -278,7 +277,7 @@ end
 -- @treturn integer
 function M.host_id(sb)
   -- Without root, a user namespace can map only the caller's own id.
-  local euid = core.geteuid()
+  local euid = core.proc.geteuid()
   if euid ~= 0 then return euid end
   -- Of the whole storage path, not the id alone: every `corral run` without --storage
   -- is id "tenant", and two concurrent ones shared a host id (and so its per-user kernel

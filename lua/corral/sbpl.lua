@@ -2,7 +2,7 @@
 --
 -- The profile denies by default, grants the runtime a process needs to start, then the
 -- one data boundary (`permit_path`) and the caller's `extras`, in that order: SBPL applies
--- the last matching rule. Emission is C (`core.sbpl`); this module chooses the runtime read
+-- the last matching rule. Emission is C (`core.sbpl.emit`); this module chooses the runtime read
 -- set and resolves the caller's paths, because SBPL matches resolved paths and a grant
 -- written against a symlink silently never matches (seed 000).
 -- @module corral.sbpl
@@ -59,7 +59,7 @@ local function resolve(name, value)
   if value:find("\0", 1, true) then
     return nil, errors.invalid_argument(name, "contains a NUL byte")
   end
-  local resolved, msg = core.resolve_path(value)
+  local resolved, msg = core.path.resolve(value)
   if not resolved then return nil, errors.invalid_argument(name, msg) end
   -- The boundary rules of every confinement (core/lib/rootplan.c).
   local ok, why, kind = core.rootplan.check_boundary(resolved)
@@ -93,9 +93,9 @@ function M.profile(permit_path, extras)
     if not r then return nil, e end
     resolved[i] = r
   end
-  local text, msg = core.sbpl(permit, resolved, M.runtime_read_paths())
+  local text, msg = core.sbpl.emit(permit, resolved, M.runtime_read_paths())
   if not text then
-    -- core.sbpl names the argument ("sbpl: extras[2]: Invalid argument"): a resolved
+    -- core.sbpl.emit names the argument ("sbpl: extras[2]: Invalid argument"): a resolved
     -- path the profile cannot spell, e.g. one containing a newline.
     local name = msg:match("^sbpl: ([%w_%[%]]+):") or "permit_path"
     return nil, errors.invalid_argument(name, msg)
@@ -104,7 +104,7 @@ function M.profile(permit_path, extras)
 end
 
 -- An SBPL string literal: `\` and `"` escaped (TinyScheme's reader), and a path with a
--- newline or CR refused, as core.sbpl does.
+-- newline or CR refused, as core.sbpl.emit does.
 local function literal(path)
   if type(path) ~= "string" or path:sub(1, 1) ~= "/" or path:find("[\n\r%z]") then return nil end
   return '"' .. path:gsub('[\\"]', "\\%0") .. '"'
@@ -118,7 +118,7 @@ local TIER_DEVICES = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/d
 -- (no fork either: SBPL's process-fork). net = false grants no network operation,
 -- net = true all of them; an allowlist has no egress plane here and is refused. The
 -- mach services and shared memory the runtime needs to start are those of `M.profile`,
--- taken from core.sbpl's emission, so the two profiles never disagree on them.
+-- taken from core.sbpl.emit's emission, so the two profiles never disagree on them.
 -- @tparam table g normalised grants
 -- @tparam string program resolved
 -- @treturn[1] string the profile text for `sandbox-exec -p`
@@ -131,7 +131,7 @@ function M.tier_profile(g, program)
   end
   local lines = { "(version 1)", "(deny default)", "; corral tier S1: the runtime",
     "(allow sysctl-read)", "(allow signal (target same-sandbox))" }
-  local control = assert(core.sbpl("/", {}, {}))
+  local control = assert(core.sbpl.emit("/", {}, {}))
   lines[#lines + 1] = assert(control:match("%(allow mach%-lookup.-%)%)\n")):sub(1, -2)
   lines[#lines + 1] = "(allow ipc-posix-shm)"
   local function rule(ops, filter, path, what)

@@ -1,6 +1,6 @@
 --- The tenant's root plan: what a sandboxed command sees and runs with, built once from
 -- the sandbox and the host's state for it, as a plain table that each mechanism renders
--- (native: a `core.spawn` plan; bwrap: its argument list).
+-- (native: a `core.spawn.start` plan; bwrap: its argument list).
 --
 -- The plan:
 --
@@ -39,7 +39,7 @@ M.TMP_MIB = 64
 function M.plan(sb, st)
   local mounts = {}
   for _, p in ipairs(core.rootplan.runtime_paths()) do
-    local target = core.readlink(p)
+    local target = core.fs.readlink(p)
     if target then
       mounts[#mounts + 1] = { type = "symlink", target = target, dest = p }
     else

@@ -28,7 +28,7 @@ function M.earned()
 end
 
 local function environment(names)
-  local host, env = core.environ(), {}
+  local host, env = core.proc.environ(), {}
   for _, name in ipairs(names) do
     if host[name] ~= nil then env[#env + 1] = name .. "=" .. host[name] end
   end
@@ -44,7 +44,7 @@ local steps = 0
 local function egress_plane(g, network)
   network = network or {}
   steps = steps + 1
-  local id = string.format("step-%d-%d", core.getpid(), steps)
+  local id = string.format("step-%d-%d", core.proc.getpid(), steps)
   local pl, err = require("corral.egress.plane").new(id, { allow = g.net, internal = network.internal,
     resolve = network.resolve })
   if not pl then
@@ -61,15 +61,15 @@ local function run_served(pl, plan)
   local loop = require "corral.egress.loop"
   plan.netns = pl.netns
   loop.add(pl)
-  local running, err = core.tier.start(plan)
+  local running, err, errno = core.tier.start(plan)
   local res
   if running then
     repeat local hit = loop.step(1, { running }) until hit[1]
-    res, err = running:result()
+    res, err, errno = running:result()
   end
   loop.remove(pl)
   pl:close()
-  return res, err
+  return res, err, errno
 end
 
 -- The operator's egress options as the commitment lists them (sorted text).
@@ -102,13 +102,13 @@ local function run_sealed(pol, g, earned, plan, extra, network)
   plan.rules, plan.filters, plan.supervised, plan.drop_caps = pol.rules, pol.filters, pol.supervised,
     pol.drop_caps
   local meter = receipt.meter()
-  local res, err
+  local res, err, errno
   if pol.egress then
     local pl, perr = egress_plane(g, network)
     if not pl then return nil, perr end
-    res, err = run_served(pl, plan)
+    res, err, errno = run_served(pl, plan)
   else
-    res, err = core.tier.run(plan)
+    res, err, errno = core.tier.run(plan)
   end
   if not res then
     -- The program could not be executed: a result like a shell's (126/127), still
@@ -116,8 +116,8 @@ local function run_sealed(pol, g, earned, plan, extra, network)
     if not tostring(err):match("^exec:") then
       return nil, errors.cannot_enforce("tier " .. pol.tier, "could not be applied: " .. tostring(err))
     end
-    res = { status = err:match("No such file") and 127 or 126, wall_s = 0, cpu_s = 0, max_rss_kb = 0,
-            error = err }
+    local status = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
+    res = { status = status, wall_s = 0, cpu_s = 0, max_rss_kb = 0, error = err }
   end
   local rec = {
     tier = pol.tier, mechanism = pol.mechanism, commitment = commitment, grants = g, exit = res.status,
@@ -149,7 +149,7 @@ function M.step(spec)
   if type(argv) ~= "table" or type(argv[1]) ~= "string" then
     return nil, errors.invalid_argument("cmd", "a command is required")
   end
-  local path = core.resolve_executable(argv[1])
+  local path = core.path.resolve_executable(argv[1])
   if not path or path:sub(1, 1) ~= "/" then
     return nil, errors.invalid_argument("cmd", argv[1] .. ": not found")
   end
@@ -259,13 +259,13 @@ function M.s2(spec)
     return nil, errors.cannot_enforce("tier S2", "its child must be confined at S1, which this host did not " ..
       "earn: " .. tostring(earned.detail))
   end
-  local host = core.host_executable()
-  host = host and core.resolve_file(host)
+  local host = core.proc.host_executable()
+  host = host and core.path.resolve_file(host)
   if not host then return nil, errors.cannot_enforce("tier S2", "the corral executable was not found") end
   -- The runner in the child reads dkjson; where it lies outside the runtime (a
   -- user's luarocks tree), that one file is granted read too.
   local dkjson_path = package.searchpath("dkjson", package.path)
-  dkjson_path = dkjson_path and core.resolve_file(dkjson_path)
+  dkjson_path = dkjson_path and core.path.resolve_file(dkjson_path)
   local extra_read = {}
   if dkjson_path and not policy.covered(dkjson_path, policy.runtime_dirs()) then extra_read[1] = dkjson_path end
   local pol = policy.derive(g, { name = "lua/" .. _VERSION:match("%d+%.%d+") .. "+" .. earned.mechanism,

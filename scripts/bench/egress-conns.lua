@@ -23,13 +23,13 @@ local function tcp_pages()
 end
 
 local function pair(l, port)
-  local x = assert(core.tcp_connect("127.0.0.1", port, 1))
-  local y = assert(core.tcp_accept(l, 1))
+  local x = assert(core.sock.connect("127.0.0.1", port, 1))
+  local y = assert(core.sock.accept(l, 1))
   return x, y
 end
 
 local function held(with_relay)
-  local l, port = assert(core.tcp_listen("127.0.0.1", 0))
+  local l, port = assert(core.sock.listen("127.0.0.1", 0))
   local loop = with_relay and assert(core.relay.new())
   collectgarbage()
   local r0, k0 = rss_kib(), tcp_pages()
@@ -44,9 +44,9 @@ local function held(with_relay)
       keep[#keep + 1] = { c, a, b, s }
     end
   end
-  for _, k in ipairs(keep) do core.sock_send(k[1], "ping") end
+  for _, k in ipairs(keep) do core.sock.send(k[1], "ping") end
   if loop then for _ = 1, 20 do loop:run(0.01) end end
-  for _, k in ipairs(keep) do core.sock_send(k[#k], "pong") end
+  for _, k in ipairs(keep) do core.sock.send(k[#k], "pong") end
   if loop then for _ = 1, 20 do loop:run(0.01) end end
   collectgarbage()
   local r1, k1 = rss_kib(), tcp_pages()

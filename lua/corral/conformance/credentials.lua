@@ -34,7 +34,7 @@ return {
         end
       end
       -- and no value of a forbidden variable of the host's own environment
-      for name, value in pairs(core.environ and core.environ() or {}) do
+      for name, value in pairs(core.proc.environ and core.proc.environ() or {}) do
         if #value >= 8 and forbidden(name, value) and env:find(value, 1, true) then
           evidence = "the host's " .. name .. " reached the tenant"
         end

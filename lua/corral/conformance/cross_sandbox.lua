@@ -81,7 +81,7 @@ except OSError as e:
 
 -- The host pid of B's target (the host sees every pid), or nil.
 local function host_pid_of(token)
-  for _, name in ipairs(core.listdir("/proc") or {}) do
+  for _, name in ipairs(core.fs.listdir("/proc") or {}) do
     if name:match("^%d+$") then
       local f = io.open("/proc/" .. name .. "/cmdline", "rb")
       local cmd = f and f:read("a") or ""
@@ -159,7 +159,7 @@ return {
         b.host_pid and ("kill -KILL " .. b.host_pid .. "; ") or "")
     end,
     function(_, b)
-      if b.host_pid and not core.lstat("/proc/" .. b.host_pid) then return "B's target was killed" end
+      if b.host_pid and not core.fs.lstat("/proc/" .. b.host_pid) then return "B's target was killed" end
     end),
   cross("cross.ptrace", "a tenant cannot ptrace another sandbox's processes",
     "PTRACE_ATTACH to B's target and read its memory", "alive",

@@ -132,7 +132,7 @@ return {
       local _, ok, detail = w:attempt(a, table.concat(script, "; "))
       local evidence
       for _, t in ipairs(targets) do
-        if core.lstat(t) then
+        if core.fs.lstat(t) then
           evidence = (evidence and evidence .. ", " or "written on the host: ") .. t
           os.remove(t)
         end
@@ -151,7 +151,7 @@ return {
       local _, ok, detail = w:attempt(a, "mknod /storage/cdev c 1 3; mknod /storage/bdev b 8 0")
       local evidence
       for _, n in ipairs({ "cdev", "bdev" }) do
-        local st = core.lstat(a.dir .. "/" .. n)
+        local st = core.fs.lstat(a.dir .. "/" .. n)
         if st and st.type == "other" then evidence = "a device node " .. n .. " exists in the storage on the host" end
       end
       return { evidence = evidence, control_ok = ok, control_detail = detail }

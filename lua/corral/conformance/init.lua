@@ -60,10 +60,10 @@ end
 -- A world: one check's storage root, sandboxes, servers and host processes, all
 -- removed by close().
 local function new_world(mech, opts)
-  local root, err = core.mkdtemp(scratch_dir() .. "/corral-conformance-")
+  local root, err = core.fs.mkdtemp(scratch_dir() .. "/corral-conformance-")
   if not root then return nil, err end
-  root = core.resolve_path(root) or root
-  core.chmod(root, tonumber("711", 8))
+  root = core.path.resolve(root) or root
+  core.fs.chmod(root, tonumber("711", 8))
   return setmetatable({ mech = mech, opts = opts, root = root, boxes = {}, servers = {}, procs = {},
                         n = 0 }, World)
 end
@@ -93,8 +93,8 @@ function World.write(_, box, name, text, mode)
   local f = assert(io.open(path, "wb"))
   f:write(text)
   f:close()
-  core.chmod(path, tonumber(mode or "644", 8))
-  core.chown(path, box.host_id, box.host_id)
+  core.fs.chmod(path, tonumber(mode or "644", 8))
+  core.fs.chown(path, box.host_id, box.host_id)
   return path
 end
 
@@ -104,7 +104,7 @@ function World.read(_, box, name) return read_file(box.dir .. "/" .. name) end
 --- A TCP server of the check's own on the host's loopback: every connection accepted
 -- gets `reply` (if any) and everything it sends is kept in `got`.
 function World:tcp_server(addr, reply)
-  local fd, port = core.tcp_listen(addr or "127.0.0.1", 0)
+  local fd, port = core.sock.listen(addr or "127.0.0.1", 0)
   if not fd then return nil, port end
   local s = { kind = "tcp", fd = fd, port = port, addr = addr or "127.0.0.1", reply = reply, conns = {},
               accepted = 0, got = "" }
@@ -116,7 +116,7 @@ end
 function World:udp_server(addr)
   local ns = core.ns.open("self", "net")
   if not ns then return nil, "cannot open the host's network namespace" end
-  local fd, port = core.listen_in_netns(ns, "udp", addr or "127.0.0.1", 0)
+  local fd, port = core.listen.in_netns(ns, "udp", addr or "127.0.0.1", 0)
   ns:close()
   if not fd then return nil, port end
   local s = { kind = "udp", fd = fd, port = port, got = "" }
@@ -125,7 +125,7 @@ function World:udp_server(addr)
 end
 
 local function readable(fd)
-  local r = core.poll({ fd }, 0)
+  local r = core.io.poll({ fd }, 0)
   return r and r[1] ~= nil
 end
 
@@ -134,16 +134,16 @@ function World:serve_servers()
   for _, s in ipairs(self.servers) do
     if s.kind == "tcp" then
       while true do
-        local c = core.tcp_accept(s.fd, 0)
+        local c = core.sock.accept(s.fd, 0)
         if not c then break end
         s.accepted = s.accepted + 1
-        if s.reply then core.write(c, s.reply) end
+        if s.reply then core.io.write(c, s.reply) end
         s.conns[#s.conns + 1] = c
       end
       for i = #s.conns, 1, -1 do
         local c = s.conns[i]
         while readable(c) do
-          local data = core.read(c, 65536)
+          local data = core.io.read(c, 65536)
           if not data or data == "" then
             c:close()
             table.remove(s.conns, i)
@@ -154,7 +154,7 @@ function World:serve_servers()
       end
     else
       while readable(s.fd) do
-        local data = core.udp_recv(s.fd)
+        local data = core.udp.recv(s.fd)
         if not data then break end
         s.got = s.got .. data .. "\n"
       end
@@ -165,12 +165,12 @@ end
 --- Serves for `seconds`: the mechanism's egress loop (when it has one) and the check's
 -- servers.
 function World:pump(seconds)
-  local deadline = core.monotime() + (seconds or 0)
+  local deadline = core.clock.monotime() + (seconds or 0)
   repeat
-    local slice = math.max(0, math.min(0.01, deadline - core.monotime()))
-    if self.mech.serve then self.mech.serve(slice) else core.poll({}, slice) end
+    local slice = math.max(0, math.min(0.01, deadline - core.clock.monotime()))
+    if self.mech.serve then self.mech.serve(slice) else core.io.poll({}, slice) end
     self:serve_servers()
-  until core.monotime() >= deadline
+  until core.clock.monotime() >= deadline
 end
 
 --- Runs a shell script in a box with `start`, serving meanwhile, until it ends (or
@@ -179,8 +179,8 @@ function World:run(box, script, timeout)
   local out = self.root .. "/out-" .. self:token()
   local ok, err = corral().start(self.mech, box.sb, { "/bin/sh", "-c", script }, { output = out })
   if not ok then return nil, err end
-  local deadline = core.monotime() + (timeout or 20)
-  while corral().status(self.mech, box.sb) == "running" and core.monotime() < deadline do self:pump(0.01) end
+  local deadline = core.clock.monotime() + (timeout or 20)
+  while corral().status(self.mech, box.sb) == "running" and core.clock.monotime() < deadline do self:pump(0.01) end
   corral().stop(self.mech, box.sb)
   self:pump(0)
   local text = read_file(out) or ""
@@ -205,8 +205,8 @@ end
 
 --- Waits (serving) until `cond()` holds, at most `seconds`.
 function World:wait_for(cond, seconds)
-  local deadline = core.monotime() + (seconds or 5)
-  while core.monotime() < deadline do
+  local deadline = core.clock.monotime() + (seconds or 5)
+  while core.clock.monotime() < deadline do
     if cond() then return true end
     self:pump(0.01)
   end
@@ -310,13 +310,13 @@ end
 --- Connects from the host (serving meanwhile, so that relays the host runs move) and
 -- returns what arrived within `seconds` (sooner once `expect` has), or nil and why not.
 function World:host_dial(host, port, payload, seconds, expect)
-  local fd, err = core.tcp_connect(host, port, 2)
+  local fd, err = core.sock.connect(host, port, 2)
   if not fd then return nil, err end
-  if payload then core.write(fd, payload) end
+  if payload then core.io.write(fd, payload) end
   local got = ""
   self:wait_for(function()
     if readable(fd) then
-      local d = core.read(fd, 4096)
+      local d = core.io.read(fd, 4096)
       if not d or d == "" then return true end
       got = got .. d
     end
@@ -332,7 +332,7 @@ end
 -- a root-owned target would be refused by the uid check even with no pid namespace.
 function World:host_process(script, env, uid)
   local devnull = assert(io.open("/dev/null", "r+"))
-  local p, err = core.spawn({ plain = true, plain_ids = uid ~= nil, uid = uid, gid = uid, path = "/bin/sh",
+  local p, err = core.spawn.start({ plain = true, plain_ids = uid ~= nil, uid = uid, gid = uid, path = "/bin/sh",
                                argv = { "sh", "-c", script }, env = env or {},
                                stdin = devnull, stdout = devnull, stderr = devnull })
   devnull:close()
@@ -354,7 +354,7 @@ end
 -- what the tenant's own PATH holds is asked inside, after the attempt (`tool_probe`).
 function World.tool(name)
   for _, dir in ipairs({ "/usr/bin", "/bin", "/usr/sbin", "/sbin" }) do
-    local st = core.lstat(dir .. "/" .. name)
+    local st = core.fs.lstat(dir .. "/" .. name)
     if st then return dir .. "/" .. name end
   end
   return nil
@@ -371,7 +371,7 @@ function World:close()
     s.fd:close()
   end
   for _, b in ipairs(self.boxes) do corral().destroy(self.mech, b.sb) end
-  core.remove_tree(self.root)
+  core.fs.remove_tree(self.root)
 end
 
 -- What the mechanism claims, asked of it with a sandbox wanting limits and a network:
@@ -507,7 +507,7 @@ function M.run(mechanism, opts)
       if not opts.ids or opts.ids[c.id] then list[#list + 1] = c end
     end
   end
-  local t0 = core.monotime()
+  local t0 = core.clock.monotime()
   local claimed = claims(mech)
   local results = {}
   for i, c in ipairs(list) do
@@ -516,7 +516,7 @@ function M.run(mechanism, opts)
     if opts.progress then opts.progress(r, i, #list) end
   end
   local name = type(mechanism) == "string" and mechanism or (mech.name or "table")
-  return { mechanism = name, results = results, census = M.census(results), seconds = core.monotime() - t0 }
+  return { mechanism = name, results = results, census = M.census(results), seconds = core.clock.monotime() - t0 }
 end
 
 M.World = World

@@ -27,7 +27,7 @@ return {
     attempt = "run a setuid-root copy of cat the host put in the storage, and read its own credentials",
     control = "the same file, run, prints A's own token; A's own storage",
     run = function(w)
-      if core.geteuid() ~= 0 then
+      if core.proc.geteuid() ~= 0 then
         return { unavailable = "only root can make a setuid-root file to attempt it with" }
       end
       local a, refused = tenant(w)

@@ -99,10 +99,10 @@ return {
     run = function(w)
       local a, err = w:sandbox({ limits = { wall = 0.5 } })
       if not a then return { refused = err } end
-      local t0 = core.monotime()
+      local t0 = core.clock.monotime()
       local _, r = w:exec(a, "sleep 1.5; echo late > /storage/late")
-      local took = core.monotime() - t0
-      while core.monotime() - t0 < 2.0 do w:pump(0.05) end
+      local took = core.clock.monotime() - t0
+      while core.clock.monotime() - t0 < 2.0 do w:pump(0.05) end
       local late = w:read(a, "late")
       local cout, r2 = w:exec(a, "echo quick > /storage/quick; cat /storage/own")
       local quick = w:read(a, "quick") and cout:find(a.own, 1, true) and r2 and r2.code == 0

@@ -24,7 +24,7 @@ local Service = {}
 Service.__index = Service
 
 local function deny(client, ctx, reason)
-  core.reset(client)
+  core.sock.reset(client)
   ctx.verdict, ctx.reason, ctx.bytes = "deny", reason, 0
   events.emit(ctx)
 end
@@ -32,7 +32,7 @@ end
 -- After an error: the connection is reset and closed however far it got, and the deny
 -- is logged even if the reset itself fails.
 local function deny_after_error(client, ctx, err)
-  pcall(core.reset, client)
+  pcall(core.sock.reset, client)
   pcall(function() client:close() end)
   ctx.verdict, ctx.reason, ctx.bytes = "deny", "internal error: " .. tostring(err):sub(1, 200), 0
   pcall(events.emit, ctx)
@@ -85,7 +85,7 @@ function M.new(netns, sandbox)
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
     attempt_delay = sandbox.attempt_delay, netns = netns }, Acceptor)
-  self.fd, self.port = core.listen_in_netns(netns, "tcp", "::", 0)
+  self.fd, self.port = core.listen.in_netns(netns, "tcp", "::", 0)
   if not self.fd then return nil, self.port end
   return self
 end
@@ -103,7 +103,7 @@ function Acceptor:resolve(name)
     v = res
   else
     local err
-    v, err = core.resolve_host(name)
+    v, err = core.lookup.host(name)
     if not v then return nil, err end
   end
   if type(v) == "string" then v = { v } end
@@ -122,7 +122,7 @@ end
 -- accept is this connection's RST and deny event, never an error in the loop.
 -- @tparam[opt] string port_key the sandbox's source-port slice (see core.relay)
 function Acceptor:accept(port_key)
-  local client = core.tcp_accept(self.fd, 0)
+  local client = core.sock.accept(self.fd, 0)
   if not client then return end
   local ctx = { sandbox = self.id, kind = "connect" }
   local ok, err = pcall(self.connect, self, client, ctx, port_key)
@@ -130,7 +130,7 @@ function Acceptor:accept(port_key)
 end
 
 function Acceptor:connect(client, ctx, port_key)
-  local ip, port = core.original_dst(client)
+  local ip, port = core.sock.original_dst(client)
   ctx.ip, ctx.port = ip, port
   if not ip then return deny(client, ctx, "no original destination: " .. tostring(port)) end
   -- Loopback destinations are never redirected (the ruleset returns them), so a
@@ -205,14 +205,14 @@ end
 -- @return[2] nil
 -- @treturn[2] table cannot_enforce("network_restriction", …)
 function M.service(netns, sandbox, port)
-  local fd, bound = core.tcp_listen("127.0.0.1", 0)
+  local fd, bound = core.sock.listen("127.0.0.1", 0)
   if not fd then return nil, errors.cannot_enforce("network_restriction", "service listener: " .. tostring(bound)) end
   return setmetatable({ id = sandbox.id, mark = sandbox.mark, idle = sandbox.idle, netns = netns, fd = fd,
     port = port, addr = "127.0.0.1:" .. bound }, Service)
 end
 
 function Service:accept()
-  local client = core.tcp_accept(self.fd, 0)
+  local client = core.sock.accept(self.fd, 0)
   if not client then return end
   local ctx = { sandbox = self.id, kind = "inbound", port = self.port }
   local ok, err = pcall(self.relay, self, client, ctx)

@@ -231,12 +231,12 @@ end
 -- @tparam function fn the subscriber to protect
 -- @tparam[opt] integer|table rate events per sandbox per second, for each class (default
 --   `LOG_RATE`), or a table `{dns =, relayed =, refused =}` (a class left out: `LOG_RATE`)
--- @tparam[opt] function clock seconds, monotonic (default `core.monotime`)
+-- @tparam[opt] function clock seconds, monotonic (default `core.clock.monotime`)
 -- @treturn function the bounded subscriber
 -- @treturn function `flush()`: writes every pending summary now
 function M.limit(fn, rate, clock)
   local budget = rates(rate == nil and M.LOG_RATE or rate, "limit")
-  clock = clock or core.monotime
+  clock = clock or core.clock.monotime
   local windows = {}
   local function summarise(w)
     for _, c in ipairs(M.LOG_CLASSES) do
@@ -311,15 +311,15 @@ end
 -- restricted, then renamed into place. (Between the check and the rename another process
 -- could create `path`; the rename then replaces that file, never writes into it.)
 local function open_log(path)
-  if core.lstat(path) then return io.open(path, "a") end
+  if core.fs.lstat(path) then return io.open(path, "a") end
   local dir = path:match("^(.*)/[^/]*$")
   if dir == nil then dir = "." elseif dir == "" then dir = "/" end
-  local tmp, err = core.mkdtemp(dir .. "/.corral-log-")
+  local tmp, err = core.fs.mkdtemp(dir .. "/.corral-log-")
   if not tmp then return nil, path .. ": " .. tostring(err) end
   local inner = tmp .. "/log"
   local f, ferr = io.open(inner, "a")
   if f then
-    local ok, cerr = core.chmod(inner, tonumber("600", 8))
+    local ok, cerr = core.fs.chmod(inner, tonumber("600", 8))
     if ok then ok, cerr = os.rename(inner, path) end
     if not ok then
       f:close()

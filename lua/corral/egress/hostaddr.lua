@@ -124,12 +124,12 @@ local cache, cache_at
 --- The host's local networks, read again when older than `REFRESH` seconds. When a read
 -- fails the previous set is kept; with no set at all the error is returned, and callers
 -- refuse (a set that cannot be read protects nothing).
--- @tparam[opt] number now `core.monotime()`
+-- @tparam[opt] number now `core.clock.monotime()`
 -- @treturn[1] {table,...}
 -- @return[2] nil
 -- @treturn[2] string
 function M.get(now)
-  now = now or core.monotime()
+  now = now or core.clock.monotime()
   if cache and now - cache_at < M.REFRESH then return cache end
   local set, err = M.read()
   if set then

@@ -221,19 +221,19 @@ end
 --- Handler errors caught so far (each was logged as a deny event).
 M.errors = 0
 
---- At most this many fds go to one poll(2) call (`core.poll`'s own limit).
+--- At most this many fds go to one poll(2) call (`core.io.poll`'s own limit).
 M.POLL_MAX = 256
 
 -- Polls any number of fds: one call when they fit, else the first batch (the relay, the
 -- listeners and the caller's: they are put first) waits and every batch is then swept
--- without waiting, so no fd is starved and none makes core.poll raise.
+-- without waiting, so no fd is starved and none makes core.io.poll raise.
 local function poll_all(fds, timeout)
-  if #fds <= M.POLL_MAX then return core.poll(fds, timeout) or {} end
+  if #fds <= M.POLL_MAX then return core.io.poll(fds, timeout) or {} end
   local ready, batches = {}, {}
   for i = 1, #fds, M.POLL_MAX do batches[#batches + 1] = { i, math.min(#fds, i + M.POLL_MAX - 1) } end
   local function sweep(wait)
     for n, b in ipairs(batches) do
-      local hit = core.poll(table.move(fds, b[1], b[2], 1, {}), n == 1 and wait or 0) or {}
+      local hit = core.io.poll(table.move(fds, b[1], b[2], 1, {}), n == 1 and wait or 0) or {}
       for _, i in ipairs(hit) do ready[#ready + 1] = b[1] + i - 1 end
     end
   end
@@ -286,33 +286,34 @@ end
 --- Serves the loop for `seconds` (for hosts that run a sandbox started with `start`
 -- and want its connections relayed while they wait).
 function M.serve(seconds)
-  local deadline = core.monotime() + (seconds or 0)
-  repeat M.step(math.max(0, math.min(1, deadline - core.monotime()))) until core.monotime() >= deadline
+  local deadline = core.clock.monotime() + (seconds or 0)
+  repeat M.step(math.max(0, math.min(1, deadline - core.clock.monotime()))) until core.clock.monotime() >= deadline
 end
 
 --- Waits for a sandbox process: serving the loop meanwhile (opts.serve), up to
 -- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
--- core.signal_fd) to it. Returns its code and how it ended, or nil, "timeout".
+-- core.signal.fd) to it. Returns its code and how it ended, or proc:wait's
+-- nil, msg, ETIMEDOUT while it still runs at the deadline.
 -- @tparam userdata proc a corral.process
 -- @tparam[opt] table opts `{serve =, wall =, signals =}`
 function M.wait(proc, opts)
   opts = opts or {}
   if not opts.serve and not opts.signals then return proc:wait(opts.wall) end
-  local deadline = opts.wall and core.monotime() + opts.wall
+  local deadline = opts.wall and core.clock.monotime() + opts.wall
   local extra = { proc, opts.signals }
   while true do
-    local left = deadline and deadline - core.monotime()
-    if left and left <= 0 then return nil, "timeout" end
+    local left = deadline and deadline - core.clock.monotime()
+    if left and left <= 0 then return proc:wait(0) end
     local timeout = left and math.min(left, 1) or 1
     local hit
     if opts.serve then
       hit = M.step(timeout, extra)
     else
       hit = {}
-      for _, i in ipairs(core.poll(extra, timeout) or {}) do hit[i] = true end
+      for _, i in ipairs(core.io.poll(extra, timeout) or {}) do hit[i] = true end
     end
     if hit[2] then
-      local sig = core.signal_read(opts.signals)
+      local sig = core.signal.read(opts.signals)
       if sig then proc:kill(sig) end
     end
     if hit[1] or not proc:running() then return proc:wait() end

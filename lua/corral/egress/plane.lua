@@ -26,7 +26,7 @@ local M = {}
 local Plane = {}
 Plane.__index = Plane
 
-M.MARK = 42
+M.MARK = core.nft.DEFAULT_MARK
 
 --- Creates and programs the plane for sandbox id with network (checked by
 -- `corral.egress.network_spec.check`).

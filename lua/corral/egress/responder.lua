@@ -51,9 +51,9 @@ function M.new(netns, sandbox)
   -- The responder holds port 53 itself, so a resolver configured at a loopback address
   -- (127.0.0.53, 127.0.0.1) reaches it directly, and any other :53 is redirected to it.
   local err
-  self.udp, self.port = core.listen_in_netns(netns, "udp", "::", 53)
+  self.udp, self.port = core.listen.in_netns(netns, "udp", "::", 53)
   if not self.udp then return nil, "DNS responder (udp)", self.port end
-  self.tcp, err = core.listen_in_netns(netns, "tcp", "::", 53)
+  self.tcp, err = core.listen.in_netns(netns, "tcp", "::", 53)
   if not self.tcp then
     self:close()
     return nil, "DNS responder (tcp)", err
@@ -194,10 +194,10 @@ end
 
 function Responder:udp_ready()
   for _ = 1, 64 do
-    local msg, addr, port, localaddr = core.udp_recv(self.udp)
+    local msg, addr, port, localaddr = core.udp.recv(self.udp)
     if not msg then return end
     local reply = self:answer_safely(msg)
-    if reply then core.udp_send(self.udp, reply, addr, port, localaddr) end
+    if reply then core.udp.send(self.udp, reply, addr, port, localaddr) end
   end
 end
 
@@ -219,11 +219,11 @@ function Responder:tcp_reap(now)
 end
 
 function Responder:tcp_accept()
-  local c = core.tcp_accept(self.tcp, 0)
+  local c = core.sock.accept(self.tcp, 0)
   if not c then return end
   -- Bounded: a tenant holding connections open must not exhaust the host's fds, so past
   -- the cap, and past a few seconds of silence, DNS over TCP is closed.
-  local now = core.monotime()
+  local now = core.clock.monotime()
   if self:tcp_reap(now) >= M.TCP_DNS_MAX then c:close() return end
   self.tcp_dns[c] = { buf = "", last = now, served = 0 }
 end
@@ -235,7 +235,7 @@ end
 function Responder:tcp_read(conn)
   local st = self.tcp_dns[conn]
   if not st then return end
-  local chunk, _, errno = core.read(conn, 4096)
+  local chunk, _, errno = core.io.read(conn, 4096)
   if not chunk and errno == core.errno.EAGAIN then return end
   if not chunk or chunk == "" then return self:tcp_drop(conn) end
   local buf = st.buf .. chunk
@@ -245,10 +245,10 @@ function Responder:tcp_read(conn)
     if #buf < 2 + len then break end
     local reply = self:answer_safely(buf:sub(3, 2 + len))
     buf = buf:sub(3 + len)
-    st.served, st.last = st.served + 1, core.monotime()
+    st.served, st.last = st.served + 1, core.clock.monotime()
     if reply then
       local framed = string.char(#reply // 256, #reply % 256) .. reply
-      if core.write(conn, framed) ~= #framed then return self:tcp_drop(conn) end
+      if core.io.write(conn, framed) ~= #framed then return self:tcp_drop(conn) end
     end
     if st.served >= M.TCP_DNS_QUERIES then return self:tcp_drop(conn) end
   end
@@ -270,7 +270,7 @@ function Responder:watch()
     { fd = self.udp, on = function() self:udp_ready() end },
     { fd = self.tcp, on = function() self:tcp_accept() end },
   }
-  self:tcp_reap(core.monotime())
+  self:tcp_reap(core.clock.monotime())
   for conn in pairs(self.tcp_dns) do
     w[#w + 1] = { fd = conn, conn = true, owner = self.id, on = function() self:tcp_read(conn) end }
   end

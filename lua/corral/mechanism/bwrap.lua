@@ -37,7 +37,7 @@ function M.constructed_capabilities()
 end
 
 local function tool(name)
-  local path = core.resolve_executable(name)
+  local path = core.path.resolve_executable(name)
   if not path or path:sub(1, 1) ~= "/" then return nil, name .. " not found on PATH" end
   return path
 end
@@ -98,14 +98,14 @@ local function spawn(sb, st, argv, opts)
   local f = assert(io.open(prog_path, "wb"))
   f:write(assert(core.seccomp.tenant_program()))
   f:close()
-  local prog, perr = core.open(prog_path)
+  local prog, perr = core.fd.open(prog_path)
   os.remove(prog_path)
   if not prog then return nil, errors.cannot_enforce("privilege_separation", tostring(perr)) end
   local root = tenant_root.plan(sb, st)
   local full = { bwrap }
   for _, v in ipairs(M.args(root, argv, prog:fileno())) do full[#full + 1] = v end
-  local as_root = core.geteuid() == 0
-  local proc, err = core.spawn({ plain = true, plain_ids = as_root, plain_pidns = as_root,
+  local as_root = core.proc.geteuid() == 0
+  local proc, err = core.spawn.start({ plain = true, plain_ids = as_root, plain_pidns = as_root,
     uid = root.uid, gid = root.gid, path = bwrap, argv = full, env = root.env, rlimits = root.rlimits,
     netns = root.netns, cgroup_procs = root.cgroup_procs, keep_fds = { prog },
     stdout = opts.stdout, stderr = opts.stderr })

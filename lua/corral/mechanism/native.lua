@@ -13,7 +13,7 @@
 -- @module corral.mechanism.native
 local core = require "corral.core"
 local errors = require "corral.errors"
-local capability = require "corral.capability"
+local probe = require "corral.probe"
 local lifecycle = require "corral.mechanism.lifecycle"
 local tenant_root = require "corral.tenant_root"
 
@@ -32,12 +32,12 @@ end
 -- @treturn {string,...}
 function M.constructed_capabilities()
   local c = { "filesystem_confinement", "privilege_separation", "network_restriction" }
-  if capability.check("cgroups").holds then c[#c + 1] = "resource_limits" end
+  if probe.check("cgroups").holds then c[#c + 1] = "resource_limits" end
   return c
 end
 
 --- The spawn plan for running argv in sandbox sb: its root plan (corral.tenant_root)
--- rendered for core.spawn, with argv[1] resolved through the tenant's PATH.
+-- rendered for core.spawn.start, with argv[1] resolved through the tenant's PATH.
 -- @tparam table sb a validated sandbox
 -- @tparam[opt] table st the host's state for it (nil: not provisioned)
 -- @tparam {string,...} argv
@@ -56,7 +56,7 @@ function M.plan(sb, st, argv, opts)
   end
   local path = argv[1]
   if not path:find("/", 1, true) then
-    path = core.resolve_executable(path, sb.env.PATH)
+    path = core.path.resolve_executable(path, sb.env.PATH)
   end
   return {
     path = path, argv = argv, env = root.env, cwd = root.cwd,
@@ -73,11 +73,13 @@ end
 local function spawn(sb, st, argv, opts)
   local plan = M.plan(sb, st, argv, opts)
   if st.process and st.process:running() then plan.join = st.process end
-  local proc, err, errno, step = core.spawn(plan)
+  local proc, err, errno = core.spawn.start(plan)
+  local step = err and err:match("^spawn: (.-): ")
   if not proc and step == "exec" then
     -- The sandbox was built and the command itself could not run: the tenant's failure,
     -- reported as a shell does (127 not found, 126 not executable), not corral's.
-    return nil, nil, { code = errno == core.errno.ENOENT and 127 or 126, how = "exited", error = err }
+    local code = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
+    return nil, nil, { code = code, how = "exited", error = err }
   end
   if not proc then return nil, errors.cannot_enforce("filesystem_confinement", err) end
   return proc

@@ -73,7 +73,7 @@ local function resolve_paths(key, list)
     if type(p) ~= "string" or p:sub(1, 1) ~= "/" then
       return invalid(key, "entry %d must be an absolute path", i)
     end
-    local r, err = core.resolve_file(p)
+    local r, err = core.path.resolve_file(p)
     if not r then return invalid(key, "%s", err) end
     out[#out + 1] = r
   end
@@ -155,7 +155,7 @@ end
 function M.runtime_dirs()
   local out = {}
   for _, d in ipairs(RUNTIME_DIRS) do
-    local r = core.resolve_path(d)
+    local r = core.path.resolve(d)
     if r then out[#out + 1] = r end
   end
   out = sorted_unique(out)
@@ -185,7 +185,7 @@ end
 local function existing(list)
   local out = {}
   for _, p in ipairs(list) do
-    local r = core.resolve_file(p)
+    local r = core.path.resolve_file(p)
     if r then out[#out + 1] = r end
   end
   return out

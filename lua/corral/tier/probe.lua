@@ -53,7 +53,7 @@ report("fork", core.tier.attempt("fork"))
 say("fork-control", core.tier.attempt("thread") and "ok" or "failed")
 report("connect", core.tier.attempt("connect", port))
 say("connect-control", core.tier.attempt("socketpair") and "ok" or "failed")
-report("exec", core.execve(host, { host, "-e", "os.exit(42)" }, {}, "/"))
+report("exec", core.proc.execve(host, { host, "-e", "os.exit(42)" }, {}, "/"))
 say("exec-control", "ok")
 os.exit(0)
 ]]
@@ -91,19 +91,19 @@ end
 
 -- The probe proper; returns holds, detail, the receipt's `probe` table.
 local function probe_once(mutate)
-  local host = core.host_executable()
+  local host = core.proc.host_executable()
   if not host then return false, "the corral executable was not found for the probe program" end
-  host = core.resolve_file(host) or host
-  local abi = core.landlock_abi()
+  host = core.path.resolve_file(host) or host
+  local abi = core.landlock.abi()
   if not abi then return false, "Landlock is not available here" end
-  local dir = core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-probe-")
+  local dir = core.fs.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-probe-")
   if not dir then return false, "cannot make a scratch directory" end
   local secret = dir .. "/secret"
   local f = assert(io.open(secret, "w"))
   f:write("secret\n")
   f:close()
-  local lfd, port = core.tcp_listen("127.0.0.1", 0)
-  if not lfd then core.remove_tree(dir) return false, "cannot listen on loopback: " .. tostring(port) end
+  local lfd, port = core.sock.listen("127.0.0.1", 0)
+  if not lfd then core.fs.remove_tree(dir) return false, "cannot listen on loopback: " .. tostring(port) end
   local granted = mutate == "control-fails" and secret or host
   local env = { "PROBE_SECRET=" .. secret, "PROBE_PORT=" .. port, "PROBE_GRANTED=" .. granted,
     "PROBE_HOST=" .. host }
@@ -130,7 +130,7 @@ local function probe_once(mutate)
   if mutate == "no-subprocess-filter" then plan.supervised = nil end
   local res, err, out = run(plan)
   lfd:close()
-  core.remove_tree(dir)
+  core.fs.remove_tree(dir)
   if not control_ok then
     return false, "control failed: the attempts did not succeed in a bare child (" ..
       tostring(cres and cres.status or cerr) .. "): " .. cout:gsub("%s+$", ""), report
@@ -179,22 +179,22 @@ local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 -- @return[2] nil
 -- @treturn[2] string why not
 function M.seatbelt()
-  if not core.resolve_file(SANDBOX_EXEC) then return nil, SANDBOX_EXEC .. " is not on this host" end
+  if not core.path.resolve_file(SANDBOX_EXEC) then return nil, SANDBOX_EXEC .. " is not on this host" end
   local version = sh("/usr/bin/sw_vers -productVersion"):match("^%s*(%S+)")
   if not version then return nil, "no macOS version (sw_vers)" end
-  local dir = core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-sb-")
+  local dir = core.fs.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-sb-")
   if not dir then return nil, "cannot make a scratch directory" end
-  local real = core.resolve_path(dir)
+  local real = core.path.resolve(dir)
   local secret, granted = real .. "/secret", real .. "/granted"
   local f = assert(io.open(secret, "w")) f:write("secret\n") f:close()
-  assert(core.mkdir(granted, tonumber("755", 8)))
+  assert(core.fs.mkdir(granted, tonumber("755", 8)))
   f = assert(io.open(granted .. "/f", "w")) f:write("granted\n") f:close()
   local control, cok = sh(SANDBOX_EXEC .. " -p '(version 1)(allow default)' /bin/cat " .. quote(secret))
   local g = assert(policy.check({ read = { granted }, subprocess = true }))
   local profile, perr = require("corral.sbpl").tier_profile(g, "/bin/sh")
   local out = profile and sh(SANDBOX_EXEC .. " -p " .. quote(profile) .. " /bin/sh -c " ..
     quote("cat " .. quote(secret) .. " || echo denied; cat " .. quote(granted .. "/f"))) or ""
-  core.remove_tree(dir)
+  core.fs.remove_tree(dir)
   if not (cok and control:find("secret", 1, true)) then return nil, "control failed: " .. control end
   if not profile then return nil, tostring(perr) end
   if out:find("secret\n", 1, true) or not out:find("denied\ngranted\n", 1, true) then
@@ -211,7 +211,7 @@ function M.check(mutate)
   mutate = mutate or os.getenv("CORRAL_TIER_PROBE_MUTATE")
   if mutate == "" then mutate = nil end
   if not mutate and cached then return cached end
-  if not core.landlock_abi() and not mutate then
+  if not core.landlock.abi() and not mutate then
     -- No Landlock: macOS keeps the seatbelt path, earned only where sandbox-exec runs.
     local sb = M.seatbelt()
     if sb then

@@ -1,6 +1,7 @@
 /*
- * Bindings for the control-plane wrapper: where the `corral` executable is (the
- * wrapper every confined launch spec names). The root it shows is core.rootplan.
+ * core.proc: this process — who it is (getpid, geteuid, uname), its environment, the
+ * execve that ends a launch spec, and where the `corral` executable is (the wrapper
+ * every confined launch spec names).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -58,7 +59,7 @@ static int l_host_executable(lua_State *L)
     return 2;
 }
 
-/* core.uname() → sysname, release: chooses the confinement backend (Linux, Darwin). */
+/* core.proc.uname() → sysname, release: chooses the confinement backend (Linux, Darwin). */
 static int l_uname(lua_State *L)
 {
     struct utsname u;
@@ -68,7 +69,7 @@ static int l_uname(lua_State *L)
     return 2;
 }
 
-/* core.environ() → {name = value}: the environment the CLI passes through. */
+/* core.proc.environ() → {name = value}: the environment the CLI passes through. */
 static int l_environ(lua_State *L)
 {
     extern char **environ;
@@ -100,7 +101,7 @@ static char **check_strings(lua_State *L, int arg, const char *what)
     return v;
 }
 
-/* core.execve(path, argv, envp, cd): replaces this process (a launch spec's last step).
+/* core.proc.execve(path, argv, envp, cd): replaces this process (a launch spec's last step).
  * argv and envp are lists of strings ("NAME=value" for envp). Returns only on failure. */
 static int l_execve(lua_State *L)
 {
@@ -114,51 +115,29 @@ static int l_execve(lua_State *L)
     return corral_pushfail(L, path, errno);
 }
 
-/* core.mkdtemp(prefix) → a new private directory (mode 0700) "<prefix>XXXXXX". */
-static int l_mkdtemp(lua_State *L)
-{
-    const char *prefix = corral_checkpath(L, 1);
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%sXXXXXX", prefix) >= (int)sizeof buf)
-        return luaL_argerror(L, 1, "prefix too long");
-    if (!mkdtemp(buf)) return corral_pushfail(L, "mkdtemp", errno);
-    lua_pushstring(L, buf);
-    return 1;
-}
-
-/* core.readlink(path) → target, or nil, msg, errno (EINVAL: not a symlink). */
-static int l_readlink(lua_State *L)
-{
-    const char *path = corral_checkpath(L, 1);
-    char buf[PATH_MAX];
-    ssize_t n = readlink(path, buf, sizeof buf - 1);
-    if (n < 0) return corral_pushfail(L, path, errno);
-    lua_pushlstring(L, buf, (size_t)n);
-    return 1;
-}
-
-/* core.getpid() */
+/* core.proc.getpid() */
 static int l_getpid(lua_State *L)
 {
     lua_pushinteger(L, getpid());
     return 1;
 }
 
-/* core.geteuid() */
+/* core.proc.geteuid() */
 static int l_geteuid(lua_State *L)
 {
     lua_pushinteger(L, geteuid());
     return 1;
 }
 
-int corral_open_confine(lua_State *L)
+int corral_open_proc(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"uname", l_uname},     {"getpid", l_getpid},
-                                   {"geteuid", l_geteuid}, {"readlink", l_readlink},
-                                   {"environ", l_environ}, {"execve", l_execve},
-                                   {"mkdtemp", l_mkdtemp}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"uname", l_uname},
+                                   {"getpid", l_getpid},
+                                   {"geteuid", l_geteuid},
+                                   {"environ", l_environ},
+                                   {"execve", l_execve},
+                                   {"host_executable", l_host_executable},
+                                   {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
-    lua_pushcfunction(L, l_host_executable);
-    lua_setfield(L, -2, "host_executable");
     return 0;
 }

@@ -4,7 +4,7 @@
 -- under the same set-up, in the same run (DESIGN invariant 2: a set-up that kills the
 -- process "denies" everything; only the control tells the two apart). Results are
 -- cached once per process.
--- @module corral.capability
+-- @module corral.probe
 local core = require "corral.core"
 local shell = require "corral.shell"
 
@@ -22,8 +22,8 @@ end
 -- A file for a probe child's output, in a private directory of its own (never a
 -- guessable name in a shared /tmp). Returns its path and a function that removes both.
 local function scratch_file()
-  local dir = assert(core.mkdtemp(scratch_dir() .. "/corral-probe-"))
-  return dir .. "/out", function() core.remove_tree(dir) end
+  local dir = assert(core.fs.mkdtemp(scratch_dir() .. "/corral-probe-"))
+  return dir .. "/out", function() core.fs.remove_tree(dir) end
 end
 
 -- The control writes and reads back a file inside the boundary; the breach reads a
@@ -38,7 +38,7 @@ read -r got < control || exit 10
 if read -r got 2>/dev/null < "$1"; then exit 11; fi
 exit 0]]
 
--- Spawns `plan` (core.spawn's table) with stdin from /dev/null — a probe's verdict must
+-- Spawns `plan` (core.spawn.start's table) with stdin from /dev/null — a probe's verdict must
 -- not depend on the caller's stdin (a directory there made every layer probe fail) —
 -- and stdout and stderr into a private scratch file; waits up to 10 s (then kills).
 -- Returns the output and the exit code (128+signal), or nil, error.
@@ -47,7 +47,7 @@ local function run_captured(plan)
   local out = assert(io.open(out_path, "w"))
   local devnull = assert(io.open("/dev/null"))
   plan.stdin, plan.stdout, plan.stderr = devnull, out, out
-  local proc, err = core.spawn(plan)
+  local proc, err = core.spawn.start(plan)
   devnull:close()
   out:close()
   if not proc then
@@ -72,13 +72,13 @@ local function capture_spawn(argv)
 end
 
 local function probe_layer(layer)
-  local host, why = core.host_executable()
+  local host, why = core.proc.host_executable()
   if not host then return false, why end
-  local dir, err = core.mkdtemp(scratch_dir() .. "/corral-probe-")
+  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-")
   if not dir then return false, err end
   local secret = dir .. "/outside/secret"
   local out, status
-  local made = core.mkdir(dir .. "/box", tonumber("700", 8)) and core.mkdir(dir .. "/outside", tonumber("700", 8))
+  local made = core.fs.mkdir(dir .. "/box", tonumber("700", 8)) and core.fs.mkdir(dir .. "/outside", tonumber("700", 8))
   local f = made and io.open(secret, "w")
   if f then
     f:write("secret\n")
@@ -88,7 +88,7 @@ local function probe_layer(layer)
   else
     out, status = "cannot prepare " .. dir, -1
   end
-  core.remove_tree(dir)
+  core.fs.remove_tree(dir)
   out = (out or ""):gsub("%s+$", "")
   if status == 0 then
     return true, "control wrote and read inside the boundary; a read outside was denied"
@@ -106,7 +106,7 @@ local function tenant_child(argv, opts)
   opts = opts or {}
   local binds, links = {}, {}
   for _, p in ipairs(core.rootplan.runtime_paths()) do
-    local target = core.readlink(p)
+    local target = core.fs.readlink(p)
     if target then links[#links + 1] = { target = target, path = p }
     else binds[#binds + 1] = { src = p, dest = p, optional = true } end
   end
@@ -119,10 +119,10 @@ local function tenant_child(argv, opts)
 end
 
 local function with_tmpdir(fn)
-  local dir, err = core.mkdtemp(scratch_dir() .. "/corral-probe-")
+  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-")
   if not dir then return false, err end
   local ok, a, b, c = pcall(fn, dir)
-  core.remove_tree(dir)
+  core.fs.remove_tree(dir)
   if not ok then return false, "probe error: " .. tostring(a) end
   return a, b, c
 end
@@ -135,13 +135,13 @@ local probes = {
     gates = { "native", "bwrap" },
     run = function()
       return with_tmpdir(function(dir)
-        core.chmod(dir, tonumber("755", 8))
+        core.fs.chmod(dir, tonumber("755", 8))
         for _, sub in ipairs({ "a", "b" }) do
-          assert(core.mkdir(dir .. "/" .. sub, tonumber("755", 8)))
+          assert(core.fs.mkdir(dir .. "/" .. sub, tonumber("755", 8)))
           local f = assert(io.open(dir .. "/" .. sub .. "/f", "w"))
           f:write(sub == "a" and "own\n" or "sibling\n")
           f:close()
-          core.chmod(dir .. "/" .. sub .. "/f", tonumber("644", 8))
+          core.fs.chmod(dir .. "/" .. sub .. "/f", tonumber("644", 8))
         end
         local out, code = tenant_child({ "/bin/sh", "-c",
           'cat /storage/f || exit 10; if cat "$1/b/f" 2>/dev/null || ls "$1" 2>/dev/null; then exit 11; fi',
@@ -157,16 +157,16 @@ local probes = {
     name = "network_restriction",
     gates = { "native", "bwrap" },
     run = function()
-      local lfd, port = core.tcp_listen("127.0.0.1", 0)
+      local lfd, port = core.sock.listen("127.0.0.1", 0)
       if not lfd then return false, "cannot listen on loopback: " .. tostring(port) end
-      local c, cerr = core.tcp_connect("127.0.0.1", port, 2)
+      local c, cerr = core.sock.connect("127.0.0.1", port, 2)
       if not c then lfd:close(); return false, "control failed: the host cannot reach its own listener: " .. cerr end
       c:close()
-      local host = core.host_executable()
+      local host = core.proc.host_executable()
       if not host then lfd:close(); return false, "the corral executable was not found for the child" end
       -- The child is corral itself, so the attempt needs no client program inside.
       local out, code = tenant_child({ host, "-e", string.format(
-        "local fd = require('corral.core').tcp_connect('127.0.0.1', %d, 1) os.exit(fd and 11 or 0)", port) },
+        "local fd = require('corral.core').sock.connect('127.0.0.1', %d, 1) os.exit(fd and 11 or 0)", port) },
         { binds = { { src = host, dest = host } } })
       lfd:close()
       if code == 0 then return true, "the host reached its loopback listener; a child in an empty netns could not" end
@@ -243,7 +243,7 @@ local probes = {
     name = "seccomp",
     gates = { "native" },
     run = function()
-      local unshare = core.resolve_executable("unshare")
+      local unshare = core.path.resolve_executable("unshare")
       if unshare:sub(1, 1) ~= "/" then return false, "no unshare(1) to attempt the breach with" end
       local argv = { unshare, "-U", "/bin/true" }
       local control, ccode = tenant_child(argv, { seccomp = false })
@@ -282,7 +282,7 @@ local probes = {
     run = function()
       local netns, err = core.ns.new_net()
       if not netns then return false, "cannot create a network namespace: " .. tostring(err) end
-      local plan = { dns_port = 5353, acceptor_port = 15001, mark = 42 }
+      local plan = { dns_port = 5353, acceptor_port = 15001, mark = core.nft.DEFAULT_MARK }
       local ok
       ok, err = core.nft.apply(netns, plan)
       if ok then ok, err = core.nft.verify(netns, plan) end
@@ -319,7 +319,7 @@ local probes = {
     name = "confinement.landlock",
     gates = { "confine" },
     run = function()
-      local abi, err = core.landlock_abi()
+      local abi, err = core.landlock.abi()
       if not abi then return false, err end
       local ok, detail = probe_layer("landlock")
       return ok, string.format("ABI %d; %s", abi, detail), { abi = abi }

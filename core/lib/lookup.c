@@ -1,5 +1,5 @@
 /*
- * getaddrinfo for permitted connections (see resolve.h). Results are de-duplicated and
+ * getaddrinfo for permitted connections (see lookup.h). Results are de-duplicated and
  * kept in the resolver's order; the caller checks each against the forbidden ranges.
  */
 #include <arpa/inet.h>
@@ -8,9 +8,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "resolve.h"
+#include "lookup.h"
 
-int corral_resolve_host(const char *name, char (*out)[46], size_t max)
+int corral_lookup_host(const char *name, char (*out)[46], size_t max)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;

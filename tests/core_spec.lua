@@ -1,0 +1,32 @@
+-- corral.core's surface: one namespace per C module, and the constants the Lua side
+-- reads from C instead of restating them.
+local core = require "corral.core"
+
+describe("corral.core", function()
+  it("holds only namespaces (one per C module) and its version", function()
+    local tables = 0
+    for name, v in pairs(core) do
+      if name == "_VERSION" then
+        assert.is_string(v)
+      else
+        assert.are.equal("table", type(v), "core." .. name .. " is not a namespace")
+        tables = tables + 1
+      end
+    end
+    assert.truthy(tables > 20) -- control: the modules are there
+    assert.is_function(core.sock.listen)
+  end)
+
+  it("exports the exit statuses corral gives of its own (core/lib/exitcodes.h)", function()
+    assert.are.same({ USAGE = 2, CANNOT = 3, START_REFUSED = 120, MEMORY = 121, WALL = 124,
+                      SETUP = 125, NOEXEC = 126, NOTFOUND = 127 }, core.exit)
+  end)
+
+  it("exports the errno numbers and the egress mark the Lua side compares with", function()
+    assert.are.equal(17, core.errno.EEXIST) -- Linux's errno.h
+    assert.are.equal(11, core.errno.EAGAIN)
+    assert.are.equal(110, core.errno.ETIMEDOUT)
+    assert.are.equal(core.nft.DEFAULT_MARK, require("corral.egress.plane").MARK)
+    assert.is_true(math.type(core.nft.MAX_PORT_RANGES) == "integer" and core.nft.MAX_PORT_RANGES > 0)
+  end)
+end)
