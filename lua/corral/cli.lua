@@ -102,8 +102,8 @@ function M.network_options(opts)
   end
   if opts["allow-file"] then
     local file = opts["allow-file"]
-    local f, ferr = io.open(file)
-    if not f then return nil, errors.invalid_argument("--allow-file", tostring(ferr)) end
+    local f, ferr, ferrno = io.open(file)
+    if not f then return nil, errors.invalid_argument("--allow-file", ferr, ferrno) end
     local n = 0
     for line in f:lines() do
       n = n + 1

@@ -1,7 +1,8 @@
 --- Structured errors: every policy refusal corral returns is built here.
 --
 -- A refusal is `nil, err` where `err` is a table `{code =, capability? =, argument? =,
--- detail =}` with a `__tostring`. The codes are stable and documented:
+-- detail =, errno? =}` with a `__tostring`; `errno` is kept when a system call refused.
+-- The codes are stable and documented:
 --
 -- * `cannot_enforce` — this host cannot build a protection the call requires
 --   (`capability` names it). Never answered with a weaker result instead.
@@ -43,17 +44,19 @@ end
 --- A protection this host cannot build.
 -- @tparam string capability the capability that is missing
 -- @tparam string detail what was tried and what was seen
+-- @tparam[opt] integer errno the system error behind it, when a system call refused
 -- @treturn table the error
-function M.cannot_enforce(capability, detail)
-  return M.new("cannot_enforce", { capability = capability, detail = detail })
+function M.cannot_enforce(capability, detail, errno)
+  return M.new("cannot_enforce", { capability = capability, detail = detail, errno = errno })
 end
 
 --- A malformed argument.
 -- @tparam string argument the argument's name
 -- @tparam string detail what is wrong with it
+-- @tparam[opt] integer errno the system error behind it (a file that cannot be read)
 -- @treturn table the error
-function M.invalid_argument(argument, detail)
-  return M.new("invalid_argument", { argument = argument, detail = detail })
+function M.invalid_argument(argument, detail, errno)
+  return M.new("invalid_argument", { argument = argument, detail = detail, errno = errno })
 end
 
 --- Whether `err` is a corral error (of `code`, when given).

@@ -25,12 +25,12 @@ end
 function M.cgroup(sb)
   if not M.wants_cgroup(sb) then return nil end
   local l = sb.limits
-  local cg, err = core.cgroup.create({
+  local cg, err, errno = core.cgroup.create({
     memory = l.memory, pids = l.pids,
     cpu_quota_us = l.cpu and math.floor(l.cpu * 100000) or nil,
     cpu_period_us = l.cpu and 100000 or nil,
   })
-  if not cg then return nil, errors.cannot_enforce("resource_limits", tostring(err)) end
+  if not cg then return nil, errors.cannot_enforce("resource_limits", err, errno) end
   return cg
 end
 

@@ -60,9 +60,9 @@ function M.release(st)
     st.plane = nil
   end
   if st.cgroup then
-    local ok, err = st.cgroup:destroy()
+    local ok, err, errno = st.cgroup:destroy()
     if ok == nil and err then
-      return nil, require("corral.errors").cannot_enforce("resource_limits", tostring(err))
+      return nil, require("corral.errors").cannot_enforce("resource_limits", err, errno)
     end
     st.cgroup = nil
   end

@@ -45,9 +45,9 @@ function M.new(id, network)
     idle = network.idle or defaults.idle,
     connect_timeout = network.connect_timeout or defaults.connect_timeout,
     attempt_delay = defaults.attempt_delay }, Plane)
-  local function fail(what, err)
+  local function fail(what, err, errno)
     self:close()
-    return nil, errors.cannot_enforce("network_restriction", what .. ": " .. tostring(err))
+    return nil, errors.cannot_enforce("network_restriction", what .. ": " .. tostring(err), errno)
   end
   -- The policy lives in the process-wide registry: allow/revoke apply to the next
   -- decision, and a tenant has no path to it.
@@ -65,16 +65,16 @@ function M.new(id, network)
       return nil, perr
     end
   end
-  local err
-  self.netns, err = core.ns.new_net()
-  if not self.netns then return fail("netns", err) end
+  local err, errno
+  self.netns, err, errno = core.ns.new_net()
+  if not self.netns then return fail("netns", err, errno) end
   local ok
   if network.link then
-    ok, err = self:attach_link(network.link)
-    if not ok then return fail("link", err) end
+    ok, err, errno = self:attach_link(network.link)
+    if not ok then return fail("link", err, errno) end
   else
-    ok, err = core.rtnl.lo_default_routes(self.netns)
-    if not ok then return fail("lo and default routes", err) end
+    ok, err, errno = core.rtnl.lo_default_routes(self.netns)
+    if not ok then return fail("lo and default routes", err, errno) end
   end
   local what
   self.responder, what, err = responder.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
@@ -88,11 +88,11 @@ function M.new(id, network)
   self.acceptor_port = self.acceptor.port
   self.tcp_ports = M.tcp_ports(policy)
   local plan = M.ruleset_plan(self, self.tcp_ports)
-  ok, err = core.nft.apply(self.netns, plan)
-  if not ok then return fail("nftables ruleset", err) end
+  ok, err, errno = core.nft.apply(self.netns, plan)
+  if not ok then return fail("nftables ruleset", err, errno) end
   -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
-  ok, err = core.nft.verify(self.netns, plan)
-  if not ok then return fail("nftables read-back", err) end
+  ok, err, errno = core.nft.verify(self.netns, plan)
+  if not ok then return fail("nftables read-back", err, errno) end
   self.on_policy = self.registry:subscribe(function(changed, p)
     if changed == self.id then self:policy_changed(p) end
   end)

@@ -98,19 +98,19 @@ local function spawn(sb, st, argv, opts)
   local f = assert(io.open(prog_path, "wb"))
   f:write(assert(core.seccomp.tenant_program()))
   f:close()
-  local prog, perr = core.fd.open(prog_path)
+  local prog, perr, perrno = core.fd.open(prog_path)
   os.remove(prog_path)
-  if not prog then return nil, errors.cannot_enforce("privilege_separation", tostring(perr)) end
+  if not prog then return nil, errors.cannot_enforce("privilege_separation", perr, perrno) end
   local root = tenant_root.plan(sb, st)
   local full = { bwrap }
   for _, v in ipairs(M.args(root, argv, prog:fileno())) do full[#full + 1] = v end
   local as_root = core.proc.geteuid() == 0
-  local proc, err = core.spawn.start({ plain = true, plain_ids = as_root, plain_pidns = as_root,
+  local proc, err, errno = core.spawn.start({ plain = true, plain_ids = as_root, plain_pidns = as_root,
     uid = root.uid, gid = root.gid, path = bwrap, argv = full, env = root.env, rlimits = root.rlimits,
     netns = root.netns, cgroup_procs = root.cgroup_procs, keep_fds = { prog },
     stdout = opts.stdout, stderr = opts.stderr })
   prog:close()
-  if not proc then return nil, errors.cannot_enforce("bwrap", tostring(err)) end
+  if not proc then return nil, errors.cannot_enforce("bwrap", err, errno) end
   return proc
 end
 
