@@ -48,15 +48,16 @@ local function convert_limits(given, invalid)
 end
 
 -- The storage root and id from a storage path: DIR may not exist yet (corral creates
--- it); its parent must, and is resolved. The id is DIR's last component.
+-- it); its parent must (corral.sandbox.check_root, the Lua API's rule too), and is
+-- resolved. The id is DIR's last component.
 local function split_storage(storage, id, invalid, name)
   local parent, base = storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
   if storage:sub(1, 1) ~= "/" then return invalid("storage", storage .. ": must be an absolute path") end
   if not parent or base == "." or base == ".." then
     return invalid("storage", storage .. ": must name a directory below /, ending in its own name (not . or ..)")
   end
-  local dir, err = core.resolve_path(parent == "" and "/" or parent)
-  if not dir then return invalid("storage", err) end
+  local dir, err = require("corral.sandbox").check_root(parent == "" and "/" or parent)
+  if not dir then return invalid("storage", err.detail) end
   if id and id ~= base then
     return invalid("id", string.format("the sandbox's id is %s's last component (%s); give one of %s and %s",
       name("storage"), base, name("id"), name("storage")))
