@@ -175,3 +175,27 @@ describe("a broken mechanism is reported by name", function()
     assert.is_true(corral.destroy(mech, sb))
   end)
 end)
+
+describe("the contract where users look", function()
+  it("corral help mechanisms explains it and points at docs/mechanisms.md; control: an unknown topic is refused",
+    function()
+      local out, rc = h.corral("help", "mechanisms")
+      assert.are.equal(0, rc, out)
+      assert.matches("constructed_capabilities", out)
+      assert.matches("docs/mechanisms%.md", out)
+      out, rc = h.corral("help", "no-such-topic")
+      assert.are.equal(2, rc, out)
+    end)
+
+  it("docs/mechanisms.md names every callback and both examples", function()
+    local doc = assert(h.read("docs/mechanisms.md"))
+    local mechanism = require "corral.mechanism"
+    for _, list in ipairs({ mechanism.REQUIRED, mechanism.OPTIONAL }) do
+      for _, name in ipairs(list) do assert.matches("`" .. name .. "%(", doc) end
+    end
+    for _, f in ipairs({ "command_policy.lua", "primitives.lua" }) do
+      assert.matches("scripts/examples/" .. f:gsub("%p", "%%%0"), doc)
+      assert.truthy(corral.core.lstat("scripts/examples/" .. f), f)
+    end
+  end)
+end)

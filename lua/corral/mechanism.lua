@@ -4,9 +4,20 @@
 -- (→ true, nil | "host:port"), required_capabilities(sb), constructed_capabilities(sb).
 -- Any table, or a .lua file returning one, is a mechanism; built in: native, bwrap.
 --
--- The gate: what a mechanism requires for a sandbox, minus what it constructs itself,
--- is asked of the host probe; a refusal names the absent capability. It never fails
--- open: a probe that errors, or a capability nobody can establish, refuses.
+-- Returns (each may instead fail with `nil, err`, err a corral.errors error):
+-- provision/start/stop/destroy → true; exec → `{code = 0..255, how = "exited"|"killed"?,
+-- limit = "wall"|"memory"?, usage = table?, error = string?}`; status → "absent" |
+-- "provisioned" | "running" | "stopped". `call` checks every result against this and
+-- names a broken mechanism.
+--
+-- The gate: a sandbox flag the mechanism neither constructs nor asks the host for is
+-- refused by name (`--memory` needs resource_limits); what a mechanism requires, minus
+-- what it constructs itself, is asked of the host probe; a refusal names the absent
+-- capability. It never fails open: a probe that errors, or a capability nobody can
+-- establish, refuses. Around any mechanism `corral run` applies --wall, the forwarded
+-- signals (corral.mechanism.watch) and the environment filter. The full contract, with
+-- what the host applies and what the mechanism must construct: docs/mechanisms.md,
+-- `corral help mechanisms`, and two worked examples in scripts/examples/.
 -- @module corral.mechanism
 local errors = require "corral.errors"
 local capability = require "corral.capability"
