@@ -226,13 +226,23 @@ describe("decision: decide hook", function()
 end)
 
 describe("decision: resolvable", function()
-  it("answers names on the list, any valid name for a hook-only policy, nothing otherwise", function()
+  it("answers names on the list, what a hook-only policy's hook allows, nothing otherwise", function()
     local p = policy({ "pypi.org:443", "*.example.com" })
     assert.is_true(decision.resolvable("PyPI.org.", p))
     assert.is_true(decision.resolvable("a.example.com", p))
     assert.is_nil(decision.resolvable("example.com", p))
     assert.is_nil(decision.resolvable("evil.test", p))
-    assert.is_true(decision.resolvable("evil.test", { decide = function() return false end }))
+    -- hook-only: the hook is asked at DNS time (no port), and its refusal is the answer
+    local seen = {}
+    local hook = { sandbox = "s", decide = function(ctx)
+      seen[#seen + 1] = ctx.phase .. ":" .. ctx.name .. ":" .. tostring(ctx.port)
+      return ctx.name == "pypi.org", "only pypi"
+    end }
+    local ok, why = decision.resolvable("evil.test", hook)
+    assert.is_nil(ok)
+    assert.are.equal("only pypi", why)
+    assert.is_true(decision.resolvable("PyPI.org", hook)) -- control
+    assert.are.same({ "dns:evil.test:nil", "dns:pypi.org:nil" }, seen)
     assert.is_nil(decision.resolvable("evil_test", { decide = function() return false end }))
     assert.is_nil(decision.resolvable("pypi.org", {}))
     assert.is_nil(decision.resolvable("pypi.org", nil))

@@ -5,6 +5,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/utsname.h>
 #include <limits.h>
@@ -129,15 +130,46 @@ static int l_geteuid(lua_State *L)
     return 1;
 }
 
+/* core.proc.unsetenv(name) → true: removes a variable from this process's own environment.
+ * corral.run clears the credential-shaped ones once it has taken what the tenant is
+ * given, so that nothing it loads or starts afterwards (a mechanism's os.execute) can
+ * inherit them. */
+static int l_unsetenv(lua_State *L)
+{
+    const char *name = corral_checkpath(L, 1);
+    if (!name[0] || strchr(name, '=')) return luaL_argerror(L, 1, "not a variable name");
+    if (unsetenv(name) < 0) return corral_pushfail(L, "unsetenv", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* core.proc.exit(status): ends this process at once, without finalizers or atexit (a
+ * watched child from core.spawn.fork, whose objects are the parent's copies). */
+static int l_exit_now(lua_State *L)
+{
+    _exit((int)luaL_optinteger(L, 1, 0));
+}
+
+/* core.proc.kill(pid, [sig]) → true: a signal (default SIGKILL) by pid, for the
+ * processes of a watched child's tree, which the host holds no pidfd for. A process
+ * stopped before it is signalled cannot exit, so its pid cannot be recycled. */
+static int l_kill_pid(lua_State *L)
+{
+    lua_Integer pid = luaL_checkinteger(L, 1);
+    if (pid <= 1) return luaL_argerror(L, 1, "must be a process id above 1");
+    if (kill((pid_t)pid, (int)luaL_optinteger(L, 2, SIGKILL)) < 0)
+        return corral_pushfail(L, "kill", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 int corral_open_proc(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"uname", l_uname},
-                                   {"getpid", l_getpid},
-                                   {"geteuid", l_geteuid},
-                                   {"environ", l_environ},
-                                   {"execve", l_execve},
-                                   {"host_executable", l_host_executable},
-                                   {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"uname", l_uname},       {"getpid", l_getpid},
+                                   {"geteuid", l_geteuid},   {"environ", l_environ},
+                                   {"execve", l_execve},     {"host_executable", l_host_executable},
+                                   {"unsetenv", l_unsetenv}, {"exit", l_exit_now},
+                                   {"kill", l_kill_pid},     {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -386,6 +388,60 @@ static int l_tostring(lua_State *L)
     return 1;
 }
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* core.spawn.fork() → process, fd (in the parent) | false, fd (in the child): the host's
+ * watched child. corral.run runs a custom mechanism's exec in one, so that --wall and
+ * the forwarded signals bound whatever that mechanism's code does (an os.execute blocks
+ * a Lua state where no hook can reach it). The fd is a pipe: the child's end writes
+ * (its result), the parent's reads, and reads end-of-file once the child is gone.
+ * The child starts with default dispositions and nothing blocked (the host's signalfd
+ * choices are not the mechanism's), dies with the host (PDEATHSIG), and is a subreaper,
+ * so that what it starts stays beneath it however it detaches. The child must end with
+ * core.proc.exit: the parent's objects are copies there, and finalizers would release them. */
+static int l_fork(lua_State *L)
+{
+    process *p = (process *)lua_newuserdatauv(L, sizeof *p, 0);
+    memset(p, 0, sizeof *p);
+    p->pid = -1;
+    p->pidfd = -1;
+    luaL_setmetatable(L, PROC_TYPE);
+    corral_fd *rd = corral_newfd(L);
+    corral_fd *wr = corral_newfd(L);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0) return corral_pushfail(L, "pipe", errno);
+    rd->fd = fds[0];
+    wr->fd = fds[1];
+    pid_t parent = getpid();
+    fflush(NULL); /* Lua's io buffers are stdio's: a copy in the child is written twice */
+    pid_t pid = fork();
+    if (pid < 0) return corral_pushfail(L, "fork", errno);
+    if (pid == 0) {
+        static const int reset[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
+        for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+            signal(reset[i], SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127); /* the host died before PDEATHSIG was armed */
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+        close(rd->fd);
+        rd->fd = -1;
+        lua_pushboolean(L, 0);
+        lua_insert(L, -2);
+        return 2; /* false, the write end */
+    }
+    close(wr->fd);
+    wr->fd = -1;
+    lua_pop(L, 1);
+    p->pid = pid;
+    p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    return 2; /* the process, the read end */
+}
+
 int corral_open_spawn(lua_State *L)
 {
     static const luaL_Reg methods[] = {
@@ -404,5 +460,7 @@ int corral_open_spawn(lua_State *L)
     lua_pop(L, 1);
     lua_pushcfunction(L, l_spawn);
     lua_setfield(L, -2, "start");
+    lua_pushcfunction(L, l_fork);
+    lua_setfield(L, -2, "fork");
     return 0;
 }

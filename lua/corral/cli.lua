@@ -171,11 +171,28 @@ local function command(name, summary, usage, fn)
   order[#order + 1] = name
 end
 
+-- A help topic (not a command): the mechanism contract, in full in docs/mechanisms.md.
+local TOPICS = {
+  mechanisms = [[corral help mechanisms
+
+A mechanism is a Lua table (or a .lua file returning one) with provision, start, exec,
+stop, destroy and status (optional: address, required_capabilities,
+constructed_capabilities). exec returns {code = 0..255, how =, limit =}; every result
+is checked and a broken mechanism is named. Around any mechanism the host applies the
+gate, the environment filter (credentials never reach it), --wall and forwarded
+signals; a flag it neither constructs nor asks for (--memory without resource_limits)
+is refused. Examples: scripts/examples/; the contract: docs/mechanisms.md.]],
+}
+
 command("help", "list the commands, or explain one",
-  "corral help [COMMAND]",
+  "corral help [COMMAND | mechanisms]",
   function(argv)
     local name = argv[2]
     if name then
+      if TOPICS[name] then
+        io.write(TOPICS[name], "\n")
+        return 0
+      end
       local c = commands[name]
       if not c then return fail("help", errors.invalid_argument("COMMAND", "no command " .. name)) end
       io.write(c.usage, "\n\n", c.summary, "\n")

@@ -108,6 +108,23 @@ function M.environment(extra)
   return env
 end
 
+--- Removes from this process's own environment every variable a tenant would be
+-- refused (`refusal`): corral.run calls it once it has taken what the tenant is given,
+-- so that nothing it loads or starts afterwards can inherit a credential.
+-- @treturn {string,...} the names removed, sorted
+function M.clear_own_environment()
+  local core = require "corral.core"
+  local removed = {}
+  for name, value in pairs(core.proc.environ()) do
+    if M.refusal(name, value) then
+      core.proc.unsetenv(name)
+      removed[#removed + 1] = name
+    end
+  end
+  table.sort(removed)
+  return removed
+end
+
 --- The environment as a sorted "NAME=value" list, as exec takes it.
 -- @tparam table env name → value
 -- @treturn {string,...}

@@ -53,17 +53,19 @@ local function gated(name)
     if type(sb) ~= "table" or type(sb.id) ~= "string" then
       return nil, M.errors.invalid_argument("sandbox", "must be a sandbox from corral.sandbox{}")
     end
-    local ok, gerr = require("corral.mechanism").gate(mech, sb)
+    local mechanism = require "corral.mechanism"
+    local ok, gerr = mechanism.gate(mech, sb)
     if not ok then return nil, gerr end
-    return mech[name](sb, ...)
+    return mechanism.call(mech, name, sb, ...)
   end
 end
 
+-- Every result is checked against the contract (corral.mechanism.call).
 local function plain(name)
   return function(m, sb, ...)
     local mech, err = mech_of(m)
     if not mech then return nil, err end
-    return mech[name](sb, ...)
+    return require("corral.mechanism").call(mech, name, sb, ...)
   end
 end
 

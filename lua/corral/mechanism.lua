@@ -4,9 +4,20 @@
 -- (→ true, nil | "host:port"), required_capabilities(sb), constructed_capabilities(sb).
 -- Any table, or a .lua file returning one, is a mechanism; built in: native, bwrap.
 --
--- The gate: what a mechanism requires for a sandbox, minus what it constructs itself,
--- is asked of the host probe; a refusal names the absent capability. It never fails
--- open: a probe that errors, or a capability nobody can establish, refuses.
+-- Returns (each may instead fail with `nil, err`, err a corral.errors error):
+-- provision/start/stop/destroy → true; exec → `{code = 0..255, how = "exited"|"killed"?,
+-- limit = "wall"|"memory"?, usage = table?, error = string?}`; status → "absent" |
+-- "provisioned" | "running" | "stopped". `call` checks every result against this and
+-- names a broken mechanism.
+--
+-- The gate: a sandbox flag the mechanism neither constructs nor asks the host for is
+-- refused by name (`--memory` needs resource_limits); what a mechanism requires, minus
+-- what it constructs itself, is asked of the host probe; a refusal names the absent
+-- capability. It never fails open: a probe that errors, or a capability nobody can
+-- establish, refuses. Around any mechanism `corral run` applies --wall, the forwarded
+-- signals (corral.mechanism.watch) and the environment filter. The full contract, with
+-- what the host applies and what the mechanism must construct: docs/mechanisms.md,
+-- `corral help mechanisms`, and two worked examples in scripts/examples/.
 -- @module corral.mechanism
 local errors = require "corral.errors"
 local probe = require "corral.probe"
@@ -16,7 +27,21 @@ local M = {}
 M.REQUIRED = { "provision", "start", "exec", "stop", "destroy", "status" }
 M.OPTIONAL = { "address", "required_capabilities", "constructed_capabilities" }
 
+-- What a file-loaded mechanism is called in messages: its file's name.
+local labels = setmetatable({}, { __mode = "k" })
+
 M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwrap" }
+
+--- Whether `mech` is one of the built-in mechanisms (the host's own code: it applies
+-- --wall and forwards signals itself).
+-- @tparam table mech
+-- @treturn boolean
+function M.is_builtin(mech)
+  for _, module in pairs(M.BUILTIN) do
+    if package.loaded[module] == mech then return true end
+  end
+  return false
+end
 
 --- Checks a table against the behaviour.
 -- @tparam table mech
@@ -63,18 +88,109 @@ function M.load(name_or_path)
   if not chunk then return nil, errors.invalid_argument("mechanism", err) end
   local ok, mech = pcall(chunk)
   if not ok then return nil, errors.invalid_argument("mechanism", name_or_path .. ": " .. tostring(mech)) end
-  return M.check(mech)
+  local checked, cerr = M.check(mech)
+  if not checked then
+    return nil, errors.invalid_argument("mechanism " .. name_or_path:match("[^/]*$"), cerr.detail)
+  end
+  labels[checked] = labels[checked] or name_or_path:match("[^/]*$")
+  return checked
+end
+
+--- The name a broken mechanism is reported by: its file's name when loaded from a
+-- file, else its `name` field, else "(table)".
+-- @tparam table mech
+-- @treturn string
+function M.label(mech)
+  return labels[mech] or (type(mech) == "table" and type(mech.name) == "string" and mech.name) or "(table)"
+end
+
+-- A broken mechanism is the --mechanism argument's fault: reported by name, exit 2.
+local function broken(mech, detail)
+  return errors.invalid_argument("mechanism " .. M.label(mech), detail)
+end
+
+local STATUSES = { absent = true, provisioned = true, running = true, stopped = true }
+local HOWS = { exited = true, killed = true }
+local LIMITS = { wall = true, memory = true }
+
+-- What the contract says each callback returns (beside `nil, err`): nil when `r`
+-- conforms, else what is wrong with it.
+local SHAPES = {}
+local function truthy(r) if r ~= true then return "returned " .. type(r) .. " instead of true" end end
+SHAPES.provision, SHAPES.start, SHAPES.stop, SHAPES.destroy = truthy, truthy, truthy, truthy
+function SHAPES.status(r)
+  if not STATUSES[r] then
+    return "returned " .. (type(r) == "string" and string.format("%q", r) or type(r)) ..
+      " instead of absent, provisioned, running or stopped"
+  end
+end
+function SHAPES.exec(r)
+  if type(r) ~= "table" then return "returned " .. type(r) .. " instead of a result table" end
+  if math.type(r.code) ~= "integer" then return "returned a table without code (an integer exit status)" end
+  if r.code < 0 or r.code > 255 then return "returned code " .. r.code .. ", outside 0-255" end
+  if r.how ~= nil and not HOWS[r.how] then return "returned how = " .. tostring(r.how) .. " (exited or killed)" end
+  if r.limit ~= nil and not LIMITS[r.limit] then
+    return "returned limit = " .. tostring(r.limit) .. " (wall or memory)"
+  end
+  if r.error ~= nil and type(r.error) ~= "string" then return "returned error as " .. type(r.error) end
+  if r.usage ~= nil and type(r.usage) ~= "table" then return "returned usage as " .. type(r.usage) end
+end
+
+--- Calls a callback of `mech` and checks its result against the contract: a callback
+-- that raises, returns nil without an error, or returns the wrong shape is reported as
+-- `invalid_argument("mechanism NAME", "exec returned …")`, never passed on.
+-- @tparam table mech a checked mechanism
+-- @tparam string name the callback (one of `REQUIRED`)
+-- @param ... its arguments
+-- @return what it returned when it conforms: the value, or `nil, err` (err a corral error)
+function M.call(mech, name, ...)
+  local res = table.pack(pcall(mech[name], ...))
+  if not res[1] then return nil, broken(mech, name .. " raised: " .. tostring(res[2])) end
+  local r, err = res[2], res[3]
+  if r == nil or r == false then
+    if err == nil then return nil, broken(mech, name .. " returned " .. tostring(r) .. " without an error") end
+    if errors.is(err) then return nil, err end
+    return nil, broken(mech, name .. " failed: " .. tostring(err))
+  end
+  local wrong = SHAPES[name] and SHAPES[name](r)
+  if wrong then return nil, broken(mech, name .. " " .. wrong) end
+  return table.unpack(res, 2, res.n)
 end
 
 local function list(mech, fn, sb)
   if not mech[fn] then return {} end
   local ok, r = pcall(mech[fn], sb)
-  if not ok then return nil, tostring(r) end
-  if type(r) ~= "table" then return nil, fn .. " must return a list" end
+  if not ok then return nil, M.label(mech) .. ": " .. fn .. " raised: " .. tostring(r) end
+  if type(r) ~= "table" then return nil, M.label(mech) .. ": " .. fn .. " must return a list" end
+  for _, c in ipairs(r) do
+    if type(c) ~= "string" then return nil, M.label(mech) .. ": " .. fn .. " must return a list of names" end
+  end
   return r
 end
 
---- The gate: required − constructed, each asked of the host probe.
+-- What a sandbox asks for that only a mechanism can give, by the sandbox field it came
+-- from, and the names a mechanism may list for it (constructed itself, or required of
+-- the host, which then applies it around the mechanism through corral.resources).
+local FLAGS = {
+  { field = "limits.memory", needs = { "resource_limits" } },
+  { field = "limits.pids", needs = { "resource_limits" } },
+  { field = "limits.cpu", needs = { "resource_limits" } },
+  { field = "limits.fsize", needs = { "rlimits", "resource_limits" } },
+  { field = "limits.nofile", needs = { "rlimits", "resource_limits" } },
+  { field = "network", needs = { "nftables", "egress" } },
+  { field = "service_port", needs = { "nftables", "egress" } },
+}
+
+local function field_of(sb, path)
+  local v = sb
+  for k in path:gmatch("[^.]+") do v = type(v) == "table" and v[k] or nil end
+  return v
+end
+
+--- The gate: every flag the sandbox sets must be one the mechanism builds or asks the
+-- host for (a `--memory` for a mechanism that lists resource_limits in neither list is
+-- refused, never silently dropped; `--wall` is the host's own, around any mechanism);
+-- then required − constructed, each asked of the host probe.
 -- @tparam table mech
 -- @tparam table sb
 -- @treturn[1] true
@@ -85,8 +201,21 @@ function M.gate(mech, sb)
   if not required then return nil, errors.cannot_enforce("mechanism", rerr) end
   local constructed, cerr = list(mech, "constructed_capabilities", sb)
   if not constructed then return nil, errors.cannot_enforce("mechanism", cerr) end
-  local built = {}
-  for _, c in ipairs(constructed) do built[c] = true end
+  local built, named = {}, {}
+  for _, c in ipairs(constructed) do built[c], named[c] = true, true end
+  for _, c in ipairs(required) do named[c] = true end
+  for _, flag in ipairs(FLAGS) do
+    if field_of(sb, flag.field) ~= nil then
+      local ok = false
+      for _, c in ipairs(flag.needs) do ok = ok or named[c] == true end
+      if not ok then
+        return nil, errors.new("cannot_enforce", { capability = flag.needs[1], argument = flag.field,
+          detail = string.format("mechanism %s lists %s in neither its constructed_capabilities (built " ..
+            "by itself) nor its required_capabilities (applied by the host around it), so %s cannot be honoured",
+            M.label(mech), table.concat(flag.needs, " or "), flag.field) })
+      end
+    end
+  end
   for _, cap in ipairs(required) do
     if not built[cap] then
       local ok, result = pcall(probe.check, cap)

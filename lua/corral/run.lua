@@ -10,6 +10,7 @@
 -- @module corral.run
 local core = require "corral.core"
 local errors = require "corral.errors"
+local hardening = require "corral.hardening"
 local resources = require "corral.resources"
 
 local M = {}
@@ -48,15 +49,16 @@ local function convert_limits(given, invalid)
 end
 
 -- The storage root and id from a storage path: DIR may not exist yet (corral creates
--- it); its parent must, and is resolved. The id is DIR's last component.
+-- it); its parent must (corral.sandbox.check_root, the Lua API's rule too), and is
+-- resolved. The id is DIR's last component.
 local function split_storage(storage, id, invalid, name)
   local parent, base = storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
   if storage:sub(1, 1) ~= "/" then return invalid("storage", storage .. ": must be an absolute path") end
   if not parent or base == "." or base == ".." then
     return invalid("storage", storage .. ": must name a directory below /, ending in its own name (not . or ..)")
   end
-  local dir, err = core.path.resolve(parent == "" and "/" or parent)
-  if not dir then return invalid("storage", err) end
+  local dir, err = require("corral.sandbox").check_root(parent == "" and "/" or parent)
+  if not dir then return invalid("storage", err.detail) end
   if id and id ~= base then
     return invalid("id", string.format("the sandbox's id is %s's last component (%s); give one of %s and %s",
       name("storage"), base, name("id"), name("storage")))
@@ -92,20 +94,26 @@ function M.execute(req, hooks)
     local key = err.argument
     if key == "id" or key == "storage" or key == "storage_root" then key = req.storage and "storage" or "id" end
     if not names[key] then return err end
-    return errors.new(err.code, { argument = names[key], capability = err.capability, detail = err.detail })
+    -- A gate refusal names the field in its detail too (limits.memory is --memory).
+    local detail = err.detail:gsub(err.argument:gsub("%p", "%%%0"), (names[key]:gsub("%%", "%%%%")))
+    return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail })
   end
 
   local corral = require "corral"
-  local mech, merr = corral.mechanism.load(req.mechanism or "native")
-  if not mech then return nil, merr end
-  local limits, lerr = convert_limits(req.limits, invalid)
-  if not limits then return nil, lerr end
+  -- The variables the tenant is given are taken first; then the credential-shaped ones
+  -- leave this process's own environment, before any mechanism is loaded (its chunk
+  -- runs at load) or run: an os.execute in a mechanism inherits what is left.
   local env = {}
   local host_env = core.proc.environ()
   for _, var in ipairs(req.env or {}) do
     if host_env[var] == nil then return invalid("env", var .. " is not set in this environment") end
     env[var] = host_env[var]
   end
+  hardening.clear_own_environment()
+  local mech, merr = corral.mechanism.load(req.mechanism or "native")
+  if not mech then return nil, merr end
+  local limits, lerr = convert_limits(req.limits, invalid)
+  if not limits then return nil, lerr end
   local root, id = nil, req.id
   if req.storage then
     local base_or_err
@@ -182,17 +190,21 @@ function M.execute(req, hooks)
   if addr then say("service port " .. service_port .. " on " .. addr) end
 
   -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
-  -- process stays to clean up; dying here would leave the cgroup behind.
-  -- Only the built-in mechanisms read them (and start their children with a clean
-  -- mask): a blocked signal would otherwise pass, blocked, to a custom mechanism's
-  -- children, since exec keeps the signal mask.
-  local builtin = mech.name == "native" or mech.name == "bwrap"
+  -- process stays to clean up; dying here would leave the cgroup behind. A built-in
+  -- mechanism forwards them itself (and starts its children with a clean mask); any
+  -- other runs its exec in a watched child (corral.mechanism.watch), which starts with
+  -- a clean mask and is bounded by --wall and these signals from here.
   local forwarded = { "INT", "TERM", "HUP" }
-  local signals = builtin and core.signal.fd(forwarded) or nil
+  local signals = core.signal.fd(forwarded)
   -- The terminal the tenant may share is put back as it was found.
   local ttys = {}
   for fd = 0, 2 do ttys[fd] = core.tty.save(fd) end
-  local result, xerr = corral.exec(mech, sb, req.argv, { signals = signals })
+  local result, xerr
+  if corral.mechanism.is_builtin(mech) then
+    result, xerr = corral.exec(mech, sb, req.argv, { signals = signals })
+  else
+    result, xerr = require("corral.mechanism.watch").exec(mech, sb, req.argv, {}, signals)
+  end
   for fd = 0, 2 do
     if ttys[fd] then core.tty.restore(fd, ttys[fd]) end
   end

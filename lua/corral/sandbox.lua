@@ -193,11 +193,32 @@ function M.host_id_holder(sb)
   return nil
 end
 
+--- Checks that a storage root exists and is a directory. One rule for the Lua API and
+-- `corral run --storage` alike: corral creates the sandbox's own directory and never
+-- the directories above it. A root created on demand, as root, with corral's choice of
+-- owner and mode, at whatever path a typo names (/vra/lib/…), is a tree no operator
+-- decided on; where tenant data lives, and who may search it, is the operator's call.
+-- @tparam string root
+-- @treturn[1] string the root, resolved
+-- @return[2] nil
+-- @treturn[2] table invalid_argument("storage_root", …)
+function M.check_root(root)
+  local resolved = core.path.resolve(root)
+  local st = resolved and core.fs.lstat(resolved)
+  if not st then
+    return nil, errors.invalid_argument("storage_root", root .. " does not exist; corral creates only the " ..
+      "sandbox's own directory beneath it (create it first, e.g. mkdir -m 0711 " .. root .. ")")
+  end
+  if st.type ~= "dir" then return nil, errors.invalid_argument("storage_root", root .. " is not a directory") end
+  return resolved
+end
+
 --- Creates the sandbox's storage directory, owned by its host id, or accepts an existing
 -- one only when that id already owns it: corral never takes over a directory someone
--- else owns (a `--storage /etc` must not hand /etc to a tenant). Every directory above
--- it must be searchable by the host id, because the tenant's own id opens it. The
--- storage is locked until the sandbox is destroyed.
+-- else owns (a `--storage /etc` must not hand /etc to a tenant). Its root must exist
+-- (`check_root`), and every directory above it must be searchable by the host id,
+-- because the tenant's own id opens it. The storage is locked until the sandbox is
+-- destroyed.
 -- @tparam table sb
 -- @treturn[1] true
 -- @treturn[1] userdata the lock (close it to release the storage)
@@ -213,18 +234,8 @@ function M.prepare_storage(sb)
     if BAD_PATH[errno] then return nil, errors.invalid_argument("storage", "cannot create it: " .. detail) end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage " .. path .. ": " .. detail)
   end
-  -- The parents, 0711 where corral makes them: searchable, not listable.
-  local at = 1
-  local dir = path:match("^(.*)/[^/]+$")
-  while dir and at <= #dir do
-    local stop = dir:find("/", at + 1, true) or #dir + 1
-    local parent = dir:sub(1, stop - 1)
-    at = stop
-    if parent ~= "" then
-      local ok, err, errno = core.fs.mkdir(parent, tonumber("711", 8))
-      if not ok and errno ~= core.errno.EEXIST then return cannot(err, errno) end
-    end
-  end
+  local root_ok, root_err = M.check_root(sb.storage_root)
+  if not root_ok then return nil, root_err end
   local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
   if made then
     local ok, cerr = core.fs.chown(path, id, id)

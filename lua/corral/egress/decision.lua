@@ -191,8 +191,9 @@ function M.decide(ctx, policy, env)
 end
 
 --- Whether the DNS responder should answer a name with a synthetic address: with an
--- allowlist, when a name entry matches it on some port; with only a hook, any valid
--- name (the hook decides at connect time; names never leave the host either way).
+-- allowlist, when a name entry matches it on some port; with only a hook, when the hook
+-- allows `{sandbox =, name =, phase = "dns"}` (no port: none is known at DNS time),
+-- and it is asked again about each connection. Names never leave the host either way.
 -- @tparam string name
 -- @tparam table policy as for `decide` (nil: no)
 -- @treturn[1] boolean true
@@ -211,7 +212,12 @@ function M.resolvable(name, policy)
     if al:match({ name = n }) then return true end
     return nil, n .. " is not in the allowlist"
   end
-  if type(policy.decide) == "function" then return true end
+  if type(policy.decide) == "function" then
+    local ok, reason = M.run_hook(policy.decide, { sandbox = policy.sandbox, name = n, phase = "dns" },
+      policy.budget)
+    if ok then return true end
+    return nil, reason
+  end
   return nil, "no allowlist and no decide hook"
 end
 

@@ -51,7 +51,8 @@ function M.new(id, network)
   end
   -- The policy lives in the process-wide registry: allow/revoke apply to the next
   -- decision, and a tenant has no path to it.
-  local policy, perr = self.registry:set(id, network.allow or {}, { decide = network.decide,
+  -- No list is not an empty list: `{decide = fn}` alone makes the hook the authority.
+  local policy, perr = self.registry:set(id, network.allow, { decide = network.decide,
     budget = network.budget, internal = network.internal })
   if perr then return nil, perr end
   -- One allocator per sandbox, the registry's: what the responder hands out is what

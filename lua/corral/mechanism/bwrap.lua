@@ -33,7 +33,7 @@ end
 --- What bwrap builds itself (resource limits are the host's, around it).
 -- @treturn {string,...}
 function M.constructed_capabilities()
-  return { "filesystem_confinement", "privilege_separation", "network_restriction" }
+  return { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits" }
 end
 
 local function tool(name)

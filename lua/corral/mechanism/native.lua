@@ -31,7 +31,7 @@ end
 -- are asked of the probe; resource_limits is constructed only where cgroups hold).
 -- @treturn {string,...}
 function M.constructed_capabilities()
-  local c = { "filesystem_confinement", "privilege_separation", "network_restriction" }
+  local c = { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits" }
   if probe.check("cgroups").holds then c[#c + 1] = "resource_limits" end
   return c
 end

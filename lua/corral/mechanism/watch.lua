@@ -1,0 +1,200 @@
+--- The host's promises around a mechanism it did not write: a custom mechanism's exec
+-- runs in a watched child of the host (core.spawn.fork), so that --wall and the forwarded
+-- signals bound it whatever its code does — an `os.execute` blocks a Lua state where no
+-- hook can reach it, and a mechanism returns no process handle the host could kill.
+--
+-- What "what it started" is: every process of the child's cgroup when the host can make
+-- one (root, a cgroup hierarchy: the child joins it before the mechanism runs, and
+-- cgroup.kill ends it however its processes detach), and in any case the child's
+-- process tree: the child is a subreaper, so what its mechanism starts stays beneath it
+-- even when a parent in between exits; the tree is stopped, then killed.
+--
+-- The wall: at `sb.limits.wall` the whole of it is killed and the run ends as a wall
+-- kill (`limit = "wall"`). A signal the host receives (Ctrl-C, SIGTERM, SIGHUP) is sent
+-- to the whole of it at once (a terminal's Ctrl-C has reached it already); what is left
+-- after `GRACE` seconds is killed, and the run ends with the result the mechanism
+-- returned or, without one, 128 + the signal. The child reports its result through a
+-- pipe, checked against the contract there (corral.mechanism.call) and here.
+-- @module corral.mechanism.watch
+local core = require "corral.core"
+local errors = require "corral.errors"
+
+local M = {}
+
+--- Seconds a mechanism is given to return after a forwarded signal.
+M.GRACE = 3
+
+-- A result or an error as a Lua literal of scalars and tables of scalars: what exec
+-- returns (code, how, limit, error, usage) and what a corral error holds.
+local function encode(v, depth)
+  if type(v) == "table" and depth < 3 then
+    local parts = {}
+    for k, x in pairs(v) do
+      if type(k) == "string" and k:match("^[%a_][%w_]*$") then
+        local e = encode(x, depth + 1)
+        if e then parts[#parts + 1] = k .. "=" .. e end
+      end
+    end
+    return "{" .. table.concat(parts, ",") .. "}"
+  elseif type(v) == "string" or type(v) == "number" or type(v) == "boolean" then
+    return string.format("%q", v)
+  end
+  return nil
+end
+
+local function decode(text)
+  local chunk = load("return " .. text, "=result", "t", {})
+  local ok, v = pcall(chunk or error)
+  if ok and type(v) == "table" then return v end
+  return nil
+end
+
+-- Every process beneath pid (its descendants, from /proc/*/stat's ppid), pid excluded.
+local function descendants(pid)
+  local children = {}
+  for _, name in ipairs(core.fs.listdir("/proc") or {}) do
+    if name:match("^%d+$") then
+      local f = io.open("/proc/" .. name .. "/stat")
+      local stat = f and f:read("a")
+      if f then f:close() end
+      local ppid = stat and tonumber(stat:match("%) %a (%d+)"))
+      if ppid then
+        children[ppid] = children[ppid] or {}
+        table.insert(children[ppid], tonumber(name))
+      end
+    end
+  end
+  local out, queue, seen = {}, { pid }, { [pid] = true }
+  while #queue > 0 do
+    for _, c in ipairs(children[table.remove(queue, 1)] or {}) do
+      if not seen[c] then
+        seen[c] = true
+        out[#out + 1] = c
+        queue[#queue + 1] = c
+      end
+    end
+  end
+  return out
+end
+
+-- Kills every process beneath pid: the tree is stopped until it stops growing, so
+-- that nothing forks past the kill, then killed.
+local function kill_tree(pid)
+  local stopped = {}
+  for _ = 1, 50 do
+    local grew = false
+    for _, p in ipairs(descendants(pid)) do
+      if not stopped[p] then
+        stopped[p], grew = true, true
+        core.proc.kill(p, 19) -- SIGSTOP
+      end
+    end
+    if not grew then break end
+  end
+  for p in pairs(stopped) do core.proc.kill(p, 9) end
+end
+
+-- Sends sig to the child, its tree and (SIGKILL) its cgroup. Only while the child is
+-- unreaped: its pid, and so the tree found from it, is its own until then.
+local function signal_all(child, cg, sig)
+  if sig == 9 then
+    if cg then cg:kill() end
+    kill_tree(child:pid())
+  else
+    for _, pid in ipairs(descendants(child:pid())) do core.proc.kill(pid, sig) end
+  end
+  child:kill(sig)
+end
+
+-- In the watched child: run exec through the host's checks and report.
+local function child_main(mech, sb, argv, opts, cg, pipe)
+  if cg then cg:attach(core.proc.getpid()) end
+  local corral = require "corral"
+  local ok, r, err = pcall(corral.exec, mech, sb, argv, opts)
+  -- What the mechanism left running past its own return is the host's to end: it
+  -- is beneath this subreaper, and is lost to the tree once this process is gone.
+  kill_tree(core.proc.getpid())
+  local report
+  if ok and r then
+    report = encode({ result = r }, 0)
+  else
+    local e = ok and err or errors.invalid_argument("mechanism " .. require("corral.mechanism").label(mech),
+      "exec raised: " .. tostring(r))
+    report = encode({ error = errors.is(e) and e or { detail = tostring(e) } }, 0)
+  end
+  core.io.write(pipe, report or "{}")
+  core.proc.exit(0)
+end
+
+--- Runs `corral.exec(mech, sb, argv, opts)` in a watched child and bounds it.
+-- @tparam table mech a loaded mechanism
+-- @tparam table sb
+-- @tparam {string,...} argv
+-- @tparam[opt] table opts passed to exec (without `signals`: the host reads those)
+-- @tparam[opt] userdata signals the host's signalfd (INT, TERM, HUP)
+-- @treturn[1] table the result, as exec's contract has it
+-- @return[2] nil
+-- @treturn[2] table error (the mechanism's own, or one naming it when it broke)
+function M.exec(mech, sb, argv, opts, signals)
+  local label = require("corral.mechanism").label(mech)
+  local cg
+  if core.proc.geteuid() == 0 and core.cgroup then cg = core.cgroup.create({}) end
+  local child, pipe = core.spawn.fork()
+  if child == false then child_main(mech, sb, argv, opts or {}, cg, pipe) end
+  if not child then
+    if cg then cg:destroy() end
+    return nil, errors.cannot_enforce("process_isolation", "cannot start the watched child: " .. tostring(pipe))
+  end
+  local wall = sb.limits and sb.limits.wall
+  local deadline = wall and core.clock.monotime() + wall
+  local chunks, timed_out, got_signal, grace_end = {}, false, nil, nil
+  local fds = { pipe, signals }
+  while true do
+    local now = core.clock.monotime()
+    local ends = { deadline, grace_end }
+    local next_end
+    for _, t in pairs(ends) do next_end = next_end and math.min(next_end, t) or t end
+    if next_end and now >= next_end then
+      if deadline and now >= deadline then timed_out = true end
+      signal_all(child, cg, 9)
+      break
+    end
+    local hit = {}
+    for _, i in ipairs(core.io.poll(fds, next_end and math.min(next_end - now, 1) or 1) or {}) do hit[i] = true end
+    if hit[2] then
+      local sig = core.signal.read(signals)
+      if sig then
+        got_signal = got_signal or sig
+        signal_all(child, nil, sig)
+        grace_end = grace_end or core.clock.monotime() + M.GRACE
+      end
+    end
+    if hit[1] then
+      local data = core.io.read(pipe, 65536)
+      if not data or data == "" then break end
+      chunks[#chunks + 1] = data
+    end
+  end
+  local code, how = child:wait()
+  pipe:close()
+  if cg then
+    cg:kill()
+    cg:destroy()
+  end
+  child:close()
+  if timed_out then return { code = 128 + 9, how = "killed", limit = "wall" } end
+  local report = decode(table.concat(chunks))
+  if report and report.result then return report.result end
+  if report and report.error then
+    local e = report.error
+    if e.code and errors.codes[e.code] then
+      return nil, errors.new(e.code, { argument = e.argument, capability = e.capability, detail = e.detail })
+    end
+    return nil, errors.invalid_argument("mechanism " .. label, tostring(e.detail))
+  end
+  if got_signal then return { code = 128 + got_signal, how = "killed" } end
+  return nil, errors.invalid_argument("mechanism " .. label, string.format(
+    "exec ended its process (%s %d) without a result", how or "status", code or -1))
+end
+
+return M

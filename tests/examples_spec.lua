@@ -1,0 +1,61 @@
+-- The worked mechanisms under scripts/examples/: each run as a user would, and the
+-- conformance suite's census of each against its floor in tests/census-baseline.txt.
+local conformance = require "corral.conformance"
+local h = require "helpers"
+
+local EXAMPLES = "scripts/examples/"
+
+-- The floor of `name` in the baseline and how many reason lines it has.
+local function floor_of(name)
+  local floor, reasons, mine = nil, 0, false
+  for line in assert(io.lines("tests/census-baseline.txt")) do
+    local n, v = line:match("^([%w_]+) (%d+)$")
+    if n then
+      mine = n == name
+      if mine then floor = tonumber(v) end
+    elseif mine and line:match("^reason: %S") then
+      reasons = reasons + 1
+    end
+  end
+  return floor, reasons
+end
+
+describe("scripts/examples #root", function()
+  it("command_policy refuses a command off its list (exit 2); control: a listed one, with the policy's variable",
+    function()
+      local mech = EXAMPLES .. "command_policy.lua"
+      local out, rc = h.corral("run", "--mechanism", mech, "--", "python3", "-c", "print(1)")
+      assert.are.equal(2, rc, out)
+      assert.matches("python3 is not on command_policy's list", out)
+      out, rc = h.corral("run", "--mechanism", mech, "--", "sh", "-c", "echo policy=$CORRAL_POLICY; id -u")
+      assert.are.equal(0, rc, out)
+      assert.matches("policy=command_policy", out)
+    end)
+
+  it("primitives refuses --memory, which it does not construct (exit 3); control: the same run without it",
+    function()
+      local mech = EXAMPLES .. "primitives.lua"
+      local out, rc = h.corral("run", "--mechanism", mech, "--memory", "64M", "--", "true")
+      assert.are.equal(3, rc, out)
+      assert.matches("%-%-memory", out)
+      out, rc = h.corral("run", "--mechanism", mech, "--", "sh", "-c", "echo in > /storage/f && cat /storage/f")
+      assert.are.equal(0, rc, out)
+      assert.matches("in", out)
+    end)
+
+  for _, name in ipairs({ "command_policy", "primitives" }) do
+    it("runs the conformance suite against " .. name .. ": nothing breached or void, its floor held", function()
+      local report = assert(conformance.run(EXAMPLES .. name .. ".lua"))
+      assert.are.equal(#conformance.ids(), #report.results)
+      for _, r in ipairs(report.results) do
+        assert.are_not.equal("breached", r.outcome, r.id .. ": " .. r.detail)
+        assert.are_not.equal("void", r.outcome, r.id .. ": " .. r.detail)
+      end
+      local floor, reasons = floor_of(name)
+      assert.truthy(floor, "no floor for " .. name .. " in tests/census-baseline.txt")
+      assert.truthy(reasons > 0, "the floor of " .. name .. " has no reason line")
+      assert.truthy(report.census.held >= floor,
+        string.format("%s holds %d, below its floor of %d", name, report.census.held, floor))
+    end)
+  end
+end)
