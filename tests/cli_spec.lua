@@ -317,11 +317,19 @@ describe("corral CLI", function()
     local live = "/tmp/corral-run-" .. require("corral.core").getpid() .. "-sweep2" -- this runner
     local foreign = "/tmp/corral-run-" .. dead .. "-sweep3"
     local outside = h.tmpdir("sweep-outside")
-    for _, d in ipairs({ stale, live, foreign }) do assert(os.execute("mkdir -p " .. d .. "/tenant")) end
     h.write(outside .. "/keep", "keep")
-    -- A link planted inside the stale tree must be removed, never followed.
-    assert(os.execute("ln -s " .. outside .. " " .. stale .. "/tenant/link"))
-    assert(os.execute("chown 4242 " .. foreign))
+    -- Each tree is made whole elsewhere, then renamed into place: any `corral run` on this
+    -- host sweeps /tmp, and must never see one half made (a foreign tree not yet chowned).
+    local stage = h.tmpdir("sweep-stage")
+    for i, d in ipairs({ stale, live, foreign }) do
+      local tmp = stage .. "/" .. i
+      assert(os.execute("mkdir -p " .. tmp .. "/tenant"))
+      -- A link planted inside the stale tree must be removed, never followed.
+      if d == stale then assert(os.execute("ln -s " .. outside .. " " .. tmp .. "/tenant/link")) end
+      if d == foreign then assert(os.execute("chown 4242 " .. tmp)) end
+      assert(os.execute("mv -T " .. tmp .. " " .. d))
+    end
+    h.rmrf(stage)
     local out, status = h.corral("run", "--", "true")
     assert.are.equal(0, status, out)
     assert.is_nil(h.sh("test -e " .. stale .. " && echo present"):match("present"))

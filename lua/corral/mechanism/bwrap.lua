@@ -142,11 +142,11 @@ local function not_runnable(root, sb, cmd)
   if cmd:find("/", 1, true) then
     verdict = judge(root, cmd:sub(1, 1) == "/" and cmd or (root.cwd .. "/" .. cmd))
   else
-    verdict = "missing"
+    -- Without one absolute PATH entry to look in, bubblewrap's execvp decides.
     for dir in ((sb.env or {}).PATH or ""):gmatch("[^:]+") do
-      if dir:sub(1, 1) == "/" and judge(root, dir .. "/" .. cmd) ~= "missing" then
-        verdict = nil
-        break
+      if dir:sub(1, 1) == "/" then
+        verdict = judge(root, dir .. "/" .. cmd) ~= "missing" and "found" or verdict or "missing"
+        if verdict == "found" then break end
       end
     end
   end
