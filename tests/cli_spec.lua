@@ -23,6 +23,68 @@ describe("corral CLI", function()
     assert.matches("COMMAND", out)
   end)
 
+  it("--version, --help, and COMMAND --help or -h print and exit 0; after -- they are CMD's", function()
+    local out, status = h.corral("--version")
+    assert.are.equal(0, status, out)
+    assert.matches("^corral 0%.1 %(Lua 5%.4", out)
+    out, status = h.corral("--help")
+    assert.are.equal(0, status, out)
+    for _, c in ipairs({ "confine", "resolve", "probe", "run", "step", "conformance" }) do
+      assert.matches("\n  " .. c .. " ", out)
+    end
+    for _, flag in ipairs({ "--help", "-h" }) do
+      out, status = h.corral("run", flag)
+      assert.are.equal(0, status, out)
+      assert.matches("^corral run %[OPTIONS%] %-%- CMD ARGS", out)
+      assert.matches("\n  %-%-memory SIZE +memory cap", out)
+      out, status = h.corral("confine", "--permit", "/tmp", flag)
+      assert.are.equal(0, status, out)
+      assert.matches("\n  %-%-permit DIR +the one directory", out)
+    end
+    out, status = h.corral("step", "--help")
+    assert.are.equal(0, status, out)
+    assert.matches("^corral step", out)
+    -- control: after --, --help belongs to the command, which runs
+    out, status = h.corral("run", "--", "sh", "-c", 'echo "got $1"', "sh", "--help")
+    assert.are.equal(0, status, out)
+    assert.matches("got %-%-help", out)
+    -- and an option nobody knows is still refused
+    out, status = h.corral("run", "--helpme", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-helpme: unknown option", out)
+  end)
+
+  it("help run lists its options one per line, grouped, each with its meaning", function()
+    local out, status = h.corral("help", "run")
+    assert.are.equal(0, status, out)
+    local groups = {
+      ["Sandbox"] = { "mechanism", "id", "storage", "workspace" },
+      ["Limits"] = { "memory", "pids", "cpu", "wall", "fsize", "nofile" },
+      ["Environment"] = { "env" },
+      ["Network and egress"] = { "allow", "allow-file", "internal", "resolve", "service-port", "link", "idle",
+                                 "max-connections" },
+      ["Output"] = { "log-json", "verbose" },
+    }
+    for title, names in pairs(groups) do
+      local block = out:match("\n" .. title:gsub("%p", "%%%0") .. ":\n(.-)\n\n")
+      assert.truthy(block, title .. " missing:\n" .. out)
+      for _, name in ipairs(names) do
+        -- the option, its value's name, and a meaning on the same line or the next
+        local line = block:match("  %-%-" .. name:gsub("%p", "%%%0") .. "[ \n][^\n]*\n?[^\n]*")
+        assert.truthy(line, "--" .. name .. " not under " .. title .. ":\n" .. block)
+        assert.matches("%S+%s%s+%a", line)
+      end
+    end
+    -- every option run accepts is listed: one that parses but is not in the help fails here
+    local listed = select(2, out:gsub("\n  %-%-[%w-]+", ""))
+    assert.are.equal(21, listed)
+    for cmd, option in pairs({ confine = "extra", sbpl = "permit", probe = "json" }) do
+      out, status = h.corral("help", cmd)
+      assert.are.equal(0, status, out)
+      assert.matches("\n  %-%-" .. option .. "[ \n]", out)
+    end
+  end)
+
   it("confine prints a spec naming the wrapper, and --json the same as JSON", function()
     local out, status = h.corral("confine", "--permit", box, "--", "sh", "-c", "true")
     assert.are.equal(0, status, out)
@@ -53,6 +115,21 @@ describe("corral CLI", function()
   it("confine --exec passes the command's exit status through", function()
     local _, status = h.corral("confine", "--exec", "--permit", box, "--", "sh", "-c", "exit 7")
     assert.are.equal(7, status)
+  end)
+
+  it("confine --exec names a missing command (127) and one it cannot execute (126)", function()
+    local out, status = h.corral("confine", "--exec", "--permit", box, "--", "no-such-command-corral")
+    assert.are.equal(127, status, out)
+    assert.are.equal("corral confine: no-such-command-corral: command not found\n", out)
+    h.write(box .. "/plain", "#!/bin/sh\necho never\n")
+    out, status = h.corral("confine", "--exec", "--permit", box, "--", box .. "/plain")
+    assert.are.equal(126, status, out)
+    assert.matches("corral confine: [^\n]*/plain: Permission denied", out)
+    os.execute("chmod +x " .. box .. "/plain")
+    out, status = h.corral("confine", "--exec", "--permit", box, "--", box .. "/plain")
+    os.remove(box .. "/plain")
+    assert.are.equal(0, status, out) -- control: made executable, the same file runs
+    assert.matches("never", out)
   end)
 
   local bad = {
@@ -141,7 +218,7 @@ describe("corral CLI", function()
     local out, status
     for _, case in ipairs({ { "--memory", "abc" }, { "--memory", "1" }, { "--wall", "soon" }, { "--pids", "-1" },
                             { "--nofile", "99999999" }, { "--workspace", "/nonexistent" }, { "--storage", "/" },
-                            { "--allow", "*.com" }, { "--resolve", "a=b" } }) do
+                            { "--allow", "*.com" }, { "--allow", "garbage" }, { "--resolve", "a=b" } }) do
       out, status = h.corral("run", case[1], case[2], "--", "true")
       assert.are.equal(2, status, case[1] .. " " .. case[2] .. ": " .. out)
       assert.truthy(out:find("invalid_argument: " .. case[1], 1, true), out)
@@ -150,6 +227,53 @@ describe("corral CLI", function()
     assert.are.equal(0, status, out) -- control, after: good values run
     assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
   end)
+
+  it("run refuses a single-label --allow name with the reason, in a file too", function()
+    local out, status = h.corral("run", "--allow", "garbage", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches('%-%-allow: "garbage": garbage is a single%-label name', out)
+    local dir = h.tmpdir("cli-allow")
+    h.write(dir .. "/list", "pypi.org:443\nintranet:80\n")
+    out, status = h.corral("run", "--allow-file", dir .. "/list", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-allow%-file: [^\n]*/list:2: \"intranet:80\": intranet is a single%-label name", out)
+    h.write(dir .. "/list", "pypi.org:443\nlocalhost:80\n192.0.2.1\n")
+    out, status = h.corral("run", "--allow-file", dir .. "/list", "--allow", "a.test", "--", "true")
+    h.rmrf(dir)
+    assert.are.equal(0, status, out) -- control: dotted names, localhost and an address pass
+  end)
+
+  for _, mechanism in ipairs({ "native", "bwrap" }) do
+    it("run under " .. mechanism .. " names a missing command (127) and one it cannot execute (126)", function()
+      local out, status = h.corral("run", "--mechanism", mechanism, "--", "no-such-command-corral", "x")
+      assert.are.equal(127, status, out)
+      assert.are.equal("corral run: no-such-command-corral: command not found\n", out)
+      out, status = h.corral("run", "--mechanism", mechanism, "--", "/nonexistent/program")
+      assert.are.equal(127, status, out)
+      assert.are.equal("corral run: /nonexistent/program: No such file or directory\n", out)
+      out, status = h.corral("run", "--mechanism", mechanism, "--", "/etc")
+      assert.are.equal(126, status, out)
+      assert.are.equal("corral run: /etc: Permission denied\n", out)
+      -- controls: a command that exits 127 itself says nothing of the kind, and one that
+      -- exists only inside the sandbox (its storage, on its PATH or by a relative path) runs
+      out, status = h.corral("run", "--mechanism", mechanism, "--", "sh", "-c", "exit 127")
+      assert.are.equal(127, status, out)
+      assert.are.equal("", out)
+      local dir = h.tmpdir("cli-missing")
+      os.execute("chmod 0711 " .. dir)
+      local st = dir .. "/t"
+      out, status = h.corral("run", "--mechanism", mechanism, "--storage", st, "--", "sh", "-c",
+        "mkdir -p bin && printf '#!/bin/sh\\necho inside-$1\\n' > bin/t && chmod +x bin/t")
+      assert.are.equal(0, status, out)
+      out, status = h.corral("run", "--mechanism", mechanism, "--storage", st, "--", "./bin/t", "rel")
+      assert.are.equal(0, status, out)
+      assert.matches("inside%-rel", out)
+      out, status = h.corral("run", "--mechanism", mechanism, "--storage", st, "--", "/storage/bin/t", "abs")
+      h.rmrf(dir)
+      assert.are.equal(0, status, out)
+      assert.matches("inside%-abs", out)
+    end)
+  end
 
   it("run reports 121 only when the memory cap ended the command itself", function()
     local hog = "/usr/bin/python3 -c 'x = bytearray(200 * 1024 * 1024)'"
@@ -193,11 +317,19 @@ describe("corral CLI", function()
     local live = "/tmp/corral-run-" .. require("corral.core").proc.getpid() .. "-sweep2" -- this runner
     local foreign = "/tmp/corral-run-" .. dead .. "-sweep3"
     local outside = h.tmpdir("sweep-outside")
-    for _, d in ipairs({ stale, live, foreign }) do assert(os.execute("mkdir -p " .. d .. "/tenant")) end
     h.write(outside .. "/keep", "keep")
-    -- A link planted inside the stale tree must be removed, never followed.
-    assert(os.execute("ln -s " .. outside .. " " .. stale .. "/tenant/link"))
-    assert(os.execute("chown 4242 " .. foreign))
+    -- Each tree is made whole elsewhere, then renamed into place: any `corral run` on this
+    -- host sweeps /tmp, and must never see one half made (a foreign tree not yet chowned).
+    local stage = h.tmpdir("sweep-stage")
+    for i, d in ipairs({ stale, live, foreign }) do
+      local tmp = stage .. "/" .. i
+      assert(os.execute("mkdir -p " .. tmp .. "/tenant"))
+      -- A link planted inside the stale tree must be removed, never followed.
+      if d == stale then assert(os.execute("ln -s " .. outside .. " " .. tmp .. "/tenant/link")) end
+      if d == foreign then assert(os.execute("chown 4242 " .. tmp)) end
+      assert(os.execute("mv -T " .. tmp .. " " .. d))
+    end
+    h.rmrf(stage)
     local out, status = h.corral("run", "--", "true")
     assert.are.equal(0, status, out)
     assert.is_nil(h.sh("test -e " .. stale .. " && echo present"):match("present"))
@@ -218,13 +350,16 @@ describe("corral CLI", function()
     assert.is_nil(out:find(root .. "/link", 1, true))
   end)
 
-  it("resolve follows PATH and symlinks, and leaves unknown names unchanged", function()
+  it("resolve follows PATH and symlinks, and fails naming a command it cannot find", function()
     local out, status = h.corral("resolve", "sh")
-    assert.are.equal(0, status)
+    assert.are.equal(0, status) -- control
     assert.are.equal(h.sh("readlink -f $(command -v sh)"), out)
     out, status = h.corral("resolve", "no-such-command-corral")
-    assert.are.equal(0, status)
-    assert.are.equal("no-such-command-corral\n", out)
+    assert.are.equal(1, status, out)
+    assert.are.equal("corral resolve: no-such-command-corral: command not found\n", out)
+    out, status = h.corral("resolve", "/nonexistent/program")
+    assert.are.equal(1, status, out)
+    assert.are.equal("corral resolve: /nonexistent/program: No such file or directory\n", out)
   end)
 
   it("probe reports each capability with its detail, as text and JSON", function()

@@ -305,6 +305,46 @@ describe("corral host: additions", function()
     assert.is_nil(out:find("script named help", 1, true))
   end)
 
+  it("--version and --help (or -h) alone answer and exit 0; beside other words they stay lua.c's errors", function()
+    local out, err, code = run(CLEAN .. WITH_LUA .. Q .. " --version")
+    assert.are.equal(0, code, err)
+    assert.matches("^corral %d+%.%d+ %(Lua 5%.4%.%d+%)\n$", out)
+    for _, flag in ipairs({ "--help", "-h" }) do
+      out, err, code = run(CLEAN .. WITH_LUA .. Q .. " " .. flag)
+      assert.are.equal(0, code, err)
+      assert.matches("\n  run +run a tenant command", out)
+      assert.are.equal("", err)
+    end
+    -- control: not alone, they are options lua.c does not know
+    out, err, code = run(CLEAN .. WITH_LUA .. Q .. " --version -e 'print(1)'")
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.matches("unrecognized option '%-%-version'", err)
+  end)
+
+  it("an unknown command is an error naming the closest one; a file of that name is a script", function()
+    local d = tempdir()
+    local here = "cd " .. h.quote(d) .. " && " .. CLEAN .. WITH_LUA .. Q
+    local out, err, code = run(here .. " rnu")
+    assert.are.equal(2, code)
+    assert.are.equal("", out)
+    assert.are.equal("corral: unknown command 'rnu'; did you mean 'run'?\n", err)
+    out, err, code = run(here .. " xyzzy")
+    assert.are.equal(2, code)
+    assert.are.equal("", out)
+    assert.are.equal("corral: unknown command 'xyzzy'; `corral help` lists the commands\n", err)
+    -- a name meant as a script keeps lua.c's error
+    out, err, code = run(here .. " missing.lua")
+    assert.are.equal(1, code)
+    assert.are.equal("", out)
+    assert.matches("cannot open missing%.lua", err)
+    -- control: once a file named rnu exists, it is run as the script it is
+    h.write(d .. "/rnu", 'print("script rnu", ...)\n')
+    out, err, code = run(here .. " rnu a")
+    assert.are.equal(0, code, err)
+    assert.are.equal("script rnu\ta\n", out)
+  end)
+
   it("passes every argv string to cli.main and exits with its result", function()
     -- LUA_INIT runs before the command, so it can stand in for cli.main.
     local fake = 'package.loaded["corral.cli"] = { main = function(a) '

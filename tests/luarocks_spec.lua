@@ -1,7 +1,18 @@
 -- The LuaRocks build: `luarocks make` installs the C module, the Lua modules and the
--- `corral` executable into a tree, and both entry points work from there.
+-- `corral` executable into a tree, and both entry points work from there. The command
+-- is the README's own line, which must work offline with the Debian packages of the
+-- dependencies installed.
 local h = require "helpers"
 local shell = require "corral.shell"
+
+-- The README's `luarocks … make …` line, its tree replaced by `tree`.
+local function readme_line(tree)
+  local line = h.read("README.md"):match("\n(luarocks [^\n]* make [^\n]*)\n")
+  assert(line, "README.md has no luarocks make line")
+  local replaced, n = line:gsub("%-%-tree=%S+", function() return "--tree=" .. h.quote(tree) end)
+  assert(n == 1, line)
+  return replaced
+end
 
 describe("luarocks make into a temporary tree", function()
   local src, tree
@@ -13,9 +24,24 @@ describe("luarocks make into a temporary tree", function()
     local out, status = h.sh('git ls-files -z --cached --others --exclude-standard | ' ..
       'tar --null -T - -cf - | tar -C "$1" -xf -', src)
     assert.are.equal(0, status, out)
-    out, status = h.sh('cd "$1" && luarocks --lua-version=5.4 make --deps-mode=none --tree="$2" ' ..
-      'rockspec/corral-scm-1.rockspec 2>&1', src, tree)
-    assert.are.equal(0, status, out)
+    -- Offline: the only rocks server is an empty directory.
+    local offline = "--only-server=" .. h.quote(src .. "/no-server")
+    local line = readme_line(tree):gsub("^luarocks ", "luarocks " .. offline .. " ")
+    out, status = h.sh('cd "$1" && ' .. line .. " 2>&1", src)
+    assert.are.equal(0, status, line .. "\n" .. out)
+  end)
+
+  it("the README's line is what makes it work offline: without --deps-mode, dkjson is unsatisfied", function()
+    local other = h.tmpdir("rock-tree2")
+    local line = readme_line(other):gsub("%s*%-%-deps%-mode=%S+", ""):gsub("^luarocks ",
+      "luarocks --only-server=" .. h.quote(src .. "/no-server") .. " ")
+    local out, status = h.sh('cd "$1" && ' .. line .. " 2>&1", src)
+    local installed = h.read(other .. "/bin/corral")
+    h.rmrf(other)
+    assert.are_not.equal(0, status, out)
+    assert.matches("Could not satisfy dependency dkjson", out)
+    assert.is_nil(installed)
+    assert.truthy(h.sh("dpkg-query -W -f='${Status}' lua-dkjson"):find("install ok installed", 1, true))
   end)
 
   teardown(function()

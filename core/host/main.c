@@ -1,8 +1,10 @@
 /*
  * The `corral` executable: Lua 5.4's standalone interpreter contract (options -e -l -i -v
  * -E -W -- -, the `arg` table, LUA_INIT, errors with a traceback) with the core linked in
- * and preloaded as "corral.core", plus three additions: the `exec-confined` fast path,
- * subcommands from lua/corral/cli.lua, and a REPL with history.
+ * and preloaded as "corral.core", plus these additions: the `exec-confined` fast path,
+ * subcommands from lua/corral/cli.lua (an unknown one is an error there, unless a file
+ * of that name exists), `--version`, `--help` and `-h` alone on the line, and a REPL
+ * with history.
  *
  * The command line is kept identical to lua5.4's so that `busted --lua=build/corral` can
  * re-exec the host as `build/corral /usr/bin/busted args…` (the sanitizer build runs the
@@ -91,11 +93,12 @@ static void print_usage(const char *bad)
           "  -i        enter interactive mode after executing 'script'\n"
           "  -l mod    require library 'mod' into global 'mod'\n"
           "  -l g=mod  require library 'mod' into global 'g'\n"
-          "  -v        show version information\n"
+          "  -v        show version information (also --version)\n"
           "  -E        ignore environment variables\n"
           "  -W        turn warnings on\n"
           "  --        stop handling options\n"
-          "  -         stop handling options and execute stdin\n",
+          "  -         stop handling options and execute stdin\n"
+          "  -h        list the commands (also --help)\n",
           stderr);
     fflush(stderr);
 }
@@ -374,18 +377,28 @@ static void setup_host(lua_State *L, const char *argv0)
     lua_pop(L, 1);
 }
 
+/* A name ending in ".lua" is meant as a script even when the file is missing, so that
+ * its error stays "cannot open", not "unknown command". */
+static int looks_like_script(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 4 && strcmp(name + n - 4, ".lua") == 0;
+}
+
 /*
- * Whether argv[1] names a subcommand. A name with a '/' never does (that is how a script
- * named like a command is run: ./name), which also keeps `corral /usr/bin/busted` from
- * loading the CLI at all. When corral.cli cannot be loaded, an existing file is run as a
- * script; otherwise the load error is reported (*failed).
+ * Whether argv[1] goes to corral.cli: a subcommand, or a word that is neither a command
+ * nor a file, which cli.main reports as an unknown command. A name with a '/' never does
+ * (that is how a script named like a command is run: ./name), which also keeps
+ * `corral /usr/bin/busted` from loading the CLI at all; an existing file that is not a
+ * command is run as a script. When corral.cli cannot be loaded, an existing file is run
+ * as a script; otherwise the load error is reported (*failed).
  */
 static int is_command(lua_State *L, const char *name, int *failed)
 {
     int status, yes;
 
     *failed = 0;
-    if (strchr(name, '/') != NULL) return 0;
+    if (strchr(name, '/') != NULL || looks_like_script(name)) return 0;
     lua_getglobal(L, "require");
     lua_pushliteral(L, "corral.cli");
     status = docall(L, 1, 1);
@@ -406,7 +419,7 @@ static int is_command(lua_State *L, const char *name, int *failed)
     }
     yes = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    return yes;
+    return yes || access(name, F_OK) != 0;
 }
 
 /* require("corral.cli").main({argv[1], …}); returns the process exit status. */
@@ -729,6 +742,15 @@ static int push_exit(lua_State *L, int code)
     return 1;
 }
 
+/* `--version` ('v'), `--help` or `-h` ('h') alone on the line, else 0. lua.c has no long
+ * options and no -h, so these spellings take nothing away from its command line. */
+static int long_option(const char *a)
+{
+    if (strcmp(a, "--version") == 0) return 'v';
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 'h';
+    return 0;
+}
+
 /* Runs protected; pushes the process exit status. */
 static int pmain(lua_State *L)
 {
@@ -736,14 +758,16 @@ static int pmain(lua_State *L)
     char **argv = lua_touserdata(L, 2);
     int script = 0;
     int args = collect_args(argv, &script);
+    int wants = argc == 2 ? long_option(argv[1]) : 0;
     int failed = 0;
 
     luaL_checkversion(L);
-    if (args & ARGS_ERROR) {
+    if ((args & ARGS_ERROR) && !wants) {
         print_usage(argv[script]);
         return push_exit(L, EXIT_FAILURE);
     }
-    if (args & ARGS_VERSION) print_version();
+    if ((args & ARGS_VERSION) || wants == 'v') print_version();
+    if (wants == 'v') return push_exit(L, EXIT_SUCCESS);
     if (args & ARGS_NOENV) {
         /* Read by the package library: LUA_PATH and LUA_CPATH are ignored too. */
         lua_pushboolean(L, 1);
@@ -753,6 +777,12 @@ static int pmain(lua_State *L)
     setup_host(L, argv[0]);
     lua_gc(L, LUA_GCRESTART);
     lua_gc(L, LUA_GCGEN, 0, 0);
+
+    if (wants == 'h') {
+        char help_name[] = "help";
+        char *help_argv[] = {argv[0], help_name, NULL};
+        return push_exit(L, run_command(L, 2, help_argv));
+    }
 
     if (script == 1 && argv[1][0] != '-' && is_command(L, argv[1], &failed)) {
         create_arg_table(L, argv, argc, 0);

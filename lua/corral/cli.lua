@@ -94,10 +94,20 @@ function M.network_options(opts)
   local function invalid(option, fmt, ...)
     return nil, errors.invalid_argument(option, string.format(fmt, ...))
   end
+  -- An entry as the CLI takes it: the allowlist's grammar, and no single-label name
+  -- (`--allow garbage` is a typo far more often than a host called that).
+  local function check_entry(e)
+    local entry, aerr = allowlist.parse_entry(e)
+    if aerr then return aerr.detail end
+    if entry.kind == "name" and not entry.name:find(".", 1, true) and entry.name ~= "localhost" then
+      return string.format('"%s": %s is a single-label name, which no public host has; write the full name ' ..
+        "(e.g. %s.example.com:443), an IP address or a CIDR", e, entry.name, entry.name)
+    end
+  end
   local allow = {}
   for _, e in ipairs(opts.allow or {}) do
-    local _, aerr = allowlist.parse_entry(e)
-    if aerr then return invalid("--allow", "%s", aerr.detail) end
+    local why = check_entry(e)
+    if why then return invalid("--allow", "%s", why) end
     allow[#allow + 1] = e
   end
   if opts["allow-file"] then
@@ -109,10 +119,10 @@ function M.network_options(opts)
       n = n + 1
       line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
       if line ~= "" then
-        local _, aerr = allowlist.parse_entry(line)
-        if aerr then
+        local why = check_entry(line)
+        if why then
           f:close()
-          return invalid("--allow-file", "%s:%d: %s", file, n, aerr.detail)
+          return invalid("--allow-file", "%s:%d: %s", file, n, why)
         end
         allow[#allow + 1] = line
       end
@@ -163,11 +173,69 @@ for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
 
+--- Whether `cmd` cannot be run from here, as a shell says it: 127 and "CMD: command
+-- not found" (a bare name not on PATH, or a path that does not exist), 126 and why (a
+-- directory, or a file without any execute bit); nil when it looks runnable.
+-- @tparam string cmd
+-- @treturn[1] integer|nil status
+-- @treturn[1] string message
+function M.missing_command(cmd)
+  if not cmd:find("/", 1, true) then
+    local r = core.path.resolve_executable(cmd)
+    if r and r:find("/", 1, true) then return nil end
+    return 127, cmd .. ": command not found"
+  end
+  local real, err, errno = core.path.resolve_file(cmd)
+  local st = real and core.fs.lstat(real)
+  if not st then
+    return errno == core.errno.ENOENT and 127 or 126, cmd .. ":" .. tostring(err):match(":([^:]*)$")
+  end
+  if st.type == "dir" then return 126, cmd .. ": Is a directory" end
+  if st.mode & tonumber("111", 8) == 0 then return 126, cmd .. ": Permission denied" end
+  return nil
+end
+
 local commands = {}
 local order = {}
 
-local function command(name, summary, usage, fn)
-  commands[name] = { summary = summary, usage = usage, run = fn }
+-- A command's options, for its help and its parser: groups `{title, {option, ...}}`, each
+-- option `{name, kind, metavar, meaning}` (kind as M.parse takes it).
+local function option_spec(groups)
+  local spec = {}
+  for _, g in ipairs(groups) do
+    for _, o in ipairs(g[2]) do spec[o[1]] = o[2] end
+  end
+  return spec
+end
+
+-- One line per option under its group's title; a meaning that does not fit beside a long
+-- option starts on the next line.
+local OPTION_COLUMN = 28
+local function options_text(groups)
+  local lines = {}
+  local function add(left, meaning)
+    if #left + 2 > OPTION_COLUMN then
+      lines[#lines + 1] = left
+      lines[#lines + 1] = string.rep(" ", OPTION_COLUMN) .. meaning
+    else
+      lines[#lines + 1] = left .. string.rep(" ", OPTION_COLUMN - #left) .. meaning
+    end
+  end
+  for _, g in ipairs(groups) do
+    lines[#lines + 1] = g[1] .. ":"
+    for _, o in ipairs(g[2]) do
+      add("  --" .. o[1] .. (o[3] and (" " .. o[3]) or ""), o[4] .. (o[2] == "list" and "; repeatable" or ""))
+    end
+    lines[#lines + 1] = ""
+  end
+  add("  -h, --help", "this help")
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- Registers a subcommand. usage: its synopsis and description; options: its option
+-- groups (see option_spec), listed by its help.
+local function command(name, summary, usage, fn, options)
+  commands[name] = { summary = summary, usage = usage, run = fn, options = options }
   order[#order + 1] = name
 end
 
@@ -184,8 +252,52 @@ signals; a flag it neither constructs nor asks for (--memory without resource_li
 is refused. Examples: scripts/examples/; the contract: docs/mechanisms.md.]],
 }
 
+-- The optimal string alignment distance (Levenshtein with adjacent transpositions), so
+-- that `rnu` is one edit from `run`.
+local function edit_distance(a, b)
+  local d = {}
+  for i = 0, #a do d[i] = { [0] = i } end
+  for j = 0, #b do d[0][j] = j end
+  for i = 1, #a do
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      d[i][j] = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+      if i > 1 and j > 1 and a:sub(i, i) == b:sub(j - 1, j - 1) and a:sub(i - 1, i - 1) == b:sub(j, j) then
+        d[i][j] = math.min(d[i][j], d[i - 2][j - 2] + 1)
+      end
+    end
+  end
+  return d[#a][#b]
+end
+
+--- The command closest to `name` (at most two edits, and fewer than its length), or nil.
+-- @tparam string name
+-- @treturn string|nil
+function M.suggest(name)
+  local best, best_d
+  for _, n in ipairs(order) do
+    local d = edit_distance(name, n)
+    if d <= 2 and d < #name and (not best_d or d < best_d) then best, best_d = n, d end
+  end
+  return best
+end
+
+-- "; did you mean 'run'?", or where the commands are listed.
+local function hint(name)
+  local s = M.suggest(name)
+  return s and ("; did you mean '" .. s .. "'?") or "; `corral help` lists the commands"
+end
+
+local function write_help(c)
+  io.write(c.usage, "\n\n")
+  if c.options then io.write(options_text(c.options)) end
+end
+
 command("help", "list the commands, or explain one",
-  "corral help [COMMAND | mechanisms]",
+  [[corral help [COMMAND | mechanisms]
+
+Lists the commands, or prints COMMAND's usage and options (as `corral COMMAND --help`);
+`corral help mechanisms` summarises the mechanism contract (docs/mechanisms.md).]],
   function(argv)
     local name = argv[2]
     if name then
@@ -194,16 +306,32 @@ command("help", "list the commands, or explain one",
         return 0
       end
       local c = commands[name]
-      if not c then return fail("help", errors.invalid_argument("COMMAND", "no command " .. name)) end
-      io.write(c.usage, "\n\n", c.summary, "\n")
+      if not c then
+        return fail("help", errors.invalid_argument("COMMAND", "no command " .. name .. hint(name)))
+      end
+      write_help(c)
       return 0
     end
     io.write("corral — process confinement with a C core and Lua policy\n\n")
     io.write("usage: corral COMMAND [ARGS]   |   corral [lua options] [script [args]]\n\n")
     for _, n in ipairs(order) do io.write(string.format("  %-14s %s\n", n, commands[n].summary)) end
-    io.write("\n`corral help COMMAND` explains one; `corral` alone opens a REPL.\n")
+    io.write("\n`corral help COMMAND` (or `corral COMMAND --help`) explains one; `corral --version` prints\n" ..
+      "the version; `corral` alone opens a REPL. Lua's own options, as lua5.4 takes them:\n" ..
+      "-e STAT, -l MOD, -l G=MOD, -i, -v, -E, -W, -- and - (stdin).\n")
     return 0
   end)
+
+local CONFINE_OPTIONS = {
+  { "Boundary", {
+    { "permit", "value", "DIR", "the one directory CMD may read and write (required)" },
+    { "extra", "list", "DIR", "another directory it may read and write" },
+    { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
+  } },
+  { "Output", {
+    { "json", "flag", nil, "print the spec as JSON" },
+    { "exec", "flag", nil, "run the spec instead, exiting with the command's status" },
+  } },
+}
 
 command("confine", "confine a trusted process to one directory (control-plane profile)",
   [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--json] [--exec] -- CMD ARGS...
@@ -215,10 +343,10 @@ command to run is the confinement wrapper); environment values are never printed
 the names. --exec runs it instead and exits with the command's status. On Linux the
 spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
 bubblewrap can build it) and landlock.
-Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
+Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
+the command's status (127 when it is not found, 126 when it cannot be executed).]],
   function(argv)
-    local opts, rest = M.parse(argv, { permit = "value", extra = "list", cd = "value",
-                                       json = "flag", exec = "flag" })
+    local opts, rest = M.parse(argv, option_spec(CONFINE_OPTIONS))
     if not opts then return fail("confine", rest) end
     if #rest == 0 then
       return fail("confine", errors.invalid_argument("CMD", "missing (after --)"))
@@ -250,6 +378,11 @@ Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
         " (corral probe shows why)\n")
     end
     if opts.exec then
+      local status, why = M.missing_command(rest[1])
+      if status then
+        io.stderr:write("corral confine: ", why, "\n")
+        return status
+      end
       local _, msg = confinement.exec(spec)
       return fail("confine", msg)
     end
@@ -266,7 +399,14 @@ Exit 2: an invalid argument; 3: this host cannot enforce the confinement.]],
       io.write("env:    ", #names, " variables passed through unmodified (values not shown)\n")
     end
     return 0
-  end)
+  end, CONFINE_OPTIONS)
+
+local SBPL_OPTIONS = {
+  { "Boundary", {
+    { "permit", "value", "DIR", "the directory the profile permits (required)" },
+    { "extra", "list", "DIR", "another directory it permits" },
+  } },
+}
 
 command("sbpl", "print the macOS sandbox-exec profile for a boundary",
   [[corral sbpl --permit DIR [--extra DIR]...
@@ -275,7 +415,7 @@ Emits the SBPL deny-default profile the control-plane confinement uses on macOS,
 DIR and each --extra resolved first (SBPL matches resolved paths; a grant written
 against a symlink silently never matches).]],
   function(argv)
-    local opts, rest = M.parse(argv, { permit = "value", extra = "list" })
+    local opts, rest = M.parse(argv, option_spec(SBPL_OPTIONS))
     if not opts then return fail("sbpl", rest) end
     if #rest > 0 then return fail("sbpl", errors.invalid_argument(rest[1], "unexpected argument")) end
     local spec, err = require("corral.confinement").sandbox_exec_spec({ "/bin/sh" },
@@ -284,20 +424,24 @@ against a symlink silently never matches).]],
     io.write(spec.profile)
     if spec.profile:sub(-1) ~= "\n" then io.write("\n") end
     return 0
-  end)
+  end, SBPL_OPTIONS)
 
 command("resolve", "resolve a command the way the kernel will",
   [[corral resolve CMD
 
-A bare name through PATH, then every symlink component by component. A name not on
-PATH is printed unchanged (the exec would earn the OS's own error).]],
+A bare name through PATH, then every symlink component by component. Exits 1, saying
+so, when CMD is not found (127's case for a command) or cannot be executed (126's).]],
   function(argv)
     if #argv ~= 2 then return fail("resolve", errors.invalid_argument("CMD", "exactly one is needed")) end
+    local _, why = M.missing_command(argv[2])
+    if why then return fail("resolve", why) end
     local r, err = core.path.resolve_executable(argv[2])
     if not r then return fail("resolve", err) end
     io.write(r, "\n")
     return 0
   end)
+
+local PROBE_OPTIONS = { { "Output", { { "json", "flag", nil, "print the results as JSON" } } } }
 
 command("probe", "establish which protections hold on this host, by doing them",
   [[corral probe [--json]
@@ -305,7 +449,7 @@ command("probe", "establish which protections hold on this host, by doing them",
 Each capability runs a control that must succeed and then the breach that must be
 denied. Prints capability, holds/absent, the detail measured, and what it gates.]],
   function(argv)
-    local opts, rest = M.parse(argv, { json = "flag" })
+    local opts, rest = M.parse(argv, option_spec(PROBE_OPTIONS))
     if not opts then return fail("probe", rest) end
     local results = require("corral.probe").probe()
     if opts.json then
@@ -317,60 +461,78 @@ denied. Prints capability, holds/absent, the detail measured, and what it gates.
         r.detail, #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or ""))
     end
     return 0
-  end)
+  end, PROBE_OPTIONS)
+
+-- --idle, --max-connections and --verbose are read by corral.egress.run_options and
+-- corral.egress.summary.
+local RUN_OPTIONS = {
+  { "Sandbox", {
+    { "mechanism", "value", "NAME", "native (default), bwrap, or FILE.lua (a mechanism in Lua)" },
+    { "id", "value", "ID", "the sandbox's id (default tenant; with --storage, its last component)" },
+    { "storage", "value", "DIR", "its storage at /storage, kept (default: a temporary one, removed)" },
+    { "workspace", "value", "DIR", "a directory bound read-write at /workspace" },
+  } },
+  { "Limits", {
+    { "memory", "value", "SIZE", "memory cap, e.g. 256M (exit 121 when it ends the command)" },
+    { "pids", "value", "N", "at most N processes and threads, e.g. 64" },
+    { "cpu", "value", "CORES", "CPU bandwidth in cores, e.g. 0.5" },
+    { "wall", "value", "DURATION", "wall-clock limit, e.g. 30s (exit 124 when it ends the command)" },
+    { "fsize", "value", "SIZE", "largest file the command may write, e.g. 1G" },
+    { "nofile", "value", "N", "at most N open files, e.g. 256" },
+  } },
+  { "Environment", {
+    { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
+  } },
+  { "Network and egress", {
+    { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432" },
+    { "allow-file", "value", "FILE", "--allow entries from FILE, one per line (# comments)" },
+    { "internal", "list", "CIDR", "admit a private range that an allowed name resolves into" },
+    { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
+    { "service-port", "value", "N", "relay a port on 127.0.0.1 (printed on stderr) to port N inside" },
+    { "link", "value", "NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]",
+      "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
+    { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
+    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
+  } },
+  { "Output", {
+    { "log-json", "value", "FILE", "write every egress decision to FILE as a JSON line" },
+    { "verbose", "flag", nil, "print each denial or upstream failure as it first happens" },
+  } },
+}
 
 command("run", "run a tenant command in a sandbox (credentials stripped, no network)",
-  [[corral run [--mechanism native|bwrap|FILE.lua] [--id ID] [--storage DIR] [--workspace DIR]
-           [--memory 256M] [--pids 64] [--cpu 0.5] [--wall 30s] [--fsize 1G] [--nofile 256]
-           [--env NAME]... [--allow ENTRY]... [--allow-file FILE] [--internal CIDR]...
-           [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE]
-           [--link NETNS,ADDR/PREFIX,GATEWAY,PEER/PREFIX]
-           [--idle DURATION] [--max-connections N] [--verbose] -- CMD ARGS...
+  [[corral run [OPTIONS] -- CMD ARGS...
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
-host id, its storage read-write at /storage (DIR, or a temporary directory removed
-afterwards; corral creates DIR, or it must already belong to the sandbox's host id),
---workspace at /workspace, the runtime read-only, no network at all, host processes invisible, every capability
-dropped, the tenant seccomp filter. The environment starts from PATH HOME LANG TERM TZ;
---env NAME adds the caller's NAME, unless it is credential-shaped (refused by name).
-Egress: --allow ENTRY (pypi.org:443, *.pythonhosted.org:443, 10.20.0.0/16:5432,
-[2001:db8::1]:22; no port = any) lets the tenant connect there — any program, any TCP
-port, no proxy variables: its DNS gets synthetic addresses for allowed names and
-NXDOMAIN for the rest; TCP to a port no entry names is reset at the connect (when
-every entry names its ports), and every other connection is decided by the host,
-resolved on the host and relayed. --allow-file reads one entry per line (# comments). --internal CIDR admits
-a private range that an allowed name resolves into. --resolve NAME=ADDR answers the
-host-side resolution of NAME from this table instead of the host's resolver. Every
-decision is written as a JSON line to --log-json. --service-port N relays a kernel-chosen
-port on 127.0.0.1 to port N inside (printed on stderr). --link gives the sandbox its own
-routed link (a veth into network namespace NETNS, a name under /run/netns or a path;
-PEER/PREFIX, the address given to its far end, may be left out):
-permitted connections then leave from the sandbox's netns through it, on mark-checked
-sockets, instead of from the host's.
-A name's addresses are all tried (IPv6 first, then raced, as RFC 8305 asks) within the
-connect timeout. --idle DURATION (90s, 10m, 2h; default none) cuts a connection that
-moved no byte for that long; TCP keepalive runs on both legs, so a dead end is noticed
-either way. --max-connections N (default 4096) caps a sandbox's concurrent
-connections; each costs the host two sockets (about 7 KiB of kernel memory idle), under
-1 KiB of its own and six fds, plus up to 512 KiB of pipe only while bytes wait in it.
-At the end of the run, what was denied and which connections failed upstream are
-summarised on stderr with the option that would change them; --verbose prints each as
-it first happens.
-Exit status: the command's own (128+N when killed by signal N; under native 127 when
-it is not found and 126 when it cannot be executed, which bubblewrap reports as 1); 121
-when the memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
-2 for an invalid argument or a refused variable; 3 when this host cannot enforce a
-protection. A command can exit with these numbers itself: corral's own say so on stderr.
-/workspace is bound read-write, and writable where DIR's permissions let the sandbox's
-host id write (its storage is always its own). A terminal on stdin/stdout/stderr is put
-back as it was after the run.]],
+host id, its storage read-write at /storage (--storage DIR, or a temporary directory
+removed afterwards; corral creates DIR, or it must already belong to the sandbox's host
+id), --workspace at /workspace (writable where DIR's permissions let the sandbox's host
+id write), the runtime read-only, no network at all, host processes invisible, every
+capability dropped, the tenant seccomp filter. The environment starts from PATH HOME
+LANG TERM TZ. A terminal on stdin/stdout/stderr is put back as it was after the run.
+
+Egress (--allow ENTRY: name, *.suffix, IP or CIDR, [IPv6], each with :port, :a-b or
+:80,443, or no port for any): any program, any TCP port, no proxy variables. The tenant's DNS gets
+synthetic addresses for allowed names and NXDOMAIN for the rest; TCP to a port no entry
+names is reset at the connect (when every entry names its ports), and every other
+connection is decided by the host, resolved on the host and relayed. A name's addresses
+are all tried (IPv6 first, then raced, as RFC 8305 asks) within the connect timeout;
+TCP keepalive runs on both legs, so a dead end is noticed either way. Each connection
+costs the host two sockets (about 7 KiB of kernel memory idle), under 1 KiB of its own
+and six fds, plus up to 512 KiB of pipe only while bytes wait in it. With --link,
+permitted connections leave from the sandbox's netns through its link, on mark-checked
+sockets, instead of from the host's. At the end of the run, what was denied and which
+connections failed upstream are summarised on stderr with the option that would change
+them.
+
+Exit status: the command's own (128+N when killed by signal N; 127 when it is not
+found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
+memory cap ended it; 124 when --wall did; 120 when the sandbox could not start; 2 for
+an invalid argument or a refused variable; 3 when this host cannot enforce a
+protection. A command can exit with these numbers itself: corral's own say so on
+stderr.]],
   function(argv)
-    local opts, rest = M.parse(argv, { mechanism = "value", id = "value", storage = "value",
-      workspace = "value", memory = "value", pids = "value", cpu = "value", wall = "value",
-      fsize = "value", nofile = "value", env = "list", allow = "list", ["allow-file"] = "value",
-      internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value",
-      link = "value",
-      idle = "value", ["max-connections"] = "value", verbose = "flag" }) -- egress/run_options, egress/summary
+    local opts, rest = M.parse(argv, option_spec(RUN_OPTIONS))
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
     local network, nerr = M.network_options(opts)
@@ -386,7 +548,7 @@ back as it was after the run.]],
     }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
     if not status then return fail("run", err) end
     return status
-  end)
+  end, RUN_OPTIONS)
 
 local tier_cli = require "corral.tier.cli"
 command("step", tier_cli.SUMMARY, tier_cli.USAGE,
@@ -416,12 +578,30 @@ function M.is_command(name)
   return commands[name] ~= nil
 end
 
---- Runs a subcommand; `argv[1]` is its name.
+-- Whether the words before `--` ask for help (`-h` or `--help`).
+local function wants_help(argv)
+  for i = 2, #argv do
+    if argv[i] == "--" then return false end
+    if argv[i] == "-h" or argv[i] == "--help" then return true end
+  end
+  return false
+end
+
+--- Runs a subcommand; `argv[1]` is its name. `-h` or `--help` before `--` prints its
+-- help instead; an unknown name is a usage error (2) naming the closest command.
 -- @tparam {string,...} argv
 -- @treturn integer exit status
 function M.main(argv)
-  local c = commands[argv[1]]
-  if not c then return fail("", errors.invalid_argument("COMMAND", "no command " .. tostring(argv[1]))) end
+  local name = tostring(argv[1])
+  local c = commands[name]
+  if not c then
+    io.stderr:write("corral: unknown command '", name, "'", hint(name), "\n")
+    return EXIT_USAGE
+  end
+  if wants_help(argv) then
+    write_help(c)
+    return 0
+  end
   local ok, status = xpcall(c.run, debug.traceback, argv)
   if not ok then
     io.stderr:write("corral ", argv[1], ": ", tostring(status), "\n")

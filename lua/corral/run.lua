@@ -219,7 +219,14 @@ function M.execute(req, hooks)
     say(tostring(xerr))
     return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
   end
-  if result.error then say(result.error) end
+  if result.error and (result.code == 127 or result.code == 126) then
+    -- The command itself could not be run: named as a shell names it.
+    local cmd = tostring(req.argv[1])
+    say(result.code == 127 and not cmd:find("/", 1, true) and cmd .. ": command not found"
+      or cmd .. ":" .. (tostring(result.error):match(":([^:]*)$") or " cannot be executed"))
+  elseif result.error then
+    say(result.error)
+  end
   if result.limit == "memory" then
     say("the memory cap ended the sandbox")
     return M.EXIT.memory

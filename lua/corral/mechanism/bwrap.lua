@@ -84,16 +84,92 @@ function M.args(root, argv, seccomp_fd)
   return a
 end
 
+-- The host path that inside path p (absolute, no . or ..) shows under the root plan:
+-- the deepest mount holding it, through the merged-/usr links; nil when no mount does.
+local function host_path(root, p, depth)
+  local best
+  for _, m in ipairs(root.mounts) do
+    if (p == m.dest or p:sub(1, #m.dest + 1) == m.dest .. "/") and (not best or #m.dest > #best.dest) then
+      best = m
+    end
+  end
+  if not best then return nil end
+  local rest = p:sub(#best.dest + 1)
+  if best.type ~= "symlink" then return best.src .. rest end
+  if depth > 8 then return nil end
+  local target = best.target
+  if target:sub(1, 1) ~= "/" then target = best.dest:match("^(.*)/") .. "/" .. target end
+  return host_path(root, target .. rest, depth + 1)
+end
+
+-- Whether inside path p is surely absent from the tenant's root ("missing"), a directory
+-- or a file no one may execute ("denied"), or else nil (bubblewrap is left to try): a
+-- symlink on the way, or a path under what bubblewrap makes itself, is not judged here.
+local function judge(root, p)
+  local parts = {}
+  for c in p:gmatch("[^/]+") do
+    if c == ".." then parts[#parts] = nil elseif c ~= "." then parts[#parts + 1] = c end
+  end
+  p = "/" .. table.concat(parts, "/")
+  local host = host_path(root, p, 0)
+  if not host then
+    local top = parts[1]
+    if top == "proc" or top == "dev" or top == "tmp" then return nil end
+    return "missing"
+  end
+  local st = core.fs.lstat(host)
+  if st and st.type == "link" then return nil end
+  if st then
+    if st.type == "dir" or st.mode & tonumber("111", 8) == 0 then return "denied" end
+    return nil
+  end
+  -- Absent here; but a link between the mount and the file could point elsewhere inside.
+  local dir = host
+  while true do
+    dir = dir:match("^(.*)/[^/]*$")
+    if not dir or dir == "" then return "missing" end
+    local dst = core.fs.lstat(dir)
+    if dst and dst.type == "link" then return nil end
+    if dst then return "missing" end
+  end
+end
+
+-- The result of a command bubblewrap could not run, found before it starts (bubblewrap
+-- itself would exit 1, saying so on the tenant's stderr): 127 not found, 126 not
+-- executable, as native and a shell report them. nil when it may run.
+local function not_runnable(root, sb, cmd)
+  local verdict
+  if cmd:find("/", 1, true) then
+    verdict = judge(root, cmd:sub(1, 1) == "/" and cmd or (root.cwd .. "/" .. cmd))
+  else
+    -- Without one absolute PATH entry to look in, bubblewrap's execvp decides.
+    for dir in ((sb.env or {}).PATH or ""):gmatch("[^:]+") do
+      if dir:sub(1, 1) == "/" then
+        verdict = judge(root, dir .. "/" .. cmd) ~= "missing" and "found" or verdict or "missing"
+        if verdict == "found" then break end
+      end
+    end
+  end
+  if verdict == "missing" then
+    return { code = 127, how = "exited", error = "spawn: exec: No such file or directory" }
+  elseif verdict == "denied" then
+    return { code = 126, how = "exited", error = "spawn: exec: Permission denied" }
+  end
+end
+
 -- Spawns bwrap in the sandbox's cgroup (and netns, with a plane), with the rlimits and,
 -- as root, the sandbox's unprivileged host id taken by corral's own spawn step — which
 -- re-arms the parent-death signal the id change clears (prlimit and setpriv did this
 -- before, and left a window where a killed `corral run` orphaned the tenant).
--- bubblewrap reports its own failures (e.g. a missing command) as status 1.
+-- bubblewrap reports its own failures as status 1; a missing command is found first.
 local function spawn(sb, st, argv, opts)
   local bwrap = tool("bwrap")
   if not bwrap then
     return nil, errors.cannot_enforce("bwrap", "needs bwrap on PATH")
   end
+  local root = tenant_root.plan(sb, st)
+  local failed = not_runnable(root, sb, argv[1])
+  if failed then return nil, nil, failed end
   local prog_path = os.tmpname()
   local f = assert(io.open(prog_path, "wb"))
   f:write(assert(core.seccomp.tenant_program()))
@@ -101,7 +177,6 @@ local function spawn(sb, st, argv, opts)
   local prog, perr, perrno = core.fd.open(prog_path)
   os.remove(prog_path)
   if not prog then return nil, errors.cannot_enforce("privilege_separation", perr, perrno) end
-  local root = tenant_root.plan(sb, st)
   local full = { bwrap }
   for _, v in ipairs(M.args(root, argv, prog:fileno())) do full[#full + 1] = v end
   local as_root = core.proc.geteuid() == 0
