@@ -2,7 +2,7 @@
 --
 -- Required callbacks: provision, start, exec, stop, destroy, status. Optional: address
 -- (→ true, nil | "host:port"), required_capabilities(sb), constructed_capabilities(sb).
--- Any table, or a .lua file returning one, is a mechanism; built in: native, bwrap.
+-- Any table, or a .lua file returning one, is a mechanism; built in: native, bwrap, oci.
 --
 -- The gate: what a mechanism requires for a sandbox, minus what it constructs itself,
 -- is asked of the host probe; a refusal names the absent capability. It never fails
@@ -16,7 +16,7 @@ local M = {}
 M.REQUIRED = { "provision", "start", "exec", "stop", "destroy", "status" }
 M.OPTIONAL = { "address", "required_capabilities", "constructed_capabilities" }
 
-M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwrap" }
+M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwrap", oci = "corral.mechanism.oci" }
 
 --- Checks a table against the behaviour.
 -- @tparam table mech
@@ -57,7 +57,7 @@ function M.load(name_or_path)
   if module then return M.check(require(module)) end
   if not name_or_path:match("%.lua$") then
     return nil, errors.invalid_argument("mechanism", "no built-in mechanism " .. name_or_path ..
-      " (native, bwrap) and not a .lua file")
+      " (native, bwrap, oci) and not a .lua file")
   end
   local chunk, err = loadfile(name_or_path, "t")
   if not chunk then return nil, errors.invalid_argument("mechanism", err) end
