@@ -162,6 +162,7 @@ local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = 
 for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
+RUN_OPTION_NAMES.engine = "--engine"
 
 local commands = {}
 local order = {}
@@ -303,7 +304,8 @@ denied. Prints capability, holds/absent, the detail measured, and what it gates.
   end)
 
 command("run", "run a tenant command in a sandbox (credentials stripped, no network)",
-  [[corral run [--mechanism native|bwrap|FILE.lua] [--id ID] [--storage DIR] [--workspace DIR]
+  [[corral run [--mechanism native|bwrap|oci|FILE.lua] [--engine podman|docker|PATH]
+           [--id ID] [--storage DIR] [--workspace DIR]
            [--memory 256M] [--pids 64] [--cpu 0.5] [--wall 30s] [--fsize 1G] [--nofile 256]
            [--env NAME]... [--allow ENTRY]... [--allow-file FILE] [--internal CIDR]...
            [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE]
@@ -352,7 +354,7 @@ back as it was after the run.]],
       workspace = "value", memory = "value", pids = "value", cpu = "value", wall = "value",
       fsize = "value", nofile = "value", env = "list", allow = "list", ["allow-file"] = "value",
       internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value",
-      link = "value",
+      link = "value", engine = "value",
       idle = "value", ["max-connections"] = "value", verbose = "flag" }) -- egress/run_options, egress/summary
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
@@ -365,7 +367,7 @@ back as it was after the run.]],
       limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
                  nofile = opts.nofile },
       env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
-      verbose = opts.verbose,
+      verbose = opts.verbose, engine = opts.engine,
     }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
     if not status then return fail("run", err) end
     return status

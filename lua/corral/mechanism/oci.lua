@@ -24,9 +24,10 @@
 --
 -- * network_restriction with a published port: the engine's bridge network routes out,
 --   so that sandbox can reach the internet; only one inbound port, on loopback, is open.
--- * disk_quota: measured here, `podman run --storage-opt size=10M` on the overlay driver
---   over ext4 refuses ("Error: ... storage-opt size only supported for overlay over xfs
---   with 'pquota' mount option"), and /storage is a plain host directory anyway.
+-- * disk_quota: measured here, `podman run --storage-opt size=10M IMAGE …` on the overlay
+--   driver over ext4 exits 125 ("storage option overlay.size and overlay.inodes only
+--   supported for backingFS XFS. Found extfs"); where it is accepted it bounds only the
+--   container's own layer, which is read-only here, and /storage is a plain host directory.
 -- * privilege_separation: the tenant runs as an unprivileged host id with no capability,
 --   but in the host's user namespace and beside an engine that runs as root; corral
 --   does not build the separation native does.
@@ -70,7 +71,7 @@ M.config = {
 local ENGINE_ENV = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin" }
 
 local state = {} -- sandbox id → {storage_lock =, plane =, infra =, addr =, process =, name =, ...}
-local engine_cache, image_ready, scratch, seq = nil, {}, nil, 0
+local engine_cache, image_ready, scratch, seq, swept = nil, {}, nil, 0, false
 
 --- The engine to drive: `{path =, kind = "podman"|"docker", conf =}`, or nil and why.
 -- @tparam[opt] string name overrides `M.config.engine`
@@ -182,7 +183,14 @@ end
 -- @return[2] nil
 -- @treturn[2] table the engine's error
 function M.image(root)
-  if M.config.image then return M.config.image end
+  if M.config.image then
+    if not image_ready[M.config.image] then
+      local _, err = M.call({ "image", "inspect", "--format", "{{.Id}}", M.config.image })
+      if err then return nil, err end
+      image_ready[M.config.image] = true
+    end
+    return M.config.image
+  end
   local present = {}
   for _, m in ipairs(root.mounts) do
     if m.type == "symlink" or not m.optional or core.lstat(m.src) then present[#present + 1] = m end
@@ -322,15 +330,21 @@ local function command(sb, st, argv, opts)
     return nil, ierr
   end
   local name = container_name(sb)
-  -- Without --rm when a memory kill must be read back from the container afterwards.
-  local args = { "run", "--name", name, "--env-file", env }
-  if not (sb.limits and sb.limits.memory) then args[#args + 1] = "--rm" end
+  local args = { "run", "--rm", "--name", name, "--env-file", env }
   table.move(interactive, 1, #interactive, #args + 1, args)
   local flags = root_flags(sb, st, root, eng)
   table.move(flags, 1, #flags, #args + 1, args)
   args[#args + 1] = img
   table.move(argv, 1, #argv, #args + 1, args)
   return argv_of(eng, args), name, env, false
+end
+
+-- The kernel's count of OOM kills since boot (/proc/vmstat oom_kill).
+local function oom_kills()
+  local f = io.open("/proc/vmstat")
+  local n = f and tonumber(f:read("a"):match("\noom_kill (%d+)")) or 0
+  if f then f:close() end
+  return n
 end
 
 local function spawn(sb, st, argv, opts)
@@ -344,6 +358,7 @@ local function spawn(sb, st, argv, opts)
       return nil, errors.invalid_argument("output", "cannot open " .. opts.output)
     end
   end
+  local oom0 = oom_kills()
   local proc, err = core.spawn({ plain = true, path = full[1], argv = full, env = ENGINE_ENV,
     stdin = opts.stdin, stdout = out or opts.stdout, stderr = out or opts.stderr })
   if out then out:close() end
@@ -352,7 +367,7 @@ local function spawn(sb, st, argv, opts)
     return nil, errors.cannot_enforce("oci", "`" .. shell.join(full) .. "` failed (cannot start: " ..
       tostring(err) .. ")")
   end
-  return { proc = proc, name = name, env = env, joined = joined, argv = full }
+  return { proc = proc, name = name, env = env, joined = joined, argv = full, oom_kills = oom0 }
 end
 
 --- Removes a container at once (SIGKILL to what runs in it: podman's `rm --force`
@@ -381,20 +396,19 @@ local function finish(run, kill)
   os.remove(run.env)
 end
 
--- How a run ended, with `limit = "memory"` when the engine reports the container
--- OOM-killed (read back, then the container removed).
+-- How a run ended: `limit = "memory"` when it was SIGKILLed under a memory cap while the
+-- kernel's OOM killer fired. The engine's own report cannot be used: measured here
+-- (podman 4.3, cgroup v1), a container killed at its --memory cap shows
+-- State.OOMKilled false, and its memory cgroup, the only one counting the kill on v1,
+-- is gone with the container.
 local function classify(sb, run, code)
   local result = { code = code, how = "exited" }
   if code == 125 then
     return nil, errors.cannot_enforce("oci", "`" .. shell.join(run.argv) .. "` failed (status 125: the " ..
       "engine's own error, on the run's stderr)")
   end
-  if sb.limits and sb.limits.memory and not run.joined then
-    if code == 128 + 9 then
-      local oom = M.call({ "inspect", "--format", "{{.State.OOMKilled}}", run.name })
-      if oom and oom:match("true") then result.limit = "memory" end
-    end
-    M.remove(run.name)
+  if code == 128 + 9 and sb.limits and sb.limits.memory and oom_kills() > run.oom_kills then
+    result.limit = "memory"
   end
   return result
 end
@@ -425,6 +439,19 @@ local function start_infra(sb, st)
   return true
 end
 
+--- Removes the containers of corral processes that are gone (SIGKILL leaves them no
+-- chance to): every container labelled `corral.owner=PID` whose PID has no process.
+-- @treturn integer how many were removed
+function M.sweep()
+  local out = M.call({ "ps", "--all", "--filter", "label=corral.owner", "--format",
+    "{{.Names}} {{index .Labels \"corral.owner\"}}" })
+  local removed = 0
+  for name, pid in (out or ""):gmatch("(%S+) (%d+)\n") do
+    if not core.lstat("/proc/" .. pid) and M.remove(name) then removed = removed + 1 end
+  end
+  return removed
+end
+
 --- Creates the storage (owned by the sandbox's host id), corral's egress plane for an
 -- allowlist (before any container exists), and for a service port without one the
 -- engine's published port.
@@ -432,6 +459,10 @@ function M.provision(sb)
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
   local eng, why = M.engine()
   if not eng then return nil, errors.cannot_enforce("oci", why) end
+  if not swept then
+    swept = true
+    M.sweep()
+  end
   if sb.network and eng.kind ~= "podman" then
     return nil, errors.cannot_enforce("network_restriction", "an egress allowlist under oci needs podman " ..
       "(--network ns:PATH); " .. eng.path .. " cannot join corral's netns")
