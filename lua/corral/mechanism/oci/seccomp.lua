@@ -77,7 +77,9 @@ end
 --- The profile as JSON text.
 -- @treturn string
 function M.json()
-  return require("dkjson").encode(M.profile())
+  -- In a fixed key order: the file is named by its content.
+  return require("dkjson").encode(M.profile(), { keyorder = { "defaultAction", "syscalls", "names", "action",
+    "errnoRet", "args", "index", "value", "valueTwo", "op" } })
 end
 
 return M
