@@ -172,6 +172,7 @@ local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = 
 for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
+RUN_OPTION_NAMES.engine = "--engine"
 
 --- Whether `cmd` cannot be run from here, as a shell says it: 127 and "CMD: command
 -- not found" (a bare name not on PATH, or a path that does not exist), 126 and why (a
@@ -467,7 +468,8 @@ denied. Prints capability, holds/absent, the detail measured, and what it gates.
 -- corral.egress.summary.
 local RUN_OPTIONS = {
   { "Sandbox", {
-    { "mechanism", "value", "NAME", "native (default), bwrap, or FILE.lua (a mechanism in Lua)" },
+    { "mechanism", "value", "NAME", "native (default), bwrap, oci, or FILE.lua (a mechanism in Lua)" },
+    { "engine", "value", "ENGINE", "with --mechanism oci: podman or docker (default: whichever is installed)" },
     { "id", "value", "ID", "the sandbox's id (default tenant; with --storage, its last component)" },
     { "storage", "value", "DIR", "its storage at /storage, kept (default: a temporary one, removed)" },
     { "workspace", "value", "DIR", "a directory bound read-write at /workspace" },
@@ -544,7 +546,7 @@ stderr.]],
       limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
                  nofile = opts.nofile },
       env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
-      verbose = opts.verbose,
+      verbose = opts.verbose, engine = opts.engine,
     }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
     if not status then return fail("run", err) end
     return status

@@ -2,7 +2,7 @@
 --
 -- Required callbacks: provision, start, exec, stop, destroy, status. Optional: address
 -- (→ true, nil | "host:port"), required_capabilities(sb), constructed_capabilities(sb).
--- Any table, or a .lua file returning one, is a mechanism; built in: native, bwrap.
+-- Any table, or a .lua file returning one, is a mechanism; built in: native, bwrap, oci.
 --
 -- Returns (each may instead fail with `nil, err`, err a corral.errors error):
 -- provision/start/stop/destroy → true; exec → `{code = 0..255, how = "exited"|"killed"?,
@@ -30,7 +30,8 @@ M.OPTIONAL = { "address", "required_capabilities", "constructed_capabilities" }
 -- What a file-loaded mechanism is called in messages: its file's name.
 local labels = setmetatable({}, { __mode = "k" })
 
-M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwrap" }
+M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwrap",
+              oci = "corral.mechanism.oci" }
 
 --- Whether `mech` is one of the built-in mechanisms (the host's own code: it applies
 -- --wall and forwards signals itself).
@@ -82,7 +83,7 @@ function M.load(name_or_path)
   if module then return M.check(require(module)) end
   if not name_or_path:match("%.lua$") then
     return nil, errors.invalid_argument("mechanism", "no built-in mechanism " .. name_or_path ..
-      " (native, bwrap) and not a .lua file")
+      " (native, bwrap, oci) and not a .lua file")
   end
   local chunk, err = loadfile(name_or_path, "t")
   if not chunk then return nil, errors.invalid_argument("mechanism", err) end

@@ -74,7 +74,8 @@ end
 --   `fsize`, `wall` as corral.sandbox takes them, `pids`, `nofile`, `cpu` as numbers or
 --   numeric strings), `env` (names of the caller's variables to pass), `network` (as
 --   corral.sandbox takes it), `service_port`, `log_json` (a path for the decision log),
---   `verbose` (print each egress denial as it happens).
+--   `verbose` (print each egress denial as it happens), `engine` (the oci mechanism's
+--   engine: podman, docker or a path).
 -- @tparam[opt] table hooks how the caller presents: `say(line)` for each message to the
 --   user (default: none), `names` the caller's name for each argument a refusal is about
 --   (`"limits.memory"`, `"storage"`, `"id"`, `"workspace_path"`, `"env"`,
@@ -112,6 +113,12 @@ function M.execute(req, hooks)
   hardening.clear_own_environment()
   local mech, merr = corral.mechanism.load(req.mechanism or "native")
   if not mech then return nil, merr end
+  if req.engine then
+    if type(mech.engine) ~= "function" then return invalid("engine", "only the oci mechanism drives an engine") end
+    local _, why = mech.engine(req.engine)
+    if why then return invalid("engine", why) end
+    mech.config.engine = req.engine
+  end
   local limits, lerr = convert_limits(req.limits, invalid)
   if not limits then return nil, lerr end
   local root, id = nil, req.id

@@ -412,8 +412,9 @@ end
 local function run_check(check, mech, claimed, opts)
   for _, cap in ipairs(check.needs or {}) do
     if not (claimed.constructed[cap] or claimed.required[cap]) then
+      local why = type(mech.OMITTED) == "table" and mech.OMITTED[cap]
       return result(check, "unavailable", nil, nil, "the mechanism does not claim " .. cap ..
-        " (not in its constructed_capabilities)")
+        (why and (": " .. why) or " (not in its constructed_capabilities)"))
     end
   end
   for _, tool in ipairs(check.tools or {}) do
