@@ -151,8 +151,13 @@ function Server:accept()
   for _ in pairs(self.clients) do n = n + 1 end
   if not refusal and n >= M.CLIENTS_MAX then refusal = "refused: too many clients" end
   if refusal then
-    send_all(fd, encode({ ok = false, error = refusal }))
-    fd:close()
+    -- Closed at its first read, not now: a peer still writing its request would get
+    -- EPIPE instead of reading why.
+    if send_all(fd, encode({ ok = false, error = refusal })) and n < M.CLIENTS_MAX then
+      self.clients[{ fd = fd, refused = true }] = true
+    else
+      fd:close()
+    end
     return
   end
   self.clients[{ fd = fd, buf = "" }] = true
@@ -160,7 +165,7 @@ end
 
 function Server:read(c)
   local data = core.sock_recv(c.fd, M.LINE_MAX, 0)
-  if not data or data == "" then return self:drop(c) end
+  if not data or data == "" or c.refused then return self:drop(c) end
   c.buf = c.buf .. data
   while true do
     local line, rest = c.buf:match("^([^\n]*)\n(.*)$")

@@ -14,6 +14,7 @@
 local core = require "corral.core"
 local control = require "corral.control"
 local pretty = require "corral.pretty"
+local shell = require "corral.shell"
 
 local M = {}
 
@@ -60,16 +61,36 @@ end
 
 -- ---- the helpers -----------------------------------------------------------------------
 
+local function local_planes()
+  local out = {}
+  for _, p in ipairs(require("corral.egress.loop").planes()) do
+    if p.id and p.netns then out[#out + 1] = p end
+  end
+  table.sort(out, function(a, b) return a.id < b.id end)
+  return out
+end
+
 --- Every live sandbox of this user, in any corral process: id, mechanism, pid (of the
--- corral process serving it), the tenant's pids, limits and usage from its cgroup.
+-- corral process serving it), the tenant's pids, limits and usage from its cgroup. A
+-- sandbox with an egress plane that this process provisioned through the Lua API, not
+-- `corral run`, is listed too, with `connections`, `dns_port`, `acceptor_port` and
+-- `service`.
 -- @treturn {table,...}
 function M.sandboxes()
-  local out = {}
+  local out, seen = {}, {}
   for _, reg in ipairs(live()) do
     local i = reg.info
+    seen[i.id .. "@" .. reg.pid] = true
     out[#out + 1] = { id = i.id, ref = i.id .. "@" .. reg.pid, mechanism = i.mechanism, pid = reg.pid,
       tenant_pids = i.tenant_pids, limits = i.limits, usage = i.usage, command = i.command,
       egress = i.egress and { allow = i.egress.allow, connections = i.egress.connections } or nil }
+  end
+  local loop = require "corral.egress.loop"
+  for _, p in ipairs(local_planes()) do
+    if not seen[p.id .. "@" .. core.getpid()] then
+      out[#out + 1] = { id = p.id, pid = core.getpid(), connections = loop.count(p.id), dns_port = p.dns_port,
+        acceptor_port = p.acceptor_port, service = p.service_addr }
+    end
   end
   return out
 end
@@ -87,16 +108,21 @@ function M.connections(ref)
   return ask(ref, { op = "connections" })
 end
 
---- A sandbox's recent egress decisions, newest last.
+--- A sandbox's recent egress decisions, newest last. `decisions(n)` alone: the attached
+-- sandbox's, or when none is attached this process's own (the Lua API's sandboxes).
 -- @param[opt] ref
 -- @tparam[opt=20] integer n
 function M.decisions(ref, n)
-  if math.type(ref) == "integer" and n == nil and attached then ref, n = nil, ref end
+  if (ref == nil or math.type(ref) == "integer") and n == nil then
+    if not attached then return require("corral.egress.events").recent(ref or 20) end
+    ref, n = nil, ref
+  end
   return ask(ref, { op = "decisions", n = n or 20 })
 end
 
---- A sandbox's nftables table as the kernel holds it, decoded from netlink: read here
--- when this process serves its plane (the Lua API's own sandboxes), else by its process.
+--- A sandbox's nftables table as the kernel holds it: another process's decoded from
+-- netlink by that process (corral.control), one this process serves (the Lua API's own)
+-- as `nft list ruleset` shows it (`local_ruleset`).
 -- @param[opt] ref
 -- @treturn string
 function M.ruleset(ref)
@@ -194,12 +220,16 @@ function M.attach_main(argv, fail)
   return 0
 end
 
---- The ruleset in a sandbox's netns of this very process (the Lua API's own planes).
+--- The ruleset in the netns of a sandbox this very process serves (the Lua API's own),
+-- as `nft list ruleset` shows it there.
 -- @tparam string id
 -- @treturn string
 function M.local_ruleset(id)
-  for _, p in ipairs(require("corral.egress.loop").planes()) do
-    if p.id == id and p.netns then return core.nft.dump(p.netns) end
+  for _, p in ipairs(local_planes()) do
+    if p.id == id then
+      return shell.capture({ "nsenter", "--net=/proc/" .. core.getpid() .. "/fd/" .. p.netns:fileno(), "nft", "list",
+        "ruleset" })
+    end
   end
   return nil, "no sandbox " .. tostring(id) .. " with an egress plane in this process"
 end
@@ -248,7 +278,8 @@ is listed while its `corral run` lives; a killed one's registration is swept.]] 
 it was connected to, and the allowlist entry that allowed it.]] },
   { name = "decisions", usage = "decisions([id], [n])", brief = "the sandbox's last n egress decisions (default 20)",
     long = [[DNS answers, connects and their ends (closed, failed, cut), each with its verdict and
-reason, newest last.]] },
+reason, newest last. decisions(n) alone: the attached sandbox's, or (none attached) this
+process's own.]] },
   { name = "ruleset", usage = "ruleset([id])", brief = "the sandbox's nftables table, read back from the kernel",
     long = [[Decoded from netlink (the read-back corral verifies its ruleset with): each chain with
 its hook, priority and policy, and each rule's expressions.]] },
