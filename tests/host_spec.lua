@@ -3,25 +3,16 @@
 -- real pseudo-terminal (util-linux `script`). Run `make` first.
 
 local h = require "helpers"
+local pty = require "pty"
 
 local cwd = io.popen("pwd"):read("l")
 local HOST = h.host
 local Q = h.quote(HOST)
--- A caller's LUA_INIT must not leak into the children whose output is asserted.
-local CLEAN = "env -u LUA_INIT -u LUA_INIT_5_4 "
+local CLEAN = pty.CLEAN
 -- For tests about commands rather than path discovery: the repository's modules.
 local WITH_LUA = "LUA_PATH=" .. h.quote(cwd .. "/lua/?.lua;" .. cwd .. "/lua/?/init.lua;;") .. " "
 
--- Runs a shell command; returns stdout, stderr, exit status.
-local function run(cmd)
-  local errf = os.tmpname()
-  local p = assert(io.popen("( " .. cmd .. " ) 2>" .. errf))
-  local out = p:read("a")
-  local _, _, code = p:close()
-  local err = h.read(errf)
-  os.remove(errf)
-  return out, err, code
-end
+local run = pty.run
 
 local function tempdir()
   local d = h.tmpdir("host")
@@ -37,39 +28,7 @@ local function module_env(name, source)
   return CLEAN .. "LUA_PATH=" .. h.quote(d .. "/?.lua;;") .. " "
 end
 
--- Drives the host on a pseudo-terminal. steps: strings are typed, numbers are pauses
--- (seconds). Returns the terminal output (CR and escape sequences removed) and status.
-local function repl(args, steps, env)
-  local feed = {}
-  for _, s in ipairs(steps) do
-    if type(s) == "number" then
-      feed[#feed + 1] = "sleep " .. s
-    else
-      feed[#feed + 1] = "printf '%s' " .. h.quote(s)
-    end
-  end
-  -- env: `env` arguments, options (-u) first. script runs the command through $SHELL;
-  -- `exec` makes the host the terminal's only foreground process, so Ctrl-C reaches it
-  -- alone. Without it, CI's dash (SHELL=/bin/sh) stayed as the parent, took the SIGINT
-  -- and made script report 130 although the host carried on.
-  local cmd = "(" .. table.concat(feed, "; ") .. ") | " .. CLEAN
-    .. (env or "CORRAL_HISTORY=") .. " TERM=dumb timeout 10 script -qfec "
-    .. h.quote("exec " .. HOST .. (args ~= "" and " " .. args or "")) .. " /dev/null"
-  local out, _, code = run(cmd)
-  out = out:gsub("\r", ""):gsub("\27%[[%d;?]*%a", "")
-  return out, code
-end
-
--- Position of output line s: a whole line, or right after a prompt (without readline the
--- terminal echoes typed-ahead input before the prompt). Echoed input never matches.
-local function line_at(out, s)
-  return ("\n" .. out):find("\n" .. s .. "\n", 1, true) or out:find("> " .. s .. "\n", 1, true)
-end
-
-local function has_readline()
-  local out = run("ldd " .. Q)
-  return out:find("libreadline", 1, true) ~= nil
-end
+local repl, line_at, has_readline = pty.repl, pty.line_at, pty.has_readline
 
 describe("corral host: lua.c command line", function()
   it("runs several -e statements in order", function()

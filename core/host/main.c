@@ -4,7 +4,8 @@
  * and preloaded as "corral.core", plus these additions: the `exec-confined` fast path,
  * subcommands from lua/corral/cli.lua (an unknown one is an error there, unless a file
  * of that name exists), `--version`, `--help` and `-h` alone on the line, and a REPL
- * with history.
+ * with history, whose results print and whose Tab completes through lua/corral/repl.lua
+ * (`corral.host.repl()` opens it from Lua, as `corral attach` does).
  *
  * The command line is kept identical to lua5.4's so that `busted --lua=build/corral` can
  * re-exec the host as `build/corral /usr/bin/busted args…` (the sanitizer build runs the
@@ -43,8 +44,13 @@
 #define IGNORE_MARK '-'
 /* The syntax error of a chunk that merely stops early ends with this mark (lua.c). */
 #define EOF_MARK "<eof>"
+/* Registry key of the loaded corral.repl module while a REPL runs. */
+#define REPL_MODULE "corral.repl"
+/* Candidates offered for one Tab, at most. */
+#define COMPLETIONS_MAX 256
 
 int luaopen_corral_core(lua_State *L);
+static int open_host(lua_State *L);
 
 enum {
     ARGS_ERROR = 1 << 0,
@@ -347,6 +353,8 @@ static void setup_host(lua_State *L, const char *argv0)
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     lua_pushcfunction(L, luaopen_corral_core);
     lua_setfield(L, -2, "corral.core");
+    lua_pushcfunction(L, open_host);
+    lua_setfield(L, -2, "corral.host");
     lua_pop(L, 1);
 
     if (!resolve_self(argv0, exe, sizeof exe)) return;
@@ -458,6 +466,15 @@ static int run_command(lua_State *L, int argc, char **argv)
 
 /* ---- REPL ------------------------------------------------------------------------- */
 
+/* Pushes field `name` of the REPL module (corral.repl), or nil when it did not load. */
+static int repl_field(lua_State *L, const char *name)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, REPL_MODULE) != LUA_TTABLE) return lua_type(L, -1);
+    lua_getfield(L, -1, name);
+    lua_remove(L, -2);
+    return lua_type(L, -1);
+}
+
 static void history_open(void)
 {
     const char *env = getenv("CORRAL_HISTORY");
@@ -548,6 +565,63 @@ static int readline_read(const char *prompt, char **line)
     if (result == 1 && rl_line == NULL) result = INPUT_EOF;
     if (result == 1) *line = rl_line;
     return result;
+}
+
+static lua_State *completion_L;
+static char *completion_list[COMPLETIONS_MAX + 1];
+static int completion_next;
+
+/* Runs protected: the candidates corral.repl.complete(text) returns, copied into
+ * completion_list (malloc'ed, NULL-terminated). */
+static int collect_completions(lua_State *L)
+{
+    const char *text = lua_touserdata(L, 1);
+    int n = 0;
+    if (repl_field(L, "complete") != LUA_TFUNCTION) return 0;
+    lua_pushstring(L, text);
+    lua_call(L, 1, 1);
+    if (!lua_istable(L, -1)) return 0;
+    for (lua_Integer i = 1; n < COMPLETIONS_MAX; i++) {
+        if (lua_geti(L, -1, i) != LUA_TSTRING) break;
+        char *copy = strdup(lua_tostring(L, -1));
+        lua_pop(L, 1);
+        if (copy == NULL) break;
+        completion_list[n++] = copy;
+    }
+    return 0;
+}
+
+static char *completion_generator(const char *text, int state)
+{
+    (void)text;
+    if (state == 0) completion_next = 0;
+    if (completion_list[completion_next] == NULL) return NULL;
+    char *match = completion_list[completion_next];
+    completion_list[completion_next++] = NULL; /* readline frees what it is given */
+    return match;
+}
+
+/* Names and fields from the Lua state; a word that looks like a path (a '/', or a
+ * leading '.' or '~') is left to readline's file-name completion. A Lua error only
+ * means no candidates: it must never unwind through readline. */
+static char **complete(const char *text, int start, int end)
+{
+    (void)start;
+    (void)end;
+    rl_attempted_completion_over = 0;
+    if (strchr(text, '/') != NULL || text[0] == '.' || text[0] == '~') return NULL;
+    for (int i = 0; completion_list[i] != NULL; i++) {
+        free(completion_list[i]);
+        completion_list[i] = NULL;
+    }
+    lua_State *L = completion_L;
+    int top = lua_gettop(L);
+    lua_pushcfunction(L, collect_completions);
+    lua_pushlightuserdata(L, (void *)text);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);
+    lua_settop(L, top);
+    rl_attempted_completion_over = 1; /* a Lua word: no file names mixed in */
+    return rl_completion_matches(text, completion_generator);
 }
 #endif
 
@@ -657,12 +731,17 @@ static int load_input(lua_State *L)
     return status;
 }
 
+/* Results go through corral.repl.print (tables shown as tables), or the global print
+ * when that module is not there. */
 static void print_results(lua_State *L)
 {
     int n = lua_gettop(L);
     if (n > 0) {
         luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-        lua_getglobal(L, "print");
+        if (repl_field(L, "print") != LUA_TFUNCTION) {
+            lua_pop(L, 1);
+            lua_getglobal(L, "print");
+        }
         lua_insert(L, 1);
         if (lua_pcall(L, n, 0, 0) != LUA_OK)
             print_message(progname,
@@ -702,6 +781,11 @@ static void repl(lua_State *L)
         rl_catch_signals = 0;
         using_history();
         stifle_history(CORRAL_HISTORY_LINES);
+        completion_L = L;
+        rl_attempted_completion_function = complete;
+        /* `corral.sand` and `t.k` are one word; '.' and ':' stay inside it. */
+        rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(,[]+*%^#";
+        rl_completion_append_character = '\0';
     }
 #endif
     history_open();
@@ -718,6 +802,18 @@ static void repl(lua_State *L)
     require_global(L, "core", "corral.core");
     require_global(L, "conformance", "corral.conformance"); /* conformance("native") */
     require_global(L, "step", "corral.tier");               /* step{"/bin/true", grants = {}} */
+    /* help(), sandboxes(), why(…) … as globals, and the printer and completer above. */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, REPL_MODULE);
+    if (docall(L, 1, 1) != LUA_OK) {
+        report(L, LUA_ERRRUN);
+    } else if (lua_istable(L, -1)) {
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, REPL_MODULE);
+        if (lua_getfield(L, -1, "install") == LUA_TFUNCTION && docall(L, 0, 0) != LUA_OK)
+            report(L, LUA_ERRRUN);
+    }
+    lua_settop(L, 0);
 
     while ((status = load_input(L)) != INPUT_EOF) {
         if (status == INPUT_INTERRUPTED) continue;
@@ -728,10 +824,28 @@ static void repl(lua_State *L)
             report(L, status);
     }
     lua_settop(L, 0);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, REPL_MODULE);
     sigaction(SIGINT, &old, NULL);
     free(history_path);
     history_path = NULL;
     progname = saved_progname;
+}
+
+/* corral.host.repl(): the REPL, from Lua (`corral attach` opens it once it has chosen
+ * the sandbox). Returns when the user ends it (EOF); os.exit ends the process. */
+static int l_host_repl(lua_State *L)
+{
+    lua_settop(L, 0);
+    repl(L);
+    return 0;
+}
+
+static int open_host(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"repl", l_host_repl}, {NULL, NULL}};
+    luaL_newlib(L, fns);
+    return 1;
 }
 
 /* ---- main --------------------------------------------------------------------------- */

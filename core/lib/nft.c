@@ -826,3 +826,75 @@ int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
     }
     return -EAGAIN;
 }
+
+static const char *hook_name(uint32_t hook)
+{
+    static const char *const names[] = {"prerouting", "input", "forward", "output", "postrouting"};
+    return hook < sizeof names / sizeof names[0] ? names[hook] : "?";
+}
+
+static void dump_rule(FILE *out, const struct nftnl_rule *r)
+{
+    char buf[512];
+    fprintf(out, "    rule %llu:", (unsigned long long)nftnl_rule_get_u64(r, NFTNL_RULE_HANDLE));
+    struct nftnl_expr_iter *it = nftnl_expr_iter_create(r);
+    for (struct nftnl_expr *e = it ? nftnl_expr_iter_next(it) : NULL; e;
+         e = nftnl_expr_iter_next(it)) {
+        if (expr_text(e, buf, sizeof buf) < 0) snprintf(buf, sizeof buf, "?");
+        size_t n = strlen(buf);
+        while (n > 0 && buf[n - 1] == ' ')
+            buf[--n] = '\0';
+        fprintf(out, " [%s]", buf);
+    }
+    if (it) nftnl_expr_iter_destroy(it);
+    fputc('\n', out);
+}
+
+static void dump(FILE *out, const struct readback *rb)
+{
+    fprintf(out, "table inet %s flags %u\n", rb->table, rb->table_flags);
+    for (size_t i = 0; i < rb->nchain; i++) {
+        const struct nftnl_chain *c = rb->chain[i];
+        const char *name = nftnl_chain_get_str(c, NFTNL_CHAIN_NAME);
+        fprintf(out, "  chain %s", name ? name : "?");
+        if (nftnl_chain_is_set(c, NFTNL_CHAIN_HOOKNUM)) {
+            const char *type = nftnl_chain_get_str(c, NFTNL_CHAIN_TYPE);
+            uint32_t policy = nftnl_chain_get_u32(c, NFTNL_CHAIN_POLICY);
+            fprintf(out, " type %s hook %s priority %d policy %s", type ? type : "?",
+                    hook_name(nftnl_chain_get_u32(c, NFTNL_CHAIN_HOOKNUM)),
+                    nftnl_chain_get_s32(c, NFTNL_CHAIN_PRIO),
+                    policy == NF_DROP     ? "drop"
+                    : policy == NF_ACCEPT ? "accept"
+                                          : "?");
+        }
+        fputc('\n', out);
+        for (size_t j = 0; j < rb->nrule; j++)
+            if (str_eq(nftnl_rule_get_str(rb->rule[j], NFTNL_RULE_CHAIN), name))
+                dump_rule(out, rb->rule[j]);
+    }
+    if (rb->overflow) fputs("  (more than fit the read-back: not shown)\n", out);
+}
+
+int corral_nft_dump(int netns_fd, const char *table, char **text, size_t *len)
+{
+    if (table == NULL) table = CORRAL_NFT_TABLE;
+    for (int tries = 0; tries < VERIFY_TRIES; tries++) {
+        _cleanup_nl_ struct mnl_socket *nl = NULL;
+        _cleanup_readback_ struct readback rb = {.table = table};
+        int err = nft_open(netns_fd, &nl);
+        if (err) return err;
+        err = read_back(nl, &rb);
+        if (err == -EINTR) continue;
+        if (err) return err;
+        FILE *out = open_memstream(text, len);
+        if (out == NULL) return -errno;
+        dump(out, &rb);
+        if (fclose(out) != 0) {
+            free(*text);
+            *text = NULL;
+            return -ENOMEM;
+        }
+        return 0;
+    }
+    return -EAGAIN;
+}

@@ -58,6 +58,15 @@ int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan);
  */
 int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan);
 
+/*
+ * The table as the kernel holds it, decoded from the same read-back verify uses, as
+ * text for a person: a line for the table, one per chain (type, hook, priority,
+ * policy) and one per rule (its handle, then each expression as libnftnl prints it).
+ * *text is malloc'ed (the caller frees it) and NUL-terminated, *len its length.
+ * Returns 0 or -errno (-ENOENT if the table is missing).
+ */
+int corral_nft_dump(int netns_fd, const char *table, char **text, size_t *len);
+
 /* Deletes the table (NULL: CORRAL_NFT_TABLE) and everything in it; -ENOENT if missing. */
 int corral_nft_delete(int netns_fd, const char *table);
 

@@ -4,6 +4,7 @@
  *   core.nft.apply(netns_fd, plan)   -> true | nil, msg, errno
  *   core.nft.verify(netns_fd, plan)  -> true | nil, msg, errno (EPROTO: differs)
  *   core.nft.delete(netns_fd [, table]) -> true | nil, msg, errno
+ *   core.nft.dump(netns_fd [, table])   -> text (the table as read back) | nil, msg, errno
  *
  * plan = {dns_port = N, acceptor_port = N, mark = 42, table = "corral",
  *         tcp_ports = {443, {8000, 8080}, …} (absent: every TCP port), no_tcp = false,
@@ -11,6 +12,7 @@
  *         test_bad_message = false}
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lcorral.h"
@@ -109,10 +111,27 @@ static int l_delete(lua_State *L)
     return result(L, "nft delete", corral_nft_delete(fd, table));
 }
 
+static int l_dump(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    const char *table = luaL_optstring(L, 2, CORRAL_NFT_TABLE);
+    char *text = NULL;
+    size_t len = 0;
+    int err = corral_nft_dump(fd, table, &text, &len);
+    if (err < 0) return corral_pushfail(L, "nft dump", err);
+    /* Only a memory error in lua_pushlstring could skip the free: a few kB, once. */
+    lua_pushlstring(L, text, len);
+    free(text);
+    return 1;
+}
+
 int corral_open_nft(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {
-        {"apply", l_apply}, {"verify", l_verify}, {"delete", l_delete}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"apply", l_apply},
+                                     {"verify", l_verify},
+                                     {"delete", l_delete},
+                                     {"dump", l_dump},
+                                     {NULL, NULL}};
     luaL_setfuncs(L, funcs, 0);
     lua_pushinteger(L, CORRAL_NFT_MARK);
     lua_setfield(L, -2, "DEFAULT_MARK");

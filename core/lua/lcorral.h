@@ -59,6 +59,7 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(rtnl)                                                                                        \
     X(spawn)                                                                                       \
     X(sock)                                                                                        \
+    X(unix)                                                                                        \
     X(listen)                                                                                      \
     X(relay)                                                                                       \
     X(io)                                                                                          \

@@ -573,6 +573,14 @@ command("conformance", "run the conformance suite against a mechanism (held / br
     return require("corral.conformance.cli").run(argv, { parse = M.parse, fail = fail, json = json })
   end)
 
+command("attach", "open the REPL on a live sandbox (its helpers default to it)",
+  [[corral attach ID
+
+ID names a sandbox of a running `corral run` of this user (root: anyone's): its id, id@PID
+when several share one, or the PID of the corral process serving it; the REPL's
+sandboxes() lists them. Its helpers (help() lists them) then default to that sandbox.]],
+  function(argv) return require("corral.repl").attach_main(argv, fail) end)
+
 --- Whether `name` is a subcommand.
 -- @tparam string name
 -- @treturn boolean

@@ -195,6 +195,8 @@ function M.execute(req, hooks)
   if not ok then release() return nil, renamed(perr) end
   local _, addr = corral.address(mech, sb)
   if addr then say("service port " .. service_port .. " on " .. addr) end
+  -- Visible to this user's REPL while it runs, gone when it ends (corral.control).
+  local registration <close> = require("corral.control").register(mech, sb, { argv = req.argv }) -- luacheck: ignore
 
   -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
   -- process stays to clean up; dying here would leave the cgroup behind. A built-in

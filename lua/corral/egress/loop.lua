@@ -91,6 +91,23 @@ function M.count(key)
   return M.get().relay:count(key)
 end
 
+--- The live outbound connections of sandbox key, as their connect decisions logged
+-- them (for the REPL's `connections`).
+-- @tparam string key the sandbox id
+-- @treturn {table,...} `{id =, name =, ip =, port =, upstream =, entry =}` each, by id
+function M.connections(key)
+  local out = {}
+  for _, d in pairs(M.get().relay.by_key[key] or {}) do
+    for id in pairs(d.ids) do
+      local ctx = pending[id] or {}
+      out[#out + 1] = { id = id, name = d.dest.name, ip = d.dest.ip or ctx.ip, port = d.dest.port,
+        upstream = ctx.upstream, entry = type(ctx.entry) == "table" and ctx.entry.text or ctx.entry }
+    end
+  end
+  table.sort(out, function(a, b) return a.id < b.id end)
+  return out
+end
+
 --- Relays an accepted client to ip:port (see core.relay's add_connect for opts). With
 -- `dest` (`{name =, ip =, port =}`, the decision's subject) the connection is remembered
 -- under that destination of sandbox `opts.key` for `recheck`; with `ctx` (the connect
@@ -298,7 +315,10 @@ end
 -- @tparam[opt] table opts `{serve =, wall =, signals =}`
 function M.wait(proc, opts)
   opts = opts or {}
-  if not opts.serve and not opts.signals then return proc:wait(opts.wall) end
+  -- Whatever is added to the loop (a run's control socket, corral.control) is served
+  -- too, egress plane or not.
+  local serve = opts.serve or next(M.get().planes) ~= nil
+  if not serve and not opts.signals then return proc:wait(opts.wall) end
   local deadline = opts.wall and core.clock.monotime() + opts.wall
   local extra = { proc, opts.signals }
   while true do
@@ -306,7 +326,7 @@ function M.wait(proc, opts)
     if left and left <= 0 then return proc:wait(0) end
     local timeout = left and math.min(left, 1) or 1
     local hit
-    if opts.serve then
+    if serve then
       hit = M.step(timeout, extra)
     else
       hit = {}

@@ -1,0 +1,93 @@
+/*
+ * Unix stream sockets (see unix.h). The connect is non-blocking with poll, as sock.c's
+ * TCP connect is, so a server that stopped accepting costs a caller its deadline, not
+ * its session.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "unix.h"
+#include "util.h"
+
+static int unix_addr(const char *path, struct sockaddr_un *sa)
+{
+    size_t n = strlen(path);
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    if (n == 0) return -EINVAL;
+    if (n >= sizeof sa->sun_path) return -ENAMETOOLONG;
+    memcpy(sa->sun_path, path, n + 1);
+    return 0;
+}
+
+int corral_unix_listen(const char *path, int backlog, mode_t mode)
+{
+    struct sockaddr_un sa;
+    int err = unix_addr(path, &sa);
+    if (err) return err;
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -errno;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) return -errno;
+    if (chmod(path, mode) < 0 || listen(fd, backlog) < 0) {
+        err = -errno;
+        unlink(path);
+        return err;
+    }
+    return corral_take_fd(&fd);
+}
+
+int corral_unix_connect(const char *path, int timeout_ms)
+{
+    struct sockaddr_un sa;
+    int err = unix_addr(path, &sa);
+    if (err) return err;
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        if (errno != EINPROGRESS && errno != EAGAIN) return -errno;
+        int r = corral_poll_fd(fd, POLLOUT, timeout_ms);
+        if (r < 0) return r;
+        if (r == 0) return -ETIMEDOUT;
+        int soerr = 0;
+        socklen_t len = sizeof soerr;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0) return -errno;
+        if (soerr) return -soerr;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) return -errno;
+    return corral_take_fd(&fd);
+}
+
+int corral_unix_accept(int listen_fd, int send_timeout_ms)
+{
+    _cleanup_close_ int fd = -1;
+    do
+        fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    if (send_timeout_ms > 0) {
+        struct timeval tv = {.tv_sec = send_timeout_ms / 1000,
+                             .tv_usec = (send_timeout_ms % 1000) * 1000};
+        if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0) return -errno;
+    }
+    return corral_take_fd(&fd);
+}
+
+int corral_unix_peercred(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) return -errno;
+    if (len != sizeof cred) return -EPROTO;
+    *pid = cred.pid;
+    *uid = cred.uid;
+    *gid = cred.gid;
+    return 0;
+}

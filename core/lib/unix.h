@@ -1,0 +1,31 @@
+/*
+ * Unix stream sockets for corral's control channel (a running sandbox's owner talks to
+ * it from another corral process): a listener bound at a path, a connect with a
+ * deadline, a non-blocking accept, and the peer's credentials as the kernel recorded
+ * them at connect (SO_PEERCRED), which is what the server checks, not anything the
+ * peer says about itself.
+ */
+#ifndef CORRAL_UNIX_H
+#define CORRAL_UNIX_H
+
+#include <sys/types.h>
+
+/* Binds and listens on path (which must not exist), then sets the socket file's mode
+ * to mode: bind(2) creates it with 0777 & ~umask, so the directory holding it is what
+ * keeps others out during that moment. Returns a CLOEXEC, O_NONBLOCK fd or -errno
+ * (-ENAMETOOLONG when path does not fit sun_path, -EADDRINUSE when it exists). */
+int corral_unix_listen(const char *path, int backlog, mode_t mode);
+
+/* Connects to the socket at path within timeout_ms (-1: no limit); returns a blocking
+ * CLOEXEC fd or -errno (-ECONNREFUSED: nothing listens there, a stale socket file). */
+int corral_unix_connect(const char *path, int timeout_ms);
+
+/* Accepts one pending connection without waiting; returns a blocking CLOEXEC fd whose
+ * sends time out after send_timeout_ms (0: never), or -errno (-EAGAIN: none pending). */
+int corral_unix_accept(int listen_fd, int send_timeout_ms);
+
+/* The pid, uid and gid of the process that connected fd's peer (SO_PEERCRED), in the
+ * caller's namespaces. Returns 0 or -errno. */
+int corral_unix_peercred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+
+#endif

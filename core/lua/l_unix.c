@@ -1,0 +1,81 @@
+/*
+ * core.unix: unix stream sockets for the control channel (core/lib/unix.h). Failures:
+ * nil, "what: strerror", errno; bad arguments raise. Data moves with core.sock.send and
+ * core.sock.recv, which take any socket fd.
+ *
+ *   core.unix.listen(path[, mode = 0600[, backlog = 16]]) -> fd (non-blocking)
+ *   core.unix.connect(path[, timeout_s = 5])            -> fd
+ *   core.unix.accept(fd[, send_timeout_s = 0])          -> fd | nil, msg, EAGAIN
+ *   core.unix.peercred(fd)                              -> {pid =, uid =, gid =}
+ */
+#include <errno.h>
+#include <sys/types.h>
+
+#include "lcorral.h"
+#include "unix.h"
+
+static int l_listen(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    lua_Integer mode = luaL_optinteger(L, 2, 0600);
+    lua_Integer backlog = luaL_optinteger(L, 3, 16);
+    if (mode < 0 || mode > 07777) return luaL_argerror(L, 2, "mode out of range");
+    if (backlog < 1 || backlog > 4096) return luaL_argerror(L, 3, "backlog out of range 1..4096");
+    corral_fd *f = corral_newfd(L);
+    int fd = corral_unix_listen(path, (int)backlog, (mode_t)mode);
+    if (fd < 0) return corral_pushfail(L, "unix listen", fd);
+    f->fd = fd;
+    return 1;
+}
+
+static int l_connect(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    double s = luaL_optnumber(L, 2, 5);
+    corral_fd *f = corral_newfd(L);
+    int fd = corral_unix_connect(path, s < 0 ? -1 : (int)(s * 1000));
+    if (fd < 0) return corral_pushfail(L, "unix connect", fd);
+    f->fd = fd;
+    return 1;
+}
+
+static int l_accept(lua_State *L)
+{
+    int lfd = corral_checkfd(L, 1);
+    double s = luaL_optnumber(L, 2, 0);
+    if (s < 0 || s > 3600) return luaL_argerror(L, 2, "send timeout out of range 0..3600 s");
+    corral_fd *f = corral_newfd(L);
+    int fd = corral_unix_accept(lfd, (int)(s * 1000));
+    if (fd < 0) return corral_pushfail(L, "unix accept", fd);
+    f->fd = fd;
+    return 1;
+}
+
+static int l_peercred(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    int err = corral_unix_peercred(fd, &pid, &uid, &gid);
+    if (err < 0) return corral_pushfail(L, "peercred", err);
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, pid);
+    lua_setfield(L, -2, "pid");
+    lua_pushinteger(L, uid);
+    lua_setfield(L, -2, "uid");
+    lua_pushinteger(L, gid);
+    lua_setfield(L, -2, "gid");
+    return 1;
+}
+
+int corral_open_unix(lua_State *L)
+{
+    static const luaL_Reg fns[] = {{"listen", l_listen},
+                                   {"connect", l_connect},
+                                   {"accept", l_accept},
+                                   {"peercred", l_peercred},
+                                   {NULL, NULL}};
+    luaL_setfuncs(L, fns, 0);
+    return 0;
+}

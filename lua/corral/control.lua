@@ -1,0 +1,429 @@
+--- The control channel of a running sandbox: each `corral run` registers a unix socket
+-- in a runtime directory only its owner (and root) can enter, and serves it on its
+-- egress loop (`corral.egress.loop`, which polls it beside the tenant's pidfd, so no
+-- thread is needed); the REPL of another corral process lists the registrations and asks
+-- them, one JSON line per request and one per answer.
+--
+-- The directory is `/run/corral/<uid>` for root, `$XDG_RUNTIME_DIR/corral` otherwise
+-- (`/tmp/corral-<uid>` without one), mode 0700 and owned by the caller, or nothing is
+-- registered. Each registration is `<pid>-<n>.sock`, removed when the run ends (its
+-- `close`, also on an error through `<close>`; the forwarded signals end the run the
+-- ordinary way) and, after a SIGKILL, swept by the next `register` or `list` once its
+-- pid is gone. Whoever connects is checked with SO_PEERCRED before a byte is read: only
+-- the owner's uid and root are answered, anyone else gets one refusal line.
+--
+-- Requests: `{"op": OP, ...}` with OP one of `info`, `connections`, `decisions` (`n`),
+-- `ruleset`, `why` (`dest` "host:port"), `allow` (`entry`), `revoke` (`entry`, `cut`).
+-- Answers: `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`.
+-- @module corral.control
+local json = require "dkjson"
+local core = require "corral.core"
+local resources = require "corral.resources"
+
+local M = {}
+
+-- Read once, when corral loads: corral may clear its own environment before a run.
+local XDG_RUNTIME_DIR = os.getenv("XDG_RUNTIME_DIR")
+
+--- A registration's file name: `<pid>-<n>.sock`.
+M.PATTERN = "^(%d+)%-%d+%.sock$"
+
+--- Longest request line the server reads, in bytes.
+M.LINE_MAX = 65536
+
+--- At most this many clients at once; more are closed at accept.
+M.CLIENTS_MAX = 16
+
+--- Seconds a client waits for an answer, and a server for a slow reader of one.
+M.TIMEOUT = 3
+
+local serial = 0
+
+local function owned_private_dir(path)
+  local st = core.fs.lstat(path)
+  if not st then return nil, path .. ": missing" end
+  if st.type ~= "dir" then return nil, path .. ": not a directory" end
+  local me = core.proc.geteuid()
+  if st.uid ~= me then return nil, path .. ": owned by uid " .. st.uid .. ", not " .. me end
+  if st.mode & 0x3f ~= 0 then return nil, string.format("%s: mode %o lets others in", path, st.mode) end
+  return path
+end
+
+local function make_dir(path, mode)
+  local ok, err, errno = core.fs.mkdir(path, mode)
+  if not ok and errno ~= core.errno.EEXIST then return nil, err end
+  if ok then core.fs.chmod(path, mode) end
+  return true
+end
+
+--- The runtime directory of this user's registrations (made, mode 0700, when missing).
+-- @treturn[1] string the path
+-- @return[2] nil
+-- @treturn[2] string why it cannot be used (another owner, a mode that lets others in)
+function M.dir()
+  local uid = core.proc.geteuid()
+  local dir
+  if uid == 0 then
+    local ok, err = make_dir("/run/corral", tonumber("755", 8))
+    if not ok then return nil, err end
+    dir = "/run/corral/" .. uid
+  elseif XDG_RUNTIME_DIR and XDG_RUNTIME_DIR:sub(1, 1) == "/" then
+    dir = XDG_RUNTIME_DIR .. "/corral"
+  else
+    dir = "/tmp/corral-" .. uid
+  end
+  local ok, err = make_dir(dir, tonumber("700", 8))
+  if not ok then return nil, err end
+  return owned_private_dir(dir)
+end
+
+local function remove_stale(path)
+  return os.remove(path)
+end
+
+--- Removes the registrations whose process is gone (a SIGKILLed run).
+-- @tparam[opt] string dir (default `dir()`)
+-- @treturn integer how many were removed
+function M.sweep(dir)
+  dir = dir or M.dir()
+  if not dir then return 0 end
+  return resources.sweep(dir, M.PATTERN, remove_stale)
+end
+
+-- ---- server ---------------------------------------------------------------------------
+
+local function encode(t)
+  return json.encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
+end
+
+-- Plain data for JSON: error objects and other tables with __tostring as their text.
+local function plain(v, depth)
+  depth = depth or 0
+  if type(v) ~= "table" then
+    if type(v) == "userdata" or type(v) == "function" then return tostring(v) end
+    return v
+  end
+  local mt = getmetatable(v)
+  if (mt and mt.__tostring) or depth > 8 then return tostring(v) end
+  local out = {}
+  for k, x in pairs(v) do out[k] = plain(x, depth + 1) end
+  return out
+end
+
+local function send_all(fd, data)
+  while #data > 0 do
+    local n, err = core.sock.send(fd, data)
+    if not n then return nil, err end
+    data = data:sub(n + 1)
+  end
+  return true
+end
+
+local Server = {}
+Server.__index = Server
+
+--- The fds the egress loop polls for this server: its listener and each client.
+function Server:watch()
+  local w = {}
+  if self.fd then w[1] = { fd = self.fd, on = function() self:accept() end } end
+  for c in pairs(self.clients) do
+    w[#w + 1] = { fd = c.fd, conn = true, on = function() self:read(c) end }
+  end
+  return w
+end
+
+function Server:drop(c)
+  self.clients[c] = nil
+  c.fd:close()
+end
+
+function Server:accept()
+  local fd = core.unix.accept(self.fd, M.TIMEOUT)
+  if not fd then return end
+  local cred, err = core.unix.peercred(fd)
+  local uid = core.proc.geteuid()
+  local refusal
+  if not cred then
+    refusal = "refused: " .. tostring(err)
+  elseif cred.uid ~= uid and cred.uid ~= 0 then
+    refusal = string.format("refused: uid %d is neither this sandbox's owner (uid %d) nor root", cred.uid, uid)
+  end
+  local n = 0
+  for _ in pairs(self.clients) do n = n + 1 end
+  if not refusal and n >= M.CLIENTS_MAX then refusal = "refused: too many clients" end
+  if refusal then
+    -- Closed at its first read, not now: a peer still writing its request would get
+    -- EPIPE instead of reading why.
+    if send_all(fd, encode({ ok = false, error = refusal })) and n < M.CLIENTS_MAX then
+      self.clients[{ fd = fd, refused = true }] = true
+    else
+      fd:close()
+    end
+    return
+  end
+  self.clients[{ fd = fd, buf = "" }] = true
+end
+
+function Server:read(c)
+  local data = core.sock.recv(c.fd, M.LINE_MAX, 0)
+  if not data or data == "" or c.refused then return self:drop(c) end
+  c.buf = c.buf .. data
+  while true do
+    local line, rest = c.buf:match("^([^\n]*)\n(.*)$")
+    if not line then break end
+    c.buf = rest
+    if not send_all(c.fd, encode(self:answer(line))) then return self:drop(c) end
+  end
+  if #c.buf > M.LINE_MAX then
+    send_all(c.fd, encode({ ok = false, error = "request longer than " .. M.LINE_MAX .. " bytes" }))
+    self:drop(c)
+  end
+end
+
+function Server:answer(line)
+  local req = json.decode(line)
+  if type(req) ~= "table" or type(req.op) ~= "string" then
+    return { ok = false, error = "a request is one JSON object with op" }
+  end
+  local handler = self.ops[req.op]
+  if not handler then return { ok = false, error = "unknown op " .. req.op } end
+  local ok, result, err = pcall(handler, req)
+  if not ok then return { ok = false, error = "op " .. req.op .. " failed: " .. tostring(result):match("^[^\n]*") } end
+  if result == nil then return { ok = false, error = tostring(err) } end
+  return { ok = true, result = plain(result) }
+end
+
+--- Stops serving and removes the registration; idempotent.
+function Server:close()
+  if not self.fd then return end
+  require("corral.egress.loop").remove(self)
+  for c in pairs(self.clients) do self:drop(c) end
+  self.fd:close()
+  self.fd = nil
+  os.remove(self.path)
+end
+Server.__close = Server.close
+
+--- Registers a running sandbox and serves its control socket on the egress loop.
+-- @tparam table ops request handlers by op name: `fn(request)` → result, or nil, error
+-- @treturn[1] table the registration (`path`, `close`; a to-be-closed value)
+-- @return[2] nil
+-- @treturn[2] string why nothing was registered (the run goes on without it)
+function M.serve(ops)
+  local dir, err = M.dir()
+  if not dir then return nil, err end
+  M.sweep(dir)
+  serial = serial + 1
+  local path = string.format("%s/%d-%d.sock", dir, core.proc.getpid(), serial)
+  os.remove(path) -- a pid's earlier life, killed before its sweep could tell it was gone
+  local fd
+  fd, err = core.unix.listen(path, tonumber("600", 8))
+  if not fd then return nil, err end
+  local self = setmetatable({ fd = fd, path = path, clients = {}, ops = ops }, Server)
+  require("corral.egress.loop").add(self)
+  return self
+end
+
+-- ---- client ---------------------------------------------------------------------------
+
+--- Every live registration of this user, after a sweep.
+-- @treturn {table,...} `{path =, pid =}` each, by pid
+function M.list()
+  local dir = M.dir()
+  if not dir then return {} end
+  M.sweep(dir)
+  local out = {}
+  for _, name in ipairs(core.fs.listdir(dir) or {}) do
+    local pid = name:match(M.PATTERN)
+    if pid then out[#out + 1] = { path = dir .. "/" .. name, pid = tonumber(pid) } end
+  end
+  table.sort(out, function(a, b) return a.path < b.path end)
+  return out
+end
+
+--- Sends one request to a registration and waits for its answer.
+-- @tparam string path the socket
+-- @tparam table req `{op =, ...}`
+-- @tparam[opt] number timeout seconds (default `TIMEOUT`)
+-- @return[1] the result
+-- @return[2] nil
+-- @treturn[2] string the server's error, or why it could not be asked
+function M.request(path, req, timeout)
+  timeout = timeout or M.TIMEOUT
+  local fd <close>, err = core.unix.connect(path, timeout)
+  if not fd then return nil, err end
+  local ok, serr = send_all(fd, encode(req))
+  if not ok then return nil, serr end
+  local buf, deadline = "", core.clock.monotime() + timeout
+  while not buf:find("\n", 1, true) do
+    local left = deadline - core.clock.monotime()
+    if left <= 0 then return nil, path .. ": no answer within " .. timeout .. " s" end
+    local data, rerr = core.sock.recv(fd, M.LINE_MAX, left)
+    if not data then return nil, rerr end
+    if data == "" then return nil, path .. ": closed without an answer" end
+    buf = buf .. data
+  end
+  local answer = json.decode(buf:match("^[^\n]*"))
+  if type(answer) ~= "table" then return nil, path .. ": not a JSON answer" end
+  if not answer.ok then return nil, tostring(answer.error) end
+  return answer.result
+end
+
+-- ---- what a run answers ---------------------------------------------------------------
+
+local function read_number(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match("^%s*(%d+)"))
+end
+
+local function read_key(path, key)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match("%f[%w]" .. key .. " (%d+)"))
+end
+
+--- What a sandbox's cgroup directories report now: memory, pids and CPU use (nil where
+-- a controller is absent).
+-- @tparam {string,...} dirs the sandbox's cgroup directories
+-- @treturn table `{memory_current =, memory_peak =, pids =, cpu_usec =}`
+function M.cgroup_usage(dirs)
+  local u = {}
+  for _, d in ipairs(dirs or {}) do
+    u.memory_current = u.memory_current or read_number(d .. "/memory.current")
+      or read_number(d .. "/memory.usage_in_bytes")
+    u.memory_peak = u.memory_peak or read_number(d .. "/memory.peak")
+      or read_number(d .. "/memory.max_usage_in_bytes")
+    u.pids = u.pids or read_number(d .. "/pids.current")
+    u.cpu_usec = u.cpu_usec or read_key(d .. "/cpu.stat", "usage_usec")
+  end
+  return u
+end
+
+-- The processes this one started: a run's sandbox init (or bubblewrap).
+local function children()
+  local out = {}
+  for _, tid in ipairs(core.fs.listdir("/proc/self/task") or {}) do
+    local f = io.open("/proc/self/task/" .. tid .. "/children")
+    if f then
+      for pid in f:read("a"):gmatch("%d+") do out[#out + 1] = tonumber(pid) end
+      f:close()
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+local function plane_of(id)
+  for _, p in ipairs(require("corral.egress.loop").planes()) do
+    if p.id == id and p.netns then return p end
+  end
+end
+
+--- Splits "host:port", "[v6]:port" or "1.2.3.4:port" into a decision's subject.
+-- @tparam string dest
+-- @treturn[1] table `{name =}` or `{ip =}`, with `port`
+-- @return[2] nil
+-- @treturn[2] string why not
+function M.parse_dest(dest)
+  if type(dest) ~= "string" then return nil, "destination must be a string \"host:port\"" end
+  local host, port = dest:match("^%[(.+)%]:(%d+)$")
+  if not host then host, port = dest:match("^([^:]+):(%d+)$") end
+  port = math.tointeger(tonumber(port))
+  if not host or not port then return nil, dest .. ": give host:port, [v6]:port or a.b.c.d:port" end
+  if require("corral.egress.allowlist").address(host) then return { ip = host, port = port } end
+  return { name = host, port = port }
+end
+
+--- The request handlers of one run: what `serve` answers for sandbox sb under mech.
+-- @tparam table mech the mechanism
+-- @tparam table sb the sandbox
+-- @tparam[opt] table run `{argv =}` what was asked
+-- @treturn table ops for `serve`
+function M.run_ops(mech, sb, run)
+  local egress = require "corral.egress"
+  local started = os.time()
+  local ops = {}
+  function ops.info()
+    local p = plane_of(sb.id)
+    local policy = egress.policy(sb.id)
+    local cg = mech.cgroup_paths and mech.cgroup_paths(sb) or {}
+    return {
+      id = sb.id, pid = core.proc.getpid(), mechanism = mech.name, tenant_pids = children(), started = started,
+      command = run and run.argv, limits = sb.limits, usage = M.cgroup_usage(cg), cgroups = cg,
+      storage = sb.storage_root and sb.storage_root .. "/" .. sb.id,
+      egress = p and {
+        allow = policy and policy.allowlist and policy.allowlist:texts() or {},
+        decide = policy and policy.decide ~= nil, connections = require("corral.egress.loop").count(sb.id),
+        dns_port = p.dns_port, acceptor_port = p.acceptor_port, service = p.service_addr,
+      } or nil,
+    }
+  end
+  function ops.connections()
+    return require("corral.egress.loop").connections(sb.id)
+  end
+  function ops.decisions(req)
+    local n = math.tointeger(req.n) or 20
+    local mine = {}
+    for _, ev in ipairs(egress.events.recent()) do
+      if ev.sandbox == sb.id then mine[#mine + 1] = ev end
+    end
+    return table.move(mine, math.max(1, #mine - n + 1), #mine, 1, {})
+  end
+  function ops.ruleset()
+    local p = plane_of(sb.id)
+    if not p then return nil, sb.id .. " has no egress plane (no --allow, no service port): no ruleset" end
+    return core.nft.dump(p.netns)
+  end
+  function ops.why(req)
+    local q, err = M.parse_dest(req.dest)
+    if not q then return nil, err end
+    q.sandbox = sb.id
+    local v = egress.registry:decide(q)
+    local out = { verdict = v.verdict, reason = v.reason, by = v.by, entry = v.entry and v.entry.text }
+    if q.name then
+      local ok, why = egress.resolvable(sb.id, q.name)
+      out.dns = ok and "answered (a synthetic address)" or ("NXDOMAIN: " .. tostring(why))
+    end
+    return out
+  end
+  local function need_plane()
+    if not plane_of(sb.id) then
+      return nil, sb.id .. " has no egress plane (started without --allow): it has no network"
+    end
+    return true
+  end
+  function ops.allow(req)
+    local ok, err = need_plane()
+    if not ok then return nil, err end
+    local e, aerr = egress.allow(sb.id, req.entry)
+    if not e then return nil, aerr end
+    return { allowed = e.text, allow = egress.policy(sb.id).allowlist:texts() }
+  end
+  function ops.revoke(req)
+    local ok, err = need_plane()
+    if not ok then return nil, err end
+    local n, cut = egress.revoke(sb.id, req.entry, { cut = req.cut == true })
+    if not n then return nil, cut end
+    local policy = egress.policy(sb.id)
+    return { removed = n, cut = cut or 0, allow = policy and policy.allowlist and policy.allowlist:texts() or {} }
+  end
+  return ops
+end
+
+--- Registers a run (`corral.run.execute` calls it once the sandbox is provisioned).
+-- @tparam table mech
+-- @tparam table sb
+-- @tparam[opt] table run `{argv =}`
+-- @treturn[1] table the registration, to close when the run ends
+-- @return[2] nil
+-- @treturn[2] string why nothing was registered
+function M.register(mech, sb, run)
+  return M.serve(M.run_ops(mech, sb, run))
+end
+
+return M
