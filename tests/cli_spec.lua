@@ -58,7 +58,7 @@ describe("corral CLI", function()
     local out, status = h.corral("help", "run")
     assert.are.equal(0, status, out)
     local groups = {
-      ["Sandbox"] = { "mechanism", "id", "storage", "workspace" },
+      ["Sandbox"] = { "mechanism", "engine", "id", "storage", "workspace" },
       ["Limits"] = { "memory", "pids", "cpu", "wall", "fsize", "nofile" },
       ["Environment"] = { "env" },
       ["Network and egress"] = { "allow", "allow-file", "internal", "resolve", "service-port", "link", "idle",
@@ -77,7 +77,7 @@ describe("corral CLI", function()
     end
     -- every option run accepts is listed: one that parses but is not in the help fails here
     local listed = select(2, out:gsub("\n  %-%-[%w-]+", ""))
-    assert.are.equal(21, listed)
+    assert.are.equal(22, listed)
     for cmd, option in pairs({ confine = "extra", sbpl = "permit", probe = "json" }) do
       out, status = h.corral("help", cmd)
       assert.are.equal(0, status, out)

@@ -179,7 +179,8 @@ local FLAGS = {
   { field = "limits.fsize", needs = { "rlimits", "resource_limits" } },
   { field = "limits.nofile", needs = { "rlimits", "resource_limits" } },
   { field = "network", needs = { "nftables", "egress" } },
-  { field = "service_port", needs = { "nftables", "egress" } },
+  -- the egress plane's inbound relay, or an engine that publishes the port itself (oci)
+  { field = "service_port", needs = { "nftables", "egress", "published_port" } },
 }
 
 local function field_of(sb, path)

@@ -237,6 +237,8 @@ end
 function M.constructed_capabilities(sb)
   local c = { "resource_limits", "filesystem_confinement" }
   if not (sb and sb.service_port and not sb.network) then c[#c + 1] = "network_restriction" end
+  -- the engine publishes a service port on 127.0.0.1 itself (no egress plane needed)
+  if sb and sb.service_port then c[#c + 1] = "published_port" end
   return c
 end
 
