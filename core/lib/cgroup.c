@@ -125,8 +125,6 @@ static int read_u64(const char *dir, const char *file, uint64_t *out)
     return 0;
 }
 
-/* ---- discovery ---------------------------------------------------------------- */
-
 /* Undoes mountinfo's octal escapes (\040 for a space, ...) in place. */
 static void unescape(char *s)
 {
@@ -273,8 +271,6 @@ int corral_cgroup_version(void)
     free(info);
     return rc;
 }
-
-/* ---- lifecycle ----------------------------------------------------------------- */
 
 static int valid_name(const char *name)
 {

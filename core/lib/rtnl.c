@@ -1,7 +1,4 @@
-/*
- * Netlink sockets opened inside a target netns, and rtnetlink link/address/route verbs.
- * See rtnl.h.
- */
+/* Netlink sockets in a target netns, and rtnetlink link/address/route verbs (see rtnl.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
