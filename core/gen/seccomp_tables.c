@@ -1,11 +1,9 @@
 /*
- * Build-time generator: prints the two seccomp programs corral installs — the
- * control-plane one (corral_seccomp_tty_program) and the tenant one
- * (corral_seccomp_tenant_program), both built with libseccomp as every filter here is —
- * as C tables. Building the control-plane program at each launch cost the confinement
- * wrapper 0.4 ms of its ~3.2 ms (hyperfine, the filter on and off), and the tenant one
- * ~0.2 ms per spawn; both depend only on the architecture they are built for.
- * tests/c/test_seccomp.c checks the tables against fresh builds.
+ * Build-time generator: prints the seccomp programs corral installs (control plane,
+ * tenant, tier S1) as C tables. They depend only on the architecture, and building the
+ * control-plane one at each launch cost the confinement wrapper 0.4 ms of its ~3.2 ms
+ * (hyperfine, the filter on and off). tests/c/test_seccomp.c checks the tables against
+ * fresh builds.
  */
 #include <stdio.h>
 
@@ -36,7 +34,6 @@ int main(void)
     printf("#include <linux/filter.h>\n");
     return print_table("corral_tty_filter", corral_seccomp_tty_program) |
            print_table("corral_tenant_filter", corral_seccomp_tenant_program) |
-           /* tier S1 (core/lib/tier_seccomp.h) */
            print_table("corral_nosubprocess_filter", corral_seccomp_nosubprocess_program) |
            print_table("corral_nonet_filter", corral_seccomp_nonet_program);
 }

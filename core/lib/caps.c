@@ -1,7 +1,7 @@
 /*
- * Capability dropping through libcap. A uid-0 process that clears only its effective
- * set gets everything back at the next execve; clearing the bounding and inheritable
- * sets, the ambient set, and locking SECBIT_NOROOT is what makes the drop survive exec.
+ * Capability dropping through libcap. A uid-0 process that clears only its effective set
+ * gets everything back at the next execve; the bounding, inheritable and ambient sets and
+ * a locked SECBIT_NOROOT make the drop survive exec.
  */
 #include <errno.h>
 #include <string.h>

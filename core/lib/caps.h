@@ -1,6 +1,4 @@
-/*
- * Capabilities through libcap: read the current sets, drop every one of them.
- */
+/* Capabilities through libcap: read the current sets, drop every one of them. */
 #ifndef CORRAL_CAPS_H
 #define CORRAL_CAPS_H
 

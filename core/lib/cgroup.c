@@ -1,13 +1,9 @@
 /*
- * Resource cgroups beneath this process's own cgroup.
- *
- * Measured here (kernel 6.18): cgroup v1 memory, pids, cpu and cpuacct are separate
- * mounts under /sys/fs/cgroup/<controller>; /proc/self/cgroup puts this process at
- * memory:/process_api/<hash> and at / elsewhere; the v2 mount at /sys/fs/cgroup/unified
- * offers no memory/pids/cpu controller, but its cgroups still have cgroup.kill and
- * cpu.stat, so that hierarchy is used too: cgroup.kill ends a whole tree in one write.
- * Writing "0" to cgroup.procs moves the writer itself, in v1 and in v2. A zombie is
- * listed in no cgroup.procs and does not keep rmdir from succeeding.
+ * Resource cgroups beneath this process's own cgroup (see cgroup.h). On a hybrid host
+ * the v2 mount (/sys/fs/cgroup/unified) may offer no memory/pids/cpu controller, but its
+ * cgroups still have cgroup.kill and cpu.stat, so that hierarchy is used too:
+ * cgroup.kill ends a whole tree in one write. A zombie is listed in no cgroup.procs and
+ * does not keep rmdir from succeeding.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +39,6 @@ struct corral_cgroup {
     unsigned held;
 };
 
-/* Reads a whole (small, virtual) file into a malloc'd NUL-terminated buffer. */
 static int read_all(const char *path, char **out, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -130,8 +125,6 @@ static int read_u64(const char *dir, const char *file, uint64_t *out)
     return 0;
 }
 
-/* ---- discovery ---------------------------------------------------------------- */
-
 /* Undoes mountinfo's octal escapes (\040 for a space, ...) in place. */
 static void unescape(char *s)
 {
@@ -170,7 +163,6 @@ static unsigned v1_roles(const char *list)
     return r;
 }
 
-/* Every token of need (comma list) is in have (comma list). */
 static int all_tokens(const char *need, const char *have)
 {
     char tok[64];
@@ -279,8 +271,6 @@ int corral_cgroup_version(void)
     free(info);
     return rc;
 }
-
-/* ---- lifecycle ----------------------------------------------------------------- */
 
 static int valid_name(const char *name)
 {
@@ -488,7 +478,6 @@ static int cmp_pid(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Parses cgroup.procs into a sorted malloc'd array. */
 static int list_procs(const char *dir, pid_t **pids, size_t *n)
 {
     _cleanup_free_ char *text = NULL;

@@ -1,8 +1,8 @@
 /*
  * Resource cgroups for tenants, on cgroup v1, v2, or both (hybrid).
  *
- * Own subtree only (DESIGN.md invariant 7): a cgroup is always created as a new
- * directory beneath the cgroup this process already runs in, per hierarchy, as read
+ * Own subtree only (docs/architecture.md, invariant 7): a cgroup is always created as a
+ * new directory beneath the cgroup this process already runs in, per hierarchy, as read
  * from /proc/self/cgroup; limits are written only into directories created here, and a
  * process is only ever moved into one of them.
  *

@@ -58,8 +58,7 @@ static int sha256_af_alg(const void *data, size_t len, uint8_t out[CORRAL_SHA256
     return r;
 }
 
-/* EVP_Digest(data, count, md, &size, EVP_sha256(), NULL): OpenSSL's one-shot digest,
- * stable across 1.1 and 3.x. */
+/* OpenSSL's one-shot EVP_Digest, stable across 1.1 and 3.x. */
 typedef const void *(*evp_md_fn)(void);
 typedef int (*evp_digest_fn)(const void *, size_t, unsigned char *, unsigned int *, const void *,
                              void *);

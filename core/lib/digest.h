@@ -2,9 +2,8 @@
  * SHA-256 through an implementation the system keeps, never one of our own: the
  * kernel's crypto API (AF_ALG "hash"/"sha256") where the kernel offers it, else
  * OpenSSL's libcrypto, loaded at the first use (no link-time dependency, so neither the
- * host's start-up nor core.so pays for it). Measured here (kernel 6.18 without
- * CONFIG_CRYPTO_USER_API_HASH): socket(AF_ALG) fails with EAFNOSUPPORT, and the
- * libcrypto.so.3 of libssl3 answers.
+ * host's start-up nor core.so pays for it). A kernel without
+ * CONFIG_CRYPTO_USER_API_HASH fails socket(AF_ALG) with EAFNOSUPPORT.
  */
 #ifndef CORRAL_DIGEST_H
 #define CORRAL_DIGEST_H

@@ -13,9 +13,8 @@
 #include <unistd.h>
 
 /* One directory of the walk below: the subdirectories still to visit (gathered in one
- * pass, so a directory is read once however many it holds: a red-team tenant's 20,000
- * siblings took 148 s when each pass found only one), its name in its parent and the
- * parent's identity, checked when the walk climbs back through "..". */
+ * pass, so a directory of 20,000 siblings is read once, not once per sibling), its name
+ * in its parent and the parent's identity, checked when the walk climbs back via "..". */
 struct level {
     char **subs;
     size_t n, next;
@@ -78,11 +77,8 @@ int corral_remove_tree(const char *path)
     if (!S_ISDIR(st.st_mode)) return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -errno;
-    /*
-     * Depth first with one fd and a stack of levels: a tree as deep as its owner likes
-     * (21,000 levels from a red-team tenant) must not run out of fds, which a recursion
-     * holding one per level did, leaving the tree behind. Every name is visited once.
-     */
+    /* Depth first with one fd and a stack of levels: a tree as deep as a tenant likes
+     * must not run out of fds, as a recursion holding one per level would. */
     struct level *stack = calloc(16, sizeof *stack);
     size_t depth = 0, cap = 16;
     int err = stack ? 0 : -ENOMEM;
@@ -145,7 +141,6 @@ int corral_remove_tree(const char *path)
 
 int corral_access_as(const char *path, uid_t uid, gid_t gid, int mode)
 {
-    /* vfork-like cost is not needed: the child does four system calls and exits. */
     pid_t pid = fork();
     if (pid < 0) return -errno;
     if (pid == 0) {

@@ -1,7 +1,7 @@
 /*
  * File-system steps the host takes around a sandbox (its storage directory, temporary
- * trees), done with system calls instead of shelled-out utilities: measured here, the
- * mkdir/chown/stat/setpriv/rm chain cost `corral run` about 8 ms of its start.
+ * trees), done with system calls: a chain of shelled-out utilities cost `corral run`
+ * about 8 ms of its start.
  */
 #ifndef CORRAL_FS_H
 #define CORRAL_FS_H

@@ -1,6 +1,4 @@
-/*
- * IP address parsing, formatting and prefix tests: see inet.h.
- */
+/* IP address parsing, formatting and prefix tests: see inet.h. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdbool.h>

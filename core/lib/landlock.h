@@ -31,7 +31,6 @@
 #define CORRAL_LL_SCOPE_ABSTRACT_UNIX (1ULL << 0)
 #define CORRAL_LL_SCOPE_SIGNAL (1ULL << 1)
 
-/* Convenience sets. */
 #define CORRAL_LL_READ_EXEC (CORRAL_LL_EXECUTE | CORRAL_LL_READ_FILE | CORRAL_LL_READ_DIR)
 #define CORRAL_LL_FS_ALL ((1ULL << 16) - 1)
 /* A file (not a directory) can only carry these rights in a path-beneath rule. */

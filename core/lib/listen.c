@@ -1,6 +1,4 @@
-/*
- * Listening and bound sockets inside another network namespace (see listen.h).
- */
+/* Listening and bound sockets inside another network namespace (see listen.h). */
 #include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>

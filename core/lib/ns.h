@@ -14,17 +14,14 @@
  * "cgroup", "time"), or -EINVAL. */
 int corral_ns_type(const char *kind);
 
-/* The kind name for a CLONE_NEW* flag, or NULL. */
 const char *corral_ns_kind(int nstype);
 
 /* Opens /proc/PID/ns/KIND (pid 0: the calling process) O_RDONLY|O_CLOEXEC. Returns the
  * fd or -errno (-EINVAL for an unknown kind). */
 int corral_ns_open(pid_t pid, const char *kind);
 
-/* setns(fd, nstype); nstype 0 accepts any kind. Returns 0 or -errno. */
+/* setns(fd, nstype) (nstype 0 accepts any kind) and unshare(flags): 0 or -errno. */
 int corral_ns_setns(int fd, int nstype);
-
-/* unshare(flags). Returns 0 or -errno. */
 int corral_ns_unshare(int flags);
 
 struct corral_ns_info {
@@ -47,20 +44,18 @@ struct corral_id_map {
 };
 
 /* Writes /proc/PID/uid_map and /proc/PID/gid_map for a process in a new user namespace
- * (pid 0: the calling process, through /proc/self; either list may be empty to leave
- * that map alone). When the kernel refuses the
- * gid_map with EPERM (a writer without CAP_SETGID over the parent namespace), writes
- * "deny" to /proc/PID/setgroups and tries once more, which is the one case where an
- * unprivileged writer may map its own gid. Returns 0 or -errno (-EINVAL for an empty
- * range, or a map longer than the kernel accepts in its single write). */
+ * (pid 0: the calling process; an empty list leaves that map alone). A gid_map refused
+ * with EPERM (no CAP_SETGID over the parent namespace) is retried once after "deny" is
+ * written to /proc/PID/setgroups: the one case where an unprivileged writer may map its
+ * own gid. Returns 0 or -errno (-EINVAL for an empty range, or a map longer than the
+ * kernel accepts in its single write). */
 int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid,
                          const struct corral_id_map *gid, size_t ngid);
 
-/* A new, empty network namespace owned by the caller's user namespace, held only by
- * the returned CLOEXEC fd (it disappears when the last fd and process let go). Made on
- * a short-lived thread, as corral_ns_run_in's, so the calling thread never changes
- * namespace. Returns the fd
- * or -errno. */
+/* A new, empty network namespace owned by the caller's user namespace, held only by the
+ * returned CLOEXEC fd (it disappears when the last fd and process let go). Made on a
+ * short-lived thread, so the calling thread never changes namespace. Returns the fd or
+ * -errno. */
 int corral_ns_new_net(void);
 
 /*

@@ -1,10 +1,9 @@
 /*
- * Path resolution: one implementation for every grant and every invocation.
- *
- * Seed 000 (D14a, measured): binding a symlink's target while invoking the symlink fails
- * outright, and SBPL matches resolved paths, so a grant written against a symlink
- * silently never matches. Everything corral grants or executes goes through here first,
- * and the grant and the invocation use the same resolved string.
+ * Path resolution: one implementation for every grant and every invocation (resolve
+ * before grant, docs/architecture.md invariant 3). Binding a symlink's target while
+ * invoking the symlink fails outright, and SBPL matches resolved paths, so a grant
+ * written against a symlink silently never matches: the grant and the invocation use the
+ * same resolved string.
  */
 #ifndef CORRAL_PATH_H
 #define CORRAL_PATH_H

@@ -1,6 +1,4 @@
-/*
- * The root plan's tables and boundary rules (see rootplan.h).
- */
+/* The root plan's tables and boundary rules (see rootplan.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,15 +7,15 @@
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Generous on purpose: profiles that named too little exited 134 on every case, the
- * control included. */
+/* Generous on purpose: a profile that names too little kills every program as it starts
+ * (exit 134), the control included. */
 static const char *const runtime_paths[] = {"/usr",   "/bin",   "/sbin",   "/lib",
                                             "/lib32", "/lib64", "/libx32", "/etc"};
 
 _Static_assert(N(runtime_paths) <= CORRAL_ROOTPLAN_RUNTIME_MAX, "runtime set too long");
 
 /* Data, not runtime, and never needed to start a program. The caller is usually root,
- * and root owns them, so dropping capabilities alone left /etc/shadow readable. The
+ * and root owns them, so dropping capabilities alone leaves /etc/shadow readable. The
  * namespace layer covers them; Landlock without it grants /etc entry by entry around
  * them. */
 static const char *const masked_paths[] = {
@@ -49,7 +47,7 @@ static const char *const masked_paths[] = {
 };
 
 /* A boundary here would confine nothing or make the runtime writable (as root,
- * `--permit /etc` gave a writable /etc). */
+ * `--permit /etc` would give a writable /etc). */
 static const char *const system_paths[] = {"/proc", "/sys", "/dev", "/boot"};
 
 static const char *const device_paths[] = {"/dev/null",   "/dev/zero",    "/dev/full",

@@ -1,7 +1,4 @@
-/*
- * Netlink sockets opened inside a target netns, and rtnetlink link/address/route verbs.
- * See rtnl.h.
- */
+/* Netlink sockets in a target netns, and rtnetlink link/address/route verbs (see rtnl.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -156,7 +153,6 @@ static int link_change(struct mnl_socket *nl, uint16_t type, const char *ifname,
     return corral_netlink_talk(nl, nlh, NULL, NULL);
 }
 
-/* link_change on its own rtnetlink socket in netns_fd. */
 static int link_change_in(int netns_fd, uint16_t type, const char *ifname, unsigned up)
 {
     _cleanup_nl_ struct mnl_socket *nl = NULL;
@@ -190,10 +186,9 @@ static int default_route(struct mnl_socket *nl, int family, int oif)
     rtm->rtm_scope = family == AF_INET ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
     mnl_attr_put_u32(nlh, RTA_OIF, (uint32_t)oif);
     if (family == AF_INET) {
-        /* measured here (tests/c/test_nft.c end to end): without a preferred source the
-         * scope-link route through lo picks no address (lo's 127.0.0.1 is host scope), the
-         * SYN leaves from 0.0.0.0, the redirected connection is accepted but replies never
-         * reach the client. With src 127.0.0.1 data flows both ways. */
+        /* Without a preferred source the scope-link route through lo picks no address
+         * (127.0.0.1 is host scope): the SYN leaves from 0.0.0.0 and replies to the
+         * redirected connection never reach the client (tests/c/test_nft.c end to end). */
         struct in_addr src = {.s_addr = htonl(INADDR_LOOPBACK)};
         mnl_attr_put(nlh, RTA_PREFSRC, sizeof src, &src);
     }

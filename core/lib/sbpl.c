@@ -1,15 +1,9 @@
 /*
- * SBPL emission for the control-plane profile (seed 000): a trusted process, egress
- * permitted, environment untouched, one data boundary. Text only; it is compiled by
- * sandbox-exec on macOS, never here.
- *
- * Shape: (version 1), (deny default), the runtime a process needs to start, then the
- * boundary, then the caller's extras. SBPL applies the last matching rule, so the grants
- * follow the deny, and nothing is emitted after the last extra.
- *
- * Seed 000, R30: the first two deny-default profiles exited 134 on every case, control
- * included, because the runtime's own read set was not permitted. Every allowance in the
- * runtime block below says which failure it prevents.
+ * SBPL emission for the control-plane profile (see sbpl.h). SBPL applies the last
+ * matching rule, so the grants follow (deny default): the runtime a process needs to
+ * start, then the boundary, then the caller's extras. A deny-default profile without the
+ * runtime's own reads exits 134 on every command, so each runtime allowance below says
+ * which failure it prevents.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -55,10 +49,9 @@ static void buf_puts(struct buf *b, const char *s)
     buf_add(b, s, strlen(s));
 }
 
-/* An SBPL string literal: the reader is TinyScheme's, where `\` escapes the next
- * character, so `\` and `"` are the two bytes a path could use to close the literal and
- * write its own rules (bazelbuild/bazel#29441 is that injection in a real profile
- * writer). Newlines never get here: corral_sbpl_check_path refuses them. */
+/* An SBPL string literal: the reader is TinyScheme's, so `\` and `"` are the bytes a
+ * path could use to close the literal and write its own rules (bazelbuild/bazel#29441).
+ * Newlines never get here: corral_sbpl_check_path refuses them. */
 static void buf_string(struct buf *b, const char *s)
 {
     buf_add(b, "\"", 1);
@@ -69,7 +62,6 @@ static void buf_string(struct buf *b, const char *s)
     buf_add(b, "\"", 1);
 }
 
-/* (allow <ops> (<filter> "<path>")) on one line. */
 static void buf_rule(struct buf *b, const char *ops, const char *filter, const char *path)
 {
     buf_puts(b, "(allow ");
@@ -87,9 +79,8 @@ int corral_sbpl_check_path(const char *path)
     /* A newline or CR ends a line in the profile and would make the emitted text read
      * differently from what a reviewer sees; no resolved path needs one. */
     if (strpbrk(path, "\n\r")) return -EINVAL;
-    /* The filters match resolved paths (seed 000: a grant written against a symlink
-     * silently never matches), so a `.`/`..` component, `//` or a trailing slash is a
-     * grant that could never match anything: refuse it rather than emit it. */
+    /* The filters match resolved paths only, so a `.`/`..` component, `//` or a
+     * trailing slash is a grant that could never match: refuse it rather than emit it. */
     for (const char *c = path; *c; c++) {
         if (c[0] != '/') continue;
         const char *n = c + 1;
@@ -104,21 +95,16 @@ int corral_sbpl_check_path(const char *path)
     return 0;
 }
 
-/* Device nodes every program may touch. Seed 003 lists /dev/null as residue a native
- * process keeps; the random devices are read by libSystem's arc4random fallback and by
- * every TLS stack the egress path uses; /dev/tty is the controlling terminal an
- * interactive child writes prompts to; /dev/dtracehelper is opened by dyld for
- * USDT-probed binaries (agent-safehouse's debugging guide lists its denials as the
- * usual harmless noise; granting it keeps real denials readable in the log). */
+/* Device nodes every program may touch: the random devices feed arc4random and TLS,
+ * /dev/tty takes an interactive child's prompts, and dyld opens /dev/dtracehelper for
+ * USDT-probed binaries (granting it keeps real denials readable in the log). */
 static const char *const device_literals[] = {
     "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/dtracehelper",
 };
 
-/* Mach services the runtime reaches during ordinary startup and egress. Named, not a
- * blanket (allow mach-lookup): a service such as launchservicesd opens files and
- * launches applications on the caller's behalf, outside this sandbox. Not measured
- * from here (emission only on Linux): a service missing from this list fails the one
- * call that looks it up; it does not kill the process as a missing read path does. */
+/* Mach services reached during ordinary startup and egress. Named, not a blanket
+ * (allow mach-lookup): launchservicesd and its kind act on the caller's behalf outside
+ * this sandbox. A service missing here fails only the call that looks it up. */
 static const char *const mach_services[] = {
     "com.apple.system.logger",                        /* asl/os_log from libSystem */
     "com.apple.logd",                                 /* os_log */
@@ -140,8 +126,7 @@ static const char *const mach_services[] = {
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Every proper ancestor of path, root excluded, gets file-read-metadata: getcwd and
- * the shell's PWD check stat their way up (seed 000, measured: a child whose cwd the
- * profile does not cover cannot getcwd). Metadata only: no listing, no contents. */
+ * the shell's PWD check stat their way up. Metadata only: no listing, no contents. */
 static bool is_ancestor(const char *a, size_t alen, const char *of)
 {
     return strncmp(a, of, alen) == 0 && of[alen] == '/';
@@ -193,15 +178,12 @@ int corral_sbpl_emit(const struct corral_sbpl_spec *spec, char **out)
     buf_puts(&b, "(version 1)\n"
                  "(deny default)\n"
                  "; runtime: what a process needs to start and to reach the network\n"
-                 /* The control-plane process runs the caller's command and its
-                  * children (shells, git, the CLI's own helpers). */
                  "(allow process-exec)\n"
                  "(allow process-fork)\n"
                  /* Job control and shutdown inside its own tree, nothing outside it. */
                  "(allow signal (target same-sandbox))\n"
-                 /* libSystem and language runtimes read hw.* and kern.* (page size,
-                  * CPU count, osversion) while they start. Reading is not a boundary
-                  * this profile draws; sysctl-write stays denied. */
+                 /* Runtimes read hw.* and kern.* while they start; sysctl-write stays
+                  * denied. */
                  "(allow sysctl-read)\n");
     buf_puts(&b, "(allow mach-lookup");
     for (size_t i = 0; i < N_ELEMS(mach_services); i++) {
@@ -215,16 +197,13 @@ int corral_sbpl_emit(const struct corral_sbpl_spec *spec, char **out)
               * Python's multiprocessing uses shm and semaphores. */
              "(allow ipc-posix-shm)\n"
              "(allow ipc-posix-sem)\n"
-             /* Seed 000: egress is permitted for the control plane; it is what holds
-              * the credential and talks to the service. */
+             /* The control plane holds the credential and talks to the service. */
              "(allow network*)\n");
-    /* No iokit-open: a command-line process opens no IOKit user client to start or to
-     * reach the network; a caller that needs one has a GPU/USB use case to measure. */
+    /* No iokit-open: a command-line process needs no IOKit user client. */
 
-    /* dyld reads the root node itself to resolve absolute paths; without it every
-     * dynamically linked process aborts with 134 before main even when /usr and
-     * /System are granted (akitaonrails/ai-jail#77, measured on macOS 26). A literal,
-     * not a subpath: the names under / become listable, nothing below them. */
+    /* dyld reads the root node itself: without it every dynamically linked process
+     * aborts with 134 before main (akitaonrails/ai-jail#77). A literal, not a subpath:
+     * the names under / become listable, nothing below them. */
     buf_rule(&b, "file-read*", "literal", "/");
     for (size_t i = 0; i < spec->n_runtime_reads; i++)
         buf_rule(&b, "file-read*", "subpath", spec->runtime_reads[i]);

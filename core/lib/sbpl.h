@@ -1,6 +1,7 @@
 /*
  * SBPL emission: the text of a macOS sandbox-exec profile for the control-plane
- * confinement (seed 000). Emission only; nothing here runs on macOS.
+ * confinement (a trusted process, egress permitted, one data boundary). Text only;
+ * sandbox-exec compiles it on macOS, never here.
  */
 #ifndef CORRAL_SBPL_H
 #define CORRAL_SBPL_H

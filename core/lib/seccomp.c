@@ -1,10 +1,7 @@
 /*
  * The tenant seccomp deny-list, built with libseccomp (never hand-written BPF) and
- * exported to a plain sock_filter array so that the child can install it with two
- * syscalls and no allocation.
- *
- * libseccomp 2.5.4 (installed here) has no seccomp_export_bpf_mem, so the program is
- * exported into a memfd and read back.
+ * exported to a plain sock_filter array (see seccomp.h). libseccomp 2.5 has no
+ * seccomp_export_bpf_mem, so the program is exported into a memfd and read back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,8 +30,8 @@
  * the rest reach the kernel or other processes (ptrace family, pidfd_getfd), load code
  * into the kernel (modules, kexec, bpf), widen the kernel attack surface with little
  * legitimate tenant use (io_uring, userfaultfd, perf, keyrings, file handles), or change
- * host-wide state (clock, swap, reboot, accounting, quota, syslog). setns: a tenant has
- * no business entering namespaces. */
+ * host-wide state (clock, swap, reboot, accounting, quota, syslog), or enter namespaces
+ * (setns). */
 static const char *const deny_eperm[] = {
     "mount",
     "umount2",
@@ -85,18 +82,16 @@ static const char *const deny_eperm[] = {
 static int resolve(const char *name)
 {
     int nr = seccomp_syscall_resolve_name(name);
-    /* A name this libseccomp does not know cannot be denied: refuse to build a filter
-     * that silently lacks it (a negative pseudo-number other than the error value only
-     * means the syscall does not exist on this architecture, which is fine). */
+    /* A name this libseccomp does not know cannot be denied: refuse a filter that
+     * silently lacks it (another negative number means absent on this architecture). */
     return nr == __NR_SCMP_ERROR ? -EOPNOTSUPP : nr;
 }
 
 /* No setuid or setgid bit is ever set, whether by chmod or at creation (open, creat,
  * mknod with a mode): a file a sandbox leaves on the host must not run as its owner.
- * For a tenant, whose host id owns its user namespace, a setuid copy of a shell in its
- * storage let any host user act as that id, read the storage and enter the running
- * sandbox (found by a red-team run). `arg` is the mode argument's index; each bit is a
- * rule of its own (one comparison per argument and rule in libseccomp). */
+ * A setuid copy of a shell in a tenant's storage would let any host user act as the id
+ * that owns the tenant's user namespace. Each bit is a rule of its own (libseccomp
+ * allows one comparison per argument and rule). */
 struct mode_call {
     const char *name;
     unsigned arg;  /* the mode */
@@ -111,8 +106,7 @@ static int deny_special_modes(scmp_filter_ctx ctx)
         {"fchmodat2", 2, -1, 452}, {"open", 2, 1, -1},    {"openat", 3, 2, -1},
         {"creat", 1, -1, -1},      {"mknod", 1, -1, -1},  {"mknodat", 2, -1, -1}};
     /* openat2 carries its mode in memory (struct open_how), out of a filter's reach:
-     * refused as absent (ENOSYS), so callers fall back to openat, which is checked. A
-     * red-team run made a setuid file through it. */
+     * refused as absent (ENOSYS), so callers fall back to openat, which is checked. */
     int openat2 = seccomp_syscall_resolve_name("openat2");
     if (openat2 == __NR_SCMP_ERROR) openat2 = 437; /* the same number on every arch */
     int rc0 = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), openat2, 0);
@@ -144,10 +138,9 @@ static int deny_special_modes(scmp_filter_ctx ctx)
 }
 
 /* Sockets of the families a tenant has use for: unix, IPv4, IPv6, netlink. The rest are
- * refused with EAFNOSUPPORT; AF_VSOCK above all, which no network namespace scopes: a
- * tenant bound vsock ports in the whole VM's port space, beside the hypervisor's
- * (found by a red-team run). The kernel reads the family as an int, so any upper bits
- * set make the value >= 17 and land in the first rule. */
+ * refused with EAFNOSUPPORT; AF_VSOCK above all, which no network namespace scopes: its
+ * ports are the whole VM's, beside the hypervisor's. The kernel reads the family as an
+ * int, so any upper bits set make the value >= 17 and land in the first rule. */
 static int allow_socket_families(scmp_filter_ctx ctx)
 {
     const uint32_t refuse = SCMP_ACT_ERRNO(EAFNOSUPPORT);
@@ -185,7 +178,7 @@ static int add_rules(scmp_filter_ctx ctx)
     if (rc < 0) return rc;
 
     /* A user namespace gives the tenant every capability over the namespaces it then
-     * creates (DESIGN.md invariant 4 keeps capabilities away from the tenant). */
+     * creates (docs/architecture.md, invariant 4). */
     rc = seccomp_rule_add(ctx, eperm, SCMP_SYS(unshare), 1,
                           SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER));
     if (rc < 0) return rc;
@@ -306,18 +299,16 @@ int corral_seccomp_tty_program(struct corral_bpf *out)
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx) return -ENOMEM;
     /* An architecture the filter does not know gets EPERM for everything: no way
-     * around the two rules below, and still no kill (seed 000). */
+     * around the rules below, and still no kill. */
     int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(EPERM));
     if (rc == 0) rc = add_compat_arches(ctx);
     static const unsigned long tty_requests[] = {TIOCSTI, TIOCLINUX};
     for (size_t i = 0; rc == 0 && i < 2; i++)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                               SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, tty_requests[i]));
-    /* Kernel keyrings are not files: the caller's session keyring and root's user keyring
-     * were readable past both layers (found by a red-team run). ENOSYS, as on a kernel
-     * without them, so programs take their fallback path. */
-    /* io_uring too: its open requests carry their mode in the submission queue, where
-     * the setuid rules below cannot see it (found by a red-team run). */
+    /* Kernel keyrings are not files, so neither layer covers the caller's session
+     * keyring; io_uring's open requests carry their mode where the setuid rules below
+     * cannot see it. ENOSYS, as on a kernel without them, so programs fall back. */
     static const char *const key_calls[] = {"keyctl",         "add_key",
                                             "request_key",    "io_uring_setup",
                                             "io_uring_enter", "io_uring_register"};

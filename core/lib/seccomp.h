@@ -4,8 +4,8 @@
  * allocating (the parent may be multi-threaded, so the forked child may only make
  * async-signal-safe calls).
  *
- * Every denial returns an errno (EPERM; ENOSYS for clone3) and never kills: seed 000
- * measured that a killed process looks like a denial and hides the bug that killed it.
+ * Every denial returns an errno (EPERM; ENOSYS for clone3) and never kills: a killed
+ * process looks like a denial and hides the bug that killed it.
  */
 #ifndef CORRAL_SECCOMP_H
 #define CORRAL_SECCOMP_H

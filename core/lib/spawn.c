@@ -1,10 +1,9 @@
 /*
- * Tenant spawn (see spawn.h). Ownership order (DESIGN invariant 4): a pre-made netns is
- * joined by the *parent's* thread before clone3 creates the user namespace, because
- * joining needs CAP_SYS_ADMIN over the netns's owner (the host), which the tenant's new
- * user namespace never has; the tenant therefore sits in a netns whose owner it holds no
- * capability in. Measured here: root inside a child user namespace of a host-owned netns
- * gets EPERM from `nft flush ruleset` and from SO_MARK.
+ * Tenant spawn (see spawn.h). Ownership order (docs/architecture.md, invariant 4): a
+ * pre-made netns is joined by the *parent's* thread before clone3 creates the user
+ * namespace, because joining needs CAP_SYS_ADMIN over the netns's owner (the host), which
+ * the tenant's new user namespace never has. Root in that user namespace then gets EPERM
+ * from `nft flush ruleset` and from SO_MARK.
  *
  * The child never allocates: the parent may be multi-threaded, so everything it needs
  * (seccomp program, empty capability state, strings) is prepared before clone3.
@@ -138,11 +137,11 @@ __attribute__((noreturn)) static void init_run(const struct corral_spawn_plan *p
 }
 
 /*
- * The init is a fork of the host, so /proc/1/cmdline inside showed the host's whole
- * command line (--resolve tables, --internal ranges, host paths: found by a red-team
- * run) and its environ area held the host's environment. Both areas are this child's
- * copy-on-write pages: blank them and leave a name. Bounds come from /proc/self/stat
- * (fields 48-51); only syscalls and stack memory, as a child of a threaded parent needs.
+ * The init is a fork of the host, so /proc/1/cmdline and environ inside would show the
+ * host's command line (--resolve tables, host paths) and environment. Both are this
+ * child's copy-on-write pages: blank them and leave a name. Bounds come from
+ * /proc/self/stat (fields 48-51); only syscalls and stack memory, as a child of a
+ * threaded parent needs.
  */
 static void hide_host_arguments(void)
 {
@@ -177,8 +176,8 @@ static void hide_host_arguments(void)
 }
 
 /* Brings up lo in the fresh, otherwise empty network namespace: the tenant may talk to
- * itself on 127.0.0.1 (a red-team run found native tenants could not, where bwrap's
- * could) and still reaches nothing else. ioctls only: no allocation in this child. */
+ * itself on 127.0.0.1, as under bwrap, and still reaches nothing else. ioctls only: no
+ * allocation in this child. */
 static int loopback_up(void)
 {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -196,7 +195,6 @@ static int loopback_up(void)
     return r;
 }
 
-/* True when the process whose pidfd this is has exited. */
 static int parent_gone(int parent_pidfd)
 {
     struct pollfd pf = {.fd = parent_pidfd, .events = POLLIN};
@@ -206,7 +204,7 @@ static int parent_gone(int parent_pidfd)
 /* Changing ids clears the parent-death signal (prctl(2)): arm it again, then make sure
  * the parent did not die in between (it may live outside our pid namespace, where
  * getppid() reads 0: its pidfd, opened before clone3, is readable once it has exited).
- * Measured: without this, `kill -9` of `corral run` left the tenant running. */
+ * Without this, `kill -9` of `corral run` leaves the tenant running. */
 static void rearm_death_signal(int parent_pidfd)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -248,9 +246,7 @@ __attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan 
             setresgid(p->outside_gid, p->outside_gid, p->outside_gid) < 0 ||
             setresuid(p->outside_uid, p->outside_uid, p->outside_uid) < 0)
             child_fail(errfd, STEP_IDS, errno);
-        /* Measured: with setpriv(1) doing this step instead, a `kill -9` of `corral run`
-         * landing before bwrap's own --die-with-parent left the tenant running (5 of 12
-         * runs). */
+        /* A `kill -9` of `corral run` may land before bwrap's own --die-with-parent. */
         rearm_death_signal(parent_pidfd);
     }
     if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
@@ -266,8 +262,8 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
     /* The tenant starts with no signal blocked and every handler at its default, whatever
-     * the host had. Measured: a `corral run` that blocks SIGTERM to forward it passed the
-     * block on, and the tenant ignored the forwarded SIGTERM until it exited by itself. */
+     * the host had: `corral run` blocks SIGTERM to forward it, and a tenant inheriting
+     * the block would ignore the forwarded signal. */
     for (int sig = 1; sig < NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
         struct sigaction dfl = {.sa_handler = SIG_DFL};
@@ -329,15 +325,13 @@ static int write_pid(int fd, pid_t pid)
     return 0;
 }
 
-/* Joins netns_fd on this thread for the duration of clone3; a thread that cannot get
- * back to its own netns would carry the host's work into a sandbox, so that is fatal. */
 /*
- * clone3 from this thread, in netns_fd when given. owner_uid/gid (when not -1): the ids
- * this thread holds as effective ids for the clone alone, so that a new user namespace
- * is owned by the sandbox's unprivileged host id instead of root. The kernel charges a
- * namespace's per-user counts (inotify instances and watches, and the like) to its
- * owner: owned by root, a tenant holding 128 inotify instances left every root process
- * on the host without inotify (found by a red-team run). Raw syscalls: credentials are
+ * clone3 from this thread, in netns_fd when given; a thread that cannot get back to its
+ * own netns would carry the host's work into a sandbox, so that is fatal. owner_uid/gid
+ * (when not -1) are held as effective ids for the clone alone, so the new user namespace
+ * is owned by the sandbox's unprivileged host id: the kernel charges per-user counts
+ * (inotify instances, …) to the owner, and a root-owned tenant holding 128 inotify
+ * instances leaves every root process on the host without. Raw syscalls: credentials are
  * per thread, and glibc's wrappers would change every thread of the host process.
  */
 static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, long owner_uid, long owner_gid,

@@ -53,7 +53,7 @@ struct corral_spawn_plan {
     int plain_pidns; /* with plain: in a new pid namespace whose init (this child) forks the
                         helper, so every process the helper makes dies with that init: a
                         helper's own die-with-parent comes too late when the spawner is
-                        killed during the helper's start (measured: bwrap, 3 of 12 runs) */
+                        killed during the helper's start */
     int join_pidfd;  /* >= 0: run inside the namespaces of this running sandbox's init
                         (user, mount, pid, ipc, uts, net, cgroup) instead of new ones;
                         root, hostname and maps are then that sandbox's */

@@ -5,15 +5,12 @@
  * against. lua/corral/tier.lua derives the rules from a step's grants and decides which
  * tier a host has earned; this file only applies what it is given.
  *
- * Process shape: the caller's thread clones the child (no namespaces), the child applies
- * stdio, cwd, no_new_privs, drops every capability (a root caller's child would
- * otherwise keep CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_NET_ADMIN …, which no file rule
- * touches), then Landlock, the plain seccomp programs, then the supervised one, whose
- * listener it passes back over a socket pair before it execs. The caller's thread stays
- * as the supervisor until the child exits: it lets the child's first execve through (the
- * start of the program) and answers every later execve/execveat EPERM, then reaps the
- * child with its resource usage. A failed step never execs: the child reports {step,
- * errno} over a CLOEXEC pipe and exits 127, and the caller gets that error.
+ * Process shape: the child (no namespaces) applies stdio, cwd and no_new_privs, drops
+ * every capability (a root caller's child would keep CAP_SYS_MODULE, CAP_NET_ADMIN …,
+ * which no file rule touches), then Landlock and the seccomp programs, passing the
+ * supervised one's listener back before it execs. The caller's thread supervises until
+ * the child exits (tier.c) and reaps it with its resource usage. A failed step never
+ * execs: the child reports {step, errno} over a CLOEXEC pipe and exits 127.
  */
 #ifndef CORRAL_TIER_H
 #define CORRAL_TIER_H

@@ -1,6 +1,4 @@
-/*
- * The tier S1 seccomp programs (see tier_seccomp.h), through libseccomp.
- */
+/* The tier S1 seccomp programs (see tier_seccomp.h), through libseccomp. */
 #include <errno.h>
 #include <sched.h>
 #include <stddef.h>

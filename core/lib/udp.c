@@ -2,12 +2,11 @@
  * UDP helpers (see udp.h). The responder's socket may be dual-stack: v4-mapped senders
  * are reported in their IPv4 form and answered through the same family they came from.
  *
- * Replies leave from the address the query was received on (IP_PKTINFO /
- * IPV6_PKTINFO, enabled on the socket by corral_listen_in_netns). A redirected query arrives at
- * 127.0.0.1; without pktinfo the kernel picks the source by route, which on a sandbox with its own
- * link is the link address, conntrack cannot match the reply to the redirected query, and the
- * resolver drops it (measured: every lookup timed out on a sandbox with a link, none with routes
- * via lo).
+ * Replies leave from the address the query was received on (IP_PKTINFO / IPV6_PKTINFO,
+ * enabled by corral_listen_in_netns). A redirected query arrives at 127.0.0.1; without
+ * pktinfo the kernel picks the source by route, which on a sandbox with its own link is
+ * the link address, so conntrack cannot match the reply to the query and every lookup
+ * times out.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,6 +1,4 @@
-/*
- * Datagram I/O with text addresses, for the in-namespace DNS responder.
- */
+/* Datagram I/O with text addresses, for the in-namespace DNS responder. */
 #ifndef CORRAL_UDP_H
 #define CORRAL_UDP_H
 

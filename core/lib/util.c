@@ -1,6 +1,4 @@
-/*
- * Shared helpers of core/lib (see util.h).
- */
+/* Shared helpers of core/lib (see util.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

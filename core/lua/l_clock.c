@@ -1,7 +1,4 @@
-/*
- * core.clock.monotime() -> seconds (CLOCK_MONOTONIC), for deadlines that wall-clock jumps
- * cannot move.
- */
+/* core.clock.monotime() -> seconds (CLOCK_MONOTONIC): deadlines clock jumps cannot move. */
 #include <time.h>
 
 #include "lcorral.h"

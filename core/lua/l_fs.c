@@ -1,7 +1,6 @@
 /*
- * core.fs.mkdir / chmod / chown / lstat / remove_tree / access_as: the file-system steps the
- * host takes around a sandbox (core/lib/fs.c), so preparing and removing a tenant's
- * storage needs no shell. None of them follows a symlink in the last component.
+ * core.fs: the file-system steps the host takes around a sandbox (core/lib/fs.c), so a
+ * tenant's storage needs no shell. None follows a symlink in the last component.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -1,7 +1,6 @@
 /*
- * core.path.resolve_executable / resolve / resolve_file: the one resolver (core/lib/path.c)
- * for Lua, so a grant and the invocation it covers are computed by the same code; and
- * core.path.is_beneath, the one containment test (core/lib/util.c).
+ * core.path: the one resolver (core/lib/path.c), so a grant and the invocation it covers
+ * are computed by the same code, and the one containment test (core/lib/util.c).
  */
 #include <stdlib.h>
 

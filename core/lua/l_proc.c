@@ -116,14 +116,12 @@ static int l_execve(lua_State *L)
     return corral_pushfail(L, path, errno);
 }
 
-/* core.proc.getpid() */
 static int l_getpid(lua_State *L)
 {
     lua_pushinteger(L, getpid());
     return 1;
 }
 
-/* core.proc.geteuid() */
 static int l_geteuid(lua_State *L)
 {
     lua_pushinteger(L, geteuid());

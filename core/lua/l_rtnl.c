@@ -10,6 +10,7 @@
  *   core.rtnl.addr(netns, ifname, "192.0.2.1" | "2001:db8::1", prefixlen)
  *   core.rtnl.link_up(netns, ifname)
  *   core.rtnl.link_del(netns, ifname)
+ *   core.rtnl.default_via(netns, gateway_ip, ifname)
  */
 #include <string.h>
 #include <arpa/inet.h>
@@ -79,7 +80,6 @@ static int l_addr(lua_State *L)
     return result(L, ifname, corral_rtnl_addr(ns, ifname, family, bytes, (int)prefix));
 }
 
-/* core.rtnl.default_via(netns, gateway_ip, ifname) */
 static int l_default_via(lua_State *L)
 {
     unsigned char bytes[sizeof(struct in6_addr)];

@@ -160,7 +160,6 @@ static int l_spawn(lua_State *L)
     plan.outside_uid = (uid_t)opt_int(L, 1, "uid", 65534);
     plan.outside_gid = (gid_t)opt_int(L, 1, "gid", 65534);
 
-    /* Root plan. */
     size_t nb = 0, ns = 0;
     if (lua_getfield(L, 1, "binds") == LUA_TTABLE) nb = (size_t)luaL_len(L, -1);
     int binds_t = lua_gettop(L);

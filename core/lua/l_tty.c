@@ -1,8 +1,7 @@
 /*
  * core.tty.save / core.tty.restore: a terminal's settings (termios and window size) as
  * an opaque string, put back after a tenant ran on it. A tenant's fds 0-2 may be the
- * operator's terminal; `stty -echo intr undef` from inside outlived the run (found by a
- * red-team run), so `corral run` restores what it found.
+ * operator's terminal, and `stty -echo intr undef` from inside outlives the run.
  */
 #include <errno.h>
 #include <string.h>
@@ -43,8 +42,8 @@ static int l_tty_restore(lua_State *L)
     struct tty_state st;
     memcpy(&st, s, sizeof st);
     if (tcsetattr(fd, TCSANOW, &st.tio) < 0) return corral_pushfail(L, "tcsetattr", errno);
-    /* Exclusive mode is not in termios: a tenant's TIOCEXCL outlived the run (a red-team
-     * run). corral never sets it, so clearing it restores what was found. */
+    /* Exclusive mode is not in termios, and a tenant's TIOCEXCL outlives the run; corral
+     * never sets it, so clearing it restores what was found. */
     ioctl(fd, TIOCNXCL);
     if (st.has_ws && ioctl(fd, TIOCSWINSZ, &st.ws) < 0)
         return corral_pushfail(L, "TIOCSWINSZ", errno);

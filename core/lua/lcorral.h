@@ -4,10 +4,10 @@
  *
  * Convention (liolib.c): an OS failure returns `nil, "what: strerror", errno` (always
  * three values, through corral_pushfail or corral_result); a bad argument raises through
- * luaL_argerror. A lookup that finds nothing (core.inet.unmap, core.dns.error_rcode) is
- * a plain nil, and a verdict (core.rootplan.check_boundary) is nil, reason, kind. An fd is a
- * userdata allocated *before* the syscall that creates it, so a failed allocation can never leak
- * the fd.
+ * luaL_argerror. A lookup that finds nothing (core.inet.unmap, core.dns.error_rcode) is a
+ * plain nil, and a verdict (core.rootplan.check_boundary) is nil, reason, kind. An fd is
+ * a userdata allocated *before* the syscall that creates it, so a failed allocation can
+ * never leak the fd.
  */
 #ifndef CORRAL_LCORRAL_H
 #define CORRAL_LCORRAL_H
