@@ -1,11 +1,9 @@
---- The `corral` subcommands. The host (core/host/main.c) calls `main` when its first
--- argument names a command; everything here is ordinary Lua over the library.
+--- The `corral` subcommands, called by the host (core/host/main.c) when its first
+-- argument names a command: parse and print only, the work is the library's.
 --
--- Exit statuses of the commands themselves: 0 success, 1 failure, 2 bad usage or an
--- invalid argument, 3 a protection this host cannot enforce (`cannot_enforce`). A
--- command that runs another program (`confine --exec`) exits with that program's status;
--- the confinement wrapper itself exits 125 when a layer cannot be built (nothing ran),
--- 126 when the command cannot be executed, 127 when it is not found.
+-- Exit: 0 success, 1 failure, 2 bad usage, 3 `cannot_enforce`; `confine --exec` exits
+-- with the program's status (the wrapper: 125 no layer, 126, 127). Listed once in
+-- docs/boundary.md.
 -- @module corral.cli
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -29,14 +27,11 @@ local function fail(cmd, err)
   return 1
 end
 
---- Parses `argv[2..]` against `spec` (`{name = "value" | "list" | "flag"}`); options are
--- `--name value` or `--name=value`; `--` ends them. Returns the options and the rest.
+--- Parses `argv[2..]` against `spec` (`{name = "value" | "list" | "flag"}`): `--name
+-- value` or `--name=value`, `--` ends them.
 -- @tparam {string,...} argv
 -- @tparam table spec
--- @treturn table options
--- @treturn {string,...} remaining words
--- @return[2] nil
--- @treturn[2] table invalid_argument naming the option
+-- @treturn table options and {string,...} the rest; or nil and invalid_argument
 function M.parse(argv, spec)
   local opts, rest = {}, {}
   for name, kind in pairs(spec) do
@@ -70,7 +65,7 @@ function M.parse(argv, spec)
         if kind == "list" then
           opts[name][#opts[name] + 1] = v
         elseif opts[name] ~= nil then
-          -- Last-one-wins would let a second --permit silently replace the first.
+          -- last-one-wins would let a second --permit silently replace the first
           return nil, errors.invalid_argument("--" .. name, "given twice")
         else
           opts[name] = v
@@ -84,18 +79,14 @@ end
 
 --- The `network` table from run's egress options, or nil when none was given.
 -- @tparam table opts parsed options
--- @treturn table|nil network
--- @return[2] nil
--- @treturn[2] table error naming the option
+-- @treturn table|nil network, or nil and an error naming the option
 function M.network_options(opts)
-  -- Every value is checked here, so that a refusal names the option it came from
-  -- (--allow, --allow-file with its line, --internal, --resolve) and nothing starts.
+  -- every value is checked here, so a refusal names its option and nothing starts
   local allowlist = require "corral.egress.allowlist"
   local function invalid(option, fmt, ...)
     return nil, errors.invalid_argument(option, string.format(fmt, ...))
   end
-  -- An entry as the CLI takes it: the allowlist's grammar, and no single-label name
-  -- (`--allow garbage` is a typo far more often than a host called that).
+  -- no single-label name: `--allow garbage` is a typo far more often than a host
   local function check_entry(e)
     local entry, aerr = allowlist.parse_entry(e)
     if aerr then return aerr.detail end
@@ -165,8 +156,6 @@ function M.network_options(opts)
   return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
 end
 
--- The option each argument corral.run may refuse came from (`limits.memory` is
--- `--memory`, `workspace_path` is `--workspace`).
 local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
                            service_port = "--service-port", network = "--allow", log_json = "--log-json" }
 for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
@@ -174,12 +163,10 @@ for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
 end
 RUN_OPTION_NAMES.engine = "--engine"
 
---- Whether `cmd` cannot be run from here, as a shell says it: 127 and "CMD: command
--- not found" (a bare name not on PATH, or a path that does not exist), 126 and why (a
--- directory, or a file without any execute bit); nil when it looks runnable.
+--- Whether `cmd` cannot be run, as a shell says it: 127 "command not found", 126 and
+-- why; nil when it looks runnable.
 -- @tparam string cmd
--- @treturn[1] integer|nil status
--- @treturn[1] string message
+-- @treturn integer|nil status, and the message
 function M.missing_command(cmd)
   if not cmd:find("/", 1, true) then
     local r = core.path.resolve_executable(cmd)
@@ -199,8 +186,7 @@ end
 local commands = {}
 local order = {}
 
--- A command's options, for its help and its parser: groups `{title, {option, ...}}`, each
--- option `{name, kind, metavar, meaning}` (kind as M.parse takes it).
+-- Option groups `{title, {option, ...}}`, each `{name, kind, metavar, meaning}`.
 local function option_spec(groups)
   local spec = {}
   for _, g in ipairs(groups) do
@@ -209,8 +195,7 @@ local function option_spec(groups)
   return spec
 end
 
--- One line per option under its group's title; a meaning that does not fit beside a long
--- option starts on the next line.
+-- a meaning that does not fit beside a long option starts on the next line
 local OPTION_COLUMN = 28
 local function options_text(groups)
   local lines = {}
@@ -233,8 +218,7 @@ local function options_text(groups)
   return table.concat(lines, "\n") .. "\n"
 end
 
--- Registers a subcommand. usage: its synopsis and description; options: its option
--- groups (see option_spec), listed by its help.
+-- Registers a subcommand with its synopsis and option groups (see option_spec).
 local function command(name, summary, usage, fn, options)
   commands[name] = { summary = summary, usage = usage, run = fn, options = options }
   order[#order + 1] = name
@@ -253,8 +237,7 @@ signals; a flag it neither constructs nor asks for (--memory without resource_li
 is refused. Examples: scripts/examples/; the contract: docs/mechanisms.md.]],
 }
 
--- The optimal string alignment distance (Levenshtein with adjacent transpositions), so
--- that `rnu` is one edit from `run`.
+-- Optimal string alignment distance (Levenshtein with transpositions): `rnu` is one edit from `run`.
 local function edit_distance(a, b)
   local d = {}
   for i = 0, #a do d[i] = { [0] = i } end
@@ -354,8 +337,8 @@ the command's status (127 when it is not found, 126 when it cannot be executed).
     end
     local cmdargs = { table.unpack(rest, 2) }
     if opts.exec then
-      -- The wrapper refuses an inherited directory on 0-2 (it leads out past both
-      -- layers); say so here, as the argument error it is, before any probe runs.
+      -- an inherited directory on 0-2 leads out past both layers: refused as the argument
+      -- error it is, before any probe runs
       for fd = 0, 2 do
         local st = core.fs.lstat("/proc/self/fd/" .. fd .. "/.")
         if st and st.type == "dir" then
@@ -597,8 +580,8 @@ local function wants_help(argv)
   return false
 end
 
---- Runs a subcommand; `argv[1]` is its name. `-h` or `--help` before `--` prints its
--- help instead; an unknown name is a usage error (2) naming the closest command.
+--- Runs a subcommand (`argv[1]`); `-h`/`--help` before `--` prints its help; an unknown
+-- name is a usage error naming the closest command.
 -- @tparam {string,...} argv
 -- @treturn integer exit status
 function M.main(argv)

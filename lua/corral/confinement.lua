@@ -1,14 +1,11 @@
 --- Control-plane confinement: a *trusted* process that holds a credential, confined to
--- one directory (seed 000).
+-- one directory.
 --
--- This is the mirror image of a tenant sandbox, not a smaller one: the environment
--- passes through untouched (credential included) and egress is permitted. It is a
--- distinct entry point on purpose: no option here can reach the tenant profile, and no
--- option of the tenant profile can reach this one.
---
--- `confine` returns a launch spec `{cmd, args, env, cd, layers}` whose `cmd` is the
--- confinement wrapper, or `nil, cannot_enforce(capability, detail)` — never a spec with
--- the confinement omitted.
+-- The mirror image of a tenant sandbox, not a smaller one: the environment passes
+-- through (credential included) and egress is permitted. A distinct entry point on
+-- purpose: no option here reaches the tenant profile, nor the reverse. `confine`
+-- returns a launch spec or `cannot_enforce`, never a spec with the confinement omitted
+-- (docs/architecture.md, invariant 1).
 -- @module corral.confinement
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -37,15 +34,15 @@ local function resolve_dir(name, value)
   end
   local resolved, err = core.path.resolve(value)
   if not resolved then return nil, errors.invalid_argument(name, err) end
-  -- The boundary rules are exec-confined's own (core/lib/rootplan.c): not /, not on the
-  -- kernel's and devices' filesystems, not inside the runtime read set.
+  -- exec-confined's own boundary rules: not /, not on the kernel's and devices'
+  -- filesystems, not inside the runtime read set
   local ok, why = core.rootplan.check_boundary(resolved)
   if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
   return resolved
 end
 
--- The environment, normalised to a list of {name, value} pairs: the order the caller
--- gave for a list, sorted by name for a map. Values are passed through unmodified.
+-- The environment as {name, value} pairs: the caller's order for a list, sorted by
+-- name for a map; values unmodified.
 local function normalise_env(env)
   if env == nil then return {} end
   if type(env) ~= "table" then
@@ -101,7 +98,6 @@ local function check_command(command)
   return cmd, args
 end
 
--- Validates the options shared by every platform; returns the resolved boundary.
 local function check_opts(opts)
   if type(opts) ~= "table" then
     return nil, errors.invalid_argument("opts", "must be a table")
@@ -134,8 +130,8 @@ local function check_opts(opts)
     local inside = core.path.is_beneath(cd, permit)
     for _, x in ipairs(extras) do inside = inside or core.path.is_beneath(cd, x) end
     if not inside then
-      -- Seed 000: a child started outside the boundary resolves every relative path
-      -- outside it and cannot even getcwd; a starting point is never a boundary.
+      -- a child started outside the boundary resolves every relative path outside it and
+      -- cannot even getcwd
       return nil, errors.invalid_argument("cd", cd .. " is outside the boundary " .. permit)
     end
   end
@@ -146,7 +142,7 @@ end
 
 --- The confinement layers that hold on this host (probed once per process).
 -- @treturn {string,...} layer names in order, a subset of {"ns", "landlock"}
--- @treturn string detail of what was measured
+-- @treturn string what the probes saw
 function M.layers()
   local ns = probe.check("confinement.namespace")
   local ll = probe.check("confinement.landlock")
@@ -155,7 +151,7 @@ function M.layers()
   if ns.holds then
     layers[#layers + 1] = "ns"
   else
-    -- bubblewrap builds the namespace layer where corral cannot (the issue's fallback)
+    -- bubblewrap builds the namespace layer where corral cannot
     local bw = probe.check("confinement.bwrap")
     if bw.holds then layers[#layers + 1] = "bwrap" end
     detail = detail .. "; bwrap layer: " .. bw.detail
@@ -187,13 +183,11 @@ local function linux_spec(cmd, args, o)
   return { cmd = host, args = wargs, env = o.env, cd = o.cd, layers = layers }
 end
 
---- The macOS launch spec: `sandbox-exec -p <profile> <resolved cmd> args…`.
--- Public so that the emitted profile can be checked on any host (it cannot run here).
+--- The macOS launch spec: `sandbox-exec -p <profile> <resolved cmd> args…`, public so
+-- that the profile can be checked on any host.
 -- @tparam table command `{cmd, args}`
 -- @tparam table opts as for `confine`
--- @treturn table the spec, with `profile` holding the SBPL text
--- @return[2] nil
--- @treturn[2] table error
+-- @treturn table the spec, `profile` holding the SBPL text; or nil and an error
 function M.sandbox_exec_spec(command, opts)
   local cmd, args, err = check_command(command)
   if not cmd then return nil, err end
@@ -210,17 +204,12 @@ function M.sandbox_exec_spec(command, opts)
 end
 
 --- Builds a launch spec confining `command` to `opts.permit_path`.
---
 -- @tparam table command `{cmd, args}` (or `{cmd = , args = }`)
--- @tparam table opts `permit_path` (required, absolute, an existing directory);
---   `env` (passed through unmodified, credential included; a `{name = value}` map or a
---   list of `{name, value}` pairs; default none); `cd` (default: the resolved
---   permit_path; must lie inside the boundary); `permit_extra_subpaths` (default `{}`,
---   the only value corral ever chooses itself).
--- @treturn table `{cmd, args, env, cd, layers}`: launch `cmd` with `args`, `env` and
---   working directory `cd`; `cmd` is the confinement wrapper
--- @return[2] nil
--- @treturn[2] table `cannot_enforce` or `invalid_argument` error
+-- @tparam table opts `permit_path` (an existing directory), `env` (a map or a list of
+--   pairs, passed through), `cd` (inside the boundary; default permit_path),
+--   `permit_extra_subpaths` (default `{}`)
+-- @treturn table `{cmd, args, env, cd, layers}`, `cmd` the confinement wrapper; or nil
+--   and `cannot_enforce`/`invalid_argument`
 function M.confine(command, opts)
   local cmd, args, err = check_command(command)
   if not cmd then return nil, err end

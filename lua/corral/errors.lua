@@ -1,13 +1,9 @@
 --- Structured errors: every policy refusal corral returns is built here.
 --
--- A refusal is `nil, err` where `err` is a table `{code =, capability? =, argument? =,
--- detail =, errno? =}` with a `__tostring`; `errno` is kept when a system call refused.
--- The codes are stable and documented:
---
--- * `cannot_enforce` — this host cannot build a protection the call requires
---   (`capability` names it). Never answered with a weaker result instead.
--- * `invalid_argument` — an argument is malformed (`argument` names it).
--- * `refused_env` — an environment variable was refused for a tenant (`argument`).
+-- A refusal is `nil, err`, `err` a table `{code =, capability? =, argument? =, detail =,
+-- errno? =}` with a `__tostring`. The stable codes: `cannot_enforce` (this host cannot
+-- build a protection the call requires; never answered with a weaker result),
+-- `invalid_argument`, `refused_env`.
 -- @module corral.errors
 local M = {}
 
@@ -31,8 +27,8 @@ M.codes = {
 
 --- Builds an error of the given code.
 -- @tparam string code one of `M.codes`
--- @tparam table fields extra fields (`capability`, `argument`, `detail`)
--- @treturn table the error
+-- @tparam table fields `capability`, `argument`, `detail`
+-- @treturn table
 function M.new(code, fields)
   assert(M.codes[code], "unknown error code " .. tostring(code))
   local e = { code = code }
@@ -42,19 +38,19 @@ function M.new(code, fields)
 end
 
 --- A protection this host cannot build.
--- @tparam string capability the capability that is missing
+-- @tparam string capability
 -- @tparam string detail what was tried and what was seen
--- @tparam[opt] integer errno the system error behind it, when a system call refused
--- @treturn table the error
+-- @tparam[opt] integer errno the system error behind it
+-- @treturn table
 function M.cannot_enforce(capability, detail, errno)
   return M.new("cannot_enforce", { capability = capability, detail = detail, errno = errno })
 end
 
 --- A malformed argument.
--- @tparam string argument the argument's name
--- @tparam string detail what is wrong with it
--- @tparam[opt] integer errno the system error behind it (a file that cannot be read)
--- @treturn table the error
+-- @tparam string argument
+-- @tparam string detail
+-- @tparam[opt] integer errno the system error behind it
+-- @treturn table
 function M.invalid_argument(argument, detail, errno)
   return M.new("invalid_argument", { argument = argument, detail = detail, errno = errno })
 end

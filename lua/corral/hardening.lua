@@ -1,11 +1,10 @@
 --- The tenant hardening profile: the mirror image of `corral.confine`.
 --
--- Untrusted code gets an environment that starts empty but for a minimal base; the host
--- adds variables by name; a fixed list of forbidden name fragments then refuses even
--- named ones, and values that carry a credential (a URL with user information, a
--- Password= in a connection string, a known token shape, a private key) are refused
--- too. The list is never widened and no option disables it: credentials reach a process
--- only through the control-plane entry point (`corral confine`).
+-- A tenant environment starts from a minimal base; the host adds variables by name; a
+-- fixed list of forbidden name fragments, and values shaped like credentials, are
+-- refused even then. The list is never widened and no option disables it
+-- (docs/architecture.md, invariant 6): credentials reach a process only through
+-- `corral confine`.
 -- @module corral.hardening
 local errors = require "corral.errors"
 
@@ -16,13 +15,10 @@ local FRAGMENTS = {
   "SESSION", "PRIVATE", "CERT", "AWS_", "GCP_", "GOOGLE_", "AZURE_", "GITHUB_", "GH_",
   "GITLAB_", "ANTHROPIC_", "OPENAI_", "HF_", "DOCKER_", "KUBE", "VAULT_", "SSH_", "GPG_",
   "NPM_", "PYPI_", "STRIPE_", "SLACK_", "SENTRY_", "DSN",
-  -- DB_PASS, MYSQL_PWD, PGPASS...: these reached a tenant before they were listed
   "PASS", "_PWD", "PGPASS",
 }
 
--- Values that are credentials whatever the variable is called (Lua patterns, matched
--- against the value): key=value secrets of connection strings, well-known token
--- shapes, private keys.
+-- Values that are credentials whatever the variable is called (Lua patterns).
 local VALUE_SHAPES = {
   { "[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]%s*=%s*[^;%s]", "a Password= in a connection string" },
   { "[;%s][Pp][Ww][Dd]%s*=%s*[^;%s]", "a PWD= in a connection string" },
@@ -62,8 +58,7 @@ end
 --- Why a variable may not reach a tenant, or nil when it may.
 -- @tparam string name
 -- @tparam string value
--- @treturn[1] nil allowed
--- @treturn[2] string the reason
+-- @treturn nil|string the reason
 function M.refusal(name, value)
   local upper = name:upper()
   for _, f in ipairs(FRAGMENTS) do
@@ -71,7 +66,6 @@ function M.refusal(name, value)
       return "name contains the forbidden fragment " .. f
     end
   end
-  -- scheme://user:password@host or scheme://token@host: a credential in the value.
   if value:find("%a[%w+.-]*://[^/%s@]+@") then
     return "value carries credentials in a URL's user information"
   end
@@ -82,10 +76,8 @@ function M.refusal(name, value)
 end
 
 --- Builds a tenant environment: the base, plus each variable the host names.
--- @tparam[opt] table extra name → value the host adds
--- @treturn[1] table name → value
--- @return[2] nil
--- @treturn[2] table `refused_env` error naming the first refused variable
+-- @tparam[opt] table extra name → value
+-- @treturn table name → value, or nil and `refused_env` naming the first refused variable
 function M.environment(extra)
   local env = M.base_env()
   local names = {}
@@ -109,8 +101,7 @@ function M.environment(extra)
 end
 
 --- Removes from this process's own environment every variable a tenant would be
--- refused (`refusal`): corral.run calls it once it has taken what the tenant is given,
--- so that nothing it loads or starts afterwards can inherit a credential.
+-- refused, so that nothing loaded or started afterwards inherits a credential.
 -- @treturn {string,...} the names removed, sorted
 function M.clear_own_environment()
   local core = require "corral.core"

@@ -1,10 +1,7 @@
 --- corral: process confinement with a C core and Lua policy.
 --
--- `require "corral"` gives the entry points; each lives in its own module. Two of them
--- are deliberately distinct and share no option: `confine` (a *trusted* control-plane
--- process: environment through, egress permitted) and the tenant calls below
--- (`sandbox`, `provision`, `start`, `exec`, …: credentials stripped, no network unless
--- an allowlist is given).
+-- Two entry points share no option: `confine` (a *trusted* control-plane process) and
+-- the tenant calls (`sandbox`, `provision`, `start`, `exec`, …).
 -- @module corral
 local M = {}
 
@@ -88,8 +85,7 @@ M.destroy = plain("destroy")
 -- @function status
 M.status = plain("status")
 
---- Where a sandbox is reachable: `true, nil` for "not reachable" (never an error), or
--- `true, "host:port"`. A mechanism without the callback answers `true, nil`.
+--- Where a sandbox is reachable: `true, "host:port"`, or `true, nil` (never an error).
 -- @function address
 function M.address(m, sb)
   local mech, err = mech_of(m)
@@ -101,10 +97,8 @@ function M.address(m, sb)
 end
 
 --- The path of the published contract (docs/boundary.md): in the source tree, under an
--- install prefix (share/corral/boundary.md) or in a LuaRocks tree (the rock's docs/).
--- @treturn[1] string path
--- @return[2] nil
--- @treturn[2] string where it was looked for
+-- install prefix (share/corral/boundary.md) or in a LuaRocks tree.
+-- @treturn string path, or nil and where it was looked for
 function M.boundary_path()
   local here = debug.getinfo(1, "S").source:match("^@(.*)/corral/init%.lua$") or "."
   local tries = { here .. "/../docs/boundary.md", here .. "/../../corral/boundary.md" }

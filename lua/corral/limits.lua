@@ -1,8 +1,8 @@
 --- Resource limits shared by the mechanisms that apply them through corral's cgroups.
 --
--- One place builds a sandbox's cgroup from `sb.limits` (beneath the host's own cgroup,
--- never at a hierarchy's root) and one place reads back what ended a run, so that every
--- mechanism reports a memory kill the same way.
+-- One place builds a sandbox's cgroup beneath the host's own (docs/architecture.md,
+-- invariant 7) and one reads back what ended a run, so every mechanism reports a
+-- memory kill alike.
 -- @module corral.limits
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -19,9 +19,7 @@ end
 
 --- The sandbox's cgroup, or nil when it asks for none.
 -- @tparam table sb
--- @treturn[1] userdata|nil the cgroup
--- @return[2] nil
--- @treturn[2] table cannot_enforce("resource_limits", …)
+-- @treturn userdata|nil the cgroup, or nil and cannot_enforce("resource_limits", …)
 function M.cgroup(sb)
   if not M.wants_cgroup(sb) then return nil end
   local l = sb.limits
@@ -34,12 +32,10 @@ function M.cgroup(sb)
   return cg
 end
 
---- Adds the cgroup's usage to a run's result, `oom_kills` when the cgroup's OOM killer
--- fired during it (`st.oom_seen` remembers the count between runs), and `limit =
--- "memory"` when that is also what ended the command: it was killed by SIGKILL. A child
--- the killer took while the command went on to exit by itself is not the cap ending
--- the run (that reported 121 for a command that exited 0).
--- @tparam table st the mechanism's state for the sandbox (`cgroup`, `oom_seen`)
+--- Adds the cgroup's usage to a run's result, `oom_kills` when the OOM killer fired
+-- during it, and `limit = "memory"` only when the command itself died by SIGKILL: a
+-- child killed while the command exited by itself is not the cap ending the run.
+-- @tparam table st the mechanism's state (`cgroup`, `oom_seen`)
 -- @tparam table result `{code, how, limit?}`
 -- @treturn table result
 function M.observe(st, result)

@@ -33,8 +33,8 @@ local labels = setmetatable({}, { __mode = "k" })
 M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwrap",
               oci = "corral.mechanism.oci" }
 
---- Whether `mech` is one of the built-in mechanisms (the host's own code: it applies
--- --wall and forwards signals itself).
+--- Whether `mech` is built in (the host's own code, which applies --wall and forwards
+-- signals itself).
 -- @tparam table mech
 -- @treturn boolean
 function M.is_builtin(mech)
@@ -46,9 +46,7 @@ end
 
 --- Checks a table against the behaviour.
 -- @tparam table mech
--- @treturn[1] table mech
--- @return[2] nil
--- @treturn[2] table invalid_argument naming every missing callback
+-- @treturn table mech, or nil and invalid_argument naming every missing callback
 function M.check(mech)
   if type(mech) ~= "table" then
     return nil, errors.invalid_argument("mechanism", "must be a table, got " .. type(mech))
@@ -68,12 +66,9 @@ function M.check(mech)
   return mech
 end
 
---- Loads a mechanism by built-in name, from a .lua file returning a table, or checks
--- a table given directly.
+--- Loads a mechanism by built-in name or .lua file, or checks a table given directly.
 -- @param name_or_path string or table
--- @treturn[1] table the mechanism
--- @return[2] nil
--- @treturn[2] table error
+-- @treturn table the mechanism, or nil and an error
 function M.load(name_or_path)
   if type(name_or_path) == "table" then return M.check(name_or_path) end
   if type(name_or_path) ~= "string" then
@@ -97,8 +92,7 @@ function M.load(name_or_path)
   return checked
 end
 
---- The name a broken mechanism is reported by: its file's name when loaded from a
--- file, else its `name` field, else "(table)".
+--- The name a broken mechanism is reported by: its file's name, its `name`, or "(table)".
 -- @tparam table mech
 -- @treturn string
 function M.label(mech)
@@ -114,8 +108,7 @@ local STATUSES = { absent = true, provisioned = true, running = true, stopped = 
 local HOWS = { exited = true, killed = true }
 local LIMITS = { wall = true, memory = true }
 
--- What the contract says each callback returns (beside `nil, err`): nil when `r`
--- conforms, else what is wrong with it.
+-- Each callback's result shape per the contract: nil when `r` conforms, else what is wrong.
 local SHAPES = {}
 local function truthy(r) if r ~= true then return "returned " .. type(r) .. " instead of true" end end
 SHAPES.provision, SHAPES.start, SHAPES.stop, SHAPES.destroy = truthy, truthy, truthy, truthy
@@ -137,13 +130,13 @@ function SHAPES.exec(r)
   if r.usage ~= nil and type(r.usage) ~= "table" then return "returned usage as " .. type(r.usage) end
 end
 
---- Calls a callback of `mech` and checks its result against the contract: a callback
--- that raises, returns nil without an error, or returns the wrong shape is reported as
--- `invalid_argument("mechanism NAME", "exec returned …")`, never passed on.
+--- Calls a callback of `mech` and checks its result against the contract; one that
+-- raises, returns nil without an error, or the wrong shape is reported as
+-- `invalid_argument("mechanism NAME", …)`, never passed on.
 -- @tparam table mech a checked mechanism
--- @tparam string name the callback (one of `REQUIRED`)
+-- @tparam string name the callback
 -- @param ... its arguments
--- @return what it returned when it conforms: the value, or `nil, err` (err a corral error)
+-- @return the value, or `nil, err`
 function M.call(mech, name, ...)
   local res = table.pack(pcall(mech[name], ...))
   if not res[1] then return nil, broken(mech, name .. " raised: " .. tostring(res[2])) end
@@ -169,9 +162,8 @@ local function list(mech, fn, sb)
   return r
 end
 
--- What a sandbox asks for that only a mechanism can give, by the sandbox field it came
--- from, and the names a mechanism may list for it (constructed itself, or required of
--- the host, which then applies it around the mechanism through corral.resources).
+-- What only a mechanism can give, by sandbox field, and the capability names a
+-- mechanism may list for it (constructed, or required of the host via corral.resources).
 local FLAGS = {
   { field = "limits.memory", needs = { "resource_limits" } },
   { field = "limits.pids", needs = { "resource_limits" } },
@@ -189,15 +181,12 @@ local function field_of(sb, path)
   return v
 end
 
---- The gate: every flag the sandbox sets must be one the mechanism builds or asks the
--- host for (a `--memory` for a mechanism that lists resource_limits in neither list is
--- refused, never silently dropped; `--wall` is the host's own, around any mechanism);
--- then required − constructed, each asked of the host probe.
+--- The gate: every flag the sandbox sets must be one the mechanism builds or requires
+-- (a `--memory` is refused, never silently dropped); then required − constructed, each
+-- asked of the host probe.
 -- @tparam table mech
 -- @tparam table sb
--- @treturn[1] true
--- @return[2] nil
--- @treturn[2] table cannot_enforce naming the first absent capability
+-- @treturn true, or nil and cannot_enforce naming the first absent capability
 function M.gate(mech, sb)
   local required, rerr = list(mech, "required_capabilities", sb)
   if not required then return nil, errors.cannot_enforce("mechanism", rerr) end

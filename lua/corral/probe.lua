@@ -1,9 +1,7 @@
 --- The capability probe: each capability is established by doing it.
 --
--- A probe runs a control that must succeed and then the breach that must be denied,
--- under the same set-up, in the same run (DESIGN invariant 2: a set-up that kills the
--- process "denies" everything; only the control tells the two apart). Results are
--- cached once per process.
+-- A probe runs a control that must succeed and the breach that must be denied, under
+-- the same set-up (docs/architecture.md, invariant 2). Results are cached per process.
 -- @module corral.probe
 local core = require "corral.core"
 local shell = require "corral.shell"
@@ -12,25 +10,23 @@ local M = {}
 
 local cache = {}
 
--- Where probes make their scratch directories: $TMPDIR when set (inside a confinement
--- /tmp is read-only, and a nested `corral confine` could probe nothing), else /tmp.
+-- $TMPDIR when set: inside a confinement /tmp is read-only, and a nested `corral confine`
+-- could probe nothing.
 local function scratch_dir()
   local t = os.getenv("TMPDIR")
   return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
 end
 
--- A file for a probe child's output, in a private directory of its own (never a
--- guessable name in a shared /tmp). Returns its path and a function that removes both.
+-- A probe child's output file, in a private directory (never a guessable name in a shared
+-- /tmp); returns its path and a function removing both.
 local function scratch_file()
   local dir = assert(core.fs.mkdtemp(scratch_dir() .. "/corral-probe-"))
   return dir .. "/out", function() core.fs.remove_tree(dir) end
 end
 
--- The control writes and reads back a file inside the boundary; the breach reads a
--- file outside it. Exit 10: the control failed; 11: the breach succeeded. Shell builtins
--- only, so the probe costs the wrapper and one sh (measured here: with cat and a popen
--- shell around the wrapper, confine's two layer probes took 27 of `corral confine
--- --exec`'s 30 ms).
+-- Exit 10: the control (write and read back inside the boundary) failed; 11: the breach
+-- (a read outside) succeeded. Shell builtins only: with cat and a popen shell the two
+-- layer probes took 27 of `time corral confine --exec`'s 30 ms.
 local LAYER_SCRIPT = [[
 echo control > control || exit 10
 read -r got < control || exit 10
@@ -38,10 +34,9 @@ read -r got < control || exit 10
 if read -r got 2>/dev/null < "$1"; then exit 11; fi
 exit 0]]
 
--- Spawns `plan` (core.spawn.start's table) with stdin from /dev/null — a probe's verdict must
--- not depend on the caller's stdin (a directory there made every layer probe fail) —
--- and stdout and stderr into a private scratch file; waits up to 10 s (then kills).
--- Returns the output and the exit code (128+signal), or nil, error.
+-- Spawns `plan` with stdin from /dev/null (a verdict must not depend on the caller's
+-- stdin: a directory there fails every layer probe), output into a scratch file, killed
+-- after 10 s. Returns the output and the exit code (128+signal), or nil, error.
 local function run_captured(plan)
   local out_path, drop = scratch_file()
   local out = assert(io.open(out_path, "w"))
@@ -66,7 +61,7 @@ end
 
 local PROBE_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 
--- Runs argv (an absolute path first) directly, outside any sandbox of its own.
+-- Runs argv (an absolute path first) outside any sandbox of its own.
 local function capture_spawn(argv)
   return run_captured({ plain = true, path = argv[1], argv = argv, env = { PROBE_PATH } })
 end
@@ -100,8 +95,8 @@ local function probe_layer(layer)
   return false, string.format("wrapper exited %s: %s", tostring(status), out)
 end
 
--- A child in the tenant namespaces (user, mount, pid, ipc, uts, cgroup, empty net),
--- running argv; `binds` adds to the runtime. Returns its output and exit code.
+-- A child in the tenant namespaces (user, mount, pid, ipc, uts, cgroup, empty net);
+-- `binds` adds to the runtime. Returns its output and exit code.
 local function tenant_child(argv, opts)
   opts = opts or {}
   local binds, links = {}, {}
@@ -164,7 +159,7 @@ local probes = {
       c:close()
       local host = core.proc.host_executable()
       if not host then lfd:close(); return false, "the corral executable was not found for the child" end
-      -- The child is corral itself, so the attempt needs no client program inside.
+      -- the child is corral itself, so the attempt needs no client program inside
       local out, code = tenant_child({ host, "-e", string.format(
         "local fd = require('corral.core').sock.connect('127.0.0.1', %d, 1) os.exit(fd and 11 or 0)", port) },
         { binds = { { src = host, dest = host } } })
@@ -183,8 +178,8 @@ local probes = {
       if not cg then return false, "cannot create a cgroup beneath our own: " .. tostring(err) end
       local procs = {}
       for _, dir in pairs(cg:paths()) do procs[#procs + 1] = dir .. "/cgroup.procs" end
-      -- init + sh are 2 of the 6. dash exits when a fork fails, so each success is
-      -- printed as it happens and counted afterwards.
+      -- init + sh are 2 of the 6; dash exits when a fork fails, so each success is printed
+      -- as it happens
       local out, code = tenant_child({ "/bin/sh", "-c",
         'for i in 1 2 3 4 5 6; do sleep 3 & echo forked; done; kill $(jobs -p) 2>/dev/null' },
         { cgroup_procs = procs })
@@ -229,7 +224,6 @@ local probes = {
     name = "user_namespaces",
     gates = { "native" },
     run = function()
-      -- One exec: the map as the child sees it, then the uid it runs as.
       local out, code = tenant_child({ "/bin/cat", "/proc/self/uid_map", "/proc/self/status" }, { seccomp = false })
       if not out then return false, "spawn failed: " .. tostring(code) end
       if code ~= 0 then return false, "child failed: " .. trim(out) end
@@ -290,8 +284,8 @@ local probes = {
         netns:close()
         return false, "control failed: ruleset not applied and read back: " .. tostring(err)
       end
-      -- The breach: a tenant in this netns (its own user namespace, root inside) tries
-      -- to flush the table. Ownership order must make that EPERM.
+      -- the breach: a tenant in this netns (root in its own user namespace) flushes the
+      -- table; ownership order must make that EPERM (invariant 4)
       local out, code = tenant_child({ "/bin/sh", "-c",
         'command -v nft >/dev/null || exit 20; nft flush ruleset 2>&1 && exit 11; exit 0' },
         { netns = netns })
@@ -329,7 +323,6 @@ local probes = {
     name = "tier",
     gates = { "step" },
     run = function()
-      -- The tier this host earns (corral.tier.probe): S1 with its mechanism, or S0 and why.
       local e = require("corral.tier").earned()
       return e.tier == "S1", e.tier .. ": " .. tostring(e.detail), { tier = e.tier, mechanism = e.mechanism }
     end,

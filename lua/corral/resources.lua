@@ -1,7 +1,5 @@
---- What the host holds for a sandbox, whatever mechanism builds it: its storage, its
--- cgroup (limits) and its egress plane (allowlist, service port). One acquisition and
--- one release, so every mechanism provisions and tears down the same way and a
--- half-built provision is undone.
+--- What the host holds for a sandbox, whatever mechanism builds it: storage, cgroup,
+-- egress plane. One acquisition and one release, so a half-built provision is undone.
 -- @module corral.resources
 local core = require "corral.core"
 local sandbox = require "corral.sandbox"
@@ -9,12 +7,11 @@ local limits = require "corral.limits"
 
 local M = {}
 
---- Removes what corral processes killed before they could clean up (SIGKILL leaves no
--- chance) left in `dir`: each entry whose name matches `pattern`, its capture the pid
--- of the process that made it, when that process is gone and `remove` takes the entry.
+--- Removes what SIGKILLed corral processes left in `dir`: entries matching `pattern`
+-- (first capture: the creator's pid) whose creator is gone, when `remove` takes them.
 -- @tparam string dir
--- @tparam string pattern a Lua pattern whose first capture is the pid
--- @tparam function remove `remove(path)` → truthy when it removed the entry
+-- @tparam string pattern
+-- @tparam function remove `remove(path)` → truthy when removed
 -- @treturn integer how many were removed
 function M.sweep(dir, pattern, remove)
   local removed = 0
@@ -25,15 +22,14 @@ function M.sweep(dir, pattern, remove)
   return removed
 end
 
--- rmdir removes a cgroup only when no process and no child cgroup is in it (EBUSY
--- otherwise), so a populated one is never touched; os.remove is rmdir for a directory.
+-- rmdir fails with EBUSY on a cgroup holding a process or a child, so a populated one
+-- is never touched.
 local function remove_empty_cgroup(path)
   local st = core.fs.lstat(path)
   return st and st.type == "dir" and os.remove(path)
 end
 
---- Removes the cgroups killed corral processes left: empty `corral-<pid>-<n>`
--- directories beneath our own cgroup whose creator is gone.
+--- Removes empty `corral-<pid>-<n>` cgroups beneath our own whose creator is gone.
 -- @treturn integer how many were removed
 function M.sweep_cgroups()
   local info = core.cgroup.info()
@@ -50,9 +46,7 @@ function M.needs_plane(sb)
 end
 
 --- Releases a state's plane and cgroup; idempotent, accepts a half-built state.
--- @treturn[1] true
--- @return[2] nil
--- @treturn[2] table cannot_enforce when the cgroup cannot be removed
+-- @treturn true, or nil and cannot_enforce when the cgroup cannot be removed
 function M.release(st)
   if st.plane then
     require("corral.egress.loop").remove(st.plane)
@@ -75,16 +69,13 @@ end
 
 --- Creates the storage, the cgroup and the plane a sandbox asks for.
 -- @tparam table sb
--- @treturn[1] table state `{status = "provisioned", cgroup =, plane =}`
--- @return[2] nil
--- @treturn[2] table error; nothing is left held
+-- @treturn table state `{status =, cgroup =, plane =}`, or nil and an error (nothing held)
 function M.acquire(sb)
   local ok, lock = sandbox.prepare_storage(sb)
   if not ok then return nil, lock end
   local err
   local st = { status = "provisioned", storage_lock = lock }
-  -- Swept on every provision, with limits or without: a SIGKILLed run's cgroup must not
-  -- wait for the next run that happens to set limits.
+  -- swept on every provision, so a SIGKILLed run's cgroup need not wait for one with limits
   if core.proc.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
   st.cgroup, err = limits.cgroup(sb)
   if err then
@@ -97,8 +88,7 @@ function M.acquire(sb)
       M.release(st)
       return nil, err
     end
-    -- Source ports come from a slice chosen by the storage path, unique per sandbox on
-    -- the host (the id is not: every plain `corral run` is "tenant").
+    -- source-port slices by storage path, unique per sandbox (the id is not)
     st.plane.port_key = sandbox.storage_path(sb)
     require("corral.egress.loop").add(st.plane)
     if sb.service_port then

@@ -1,12 +1,6 @@
 --- One command in a fresh sandbox, from start to end: what `corral run` does once its
--- arguments are parsed.
---
--- `execute` checks the caller's values (a refusal names the argument it came from, in
--- the caller's own words), takes the storage given or makes a temporary one, provisions
--- the sandbox under its mechanism (corral.mechanism.lifecycle for the built-in ones),
--- runs the command with Ctrl-C, SIGTERM and SIGHUP forwarded to it and the terminal put
--- back as it was, releases everything but a given storage, and maps how the command
--- ended to an exit status.
+-- arguments are parsed. A refusal names the argument in the caller's own words; a
+-- temporary storage is made and removed; signals are forwarded and the terminal put back.
 -- @module corral.run
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -19,7 +13,6 @@ local M = {}
 M.EXIT = { not_started = core.exit.START_REFUSED, memory = core.exit.MEMORY, wall = core.exit.WALL,
            invalid = core.exit.USAGE }
 
--- Temporary storage lives at /tmp/corral-run-PID-XXXXXX, PID the run's own.
 local TEMP_DIR = "/tmp"
 local TEMP_PATTERN = "^corral%-run%-(%d+)%-%w+$"
 
@@ -29,8 +22,7 @@ local function remove_own_tree(path)
   return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
 end
 
--- The limits table from the caller's values: sizes and durations as given (corral.sandbox
--- parses them), counts converted to integers, cpu to a number.
+-- Sizes and durations as given (corral.sandbox parses them), counts to integers, cpu to a number.
 local function convert_limits(given, invalid)
   local limits = {}
   given = given or {}
@@ -48,9 +40,8 @@ local function convert_limits(given, invalid)
   return limits
 end
 
--- The storage root and id from a storage path: DIR may not exist yet (corral creates
--- it); its parent must (corral.sandbox.check_root, the Lua API's rule too), and is
--- resolved. The id is DIR's last component.
+-- The storage root and id from a storage path: DIR may not exist yet, its parent must
+-- (corral.sandbox.check_root, the Lua API's rule too); the id is DIR's last component.
 local function split_storage(storage, id, invalid, name)
   local parent, base = storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
   if storage:sub(1, 1) ~= "/" then return invalid("storage", storage .. ": must be an absolute path") end
@@ -89,21 +80,19 @@ function M.execute(req, hooks)
   local names = hooks.names or {}
   local function name(key) return names[key] or key end
   local function invalid(key, detail) return nil, errors.invalid_argument(name(key), detail) end
-  -- An error from corral.sandbox or a provision, about the argument as the caller names it.
   local function renamed(err)
     if type(err) ~= "table" or not err.argument then return err end
     local key = err.argument
     if key == "id" or key == "storage" or key == "storage_root" then key = req.storage and "storage" or "id" end
     if not names[key] then return err end
-    -- A gate refusal names the field in its detail too (limits.memory is --memory).
+    -- a gate refusal names the field in its detail too (limits.memory is --memory)
     local detail = err.detail:gsub(err.argument:gsub("%p", "%%%0"), (names[key]:gsub("%%", "%%%%")))
     return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail })
   end
 
   local corral = require "corral"
-  -- The variables the tenant is given are taken first; then the credential-shaped ones
-  -- leave this process's own environment, before any mechanism is loaded (its chunk
-  -- runs at load) or run: an os.execute in a mechanism inherits what is left.
+  -- the tenant's variables are taken first, then credential-shaped ones leave this
+  -- process's environment before any mechanism is loaded: its os.execute inherits the rest
   local env = {}
   local host_env = core.proc.environ()
   for _, var in ipairs(req.env or {}) do
@@ -134,8 +123,7 @@ function M.execute(req, hooks)
     if not service_port then return invalid("service_port", "must be a port number") end
   end
 
-  -- The temporary storage comes last, once every value has been checked: an invalid one
-  -- must leave nothing behind.
+  -- the temporary storage comes last, so an invalid value leaves nothing behind
   local temp
   local function new_temp()
     temp = assert(core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-"))
@@ -172,8 +160,6 @@ function M.execute(req, hooks)
       closer()
     end
   end
-  -- What the egress plane denied or failed, summarised on stderr at the end (and live
-  -- with verbose).
   local summary = req.network and require("corral.egress.summary").start({ verbose = req.verbose })
   local function release()
     remove_temp()
@@ -182,8 +168,7 @@ function M.execute(req, hooks)
   end
 
   local ok, perr = corral.provision(mech, sb)
-  -- A temporary storage whose host id another process holds (sandbox.host_id_holder,
-  -- rare): a fresh directory gives another id.
+  -- a temporary storage whose host id another process holds: a fresh directory gives another id
   for _ = 1, 3 do
     if ok or not (temp and type(perr) == "table" and perr.held_by) then break end
     remove_temp()
@@ -198,14 +183,11 @@ function M.execute(req, hooks)
   -- Visible to this user's REPL while it runs, gone when it ends (corral.control).
   local registration <close> = require("corral.control").register(mech, sb, { argv = req.argv }) -- luacheck: ignore
 
-  -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox (its init forwards them), and this
-  -- process stays to clean up; dying here would leave the cgroup behind. A built-in
-  -- mechanism forwards them itself (and starts its children with a clean mask); any
-  -- other runs its exec in a watched child (corral.mechanism.watch), which starts with
-  -- a clean mask and is bounded by --wall and these signals from here.
+  -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox, and this process stays to clean up
+  -- (dying here would leave the cgroup behind); a custom mechanism's exec runs in a
+  -- watched child (corral.mechanism.watch) bounded by --wall and these signals.
   local forwarded = { "INT", "TERM", "HUP" }
   local signals = core.signal.fd(forwarded)
-  -- The terminal the tenant may share is put back as it was found.
   local ttys = {}
   for fd = 0, 2 do ttys[fd] = core.tty.save(fd) end
   local result, xerr
@@ -229,7 +211,6 @@ function M.execute(req, hooks)
     return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
   end
   if result.error and (result.code == 127 or result.code == 126) then
-    -- The command itself could not be run: named as a shell names it.
     local cmd = tostring(req.argv[1])
     say(result.code == 127 and not cmd:find("/", 1, true) and cmd .. ": command not found"
       or cmd .. ":" .. (tostring(result.error):match(":([^:]*)$") or " cannot be executed"))

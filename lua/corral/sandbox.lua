@@ -43,16 +43,14 @@ function M.parse_duration(v)
   return s > 0 and s or nil
 end
 
---- RLIMIT_NPROC for a sandbox's processes, or nil. The kernel counts it per real uid,
--- and as root every sandbox runs as a host id of its own, so this is the sandbox's own
--- process count: a fork bomb stops there even without a pids cgroup (inherited, the
--- limit was 96,364 against a host pid_max of 32,768). Unprivileged,
--- the id is the caller's own, shared with all its processes: no default then.
+--- RLIMIT_NPROC for a sandbox's processes, or nil. The kernel counts it per real uid;
+-- as root every sandbox has a host id of its own, so this bounds a fork bomb even
+-- without a pids cgroup. Unprivileged the id is shared with the caller: no default.
 -- @tparam table sb
 -- @treturn integer|nil
 function M.default_nproc(sb)
   if core.proc.geteuid() ~= 0 then return nil end
-  -- Never below --pids: that cap is the cgroup's to enforce (and to count, in pids.events).
+  -- never below --pids: that cap is the cgroup's to enforce and count
   return math.max(4096, sb.limits and sb.limits.pids or 0)
 end
 
@@ -77,7 +75,7 @@ local function check_limits(l)
     if k == "memory" or k == "fsize" then
       out[k] = M.parse_size(v)
       if not out[k] then return bad("limits." .. k, "must be a size like 256M, got " .. tostring(v)) end
-      -- Below this nothing starts at all: the cap would end every run at once (121).
+      -- below this the cap ends every run at once (121)
       if k == "memory" and out[k] < 4 * 1024 * 1024 then
         return bad("limits.memory", "must be at least 4M for anything to start, got " .. tostring(v))
       end
@@ -85,9 +83,8 @@ local function check_limits(l)
       if math.type(v) ~= "integer" or v < 1 then
         return bad("limits." .. k, "must be a positive integer, got " .. tostring(v))
       end
-      -- The kernel's own ceiling: above it the spawn's setrlimit fails (EPERM), which
-      -- reported as a protection that cannot be enforced instead of a bad argument.
-      -- Below 16 the sandbox's own init cannot start the command (its pipes need fds).
+      -- above fs.nr_open the spawn's setrlimit fails with EPERM, a bad argument and not a
+      -- protection missing; below 16 the sandbox's init cannot start the command
       if k == "nofile" and v < 16 then return bad("limits.nofile", "must be at least 16, got " .. v) end
       local nr_open = k == "nofile" and M.nr_open()
       if nr_open and v > nr_open then
@@ -109,9 +106,7 @@ end
 
 --- Validates a sandbox description once.
 -- @tparam table t the fields above
--- @treturn[1] table the sandbox (a new table; `t` is not modified)
--- @return[2] nil
--- @treturn[2] table `invalid_argument` or `refused_env` naming the field
+-- @treturn table a new sandbox (`t` unmodified), or nil and `invalid_argument`/`refused_env`
 function M.new(t)
   if type(t) ~= "table" then return bad("sandbox", "must be a table") end
   for k in pairs(t) do
@@ -164,9 +159,9 @@ function M.storage_path(sb)
 end
 
 --- Who else holds a sandbox's host id, or nil: a live process running as it, or another
--- storage directory beside this one owned by it. The id is a hash of the storage path,
--- and a colliding pair of paths can be found offline in under a second: two sandboxes
--- sharing an id share its kernel limits and can reach each other's files.
+-- storage directory beside this one owned by it. The id is a hash, and a colliding pair
+-- of paths is found offline in under a second; two sandboxes sharing an id share its
+-- kernel limits and each other's files.
 -- @tparam table sb
 -- @treturn string|nil what holds it
 function M.host_id_holder(sb)
@@ -176,7 +171,7 @@ function M.host_id_holder(sb)
     if name:match("^%d+$") then
       local st = core.fs.lstat("/proc/" .. name)
       if st and st.uid == id then
-        -- a zombie holds nothing (and an init that never reaps keeps them around)
+        -- a zombie holds nothing
         local f = io.open("/proc/" .. name .. "/stat")
         local state = f and (f:read("a") or ""):match("%) (%a)")
         if f then f:close() end
@@ -193,15 +188,11 @@ function M.host_id_holder(sb)
   return nil
 end
 
---- Checks that a storage root exists and is a directory. One rule for the Lua API and
--- `corral run --storage` alike: corral creates the sandbox's own directory and never
--- the directories above it. A root created on demand, as root, with corral's choice of
--- owner and mode, at whatever path a typo names (/vra/lib/…), is a tree no operator
--- decided on; where tenant data lives, and who may search it, is the operator's call.
+--- Checks that a storage root exists and is a directory. corral creates the sandbox's
+-- own directory, never those above it: where tenant data lives is the operator's call,
+-- not a tree made as root at whatever path a typo names.
 -- @tparam string root
--- @treturn[1] string the root, resolved
--- @return[2] nil
--- @treturn[2] table invalid_argument("storage_root", …)
+-- @treturn string the root, resolved; or nil and invalid_argument("storage_root", …)
 function M.check_root(root)
   local resolved = core.path.resolve(root)
   local st = resolved and core.fs.lstat(resolved)
@@ -213,22 +204,15 @@ function M.check_root(root)
   return resolved
 end
 
---- Creates the sandbox's storage directory, owned by its host id, or accepts an existing
--- one only when that id already owns it: corral never takes over a directory someone
--- else owns (a `--storage /etc` must not hand /etc to a tenant). Its root must exist
--- (`check_root`), and every directory above it must be searchable by the host id,
--- because the tenant's own id opens it. The storage is locked until the sandbox is
--- destroyed.
+--- Creates the sandbox's storage directory owned by its host id, or accepts an existing
+-- one only when that id owns it (a `--storage /etc` must not hand /etc to a tenant).
+-- The storage is locked until the sandbox is destroyed.
 -- @tparam table sb
--- @treturn[1] true
--- @treturn[1] userdata the lock (close it to release the storage)
--- @return[2] nil
--- @treturn[2] table invalid_argument("storage", …) or cannot_enforce
+-- @treturn true and the lock (close it to release), or nil and invalid_argument/cannot_enforce
 function M.prepare_storage(sb)
   local path, id = M.storage_path(sb), M.host_id(sb)
-  -- A path that cannot hold a directory is the argument's fault (exit 2); anything else
-  -- (out of space, say) is the host's.
-  -- ENOENT, EACCES, ENOTDIR, EROFS, EPERM
+  -- a path that cannot hold a directory is the argument's fault (exit 2), anything else
+  -- the host's; ENOENT, EACCES, ENOTDIR, EROFS, EPERM
   local BAD_PATH = { [2] = true, [13] = true, [20] = true, [30] = true, [1] = true }
   local function cannot(detail, errno)
     if BAD_PATH[errno] then return nil, errors.invalid_argument("storage", "cannot create it: " .. detail) end
@@ -255,15 +239,13 @@ function M.prepare_storage(sb)
         "storage must be created by corral or owned by the sandbox host id %d", path, st.uid, id))
     end
   end
-  -- The tenant's own id opens it, so every directory above must be searchable by that id
-  -- (as root the kernel is asked as that id; unprivileged, the storage is our own).
+  -- the tenant's own id opens it, so every directory above must be searchable by that id
   if core.proc.geteuid() == 0 and core.fs.access_as(path, id, id, "x") ~= true then
     return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
       "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
   end
-  -- Held until the sandbox is destroyed: two provisions of one storage at the same moment
-  -- both passed the holder check below, which only sees ids already running (three
-  -- started at once). The lock is taken first, so the check cannot race.
+  -- the lock is taken before the holder check, which sees only ids already running, so
+  -- two provisions of one storage at once cannot both pass it
   local lock, lerr, lerrno = core.fs.lock_dir(path)
   if not lock then
     if lerrno == core.errno.EAGAIN then
@@ -282,18 +264,15 @@ function M.prepare_storage(sb)
   return true, lock
 end
 
---- The unprivileged host id a sandbox's root maps to: distinct per storage path (FNV-1a), in
+--- The unprivileged host id a sandbox's root maps to: FNV-1a of the storage path, in
 -- 1,000,000,000..1,999,999,999, a range no login account uses.
 -- @tparam table sb
 -- @treturn integer
 function M.host_id(sb)
-  -- Without root, a user namespace can map only the caller's own id.
   local euid = core.proc.geteuid()
   if euid ~= 0 then return euid end
-  -- Of the whole storage path, not the id alone: every `corral run` without --storage
-  -- is id "tenant", and two concurrent ones shared a host id (and so its per-user kernel
-  -- limits) until this hashed the path. The same path always
-  -- gives the same id, so persistent storage keeps its owner across runs.
+  -- the whole storage path, not the id: every `corral run` without --storage is id
+  -- "tenant"; the same path keeps its owner across runs
   local key = M.storage_path(sb)
   local h = 2166136261
   for i = 1, #key do h = ((h ~ key:byte(i)) * 16777619) & 0xffffffff end

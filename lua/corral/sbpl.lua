@@ -1,21 +1,19 @@
---- macOS sandbox-exec (SBPL) profiles for the control-plane confinement (seed 000).
+--- macOS sandbox-exec (SBPL) profiles for the control-plane confinement.
 --
--- The profile denies by default, grants the runtime a process needs to start, then the
--- one data boundary (`permit_path`) and the caller's `extras`, in that order: SBPL applies
--- the last matching rule. Emission is C (`core.sbpl.emit`); this module chooses the runtime read
--- set and resolves the caller's paths, because SBPL matches resolved paths and a grant
--- written against a symlink silently never matches (seed 000).
+-- Deny by default, then the runtime, the one data boundary (`permit_path`) and the
+-- caller's `extras`, in that order: SBPL applies the last matching rule. Emission is C
+-- (`core.sbpl.emit`); this module resolves every path first, because SBPL matches
+-- resolved paths and a grant on a symlink silently never matches.
 -- @module corral.sbpl
 local core = require "corral.core"
 local errors = require "corral.errors"
 
 local M = {}
 
--- Seed 000, R30: the first two deny-default profiles exited 134 on every case, control
--- included, because the runtime's own read set was not permitted. So this list is
--- generous about the runtime (read-only, never written) while the data boundary stays one
--- path. Each entry is the resolved spelling: /etc, /var and /tmp are links into /private
--- on macOS, and a grant on the link would never match.
+-- Generous about the runtime (read-only) while the data boundary stays one path: a
+-- deny-default profile that omits the runtime's own reads aborts every process (exit
+-- 134), control included. Entries are resolved spellings: /etc, /var and /tmp are links
+-- into /private on macOS.
 local RUNTIME_READ_PATHS = {
   "/usr/lib",       -- dyld itself and the system dylibs outside the shared cache
   "/usr/libexec",   -- helpers system tools exec (path_helper from /etc/profile, …)
@@ -42,9 +40,9 @@ local RUNTIME_READ_PATHS = {
   "/usr/local",     -- Homebrew on Intel, and other installers' binaries and libraries
 }
 
---- The runtime read set: directories a confined process may read (never write) so that
--- it can start, link, run the system's commands and reach the network.
--- @treturn {string,...} a fresh list of absolute, resolved macOS paths
+--- The runtime read set: directories a confined process may read (never write) to start,
+-- link, run the system's commands and reach the network.
+-- @treturn {string,...} a fresh list of resolved macOS paths
 function M.runtime_read_paths()
   local out = {}
   for i, p in ipairs(RUNTIME_READ_PATHS) do out[i] = p end
@@ -61,26 +59,19 @@ local function resolve(name, value)
   end
   local resolved, msg = core.path.resolve(value)
   if not resolved then return nil, errors.invalid_argument(name, msg) end
-  -- The boundary rules of every confinement (core/lib/rootplan.c).
   local ok, why, kind = core.rootplan.check_boundary(resolved)
   if kind == "root" then
-    -- A subpath of / grants every file on the machine: not a boundary at all.
+    -- a subpath of / grants every file on the machine
     return nil, errors.invalid_argument(name, value .. " resolves to /, which confines nothing")
   end
   if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
   return resolved
 end
 
---- The SBPL profile confining a process to `permit_path` (and `extras`).
---
--- Every path is resolved first (it must be an existing directory on this host: they are
--- the caller's own paths), and the profile grants the resolved spelling.
--- @tparam string permit_path the one directory the process may read and write
--- @tparam[opt] {string,...} extras further directories to grant read-write, after the
---   boundary; default none
--- @treturn[1] string the profile text for `sandbox-exec -p`
--- @return[2] nil
--- @treturn[2] table `invalid_argument` error naming `permit_path` or `extras[i]`
+--- The SBPL profile confining a process to `permit_path` (and `extras`), each resolved.
+-- @tparam string permit_path an existing directory, the one the process may read and write
+-- @tparam[opt] {string,...} extras further directories granted read-write
+-- @treturn string the profile text for `sandbox-exec -p`, or nil and `invalid_argument`
 function M.profile(permit_path, extras)
   local permit, err = resolve("permit_path", permit_path)
   if not permit then return nil, err end
@@ -95,16 +86,14 @@ function M.profile(permit_path, extras)
   end
   local text, msg = core.sbpl.emit(permit, resolved, M.runtime_read_paths())
   if not text then
-    -- core.sbpl.emit names the argument ("sbpl: extras[2]: Invalid argument"): a resolved
-    -- path the profile cannot spell, e.g. one containing a newline.
+    -- core.sbpl.emit names the argument ("sbpl: extras[2]: …"): a path it cannot spell
     local name = msg:match("^sbpl: ([%w_%[%]]+):") or "permit_path"
     return nil, errors.invalid_argument(name, msg)
   end
   return text
 end
 
--- An SBPL string literal: `\` and `"` escaped (TinyScheme's reader), and a path with a
--- newline or CR refused, as core.sbpl.emit does.
+-- An SBPL string literal (TinyScheme's reader); a newline or CR refused, as core.sbpl.emit does.
 local function literal(path)
   if type(path) ~= "string" or path:sub(1, 1) ~= "/" or path:find("[\n\r%z]") then return nil end
   return '"' .. path:gsub('[\\"]', "\\%0") .. '"'
@@ -112,18 +101,13 @@ end
 
 local TIER_DEVICES = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom" }
 
---- The SBPL profile for a tier step (corral.tier on macOS): deny by default, the
--- runtime read-only, then each grant. `g` is normalised by corral.tier.policy.check;
--- `program` the resolved program, the one exec let through when subprocess = false
--- (no fork either: SBPL's process-fork). net = false grants no network operation,
--- net = true all of them; an allowlist has no egress plane here and is refused. The
--- mach services and shared memory the runtime needs to start are those of `M.profile`,
--- taken from core.sbpl.emit's emission, so the two profiles never disagree on them.
--- @tparam table g normalised grants
+--- The SBPL profile for a tier step (corral.tier on macOS): deny by default, the runtime
+-- read-only, then each grant; with subprocess = false only `program` may be exec'd and
+-- nothing forked. An allowlist has no egress plane here and is refused. The runtime's
+-- mach services come from core.sbpl.emit, so the two profiles never disagree on them.
+-- @tparam table g normalised grants (corral.tier.policy.check)
 -- @tparam string program resolved
--- @treturn[1] string the profile text for `sandbox-exec -p`
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the path, or `cannot_enforce` on grants.net
+-- @treturn string the profile text, or nil and `invalid_argument`/`cannot_enforce`
 function M.tier_profile(g, program)
   if type(g.net) == "table" then
     return nil, errors.cannot_enforce("grants.net", "an allowlist needs the egress plane, which has no " ..

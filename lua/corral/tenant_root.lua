@@ -1,24 +1,12 @@
---- The tenant's root plan: what a sandboxed command sees and runs with, built once from
--- the sandbox and the host's state for it, as a plain table that each mechanism renders
--- (native: a `core.spawn.start` plan; bwrap: its argument list).
+--- The tenant's root plan: what a sandboxed command sees and runs with, built once as a
+-- plain table each mechanism renders (native: a `core.spawn.start` plan; bwrap: argv).
 --
--- The plan:
---
--- * `mounts`: in order, `{type = "symlink", target =, dest =}` (the merged-/usr links
---   recreated as links) and `{type = "bind", src =, dest =, rw =, optional =}`: the
---   runtime read-only at the same paths (optional: a path this host lacks is skipped),
---   the sandbox's storage read-write at /storage, its workspace read-write at /workspace
---   when it has one;
--- * `proc`, `dev`: a fresh /proc and a minimal /dev; `tmp_mib`: /tmp a tmpfs of that size;
--- * `cwd`, `hostname`;
--- * `uid`, `gid`: the unprivileged host id the tenant's root maps to;
--- * `env`: the tenant environment as a sorted `{"NAME=value", ...}`;
--- * `rlimits`: `{core =, nofile =, fsize =, nproc =}` (nil: inherited);
--- * `netns`: the host-made network namespace to share (the egress plane's), or nil for a
---   new, empty one;
--- * `cgroup_procs`: the cgroup.procs files the command is started in.
---
--- What every renderer adds itself: the root read-only, every capability dropped,
+-- Fields: `mounts` (in order: merged-/usr symlinks, then binds: the runtime read-only,
+-- optional where this host lacks a path; storage at /storage, workspace at /workspace,
+-- both read-write), `proc`, `dev`, `tmp_mib`, `cwd`, `hostname`, `uid`/`gid` (the
+-- unprivileged host id), `env` (sorted "NAME=value"), `rlimits` (nil: inherited),
+-- `netns` (the egress plane's, or nil for a new empty one), `cgroup_procs`.
+-- Every renderer adds itself: the root read-only, every capability dropped,
 -- no_new_privs, the tenant seccomp filter, a new session and fresh namespaces.
 -- @module corral.tenant_root
 local core = require "corral.core"
@@ -33,9 +21,8 @@ M.TMP_MIB = 64
 
 --- The root plan for sandbox sb.
 -- @tparam table sb a validated sandbox
--- @tparam[opt] table st the host's state for it (`plane`, `cgroup`); nil when it is not
---   provisioned: no shared network namespace, no cgroup
--- @treturn table plan (fields above)
+-- @tparam[opt] table st the host's state for it (`plane`, `cgroup`); nil when unprovisioned
+-- @treturn table plan
 function M.plan(sb, st)
   local mounts = {}
   for _, p in ipairs(core.rootplan.runtime_paths()) do

@@ -1,17 +1,12 @@
 --- Isolation tiers, earned by probe and sealed in a receipt.
 --
--- * S0: a bare child. Nothing is confined; the receipt says so (no mechanism).
--- * S1: a native program confined by the operating system — on Linux, Landlock
---   (read/write/exec grants, the runtime read+execute) and seccomp (no subprocess, no
---   network but unix pairs, no terminal injection), no namespace, so it holds where
---   user namespaces are restricted. Earned only where corral.tier.probe holds.
--- * S2: a managed runtime — untrusted Lua in a fresh state with fuel and a memory cap
---   (core.vm), run in a child that is itself confined at S1.
+-- * S0: a bare child, nothing confined; the receipt says so.
+-- * S1: Landlock and seccomp, no namespace, so it holds where user namespaces are
+--   restricted. Earned only where corral.tier.probe holds.
+-- * S2: untrusted Lua in a fresh state with fuel and a memory cap, in a child at S1.
 --
--- Every step returns `result, receipt` (corral.tier.receipt): the tier it ran at, the
--- mechanism and its version, the SHA-256 commitment to the exact policy applied
--- (corral.tier.policy), the grants, the exit, wall and CPU time, peak RSS, energy, the
--- probe's control and attempts, and what a native process keeps whatever its grants.
+-- Every step returns `result, receipt` (corral.tier.receipt), the receipt sealing the
+-- SHA-256 commitment to the exact policy applied (corral.tier.policy).
 -- @module corral.tier
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -37,10 +32,9 @@ end
 
 local steps = 0
 
--- The egress plane for an allowlisted step: a network namespace corral makes and
--- programs (DNS responder, acceptor, the nftables redirect, read back) before the
--- program exists. The namespace is owned by the caller's user namespace, where the
--- program, which joins it and then drops every capability, holds none.
+-- The egress plane for an allowlisted step is made and programmed before the program
+-- exists, owned by the caller's user namespace, where the program (which joins it and
+-- drops every capability) holds none (docs/architecture.md, invariant 4).
 local function egress_plane(g, network)
   network = network or {}
   steps = steps + 1
@@ -56,7 +50,6 @@ local function egress_plane(g, network)
   return pl
 end
 
--- Runs the plan while serving the egress loop the step's network depends on.
 local function run_served(pl, plan)
   local loop = require "corral.egress.loop"
   plan.netns = pl.netns
@@ -72,7 +65,6 @@ local function run_served(pl, plan)
   return res, err, errno
 end
 
--- The operator's egress options as the commitment lists them (sorted text).
 local function egress_facts(pol, network)
   network = network or {}
   local internal = {}
@@ -94,7 +86,7 @@ local function egress_facts(pol, network)
   pol.internal, pol.resolve = internal, resolve
 end
 
--- Runs one plan under the policy and builds its receipt. `extra` is merged into it.
+-- Runs one plan under the policy and builds its receipt, `extra` merged in.
 local function run_sealed(pol, g, earned, plan, extra, network)
   if pol.egress then egress_facts(pol, network) end
   local commitment, cerr = policy.commitment(pol, g)
@@ -111,8 +103,8 @@ local function run_sealed(pol, g, earned, plan, extra, network)
     res, err, errno = core.tier.run(plan)
   end
   if not res then
-    -- The program could not be executed: a result like a shell's (126/127), still
-    -- sealed. Any other failed step is a layer that could not be built: refused.
+    -- a program that could not be executed gets a shell's 126/127, still sealed; any other
+    -- failure is a layer that could not be built: refused (invariant 1)
     if not tostring(err):match("^exec:") then
       return nil, errors.cannot_enforce("tier " .. pol.tier, "could not be applied: " .. tostring(err))
     end
@@ -132,15 +124,9 @@ local function run_sealed(pol, g, earned, plan, extra, network)
 end
 
 --- Runs one command at the highest tier this host earns for its grants.
--- @tparam table spec `{cmd = {argv...}` (or the array part), `grants =`, `min_tier =
---   "S1"` (refuse rather than run at S0), `timeout =` seconds, `stdin/stdout/stderr =`
---   files, `receipts =` a file the receipt line is appended to, `network =` the
---   operator's side of an allowlist grant: `{internal = {cidr...}, resolve = {name =
---   addr}}` as in a sandbox's network table`}`
--- @treturn table result `{exit =, timed_out =}`
--- @treturn table the receipt
--- @return[2] nil
--- @treturn[2] table a refusal naming the grant or the option
+-- @tparam table spec `cmd`, `grants`, `min_tier = "S1"` (refuse rather than run at S0),
+--   `timeout`, `stdin/stdout/stderr`, `receipts` (a file), `network` (`internal`, `resolve`)
+-- @treturn table result `{exit =, timed_out =}`, and the receipt; or nil and a refusal
 function M.step(spec)
   if type(spec) ~= "table" then return nil, errors.invalid_argument("step", "takes a table") end
   local g, err = policy.check(spec.grants or {})
@@ -160,7 +146,6 @@ function M.step(spec)
   local pol = { tier = "S0" }
   local plan_path, plan_argv = path, argv
   if earned.mechanism and earned.mechanism:match("^seatbelt/") then
-    -- macOS: the grants as a deny-default SBPL profile, applied by sandbox-exec.
     local serr
     pol, serr = policy.derive_seatbelt(g, { name = earned.mechanism }, path)
     if not pol then return nil, serr end
@@ -168,7 +153,7 @@ function M.step(spec)
       table.unpack(argv, 2) }
   elseif earned.tier == "S1" then
     pol = policy.derive(g, { name = earned.mechanism })
-    -- Resolve before grant: the program is exec'd by the resolved path the rules cover.
+    -- resolve before grant: the program is exec'd by the path the rules cover (invariant 3)
     local runtime = policy.runtime_dirs()
     if not policy.covered(path, runtime) and not policy.covered(path, g.exec) then
       return nil, errors.invalid_argument("grants.exec", path .. " is neither in the runtime (" ..
@@ -186,10 +171,9 @@ function M.step(spec)
   return { exit = res.status, timed_out = res.timed_out or nil, error = res.error }, rec
 end
 
--- What the S2 child runs (the corral host, in its S1 domain): reads the request on
--- stdin, evaluates in core.vm, writes the outcome as JSON. Values travel as
--- {value = v} (nil as {}) and flat tables as {pairs = {{k, v}, ...}}, so that nil,
--- integer keys and key types survive JSON.
+-- The S2 child's program: request on stdin, evaluated in core.vm, outcome as JSON.
+-- Values travel as {value = v} (nil as {}) and flat tables as {pairs = {{k, v}, ...}}
+-- so that nil, integer keys and key types survive JSON.
 local S2_RUNNER = [[
 local json = require "dkjson"
 local core = require "corral.core"
@@ -220,18 +204,14 @@ local function unwrap(w)
   return w.value
 end
 
---- The S2 defaults: instructions and bytes.
+--- The S2 defaults: instructions, bytes, seconds.
 M.S2_FUEL, M.S2_MEMORY, M.S2_TIMEOUT = 100000000, 64 * 1024 * 1024, 30
 
---- Runs untrusted Lua at S2: a fresh state with fuel and a memory cap, in a child
--- confined at S1 (defence in depth). Grants reach the code only through checked
--- functions: `read` as read_file(path), `clock` as clock() and time().
--- @tparam table spec `{code =, grants =, fuel =, memory =, timeout = seconds, receipts =}`
--- @treturn table `{ok = true, values = {n =, ...}}` or `{ok = false, failure = {kind =,
---   message =}}` (kind: fuel, memory, stack, error, syntax, unserialisable, timeout, child)
--- @treturn table the receipt (`s2` holds the limits, fuel used, peak memory, output)
--- @return[2] nil
--- @treturn[2] table a refusal
+--- Runs untrusted Lua at S2, in a child confined at S1 (defence in depth). Grants reach
+-- the code only as functions: `read` as read_file(path), `clock` as clock() and time().
+-- @tparam table spec `{code =, grants =, fuel =, memory =, timeout =, receipts =}`
+-- @treturn table `{ok = true, values =}` or `{ok = false, failure = {kind =, message =}}`,
+--   and the receipt; or nil and a refusal
 function M.s2(spec)
   if type(spec) ~= "table" or type(spec.code) ~= "string" then
     return nil, errors.invalid_argument("code", "S2 takes the Lua source as a string")
@@ -262,8 +242,7 @@ function M.s2(spec)
   local host = core.proc.host_executable()
   host = host and core.path.resolve_file(host)
   if not host then return nil, errors.cannot_enforce("tier S2", "the corral executable was not found") end
-  -- The runner in the child reads dkjson; where it lies outside the runtime (a
-  -- user's luarocks tree), that one file is granted read too.
+  -- dkjson outside the runtime (a user's luarocks tree) is granted read too
   local dkjson_path = package.searchpath("dkjson", package.path)
   dkjson_path = dkjson_path and core.path.resolve_file(dkjson_path)
   local extra_read = {}
@@ -311,6 +290,5 @@ function M.s2(spec)
   return result, rec
 end
 
--- The REPL's bare `step{...}` (the host binds `step` to this module): the receipt,
--- with the step's result in it, as `corral.step` returns.
+-- the REPL's bare `step{...}` returns the receipt with the result in it
 return setmetatable(M, { __call = function(_, spec) return require("corral.repl").step(spec) end })

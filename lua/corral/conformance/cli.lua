@@ -1,8 +1,5 @@
---- `corral conformance`: the suite from the command line.
+--- `corral conformance`: one row per check, the census per group, the run's time last.
 --
--- Prints one row per check (id, outcome, what was attempted, what the control did or
--- why the check could not be shown), then the census per group and overall, and the
--- run's time on the last line; a progress line per check on stderr while it runs.
 -- Exit status: 0 nothing breached, 1 something breached, 2 bad usage.
 -- @module corral.conformance.cli
 local M = {}
@@ -64,7 +61,7 @@ function M.run(argv, cli)
   if #rest > 0 then
     return cli.fail("conformance", errors.invalid_argument(rest[1], "unexpected argument"))
   end
-  -- the run names what was wrong by its own words (group, mechanism); a user typed a flag
+  -- the run's errors name Lua fields (group, mechanism); the user typed a flag
   local FLAG = { group = "--only", mechanism = "--mechanism" }
   local report, err = require("corral.conformance").run(opts.mechanism or "native", {
     only = opts.only,

@@ -1,11 +1,9 @@
 --- Conformance checks: the process, network and IPC breaches, aimed at a second sandbox
 -- of the same mechanism instead of the host.
 --
--- B runs a target that holds a token in its command line, its environment, a loopback
--- listener, an abstract unix socket, /tmp and a SysV segment, and says so in its
--- storage. After A's attempt the host tells B to test its own targets (B's control:
--- the target was alive, so a refusal distinguished something) and A's own control runs
--- in the same script as its attempt. A storage sibling is the filesystem group's B.
+-- B's target holds a token in its command line, environment, a loopback listener, an
+-- abstract unix socket, /tmp and a SysV segment. After A's attempt B tests its own
+-- targets: a refusal counts only if the target was alive.
 -- @module corral.conformance.cross_sandbox
 local core = require "corral.core"
 
@@ -101,8 +99,7 @@ local function pair(w)
   w:write(b, "target.py", TARGET)
   local ok, serr = w:start(b, "exec python3 /storage/target.py " .. b.own)
   if not ok then return nil, { unavailable = "the target sandbox did not start: " .. tostring(serr) } end
-  -- B's own word that its target runs (its storage): an attempt at a target that never
-  -- started distinguishes nothing
+  -- an attempt at a target that never started distinguishes nothing
   if not w:wait_for(function() return w:read(b, "ready") ~= nil end, 5) then
     return nil, { unavailable = "B's target never started: " .. (w:read(b, "../start-" .. b.id) or ""):sub(1, 120) }
   end
@@ -116,7 +113,7 @@ end
 -- B's self-test of `target` after the attempt.
 local function target_alive(w, b, target)
   w:write(b, "go", "go")
-  -- generous: on a loaded machine B's own tests (1 s timeouts each) take seconds
+  -- B's own tests (1 s timeouts each) take seconds on a loaded machine
   w:wait_for(function() return w:read(b, "selftest") ~= nil end, 15)
   return ((w:read(b, "selftest") or ""):find(target .. "=1", 1, true)) ~= nil
 end
@@ -152,8 +149,8 @@ return {
   cross("cross.signal", "a tenant cannot signal another sandbox's processes",
     "kill -KILL B's target, by its host pid and by every pid showing B's token", "alive",
     function(b)
-      -- the pattern does not match this script's own command line
-      -- never `kill 0` (the tenant's own group) when the host pid is unknown
+      -- the pattern does not match this script's own command line; never `kill 0` (the
+      -- tenant's own group) when the host pid is unknown
       return string.format("%sfor p in /proc/[0-9]*; do " ..
         "grep -qa 'target[.]py' $p/cmdline 2>/dev/null && kill -KILL ${p#/proc/}; done; sleep 0.1",
         b.host_pid and ("kill -KILL " .. b.host_pid .. "; ") or "")

@@ -1,12 +1,10 @@
 --- Conformance checks: a sandbox with an allowlist reaches what it lists and nothing else,
 -- and cannot widen its own list.
 --
--- The allowlist names one destination, `allowed.test` on port P, resolved (by the
--- sandbox's own `resolve` hook, which records every name asked) to a server of the
--- check's own on the host's loopback. Every attempt sends a fresh token; a breach is
--- that token arriving at one of the check's servers (or, for the ruleset and the mark,
--- the kernel reporting the change). The control after each attempt, in the same
--- script, is the allowed destination reached: its token arrives at the host's server.
+-- The allowlist names `allowed.test` on port P, resolved to a server of the check's own
+-- on the host's loopback. Every attempt sends a fresh token; a breach is that token
+-- arriving at one of the check's servers (or the kernel reporting a changed ruleset or
+-- mark). The control is the allowed destination reached from the same script.
 -- @module corral.conformance.egress
 local EG = { "network_restriction", "nftables" }
 

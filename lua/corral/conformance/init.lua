@@ -1,23 +1,11 @@
 --- The conformance suite: every guarantee a mechanism claims, shown by a breach stopped.
 --
--- `run(mechanism, opts)` provisions sandboxes through the mechanism under test (a
--- built-in name, a .lua file, or a table), through the same public life cycle the CLI
--- uses (`corral.provision`, `start`, `exec`, `stop`, `destroy`, `address`), and runs each
--- check: ONE breach attempted from inside, then, in the same sandbox and set-up, a
--- control that must succeed. Each check reports exactly one outcome:
---
--- * `held` — the attempt was refused and the control after it succeeded;
--- * `breached` — the attempt succeeded, with evidence the tenant could not forge (a
---   random token only the target held, a host state that changed);
--- * `unavailable` — the guarantee cannot be shown here, with the reason (the mechanism
---   does not claim the capability, the host lacks it, no address is published, nothing
---   answers at the target, a tool the attempt needs is absent);
--- * `void` — the control failed: the set-up refuses everything, so its refusal of the
---   attempt distinguished nothing.
---
--- Liveness is never probed before the attempt: a mechanism that declares a boundary and
--- lets everything through is breached, never unavailable. Test servers are the check's
--- own, on the host's loopback.
+-- Each check makes ONE breach attempt from inside a sandbox provisioned through the public
+-- life cycle, then a control in the same sandbox that must succeed (docs/architecture.md,
+-- invariant 2). Outcomes: `held`, `breached` (with evidence the tenant could not forge),
+-- `unavailable` (the guarantee cannot be shown here, and why), `void` (the control failed,
+-- so the refusal distinguished nothing). Liveness is never probed before the attempt: a
+-- mechanism that lets everything through is breached, never unavailable.
 -- @module corral.conformance
 local core = require "corral.core"
 
@@ -57,8 +45,7 @@ function M.token()
   return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))
 end
 
--- A world: one check's storage root, sandboxes, servers and host processes, all
--- removed by close().
+-- A world holds one check's storage root, sandboxes, servers and host processes; close() removes them.
 local function new_world(mech, opts)
   local root, err = core.fs.mkdtemp(scratch_dir() .. "/corral-conformance-")
   if not root then return nil, err end
@@ -70,8 +57,8 @@ end
 
 World.token = M.token
 
---- Provisions a sandbox (`fields` adds to `{id, storage_root}`) and puts a file `own`
--- holding a fresh token in its storage. Returns the box, or nil and the error.
+--- Provisions a sandbox with a file `own` holding a fresh token in its storage.
+-- @treturn table box, or nil and the error
 function World:sandbox(fields)
   self.n = self.n + 1
   local t = { id = "cf" .. self.n, storage_root = self.root }
@@ -101,8 +88,7 @@ end
 --- Reads a file of a box's storage from the host (nil when absent).
 function World.read(_, box, name) return read_file(box.dir .. "/" .. name) end
 
---- A TCP server of the check's own on the host's loopback: every connection accepted
--- gets `reply` (if any) and everything it sends is kept in `got`.
+--- A TCP server on the host's loopback: each connection gets `reply` and its data lands in `got`.
 function World:tcp_server(addr, reply)
   local fd, port = core.sock.listen(addr or "127.0.0.1", 0)
   if not fd then return nil, port end
@@ -129,7 +115,6 @@ local function readable(fd)
   return r and r[1] ~= nil
 end
 
--- Moves whatever the check's servers have waiting, without blocking.
 function World:serve_servers()
   for _, s in ipairs(self.servers) do
     if s.kind == "tcp" then
@@ -162,8 +147,7 @@ function World:serve_servers()
   end
 end
 
---- Serves for `seconds`: the mechanism's egress loop (when it has one) and the check's
--- servers.
+--- Serves the mechanism's egress loop (if any) and the check's servers for `seconds`.
 function World:pump(seconds)
   local deadline = core.clock.monotime() + (seconds or 0)
   repeat
@@ -173,8 +157,8 @@ function World:pump(seconds)
   until core.clock.monotime() >= deadline
 end
 
---- Runs a shell script in a box with `start`, serving meanwhile, until it ends (or
--- `timeout`, default 20 s); returns its output (stdout and stderr), or nil, error.
+--- Runs a shell script in a box with `start` until it ends (or `timeout`, default 20 s).
+-- @treturn string its stdout and stderr, or nil and the error
 function World:run(box, script, timeout)
   local out = self.root .. "/out-" .. self:token()
   local ok, err = corral().start(self.mech, box.sb, { "/bin/sh", "-c", script }, { output = out })
@@ -213,16 +197,14 @@ function World:wait_for(cond, seconds)
   return cond() and true or false
 end
 
---- The control every tenant script ends with: the box's own storage read, written and
--- read back. Returns the shell text; `control_ok(box, out)` judges it.
+--- The control every tenant script ends with: the box's own storage read, written and read back.
 function World.control(_, box)
   box.ctl = (box.ctl or 0) + 1
   return string.format('\nc=$(cat /storage/own 2>/dev/null) && printf %%s "$c" > /storage/ctl-%d && ' ..
     '[ "$(cat /storage/ctl-%d)" = "$c" ] && echo "CTL-OK:$c"\n', box.ctl, box.ctl)
 end
 
---- Whether the last control of `box` succeeded: the tenant printed its own token and
--- the host finds the file it wrote. Returns boolean and what the control did.
+--- Whether the last control of `box` succeeded, and what it did.
 function World:control_ok(box, out)
   local name = "ctl-" .. tostring(box.ctl)
   local written = self:read(box, name)
@@ -234,13 +216,8 @@ function World:control_ok(box, out)
     " (no output at all)")
 end
 
---- Runs `attempt` (a shell script, in a subshell so that its own exit ends only it)
--- and then the control, in one script in the box. Returns the output, whether the
--- control succeeded and what it did; `seen` adds those to a check's observation.
--- After the attempt, inside the same sandbox: which of the check's tools the tenant's
--- own PATH lacks (a builtin, so it runs whatever is missing). An attempt made with a
--- tool that is not there "fails" for the wrong reason, so its refusal distinguishes
--- nothing; the runner files such a check as unavailable.
+-- Which of the check's tools the tenant's own PATH lacks, asked after the attempt: a
+-- refusal by a missing tool distinguishes nothing, so such a check is unavailable.
 function World:tool_probe()
   if not self.tools or #self.tools == 0 then return "" end
   return "\nfor t in " .. table.concat(self.tools, " ") ..
@@ -248,7 +225,6 @@ function World:tool_probe()
     "; do command -v $t >/dev/null 2>&1 || echo CF-NO''TOOL:$t; done"
 end
 
--- Records the tools the probe found missing in `out`.
 function World:note_missing(out)
   for t in (out or ""):gmatch("CF%-NOTOOL:([%w._+-]+)\n") do
     self.missing = self.missing or {}
@@ -259,6 +235,8 @@ function World:note_missing(out)
   end
 end
 
+--- Runs `attempt` in a subshell (so its exit ends only it), then the control, in one script.
+-- @treturn string output, boolean control succeeded, string what the control did
 function World:attempt(box, attempt, timeout)
   local out, err = self:run(box, "( " .. attempt .. "\n) 2>&1 </dev/null" .. self:tool_probe() .. self:control(box),
     timeout)
@@ -268,9 +246,8 @@ function World:attempt(box, attempt, timeout)
   return out, ok, detail
 end
 
--- The tenant's client: `dial.py tcp|udp HOST PORT PAYLOAD` connects (2 s), sends
--- PAYLOAD, reads for a second and prints `DIAL:HOST:PORT:ok:<reply>` or `…:err:<errno>`;
--- HOST `gateway` is the tenant's default route's next hop.
+-- The tenant's client: `dial.py tcp|udp HOST PORT PAYLOAD` prints `DIAL:HOST:PORT:ok:<reply>`
+-- or `…:err:<errno>`; HOST `gateway` is the default route's next hop.
 M.DIAL = [[
 import socket, sys
 kind, host, port, payload = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].encode()
@@ -300,15 +277,14 @@ except OSError as e:
     print("DIAL:%s:%d:err:%s" % (host, port, e.errno or e), flush=True)
 ]]
 
---- Puts the tenant's client (`M.DIAL`) in a box's storage; returns the shell command
--- prefix that runs it (`dial tcp HOST PORT PAYLOAD`).
+--- Puts `M.DIAL` in a box's storage and returns the command that runs it.
 function World:dialer(box)
   self:write(box, "dial.py", M.DIAL)
   return "python3 /storage/dial.py"
 end
 
---- Connects from the host (serving meanwhile, so that relays the host runs move) and
--- returns what arrived within `seconds` (sooner once `expect` has), or nil and why not.
+--- Connects from the host (serving meanwhile, so host relays move); returns what arrived
+-- within `seconds` (sooner once `expect` has), or nil and why not.
 function World:host_dial(host, port, payload, seconds, expect)
   local fd, err = core.sock.connect(host, port, 2)
   if not fd then return nil, err end
@@ -326,10 +302,8 @@ function World:host_dial(host, port, payload, seconds, expect)
   return got
 end
 
---- A host process of the check's own (a target): `sh -c script` with `env`, as `uid`
--- (and the same gid) when given. A target running as the tenant's own host id is
--- reachable by uid alone (kill, /proc/PID/environ), so only a namespace can hide it:
--- a root-owned target would be refused by the uid check even with no pid namespace.
+--- A host process (a target) running `sh -c script` as `uid` when given. A target with the
+-- tenant's own host id is reachable by uid alone, so only a namespace can hide it.
 function World:host_process(script, env, uid)
   local devnull = assert(io.open("/dev/null", "r+"))
   local p, err = core.spawn.start({ plain = true, plain_ids = uid ~= nil, uid = uid, gid = uid, path = "/bin/sh",
@@ -350,8 +324,7 @@ function World.host_ipv4()
   return nil
 end
 
---- Whether an executable exists on the host (/usr/bin, /bin, …): a first filter only;
--- what the tenant's own PATH holds is asked inside, after the attempt (`tool_probe`).
+--- Whether an executable exists on the host; the tenant's own PATH is asked by `tool_probe`.
 function World.tool(name)
   for _, dir in ipairs({ "/usr/bin", "/bin", "/usr/sbin", "/sbin" }) do
     local st = core.fs.lstat(dir .. "/" .. name)
@@ -374,8 +347,7 @@ function World:close()
   core.fs.remove_tree(self.root)
 end
 
--- What the mechanism claims, asked of it with a sandbox wanting limits and a network:
--- what it constructs, plus what it requires (and so the gate must establish).
+-- What the mechanism claims (constructs plus requires), asked with limits and a network set.
 local function claims(mech)
   local sb = corral().sandbox({ id = "claims", storage_root = scratch_dir(),
     limits = { memory = "64M", pids = 16, cpu = 0.5 }, network = { allow = { "claims.test:1" } } })
@@ -397,8 +369,7 @@ local function result(check, outcome, attempt, control, detail)
            attempt = attempt or check.attempt, control = control or check.control, detail = detail or "" }
 end
 
--- Turns what a check observed into its one outcome: evidence first (a breach is a
--- breach whatever else happened), then a target that cannot be shown, then the control.
+-- A check's one outcome: evidence first, then a target that cannot be shown, then the control.
 local function judge(check, seen)
   if type(seen) ~= "table" then return result(check, "void", nil, nil, "check returned nothing") end
   if seen.evidence then return result(check, "breached", seen.attempt, seen.control, seen.evidence) end
@@ -462,10 +433,9 @@ function M.ids()
   return out
 end
 
---- The census of a list of results: held per group and overall.
+--- The census of a list of results: each outcome counted per group and overall.
 -- @tparam {table,...} results
--- @treturn table `{groups = {[group] = {held =, breached =, unavailable =, void =, total =}}, held =,
---   breached =, unavailable =, void =, total =}`
+-- @treturn table `{groups = {[group] = counts}, held =, breached =, unavailable =, void =, total =}`
 function M.census(results)
   local c = { groups = {}, held = 0, breached = 0, unavailable = 0, void = 0, total = 0 }
   for _, r in ipairs(results) do
@@ -483,13 +453,9 @@ function M.census(results)
 end
 
 --- Runs the suite against a mechanism.
--- @param mechanism a built-in name (`native`, `bwrap`), a path to a .lua file, or a table
--- @tparam[opt] table opts `only` (a group or a list of groups), `ids` (a set of check ids),
---   `credentials` (the consumer's probe hook, see `corral.conformance.credentials`),
---   `progress` (called with each result, its index and the number of checks)
--- @treturn[1] table report `{mechanism =, results = {…}, census =, seconds =}`
--- @return[2] nil
--- @treturn[2] table error (the mechanism could not be loaded, or an unknown group)
+-- @param mechanism a built-in name, a path to a .lua file, or a table
+-- @tparam[opt] table opts `only` (groups), `ids` (a set), `credentials` (probe hook), `progress`
+-- @treturn table report `{mechanism =, results =, census =, seconds =}`, or nil and an error
 function M.run(mechanism, opts)
   opts = opts or {}
   local mech, err = require("corral.mechanism").load(mechanism)
@@ -522,5 +488,4 @@ end
 
 M.World = World
 
--- `conformance("native")` in the REPL (a global there) is `run`.
 return setmetatable(M, { __call = function(_, ...) return M.run(...) end })

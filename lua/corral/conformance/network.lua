@@ -1,10 +1,8 @@
 --- Conformance checks: a sandbox without an allowlist has no network.
 --
--- The targets are the check's own: a TCP server on the host's loopback that answers
--- every connection with a token, and another sandbox's published service. A refusal
--- counts only when the target is shown alive after the attempt (the host's own connect
--- to the same server, the service answering the host); when nothing answers there, the
--- check is unavailable, never held.
+-- The targets are a TCP server on the host's loopback and another sandbox's published
+-- service. A refusal counts only when the target answers the host after the attempt;
+-- when nothing answers, the check is unavailable, never held.
 -- @module corral.conformance.network
 local NET = { "network_restriction" }
 
@@ -28,8 +26,7 @@ while True:
 
 M.SERVICE_PORT = 8000
 
---- Starts B with a service on its service_port answering B's own token; returns B, or
--- nil and the observation to report.
+--- Starts B with a service answering B's own token; returns B, or nil and the observation.
 function M.service_box(w)
   local b, err = w:sandbox({ service_port = M.SERVICE_PORT })
   if not b then return nil, { refused = err } end
@@ -50,8 +47,8 @@ function M.address_of(w, box)
   return host, tonumber(port)
 end
 
---- After an attempt at B's service from inside A: the observation, B's token being the
--- evidence, the host's own connect the liveness control.
+--- The observation after an attempt at B's service: B's token is the evidence, the host's
+-- own connect the liveness control.
 function M.judge_service(w, b, out, ok, detail, host, port)
   if out:find(b.own, 1, true) then
     return { evidence = "A read B's service token through " .. host .. ":" .. port }

@@ -7,10 +7,9 @@
 -- @module corral.conformance.process
 local PRIV = { "privilege_separation" }
 
--- The host holder and the tenant A; or nil and the reason.
--- The holder runs as the tenant's own host id, so that nothing but the pid namespace
--- (and the filter) stands between them: a root-owned holder is refused by the uid
--- check alone, and would show held under a mechanism with no pid namespace.
+-- The host holder and the tenant A; or nil and the reason. The holder runs as the
+-- tenant's own host id: a root-owned one is refused by the uid check alone, and would
+-- show held under a mechanism with no pid namespace.
 local function holder_and_tenant(w)
   local tag, secret = w:token(), w:token()
   local a, aerr = w:sandbox()

@@ -84,7 +84,7 @@ return {
       w:write(a, "spin.py", SPIN)
       local out, ok, detail = w:attempt(a, "python3 /storage/spin.py")
       local share = tonumber(out:match("CPU:([%d%.]+)") or "")
-      -- measured here: 0.25-0.30 capped, 0.95-1.0 uncapped on an idle core
+      -- 0.6 sits between a capped spin (0.25-0.30 of an idle core) and an uncapped one (0.95-1.0)
       return { evidence = share and share > 0.6 and string.format("%.2f of a core under a cap of 0.25", share) or nil,
                control_ok = ok and share ~= nil and share > 0.02,
                control_detail = share and string.format("%s; it spun at %.2f of a core", detail, share)

@@ -11,27 +11,13 @@
 --     [2001:db8::1]:22            an IPv6 address: always in brackets
 --     [2001:db8::]/32:443         an IPv6 network: the prefix length after the bracket
 --
--- Ports: `:443`, `:8000-8100`, `:80,443,8000-8100`; 1-65535; no port means any port.
--- IPv6 text is only accepted in brackets so that a trailing `:443` is never read as
--- part of the address (`2001:db8::1:443` is a valid address *and* a plausible typo for
--- port 443; refusing it is the only reading that cannot widen a grant).
---
--- Names are normalised (ASCII lowercase, one trailing dot dropped) and must be
--- hostnames: labels of 1-63 characters of `[a-z0-9-]`, not starting or ending with `-`,
--- at most 253 characters in all. Refused, each with a reason naming the fix:
---
--- * non-ASCII names: write the A-label (punycode, `xn--…`) form; corral does not
---   convert, so what is granted is exactly what the DNS resolves.
--- * underscores (`_dmarc.example.com`): SRV/TXT owner names, never a host one connects to.
--- * a numeric last label (`1.2.3`, `10.1`, `0x7f000001`): the C library's resolver
---   reads such a "name" as an IPv4 address (inet_aton: 1.2.0.3, 10.0.0.1, 127.0.0.1),
---   so it would grant an address the operator never wrote as one.
--- * a wildcard over a single label (`*.com`, `*.`, `*`): it would grant a whole
---   top-level domain. (No public-suffix list is consulted: `*.co.uk` is accepted.)
---
--- An IPv4-mapped IPv6 address or network (`[::ffff:10.0.0.1]`, `[::ffff:10.0.0.0]/104`)
--- is stored as its IPv4 form, and a mapped destination is matched as IPv4, so the two
--- spellings of one address never disagree.
+-- Ports: `:443`, `:8000-8100`, `:80,443`; none means any. IPv6 only in brackets, so a
+-- trailing `:443` is never read as part of the address (`2001:db8::1:443`). Names are
+-- normalised (ASCII lowercase, one trailing dot dropped) and must be hostnames. Refused,
+-- each because it would grant something the operator did not write: non-ASCII (write the
+-- A-label), underscores (never a host one connects to), a numeric last label (inet_aton
+-- reads `10.1` as 10.0.0.1), a wildcard over one label (`*.com`). An IPv4-mapped IPv6
+-- address is stored and matched as IPv4, so two spellings never disagree.
 -- @module corral.egress.allowlist
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -47,18 +33,11 @@ local function bad(entry, reason)
   return nil, errors.invalid_argument(M.ARGUMENT, string.format('"%s": %s', tostring(entry), reason))
 end
 
---- Reads an IP address given as text or as network-order bytes.
---
--- A string of 4 bytes is binary. A string of 16 bytes is text if it parses as an
--- address, binary otherwise (no 16-byte binary address whose bytes all spell valid
--- address text is in allocated unicast space). Any other length is text. A 4-character
--- IPv6 text (`"1::1"`) must be bracketed (`"[1::1]"`): none is a global unicast address.
--- An IPv4-mapped IPv6 address is returned as its 4 IPv4 bytes.
+--- Reads an IP address given as text or as network-order bytes. 4 bytes are binary; 16
+-- are text if they parse as an address (no allocated unicast address spells valid text);
+-- a 4-character IPv6 text must be bracketed. IPv4-mapped comes back as IPv4.
 -- @tparam string ip
--- @treturn[1] string 4 or 16 bytes
--- @treturn[1] string family, `"inet"` or `"inet6"` (of the returned bytes)
--- @return[2] nil
--- @treturn[2] string why `ip` is not an address
+-- @treturn string 4 or 16 bytes and the family (`"inet"`/`"inet6"`); or nil and why not
 function M.address(ip)
   if type(ip) ~= "string" then return nil, "not an IP address: " .. tostring(ip) end
   local bytes
@@ -86,7 +65,6 @@ function M.address_text(ip)
   return b and inet.format(b)
 end
 
--- "[v6]" for IPv6 so that a port or prefix can follow; v4 bare.
 local function host_text(bytes)
   local t = inet.format(bytes)
   return #bytes == 16 and "[" .. t .. "]" or t
@@ -98,9 +76,7 @@ end
 
 --- Normalises a hostname: ASCII lowercase, one trailing dot dropped, then checked.
 -- @tparam string name
--- @treturn[1] string the normalised name
--- @return[2] nil
--- @treturn[2] string the reason it is not a hostname
+-- @treturn string the normalised name, or nil and the reason
 function M.normalize_name(name)
   if type(name) ~= "string" then return nil, "not a string" end
   if name:find("[\128-\255]") then
@@ -185,8 +161,7 @@ local function fold_network(bytes, prefix)
   return bytes, prefix
 end
 
--- Parses "addr" or "addr/len" where addr is bare IPv4 or bracketed/bare IPv6 text.
--- Returns bytes, prefix, is_network or nil, reason.
+-- "addr" or "addr/len", IPv4 or IPv6 text; returns bytes, prefix, is_network or nil, reason.
 local function parse_net(addr, len)
   local family, bytes = inet.parse(addr)
   if not family then
@@ -214,13 +189,9 @@ local function parse_net(addr, len)
   return b, p, true
 end
 
---- Parses a CIDR or an address as written in `network.internal`: `10.0.0.0/8`,
--- `10.1.2.3`, `fd00::/8`, `[fd00::]/8` (no port; brackets optional).
+--- Parses a CIDR or an address as written in `network.internal` (no port; brackets optional).
 -- @tparam string text
--- @treturn[1] string network bytes (IPv4-mapped networks folded to IPv4)
--- @treturn[1] integer prefix length
--- @return[2] nil
--- @treturn[2] string reason
+-- @treturn string network bytes (IPv4-mapped folded) and the prefix; or nil and the reason
 function M.parse_cidr(text)
   if type(text) ~= "string" then return nil, "not a string" end
   local addr, len = text:match("^(.-)/(.*)$")
@@ -249,12 +220,9 @@ end
 
 --- Parses one allowlist entry.
 -- @tparam string s the entry as written
--- @treturn[1] table the entry: `{kind = "name"|"wildcard"|"address"|"network", text =
--- canonical form, name? =, suffix? =, bytes? =, prefix? =, family? =, cidr? = the
--- address or network as `addr/len` text (IP entries only), ports = nil (any)
--- or a sorted, merged list of `{lo, hi}`, source = s}`
--- @return[2] nil
--- @treturn[2] table `invalid_argument` on `network.allow`, detail `"<entry>": <reason>`
+-- @treturn table `{kind =, text = canonical, name? =, suffix? =, bytes? =, prefix? =,
+--   family? =, cidr? =, ports = nil (any) or merged {lo, hi} pairs, source = s}`; or nil
+--   and `invalid_argument`
 function M.parse_entry(s)
   if type(s) ~= "string" then return bad(s, "an entry must be a string, got " .. type(s)) end
   if s == "" then return bad(s, "empty entry") end
@@ -295,8 +263,7 @@ function M.parse_entry(s)
         end
         return bad(s, string.format("write IPv6 addresses in brackets: [%s] or [%s]:443", s, s))
       end
-      -- Not an IPv6 address: a destination followed by more than one ':' (a port list
-      -- written with ':' instead of ',').
+      -- not IPv6: a port list written with ':' instead of ','
       local head, tail = s:match("^([^:]*):(.*)$")
       local dest = head:match("^(.-)/") or head
       if tail:match("^[%d,:-]*$") and head ~= "" and (inet.parse(dest) == "inet" or M.normalize_name(dest)
@@ -319,9 +286,8 @@ function M.parse_entry(s)
   if port then
     local ports, why = parse_ports(port)
     if not ports then return bad(s, why) end
-    -- Port 53 of any destination is the sandbox's own responder (no query is ever
-    -- forwarded): an entry for it alone could never be used, so it is refused rather
-    -- than silently meaningless (found by a review run).
+    -- port 53 alone is always the sandbox's own responder (no query is forwarded), so such
+    -- an entry could never be used: refused rather than silently meaningless
     if #ports == 1 and ports[1][1] == 53 and ports[1][2] == 53 then
       return bad(s, "port 53 always reaches the sandbox's own DNS responder, which answers allowed names " ..
         "itself and forwards nothing; allow the names instead")
@@ -369,9 +335,7 @@ end
 
 --- Parses a list of entries into an allowlist.
 -- @tparam {string,...} list
--- @treturn[1] table the allowlist
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the first bad entry
+-- @treturn table the allowlist, or nil and `invalid_argument` naming the first bad entry
 function M.parse(list)
   if type(list) ~= "table" or getmetatable(list) ~= nil then
     return nil, errors.invalid_argument(M.ARGUMENT, "must be a list of strings, got " .. type(list))
@@ -402,12 +366,9 @@ local function as_entry(e)
   return M.parse_entry(e)
 end
 
---- Adds an entry (a string, or a table from `parse_entry`). An entry equal to one
--- already present (same canonical text) is not added twice.
+--- Adds an entry (a string or a `parse_entry` table), once per canonical text.
 -- @tparam string|table e
--- @treturn[1] table the entry in the list
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the entry
+-- @treturn table the entry in the list, or nil and `invalid_argument`
 function Allowlist:add(e)
   local entry, err = as_entry(e)
   if not entry then return nil, err end
@@ -419,12 +380,9 @@ function Allowlist:add(e)
   return entry
 end
 
---- Removes every entry equal to `e` (same canonical text: `pypi.org:443,80` equals
--- `PyPI.org.:80,443`).
+--- Removes every entry of the same canonical text (`pypi.org:443,80` is `PyPI.org.:80,443`).
 -- @tparam string|table e
--- @treturn[1] integer how many were removed
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the entry
+-- @treturn integer how many were removed, or nil and `invalid_argument`
 function Allowlist:remove(e)
   local entry, err = as_entry(e)
   if not entry then return nil, err end
@@ -515,11 +473,8 @@ local function match_ip(idx, bytes, port)
   return nil
 end
 
---- Matches a destination. A name matches an exact entry, or a wildcard whose suffix it
--- ends with on a label boundary (never the suffix itself); an IP (text or bytes; an
--- IPv4-mapped address as IPv4) matches an address or network entry of its family. With
--- both, the name is tried first, then the IP. `port = nil` asks whether the destination
--- is allowed on any port (the DNS responder's question).
+--- Matches a destination: a name an exact entry or a wildcard below its suffix, an IP an
+-- address or network of its family; the name first. `port = nil` asks for any port.
 -- @tparam table q `{name =, ip =, port =}`
 -- @treturn table|nil the first entry that matches
 function Allowlist:match(q)
@@ -549,8 +504,7 @@ function Allowlist:match_all(q)
   return out
 end
 
---- Whether one entry matches a destination (the same rules as `match`, without the
--- index: a name for name and wildcard entries, an IP for address and network entries).
+--- Whether one entry matches a destination (as `match`, without the index).
 -- @tparam table e an entry
 -- @tparam table q `{name =, ip =, port =}`
 -- @treturn boolean

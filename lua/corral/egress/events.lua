@@ -1,48 +1,18 @@
 --- Egress events: every decision, delivered to subscribers and kept in a ring.
 --
--- An event is a flat table: `{time =, sandbox =, kind =, name =, ip =, port =, verdict =,
--- reason =, bytes =}` plus any other scalar fields the emitter adds (`entry`, `upstream`,
--- `answer`, `qtype`, `bytes_up`, `bytes_down`, …). `emit` copies it: scalar fields only,
--- `sandbox` as its id when given a sandbox table, `ip` (and `upstream`) as address text
--- when given bytes, `time` defaulting to now (seconds since the epoch). Subscribers are
--- called in order, each protected: a subscriber that raises is counted (`failures`),
--- never stops the others, and never reaches the caller of `emit`, whose decision stands.
+-- An event is a flat table of scalars (`time`, `sandbox`, `kind`, `name`, `ip`, `port`,
+-- `verdict`, `reason`, `bytes`, plus what the emitter adds); kinds: `dns`, `connect`,
+-- `inbound`, `closed`, `failed`, `cut` (reset by a revoke), `error`, `suppressed`.
+-- Subscribers are called in order, each protected: one that raises is counted, never
+-- stops the others, and never reaches the caller of `emit`, whose decision stands.
 --
--- The fields, by kind (a Lua event lacks a field that does not apply; its JSON line
--- carries `sandbox, name, ip, port, verdict, reason, bytes` always, `null` when absent):
---
--- - `dns`: name (as asked, \ddd escapes, once), ip = the synthetic address answered
---   (null otherwise), port = null, verdict, reason (for an answer: "allowed by ENTRY"),
---   bytes = 0, plus `answer` (answered, nxdomain, refused, nodata, servfail, formerr,
---   notimp, dropped) and `qtype`.
--- - `connect` (and `inbound`): the decision; bytes = 0 (nothing relayed yet, or ever).
--- - `closed` / `failed`: the end of an allowed connection, verdict allow, bytes = up +
---   down as relayed (also `bytes_up`, `bytes_down`).
--- - `cut`: an open connection reset because its destination is no longer allowed
---   (`corral.egress.revoke(sb, entry, {cut = true})`); verdict deny; bytes = up + down
---   moved before the cut (the relay reports them with the reset).
--- - `error`: a handler that raised; verdict deny, bytes = 0.
--- - `suppressed`: see below.
---
--- The state (subscribers, ring, counters) is process-wide, as the event loop is.
---
--- Volume: a tenant decides how many events there are (one per DNS query, one per
--- connection attempt: a red-team run had 70,000 queries write 8.9 MB of JSON in 6 s;
--- measured here with the bound, 20,000 queries in 2.1 s write 603 lines, 113 kB).
--- Subscribers and the ring see every event — they are the operator's own code
--- and memory, and a bound there would hide what a policy hook must see. What reaches a
--- *file* is bounded: `json_lines_writer` passes, per sandbox per second, at most
--- `LOG_RATE` (200) events of each class — `dns` (queries), `relayed` (allowed
--- connections: the connect, then its closed/failed/cut record) and `refused` (connection
--- denials, handler errors) — so that a flood of one class can never push another out
--- of the log (a red-team run hid an allowed and a denied connection behind 400 DNS
--- queries when the three shared one budget). The rest is counted: one `suppressed` line
--- per sandbox, per class and verdict, for each second that dropped any, with the count
--- and the sum of the dropped events' bytes (so no relayed byte leaves the log). A file
--- thus takes at most 3 × 200 + 5 lines per sandbox per second; measured here with
--- `encode`, a line is 210-340 bytes (a DNS deny, a closing record), 1.4 kB at most (a
--- name of 250 escaped octets): about 0.2 MB/s per sandbox at the full budget, 0.85 MB/s
--- in the worst case. The log file is created mode 0600: it records what a tenant did.
+-- A tenant decides how many events there are. Subscribers and the ring see every one
+-- (a bound there would hide what a policy hook must see); a *file* gets at most
+-- `LOG_RATE` per class per sandbox per second, each class its own budget so a DNS flood
+-- cannot push a connection out of the log, the rest summed into `suppressed` lines.
+-- Lines are 210-340 bytes (`encode` of a DNS deny, a closing record), so a file takes
+-- about 0.2 MB/s per sandbox at the full budget. The file is mode 0600: it records what
+-- a tenant did.
 -- @module corral.egress.events
 local json = require "dkjson"
 local core = require "corral.core"
@@ -69,8 +39,7 @@ local failed, last_error = 0, nil
 local FIELD_ORDER = { "time", "sandbox", "kind", "name", "ip", "port", "verdict", "reason", "bytes", "entry",
   "by", "answer", "qtype", "upstream", "bytes_up", "bytes_down", "class", "suppressed" }
 
--- Live limiters (`limit`), each with its function that writes the summaries that are due;
--- weak, so a limiter nobody holds any more goes with its subscriber.
+-- Live limiters and their summary writers; weak, so a limiter goes with its subscriber.
 local limiters = setmetatable({}, { __mode = "k" })
 
 local function callable(f)
@@ -79,8 +48,7 @@ local function callable(f)
   return type(mt) == "table" and type(mt.__call) == "function"
 end
 
---- Adds a subscriber, called with each event (a copy) after those already subscribed.
--- Subscribing the same function twice has no effect.
+--- Adds a subscriber, called with a copy of each event; the same function twice is one.
 -- @tparam function fn
 -- @treturn function fn (the token for `unsubscribe`)
 function M.subscribe(fn)
@@ -178,9 +146,8 @@ function M.reset(size)
   failed, last_error = 0, nil
 end
 
---- Encodes an event as one line of JSON (no trailing newline), with every field of
--- `LOG_FIELDS` present (null when the event lacks it).
--- @tparam table event as given to subscribers
+--- Encodes an event as one line of JSON, every field of `LOG_FIELDS` present (null if absent).
+-- @tparam table event
 -- @treturn string
 function M.encode(event)
   local ev = {}
@@ -191,9 +158,7 @@ function M.encode(event)
   return json.encode(ev, { keyorder = FIELD_ORDER })
 end
 
---- The budget class of an event: `dns` for DNS answers; `relayed` for an allowed
--- connection's records (the allowed connect or inbound, its closed, failed or cut
--- record); `refused` for everything else (denied connections, handler errors).
+--- The budget class of an event: `dns`, `relayed` (an allowed connection's records) or `refused`.
 -- @tparam table ev
 -- @treturn string
 function M.class(ev)
@@ -221,19 +186,13 @@ local function rates(rate, what)
   return out
 end
 
---- Bounds what reaches `fn`: at most `rate` events of each class (see `class`) per
--- sandbox per second (a window opens with a sandbox's first event and lasts one second).
--- The excess is counted, and when the window is over `fn` receives, per class and
--- verdict that lost any, one summary event `{time =, sandbox =, kind = "suppressed",
--- class =, verdict =, suppressed = count, bytes = their bytes summed, reason =}`.
--- Summaries are written by the sandbox's next event, by `tick` (the egress loop calls it
--- on every turn), or by `flush`.
+--- Bounds what reaches `fn`: at most `rate` events of each class per sandbox per
+-- one-second window; the excess reaches `fn` as one `suppressed` event per class and
+-- verdict (`suppressed` = count, `bytes` summed), written by the next event, `tick` or `flush`.
 -- @tparam function fn the subscriber to protect
--- @tparam[opt] integer|table rate events per sandbox per second, for each class (default
---   `LOG_RATE`), or a table `{dns =, relayed =, refused =}` (a class left out: `LOG_RATE`)
--- @tparam[opt] function clock seconds, monotonic (default `core.clock.monotime`)
--- @treturn function the bounded subscriber
--- @treturn function `flush()`: writes every pending summary now
+-- @tparam[opt] integer|table rate per class (default `LOG_RATE`), or `{dns =, relayed =, refused =}`
+-- @tparam[opt] function clock monotonic seconds (default `core.clock.monotime`)
+-- @treturn function the bounded subscriber, and `flush()`
 function M.limit(fn, rate, clock)
   local budget = rates(rate == nil and M.LOG_RATE or rate, "limit")
   clock = clock or core.clock.monotime
@@ -292,9 +251,8 @@ function M.limit(fn, rate, clock)
   return sub, function() due(clock(), true) end
 end
 
---- Writes the summaries of every limiter whose window is over (see `limit`; each reads
--- its own clock); the egress loop calls it on each turn. Never raises: a failing writer
--- is counted as in `emit`.
+--- Writes the summaries of every limiter whose window is over; the egress loop calls it
+-- each turn. Never raises.
 function M.tick()
   for _, due in pairs(limiters) do
     local ok, err = pcall(due)
@@ -305,11 +263,10 @@ function M.tick()
   end
 end
 
--- Opens a log for appending. An existing file (or /dev/stdout, a FIFO) is used as it is,
--- its mode the operator's; a new one is created mode 0600 whatever the umask, and never
--- exists with a wider mode: it is made inside a fresh 0700 directory next to `path`,
--- restricted, then renamed into place. (Between the check and the rename another process
--- could create `path`; the rename then replaces that file, never writes into it.)
+-- Opens a log for appending: an existing file (or /dev/stdout, a FIFO) as it is; a new
+-- one made mode 0600 inside a fresh 0700 directory and renamed into place, so it never
+-- exists with a wider mode whatever the umask (a rename replaces a racing file, never
+-- writes into it).
 local function open_log(path)
   if core.fs.lstat(path) then return io.open(path, "a") end
   local dir = path:match("^(.*)/[^/]*$")
@@ -332,18 +289,11 @@ local function open_log(path)
   return f
 end
 
---- A subscriber that appends each event to a file as one JSON object per line (`encode`),
--- flushed after each line so that a reader (`tail -f`, `jq`) sees it at once. At most
--- `opts.rate` events of each class per sandbox per second are written (default
--- `LOG_RATE`; a table sets each class; `rate = false` writes all), with `suppressed` lines
--- for the rest (see `limit`). A new file is created mode 0600.
+--- A subscriber appending each event as one JSON line (`encode`), flushed so that `tail -f`
+-- sees it at once; bounded as `limit` (`rate = false` writes all). A new file is mode 0600.
 -- @tparam string path
 -- @tparam[opt] table opts `{rate = integer|table|false}`
--- @treturn[1] function the subscriber
--- @treturn[1] function closes the file (writing pending summaries first); the subscriber
---   raises afterwards
--- @return[2] nil
--- @treturn[2] string the error opening the file
+-- @treturn function the subscriber, and a function closing the file; or nil and the error
 function M.json_lines_writer(path, opts)
   opts = opts or {}
   local rate = opts.rate

@@ -1,12 +1,9 @@
 --- corral.egress: egress allowlists, decisions and events, for operators and the REPL.
 --
--- The policy half of the egress data path: what a sandbox may connect to.
--- Policies live in a process-wide registry (`corral.egress.registry`); `allow` and
--- `revoke` apply to the next decision, and `revoke(sb, entry, {cut = true})` (or
--- `recheck`) also resets the open connections the policy no longer allows. `decide`
--- decides one connection and emits its
--- event; the data plane calls it (or `corral.egress.decision.decide` with its own policy
--- and emits itself).
+-- The policy half of the egress data path. Policies live in the process-wide registry;
+-- `allow` and `revoke` apply to the next decision, and `revoke(sb, entry, {cut = true})`
+-- (or `recheck`) also resets open connections no longer allowed. `decide` decides one
+-- connection and emits its event.
 --
 --     local egress = require "corral.egress"
 --     assert(egress.set(sb, { "pypi.org:443", "*.pythonhosted.org:443" }))
@@ -14,7 +11,6 @@
 --     egress.revoke(sb, "api.example.com:443", { cut = true }) -- and reset what it allowed
 --     egress.subscribe(assert(egress.events.json_lines_writer("/var/log/corral-egress.jsonl")))
 --
--- Sandboxes are given as a sandbox table (with `id`) or as the id itself.
 -- @module corral.egress
 local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
@@ -34,8 +30,7 @@ local M = {
   synthetic = synthetic,
 }
 
---- The process-wide registry (`corral.egress.registry.process`), the one every data
--- plane of this process reads.
+--- The process-wide registry every data plane of this process reads.
 M.registry = registry.process
 
 local function sandbox_id(sb)
@@ -48,18 +43,14 @@ end
 
 --- Parses an allowlist (see `corral.egress.allowlist`).
 -- @tparam {string,...} list
--- @treturn[1] table the allowlist
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the first bad entry
+-- @treturn table the allowlist, or nil and `invalid_argument`
 function M.parse(list)
   return allowlist.parse(list)
 end
 
 --- Parses one allowlist entry.
 -- @tparam string entry
--- @treturn[1] table the entry
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the entry and the reason
+-- @treturn table the entry, or nil and `invalid_argument`
 function M.parse_entry(entry)
   return allowlist.parse_entry(entry)
 end
@@ -68,19 +59,14 @@ end
 -- @param sb sandbox or id
 -- @param list allowlist, list of entries, or nil
 -- @tparam[opt] table opts `{decide =, budget =, internal =}`
--- @treturn[1] table the policy
--- @return[2] nil
--- @treturn[2] table `invalid_argument`
+-- @treturn table the policy, or nil and `invalid_argument`
 function M.set(sb, list, opts)
   return M.registry:set(sandbox_id(sb), list, opts)
 end
 
---- Sets a sandbox's policy from its `network` table: `{allow = {...}?, decide = fn?,
--- budget = n?, internal = {cidr,...}?}` (other fields belong to the data plane).
+--- Sets a sandbox's policy from its `network` table (`allow`, `decide`, `budget`, `internal`).
 -- @tparam table sb a sandbox with `id` and `network`
--- @treturn[1] table the policy
--- @return[2] nil
--- @treturn[2] table `invalid_argument`
+-- @treturn table the policy, or nil and `invalid_argument`
 function M.configure(sb)
   local net = type(sb) == "table" and sb.network or {}
   return M.registry:set(sandbox_id(sb), net.allow, { decide = net.decide, budget = net.budget,
@@ -90,25 +76,17 @@ end
 --- Allows one more destination for a sandbox; applies to the next decision.
 -- @param sb sandbox or id
 -- @tparam string entry
--- @treturn[1] table the entry
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the entry
+-- @treturn table the entry, or nil and `invalid_argument`
 function M.allow(sb, entry)
   return M.registry:allow(sandbox_id(sb), entry)
 end
 
---- Revokes every entry equal to `entry`; applies to the next decision. Connections the
--- entry let through keep relaying unless `opts.cut` is true: then every open outbound
--- connection of the sandbox is decided again with the new policy (`recheck`) and those it
--- no longer allows are reset, both ways, each logged as a `cut` event. A connection that
--- another entry (or the decide hook) still allows carries on.
+--- Revokes every entry equal to `entry`, for the next decision. With `opts.cut`, open
+-- connections are decided again (`recheck`) and those no longer allowed reset.
 -- @param sb sandbox or id
 -- @tparam string entry
 -- @tparam[opt] table opts `{cut = boolean}`
--- @treturn[1] integer how many entries were removed
--- @treturn[1] integer with `cut`: how many connections were reset
--- @return[2] nil
--- @treturn[2] table `invalid_argument` naming the entry
+-- @treturn integer entries removed, and with `cut` connections reset; or nil and `invalid_argument`
 function M.revoke(sb, entry, opts)
   local id = sandbox_id(sb)
   if opts ~= nil and (type(opts) ~= "table" or (opts.cut ~= nil and type(opts.cut) ~= "boolean")) then
@@ -120,14 +98,10 @@ function M.revoke(sb, entry, opts)
   return n
 end
 
---- Decides every open outbound connection of a sandbox again with its current policy and
--- resets (RST, both ways) those no longer allowed, each logged as a `cut` event (verdict
--- deny, the new decision's reason). For use after `set`, `revoke` or a change in what a
--- decide hook answers. Connections are judged by destination (name or IP, and port), as
--- when they were made; the host-side resolution is not done again.
+--- Decides every open outbound connection of a sandbox again (by destination, without
+-- resolving again) and resets both ways those no longer allowed, each a `cut` event.
 -- @param sb sandbox or id
--- @treturn integer how many connections were reset (0 when this process serves no
---   plane for the sandbox)
+-- @treturn integer how many connections were reset
 function M.recheck(sb)
   return loop.recheck(sandbox_id(sb))
 end
@@ -179,21 +153,16 @@ end
 --- Whether the DNS responder should give `name` a synthetic address in this sandbox.
 -- @param sb sandbox or id
 -- @tparam string name
--- @treturn[1] boolean true
--- @return[2] nil
--- @treturn[2] string why not
+-- @treturn true, or nil and why not
 function M.resolvable(sb, name)
   return decision.resolvable(name, M.registry:get(sandbox_id(sb)))
 end
 
---- The synthetic address of an allowed name in this sandbox (text, then bytes).
+--- The synthetic address of an allowed name in this sandbox.
 -- @param sb sandbox or id
 -- @tparam string name
 -- @tparam[opt="inet"] string family
--- @treturn[1] string text
--- @treturn[1] string bytes
--- @return[2] nil
--- @treturn[2] string|table why not
+-- @treturn string text and bytes, or nil and why not
 function M.address(sb, name, family)
   local policy = M.registry:get(sandbox_id(sb))
   local ok, why = decision.resolvable(name, policy)
@@ -214,9 +183,7 @@ end
 -- and the sandbox's `internal` list.
 -- @param sb sandbox or id
 -- @tparam string ip
--- @treturn[1] boolean true
--- @return[2] nil
--- @treturn[2] string why not
+-- @treturn true, or nil and why not
 function M.check_resolved(sb, ip)
   return decision.check_resolved(ip, M.registry:get(sandbox_id(sb)), hostaddr.env())
 end

@@ -1,20 +1,12 @@
 --- The `bwrap` mechanism: tenant sandboxes built by the system's bubblewrap.
 --
--- For hosts where bubblewrap is the better choice (e.g. a distribution that allows
--- unprivileged user namespaces only to it). bubblewrap runs as the sandbox's own
--- unprivileged host id (set by corral's spawn), so the tenant's root maps to that id and
--- never to host root, with every namespace unshared, all capabilities dropped, a new
--- session, the tenant seccomp filter (corral's, handed to --seccomp), and the same root
--- as native: runtime read-only, /storage, /workspace, /proc, /dev, a capped tmpfs /tmp,
--- and its own root read-only.
---
--- It constructs what bubblewrap gives: filesystem_confinement, privilege_separation,
--- network_restriction. It builds no resource limits: the gate asks the host probe for
--- resource_limits, and the host applies them by starting bubblewrap inside a cgroup
--- beneath corral's own (and rlimits set by corral's spawn). With an egress allowlist or a
--- service port, bubblewrap is started inside the host-made, host-programmed netns (joined
--- while still privileged, so the user namespace bubblewrap then makes owns nothing in
--- it) and shares it instead of unsharing an empty one; corral's loop serves it.
+-- For hosts that allow unprivileged user namespaces only to bubblewrap. bubblewrap runs
+-- as the sandbox's unprivileged host id, so the tenant's root never maps to host root,
+-- and builds the same root plan as native (corral.tenant_root). It constructs no
+-- resource limits: the host starts it inside a cgroup beneath its own. With an egress
+-- plane, bubblewrap is started inside the host-programmed netns (joined while still
+-- privileged, so the user namespace it then makes owns nothing in it: invariant 4 of
+-- docs/architecture.md).
 -- @module corral.mechanism.bwrap
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -31,7 +23,6 @@ function M.required_capabilities(sb)
 end
 
 --- What bwrap builds itself (resource limits are the host's, around it).
--- @treturn {string,...}
 function M.constructed_capabilities()
   return { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits" }
 end
@@ -47,8 +38,7 @@ local function bind_option(m)
   return (m.rw and "--bind" or "--ro-bind") .. (m.optional and "-try" or "")
 end
 
---- The bwrap argument list for argv under a tenant root plan (see corral.tenant_root),
--- the seccomp program on fd `seccomp_fd`.
+--- The bwrap argument list for argv under a tenant root plan, seccomp on `seccomp_fd`.
 -- @tparam table root the root plan
 -- @tparam {string,...} argv
 -- @tparam[opt] integer seccomp_fd
@@ -69,23 +59,22 @@ function M.args(root, argv, seccomp_fd)
       add(bind_option(m), m.src, m.dest)
     end
   end
-  -- As native's: /tmp a capped tmpfs, and the root bubblewrap builds (a tmpfs of its
-  -- own) read-only once everything is mounted on it (a conformance run wrote to /).
+  -- as native's: /tmp a capped tmpfs, and bubblewrap's own root tmpfs read-only once
+  -- everything is mounted on it, else the tenant can write to /
   if root.proc then add("--proc", "/proc") end
   if root.dev then add("--dev", "/dev") end
   if root.tmp_mib then add("--size", tostring(root.tmp_mib * 1024 * 1024), "--tmpfs", "/tmp") end
   add("--remount-ro", "/", "--chdir", root.cwd)
   if seccomp_fd then add("--seccomp", tostring(seccomp_fd)) end
-  -- The environment is bubblewrap's own (the spawn gives it exactly the tenant's), not
-  -- --setenv arguments: bwrap's command line is /proc/1/cmdline inside, and the values
-  -- showed there.
+  -- the environment is the spawn's (exactly the tenant's), not --setenv: bwrap's command
+  -- line is /proc/1/cmdline inside, where the values would show
   add("--")
   for _, v in ipairs(argv) do a[#a + 1] = v end
   return a
 end
 
--- The host path that inside path p (absolute, no . or ..) shows under the root plan:
--- the deepest mount holding it, through the merged-/usr links; nil when no mount does.
+-- The host path inside path p shows under the root plan (the deepest mount holding it,
+-- through the merged-/usr links), or nil.
 local function host_path(root, p, depth)
   local best
   for _, m in ipairs(root.mounts) do
@@ -102,9 +91,9 @@ local function host_path(root, p, depth)
   return host_path(root, target .. rest, depth + 1)
 end
 
--- Whether inside path p is surely absent from the tenant's root ("missing"), a directory
--- or a file no one may execute ("denied"), or else nil (bubblewrap is left to try): a
--- symlink on the way, or a path under what bubblewrap makes itself, is not judged here.
+-- Whether inside path p is surely "missing" from the tenant's root or "denied" (a
+-- directory, or not executable); nil leaves it to bubblewrap (a symlink on the way, a
+-- path under what bubblewrap makes itself).
 local function judge(root, p)
   local parts = {}
   for c in p:gmatch("[^/]+") do
@@ -123,7 +112,7 @@ local function judge(root, p)
     if st.type == "dir" or st.mode & tonumber("111", 8) == 0 then return "denied" end
     return nil
   end
-  -- Absent here; but a link between the mount and the file could point elsewhere inside.
+  -- a link between the mount and the file could still point elsewhere inside
   local dir = host
   while true do
     dir = dir:match("^(.*)/[^/]*$")
@@ -134,15 +123,13 @@ local function judge(root, p)
   end
 end
 
--- The result of a command bubblewrap could not run, found before it starts (bubblewrap
--- itself would exit 1, saying so on the tenant's stderr): 127 not found, 126 not
--- executable, as native and a shell report them. nil when it may run.
+-- 127 not found / 126 not executable, found before bubblewrap starts (it would exit 1,
+-- saying so on the tenant's stderr), as native and a shell report them; nil when runnable.
 local function not_runnable(root, sb, cmd)
   local verdict
   if cmd:find("/", 1, true) then
     verdict = judge(root, cmd:sub(1, 1) == "/" and cmd or (root.cwd .. "/" .. cmd))
   else
-    -- Without one absolute PATH entry to look in, bubblewrap's execvp decides.
     for dir in ((sb.env or {}).PATH or ""):gmatch("[^:]+") do
       if dir:sub(1, 1) == "/" then
         verdict = judge(root, dir .. "/" .. cmd) ~= "missing" and "found" or verdict or "missing"
@@ -157,11 +144,9 @@ local function not_runnable(root, sb, cmd)
   end
 end
 
--- Spawns bwrap in the sandbox's cgroup (and netns, with a plane), with the rlimits and,
--- as root, the sandbox's unprivileged host id taken by corral's own spawn step — which
--- re-arms the parent-death signal the id change clears (prlimit and setpriv did this
--- before, and left a window where a killed `corral run` orphaned the tenant).
--- bubblewrap reports its own failures as status 1; a missing command is found first.
+-- Spawns bwrap in the sandbox's cgroup (and netns), with the rlimits and the sandbox's
+-- host id set by corral's own spawn, which re-arms the parent-death signal the id change
+-- clears: a killed `corral run` must not orphan the tenant. A missing command is found first.
 local function spawn(sb, st, argv, opts)
   local bwrap = tool("bwrap")
   if not bwrap then

@@ -1,10 +1,7 @@
---- The lifecycle the built-in mechanisms share: provision, start, exec, wait, stop,
--- destroy, status, address — around one spawn function of the mechanism's own.
+--- The life cycle the built-in mechanisms share, around one spawn function of each.
 --
--- A mechanism differs only in how it spawns a command (native: corral's namespaces;
--- bwrap: bubblewrap); what the host holds for a sandbox (corral.resources), how a run
--- is waited for (corral.egress.loop.wait: serving the egress loop, the wall limit,
--- forwarded signals) and how its end is classified (corral.limits.observe) are one.
+-- What the host holds (corral.resources), how a run is waited for (corral.egress.loop.wait)
+-- and how its end is classified (corral.limits.observe) are one for every mechanism.
 -- @module corral.mechanism.lifecycle
 local errors = require "corral.errors"
 local limits = require "corral.limits"
@@ -12,9 +9,7 @@ local resources = require "corral.resources"
 
 local M = {}
 
---- What a sandbox under a built-in mechanism requires, in the order the gate asks: the
--- tenant profile's guarantees, what the mechanism builds them from, resource_limits
--- when it sets cgroup limits and nftables when it has an egress plane.
+--- What a sandbox under a built-in mechanism requires, in the order the gate asks.
 -- @tparam table sb
 -- @tparam {string,...} needs the mechanism's own requirements
 -- @treturn {string,...}
@@ -26,17 +21,14 @@ function M.required_capabilities(sb, needs)
   return req
 end
 
---- Completes `mech` with the lifecycle callbacks.
+--- Completes `mech` with the life cycle callbacks.
 -- @tparam table mech the mechanism (name, capabilities, …)
--- @tparam function spawn `spawn(sb, st, argv, opts)`, st the host's state for the
---   sandbox (corral.resources.acquire's, plus `process`) → process, or nil, error, or
---   nil, nil, result (the sandbox was built and the command itself could not run).
---   opts.stdout/opts.stderr are already set when the caller asked for `output`.
+-- @tparam function spawn `spawn(sb, st, argv, opts)` → process; or nil, error; or nil,
+--   nil, result when the sandbox was built but the command could not run
 -- @treturn table mech
 function M.build(mech, spawn)
   local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
 
-  -- Runs spawn with opts.output (a host path for the tenant's stdout and stderr) opened.
   local function spawn_with_output(sb, argv, opts)
     local st = state[sb.id]
     if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
@@ -58,8 +50,7 @@ function M.build(mech, spawn)
     return result
   end
 
-  --- Creates the storage (owned by the sandbox's host id), the cgroup and, with an
-  -- allowlist or a service port, the egress plane.
+  --- Creates the storage (owned by the sandbox's host id), the cgroup and the egress plane.
   function mech.provision(sb)
     if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
     local st, err = resources.acquire(sb)
@@ -111,8 +102,7 @@ function M.build(mech, spawn)
     return result
   end
 
-  --- Stops the sandbox's processes (its init, or bubblewrap, gets SIGKILL; the cgroup
-  -- is emptied).
+  --- Stops the sandbox's processes (SIGKILL to its init or bubblewrap; the cgroup emptied).
   function mech.stop(sb)
     local st = state[sb.id]
     if not st then return true end
@@ -125,7 +115,7 @@ function M.build(mech, spawn)
     return true
   end
 
-  --- Stops and removes everything the sandbox holds but its storage (data outlives it).
+  --- Removes everything the sandbox holds but its storage (data outlives it).
   function mech.destroy(sb)
     local st = state[sb.id]
     if not st then return true end
@@ -144,8 +134,7 @@ function M.build(mech, spawn)
     return st.status
   end
 
-  --- Where the sandbox's service_port is reachable from the host: `true,
-  -- "127.0.0.1:PORT"` (the kernel chose PORT), or `true, nil`.
+  --- Where the service_port is reachable from the host: `true, "127.0.0.1:PORT"`, or `true, nil`.
   function mech.address(sb)
     return resources.address(state[sb.id])
   end

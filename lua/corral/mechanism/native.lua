@@ -1,15 +1,9 @@
 --- The `native` mechanism: tenant sandboxes built from corral's own kernel primitives.
 --
--- Each command runs as root of a fresh user namespace mapped to an unprivileged host id
--- (distinct per sandbox), in new mount, pid, ipc, uts, cgroup and net namespaces (the net
--- namespace is empty: no network unless an egress allowlist is given), under a root that
--- shows the runtime read-only, the sandbox's storage read-write at /storage, its
--- workspace at /workspace, a fresh /proc, a minimal /dev and a 64 MiB tmpfs /tmp; every
--- capability dropped, no_new_privs, the tenant seccomp filter, a new session, rlimits,
--- and a cgroup beneath the host's own for memory, pids and cpu.
---
--- disk_quota is not constructed: /storage is a plain host directory. Only /tmp is
--- bounded (a size-capped tmpfs, whose pages the memory cgroup also charges).
+-- Each command runs as root of a fresh user namespace mapped to a per-sandbox
+-- unprivileged host id, in new mount, pid, ipc, uts, cgroup and (empty) net
+-- namespaces, under the root plan of corral.tenant_root. disk_quota is not constructed:
+-- /storage is a plain host directory; only /tmp is bounded.
 -- @module corral.mechanism.native
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -19,16 +13,14 @@ local tenant_root = require "corral.tenant_root"
 
 local M = { name = "native" }
 
---- What a sandbox under this mechanism needs: the tenant profile's guarantees, plus the
--- kernel features native builds them from.
+--- What a sandbox under native needs: the tenant guarantees and the kernel features.
 -- @tparam table sb
 -- @treturn {string,...}
 function M.required_capabilities(sb)
   return lifecycle.required_capabilities(sb, { "user_namespaces", "seccomp" })
 end
 
---- What native builds itself (user_namespaces and seccomp come from the host kernel and
--- are asked of the probe; resource_limits is constructed only where cgroups hold).
+--- What native builds itself; user_namespaces and seccomp are asked of the probe.
 -- @treturn {string,...}
 function M.constructed_capabilities()
   local c = { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits" }
@@ -36,8 +28,7 @@ function M.constructed_capabilities()
   return c
 end
 
---- The spawn plan for running argv in sandbox sb: its root plan (corral.tenant_root)
--- rendered for core.spawn.start, with argv[1] resolved through the tenant's PATH.
+--- The core.spawn.start plan for argv in sb, argv[1] resolved through the tenant's PATH.
 -- @tparam table sb a validated sandbox
 -- @tparam[opt] table st the host's state for it (nil: not provisioned)
 -- @tparam {string,...} argv
@@ -76,8 +67,7 @@ local function spawn(sb, st, argv, opts)
   local proc, err, errno = core.spawn.start(plan)
   local step = err and err:match("^spawn: (.-): ")
   if not proc and step == "exec" then
-    -- The sandbox was built and the command itself could not run: the tenant's failure,
-    -- reported as a shell does (127 not found, 126 not executable), not corral's.
+    -- the command itself could not run: the tenant's failure, reported as a shell does
     local code = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
     return nil, nil, { code = code, how = "exited", error = err }
   end

@@ -1,20 +1,12 @@
 --- The host's promises around a mechanism it did not write: a custom mechanism's exec
--- runs in a watched child of the host (core.spawn.fork), so that --wall and the forwarded
--- signals bound it whatever its code does — an `os.execute` blocks a Lua state where no
--- hook can reach it, and a mechanism returns no process handle the host could kill.
+-- runs in a watched child (core.spawn.fork), so that --wall and forwarded signals bound
+-- it whatever its code does (an `os.execute` blocks where no hook reaches).
 --
--- What "what it started" is: every process of the child's cgroup when the host can make
--- one (root, a cgroup hierarchy: the child joins it before the mechanism runs, and
--- cgroup.kill ends it however its processes detach), and in any case the child's
--- process tree: the child is a subreaper, so what its mechanism starts stays beneath it
--- even when a parent in between exits; the tree is stopped, then killed.
---
--- The wall: at `sb.limits.wall` the whole of it is killed and the run ends as a wall
--- kill (`limit = "wall"`). A signal the host receives (Ctrl-C, SIGTERM, SIGHUP) is sent
--- to the whole of it at once (a terminal's Ctrl-C has reached it already); what is left
--- after `GRACE` seconds is killed, and the run ends with the result the mechanism
--- returned or, without one, 128 + the signal. The child reports its result through a
--- pipe, checked against the contract there (corral.mechanism.call) and here.
+-- What it started is the child's cgroup when the host can make one (cgroup.kill ends it
+-- however processes detach), and always the child's process tree: the child is a
+-- subreaper, so descendants stay beneath it. At the wall, or `GRACE` seconds after a
+-- forwarded signal, all of it is killed. The result comes through a pipe, checked
+-- against the contract on both sides.
 -- @module corral.mechanism.watch
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -24,8 +16,7 @@ local M = {}
 --- Seconds a mechanism is given to return after a forwarded signal.
 M.GRACE = 3
 
--- A result or an error as a Lua literal of scalars and tables of scalars: what exec
--- returns (code, how, limit, error, usage) and what a corral error holds.
+-- A result or an error as a Lua literal of scalars and tables of scalars.
 local function encode(v, depth)
   if type(v) == "table" and depth < 3 then
     local parts = {}
@@ -77,8 +68,7 @@ local function descendants(pid)
   return out
 end
 
--- Kills every process beneath pid: the tree is stopped until it stops growing, so
--- that nothing forks past the kill, then killed.
+-- Stops the tree until it stops growing, so nothing forks past the kill, then kills it.
 local function kill_tree(pid)
   local stopped = {}
   for _ = 1, 50 do
@@ -94,8 +84,8 @@ local function kill_tree(pid)
   for p in pairs(stopped) do core.proc.kill(p, 9) end
 end
 
--- Sends sig to the child, its tree and (SIGKILL) its cgroup. Only while the child is
--- unreaped: its pid, and so the tree found from it, is its own until then.
+-- Sends sig to the child, its tree and (SIGKILL) its cgroup; only while the child is
+-- unreaped, since until then its pid, and the tree found from it, is its own.
 local function signal_all(child, cg, sig)
   if sig == 9 then
     if cg then cg:kill() end
@@ -106,13 +96,11 @@ local function signal_all(child, cg, sig)
   child:kill(sig)
 end
 
--- In the watched child: run exec through the host's checks and report.
 local function child_main(mech, sb, argv, opts, cg, pipe)
   if cg then cg:attach(core.proc.getpid()) end
   local corral = require "corral"
   local ok, r, err = pcall(corral.exec, mech, sb, argv, opts)
-  -- What the mechanism left running past its own return is the host's to end: it
-  -- is beneath this subreaper, and is lost to the tree once this process is gone.
+  -- what the mechanism left running is lost to the tree once this subreaper is gone
   kill_tree(core.proc.getpid())
   local report
   if ok and r then
@@ -130,11 +118,9 @@ end
 -- @tparam table mech a loaded mechanism
 -- @tparam table sb
 -- @tparam {string,...} argv
--- @tparam[opt] table opts passed to exec (without `signals`: the host reads those)
+-- @tparam[opt] table opts passed to exec
 -- @tparam[opt] userdata signals the host's signalfd (INT, TERM, HUP)
--- @treturn[1] table the result, as exec's contract has it
--- @return[2] nil
--- @treturn[2] table error (the mechanism's own, or one naming it when it broke)
+-- @treturn table the result, or nil and an error
 function M.exec(mech, sb, argv, opts, signals)
   local label = require("corral.mechanism").label(mech)
   local cg

@@ -1,7 +1,6 @@
 --- `corral step`: one step at the highest tier this host earns, and its receipt.
 --
--- Registered by corral.cli; this module keeps the implementation. Nothing heavy is
--- required until the command runs.
+-- Registered by corral.cli; nothing heavy is required until the command runs.
 -- @module corral.tier.cli
 local errors = require "corral.errors"
 
@@ -132,7 +131,7 @@ function M.run(argv, parse, fail)
     return fail("step", as_flag(rec, flag))
   end
   if opts.s2 and result.ok then
-    -- A JSON array, nil as null, so that positions survive.
+    -- a JSON array, nil as null, so that positions survive
     local json = require "dkjson"
     rec.result = setmetatable({}, { __jsontype = "array" })
     for i = 1, result.values.n do

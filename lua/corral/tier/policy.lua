@@ -1,17 +1,10 @@
 --- Grants → policy → commitment, for the isolation tiers (see corral.tier).
 --
--- A unit's grants: `{read = {paths}, write = {paths}, exec = {paths}, net = false,
--- subprocess = false, env = {names}, clock = true, random = true}`. Everything a grant
--- does not name is denied (the defaults are the denials: no paths, no network, no
--- subprocess, no environment). The policy derived from them is what a tier applies;
--- its canonical serialisation — one fact per line, sorted, every path resolved, the
--- mechanism with its version and the digest of each seccomp program — hashed with
--- SHA-256 is the commitment, the same for the same policy on every run and every host
--- with the same mechanism, and different when any grant changes.
---
--- What a native process keeps whatever its grants (the residue, listed in every
--- receipt as `residue`): see `M.RESIDUE`. A grant that would withhold part of it is
--- refused, never run with a capability it denies.
+-- Everything a grant does not name is denied. The commitment is SHA-256 over the
+-- policy's canonical serialisation (one fact per line, sorted, every path resolved, the
+-- mechanism with its version, each seccomp program's digest): the same for the same
+-- policy on every host with the same mechanism, different when any grant changes. A
+-- grant that would withhold part of the residue (`M.RESIDUE`) is refused.
 -- @module corral.tier.policy
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -37,9 +30,8 @@ M.RESIDUE = {
     "unix connects only from ABI 9)",
 }
 
--- The runtime every S1 step may read and execute (the ladder's "its runtime"): the
--- system's programs and libraries, and the few /etc files a dynamically linked program
--- reads to start. Deliberately not all of /etc (it holds credential stores).
+-- What every S1 step may read and execute: the system's programs and libraries and the
+-- few /etc files a dynamic program reads to start; not all of /etc (credential stores).
 local RUNTIME_DIRS = { "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" }
 local RUNTIME_ETC = { "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload",
   "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/locale.alias",
@@ -80,13 +72,10 @@ local function resolve_paths(key, list)
   return sorted_unique(out)
 end
 
---- Checks grants and fills the defaults: paths resolved (every symlink), lists sorted.
--- Refuses, naming the grant, what a native process cannot be denied (the clock,
--- randomness) and what no tier here enforces (a network allowlist).
+--- Checks grants and fills the defaults: paths resolved, lists sorted.
+-- Refuses what a native process cannot be denied (the clock, randomness).
 -- @tparam table grants
--- @treturn table the normalised grants
--- @return[2] nil
--- @treturn[2] table `invalid_argument` or `cannot_enforce` naming `grants.<key>`
+-- @treturn table the normalised grants, or nil and an error naming `grants.<key>`
 function M.check(grants)
   if type(grants) ~= "table" then return invalid("*", "grants must be a table") end
   for k in pairs(grants) do
@@ -125,8 +114,7 @@ function M.check(grants)
   local net = grants.net
   if net == nil then net = DEFAULTS.net end
   if type(net) == "table" then
-    -- The grammar of `corral run --allow`; what is committed is each entry's canonical
-    -- text, sorted, so that two spellings of one allowlist commit alike.
+    -- each entry's canonical text, sorted, so that two spellings of one allowlist commit alike
     local al, aerr = allowlist.parse(net)
     if not al then return invalid("net", "%s", aerr.detail or tostring(aerr)) end
     local texts = {}
@@ -191,15 +179,12 @@ local function existing(list)
   return out
 end
 
---- Derives the policy S1 applies for normalised grants: every capability dropped (a
--- root caller's child would otherwise keep CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_NET_ADMIN,
--- which no file rule touches), Landlock rules (deny by default: the runtime, then each
--- grant) and the seccomp programs.
+--- Derives the policy S1 applies: every capability dropped (no file rule touches
+-- CAP_SYS_MODULE or CAP_NET_ADMIN), deny-default Landlock rules, the seccomp programs.
 -- @tparam table g normalised grants (from `M.check`)
--- @tparam table mech `{name =, abi =}`; name is the mechanism string
--- @tparam[opt] {string,...} extra_exec resolved files the step's own runtime needs
---   (the corral host, for a probe or an S2 child), granted read+execute
--- @tparam[opt] {string,...} extra_read resolved files that runtime reads, granted read
+-- @tparam table mech `{name =, abi =}`
+-- @tparam[opt] {string,...} extra_exec resolved files the step's runtime needs (read+execute)
+-- @tparam[opt] {string,...} extra_read resolved files that runtime reads
 -- @treturn table `{tier =, mechanism =, rules =, filters =, supervised =}`
 function M.derive(g, mech, extra_exec, extra_read)
   local rules = {}
@@ -222,8 +207,7 @@ function M.derive(g, mech, extra_exec, extra_read)
   end)
   local filters = { "tty" }
   if not g.net then filters[#filters + 1] = "nonet" end
-  -- An allowlist is enforced by the egress plane around the program's own network
-  -- namespace; the mechanism says so.
+  -- the egress plane enforces an allowlist around the program's own netns; the name says so
   local name = mech.name
   if M.allowlisted(g) and name then name = name .. "+egress" end
   return { tier = mech.tier or "S1", mechanism = name, rules = rules, filters = filters,
@@ -231,15 +215,11 @@ function M.derive(g, mech, extra_exec, extra_read)
            egress = M.allowlisted(g) and g.net or nil }
 end
 
---- Derives the policy seatbelt applies on macOS (`mech.name` is `seatbelt/<version>`):
--- the grants rendered to a deny-default SBPL profile (corral.sbpl.tier_profile), whose
--- exact text the commitment covers.
+--- Derives the seatbelt policy (macOS): a deny-default SBPL profile the commitment covers.
 -- @tparam table g normalised grants
 -- @tparam table mech `{name =}`
 -- @tparam string program the resolved program
--- @treturn table `{tier =, mechanism =, profile =}`
--- @return[2] nil
--- @treturn[2] table the refusal (an allowlist, a path SBPL cannot spell)
+-- @treturn table `{tier =, mechanism =, profile =}`, or nil and the refusal
 function M.derive_seatbelt(g, mech, program)
   local profile, err = require("corral.sbpl").tier_profile(g, program)
   if not profile then return nil, err end
@@ -280,8 +260,7 @@ function M.canonical(policy, g)
   for _, k in ipairs({ "subprocess", "clock", "random" }) do
     lines[#lines + 1] = "grant " .. k .. " " .. tostring(g[k])
   end
-  -- The operator's side of the egress plane: the private ranges an allowed name may
-  -- resolve into, and names answered from a table instead of the host's resolver.
+  -- the operator's side of the egress plane: private ranges allowed, names answered from a table
   for _, c in ipairs(policy.internal or {}) do lines[#lines + 1] = "egress internal " .. c end
   for _, r in ipairs(policy.resolve or {}) do lines[#lines + 1] = "egress resolve " .. r end
   return table.concat(lines, "\n") .. "\n"
@@ -290,9 +269,7 @@ end
 --- The commitment: SHA-256 of the canonical serialisation, as `sha256:<hex>`.
 -- @tparam table policy
 -- @tparam table g normalised grants
--- @treturn string
--- @return[2] nil
--- @treturn[2] table cannot_enforce when the system has no SHA-256 to offer
+-- @treturn string, or nil and cannot_enforce when the system offers no SHA-256
 function M.commitment(policy, g)
   local hex, err = core.digest.sha256(M.canonical(policy, g))
   if not hex then return nil, errors.cannot_enforce("commitment", tostring(err)) end

@@ -1,27 +1,13 @@
 --- The S1 probe: a host earns tier S1 by doing it (once per process, cached).
 --
--- The probe program is the corral host itself (`corral -e`), so the attempts need no
--- other program. It runs twice:
---
--- 1. the control, as a bare child (S0): every attempt must succeed there — the secret
---    outside the grants is read, a fork and a connect to a listener of ours succeed,
---    an exec replaces the program (exit 42), and (for a root caller) capabilities are
---    held — or the attempts could not tell a denial from a broken attempt;
--- 2. confined, under a policy that grants nothing but its runtime (and the host binary):
---    each attempt must be denied with the kernel's answer for that layer (EACCES from
---    Landlock, EPERM from seccomp or the exec supervisor), and each denial is followed,
---    in the same child, by a control that must succeed: a granted file is read after
---    the denied one and after finding no capability, a thread is made after the
---    denied fork, a unix pair carries a
---    byte after the denied connect, and the child is still there to report after the
---    denied exec.
---
--- Only when all of that holds is the host S1, sealed `landlock/<abi>+seccomp`.
--- A mutation (`mutate`, or CORRAL_TIER_PROBE_MUTATE for the cached probe) weakens the
--- confined run on purpose — "no-landlock", "no-seccomp", "no-net-filter",
--- "no-subprocess-filter", "keep-capabilities" (where the caller holds some) — or breaks
--- its controls ("control-fails"); every one must
--- yield S0, which tests/tier_spec.lua checks.
+-- The probe program is the corral host itself (`corral -e`). It runs twice: as a bare
+-- child, where every attempt (read a secret, fork, connect, exec, hold capabilities)
+-- must succeed, else a denial could not be told from a broken attempt; then confined to
+-- its runtime, where each attempt must be denied with its layer's errno and followed in
+-- the same child by a control that succeeds (docs/architecture.md, invariant 2).
+-- A mutation (`mutate` or CORRAL_TIER_PROBE_MUTATE: "no-landlock", "no-seccomp",
+-- "no-net-filter", "no-subprocess-filter", "keep-capabilities", "control-fails") must
+-- yield S0; tests/tier_spec.lua checks each.
 -- @module corral.tier.probe
 local core = require "corral.core"
 local policy = require "corral.tier.policy"
@@ -110,7 +96,6 @@ local function probe_once(mutate)
   local argv = { host, "-e", PROGRAM }
   local report = { control = false, attempts = {} }
 
-  -- 1. The control: every attempt succeeds in a bare child.
   local cres, cerr, cout = run({ path = host, argv = argv, env = env })
   local cseen = parse(cout)
   local function succeeded(what) return cseen[what] ~= nil and cseen[what].verdict == "ok" end
@@ -118,7 +103,6 @@ local function probe_once(mutate)
     succeeded("connect")
   report.control = control_ok and true or false
 
-  -- 2. Confined: nothing granted but the runtime and the probe program.
   local g = assert(policy.check({}))
   local pol = policy.derive(g, { name = "landlock/" .. abi .. "+seccomp" }, { host })
   local plan = { path = host, argv = argv, env = env, rules = pol.rules, filters = pol.filters,
@@ -138,8 +122,8 @@ local function probe_once(mutate)
   if not res then return false, "the confined probe did not start: " .. tostring(err), report end
   local seen = parse(out)
   local holds = res.status == 0
-  -- Capabilities are only attempted where the bare child held some (a root caller):
-  -- elsewhere there is nothing to drop, and no control to tell a drop apart.
+  -- capabilities are attempted only where the bare child held some: elsewhere no control
+  -- tells a drop apart
   local order = { table.unpack(ORDER) }
   if succeeded("capabilities") then table.insert(order, 2, "capabilities") end
   for _, what in ipairs(order) do
@@ -160,7 +144,6 @@ end
 
 local SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 
--- Runs a shell line, returning its output (stdout and stderr) and whether it exited 0.
 local function sh(line)
   local f = io.popen(line .. " 2>&1")
   if not f then return "", false end
@@ -170,14 +153,9 @@ end
 
 local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
---- The seatbelt probe (macOS), taken only where `sandbox-exec` runs: a read of a secret
--- succeeds under an allow-default profile (the control), then, under the tier profile
--- for grants that name only a granted directory, the same read is denied and, in the
--- same child, the granted file is read. On Linux `sandbox-exec` does not exist and
--- nothing runs.
--- @treturn[1] table `{tier = "S1", mechanism = "seatbelt/<macOS version>", detail =}`
--- @return[2] nil
--- @treturn[2] string why not
+--- The seatbelt probe (macOS, only where `sandbox-exec` runs): a read allowed unconfined,
+-- denied under the tier profile, then a granted read in the same child.
+-- @treturn table `{tier = "S1", mechanism = "seatbelt/<version>", detail =}`, or nil and why not
 function M.seatbelt()
   if not core.path.resolve_file(SANDBOX_EXEC) then return nil, SANDBOX_EXEC .. " is not on this host" end
   local version = sh("/usr/bin/sw_vers -productVersion"):match("^%s*(%S+)")
@@ -212,7 +190,6 @@ function M.check(mutate)
   if mutate == "" then mutate = nil end
   if not mutate and cached then return cached end
   if not core.landlock.abi() and not mutate then
-    -- No Landlock: macOS keeps the seatbelt path, earned only where sandbox-exec runs.
     local sb = M.seatbelt()
     if sb then
       sb.probe = { control = true, attempts = { { attempt = "read", denied = true, control_after = true } } }

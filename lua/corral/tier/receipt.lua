@@ -1,20 +1,10 @@
 --- Step receipts: what ran, at which tier, under which committed policy, at what cost.
 --
--- A receipt is `{tier, mechanism, commitment, grants, exit, wall_s, cpu_s, max_rss,
--- energy = {joules, method}, probe = {control, attempts}, residue, cmd}`, written as one
--- JSON line per step (dkjson, keys in a fixed order) that a run of many steps appends to
--- one file for an auditor.
---
--- Energy is the step's share of the host's CPU energy:
---
--- * `ModelBased` where RAPL is readable (/sys/class/powercap/intel-rapl:*/energy_uj):
---   the package energy over the step's wall time, times the step's share of the CPU
---   time the whole host used meanwhile (/proc/stat);
--- * `Estimator` otherwise (this machine has no /sys/class/powercap): the step's CPU
---   seconds times `CORE_WATTS`, a per-core power model: one fully busy core draws
---   CORE_WATTS, an idle one nothing, so joules = cpu_s × CORE_WATTS. 10 W is a server
---   core's share of its package at load (a 2-socket EPYC at 2 × 225 W TDP over 2 × 24
---   cores is 9.4 W a core); the receipt carries the model so that a reader can rescale.
+-- One JSON line per step, keys in a fixed order, appended to one file for an auditor.
+-- Energy is `ModelBased` where RAPL is readable (package energy times the step's share of
+-- host CPU time from /proc/stat), else `Estimator`: cpu_s × `CORE_WATTS`. 10 W is a
+-- server core's share of its package at load (2 × 225 W TDP over 2 × 24 cores is 9.4 W);
+-- the receipt carries the model so that a reader can rescale.
 -- @module corral.tier.receipt
 local json = require "dkjson"
 
@@ -99,9 +89,7 @@ end
 --- Appends the receipt as one line to a file.
 -- @tparam table receipt
 -- @tparam string path
--- @treturn[1] true
--- @return[2] nil
--- @treturn[2] string why
+-- @treturn true, or nil and why
 function M.append(receipt, path)
   local f, err = io.open(path, "a")
   if not f then return nil, err end
