@@ -19,10 +19,21 @@ local function scratch_dir()
   return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
 end
 
+-- A private scratch directory for a probe. Without $TMPDIR and with /tmp read-only (a
+-- `corral confine` nested in another, whose /tmp is the runtime's), the working
+-- directory: there the confined process starts, inside its boundary.
+local function mkscratch()
+  local dir, err = core.mkdtemp(scratch_dir() .. "/corral-probe-")
+  if dir or os.getenv("TMPDIR") then return dir, err end
+  local cwd = core.resolve_path(".")
+  if not cwd then return nil, err end
+  return core.mkdtemp(cwd .. "/.corral-probe-")
+end
+
 -- A file for a probe child's output, in a private directory of its own (never a
 -- guessable name in a shared /tmp). Returns its path and a function that removes both.
 local function scratch_file()
-  local dir = assert(core.mkdtemp(scratch_dir() .. "/corral-probe-"))
+  local dir = assert(mkscratch())
   return dir .. "/out", function() core.remove_tree(dir) end
 end
 
@@ -74,7 +85,7 @@ end
 local function probe_layer(layer)
   local host, why = core.host_executable()
   if not host then return false, why end
-  local dir, err = core.mkdtemp(scratch_dir() .. "/corral-probe-")
+  local dir, err = mkscratch()
   if not dir then return false, err end
   local secret = dir .. "/outside/secret"
   local out, status
@@ -119,7 +130,7 @@ local function tenant_child(argv, opts)
 end
 
 local function with_tmpdir(fn)
-  local dir, err = core.mkdtemp(scratch_dir() .. "/corral-probe-")
+  local dir, err = mkscratch()
   if not dir then return false, err end
   local ok, a, b, c = pcall(fn, dir)
   core.remove_tree(dir)
