@@ -73,7 +73,7 @@ CORE_SO  = corral/core.so
 HOST     = $(BUILD)/corral
 LIBCORE  = $(BUILD)/libcorral.a
 
-.PHONY: all deps test test-c demo install lint asan fuzz bench bench-tools clean
+.PHONY: uninstall all deps test test-c demo install lint asan fuzz bench bench-tools clean
 
 all: $(CORE_SO) $(HOST)
 
@@ -135,14 +135,30 @@ test: deps all test-c
 demo: deps all
 	@$(HOST) scripts/demo.lua
 
+# The installed layout: the host finds its modules relative to itself (core/host/main.c),
+# so PREFIX/bin/corral runs from inside its own confinements wherever PREFIX is in the
+# runtime read set (/usr, /usr/local); a spec names that binary, not the build tree's.
+# DESTDIR stages the same tree for a package: binary, modules, C module, man pages, docs.
+INST_MANDIR ?= $(PREFIX)/share/man
+INST_DOCDIR ?= $(PREFIX)/share/doc/corral
+
 install: all
 	install -d $(DESTDIR)$(INST_BINDIR) $(DESTDIR)$(INST_LIBDIR)/corral \
-	    $(DESTDIR)$(INST_LUADIR)/corral
+	    $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_MANDIR)/man1 $(DESTDIR)$(INST_DOCDIR)
 	install -m 0755 $(HOST) $(DESTDIR)$(INST_BINDIR)/corral
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
 	cd lua && find corral -name '*.lua' -exec install -D -m 0644 {} \
 	    $(DESTDIR)$(INST_LUADIR)/{} \;
+	install -m 0644 man/*.1 $(DESTDIR)$(INST_MANDIR)/man1/
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(INST_DOCDIR)/
 	install -D -m 0644 docs/boundary.md $(DESTDIR)$(PREFIX)/share/corral/boundary.md
+
+uninstall:
+	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_LIBDIR)/corral/core.so
+	rm -rf $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_DOCDIR) \
+	    $(DESTDIR)$(PREFIX)/share/corral
+	cd man && for m in *.1; do rm -f $(DESTDIR)$(INST_MANDIR)/man1/$$m; done
+	-rmdir $(DESTDIR)$(INST_LIBDIR)/corral
 
 lint:
 	luacheck lua tests scripts/*.lua

@@ -21,7 +21,9 @@ void corral_caps_free(void *caps)
     if (caps) cap_free(caps);
 }
 
-int corral_caps_drop_all_with(void *empty)
+/* keep < 0: every capability goes; otherwise keep stays in the bounding, inheritable,
+ * permitted, effective and ambient sets, so that it survives execve under NOROOT. */
+static int drop_all_but(void *empty, int keep)
 {
     /* Lock the securebits first, while CAP_SETPCAP is still held, so uid 0 gains
      * nothing from execve or setuid fixups. EPERM means CAP_SETPCAP is already gone;
@@ -32,7 +34,7 @@ int corral_caps_drop_all_with(void *empty)
     /* Bounding set next: removing from it needs CAP_SETPCAP, which goes last.
      * cap_max_bits() is the running kernel's count, which may exceed the headers'. */
     for (cap_value_t c = 0; c < (cap_value_t)cap_max_bits(); c++) {
-        if (cap_get_bound(c) <= 0) continue; /* already gone, or unknown to the kernel */
+        if (c == keep || cap_get_bound(c) <= 0) continue; /* kept, gone, or unknown */
         if (cap_drop_bound(c) < 0) {
             /* Without CAP_SETPCAP (e.g. inside bubblewrap as root) the bounding set
              * cannot shrink; under no_new_privs execve can gain nothing from it
@@ -42,8 +44,29 @@ int corral_caps_drop_all_with(void *empty)
         }
     }
     if (CAP_AMBIENT_SUPPORTED() && cap_reset_ambient() < 0) return -errno;
+    if (keep >= 0) {
+        cap_value_t v = (cap_value_t)keep;
+        cap_flag_t sets[] = {CAP_EFFECTIVE, CAP_PERMITTED, CAP_INHERITABLE};
+        for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+            if (cap_set_flag((cap_t)empty, sets[i], 1, &v, CAP_SET) < 0) return -errno;
+    }
     if (cap_set_proc((cap_t)empty) < 0) return -errno;
+    if (keep >= 0 && cap_set_ambient((cap_value_t)keep, CAP_SET) < 0) return -errno;
     return 0;
+}
+
+int corral_caps_drop_all_with(void *empty)
+{
+    return drop_all_but(empty, -1);
+}
+
+int corral_caps_drop_all_but(int keep)
+{
+    void *caps = corral_caps_empty();
+    if (!caps) return -errno;
+    int r = drop_all_but(caps, keep);
+    corral_caps_free(caps);
+    return r;
 }
 
 int corral_caps_drop_all(void)
@@ -71,4 +94,16 @@ int corral_caps_text(char *buf, size_t len)
     memcpy(buf, text, (size_t)n + 1);
     cap_free(text);
     return 0;
+}
+
+int corral_caps_have(int cap)
+{
+    cap_t cur = cap_get_proc();
+    if (!cur) return -errno;
+    cap_flag_value_t v = CAP_CLEAR;
+    int r = cap_get_flag(cur, (cap_value_t)cap, CAP_EFFECTIVE, &v);
+    int err = errno;
+    cap_free(cur);
+    if (r < 0) return -err;
+    return v == CAP_SET;
 }

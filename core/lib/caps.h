@@ -14,6 +14,10 @@ int corral_caps_drop_all(void);
  * `empty` comes from corral_caps_empty() in the parent, so nothing allocates here. */
 int corral_caps_drop_all_with(void *empty);
 
+/* The same, but keep stays held and survives execve (as an ambient capability).
+ * Returns 0 or -errno. */
+int corral_caps_drop_all_but(int keep);
+
 /* An empty capability state for corral_caps_drop_all_with; free with corral_caps_free. */
 void *corral_caps_empty(void);
 void corral_caps_free(void *caps);
@@ -21,5 +25,9 @@ void corral_caps_free(void *caps);
 /* Writes the current effective/permitted/inheritable sets as libcap text ("=" when
  * empty) into buf. Returns 0 or -errno. */
 int corral_caps_text(char *buf, size_t len);
+
+/* 1 when the calling process holds the capability in its effective set, 0 when not,
+ * -errno on failure. */
+int corral_caps_have(int cap);
 
 #endif

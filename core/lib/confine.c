@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -337,23 +338,42 @@ static int check_identities(const struct confine_opts *o)
     return 0;
 }
 
-/* Namespaces for the ns layer. As root, a mount + pid namespace; otherwise (or when
- * root lacks CAP_SYS_ADMIN, e.g. already confined) inside a user namespace mapping the
- * caller's own ids, so files in the boundary keep their owner. */
+/* Set when the command runs as uid 0 of a user namespace whose uid 0 is the host's
+ * root (a root caller's ns layer): it then keeps CAP_SETFCAP there, see below. */
+static int keep_setfcap;
+
+/* Namespaces for the ns layer: a user namespace mapping the caller's own ids, so files
+ * in the boundary keep their owner, with a mount, pid and IPC namespace.
+ *
+ * A root caller gets one too, mapping uid and gid 0 alone, so that a sandbox nested
+ * inside can be built at all: the kernel lets a user namespace map the parent's uid 0
+ * only for a creator holding CAP_SETFCAP in the parent (Linux 5.12), and without a
+ * namespace of our own that parent is the host's, where no capability may stay. Here
+ * CAP_SETFCAP is held in our namespace only, which owns nothing but what the root plan
+ * shows. A file capability written with it would be owned by host root and work on
+ * the host, so the command also gets a filter that refuses every extended attribute
+ * (corral_seccomp_noxattr_program), as the setuid bit is refused. Without the user namespace (root
+ * lacking the capabilities to make one) it is a mount + pid namespace as before, and nesting as
+ * root then stops at the id map. */
 static int enter_namespaces(void)
 {
     uid_t uid = geteuid();
     gid_t gid = getegid();
     /* An IPC namespace too: SysV shared memory and message queues are not files, and
      * a host segment was readable and removable from inside (found by a red-team run). */
-    if (uid == 0 && unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) == 0) return 0;
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC) < 0) return -errno;
+    int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
+    if (unshare(CLONE_NEWUSER | flags) < 0) {
+        if (uid == 0 && unshare(flags) == 0) return 0;
+        return -errno;
+    }
     /* setgroups first: a kernel before 3.19 has no such file (ENOENT), and once "deny"
      * is written the gid map is taken without a retry. */
     int r = corral_write_file("/proc/self/setgroups", "deny", 4);
     if (r < 0 && r != -ENOENT) return r;
     struct corral_id_map u = {uid, uid, 1}, g = {gid, gid, 1};
-    return corral_ns_write_maps(0, &u, 1, &g, 1);
+    r = corral_ns_write_maps(0, &u, 1, &g, 1);
+    keep_setfcap = r == 0 && uid == 0;
+    return r;
 }
 
 static int covered_by_runtime(const char *path)
@@ -464,6 +484,55 @@ static int allow_around_masks(int rs, int abi, const char *dir, int depth)
     return r;
 }
 
+/* /proc: read everywhere, and write where a nested sandbox needs it. A process writes
+ * its own user namespace's uid_map, gid_map and setgroups (unshare -Ur, bubblewrap), so
+ * without write access no tool inside can build a sandbox of its own. Where /proc is
+ * the fresh one of our pid namespace (the ns layer, or bubblewrap's --proc) it shows
+ * only the sandbox's own processes and its knobs are read-only mounts (mount.c
+ * protect_proc), so write access beneath it reaches nothing outside. On the host's
+ * /proc (Landlock alone) it would reach every same-uid process's oom_score_adj and the
+ * kernel's knobs as root: only this process's own three files are granted, which is
+ * what a tool that unshares itself (unshare -Ur) writes. */
+static int allow_proc(int rs, int abi, const struct confine_opts *o)
+{
+    int fresh = o->layer_ns || o->n_identities > 0;
+    uint64_t rights = CORRAL_LL_READ_FILE | CORRAL_LL_READ_DIR;
+    uint64_t write = CORRAL_LL_WRITE_FILE | CORRAL_LL_TRUNCATE; /* O_TRUNC, as a shell's > */
+    int r = corral_landlock_allow_path(rs, abi, "/proc", rights | (fresh ? write : 0), 0);
+    static const char *const own[] = {"/proc/self/uid_map", "/proc/self/gid_map",
+                                      "/proc/self/setgroups"};
+    for (size_t i = 0; r == 0 && !fresh && i < sizeof own / sizeof own[0]; i++)
+        r = corral_landlock_allow_path(rs, abi, own[i], CORRAL_LL_READ_FILE | write, 1);
+    return r;
+}
+
+/* Whether no masked path can be opened now: a Landlock domain (an outer corral's) already
+ * keeps every one of them closed, and as domains stack by intersection, a grant of /etc
+ * whole in ours cannot reopen them. */
+static int masks_closed_already(void)
+{
+    for (size_t i = 0; i < n_masked; i++) {
+        int fd = open(masked_paths[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        if (fd >= 0) {
+            close(fd);
+            return 0;
+        }
+        if (errno != EACCES && errno != ENOENT && errno != ENOTDIR) return 0;
+    }
+    return 1;
+}
+
+/* /etc around the masks; nested inside a confinement that lets no one list /etc (an
+ * outer Landlock layer granting it entry by entry), /etc whole when that confinement
+ * already keeps each mask closed. */
+static int allow_etc(int rs, int abi)
+{
+    int r = allow_around_masks(rs, abi, "/etc", 0);
+    if (r == -EACCES && masks_closed_already())
+        r = corral_landlock_allow_path(rs, abi, "/etc", CORRAL_LL_READ_EXEC, 1);
+    return r;
+}
+
 static int apply_landlock(const struct confine_opts *o)
 {
     int abi = corral_landlock_abi();
@@ -483,7 +552,7 @@ static int apply_landlock(const struct confine_opts *o)
         /* With the namespace layer the credential stores are covered already; without
          * it, Landlock alone must leave them out. */
         if (!o->layer_ns && strcmp(runtime_paths[i], "/etc") == 0)
-            r = allow_around_masks(rs, abi, "/etc", 0);
+            r = allow_etc(rs, abi);
         else
             r = corral_landlock_allow_path(rs, abi, runtime_paths[i], CORRAL_LL_READ_EXEC, 1);
     }
@@ -491,9 +560,7 @@ static int apply_landlock(const struct confine_opts *o)
         r = corral_landlock_allow_path(
             rs, abi, device_paths[i],
             CORRAL_LL_READ_FILE | CORRAL_LL_WRITE_FILE | CORRAL_LL_IOCTL_DEV, 1);
-    if (r == 0)
-        r = corral_landlock_allow_path(rs, abi, "/proc", CORRAL_LL_READ_FILE | CORRAL_LL_READ_DIR,
-                                       0);
+    if (r == 0) r = allow_proc(rs, abi, o);
     if (r == 0 && o->cmd_fd >= 0)
         r = corral_landlock_allow_fd(rs, abi, o->cmd_fd, CORRAL_LL_READ_EXEC);
     char *resolv = NULL;
@@ -516,6 +583,24 @@ static int exec_command(const struct confine_opts *o, const sigset_t *old)
     return err == ENOENT ? CORRAL_EXIT_NOTFOUND : CORRAL_EXIT_NOEXEC;
 }
 
+/* Whether this process is uid 0 of a user namespace of its own holding CAP_SETFCAP
+ * there: the bwrap layer's inner wrapper as root (confine_bwrap.c). The host's
+ * namespace maps every id; a child one made for us maps uid 0 alone. */
+static int root_of_child_userns(void)
+{
+    if (geteuid() != 0 || corral_caps_have(CAP_SETFCAP) != 1) return 0;
+    char buf[128];
+    int fd = open("/proc/self/uid_map", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    unsigned long inner, outer, count;
+    return sscanf(buf, "%lu %lu %lu", &inner, &outer, &count) == 3 && inner == 0 && outer == 0 &&
+           count == 1;
+}
+
 /* Runs in pid 1 of the new namespaces (or in the wrapper itself without the ns layer). */
 static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, const sigset_t *old)
 {
@@ -525,7 +610,8 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, c
         return CORRAL_EXIT_SETUP;
     }
     if (o->layer_landlock && apply_landlock(o) < 0) return CORRAL_EXIT_SETUP;
-    int r = corral_caps_drop_all();
+    if (o->n_identities > 0) keep_setfcap = root_of_child_userns();
+    int r = keep_setfcap ? corral_caps_drop_all_but(CAP_SETFCAP) : corral_caps_drop_all();
     if (r < 0) {
         diag(r, "%s", "dropping capabilities");
         return CORRAL_EXIT_SETUP;
@@ -544,6 +630,17 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, c
     if (r < 0) {
         diag(r, "%s", "seccomp (terminal ioctls)");
         return CORRAL_EXIT_SETUP;
+    }
+    if (keep_setfcap) {
+        /* CAP_SETFCAP is kept for nested id maps only: no file capability with it */
+        struct corral_bpf noxattr = {(struct sock_filter *)corral_noxattr_filter,
+                                     sizeof corral_noxattr_filter /
+                                         sizeof corral_noxattr_filter[0]};
+        r = corral_seccomp_install(&noxattr);
+        if (r < 0) {
+            diag(r, "%s", "seccomp (extended attributes)");
+            return CORRAL_EXIT_SETUP;
+        }
     }
     if (!o->layer_ns) return exec_command(o, old);
     pid_t child = fork();

@@ -46,6 +46,15 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
     add(&a, "--unshare-ipc");
     add(&a, "--cap-drop");
     add(&a, "ALL");
+    /* As root, a user namespace mapping uid and gid 0 alone, holding CAP_SETFCAP there:
+     * what a sandbox nested inside needs to map its own uid 0 (see confine.c
+     * enter_namespaces, which does the same for the native layer). */
+    if (geteuid() == 0) {
+        static const char *const as_root[] = {"--unshare-user", "--uid",      "0", "--gid", "0",
+                                              "--cap-add",      "CAP_SETFCAP"};
+        for (size_t i = 0; i < sizeof as_root / sizeof as_root[0]; i++)
+            add(&a, as_root[i]);
+    }
     size_t n_runtime;
     const char *const *runtime = corral_rootplan_runtime(&n_runtime);
     int cmd_covered = 0, self_covered = 0;

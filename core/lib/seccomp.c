@@ -325,6 +325,30 @@ int corral_seccomp_tty_program(struct corral_bpf *out)
     return rc;
 }
 
+int corral_seccomp_noxattr_program(struct corral_bpf *out)
+{
+    out->insns = NULL;
+    out->len = 0;
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx) return -ENOMEM;
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_ERRNO(EPERM));
+#if defined(__x86_64__)
+    /* setxattrat (Linux 6.13) is newer than this libseccomp, so it goes in by number
+     * before the compat arches, where libseccomp cannot translate it: native only. */
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EOPNOTSUPP), 463, 0);
+#endif
+    if (rc == 0) rc = add_compat_arches(ctx);
+    static const char *const calls[] = {"setxattr", "lsetxattr", "fsetxattr"};
+    for (size_t i = 0; rc == 0 && i < sizeof calls / sizeof calls[0]; i++) {
+        int nr = seccomp_syscall_resolve_name(calls[i]);
+        rc = nr == __NR_SCMP_ERROR ? -EOPNOTSUPP
+                                   : seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EOPNOTSUPP), nr, 0);
+    }
+    if (rc == 0) rc = corral_seccomp_export(ctx, out);
+    seccomp_release(ctx);
+    return rc;
+}
+
 int corral_seccomp_install(const struct corral_bpf *prog)
 {
     if (!prog || !prog->insns || prog->len == 0) return -EINVAL;

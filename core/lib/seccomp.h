@@ -36,6 +36,13 @@ int corral_seccomp_tenant_program(struct corral_bpf *out);
  * TIOCLINUX), in the native and compat architectures. Returns 0 or -errno. */
 int corral_seccomp_tty_program(struct corral_bpf *out);
 
+/* Stacked on the control-plane filter when a root caller's command keeps CAP_SETFCAP
+ * (confine.c): every call that sets an extended attribute fails with EOPNOTSUPP, as on
+ * a filesystem without them. A seccomp filter cannot read the attribute's name, and
+ * security.capability written there would carry host root as its owner: a file that
+ * gives its capabilities to whoever runs it on the host. Returns 0 or -errno. */
+int corral_seccomp_noxattr_program(struct corral_bpf *out);
+
 /* Sets no_new_privs and installs prog on the calling thread, synchronised to every
  * other thread of the process (SECCOMP_FILTER_FLAG_TSYNC). Async-signal-safe: no
  * allocation, no locks, so it may run in a child forked from a multi-threaded parent.

@@ -17,10 +17,21 @@ local function scratch_dir()
   return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
 end
 
--- A probe child's output file, in a private directory (never a guessable name in a shared
--- /tmp); returns its path and a function removing both.
+-- A private scratch directory for a probe. Without $TMPDIR and with /tmp read-only (a
+-- `corral confine` nested in another, whose /tmp is the runtime's), the working
+-- directory: there the confined process starts, inside its boundary.
+local function mkscratch()
+  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-")
+  if dir or os.getenv("TMPDIR") then return dir, err end
+  local cwd = core.path.resolve(".")
+  if not cwd then return nil, err end
+  return core.fs.mkdtemp(cwd .. "/.corral-probe-")
+end
+
+-- A file for a probe child's output, in a private directory of its own (never a
+-- guessable name in a shared /tmp). Returns its path and a function that removes both.
 local function scratch_file()
-  local dir = assert(core.fs.mkdtemp(scratch_dir() .. "/corral-probe-"))
+  local dir = assert(mkscratch())
   return dir .. "/out", function() core.fs.remove_tree(dir) end
 end
 
@@ -69,7 +80,7 @@ end
 local function probe_layer(layer)
   local host, why = core.proc.host_executable()
   if not host then return false, why end
-  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-")
+  local dir, err = mkscratch()
   if not dir then return false, err end
   local secret = dir .. "/outside/secret"
   local out, status
@@ -114,7 +125,7 @@ local function tenant_child(argv, opts)
 end
 
 local function with_tmpdir(fn)
-  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-")
+  local dir, err = mkscratch()
   if not dir then return false, err end
   local ok, a, b, c = pcall(fn, dir)
   core.fs.remove_tree(dir)

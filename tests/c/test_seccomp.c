@@ -235,6 +235,11 @@ static void tty_table_is_current(void)
     CHECK(fresh.len == sizeof corral_tty_filter / sizeof corral_tty_filter[0]);
     CHECK(fresh.insns && memcmp(fresh.insns, corral_tty_filter, sizeof corral_tty_filter) == 0);
     corral_bpf_free(&fresh);
+    CHECK(corral_seccomp_noxattr_program(&fresh) == 0);
+    CHECK(fresh.len == sizeof corral_noxattr_filter / sizeof corral_noxattr_filter[0]);
+    CHECK(fresh.insns &&
+          memcmp(fresh.insns, corral_noxattr_filter, sizeof corral_noxattr_filter) == 0);
+    corral_bpf_free(&fresh);
     CHECK(corral_seccomp_tenant_program(&fresh) == 0);
     CHECK(fresh.len == sizeof corral_tenant_filter / sizeof corral_tenant_filter[0]);
     CHECK(fresh.insns &&
