@@ -161,7 +161,7 @@ uninstall:
 	-rmdir $(DESTDIR)$(INST_LIBDIR)/corral
 
 lint:
-	luacheck lua tests scripts/*.lua
+	luacheck lua tests scripts/*.lua scripts/examples/*.lua
 	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.c core/gen/*.c tests/c/*.[ch]
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.

@@ -132,8 +132,9 @@ print("nested-ok")
           "sh", script })
         h.assert_refused(h.after_attempt(out, "nested%-ok"), out)
         -- seen from the host: the file carries no capability
-        local caps = h.sh("/usr/bin/python3 -c 'import os, sys\ntry: os.getxattr(sys.argv[1], \"security.capability\"); " ..
-          "print(\"has-caps\")\nexcept OSError as e: print(\"no-caps\", e.errno)' " .. box .. "/f")
+        local caps = h.sh("/usr/bin/python3 -c 'import os, sys\ntry: " ..
+          "os.getxattr(sys.argv[1], \"security.capability\"); print(\"has-caps\")\n" ..
+          "except OSError as e: print(\"no-caps\", e.errno)' " .. box .. "/f")
         assert.matches("no%-caps", caps)
         assert.are.equal("w\n", h.read(box .. "/written"))
         assert.are.equal(0, status, out)
