@@ -385,7 +385,7 @@ describe("egress hardening, end to end #root #netns", function()
   local n = core.proc.getpid() % 200 + 20
   local ns, hv, pv = "corral-t-hard-" .. n, "crlhh" .. n, "crlhp" .. n
   local host_ip, far_ip, cidr = "10.78." .. n .. ".1", "10.78." .. n .. ".2", "10.78." .. n .. ".0/24"
-  local P, P2 = 9101, 9102
+  local P, P2, P3 = 9101, 9102, 9103
   local host_server
 
   local function sh(fmt, ...)
@@ -394,7 +394,8 @@ describe("egress hardening, end to end #root #netns", function()
   end
 
   -- A veth of our own: its host end holds host_ip (an address of this host that only
-  -- this test uses), its far end, in a netns of ours, far_ip. A server on each.
+  -- this test uses), its far end, in a netns of ours, far_ip. A server on each; on P3
+  -- one that never closes first (it holds each connection 30 s, also past an EOF).
   setup(function()
     sh("ip link del %s 2>/dev/null; ip netns del %s 2>/dev/null; true", hv, ns)
     local out, status = sh([[set -e
@@ -409,12 +410,16 @@ describe("egress hardening, end to end #root #netns", function()
       for p in %d %d; do
         ip netns exec %s socat TCP-LISTEN:$p,bind=%s,fork,reuseaddr SYSTEM:'echo far-side' >/dev/null 2>&1 &
       done
+      ip netns exec %s socat -t 30 TCP-LISTEN:%d,bind=%s,fork,reuseaddr \
+        SYSTEM:'echo far-side; sleep 30' >/dev/null 2>&1 &
       socat TCP-LISTEN:%d,bind=%s,fork,reuseaddr SYSTEM:'echo host-side' >/dev/null 2>&1 &
-      echo pid=$!]], ns, hv, pv, pv, ns, host_ip, hv, hv, ns, ns, far_ip, pv, ns, pv, P, P2, ns, far_ip, P2, host_ip)
+      echo pid=$!]], ns, hv, pv, pv, ns, host_ip, hv, hv, ns, ns, far_ip, pv, ns, pv, P, P2, ns, far_ip,
+      ns, P3, far_ip, P2, host_ip)
     assert(status == 0, out)
     host_server = out:match("pid=(%d+)")
     assert(h.wait_for(function()
       return select(2, sh("ip netns exec %s ss -ltn | grep -q ':%d '", ns, P2)) == 0
+        and select(2, sh("ip netns exec %s ss -ltn | grep -q ':%d '", ns, P3)) == 0
         and select(2, sh("ss -ltn | grep -q '%s:%d '", host_ip, P2)) == 0
     end, 5), "servers did not start")
   end)
@@ -583,6 +588,39 @@ describe("egress hardening, end to end #root #netns", function()
     assert.are.equal(0, a.bytes)
     assert.matches("allowed only on ports " .. P2, d.reason)
     assert.truthy(c.bytes >= #"far-side\n", c.bytes)
+  end)
+
+  it("corral run --log-json: a connection open when the tenant exits still has its closing record", function()
+    local dir = h.tmpdir("held-conn")
+    local log = dir .. "/log.jsonl"
+    -- The held connection first: the tenant reads the server's line and exits with the
+    -- socket open; its server never closes, so the relay ends it only when the sandbox
+    -- goes. Then the control: a connection the tenant closes, whose server closes too.
+    local script = string.format([[perl -MIO::Socket::INET -e '
+      my $held = IO::Socket::INET->new(PeerAddr => "far.test", PeerPort => %d, Timeout => 2) or die "held: $!";
+      my $a = <$held> // "";
+      my $ok = IO::Socket::INET->new(PeerAddr => "far.test", PeerPort => %d, Timeout => 2) or die "ok: $!";
+      my $b = <$ok> // ""; close $ok;
+      printf "held=%%d ok=%%d\n", $a =~ /far-side/ ? 1 : 0, $b =~ /far-side/ ? 1 : 0']], P3, P2)
+    local out, status = run({ "--allow", "far.test:" .. P2, "--allow", "far.test:" .. P3,
+      "--resolve", "far.test=" .. far_ip, "--internal", cidr, "--log-json", log }, script)
+    local text = h.read(log) or ""
+    h.rmrf(dir)
+    assert.are.equal(0, status, out)
+    assert.matches("held=1 ok=1", out) -- both were relayed
+    local json = require "dkjson"
+    local conn = {}
+    for line in text:gmatch("[^\n]+") do
+      local e = assert(json.decode(line), line)
+      if e.name == "far.test" and e.kind ~= "dns" then conn[e.kind .. ":" .. e.verdict .. ":" .. e.port] = e end
+    end
+    local held = conn["closed:allow:" .. P3]
+    assert.truthy(conn["connect:allow:" .. P3], "the held connection was not allowed: " .. text:sub(-600))
+    assert.truthy(held, "the held connection left no closing record: " .. text:sub(-600))
+    assert.truthy(held.bytes >= #"far-side\n", held.bytes) -- with what it moved
+    local closed = conn["closed:allow:" .. P2] -- control: the connection the tenant closed
+    assert.truthy(closed, "the closed connection left no closing record: " .. text:sub(-600))
+    assert.truthy(closed.bytes >= #"far-side\n", closed.bytes)
   end)
 
   it("a full synthetic pool answers SERVFAIL and logs a deny; the host and other sandboxes go on", function()

@@ -21,8 +21,8 @@ local M = {}
 
 local state
 -- By connection id: the decision logged at connect (logged again, with bytes, at the
--- end), and why `recheck` cut it.
-local pending, cuts = {}, {}
+-- end), why `recheck` cut it, and the key (sandbox) it is counted under.
+local pending, cuts, keys = {}, {}, {}
 
 local Relays = {}
 Relays.__index = Relays
@@ -118,7 +118,7 @@ end
 function M.connect(client, ip, port, opts, dest, ctx)
   local id, err = M.get().relay:add_connect(client, ip, port, opts, dest)
   if not id then return nil, err end
-  pending[id] = ctx
+  pending[id], keys[id] = ctx, opts.key
   return id
 end
 
@@ -129,10 +129,6 @@ end
 -- @tparam table plane with `id`
 function M.add(plane)
   M.get().planes[plane] = true
-end
-
-function M.remove(plane)
-  if state then state.planes[plane] = nil end
 end
 
 --- The planes currently served, for the REPL.
@@ -146,13 +142,14 @@ end
 -- with its byte counts (bytes = up + down), and why it failed when it did; a connection
 -- `recheck` reset is logged as `cut`, with the bytes it had moved.
 local function relay_events(loop)
-  for _, ev in ipairs(loop.relay.relay:run(0) or {}) do
+  local evs = loop.relay.relay:run(0) or {}
+  for _, ev in ipairs(evs) do
     local ctx = pending[ev.id]
     -- a raced connection is logged with the address that won it
     if ev.kind == "connected" and ctx and ctx.upstreams then ctx.upstream = ctx.upstreams[ev.addr] end
     if ev.kind == "closed" or ev.kind == "failed" then
       loop.relay:ended(ev.id)
-      pending[ev.id] = nil
+      pending[ev.id], keys[ev.id] = nil, nil
       local cut = cuts[ev.id]
       cuts[ev.id] = nil
       if ctx then
@@ -170,6 +167,7 @@ local function relay_events(loop)
       end
     end
   end
+  return #evs
 end
 
 --- Why a connection's upstream never connected, in words: "upstream: Connection refused
@@ -180,6 +178,32 @@ end
 function M.failure(ev, ctx)
   local tried = ctx.upstreams and table.concat(ctx.upstreams, ", ") or ctx.upstream
   return "upstream: " .. tostring(ev.msg or ev.err) .. (tried and (" (" .. tried .. ")") or "")
+end
+
+--- Stops serving a plane. Its sandbox's connections still open (an upstream that never
+-- closes outlives the tenant) are reset both ways, and each is logged as it ends, with
+-- the bytes it moved: no allowed connection goes without its closing record.
+-- @tparam table plane with `id`
+function M.remove(plane)
+  if not state then return end
+  state.planes[plane] = nil
+  relay_events(state) -- the ends already under way are logged as they happened
+  local inbound, open = plane.id and plane.id .. "/inbound", {}
+  for id, key in pairs(keys) do
+    if key == plane.id or key == inbound then open[#open + 1] = id end
+  end
+  table.sort(open)
+  for _, id in ipairs(open) do state.relay.relay:reset(id) end
+  if #open > 0 then relay_events(state) end
+end
+
+--- Handles what the relay has ready, without waiting, until it reports nothing or
+-- `seconds` have passed: the ends of connections a tenant closed just before it exited.
+-- @tparam[opt=0.1] number seconds
+function M.drain(seconds)
+  if not state then return end
+  local deadline = core.clock.monotime() + (seconds or 0.1)
+  while relay_events(state) > 0 and core.clock.monotime() < deadline do end
 end
 
 --- Re-decides the open outbound connections of sandbox `id` with its plane's current
@@ -336,7 +360,10 @@ function M.wait(proc, opts)
       local sig = core.signal.read(opts.signals)
       if sig then proc:kill(sig) end
     end
-    if hit[1] or not proc:running() then return proc:wait() end
+    if hit[1] or not proc:running() then
+      if opts.serve then M.drain() end
+      return proc:wait()
+    end
   end
 end
 
