@@ -24,9 +24,8 @@ local M = {}
 
 local function read(path)
   local f = io.open(path, "r")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
+  local s = f and f:read("a")
+  if f then f:close() end
   return s
 end
 
