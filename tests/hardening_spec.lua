@@ -1,5 +1,6 @@
 -- corral.hardening: which variables may reach a tenant. Each refusal is listed beside
 -- look-alikes that must pass, so a pattern that refused everything would fail here.
+local core = require "corral.core"
 local hardening = require "corral.hardening"
 
 describe("tenant environment refusals", function()
@@ -37,5 +38,24 @@ describe("tenant environment refusals", function()
       "-----BEGIN CERTIFICATE-----",
     }
     for _, v in ipairs(passed) do assert.is_nil(hardening.refusal("V", v), v) end
+  end)
+
+  it("finds user information in a URL as the pattern does, in linear time on a long value", function()
+    local pattern = "%a[%w+.-]*://[^/%s@]+@"
+    local alphabet = { "a", "1", ":", "/", "@", " ", ".", "+", "-", "Z" }
+    math.randomseed(12)
+    for _ = 1, 5000 do
+      local t = {}
+      for i = 1, math.random(1, 14) do t[i] = alphabet[math.random(#alphabet)] end
+      local v = table.concat(t)
+      local why = hardening.refusal("V", v)
+      if not why or why:find("URL", 1, true) then
+        assert.are.equal(v:find(pattern) ~= nil, why ~= nil, v)
+      end
+    end
+    -- the unanchored pattern took seconds here (quadratic); every caller variable is checked
+    local t0 = core.clock.monotime()
+    assert.is_nil(hardening.refusal("V", string.rep("X", 200000)))
+    assert.truthy(core.clock.monotime() - t0 < 1, "a 200,000-letter value took over 1 s")
   end)
 end)

@@ -55,6 +55,29 @@ function M.base_env()
   }
 end
 
+-- Whether value holds `%a[%w+.-]*://[^/%s@]+@` (a URL with user information), found in
+-- linear time: that pattern, searched unanchored, retries its scheme run from every
+-- position, and every caller's variable is checked on each `corral run` (measured: a
+-- 4,000-letter value, as hyperfine's randomized environment offset sets, made a run
+-- take 147 ms instead of 15). Any letter in the run of scheme characters before a
+-- "://" can start the scheme, so the run is scanned back once for a letter.
+local function url_userinfo(value)
+  local at = 1
+  while true do
+    local s, e = value:find("://", at, true)
+    if not s then return false end
+    local i, letter = s - 1, false
+    while i >= 1 do
+      local c = value:sub(i, i)
+      if not c:find("^[%w+.-]$") then break end
+      letter = letter or c:find("^%a$") ~= nil
+      i = i - 1
+    end
+    if letter and value:find("^[^/%s@]+@", e + 1) then return true end
+    at = e + 1
+  end
+end
+
 --- Why a variable may not reach a tenant, or nil when it may.
 -- @tparam string name
 -- @tparam string value
@@ -66,7 +89,8 @@ function M.refusal(name, value)
       return "name contains the forbidden fragment " .. f
     end
   end
-  if value:find("%a[%w+.-]*://[^/%s@]+@") then
+  -- scheme://user:password@host or scheme://token@host: a credential in the value.
+  if url_userinfo(value) then
     return "value carries credentials in a URL's user information"
   end
   for _, shape in ipairs(VALUE_SHAPES) do

@@ -351,15 +351,22 @@ local probes = {
 
 --- Runs (once per process) and returns one probe's result.
 -- @tparam string name a probe name, e.g. "confinement.landlock"
--- @treturn table `{name =, holds =, detail =, gates =}`
+-- @treturn table `{name =, holds =, detail =, gates =}`, and `advice` (corral.probe_advice's
+--   missing pieces) when it does not hold for a reason a setting would change
 function M.check(name)
   if cache[name] then return cache[name] end
   for _, p in ipairs(probes) do
     if p.name == name then
       local ok, holds, detail, extra = pcall(p.run)
       if not ok then holds, detail = false, "probe error: " .. tostring(holds) end
+      local advice
+      if not holds then
+        -- What is missing and the setting that provides it (corral.probe_advice).
+        local suffix, pieces = require("corral.probe_advice").advice(name)
+        if suffix then detail, advice = tostring(detail) .. suffix, pieces end
+      end
       cache[name] = { name = name, holds = holds and true or false, detail = detail,
-                      gates = p.gates, extra = extra }
+                      gates = p.gates, extra = extra, advice = advice }
       return cache[name]
     end
   end
@@ -385,6 +392,7 @@ end
 --- Forgets cached results (tests that change the host use it).
 function M.reset()
   cache = {}
+  require("corral.probe_advice").reset()
 end
 
 return M

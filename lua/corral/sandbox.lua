@@ -50,8 +50,16 @@ end
 -- @treturn integer|nil
 function M.default_nproc(sb)
   if core.proc.geteuid() ~= 0 then return nil end
-  -- never below --pids: that cap is the cgroup's to enforce and count
-  return math.max(4096, sb.limits and sb.limits.pids or 0)
+  -- Never below --pids: that cap is the cgroup's to enforce (and to count, in pids.events).
+  local want = math.max(4096, sb.limits and sb.limits.pids or 0)
+  -- Nor above the hard limit we hold: the tenant cannot raise it (no CAP_SYS_RESOURCE in
+  -- the host's user namespace; measured inside podman with its --ulimit nproc=1024:1024,
+  -- every run failed at "spawn: rlimits: Operation not permitted"), and it is already the
+  -- stricter cap.
+  local f = io.open("/proc/self/limits")
+  local hard = f and tonumber(f:read("a"):match("\nMax processes%s+%S+%s+(%d+)"))
+  if f then f:close() end
+  return hard and hard < want and hard or want
 end
 
 --- The kernel's ceiling for RLIMIT_NOFILE (fs.nr_open), or nil when unreadable.
