@@ -169,6 +169,46 @@ describe("egress connections #root #netns", function()
       "corral run: egress: " }), out)
   end)
 
+  it("logs every connection the ruleset refused at its SYN, by name and port; the allowed port's too", function()
+    local log = net.dir .. "/syn.jsonl"
+    local script = h.attempt_then_control(
+      "nc -z -w 2 pypi.org 9444; nc -z -w 2 pypi.org 9444; nc -z -w 2 " .. net.ip .. " 22",
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html")
+    local out, status = run({ "--allow", "pypi.org:8080", "--resolve", "pypi.org=" .. net.ip, "--log-json", log },
+      script)
+    assert.are.equal(0, status, out)
+    local rc = h.after_attempt(out, "hello%-from%-the%-internet")
+    assert.are.equal(1, rc, out) -- the attempt's last nc was refused
+    local json = require "dkjson"
+    local syn, ip_syn, allowed, closed = 0, 0, nil, nil
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do
+      local e = assert(json.decode(line), line)
+      if e.by == "ruleset" then
+        assert.are.equal("deny", e.verdict)
+        assert.are.equal("connect", e.kind)
+        assert.matches("refused at the SYN by the ruleset", e.reason, nil, true)
+        if e.name == "pypi.org" and e.port == 9444 then
+          syn = syn + e.count
+          assert.matches("allowed only on ports 8080", e.reason, nil, true)
+        elseif e.ip == net.ip and e.port == 22 then
+          ip_syn = ip_syn + e.count
+          assert.matches("not in the allowlist", e.reason, nil, true)
+        end
+      elseif e.kind == "connect" and e.verdict == "allow" then
+        allowed = e
+      elseif e.kind == "closed" then
+        closed = e
+      end
+    end
+    assert.is_true(syn >= 2, "the two refused SYNs to pypi.org:9444 were not logged: " .. tostring(h.read(log)))
+    assert.is_true(ip_syn >= 1, h.read(log))
+    -- control: the allowed port went through the acceptor and is logged as relayed
+    assert.are.equal("pypi.org", allowed and allowed.name)
+    assert.are.equal(8080, allowed.port)
+    assert.is_true(closed and closed.bytes > 0, h.read(log))
+    assert.is_true(allowed.time ~= math.floor(allowed.time) or closed.time ~= math.floor(closed.time))
+  end)
+
   it("refuses a bad --idle or --max-connections, or one without --allow, before starting", function()
     for _, bad in ipairs({ { "--idle", "soon" }, { "--idle", "-1" }, { "--max-connections", "0" } }) do
       local out, status = h.corral("run", "--allow", "pypi.org:443", bad[1], bad[2], "--", "true")

@@ -271,6 +271,10 @@ function M.step(timeout, extra)
     fds[n], handlers[n], owners[n] = w.fd, w.on, w.owner or false
   end
   local ready = poll_all(fds, timeout)
+  local now = core.monotime()
+  for plane in pairs(loop.planes) do
+    if plane.tick then run_handler(function() plane:tick(now) end, plane.id) end
+  end
   local hit = {}
   for _, i in ipairs(ready) do
     if i >= first_extra and i < first_later then

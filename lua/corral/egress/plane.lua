@@ -28,6 +28,9 @@ Plane.__index = Plane
 
 M.MARK = 42
 
+--- How often (seconds) the loop reads the ruleset's record of the SYNs it refused.
+M.REFUSED_INTERVAL = 1
+
 --- Creates and programs the plane for sandbox id with network (checked by
 -- `corral.egress.network_spec.check`).
 -- @tparam string id
@@ -159,15 +162,66 @@ end
 function Plane:sync_ports(policy)
   local want = M.tcp_ports(policy)
   if same_ports(want, self.tcp_ports) or not self.netns then return end
+  -- the replaced table's record of refusals goes with it: read it first
+  self:read_refused()
   local plan = M.ruleset_plan(self, want)
   local ok, err = core.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
   if ok then ok, err = core.nft.verify(self.netns, plan) end
   if ok then
     self.tcp_ports = want
+    self.refused_seen, self.refused_total = {}, 0
   else
     events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0,
       reason = "ruleset not updated for the new policy (it keeps refusing what it did): " .. tostring(err) })
   end
+end
+
+--- Logs the connections the ruleset refused at their SYN since the last reading (no
+-- entry names their port, so they never reached the acceptor): one `connect` deny per
+-- destination and port, `by = "ruleset"`, `count` its SYNs, the name mapped back from
+-- its synthetic address and the reason the acceptor would have given; past the
+-- ruleset's record (a port scan), one line counts the rest. The kernel counts; the loop
+-- reads once a second (`tick`) and when the plane closes, so no packet wakes it.
+function Plane:read_refused()
+  if not self.netns then return end
+  local list, total = core.nft.refused(self.netns)
+  if not list then return end
+  local seen = self.refused_seen or {}
+  self.refused_seen = seen
+  local policy, env = self.registry:get(self.id), nil
+  local itemised = 0
+  for _, r in ipairs(list) do
+    local key = r.ip .. r.port
+    local n = r.count - (seen[key] or 0)
+    seen[key] = r.count
+    if n > 0 then
+      itemised = itemised + n
+      local name = self.synth:lookup(r.ip)
+      env = env or acceptor.host_env(self.link)
+      local v = decision.decide({ sandbox = self.id, name = name, ip = (not name) and r.ip or nil, port = r.port },
+        policy, env)
+      local why = v.verdict == "deny" and v.reason
+        or ("port " .. r.port .. " was not open to the acceptor when the SYN came (the policy changed since)")
+      events.emit({ sandbox = self.id, kind = "connect", name = name, ip = r.ip, port = r.port, verdict = "deny",
+        by = "ruleset", count = n, bytes = 0, reason = why .. " (refused at the SYN by the ruleset)" })
+    end
+  end
+  local more = total - (self.refused_total or 0) - itemised
+  self.refused_total = total
+  if more > 0 then
+    events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", by = "ruleset", count = more, bytes = 0,
+      reason = string.format("%d more connections refused at the SYN by the ruleset (its record of %d "
+        .. "destinations per family is full)", more, core.nft.REFUSED_SIZE) })
+  end
+end
+
+--- The loop's periodic turn (see `corral.egress.loop.step`): reads the ruleset's
+-- refusals at most every `REFUSED_INTERVAL` seconds.
+-- @tparam number now `core.monotime()`
+function Plane:tick(now)
+  if self.tcp_ports == nil or now - (self.refused_at or 0) < M.REFUSED_INTERVAL then return end
+  self.refused_at = now
+  self:read_refused()
 end
 
 --- Inbound: serves `port` on the sandbox's loopback at a host port the kernel chooses
@@ -239,6 +293,7 @@ function Plane:close()
     self.registry:unsubscribe(self.on_policy)
     self.on_policy = nil
   end
+  if self.netns and self.tcp_ports ~= nil then pcall(self.read_refused, self) end
   self.registry:remove(self.id)
   for _, k in ipairs({ "responder", "service", "acceptor", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
