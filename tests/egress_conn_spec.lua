@@ -209,6 +209,26 @@ describe("egress connections #root #netns", function()
     assert.is_true(allowed.time ~= math.floor(allowed.time) or closed.time ~= math.floor(closed.time))
   end)
 
+  it("--allow: the tenant's own loopback and a single label are refused saying why; URL forms work", function()
+    for _, bad in ipairs({ { "127.0.0.1:8080", "own loopback" }, { "localhost:8080", "own loopback" },
+      { "garbage", "single%-label name" }, { "https://pypi.org/simple/", "cannot be enforced" } }) do
+      local out, status = h.corral("run", "--allow", bad[1], "--", "true")
+      assert.are.equal(2, status, out)
+      assert.matches("--allow", out, nil, true)
+      assert.matches(bad[2], out)
+    end
+    -- controls: a URL's scheme gives the port; the path "/" is no path
+    local out, status = run({ "--allow", "http://pypi.org:8080/", "--resolve", "pypi.org=" .. net.ip },
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html")
+    assert.are.equal(0, status, out)
+    assert.matches("hello%-from%-the%-internet", out)
+    out, status = run({ "--allow", "http://pypi.org", "--resolve", "pypi.org=" .. net.ip },
+      h.attempt_then_control("curl -sS --max-time 3 http://pypi.org:8080/", "echo port-80-only"))
+    assert.are.equal(0, status, out)
+    local rc = h.after_attempt(out, "port%-80%-only")
+    assert.are_not.equal(0, rc, out) -- http:// is port 80, not 8080
+  end)
+
   it("refuses a bad --idle or --max-connections, or one without --allow, before starting", function()
     for _, bad in ipairs({ { "--idle", "soon" }, { "--idle", "-1" }, { "--max-connections", "0" } }) do
       local out, status = h.corral("run", "--allow", "pypi.org:443", bad[1], bad[2], "--", "true")

@@ -12,6 +12,18 @@
 --     [2001:db8::]/32:443         an IPv6 network: the prefix length after the bracket
 --
 -- Ports: `:443`, `:8000-8100`, `:80,443,8000-8100`; 1-65535; no port means any port.
+--
+-- A URL is read as the destination it names: `https://api.example.com` is
+-- `api.example.com:443`, `http://api.example.com:8080/` is `api.example.com:8080` (the
+-- scheme gives the port when the URL has none: http and ws 80, https and wss 443, ssh
+-- 22, git 9418). A path other than `/`, a query or user information is refused: the
+-- egress plane grants a destination, never a URL, and a grant must not look narrower
+-- than it is.
+--
+-- Also refused, each saying why: a loopback address or network (`127.0.0.1:8080`,
+-- `[::1]`, `localhost`) — the sandbox's own loopback, which never leaves it, so the
+-- entry could never be used; and a single-label name (`garbage`) — what a typo or a
+-- forgotten domain looks like, never a name the responder would answer for a real host.
 -- IPv6 text is only accepted in brackets so that a trailing `:443` is never read as
 -- part of the address (`2001:db8::1:443` is a valid address *and* a plausible typo for
 -- port 443; refusing it is the only reading that cannot widen a grant).
@@ -247,6 +259,40 @@ local function canonical(e)
   return t
 end
 
+--- The default port of each URL scheme an entry may be written with.
+M.SCHEME_PORTS = { http = 80, https = 443, ws = 80, wss = 443, ssh = 22, git = 9418 }
+
+-- A URL entry as the `host:port` entry it names, or nil and why.
+local function from_url(scheme, rest)
+  local port = M.SCHEME_PORTS[scheme:lower()]
+  if not port then
+    local known = {}
+    for k in pairs(M.SCHEME_PORTS) do known[#known + 1] = k end
+    table.sort(known)
+    return nil, string.format("unknown scheme %q: write host:port, or a URL with one of %s", scheme,
+      table.concat(known, ", "))
+  end
+  local authority, path = rest:match("^([^/?#]*)(.*)$")
+  if authority:find("@", 1, true) then
+    return nil, "user information in a URL is not part of a destination: write the host (and port) only"
+  end
+  if path ~= "" and path ~= "/" then
+    return nil, string.format("the path %q cannot be enforced: an entry grants a destination (host and port), "
+      .. "never a URL; write %s", path, authority ~= "" and authority or "the host")
+  end
+  if authority == "" then return nil, "no host after " .. scheme .. "://" end
+  -- "[v6]:port", "[v6]", "host:port" or "host"
+  if authority:match("%]$") or (not authority:find(":", 1, true)) then
+    return authority .. ":" .. port
+  end
+  return authority
+end
+
+local function loopback(bytes, prefix)
+  if #bytes == 4 then return bytes:byte(1) == 127 and prefix >= 8 end
+  return prefix == 128 and bytes == string.rep("\0", 15) .. "\1"
+end
+
 --- Parses one allowlist entry.
 -- @tparam string s the entry as written
 -- @treturn[1] table the entry: `{kind = "name"|"wildcard"|"address"|"network", text =
@@ -260,6 +306,15 @@ function M.parse_entry(s)
   if s == "" then return bad(s, "empty entry") end
   if s:find("%s") then return bad(s, "contains whitespace") end
   if s:find("\0", 1, true) then return bad(s, "contains a NUL byte") end
+  local scheme, after = s:match("^(%a[%w+.-]*)://(.*)$")
+  if scheme then
+    local hostport, why = from_url(scheme, after)
+    if not hostport then return bad(s, why) end
+    local e, err = M.parse_entry(hostport)
+    if not e then return bad(s, err.detail:gsub('^"[^"]*": ', "")) end
+    e.source = s
+    return e
+  end
   local host, net, port
   if s:sub(1, 1) == "[" then
     local close = s:find("]", 1, true)
@@ -333,6 +388,11 @@ function M.parse_entry(s)
   if is_ip then
     local bytes, prefix, is_net = parse_net(host, net)
     if not bytes then return bad(s, prefix) end
+    if loopback(bytes, prefix) then
+      return bad(s, "that is the sandbox's own loopback: connections to it never leave the sandbox, so "
+        .. "the entry could never be used; for a service on the host, give it a name (--allow NAME:PORT "
+        .. "--resolve NAME=ADDR) or allow the address it listens on")
+    end
     e.kind = is_net and "network" or "address"
     e.bytes, e.prefix = bytes, prefix
     e.family = #bytes == 4 and "inet" or "inet6"
@@ -352,6 +412,14 @@ function M.parse_entry(s)
   else
     local name, why = M.normalize_name(host)
     if not name then return bad(s, why) end
+    if name == "localhost" or name:match("%.localhost$") then
+      return bad(s, "localhost is the sandbox's own loopback: connections to it never leave the sandbox, so "
+        .. "the entry could never be used")
+    end
+    if not name:find(".", 1, true) then
+      return bad(s, string.format("a single-label name is not a host on any network the sandbox reaches "
+        .. "(a typo, or a domain left out?): write the full name, e.g. %s.example.com:443", name))
+    end
     e.kind, e.name = "name", name
   end
   e.text = canonical(e)
