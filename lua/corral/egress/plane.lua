@@ -28,6 +28,15 @@ Plane.__index = Plane
 
 M.MARK = 42
 
+--- The tenant's hostname under the built-in mechanisms (native and bwrap set it): the
+-- responder answers it with the sandbox's loopback.
+M.HOSTNAME = "corral"
+
+--- The resolv.conf a tenant sees (`Plane.resolv_conf`, bound over /etc/resolv.conf by
+-- the mechanisms): the sandbox's own responder, which holds port 53 on its loopback.
+M.RESOLV_CONF = "# corral: this sandbox's own DNS responder (it answers allowed names, forwards nothing)\n"
+  .. "nameserver 127.0.0.1\n"
+
 --- How often (seconds) the loop reads the ruleset's record of the SYNs it refused.
 M.REFUSED_INTERVAL = 1
 
@@ -81,9 +90,11 @@ function M.new(id, network)
   end
   local what
   self.responder, what, err = responder.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
-    ipv4_only = self.link ~= nil })
+    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME })
   if not self.responder then return fail(what, err) end
   self.dns_port = self.responder.port
+  ok, err = self:write_resolv_conf()
+  if not ok then return fail("resolv.conf", err) end
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
     idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay })
@@ -100,6 +111,31 @@ function M.new(id, network)
     if changed == self.id then self:policy_changed(p) end
   end)
   return self
+end
+
+--- Writes `RESOLV_CONF` to a file of the plane's own (mode 0644 in a 0711 directory of
+-- the host's /tmp, removed by `close`) and sets `self.resolv_conf` to its path, for the
+-- mechanism to bind over the tenant's /etc/resolv.conf: the runtime's /etc is the
+-- host's, read-only and shared, and its resolv.conf names the host's resolver, which a
+-- sandbox never reaches.
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] string why
+function Plane:write_resolv_conf()
+  local dir, err = core.mkdtemp("/tmp/corral-resolv-")
+  if not dir then return nil, err end
+  self.resolv_dir = dir
+  local ok, cerr = core.chmod(dir, tonumber("711", 8))
+  if not ok then return nil, cerr end
+  local path = dir .. "/resolv.conf"
+  local f, ferr = io.open(path, "w")
+  if not f then return nil, ferr end
+  f:write(M.RESOLV_CONF)
+  f:close()
+  ok, cerr = core.chmod(path, tonumber("644", 8))
+  if not ok then return nil, cerr end
+  self.resolv_conf = path
+  return true
 end
 
 --- The nftables plan for a plane with these redirected ports (see `tcp_ports`).
@@ -297,6 +333,11 @@ function Plane:close()
   self.registry:remove(self.id)
   for _, k in ipairs({ "responder", "service", "acceptor", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
+  end
+  if self.resolv_dir then
+    if self.resolv_conf then os.remove(self.resolv_conf) end
+    os.remove(self.resolv_dir)
+    self.resolv_dir, self.resolv_conf = nil, nil
   end
 end
 

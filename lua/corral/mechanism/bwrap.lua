@@ -57,6 +57,8 @@ function M.args(sb, argv, seccomp_fd)
     local target = core.readlink(p)
     if target then add("--symlink", target, p) else add("--ro-bind-try", p, p) end
   end
+  -- egress: the sandbox's own resolver over the runtime's /etc/resolv.conf (corral.egress.plane)
+  if st and st.plane and st.plane.resolv_conf then add("--ro-bind", st.plane.resolv_conf, "/etc/resolv.conf") end
   add("--bind", sandbox.storage_path(sb), "/storage")
   if sb.workspace_path then add("--bind", sb.workspace_path, "/workspace") end
   -- As native's: /tmp a capped tmpfs, and the root bubblewrap builds (a tmpfs of its

@@ -69,6 +69,9 @@ function M.plan(sb, argv, opts)
   local st = M.state_of(sb)
   local binds, links = {}, {}
   runtime_binds(binds, links)
+  -- egress: the sandbox's own resolver over the runtime's /etc/resolv.conf (corral.egress.plane)
+  local resolv = st and st.plane and st.plane.resolv_conf
+  if resolv then binds[#binds + 1] = { src = resolv, dest = "/etc/resolv.conf" } end
   binds[#binds + 1] = { src = sandbox.storage_path(sb), dest = "/storage", rw = true }
   if sb.workspace_path then
     binds[#binds + 1] = { src = sb.workspace_path, dest = "/workspace", rw = true }
