@@ -6,6 +6,7 @@ local core = require "corral.core"
 local events = require "corral.egress.events"
 local json = require "dkjson"
 local h = require "helpers"
+local errors = require "corral.errors"
 
 -- A DNS query: labels (a list of strings, each one label as on the wire), then opts
 -- `{id =, qtype =, qd =, ar =, tail =}` to break the shape.
@@ -274,5 +275,57 @@ describe("egress log: the responder's events #root #netns", function()
     assert.are.equal(0, rcode(reply))
     assert.are.equal("allow", last_dns().verdict)
     assert.are.equal("allowed by pypi.org:443", last_dns().reason)
+  end)
+end)
+
+describe("egress log: policy epochs #root #netns", function()
+  local plane = require "corral.egress.plane"
+  local egress = require "corral.egress"
+  local p
+  local seen = {}
+  local function collect(ev) if ev.sandbox == "epoch-sb" then seen[#seen + 1] = ev end end
+
+  setup(function()
+    events.subscribe(collect)
+    p = assert(plane.new("epoch-sb", { allow = { "pypi.org:443" } }))
+  end)
+
+  teardown(function()
+    events.unsubscribe(collect)
+    if p then p:close() end
+  end)
+
+  local function asked(name)
+    p.responder:answer(query({ name:match("^([^.]+)%.(.+)$") }))
+    return seen[#seen]
+  end
+
+  it("every line carries the epoch; a change the ruleset cannot follow is refused and keeps the old", function()
+    local ev = asked("pypi.org")
+    assert.are.equal(1, ev.epoch)
+    assert.is_table(egress.allow("epoch-sb", "example.com:443"))
+    assert.are.equal(2, asked("example.com").epoch)
+    assert.are.equal("allow", seen[#seen].verdict)
+    -- the ruleset refuses the next change: the caller hears it, the log says it, nothing moved
+    p.nft = setmetatable({ apply = function() return nil, "nft apply: injected failure" end },
+      { __index = core.nft })
+    local e, err = egress.allow("epoch-sb", "evil.test:8443")
+    assert.is_nil(e)
+    assert.is_true(errors.is(err, "cannot_enforce"), tostring(err))
+    assert.matches("keeps the previous one.*injected failure", tostring(err))
+    local logged
+    for _, x in ipairs(seen) do if x.kind == "error" then logged = x end end
+    assert.matches("could not follow the new policy", logged.reason)
+    assert.are.equal(2, logged.epoch)
+    assert.are.equal("deny", asked("evil.test").verdict) -- the entry was not added
+    assert.are.equal(2, seen[#seen].epoch)
+    assert.is_true(core.nft.verify(p.netns, plane.ruleset_plan(p, { { 443, 443 } }))) -- the old ruleset, intact
+    -- control: the same change with a ruleset that follows
+    p.nft = core.nft
+    assert.is_table(egress.allow("epoch-sb", "evil.test:8443"))
+    local ok = asked("evil.test")
+    assert.are.equal("allow", ok.verdict)
+    assert.are.equal(3, ok.epoch)
+    assert.is_true(core.nft.verify(p.netns, plane.ruleset_plan(p, { { 443, 443 }, { 8443, 8443 } })))
   end)
 end)

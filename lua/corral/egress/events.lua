@@ -2,10 +2,11 @@
 --
 -- An event is a flat table: `{time =, sandbox =, kind =, name =, ip =, port =, verdict =,
 -- reason =, bytes =}` plus any other scalar fields the emitter adds (`entry`, `upstream`,
--- `answer`, `qtype`, `bytes_up`, `bytes_down`, `epoch`, `count`, …). `emit` copies it: scalar
+-- `answer`, `qtype`, `bytes_up`, `bytes_down`, `count`, …). `emit` copies it: scalar
 -- fields only, `sandbox` as its id when given a sandbox table, `ip` (and `upstream`) as
 -- address text when given bytes, `time` defaulting to now (seconds since the epoch, with
--- microseconds: `now`). Subscribers are
+-- microseconds: `now`) and `epoch` to its sandbox's policy epoch now (see
+-- `corral.egress.registry`; absent for a sandbox without a policy). Subscribers are
 -- called in order, each protected: a subscriber that raises is counted (`failures`),
 -- never stops the others, and never reaches the caller of `emit`, whose decision stands.
 --
@@ -137,6 +138,11 @@ local function normalize(event)
     end
   end
   ev.time = ev.time or M.now()
+  if ev.epoch == nil and type(ev.sandbox) == "string" then
+    -- loaded here, not at the top: the registry's modules must never wait on this one
+    local epoch = require("corral.egress.registry").process:epoch(ev.sandbox)
+    if epoch > 0 then ev.epoch = epoch end
+  end
   return ev
 end
 

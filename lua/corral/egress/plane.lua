@@ -54,7 +54,7 @@ function M.new(id, network)
   local defaults = network_spec.DEFAULTS
   local self = setmetatable({ id = id, network = network, registry = registry.process,
     max_connections = network.max_connections or defaults.max_connections,
-    idle = network.idle or defaults.idle,
+    idle = network.idle or defaults.idle, nft = core.nft,
     connect_timeout = network.connect_timeout or defaults.connect_timeout,
     attempt_delay = defaults.attempt_delay }, Plane)
   local function fail(what, err)
@@ -102,13 +102,14 @@ function M.new(id, network)
   self.acceptor_port = self.acceptor.port
   self.tcp_ports = M.tcp_ports(policy)
   local plan = M.ruleset_plan(self, self.tcp_ports)
-  ok, err = core.nft.apply(self.netns, plan)
+  ok, err = self.nft.apply(self.netns, plan)
   if not ok then return fail("nftables ruleset", err) end
   -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
-  ok, err = core.nft.verify(self.netns, plan)
+  ok, err = self.nft.verify(self.netns, plan)
   if not ok then return fail("nftables read-back", err) end
   self.on_policy = self.registry:subscribe(function(changed, p)
-    if changed == self.id then self:policy_changed(p) end
+    if changed == self.id then return self:policy_changed(p) end
+    return true
   end)
   return self
 end
@@ -186,30 +187,40 @@ end
 --- Follows a change of the sandbox's policy (`allow`, `revoke`, `set`): the responder
 -- forgets its cached verdicts and the ruleset's ports are brought in line.
 -- @tparam table|nil policy
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce: the ruleset could not follow (see `sync_ports`)
 function Plane:policy_changed(policy)
   if self.responder then self.responder:forget() end
-  self:sync_ports(policy)
+  return self:sync_ports(policy)
 end
 
 --- Brings the ruleset's redirected ports in line with the policy: the table is replaced
 -- in one transaction (never a moment without it) and read back. On failure the old
--- ruleset stays, which only ever refuses more.
+-- ruleset stays (the kernel applies a batch whole or not at all), an `error` event says
+-- so, and the registry is told (`nil, err`): it undoes a `set` or `allow`, so the
+-- previous policy — stricter than the one that could not be enforced — stays too.
 -- @tparam table|nil policy
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce("network_restriction", why)
 function Plane:sync_ports(policy)
   local want = M.tcp_ports(policy)
-  if same_ports(want, self.tcp_ports) or not self.netns then return end
+  if same_ports(want, self.tcp_ports) or not self.netns then return true end
   -- the replaced table's record of refusals goes with it: read it first
   self:read_refused()
   local plan = M.ruleset_plan(self, want)
-  local ok, err = core.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
-  if ok then ok, err = core.nft.verify(self.netns, plan) end
+  local ok, err = self.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
+  if ok then ok, err = self.nft.verify(self.netns, plan) end
   if ok then
     self.tcp_ports = want
     self.refused_seen, self.refused_total = {}, 0
-  else
-    events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0,
-      reason = "ruleset not updated for the new policy (it keeps refusing what it did): " .. tostring(err) })
+    return true
   end
+  local why = "the ruleset could not follow the new policy, so it keeps the previous one (which refuses "
+    .. "what it did): " .. tostring(err)
+  events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0, reason = why })
+  return nil, errors.cannot_enforce("network_restriction", why)
 end
 
 --- Logs the connections the ruleset refused at their SYN since the last reading (no
@@ -220,7 +231,7 @@ end
 -- reads once a second (`tick`) and when the plane closes, so no packet wakes it.
 function Plane:read_refused()
   if not self.netns then return end
-  local list, total = core.nft.refused(self.netns)
+  local list, total = self.nft.refused(self.netns)
   if not list then return end
   local seen = self.refused_seen or {}
   self.refused_seen = seen
