@@ -44,6 +44,32 @@ describe("egress connection options and the summary's words", function()
     end)()))
   end)
 
+  it("judges a first flight by the name it carries, under match and require", function()
+    local f = io.open("tests/fuzz/corpus/sni/tls-openssl-sni", "rb") -- openssl s_client -servername api.test
+    local hello = f:read("a")
+    f:close()
+    local v = acceptor.sni_verdict
+    assert.are.equal("SNI api.test on a connection to evil.test", v(hello, "evil.test", "match"))
+    assert.is_true(v(hello, "api.test", "match"))                                  -- control
+    assert.is_nil(v(hello:sub(1, 100), "api.test", "match"))                        -- wait for the rest
+    assert.matches("incomplete", v(hello:sub(1, 100), "api.test", "match", true))
+    local get = "GET / HTTP/1.1\r\nHost: evil.test:8080\r\n\r\n"
+    assert.are.equal("Host evil.test on a connection to api.test", v(get, "api.test", "match"))
+    assert.is_true(v((get:gsub("evil", "api")), "api.test", "match"))             -- control
+    assert.matches("does not follow its grammar",
+      v("GET / HTTP/1.1\r\nHost: api.test\r\nHost: evil.test\r\n\r\n", "api.test", "match"))
+    assert.matches("does not follow its grammar",
+      v("GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", "api.test", "match"))
+    -- no name: through under match, refused under require
+    assert.is_true(v("SSH-2.0-OpenSSH_9.2\r\n", "api.test", "match"))
+    assert.matches("neither TLS nor HTTP", v("SSH-2.0-OpenSSH_9.2\r\n", "api.test", "require"))
+    assert.is_true(v("", "api.test", "match", true))                                -- a server-first protocol
+    assert.matches("nothing sent", v("", "api.test", "require", true))
+    assert.is_true(v(hello, "api.test", "require"))                                -- control
+    assert.is_nil(network_spec.check({ sni = "maybe" }))
+    assert.is_table(network_spec.check({ sni = "require" }))
+  end)
+
   it("words each denial and failure with the option that changes it; allowed ones are not listed", function()
     assert.are.equal("denied api.test:9443 (port not allowed for api.test; --allow api.test:9443 would)",
       summary.line({ kind = "connect", verdict = "deny", name = "api.test", port = 9443,
@@ -67,11 +93,21 @@ describe("egress connection options and the summary's words", function()
 end)
 
 describe("egress connections #root #netns", function()
-  local net, v4_server
-  local V4_PORT = 9555
+  local net, v4_server, tls_server
+  local V4_PORT, TLS_PORT = 9555, 9556
 
   setup(function()
     net = internet.start()
+    -- a TLS server of the test's own (openssl s_server, a throwaway self-signed key)
+    assert(h.sh("command -v openssl"):match("openssl"), "openssl is needed for the SNI tests")
+    h.must(string.format("openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=api.test -days 1 " ..
+      "-keyout %s/key.pem -out %s/cert.pem >/dev/null 2>&1", net.dir, net.dir))
+    local tls = h.sh(string.format("ip netns exec %s openssl s_server -quiet -www -accept %d -cert %s/cert.pem " ..
+      "-key %s/key.pem >/dev/null 2>&1 </dev/null & echo pid=$!", net.ns, TLS_PORT, net.dir, net.dir))
+    tls_server = tls:match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, TLS_PORT)):match("^1")
+    end, 5), "openssl s_server did not start")
     -- a server on the internet's IPv4 address only: its IPv6 address refuses this port
     local out = h.sh(string.format("ip netns exec %s socat TCP4-LISTEN:%d,bind=%s,fork,reuseaddr " ..
       "SYSTEM:'echo dual-ok' >/dev/null 2>&1 & echo pid=$!", net.ns, V4_PORT, net.ip))
@@ -83,6 +119,7 @@ describe("egress connections #root #netns", function()
 
   teardown(function()
     if v4_server then os.execute("kill " .. v4_server .. " 2>/dev/null") end
+    if tls_server then os.execute("kill " .. tls_server .. " 2>/dev/null") end
     if net then internet.stop(net) end
   end)
 
@@ -227,6 +264,51 @@ describe("egress connections #root #netns", function()
     assert.are.equal(0, status, out)
     local rc = h.after_attempt(out, "port%-80%-only")
     assert.are_not.equal(0, rc, out) -- http:// is port 80, not 8080
+  end)
+
+  it("resets a TLS connection whose SNI names another host, and an HTTP request whose Host does", function()
+    local log = net.dir .. "/sni.jsonl"
+    local tls = "api.test:" .. TLS_PORT
+    local script = h.attempt_then_control(
+      "openssl s_client -connect " .. tls .. " -servername evil.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'; " ..
+      "curl -sk --max-time 3 --connect-to evil.test:" .. TLS_PORT .. ":" .. tls .. " https://evil.test:" ..
+      TLS_PORT .. "/ | grep -c s_server; " ..
+      "curl -sS --max-time 3 -H 'Host: evil.test' http://pypi.org:8080/index.html",
+      "openssl s_client -connect " .. tls .. " -servername api.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'; " ..
+      "curl -sk --max-time 5 https://" .. tls .. "/ | grep -o 's_server' | head -1; " ..
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html")
+    local out, status = run({ "--allow", tls, "--allow", "pypi.org:8080", "--resolve", "api.test=" .. net.ip,
+      "--resolve", "pypi.org=" .. net.ip, "--log-json", log }, script)
+    assert.are.equal(0, status, out)
+    local _, control, attempt = h.after_attempt(out, "hello%-from%-the%-internet")
+    assert.matches("^0\n0\n", attempt)                       -- no certificate, no page: reset before any
+    assert.is_nil(attempt:find("hello-from-the-internet", 1, true), attempt)
+    assert.matches("^1\ns_server\n", control)                 -- controls: the right names get through
+    local raw = h.read(log) or ""
+    assert.matches('"reason":"SNI evil.test on a connection to api.test"', raw, nil, true)
+    assert.matches('"reason":"Host evil.test on a connection to pypi.org"', raw, nil, true)
+    assert.matches("denied api.test:" .. TLS_PORT .. " (SNI evil.test on a connection to api.test)", out, nil, true)
+    -- --sni off: the same mismatch is relayed (the check is the only thing that stopped it)
+    out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip, "--sni", "off" },
+      "openssl s_client -connect " .. tls .. " -servername evil.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'")
+    assert.matches("^1\n", out)
+  end)
+
+  it("--sni require refuses a connection that names no host; match lets it through", function()
+    local tls = "api.test:" .. TLS_PORT
+    local cmd = "openssl s_client -connect " .. tls .. " -noservername </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'"
+    local out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip, "--sni", "require" },
+      h.attempt_then_control(cmd, "openssl s_client -connect " .. tls .. " -servername api.test </dev/null 2>&1 " ..
+        "| grep -c 'BEGIN CERTIFICATE'"))
+    local _, control, attempt = h.after_attempt(out, "^1\n")
+    assert.matches("^0\n", attempt)
+    assert.matches("^1\n", control)
+    assert.matches("TLS without SNI on a connection to api.test", out, nil, true)
+    out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip }, cmd) -- the default, match
+    assert.matches("^1\n", out)
+    local bad, st = h.corral("run", "--allow", tls, "--sni", "maybe", "--", "true")
+    assert.are.equal(2, st, bad)
+    assert.matches("--sni", bad, nil, true)
   end)
 
   it("refuses a bad --idle or --max-connections, or one without --allow, before starting", function()

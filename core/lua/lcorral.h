@@ -46,6 +46,7 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(cgroup)                                                                                      \
     X(ns)                                                                                          \
     X(dns)                                                                                         \
+    X(sni)                                                                                         \
     X(nft)                                                                                         \
     X(rtnl)                                                                                        \
     X(spawn)                                                                                       \

@@ -337,7 +337,7 @@ command("run", "run a tenant command in a sandbox (credentials stripped, no netw
            [--env NAME]... [--allow ENTRY]... [--allow-file FILE] [--internal CIDR]...
            [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE]
            [--link NETNS,ADDR/PREFIX,GATEWAY,PEER/PREFIX]
-           [--idle DURATION] [--max-connections N] [--verbose] -- CMD ARGS...
+           [--idle DURATION] [--max-connections N] [--sni match|require|off] [--verbose] -- CMD ARGS...
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (DIR, or a temporary directory removed
@@ -365,6 +365,9 @@ moved no byte for that long; TCP keepalive runs on both legs, so a dead end is n
 either way. --max-connections N (default 4096) caps a sandbox's concurrent
 connections; each costs the host two sockets (about 7 KiB of kernel memory idle), under
 1 KiB of its own and six fds, plus up to 512 KiB of pipe only while bytes wait in it.
+--sni (default match): on a connection to an allowed name, a TLS SNI or HTTP Host
+naming another host is reset (domain fronting); require also refuses one naming none.
+An --allow entry may be a URL (https://api.test is api.test:443).
 At the end of the run, what was denied and which connections failed upstream are
 summarised on stderr with the option that would change them; --verbose prints each as
 it first happens.
@@ -382,7 +385,8 @@ back as it was after the run.]],
       fsize = "value", nofile = "value", env = "list", allow = "list", ["allow-file"] = "value",
       internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value",
       link = "value",
-      idle = "value", ["max-connections"] = "value", verbose = "flag" }) -- egress/run_options, egress/summary
+      idle = "value", ["max-connections"] = "value", verbose = "flag", -- egress/run_options, egress/summary
+      sni = "value" }) -- egress/run_options
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
     local corral = require "corral"

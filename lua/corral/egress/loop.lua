@@ -270,6 +270,13 @@ function M.step(timeout, extra)
     local n = #fds + 1
     fds[n], handlers[n], owners[n] = w.fd, w.on, w.owner or false
   end
+  -- a plane's held connection whose wait ends sooner shortens the wait (see acceptor)
+  local soonest
+  for plane in pairs(loop.planes) do
+    local d = plane.deadline and plane:deadline()
+    if d and (not soonest or d < soonest) then soonest = d end
+  end
+  if soonest and timeout and timeout >= 0 then timeout = math.max(0, math.min(timeout, soonest - core.monotime())) end
   local ready = poll_all(fds, timeout)
   local now = core.monotime()
   for plane in pairs(loop.planes) do

@@ -97,7 +97,8 @@ function M.new(id, network)
   if not ok then return fail("resolv.conf", err) end
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
-    idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay })
+    idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay,
+    sni = network.sni })
   if not self.acceptor then return fail("acceptor", err) end
   self.acceptor_port = self.acceptor.port
   self.tcp_ports = M.tcp_ports(policy)
@@ -323,6 +324,12 @@ function Plane:watch()
   if self.acceptor then add(self.acceptor:watch(self.port_key)) end
   if self.service then add(self.service:watch()) end
   return w
+end
+
+--- When the loop must look at the plane again at the latest (a held connection's wait
+-- ends; see `corral.egress.acceptor`), monotonic seconds, or nil.
+function Plane:deadline()
+  return self.acceptor and self.acceptor:deadline()
 end
 
 --- Decides a destination again with the sandbox's current policy, as the acceptor did.
