@@ -221,6 +221,24 @@ describe("allowlist grammar", function()
     end
   end)
 
+  it("survives the mutation fuzzer's invariants (tests/fuzz/fuzz_allowlist.lua), seeded", function()
+    local fuzz = dofile("tests/fuzz/fuzz_allowlist.lua")
+    local n, accepted = fuzz.run({ count = 20000, seed = 11 })
+    assert.are.equal(20000, n)
+    assert.is_true(accepted > 1000 and accepted < n, tostring(accepted)) -- both sides were reached
+    -- control: the checker catches a parser that breaks an invariant (a canonical text
+    -- that does not parse back)
+    local real = allowlist.parse_entry
+    allowlist.parse_entry = function(e)
+      if e == "bad.test" then return { text = "not canonical", kind = "name" } end
+      return real(e)
+    end
+    local ok, err = pcall(fuzz.check, "bad.test")
+    allowlist.parse_entry = real
+    assert.is_false(ok)
+    assert.matches("does not parse back", err)
+  end)
+
   it("refuses a non-string entry", function()
     local e, err = allowlist.parse_entry(443)
     assert.is_nil(e)
