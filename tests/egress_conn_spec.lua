@@ -311,6 +311,35 @@ describe("egress connections #root #netns", function()
     assert.matches("--sni", bad, nil, true)
   end)
 
+  it("--learn records what a job wanted from three names; the list it writes then lets the job run", function()
+    local file = net.dir .. "/learned.allow"
+    local job = "for n in a.test b.test c.test; do curl -sS --max-time 3 http://$n:" .. net.http_port ..
+      "/index.html; done; getent hosts never.test >/dev/null; true"
+    local names = { "--resolve", "a.test=" .. net.ip, "--resolve", "b.test=" .. net.ip,
+      "--resolve", "c.test=" .. net.ip }
+    local args = { "--learn", file }
+    for _, a in ipairs(names) do args[#args + 1] = a end
+    local out, status = run(args, job)
+    assert.are.equal(0, status, out)
+    assert.is_nil(out:find("hello-from-the-internet", 1, true), out) -- learning relays nothing
+    assert.matches("--learn: 3 entries written to " .. file, out, nil, true)
+    local text = h.read(file) or ""
+    for _, n in ipairs({ "a", "b", "c" }) do
+      assert.matches("\n" .. n .. "%.test:" .. net.http_port .. "  # tcp, %d+ connections?\n", text)
+    end
+    assert.matches("# never.test: resolved", text, nil, true)
+    -- control: the learned list, as written, lets the same job fetch all three
+    local again = { "--allow-file", file }
+    for _, a in ipairs(names) do again[#again + 1] = a end
+    out, status = run(again, job)
+    assert.are.equal(0, status, out)
+    local _, fetched = out:gsub("hello%-from%-the%-internet", "")
+    assert.are.equal(3, fetched, out)
+    local bad, st = h.corral("run", "--learn", net.dir .. "/no/such/file", "--", "true")
+    assert.are.equal(2, st, bad)
+    assert.matches("--learn", bad, nil, true)
+  end)
+
   it("refuses a bad --idle or --max-connections, or one without --allow, before starting", function()
     for _, bad in ipairs({ { "--idle", "soon" }, { "--idle", "-1" }, { "--max-connections", "0" } }) do
       local out, status = h.corral("run", "--allow", "pypi.org:443", bad[1], bad[2], "--", "true")

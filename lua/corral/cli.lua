@@ -337,7 +337,8 @@ command("run", "run a tenant command in a sandbox (credentials stripped, no netw
            [--env NAME]... [--allow ENTRY]... [--allow-file FILE] [--internal CIDR]...
            [--resolve NAME=ADDR]... [--service-port N] [--log-json FILE]
            [--link NETNS,ADDR/PREFIX,GATEWAY,PEER/PREFIX]
-           [--idle DURATION] [--max-connections N] [--sni match|require|off] [--verbose] -- CMD ARGS...
+           [--idle DURATION] [--max-connections N] [--sni match|require|off] [--learn FILE]
+           [--verbose] -- CMD ARGS...
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (DIR, or a temporary directory removed
@@ -367,7 +368,9 @@ connections; each costs the host two sockets (about 7 KiB of kernel memory idle)
 1 KiB of its own and six fds, plus up to 512 KiB of pipe only while bytes wait in it.
 --sni (default match): on a connection to an allowed name, a TLS SNI or HTTP Host
 naming another host is reset (domain fronting); require also refuses one naming none.
-An --allow entry may be a URL (https://api.test is api.test:443).
+An --allow entry may be a URL (https://api.test is api.test:443). --learn FILE answers
+every name the program asks for, denies (and records) every connection not allowed, and
+writes the suggested allowlist to FILE for --allow-file.
 At the end of the run, what was denied and which connections failed upstream are
 summarised on stderr with the option that would change them; --verbose prints each as
 it first happens.
@@ -386,7 +389,7 @@ back as it was after the run.]],
       internal = "list", resolve = "list", ["service-port"] = "value", ["log-json"] = "value",
       link = "value",
       idle = "value", ["max-connections"] = "value", verbose = "flag", -- egress/run_options, egress/summary
-      sni = "value" }) -- egress/run_options
+      sni = "value", learn = "value" }) -- egress/run_options, egress/learn
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
     local corral = require "corral"
@@ -437,6 +440,10 @@ back as it was after the run.]],
     if nerr then return fail("run", nerr) end
     network, nerr = require("corral.egress.run_options").apply(network, opts)
     if nerr then return fail("run", nerr) end
+    if opts.learn then -- egress/learn
+      local _, lerr = require("corral.egress.learn").check(opts.learn)
+      if lerr then return fail("run", lerr) end
+    end
     local service_port
     if opts["service-port"] then
       service_port = math.tointeger(tonumber(opts["service-port"]))
@@ -480,6 +487,7 @@ back as it was after the run.]],
       log_close = closer
     end
     local summary = network and require("corral.egress.summary").start({ verbose = opts.verbose })
+    local learner = opts.learn and require("corral.egress.learn").start(opts.learn) -- egress/learn
     local ok, perr = corral.provision(mech, sb)
     -- A temporary storage whose host id another process holds (sandbox.host_id_holder,
     -- rare): a fresh directory gives another id.
@@ -512,6 +520,11 @@ back as it was after the run.]],
     corral.destroy(mech, sb)
     cleanup()
     if summary then summary.finish() end
+    if learner then -- egress/learn
+      local ok_l, n = learner.finish()
+      io.stderr:write("corral run: --learn: ", ok_l and (n .. " entries written to " .. opts.learn)
+        or ("not written: " .. tostring(n)), "\n")
+    end
     if log_close then log_close() end
     if not result then
       io.stderr:write("corral run: ", tostring(xerr), "\n")

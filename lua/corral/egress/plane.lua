@@ -90,7 +90,7 @@ function M.new(id, network)
   end
   local what
   self.responder, what, err = responder.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
-    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME })
+    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME, learn = network.learn })
   if not self.responder then return fail(what, err) end
   self.dns_port = self.responder.port
   ok, err = self:write_resolv_conf()
@@ -101,7 +101,9 @@ function M.new(id, network)
     sni = network.sni })
   if not self.acceptor then return fail("acceptor", err) end
   self.acceptor_port = self.acceptor.port
-  self.tcp_ports = M.tcp_ports(policy)
+  -- learn mode: every port reaches the acceptor, which records what was wanted (nil);
+  -- else the policy's ports, false for none
+  if not network.learn then self.tcp_ports = M.tcp_ports(policy) end
   local plan = M.ruleset_plan(self, self.tcp_ports)
   ok, err = self.nft.apply(self.netns, plan)
   if not ok then return fail("nftables ruleset", err) end
@@ -206,7 +208,8 @@ end
 -- @return[2] nil
 -- @treturn[2] table cannot_enforce("network_restriction", why)
 function Plane:sync_ports(policy)
-  local want = M.tcp_ports(policy)
+  local want -- nil in learn mode: every port (false, from tcp_ports, is none)
+  if not self.network.learn then want = M.tcp_ports(policy) end
   if same_ports(want, self.tcp_ports) or not self.netns then return true end
   -- the replaced table's record of refusals goes with it: read it first
   self:read_refused()

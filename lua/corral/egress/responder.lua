@@ -46,14 +46,16 @@ M.NAME_CACHE = 4096
 -- @tparam userdata netns the sandbox's network namespace
 -- @tparam table sandbox `{id =, synth = its synthetic allocator, registry = where its
 --   policy lives, ipv4_only = true when the sandbox has an IPv4 route only, hostname =
---   the sandbox's own (uts) hostname, answered with its loopback}`
+--   the sandbox's own (uts) hostname, answered with its loopback, learn = true to answer
+--   every hostname (`--learn`: what was asked is recorded, every connection denied)}`
 -- @treturn[1] table the responder, with `port` (53, as the kernel bound it)
 -- @return[2] nil
 -- @treturn[2] string what failed
 -- @treturn[2] string why
 function M.new(netns, sandbox)
   local self = setmetatable({ id = sandbox.id, synth = sandbox.synth, registry = sandbox.registry,
-    ipv4_only = sandbox.ipv4_only, hostname = sandbox.hostname, tcp_dns = {}, names = {}, names_n = 0 },
+    ipv4_only = sandbox.ipv4_only, hostname = sandbox.hostname, learn = sandbox.learn, tcp_dns = {}, names = {},
+    names_n = 0 },
     Responder)
   -- The responder holds port 53 itself, so a resolver configured at a loopback address
   -- (127.0.0.53, 127.0.0.1) reaches it directly, and any other :53 is redirected to it.
@@ -132,6 +134,9 @@ function Responder:answer(query)
   if q.hostname then
     local v = self:name_verdict(name, policy)
     allowed, reason_of, entry = v.allowed, v.why, v.entry
+    -- learn mode: every name is answered, so that the program goes on to connect and the
+    -- acceptor learns the port it wanted (and denies it)
+    if not allowed and self.learn then allowed, entry = true, "learn mode (--learn)" end
   end
   local verdict, rcode, addr, reason, ip
   if not allowed then

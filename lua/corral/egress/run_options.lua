@@ -1,6 +1,7 @@
 --- `corral run`'s connection options, read into the `network` table: --idle (how long a
 -- connection may move no byte; none by default), --max-connections (per sandbox) and
--- --sni (match, require or off: see `corral.egress.acceptor`).
+-- --sni (match, require or off: see `corral.egress.acceptor`) and --learn (see
+-- `corral.egress.learn`).
 -- @module corral.egress.run_options
 local errors = require "corral.errors"
 
@@ -33,6 +34,11 @@ end
 -- @treturn[2] table invalid_argument naming the option
 function M.apply(network, opts)
   local idle, max, sni = opts.idle, opts["max-connections"], opts.sni
+  if opts.learn then
+    -- learn mode needs a plane even with nothing allowed
+    network = network or { allow = {} }
+    network.learn = true
+  end
   if idle == nil and max == nil and sni == nil then return network end
   if not network then
     return nil, errors.invalid_argument(idle and "--idle" or max and "--max-connections" or "--sni",
