@@ -62,7 +62,7 @@ describe("corral CLI", function()
       ["Limits"] = { "memory", "pids", "cpu", "wall", "fsize", "nofile" },
       ["Environment"] = { "env" },
       ["Network and egress"] = { "allow", "allow-file", "internal", "resolve", "service-port", "link", "idle",
-                                 "max-connections" },
+                                 "max-connections", "sni", "learn" },
       ["Output"] = { "log-json", "verbose" },
     }
     for title, names in pairs(groups) do
@@ -77,7 +77,7 @@ describe("corral CLI", function()
     end
     -- every option run accepts is listed: one that parses but is not in the help fails here
     local listed = select(2, out:gsub("\n  %-%-[%w-]+", ""))
-    assert.are.equal(22, listed)
+    assert.are.equal(24, listed)
     for cmd, option in pairs({ confine = "extra", sbpl = "permit", probe = "json" }) do
       out, status = h.corral("help", cmd)
       assert.are.equal(0, status, out)

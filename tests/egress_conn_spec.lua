@@ -44,6 +44,32 @@ describe("egress connection options and the summary's words", function()
     end)()))
   end)
 
+  it("judges a first flight by the name it carries, under match and require", function()
+    local f = io.open("tests/fuzz/corpus/sni/tls-openssl-sni", "rb") -- openssl s_client -servername api.test
+    local hello = f:read("a")
+    f:close()
+    local v = acceptor.sni_verdict
+    assert.are.equal("SNI api.test on a connection to evil.test", v(hello, "evil.test", "match"))
+    assert.is_true(v(hello, "api.test", "match"))                                  -- control
+    assert.is_nil(v(hello:sub(1, 100), "api.test", "match"))                        -- wait for the rest
+    assert.matches("incomplete", v(hello:sub(1, 100), "api.test", "match", true))
+    local get = "GET / HTTP/1.1\r\nHost: evil.test:8080\r\n\r\n"
+    assert.are.equal("Host evil.test on a connection to api.test", v(get, "api.test", "match"))
+    assert.is_true(v((get:gsub("evil", "api")), "api.test", "match"))             -- control
+    assert.matches("does not follow its grammar",
+      v("GET / HTTP/1.1\r\nHost: api.test\r\nHost: evil.test\r\n\r\n", "api.test", "match"))
+    assert.matches("does not follow its grammar",
+      v("GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", "api.test", "match"))
+    -- no name: through under match, refused under require
+    assert.is_true(v("SSH-2.0-OpenSSH_9.2\r\n", "api.test", "match"))
+    assert.matches("neither TLS nor HTTP", v("SSH-2.0-OpenSSH_9.2\r\n", "api.test", "require"))
+    assert.is_true(v("", "api.test", "match", true))                                -- a server-first protocol
+    assert.matches("nothing sent", v("", "api.test", "require", true))
+    assert.is_true(v(hello, "api.test", "require"))                                -- control
+    assert.is_nil(network_spec.check({ sni = "maybe" }))
+    assert.is_table(network_spec.check({ sni = "require" }))
+  end)
+
   it("words each denial and failure with the option that changes it; allowed ones are not listed", function()
     assert.are.equal("denied api.test:9443 (port not allowed for api.test; --allow api.test:9443 would)",
       summary.line({ kind = "connect", verdict = "deny", name = "api.test", port = 9443,
@@ -67,11 +93,21 @@ describe("egress connection options and the summary's words", function()
 end)
 
 describe("egress connections #root #netns", function()
-  local net, v4_server
-  local V4_PORT = 9555
+  local net, v4_server, tls_server
+  local V4_PORT, TLS_PORT = 9555, 9556
 
   setup(function()
     net = internet.start()
+    -- a TLS server of the test's own (openssl s_server, a throwaway self-signed key)
+    assert(h.sh("command -v openssl"):match("openssl"), "openssl is needed for the SNI tests")
+    h.must(string.format("openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=api.test -days 1 " ..
+      "-keyout %s/key.pem -out %s/cert.pem >/dev/null 2>&1", net.dir, net.dir))
+    local tls = h.sh(string.format("ip netns exec %s openssl s_server -quiet -www -accept %d -cert %s/cert.pem " ..
+      "-key %s/key.pem >/dev/null 2>&1 </dev/null & echo pid=$!", net.ns, TLS_PORT, net.dir, net.dir))
+    tls_server = tls:match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, TLS_PORT)):match("^1")
+    end, 5), "openssl s_server did not start")
     -- a server on the internet's IPv4 address only: its IPv6 address refuses this port
     local out = h.sh(string.format("ip netns exec %s socat TCP4-LISTEN:%d,bind=%s,fork,reuseaddr " ..
       "SYSTEM:'echo dual-ok' >/dev/null 2>&1 & echo pid=$!", net.ns, V4_PORT, net.ip))
@@ -83,6 +119,7 @@ describe("egress connections #root #netns", function()
 
   teardown(function()
     if v4_server then os.execute("kill " .. v4_server .. " 2>/dev/null") end
+    if tls_server then os.execute("kill " .. tls_server .. " 2>/dev/null") end
     if net then internet.stop(net) end
   end)
 
@@ -167,6 +204,140 @@ describe("egress connections #root #netns", function()
     out = run(args, script)
     assert.is_true(h.in_order(out, { "corral run: denied evil.test", "hello%-from%-the%-internet",
       "corral run: egress: " }), out)
+  end)
+
+  it("logs every connection the ruleset refused at its SYN, by name and port; the allowed port's too", function()
+    local log = net.dir .. "/syn.jsonl"
+    local script = h.attempt_then_control(
+      "nc -z -w 2 pypi.org 9444; nc -z -w 2 pypi.org 9444; nc -z -w 2 " .. net.ip .. " 22",
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html")
+    local out, status = run({ "--allow", "pypi.org:8080", "--resolve", "pypi.org=" .. net.ip, "--log-json", log },
+      script)
+    assert.are.equal(0, status, out)
+    local rc = h.after_attempt(out, "hello%-from%-the%-internet")
+    assert.are.equal(1, rc, out) -- the attempt's last nc was refused
+    local json = require "dkjson"
+    local syn, ip_syn, allowed, closed = 0, 0, nil, nil
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do
+      local e = assert(json.decode(line), line)
+      if e.by == "ruleset" then
+        assert.are.equal("deny", e.verdict)
+        assert.are.equal("connect", e.kind)
+        assert.matches("refused at the SYN by the ruleset", e.reason, nil, true)
+        if e.name == "pypi.org" and e.port == 9444 then
+          syn = syn + e.count
+          assert.matches("allowed only on ports 8080", e.reason, nil, true)
+        elseif e.ip == net.ip and e.port == 22 then
+          ip_syn = ip_syn + e.count
+          assert.matches("not in the allowlist", e.reason, nil, true)
+        end
+      elseif e.kind == "connect" and e.verdict == "allow" then
+        allowed = e
+      elseif e.kind == "closed" then
+        closed = e
+      end
+    end
+    assert.is_true(syn >= 2, "the two refused SYNs to pypi.org:9444 were not logged: " .. tostring(h.read(log)))
+    assert.is_true(ip_syn >= 1, h.read(log))
+    -- control: the allowed port went through the acceptor and is logged as relayed
+    assert.are.equal("pypi.org", allowed and allowed.name)
+    assert.are.equal(8080, allowed.port)
+    assert.is_true(closed and closed.bytes > 0, h.read(log))
+    assert.is_true(allowed.time ~= math.floor(allowed.time) or closed.time ~= math.floor(closed.time))
+  end)
+
+  it("--allow: the tenant's own loopback and a single label are refused saying why; URL forms work", function()
+    for _, bad in ipairs({ { "127.0.0.1:8080", "own loopback" }, { "localhost:8080", "own loopback" },
+      { "garbage", "single%-label name" }, { "https://pypi.org/simple/", "cannot be enforced" } }) do
+      local out, status = h.corral("run", "--allow", bad[1], "--", "true")
+      assert.are.equal(2, status, out)
+      assert.matches("--allow", out, nil, true)
+      assert.matches(bad[2], out)
+    end
+    -- controls: a URL's scheme gives the port; the path "/" is no path
+    local out, status = run({ "--allow", "http://pypi.org:8080/", "--resolve", "pypi.org=" .. net.ip },
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html")
+    assert.are.equal(0, status, out)
+    assert.matches("hello%-from%-the%-internet", out)
+    out, status = run({ "--allow", "http://pypi.org", "--resolve", "pypi.org=" .. net.ip },
+      h.attempt_then_control("curl -sS --max-time 3 http://pypi.org:8080/", "echo port-80-only"))
+    assert.are.equal(0, status, out)
+    local rc = h.after_attempt(out, "port%-80%-only")
+    assert.are_not.equal(0, rc, out) -- http:// is port 80, not 8080
+  end)
+
+  it("resets a TLS connection whose SNI names another host, and an HTTP request whose Host does", function()
+    local log = net.dir .. "/sni.jsonl"
+    local tls = "api.test:" .. TLS_PORT
+    local script = h.attempt_then_control(
+      "openssl s_client -connect " .. tls .. " -servername evil.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'; " ..
+      "curl -sk --max-time 3 --connect-to evil.test:" .. TLS_PORT .. ":" .. tls .. " https://evil.test:" ..
+      TLS_PORT .. "/ | grep -c s_server; " ..
+      "curl -sS --max-time 3 -H 'Host: evil.test' http://pypi.org:8080/index.html",
+      "openssl s_client -connect " .. tls .. " -servername api.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'; " ..
+      "curl -sk --max-time 5 https://" .. tls .. "/ | grep -o 's_server' | head -1; " ..
+      "curl -sS --max-time 5 http://pypi.org:8080/index.html")
+    local out, status = run({ "--allow", tls, "--allow", "pypi.org:8080", "--resolve", "api.test=" .. net.ip,
+      "--resolve", "pypi.org=" .. net.ip, "--log-json", log }, script)
+    assert.are.equal(0, status, out)
+    local _, control, attempt = h.after_attempt(out, "hello%-from%-the%-internet")
+    assert.matches("^0\n0\n", attempt)                       -- no certificate, no page: reset before any
+    assert.is_nil(attempt:find("hello-from-the-internet", 1, true), attempt)
+    assert.matches("^1\ns_server\n", control)                 -- controls: the right names get through
+    local raw = h.read(log) or ""
+    assert.matches('"reason":"SNI evil.test on a connection to api.test"', raw, nil, true)
+    assert.matches('"reason":"Host evil.test on a connection to pypi.org"', raw, nil, true)
+    assert.matches("denied api.test:" .. TLS_PORT .. " (SNI evil.test on a connection to api.test)", out, nil, true)
+    -- --sni off: the same mismatch is relayed (the check is the only thing that stopped it)
+    out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip, "--sni", "off" },
+      "openssl s_client -connect " .. tls .. " -servername evil.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'")
+    assert.matches("^1\n", out)
+  end)
+
+  it("--sni require refuses a connection that names no host; match lets it through", function()
+    local tls = "api.test:" .. TLS_PORT
+    local cmd = "openssl s_client -connect " .. tls .. " -noservername </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'"
+    local out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip, "--sni", "require" },
+      h.attempt_then_control(cmd, "openssl s_client -connect " .. tls .. " -servername api.test </dev/null 2>&1 " ..
+        "| grep -c 'BEGIN CERTIFICATE'"))
+    local _, control, attempt = h.after_attempt(out, "^1\n")
+    assert.matches("^0\n", attempt)
+    assert.matches("^1\n", control)
+    assert.matches("TLS without SNI on a connection to api.test", out, nil, true)
+    out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip }, cmd) -- the default, match
+    assert.matches("^1\n", out)
+    local bad, st = h.corral("run", "--allow", tls, "--sni", "maybe", "--", "true")
+    assert.are.equal(2, st, bad)
+    assert.matches("--sni", bad, nil, true)
+  end)
+
+  it("--learn records what a job wanted from three names; the list it writes then lets the job run", function()
+    local file = net.dir .. "/learned.allow"
+    local job = "for n in a.test b.test c.test; do curl -sS --max-time 3 http://$n:" .. net.http_port ..
+      "/index.html; done; getent hosts never.test >/dev/null; true"
+    local names = { "--resolve", "a.test=" .. net.ip, "--resolve", "b.test=" .. net.ip,
+      "--resolve", "c.test=" .. net.ip }
+    local args = { "--learn", file }
+    for _, a in ipairs(names) do args[#args + 1] = a end
+    local out, status = run(args, job)
+    assert.are.equal(0, status, out)
+    assert.is_nil(out:find("hello-from-the-internet", 1, true), out) -- learning relays nothing
+    assert.matches("--learn: 3 entries written to " .. file, out, nil, true)
+    local text = h.read(file) or ""
+    for _, n in ipairs({ "a", "b", "c" }) do
+      assert.matches("\n" .. n .. "%.test:" .. net.http_port .. "  # tcp, %d+ connections?\n", text)
+    end
+    assert.matches("# never.test: resolved", text, nil, true)
+    -- control: the learned list, as written, lets the same job fetch all three
+    local again = { "--allow-file", file }
+    for _, a in ipairs(names) do again[#again + 1] = a end
+    out, status = run(again, job)
+    assert.are.equal(0, status, out)
+    local _, fetched = out:gsub("hello%-from%-the%-internet", "")
+    assert.are.equal(3, fetched, out)
+    local bad, st = h.corral("run", "--learn", net.dir .. "/no/such/file", "--", "true")
+    assert.are.equal(2, st, bad)
+    assert.matches("--learn", bad, nil, true)
   end)
 
   it("refuses a bad --idle or --max-connections, or one without --allow, before starting", function()

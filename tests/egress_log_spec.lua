@@ -6,6 +6,7 @@ local core = require "corral.core"
 local events = require "corral.egress.events"
 local json = require "dkjson"
 local h = require "helpers"
+local errors = require "corral.errors"
 
 -- A DNS query: labels (a list of strings, each one label as on the wire), then opts
 -- `{id =, qtype =, qd =, ar =, tail =}` to break the shape.
@@ -36,18 +37,54 @@ describe("egress log: budgets by class", function()
     local kinds = {}
     for _, e in ipairs(got) do kinds[#kinds + 1] = e.kind .. ":" .. e.verdict end
     assert.are.same({ "dns:deny", "dns:deny", "dns:deny", "connect:allow", "connect:deny", "closed:allow" }, kinds)
-    -- the relayed class has its own limit too: a flood of allowed connections is summed
+    -- the closed class has its own limit too: a flood of ends is summed, bytes kept
     for i = 1, 4 do sub({ sandbox = "a", kind = "closed", verdict = "allow", bytes = 100 * i }) end
-    assert.are.equal(7, #got) -- one more relayed record fits (3 per class), three do not
+    assert.are.equal(8, #got) -- two more closed records fit (3 per class), two do not
     t = 101.5
     events.tick()
     local sum = {}
-    for i = 8, #got do
+    for i = 9, #got do
       assert.are.equal("suppressed", got[i].kind)
       sum[got[i].class .. "/" .. got[i].verdict] = { got[i].suppressed, got[i].bytes }
     end
-    assert.are.same({ ["dns/deny"] = { 7, 0 }, ["relayed/allow"] = { 3, 200 + 300 + 400 } }, sum)
+    assert.are.same({ ["dns/deny"] = { 7, 0 }, ["closed/allow"] = { 2, 300 + 400 } }, sum)
     flush()
+  end)
+
+  it("a flood of new connections never hides the byte counts of those that end", function()
+    local got = {}
+    local sub = events.limit(function(ev) got[#got + 1] = ev end, 3, function() return 7 end)
+    for i = 1, 10 do sub({ sandbox = "c", kind = "connect", verdict = "allow", name = "n" .. i, bytes = 0 }) end
+    sub({ sandbox = "c", kind = "closed", verdict = "allow", name = "n1", bytes = 4321 })
+    sub({ sandbox = "c", kind = "failed", verdict = "allow", name = "n2", bytes = 0 })
+    local kinds = {}
+    for _, e in ipairs(got) do kinds[#kinds + 1] = e.kind end
+    assert.are.same({ "connect", "connect", "connect", "closed", "failed" }, kinds)
+    assert.are.equal(4321, got[4].bytes)
+    assert.are.equal("connect", events.class({ kind = "connect", verdict = "allow" }))
+    assert.are.equal("closed", events.class({ kind = "cut", verdict = "deny" }))
+    assert.are.equal("refused", events.class({ kind = "connect", verdict = "deny" })) -- control
+  end)
+
+  it("stamps each event with sub-second time", function()
+    local a = events.now()
+    local stamps = {}
+    local function keep(ev) stamps[#stamps + 1] = ev.time end
+    events.subscribe(keep)
+    for _ = 1, 20 do events.emit({ sandbox = "t", kind = "error", verdict = "deny" }) end
+    events.unsubscribe(keep)
+    assert.is_true(math.abs(a - os.time()) <= 1)
+    local fractional = 0
+    for _, t in ipairs(stamps) do
+      assert.is_true(t >= a and t <= events.now())
+      if t ~= math.floor(t) then fractional = fractional + 1 end
+    end
+    assert.is_true(fractional >= 15, "whole seconds only: " .. table.concat(stamps, " "))
+    -- control: a time the emitter gives is kept as it is
+    events.subscribe(keep)
+    events.emit({ sandbox = "t", kind = "error", verdict = "deny", time = 12 })
+    events.unsubscribe(keep)
+    assert.are.equal(12, stamps[#stamps])
   end)
 
   it("takes a rate per class, refuses unknown classes and bad rates", function()
@@ -91,6 +128,44 @@ describe("egress log: fields", function()
     assert.are.equal(443, got[2].port)
     assert.are.equal(0, got[2].bytes)
     assert.are.equal("boom", got[3].reason)
+  end)
+end)
+
+describe("egress log: the file", function()
+  it("tightens an existing log's mode to the owner; a symbolic link is refused", function()
+    local dir = h.tmpdir("mode")
+    local path = dir .. "/log.jsonl"
+    h.write(path, "")
+    assert(core.fs.chmod(path, tonumber("644", 8)))
+    h.must("ln -s log.jsonl " .. dir .. "/link")
+    local w, err = events.json_lines_writer(dir .. "/link")
+    assert.is_nil(w)
+    assert.matches("symbolic link", err)
+    local writer, close = assert(events.json_lines_writer(path)) -- control: the file itself
+    writer({ sandbox = "m", kind = "error", verdict = "deny" })
+    close()
+    assert.are.equal(tonumber("600", 8), core.fs.lstat(path).mode)
+    assert.matches('"kind":"error"', h.read(path))
+    h.rmrf(dir)
+  end)
+
+end)
+
+describe("egress log: the file under corral run #root #netns", function()
+  it("writes - to standard output, never to a file named -; a missing directory is named", function()
+    local dir = h.tmpdir("dash")
+    local out = h.sh("cd " .. dir .. " && " .. h.quote(h.host) .. " run --allow api.test:443 --log-json - -- " ..
+      "sh -c 'getent hosts nosuch.test; getent hosts api.test >/dev/null && echo resolved' 2>/dev/null")
+    assert.is_nil(core.fs.lstat(dir .. "/-"), "a file named - was written")
+    assert.matches('"name":"nosuch.test"', out, nil, true)
+    assert.matches("resolved", out) -- control: the run itself went as asked
+    local o2, st = h.corral("run", "--allow", "api.test:443", "--log-json", dir .. "/no/such/log.jsonl", "--", "true")
+    assert.are.equal(2, st, o2)
+    assert.matches("--log-json", o2, nil, true)
+    assert.matches("the directory " .. dir .. "/no/such does not exist", o2, nil, true)
+    local o3, st3 = h.corral("run", "--allow", "api.test:443", "--log-json", dir .. "/log.jsonl", "--", "true")
+    assert.are.equal(0, st3, o3) -- control: an existing directory
+    h.rmrf(dir)
   end)
 end)
 
@@ -200,5 +275,57 @@ describe("egress log: the responder's events #root #netns", function()
     assert.are.equal(0, rcode(reply))
     assert.are.equal("allow", last_dns().verdict)
     assert.are.equal("allowed by pypi.org:443", last_dns().reason)
+  end)
+end)
+
+describe("egress log: policy epochs #root #netns", function()
+  local plane = require "corral.egress.plane"
+  local egress = require "corral.egress"
+  local p
+  local seen = {}
+  local function collect(ev) if ev.sandbox == "epoch-sb" then seen[#seen + 1] = ev end end
+
+  setup(function()
+    events.subscribe(collect)
+    p = assert(plane.new("epoch-sb", { allow = { "pypi.org:443" } }))
+  end)
+
+  teardown(function()
+    events.unsubscribe(collect)
+    if p then p:close() end
+  end)
+
+  local function asked(name)
+    p.responder:answer(query({ name:match("^([^.]+)%.(.+)$") }))
+    return seen[#seen]
+  end
+
+  it("every line carries the epoch; a change the ruleset cannot follow is refused and keeps the old", function()
+    local ev = asked("pypi.org")
+    assert.are.equal(1, ev.epoch)
+    assert.is_table(egress.allow("epoch-sb", "example.com:443"))
+    assert.are.equal(2, asked("example.com").epoch)
+    assert.are.equal("allow", seen[#seen].verdict)
+    -- the ruleset refuses the next change: the caller hears it, the log says it, nothing moved
+    p.nft = setmetatable({ apply = function() return nil, "nft apply: injected failure" end },
+      { __index = core.nft })
+    local e, err = egress.allow("epoch-sb", "evil.test:8443")
+    assert.is_nil(e)
+    assert.is_true(errors.is(err, "cannot_enforce"), tostring(err))
+    assert.matches("keeps the previous one.*injected failure", tostring(err))
+    local logged
+    for _, x in ipairs(seen) do if x.kind == "error" then logged = x end end
+    assert.matches("could not follow the new policy", logged.reason)
+    assert.are.equal(2, logged.epoch)
+    assert.are.equal("deny", asked("evil.test").verdict) -- the entry was not added
+    assert.are.equal(2, seen[#seen].epoch)
+    assert.is_true(core.nft.verify(p.netns, plane.ruleset_plan(p, { { 443, 443 } }))) -- the old ruleset, intact
+    -- control: the same change with a ruleset that follows
+    p.nft = core.nft
+    assert.is_table(egress.allow("epoch-sb", "evil.test:8443"))
+    local ok = asked("evil.test")
+    assert.are.equal("allow", ok.verdict)
+    assert.are.equal(3, ok.epoch)
+    assert.is_true(core.nft.verify(p.netns, plane.ruleset_plan(p, { { 443, 443 }, { 8443, 8443 } })))
   end)
 end)

@@ -24,6 +24,54 @@ describe("registry", function()
     assert.are.equal("allow", connect(reg, "t1", "pypi.org", 443))
   end)
 
+  it("bumps the epoch at every change that took effect, and only then", function()
+    local reg = registry.new()
+    assert.are.equal(0, reg:epoch("e1"))
+    reg:set("e1", { "pypi.org:443" })
+    assert.are.equal(1, reg:epoch("e1"))
+    reg:allow("e1", "example.com:443")
+    assert.are.equal(2, reg:epoch("e1"))
+    reg:allow("e1", "example.com:443") -- already there: nothing changed
+    assert.are.equal(2, reg:epoch("e1"))
+    reg:revoke("e1", "nothere.example:443") -- nothing removed
+    assert.are.equal(2, reg:epoch("e1"))
+    assert.is_nil(reg:allow("e1", "*.com")) -- refused entry
+    assert.are.equal(2, reg:epoch("e1"))
+    reg:revoke("e1", "pypi.org:443")
+    assert.are.equal(3, reg:epoch("e1"))
+    reg:set("e1", { "pypi.org:443" })
+    assert.are.equal(4, reg:epoch("e1"))
+    assert.are.equal(0, reg:epoch("e2")) -- control: another sandbox has its own
+  end)
+
+  it("undoes a set or allow a subscriber could not follow, saying why; a revocation stands", function()
+    local reg = registry.new()
+    reg:set("u1", { "pypi.org:443" })
+    local refuse = false
+    reg:subscribe(function(_, p)
+      if refuse then return nil, "ruleset: injected failure" end
+      return p
+    end)
+    refuse = true
+    local e, err = reg:allow("u1", "evil.test:443")
+    assert.is_nil(e)
+    assert.matches("injected failure", tostring(err))
+    assert.are.equal("deny", connect(reg, "u1", "evil.test", 443)) -- not added
+    assert.are.equal(1, reg:epoch("u1"))
+    local p, serr = reg:set("u1", { "pypi.org:443", "evil.test:443" })
+    assert.is_nil(p)
+    assert.matches("injected failure", tostring(serr))
+    assert.are.equal("deny", connect(reg, "u1", "evil.test", 443)) -- the previous policy stays
+    assert.are.equal("allow", connect(reg, "u1", "pypi.org", 443))
+    assert.are.equal(1, reg:epoch("u1"))
+    assert.are.equal(1, reg:revoke("u1", "pypi.org:443"))    -- narrowing is never undone
+    assert.are.equal("deny", connect(reg, "u1", "pypi.org", 443))
+    refuse = false -- control: the same change, followed, takes effect
+    assert.is_table(reg:allow("u1", "evil.test:443"))
+    assert.are.equal("allow", connect(reg, "u1", "evil.test", 443))
+    assert.are.equal(3, reg:epoch("u1"))
+  end)
+
   it("keeps sandboxes apart", function()
     local reg = registry.new()
     reg:allow("t1", "pypi.org:443")

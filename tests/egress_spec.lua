@@ -81,12 +81,14 @@ describe("egress #root #netns", function()
     assert.are.equal(before, logged(), "a denied connection reached the internet")
   end)
 
-  it("answers NXDOMAIN for names not allowed and REFUSED for TXT/ANY; A works (control)", function()
+  it("answers NXDOMAIN for names not allowed, REFUSED for their TXT/ANY, NODATA for an allowed one's", function()
     local out = run([[
       dig +tries=1 +time=2 evil.test A | grep -o 'status: [A-Z]*'
       dig +tries=1 +time=2 example.com A | grep -o 'status: [A-Z]*'
-      dig +notcp +tries=1 +time=2 pypi.org TXT | grep -o 'status: [A-Z]*'
-      dig +tries=1 +time=2 pypi.org ANY | grep -o 'status: [A-Z]*'
+      dig +notcp +tries=1 +time=2 evil.test TXT | grep -o 'status: [A-Z]*'
+      dig +tries=1 +time=2 evil.test ANY | grep -o 'status: [A-Z]*'
+      dig +notcp +tries=1 +time=2 pypi.org TXT | grep -o 'status: [A-Z]*\|ANSWER: [0-9]*'
+      dig +tries=1 +time=2 pypi.org HTTPS | grep -o 'status: [A-Z]*\|ANSWER: [0-9]*'
       dig +short +tries=1 +time=2 pypi.org A | head -1
       dig +tcp +short +tries=1 +time=2 api.example.com A | head -1]])
     local l = {}
@@ -95,8 +97,25 @@ describe("egress #root #netns", function()
     assert.are.equal("status: NXDOMAIN", l[2], out)
     assert.are.equal("status: REFUSED", l[3], out)
     assert.are.equal("status: REFUSED", l[4], out)
-    assert.matches("^198%.1[89]%.", l[5], nil, out) -- controls, after the attempts
-    assert.matches("^198%.1[89]%.", l[6], nil, out)
+    assert.are.same({ "status: NOERROR", "ANSWER: 0", "status: NOERROR", "ANSWER: 0" }, { l[5], l[6], l[7], l[8] }, out)
+    assert.matches("^198%.1[89]%.", l[9], nil, out) -- controls, after the attempts
+    assert.matches("^198%.1[89]%.", l[10], nil, out)
+  end)
+
+  it("names the sandbox's own responder in /etc/resolv.conf and resolves its hostname to loopback", function()
+    local mechanisms = { "native" }
+    if h.sh("command -v bwrap"):match("bwrap") then mechanisms[2] = "bwrap" end
+    for _, m in ipairs(mechanisms) do
+      local out = run(h.attempt_then_control(
+        "grep -c '^nameserver' /etc/resolv.conf; grep nameserver /etc/resolv.conf; getent hosts $(hostname)",
+        "getent ahosts pypi.org | head -1"), { "--mechanism", m })
+      local _, control, attempt = h.after_attempt(out, "198%.1[89]%.")
+      assert.matches("^1\nnameserver 127%.0%.0%.1\n", attempt, nil, m) -- the responder, never the host's resolver
+      assert.matches("::1%s+corral", attempt, nil, m)
+      assert.matches("^198%.1[89]%.%d+%.%d+%s+STREAM pypi%.org", control, nil, m)
+    end
+    -- the host's own /etc/resolv.conf is untouched
+    assert.is_nil((h.read("/etc/resolv.conf") or ""):find("corral", 1, true))
   end)
 
   it("never asks the host's resolver about a name the tenant may not reach", function()
@@ -173,7 +192,7 @@ describe("egress #root #netns", function()
     assert.matches("hello%-from%-the%-internet", out) -- the ruleset still holds afterwards
   end)
 
-  it("refuses a direct connection to the acceptor's own port, even with loopback allowed", function()
+  it("refuses a direct connection to the acceptor's own port, even with every address allowed", function()
     local log = net.dir .. "/direct.jsonl"
     local out = run(h.attempt_then_control([[
       for p in $(ss -Htln | awk '{print $4}' | sed 's/.*://' | sort -u); do
@@ -181,7 +200,7 @@ describe("egress #root #netns", function()
         r=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 127.0.0.1 "$p" 2>/dev/null)
         [ -n "$r" ] && echo "DIRECT-$p-ANSWERED: $r"
       done]], "curl -sS --max-time 5 http://pypi.org:8080/index.html"),
-      { "--allow", "127.0.0.0/8", "--log-json", log })
+      { "--allow", "0.0.0.0/0", "--log-json", log })
     h.after_attempt(out, "hello%-from%-the%-internet") -- control through the acceptor, after
     assert.is_nil(out:find("ANSWERED", 1, true), out)
     assert.matches('"reason":"direct connection to the acceptor"', h.read(log) or "")

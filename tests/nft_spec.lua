@@ -83,6 +83,33 @@ describe("core.nft #root #netns", function()
     assert.is_true(nft.delete(ns, "sbx"))
   end)
 
+  it("records each SYN it refuses by destination and port, read without a packet waking anyone", function()
+    local name, ns = netns()
+    assert.is_true(rtnl.lo_default_routes(ns))
+    local p = { dns_port = 5353, acceptor_port = 4000, tcp_ports = { 443 } }
+    assert.is_true(nft.apply(ns, p))
+    local list, total = nft.refused(ns)
+    assert.are.same({}, list)
+    assert.are.equal(0, total)
+    -- documentation addresses, routed to lo inside this throwaway netns only
+    local nsx = "ip netns exec " .. name .. " "
+    run(nsx .. "sh -c 'nc -z -w 1 192.0.2.1 9443; nc -z -w 1 192.0.2.1 9443; nc -z -w 1 2001:db8::1 22; " ..
+      "nc -z -w 1 192.0.2.1 443'")
+    list, total = nft.refused(ns)
+    local by = {}
+    for _, r in ipairs(list) do by[core.inet.format(r.ip) .. " " .. r.port] = r.count end
+    assert.are.same({ ["192.0.2.1 9443"] = 2, ["2001:db8::1 22"] = 1 }, by) -- 443 went to the redirect
+    assert.are.equal(3, total)
+    -- the counts are the traffic's: the read-back still matches the plan
+    assert.is_true(nft.verify(ns, p))
+    -- control: with every port redirected nothing is refused at the SYN
+    assert.is_true(nft.apply(ns, { dns_port = 5353, acceptor_port = 4000, replace = true }))
+    run(nsx .. "nc -z -w 1 192.0.2.1 9443")
+    list, total = nft.refused(ns)
+    assert.are.same({}, list)
+    assert.are.equal(0, total)
+  end)
+
   it("rejects malformed plans and fds as argument errors", function()
     local _, ns = netns()
     assert.has_error(function() nft.apply(ns, { dns_port = 0, acceptor_port = 4000 }) end)

@@ -139,6 +139,10 @@ static int make_mountpoint(int rootfd, const char *rel, int is_dir)
         int r = mkdirs_at(rootfd, parent);
         if (r < 0) return r;
     }
+    /* A file bound over one a read-only bind already shows (/etc/resolv.conf in /etc):
+     * opening it for writing would fail, and it is a mount point as it is. */
+    struct stat st;
+    if (fstatat(rootfd, rel, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) return 0;
     int fd = openat(rootfd, rel, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0 && errno != EEXIST) return -errno;
     if (fd >= 0) close(fd);

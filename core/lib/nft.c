@@ -21,13 +21,14 @@
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/set.h>
 #include <libnftnl/table.h>
 
 #include "nft.h"
 #include "rtnl.h"
 #include "util.h"
 
-#define MAX_RULES 48     /* the plan builds 16, and one per port range; the test hook one */
+#define MAX_RULES 48     /* the plan builds 18, and one per port range; the test hook one */
 #define MAX_READ 64      /* read-back beyond this is a mismatch anyway */
 #define BATCH_SIZE 65536 /* measured (strace): the apply batch is 3460 bytes */
 #define MSG_MAX 4096     /* room checked before each message is built */
@@ -278,6 +279,61 @@ static void reject(struct builder *b, uint32_t type, uint8_t code)
     nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, code);
 }
 
+/* The sets of refused SYNs, by family: destination . port, a counter in each element. */
+struct refused_set {
+    const char *name;
+    uint32_t nfproto, addr_len, addr_off, key_type, key_len, port_reg, id;
+};
+/* Key types as nft writes a concatenation (ipv4_addr 7 or ipv6_addr 8, shifted by
+ * TYPE_BITS 6, then inet_service 13); the port is padded to 4 bytes in the key. */
+static const struct refused_set REFUSED[] = {
+    {CORRAL_NFT_REFUSED4, NFPROTO_IPV4, 4, 16, (7u << 6) | 13u, 8, NFT_REG32_01, 1},
+    {CORRAL_NFT_REFUSED6, NFPROTO_IPV6, 16, 24, (8u << 6) | 13u, 20, NFT_REG_2, 2},
+};
+#define NREFUSED (sizeof REFUSED / sizeof REFUSED[0])
+
+static const struct refused_set *refused_set(uint32_t nfproto)
+{
+    return nfproto == NFPROTO_IPV4 ? &REFUSED[0] : &REFUSED[1];
+}
+
+/* `meta l4proto tcp tcp flags & (syn|ack) == syn meta nfproto F counter
+ *  add @refusedF { daddr . th dport }`: only a connection's first SYN, never the RST the
+ * reject itself sends. */
+static void record_refusal(struct builder *b, const char *table, uint32_t nfproto)
+{
+    static const uint8_t mask = 0x12, syn = 0x02, zero = 0;
+    const struct refused_set *set = refused_set(nfproto);
+    rule_begin(b, table, CORRAL_NFT_FILTER_CHAIN);
+    l4proto(b, IPPROTO_TCP);
+    payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+    struct nftnl_expr *e = expr_add(b, "bitwise");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
+    if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 1) < 0 ||
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, 1) < 0)
+        b->err = -ENOMEM;
+    cmp(b, NFT_CMP_EQ, &syn, 1);
+    meta_load(b, NFT_META_NFPROTO);
+    cmp_u8(b, (uint8_t)nfproto);
+    expr_add(b, "counter");
+    payload(b, NFT_PAYLOAD_NETWORK_HEADER, set->addr_off, set->addr_len);
+    e = expr_add(b, "payload");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, set->port_reg);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, NFT_PAYLOAD_TRANSPORT_HEADER);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, 2);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, 2);
+    e = expr_add(b, "dynset");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_SREG_KEY, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_OP, NFT_DYNSET_OP_ADD);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_SET_ID, set->id);
+    if (nftnl_expr_set_str(e, NFTNL_EXPR_DYNSET_SET_NAME, set->name) < 0) b->err = -ENOMEM;
+}
+
 static int build_rules(const struct corral_nft_plan *p, const char *table, struct ruleset *rs)
 {
     const char *nat = CORRAL_NFT_NAT_CHAIN, *filter = CORRAL_NFT_FILTER_CHAIN;
@@ -353,6 +409,13 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     cmp_u32(&b, LO_IFINDEX);
     ip6_daddr_loopback(&b);
     verdict(&b, NF_ACCEPT);
+
+    /* What reaches here is refused at its SYN (no entry names its port): each SYN is
+     * counted and its destination and port recorded in a set with a counter per element,
+     * so the host reads the refusals (corral_nft_refused) without a packet ever waking it.
+     * The counter comes first: a full set stops the rule at `add`, never the count. */
+    record_refusal(&b, table, NFPROTO_IPV4);
+    record_refusal(&b, table, NFPROTO_IPV6);
 
     /* Reject rather than leave it to the drop policy: a client gets ECONNREFUSED/EPERM at
      * once instead of retrying until its own timeout (tests/c/test_nft.c measures it). */
@@ -473,6 +536,36 @@ static int batch_chain(struct batch *b, const char *table, const struct chain_sp
     return batch_commit(b, nlh, 1);
 }
 
+static int batch_set(struct batch *b, const char *table, const struct refused_set *spec)
+{
+    char *slot = batch_slot(b);
+    if (!slot) return -E2BIG;
+    struct nftnl_set *s = nftnl_set_alloc();
+    struct nftnl_expr *counter = nftnl_expr_alloc("counter");
+    if (!s || !counter) {
+        if (s) nftnl_set_free(s);
+        if (counter) nftnl_expr_free(counter);
+        return -ENOMEM;
+    }
+    nftnl_set_add_expr(s, counter); /* owned by the set from here */
+    nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, spec->key_type);
+    nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, spec->key_len);
+    nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_EVAL);
+    nftnl_set_set_u32(s, NFTNL_SET_ID, spec->id);
+    nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, CORRAL_NFT_REFUSED_SIZE);
+    if (nftnl_set_set_str(s, NFTNL_SET_TABLE, table) < 0 ||
+        nftnl_set_set_str(s, NFTNL_SET_NAME, spec->name) < 0) {
+        nftnl_set_free(s);
+        return -ENOMEM;
+    }
+    struct nlmsghdr *nlh = nftnl_nlmsg_build_hdr(slot, NFT_MSG_NEWSET, NFPROTO_INET,
+                                                 NLM_F_CREATE | NLM_F_EXCL | NLM_F_ACK, b->seq);
+    nftnl_set_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    return batch_commit(b, nlh, 1);
+}
+
 static int batch_rule(struct batch *b, struct nftnl_rule *r)
 {
     char *slot = batch_slot(b);
@@ -555,6 +648,8 @@ int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan)
     if (!err) err = batch_table(&b, table, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
     for (size_t i = 0; !err && i < NCHAINS; i++)
         err = batch_chain(&b, table, &CHAINS[i]);
+    for (size_t i = 0; !err && i < NREFUSED; i++)
+        err = batch_set(&b, table, &REFUSED[i]);
     for (size_t i = 0; !err && i < rs.n; i++)
         err = batch_rule(&b, rs.rule[i]);
     if (!err) err = batch_end(&b);
@@ -724,6 +819,17 @@ static int expr_text(const struct nftnl_expr *e, char *buf, size_t size)
     const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
     int n = snprintf(buf, size, "%s ", name ? name : "?");
     if (n < 0 || (size_t)n >= size) return -1;
+    /* A counter's values are the traffic's, not the plan's: its presence is compared. */
+    if (name && strcmp(name, "counter") == 0) return 0;
+    /* The kernel reports a dynset's timeout (0) even when none may be sent (a set without
+     * timeouts refuses one): what is compared is the operation, the key and the set. */
+    if (name && strcmp(name, "dynset") == 0) {
+        const char *set = nftnl_expr_get_str(e, NFTNL_EXPR_DYNSET_SET_NAME);
+        int m = snprintf(buf + n, size - (size_t)n, "op %u key %u set %s",
+                         nftnl_expr_get_u32(e, NFTNL_EXPR_DYNSET_OP),
+                         nftnl_expr_get_u32(e, NFTNL_EXPR_DYNSET_SREG_KEY), set ? set : "?");
+        return m < 0 || (size_t)m >= size - (size_t)n ? -1 : 0;
+    }
     int m = nftnl_expr_snprintf(buf + n, size - (size_t)n, e, NFTNL_OUTPUT_DEFAULT, 0);
     return m < 0 || (size_t)m >= size - (size_t)n ? -1 : 0;
 }
@@ -823,6 +929,119 @@ int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
         if (err == -EINTR) continue;
         if (err) return err;
         return compare(&rb, &rs);
+    }
+    return -EAGAIN;
+}
+
+/* ---- refusals ---- */
+
+struct refusals {
+    const struct refused_set *set;
+    struct corral_nft_refusal *out;
+    size_t max, n;
+    int err;
+};
+
+static int counter_packets(struct nftnl_expr *e, void *data)
+{
+    const char *name = nftnl_expr_get_str(e, NFTNL_EXPR_NAME);
+    if (name && strcmp(name, "counter") == 0)
+        *(uint64_t *)data += nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_PACKETS);
+    return 0;
+}
+
+static void take_element(struct refusals *r, struct nftnl_set_elem *e)
+{
+    uint32_t len = 0;
+    const uint8_t *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &len);
+    uint64_t packets = 0;
+    if (!key || len != r->set->key_len) {
+        r->err = -EPROTO;
+        return;
+    }
+    nftnl_set_elem_expr_foreach(e, counter_packets, &packets);
+    if (r->n == r->max) return;
+    struct corral_nft_refusal *o = &r->out[r->n++];
+    memset(o, 0, sizeof *o);
+    memcpy(o->addr, key, r->set->addr_len);
+    o->addr_len = (uint8_t)r->set->addr_len;
+    uint16_t be;
+    memcpy(&be, key + r->set->addr_len, sizeof be);
+    o->port = ntohs(be);
+    o->packets = packets;
+}
+
+static int elems_cb(const struct nlmsghdr *nlh, void *data)
+{
+    struct refusals *r = data;
+    struct nftnl_set *s = nftnl_set_alloc();
+    if (!s) {
+        errno = ENOMEM;
+        return MNL_CB_ERROR;
+    }
+    if (nftnl_set_elems_nlmsg_parse(nlh, s) < 0) {
+        nftnl_set_free(s);
+        errno = EPROTO;
+        return MNL_CB_ERROR;
+    }
+    struct nftnl_set_elems_iter *it = nftnl_set_elems_iter_create(s);
+    if (it) {
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_cur(it); e;
+             e = nftnl_set_elems_iter_next(it))
+            take_element(r, e);
+        nftnl_set_elems_iter_destroy(it);
+    } else {
+        r->err = -ENOMEM;
+    }
+    nftnl_set_free(s);
+    return MNL_CB_OK;
+}
+
+static int read_elements(struct mnl_socket *nl, const char *table, struct refusals *r)
+{
+    char buf[1024];
+    struct nftnl_set *s = nftnl_set_alloc();
+    if (!s) return -ENOMEM;
+    if (nftnl_set_set_str(s, NFTNL_SET_TABLE, table) < 0 ||
+        nftnl_set_set_str(s, NFTNL_SET_NAME, r->set->name) < 0) {
+        nftnl_set_free(s);
+        return -ENOMEM;
+    }
+    struct nlmsghdr *nlh =
+        nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP, 0);
+    nftnl_set_elems_nlmsg_build_payload(nlh, s);
+    nftnl_set_free(s);
+    int err = corral_netlink_talk(nl, nlh, elems_cb, r);
+    return err ? err : r->err;
+}
+
+int corral_nft_refused(int netns_fd, const char *table, struct corral_nft_refusal *out, size_t max,
+                       size_t *n, uint64_t *total)
+{
+    if (!table) table = CORRAL_NFT_TABLE;
+    size_t len = strlen(table);
+    if (len == 0 || len >= NFT_TABLE_MAXNAMELEN || (max && !out)) return -EINVAL;
+    for (int tries = 0; tries < VERIFY_TRIES; tries++) {
+        _cleanup_nl_ struct mnl_socket *nl = NULL;
+        _cleanup_readback_ struct readback rb = {.table = table};
+        int err = nft_open(netns_fd, &nl);
+        if (err) return err;
+        err = read_back(nl, &rb);
+        if (err == -EINTR) continue;
+        if (err) return err;
+        *total = 0;
+        for (size_t i = 0; i < rb.nrule; i++)
+            if (str_eq(nftnl_rule_get_str(rb.rule[i], NFTNL_RULE_CHAIN), CORRAL_NFT_FILTER_CHAIN))
+                nftnl_expr_foreach(rb.rule[i], counter_packets, total);
+        struct refusals r = {.out = out, .max = max, .n = 0, .err = 0};
+        for (size_t i = 0; !err && i < NREFUSED; i++) {
+            r.set = &REFUSED[i];
+            err = read_elements(nl, table, &r);
+        }
+        if (err == -EINTR) continue;
+        if (err) return err;
+        *n = r.n;
+        return 0;
     }
     return -EAGAIN;
 }

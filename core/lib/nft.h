@@ -21,6 +21,13 @@
 
 #define CORRAL_NFT_MAX_PORT_RANGES 16
 
+/* The sets that record the SYNs refused by the ruleset (destination . port, a counter in
+ * each element), at most CORRAL_NFT_REFUSED_SIZE elements each: past that only the
+ * total is counted. */
+#define CORRAL_NFT_REFUSED4 "refused4"
+#define CORRAL_NFT_REFUSED6 "refused6"
+#define CORRAL_NFT_REFUSED_SIZE 4096
+
 struct corral_nft_port_range {
     uint16_t lo, hi;
 };
@@ -57,6 +64,22 @@ int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan);
  * -EPROTO on any difference, -ENOENT if the table is missing.
  */
 int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan);
+
+/* One destination refused at its SYN: how many SYNs it has seen since the table was made. */
+struct corral_nft_refusal {
+    uint8_t addr[16]; /* network order; the first 4 bytes for IPv4 */
+    uint8_t addr_len; /* 4 or 16 */
+    uint16_t port;
+    uint64_t packets;
+};
+
+/*
+ * Reads the refusals the ruleset recorded: up to `max` destinations into `out` (*n set),
+ * and in *total every refused SYN, itemised or not (a full set, or more than `max`).
+ * No side effect on the counts; -ENOENT if the table is missing.
+ */
+int corral_nft_refused(int netns_fd, const char *table, struct corral_nft_refusal *out, size_t max,
+                       size_t *n, uint64_t *total);
 
 /*
  * The table as the kernel holds it, decoded from the same read-back verify uses, as

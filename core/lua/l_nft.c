@@ -5,12 +5,15 @@
  *   core.nft.verify(netns_fd, plan)  -> true | nil, msg, errno (EPROTO: differs)
  *   core.nft.delete(netns_fd [, table]) -> true | nil, msg, errno
  *   core.nft.dump(netns_fd [, table])   -> text (the table as read back) | nil, msg, errno
+ *   core.nft.refused(netns_fd [, table]) -> {{ip = bytes, port = N, count = N}, …}, total
+ *                                          | nil, msg, errno
  *
  * plan = {dns_port = N, acceptor_port = N, mark = 42, table = "corral",
  *         tcp_ports = {443, {8000, 8080}, …} (absent: every TCP port), no_tcp = false,
  *         replace = false,
  *         test_bad_message = false}
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +88,9 @@ static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
 
 static int result(lua_State *L, const char *what, int err)
 {
-    return corral_result(L, err, what);
+    if (err < 0) return corral_pushfail(L, what, err);
+    lua_pushboolean(L, 1);
+    return 1;
 }
 
 static int l_apply(lua_State *L)
@@ -111,6 +116,38 @@ static int l_delete(lua_State *L)
     return result(L, "nft delete", corral_nft_delete(fd, table));
 }
 
+/* Both sets at their size: what the ruleset can itemise, read in one call. */
+#define REFUSED_MAX (2 * CORRAL_NFT_REFUSED_SIZE)
+
+static int l_refused(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    const char *table = luaL_optstring(L, 2, CORRAL_NFT_TABLE);
+    struct corral_nft_refusal *out = calloc(REFUSED_MAX, sizeof *out);
+    if (!out) return corral_pushfail(L, "nft refused", -ENOMEM);
+    size_t n = 0;
+    uint64_t total = 0;
+    int err = corral_nft_refused(fd, table, out, REFUSED_MAX, &n, &total);
+    if (err < 0) {
+        free(out);
+        return corral_pushfail(L, "nft refused", err);
+    }
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_createtable(L, 0, 3);
+        lua_pushlstring(L, (const char *)out[i].addr, out[i].addr_len);
+        lua_setfield(L, -2, "ip");
+        lua_pushinteger(L, out[i].port);
+        lua_setfield(L, -2, "port");
+        lua_pushinteger(L, (lua_Integer)out[i].packets);
+        lua_setfield(L, -2, "count");
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    free(out);
+    lua_pushinteger(L, (lua_Integer)total);
+    return 2;
+}
+
 static int l_dump(lua_State *L)
 {
     int fd = corral_checkfd(L, 1);
@@ -130,6 +167,7 @@ int corral_open_nft(lua_State *L)
     static const luaL_Reg funcs[] = {{"apply", l_apply},
                                      {"verify", l_verify},
                                      {"delete", l_delete},
+                                     {"refused", l_refused},
                                      {"dump", l_dump},
                                      {NULL, NULL}};
     luaL_setfuncs(L, funcs, 0);
@@ -137,6 +175,8 @@ int corral_open_nft(lua_State *L)
     lua_setfield(L, -2, "DEFAULT_MARK");
     lua_pushstring(L, CORRAL_NFT_TABLE);
     lua_setfield(L, -2, "DEFAULT_TABLE");
+    lua_pushinteger(L, CORRAL_NFT_REFUSED_SIZE);
+    lua_setfield(L, -2, "REFUSED_SIZE");
     lua_pushinteger(L, CORRAL_NFT_MAX_PORT_RANGES);
     lua_setfield(L, -2, "MAX_PORT_RANGES");
     return 0;

@@ -15,6 +15,8 @@
  *   loop:count([key])                                  -> live connections
  *   loop:close()                                       (also __gc and __close)
  *   core.relay.EUSERS                                  the errno of a per-key refusal
+ *   core.relay.walltime()                              -> seconds since the epoch, with
+ *                                                         nanoseconds (a log line's time)
  *
  * The fd userdata given to add_pair / add_connect are released into the loop (they read
  * as closed afterwards), whatever the result: on a failure the loop resets them, as a
@@ -30,6 +32,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "lcorral.h"
 #include "relay.h"
@@ -350,6 +353,14 @@ static int l_tostring(lua_State *L)
     return 1;
 }
 
+static int l_walltime(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+    return 1;
+}
+
 int corral_open_relay(lua_State *L)
 {
     static const luaL_Reg methods[] = {{"fileno", l_fileno},
@@ -373,6 +384,8 @@ int corral_open_relay(lua_State *L)
     lua_pop(L, 1);
     lua_pushcfunction(L, l_new);
     lua_setfield(L, -2, "new");
+    lua_pushcfunction(L, l_walltime);
+    lua_setfield(L, -2, "walltime");
     lua_pushinteger(L, EUSERS);
     lua_setfield(L, -2, "EUSERS");
     return 0;

@@ -55,6 +55,7 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(cgroup)                                                                                      \
     X(ns)                                                                                          \
     X(dns)                                                                                         \
+    X(sni)                                                                                         \
     X(nft)                                                                                         \
     X(rtnl)                                                                                        \
     X(spawn)                                                                                       \

@@ -478,6 +478,8 @@ local RUN_OPTIONS = {
       "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
     { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
+    { "sni", "value", "MODE", "match (default): reset a TLS SNI or HTTP Host naming another host; require, off" },
+    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE" },
   } },
   { "Output", {
     { "log-json", "value", "FILE", "write every egress decision to FILE as a JSON line" },
@@ -508,7 +510,11 @@ and six fds, plus up to 512 KiB of pipe only while bytes wait in it. With --link
 permitted connections leave from the sandbox's netns through its link, on mark-checked
 sockets, instead of from the host's. At the end of the run, what was denied and which
 connections failed upstream are summarised on stderr with the option that would change
-them.
+them. An --allow entry may be a URL (https://api.test is api.test:443). --sni match
+(the default) resets a connection to an allowed name whose TLS SNI or HTTP Host names
+another host (domain fronting); require also refuses one naming none. --learn FILE
+answers every name, denies and records every connection, and writes the suggested
+allowlist to FILE for --allow-file.
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
@@ -524,12 +530,16 @@ stderr.]],
     if nerr then return fail("run", nerr) end
     network, nerr = require("corral.egress.run_options").apply(network, opts)
     if nerr then return fail("run", nerr) end
+    if opts.learn then
+      local _, lerr = require("corral.egress.learn").check(opts.learn)
+      if lerr then return fail("run", lerr) end
+    end
     local status, err = require("corral.run").execute({
       argv = rest, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
       limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
                  nofile = opts.nofile },
       env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
-      verbose = opts.verbose, engine = opts.engine,
+      verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
     }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
     if not status then return fail("run", err) end
     return status

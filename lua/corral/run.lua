@@ -66,7 +66,7 @@ end
 --   numeric strings), `env` (names of the caller's variables to pass), `network` (as
 --   corral.sandbox takes it), `service_port`, `log_json` (a path for the decision log),
 --   `verbose` (print each egress denial as it happens), `engine` (the oci mechanism's
---   engine: podman, docker or a path).
+--   engine: podman, docker or a path), `learn` (a file for the suggested allowlist).
 -- @tparam[opt] table hooks how the caller presents: `say(line)` for each message to the
 --   user (default: none), `names` the caller's name for each argument a refusal is about
 --   (`"limits.memory"`, `"storage"`, `"id"`, `"workspace_path"`, `"env"`,
@@ -161,9 +161,14 @@ function M.execute(req, hooks)
     end
   end
   local summary = req.network and require("corral.egress.summary").start({ verbose = req.verbose })
+  local learner = req.learn and require("corral.egress.learn").start(req.learn)
   local function release()
     remove_temp()
     if summary then summary.finish() end
+    if learner then
+      local ok, n = learner.finish()
+      say("--learn: " .. (ok and (n .. " entries written to " .. req.learn) or ("not written: " .. tostring(n))))
+    end
     if log_close then log_close() end
   end
 

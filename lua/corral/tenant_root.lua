@@ -33,6 +33,9 @@ function M.plan(sb, st)
       mounts[#mounts + 1] = { type = "bind", src = p, dest = p, optional = true }
     end
   end
+  -- egress: the sandbox's own resolver over the runtime's /etc/resolv.conf (corral.egress.plane)
+  local resolv = st and st.plane and st.plane.resolv_conf
+  if resolv then mounts[#mounts + 1] = { type = "bind", src = resolv, dest = "/etc/resolv.conf" } end
   mounts[#mounts + 1] = { type = "bind", src = sandbox.storage_path(sb), dest = "/storage", rw = true }
   if sb.workspace_path then
     mounts[#mounts + 1] = { type = "bind", src = sb.workspace_path, dest = "/workspace", rw = true }

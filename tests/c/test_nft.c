@@ -106,6 +106,14 @@ static void test_apply_verify_tamper_delete(void)
     CHECK(corral_nft_apply(ns_fd, &plan) == -EEXIST);
     CHECK(corral_nft_verify(ns_fd, &plan) == 0);
 
+    /* The record of refused SYNs starts empty; a NULL buffer is refused, none is read. */
+    struct corral_nft_refusal rec[4];
+    size_t nrec = 99;
+    uint64_t total = 99;
+    CHECK(corral_nft_refused(ns_fd, "corral", rec, 4, &nrec, &total) == 0);
+    CHECK(nrec == 0 && total == 0);
+    CHECK(corral_nft_refused(ns_fd, "corral", NULL, 4, &nrec, &total) == -EINVAL);
+
     /* verify tells plans apart: same ruleset, other port or mark. */
     struct corral_nft_plan other = plan;
     other.acceptor_port = ACCEPTOR_PORT + 1;
@@ -201,6 +209,7 @@ static void test_apply_verify_tamper_delete(void)
     CHECK(st == 0 && out && out[strspn(out, " \n")] == '\0');
     free(out);
     CHECK(corral_nft_verify(ns_fd, &plan) == -ENOENT);
+    CHECK(corral_nft_refused(ns_fd, "corral", rec, 4, &nrec, &total) == -ENOENT);
     CHECK(corral_nft_delete(ns_fd, "corral") == -ENOENT);
 }
 

@@ -8,6 +8,19 @@
 --
 -- Every connection is handled under `pcall`, with tenant input: an error is that
 -- connection's RST and a deny event naming the error, never the host's end.
+--
+-- The name the client meant (`network.sni`, default "match"): an allowed connection to a
+-- name's synthetic address is held, unrelayed, until its first flight shows which host
+-- it is for — the TLS ClientHello's server_name, or an HTTP request's Host (and an
+-- absolute or CONNECT target) — read with MSG_PEEK (`core.sni`), never consumed, never
+-- decrypted, at most one TLS record. A name other than the connection's is reset and
+-- logged ("SNI evil.test on a connection to api.test": domain fronting, a shared CDN
+-- address); so is a first flight against its grammar (a ClientHello split across
+-- records, two Host headers). No name (TLS without SNI, a protocol that is neither,
+-- a client that waits for the server to speak first, `SNI_WAIT` seconds of silence)
+-- passes under "match" and is refused under "require"; "off" relays at once. Only then
+-- is the upstream connected, and the relay splices the untouched bytes as before. Only
+-- the first request of an HTTP connection is read.
 -- @module corral.egress.acceptor
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -18,6 +31,16 @@ local hostaddr = require "corral.egress.hostaddr"
 local loop = require "corral.egress.loop"
 
 local M = {}
+
+--- How long (seconds) a connection may stay silent before it is relayed unchecked
+-- (under `network.sni = "match"`: a protocol whose server speaks first) or refused
+-- (under "require").
+M.SNI_WAIT = 0.5
+
+--- The modes of `network.sni`, and the default.
+M.SNI_MODES = { off = true, match = true, require = true }
+M.SNI_DEFAULT = "match"
+
 local Acceptor = {}
 Acceptor.__index = Acceptor
 local Service = {}
@@ -84,7 +107,8 @@ function M.new(netns, sandbox)
   local self = setmetatable({ id = sandbox.id, synth = sandbox.synth, registry = sandbox.registry,
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
-    attempt_delay = sandbox.attempt_delay, netns = netns }, Acceptor)
+    attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or M.SNI_DEFAULT,
+    held = {}, n_held = 0 }, Acceptor)
   self.fd, self.port = core.listen.in_netns(netns, "tcp", "::", 0)
   if not self.fd then return nil, self.port end
   return self
@@ -147,9 +171,97 @@ function Acceptor:connect(client, ctx, port_key)
   local verdict = decision.decide({ sandbox = self.id, name = name, ip = (not name) and ip or nil, port = port },
     policy, env)
   if verdict.verdict ~= "allow" then return deny(client, ctx, verdict.reason) end
-  if loop.count(self.id) >= self.max_connections then
+  if loop.count(self.id) + self.n_held >= self.max_connections then
     return deny(client, ctx, "connection cap reached (" .. self.max_connections .. ")")
   end
+  if name and self.sni ~= "off" then
+    -- held until its first flight names its host (see the module's comment)
+    self.held[client] = { ctx = ctx, name = name, ip = ip, port = port, port_key = port_key,
+      verdict = verdict, policy = policy, env = env, deadline = core.clock.monotime() + M.SNI_WAIT, seen = 0 }
+    self.n_held = self.n_held + 1
+    -- a client that spoke at once (TLS, HTTP) is usually read already: no loop turn
+    return self:check(client)
+  end
+  return self:relay(client, ctx, name, ip, port, port_key, verdict, policy, env)
+end
+
+--- What the first flight `data` says of the connection held for `name`: nil to keep
+-- waiting, true to relay it, or a string: why it is refused.
+-- @tparam string data what the client sent so far (peeked)
+-- @tparam string name the name the connection's address was given to
+-- @tparam string mode "match" or "require"
+-- @tparam boolean final no more will be waited for (silence, or the peek bound)
+-- @treturn nil|true|string
+function M.sni_verdict(data, name, mode, final)
+  local kind, seen, extra = core.sni.parse(data)
+  if not kind and seen == "more" and not final then return nil end
+  if not kind and seen == "more" then
+    if #data == 0 then
+      return mode == "require" and ("nothing sent within " .. M.SNI_WAIT .. " s: no name to check "
+        .. "(network.sni = \"require\")") or true
+    end
+    return string.format("%s first flight incomplete after %d bytes", "TLS or HTTP", #data)
+  end
+  if not kind then
+    return string.format("%s on a connection to %s does not follow its grammar", extra == "tls" and
+      "TLS ClientHello" or "HTTP request", name)
+  end
+  local what = kind == "tls" and "SNI" or "Host"
+  if seen then
+    if seen == name then return true end
+    return string.format("%s %s on a connection to %s", what, seen, name)
+  end
+  if mode == "require" then
+    return string.format("%s on a connection to %s names no host (network.sni = \"require\")",
+      kind == "other" and "a protocol that is neither TLS nor HTTP" or (kind == "tls" and "TLS without SNI"
+        or "HTTP without Host"), name)
+  end
+  return true
+end
+
+-- A held connection's socket has more to read, or its wait is over: decide it, relay it
+-- or reset it. Whatever goes wrong is that connection's RST and deny event.
+function Acceptor:check(client, timed_out)
+  local h = self.held[client]
+  if not h then return end
+  local data, _, errno = core.sni.peek(client)
+  local again = not data and errno == core.errno.EAGAIN
+  data = data or ""
+  -- woken with nothing new (not EAGAIN): the client's end, which keeps it readable, so
+  -- decide now on what there is
+  local stalled = not again and h.last ~= nil and #data <= #h.last
+  local final = timed_out or stalled or #data >= core.sni.PEEK_MAX
+  local ok, v = pcall(M.sni_verdict, data, h.name, self.sni, final)
+  if not ok then v = "first flight unreadable: " .. tostring(v):sub(1, 200) end
+  if v == nil then
+    -- wake again only once more than this has arrived
+    h.last = data
+    if #data > 0 then
+      core.sni.lowat(client, #data + 1)
+      h.lowat = true
+    end
+    return
+  end
+  self.held[client] = nil
+  self.n_held = self.n_held - 1
+  if v ~= true then return deny(client, h.ctx, v) end
+  if h.lowat then core.sni.lowat(client, 1) end
+  local rok, err = pcall(self.relay, self, client, h.ctx, h.name, h.ip, h.port, h.port_key, h.verdict,
+    h.policy, h.env)
+  if not rok then deny_after_error(client, h.ctx, err) end
+end
+
+--- The earliest moment a held connection's wait ends (monotonic seconds), or nil.
+function Acceptor:deadline()
+  local d
+  for _, h in pairs(self.held) do
+    if not d or h.deadline < d then d = h.deadline end
+  end
+  return d
+end
+
+-- Resolves an allowed connection's name on the host and hands both ends to the relay.
+function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, env)
   local upstream = ip
   if name then
     local addrs, rerr = self:resolve(name)
@@ -187,11 +299,26 @@ end
 --- The fds the loop polls for this acceptor, with their handlers.
 -- @tparam[opt] string port_key passed to each `accept`
 function Acceptor:watch(port_key)
-  return { { fd = self.fd, on = function() self:accept(port_key) end } }
+  local w = { { fd = self.fd, on = function() self:accept(port_key) end } }
+  local now = core.clock.monotime()
+  for client, h in pairs(self.held) do
+    if now >= h.deadline then
+      local ok, err = pcall(self.check, self, client, true)
+      if not ok then
+        if self.held[client] then self.held[client], self.n_held = nil, self.n_held - 1 end
+        deny_after_error(client, h.ctx, err)
+      end
+    else
+      w[#w + 1] = { fd = client, conn = true, owner = self.id, on = function() self:check(client) end }
+    end
+  end
+  return w
 end
 
---- Closes the listener; idempotent.
+--- Closes the listener and resets the connections still held; idempotent.
 function Acceptor:close()
+  for client in pairs(self.held) do pcall(core.sock.reset, client) end
+  self.held, self.n_held = {}, 0
   if self.fd then self.fd:close(); self.fd = nil end
 end
 

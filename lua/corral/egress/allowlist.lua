@@ -11,13 +11,39 @@
 --     [2001:db8::1]:22            an IPv6 address: always in brackets
 --     [2001:db8::]/32:443         an IPv6 network: the prefix length after the bracket
 --
--- Ports: `:443`, `:8000-8100`, `:80,443`; none means any. IPv6 only in brackets, so a
--- trailing `:443` is never read as part of the address (`2001:db8::1:443`). Names are
--- normalised (ASCII lowercase, one trailing dot dropped) and must be hostnames. Refused,
--- each because it would grant something the operator did not write: non-ASCII (write the
--- A-label), underscores (never a host one connects to), a numeric last label (inet_aton
--- reads `10.1` as 10.0.0.1), a wildcard over one label (`*.com`). An IPv4-mapped IPv6
--- address is stored and matched as IPv4, so two spellings never disagree.
+-- Ports: `:443`, `:8000-8100`, `:80,443,8000-8100`; 1-65535; no port means any port.
+--
+-- A URL is read as the destination it names: `https://api.example.com` is
+-- `api.example.com:443`, `http://api.example.com:8080/` is `api.example.com:8080` (the
+-- scheme gives the port when the URL has none: http and ws 80, https and wss 443, ssh
+-- 22, git 9418). A path other than `/`, a query or user information is refused: the
+-- egress plane grants a destination, never a URL, and a grant must not look narrower
+-- than it is.
+--
+-- Also refused, each saying why: a loopback address or network (`127.0.0.1:8080`,
+-- `[::1]`, `localhost`) — the sandbox's own loopback, which never leaves it, so the
+-- entry could never be used; and a single-label name (`garbage`) — what a typo or a
+-- forgotten domain looks like, never a name the responder would answer for a real host.
+-- IPv6 text is only accepted in brackets so that a trailing `:443` is never read as
+-- part of the address (`2001:db8::1:443` is a valid address *and* a plausible typo for
+-- port 443; refusing it is the only reading that cannot widen a grant).
+--
+-- Names are normalised (ASCII lowercase, one trailing dot dropped) and must be
+-- hostnames: labels of 1-63 characters of `[a-z0-9-]`, not starting or ending with `-`,
+-- at most 253 characters in all. Refused, each with a reason naming the fix:
+--
+-- * non-ASCII names: write the A-label (punycode, `xn--…`) form; corral does not
+--   convert, so what is granted is exactly what the DNS resolves.
+-- * underscores (`_dmarc.example.com`): SRV/TXT owner names, never a host one connects to.
+-- * a numeric last label (`1.2.3`, `10.1`, `0x7f000001`): the C library's resolver
+--   reads such a "name" as an IPv4 address (inet_aton: 1.2.0.3, 10.0.0.1, 127.0.0.1),
+--   so it would grant an address the operator never wrote as one.
+-- * a wildcard over a single label (`*.com`, `*.`, `*`): it would grant a whole
+--   top-level domain. (No public-suffix list is consulted: `*.co.uk` is accepted.)
+--
+-- An IPv4-mapped IPv6 address or network (`[::ffff:10.0.0.1]`, `[::ffff:10.0.0.0]/104`)
+-- is stored as its IPv4 form, and a mapped destination is matched as IPv4, so the two
+-- spellings of one address never disagree.
 -- @module corral.egress.allowlist
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -218,6 +244,40 @@ local function canonical(e)
   return t
 end
 
+--- The default port of each URL scheme an entry may be written with.
+M.SCHEME_PORTS = { http = 80, https = 443, ws = 80, wss = 443, ssh = 22, git = 9418 }
+
+-- A URL entry as the `host:port` entry it names, or nil and why.
+local function from_url(scheme, rest)
+  local port = M.SCHEME_PORTS[scheme:lower()]
+  if not port then
+    local known = {}
+    for k in pairs(M.SCHEME_PORTS) do known[#known + 1] = k end
+    table.sort(known)
+    return nil, string.format("unknown scheme %q: write host:port, or a URL with one of %s", scheme,
+      table.concat(known, ", "))
+  end
+  local authority, path = rest:match("^([^/?#]*)(.*)$")
+  if authority:find("@", 1, true) then
+    return nil, "user information in a URL is not part of a destination: write the host (and port) only"
+  end
+  if path ~= "" and path ~= "/" then
+    return nil, string.format("the path %q cannot be enforced: an entry grants a destination (host and port), "
+      .. "never a URL; write %s", path, authority ~= "" and authority or "the host")
+  end
+  if authority == "" then return nil, "no host after " .. scheme .. "://" end
+  -- "[v6]:port", "[v6]", "host:port" or "host"
+  if authority:match("%]$") or (not authority:find(":", 1, true)) then
+    return authority .. ":" .. port
+  end
+  return authority
+end
+
+local function loopback(bytes, prefix)
+  if #bytes == 4 then return bytes:byte(1) == 127 and prefix >= 8 end
+  return prefix == 128 and bytes == string.rep("\0", 15) .. "\1"
+end
+
 --- Parses one allowlist entry.
 -- @tparam string s the entry as written
 -- @treturn table `{kind =, text = canonical, name? =, suffix? =, bytes? =, prefix? =,
@@ -228,6 +288,15 @@ function M.parse_entry(s)
   if s == "" then return bad(s, "empty entry") end
   if s:find("%s") then return bad(s, "contains whitespace") end
   if s:find("\0", 1, true) then return bad(s, "contains a NUL byte") end
+  local scheme, after = s:match("^(%a[%w+.-]*)://(.*)$")
+  if scheme then
+    local hostport, why = from_url(scheme, after)
+    if not hostport then return bad(s, why) end
+    local e, err = M.parse_entry(hostport)
+    if not e then return bad(s, err.detail:gsub('^"[^"]*": ', "")) end
+    e.source = s
+    return e
+  end
   local host, net, port
   if s:sub(1, 1) == "[" then
     local close = s:find("]", 1, true)
@@ -299,6 +368,11 @@ function M.parse_entry(s)
   if is_ip then
     local bytes, prefix, is_net = parse_net(host, net)
     if not bytes then return bad(s, prefix) end
+    if loopback(bytes, prefix) then
+      return bad(s, "that is the sandbox's own loopback: connections to it never leave the sandbox, so "
+        .. "the entry could never be used; for a service on the host, give it a name (--allow NAME:PORT "
+        .. "--resolve NAME=ADDR) or allow the address it listens on")
+    end
     e.kind = is_net and "network" or "address"
     e.bytes, e.prefix = bytes, prefix
     e.family = #bytes == 4 and "inet" or "inet6"
@@ -318,6 +392,14 @@ function M.parse_entry(s)
   else
     local name, why = M.normalize_name(host)
     if not name then return bad(s, why) end
+    if name == "localhost" or name:match("%.localhost$") then
+      return bad(s, "localhost is the sandbox's own loopback: connections to it never leave the sandbox, so "
+        .. "the entry could never be used")
+    end
+    if not name:find(".", 1, true) then
+      return bad(s, string.format("a single-label name is not a host on any network the sandbox reaches "
+        .. "(a typo, or a domain left out?): write the full name, e.g. %s.example.com:443", name))
+    end
     e.kind, e.name = "name", name
   end
   e.text = canonical(e)

@@ -73,10 +73,15 @@ function M.configure(sb)
     internal = net.internal })
 end
 
---- Allows one more destination for a sandbox; applies to the next decision.
+--- Allows one more destination for a sandbox; applies to the next decision and bumps
+-- the policy's epoch (see `corral.egress.registry`).
 -- @param sb sandbox or id
 -- @tparam string entry
--- @treturn table the entry, or nil and `invalid_argument`
+-- @treturn[1] table the entry
+-- @return[2] nil
+-- @treturn[2] table `invalid_argument` naming the entry, or `cannot_enforce` when the
+--   sandbox's ruleset could not follow (the entry is then not added: the previous
+--   policy and ruleset stay)
 function M.allow(sb, entry)
   return M.registry:allow(sandbox_id(sb), entry)
 end

@@ -311,7 +311,20 @@ function M.step(timeout, extra)
     local n = #fds + 1
     fds[n], handlers[n], owners[n] = w.fd, w.on, w.owner or false
   end
+  -- a plane's held connection whose wait ends sooner shortens the wait (see acceptor)
+  local soonest
+  for plane in pairs(loop.planes) do
+    local d = plane.deadline and plane:deadline()
+    if d and (not soonest or d < soonest) then soonest = d end
+  end
+  if soonest and timeout and timeout >= 0 then
+    timeout = math.max(0, math.min(timeout, soonest - core.clock.monotime()))
+  end
   local ready = poll_all(fds, timeout)
+  local now = core.clock.monotime()
+  for plane in pairs(loop.planes) do
+    if plane.tick then run_handler(function() plane:tick(now) end, plane.id) end
+  end
   local hit = {}
   for _, i in ipairs(ready) do
     if i >= first_extra and i < first_later then

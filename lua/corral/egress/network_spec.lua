@@ -22,7 +22,8 @@ local M = {}
 M.DEFAULTS = { max_connections = 4096, idle = 0, connect_timeout = 10, attempt_delay = 0.25 }
 
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
-                max_connections = true, idle = true, connect_timeout = true, link = true }
+                max_connections = true, idle = true, connect_timeout = true, link = true, sni = true,
+                learn = true }
 local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
 
 local function bad(detail)
@@ -80,7 +81,8 @@ end
 --- Validates `sandbox.network` once (a malformed entry refuses the sandbox).
 -- @tparam table network `{allow = {...}, decide = fn?, internal = {cidr...}?,
 --   resolve = fn|table?, budget = n?, max_connections = n?, idle = s? (0: none), connect_timeout = s?,
---   link = {peer_netns =, address =, peer_address? =, gateway =}?}`
+--   link = {peer_netns =, address =, peer_address? =, gateway =}?, sni = "match"|"require"|"off"?,
+--   learn = boolean? (answer every name, relay nothing it was not allowed: `corral.egress.learn`)}`
 -- @treturn[1] table the network table, checked
 -- @return[2] nil
 -- @treturn[2] table `invalid_argument` naming the field or entry and the reason
@@ -113,6 +115,11 @@ function M.check(network)
       return bad(k .. " must be a positive integer")
     end
   end
+  if network.sni ~= nil and network.sni ~= "off" and network.sni ~= "match" and network.sni ~= "require" then
+    return bad('sni must be "match" (a name the first flight carries must be the connection\'s), '
+      .. '"require" (and it must carry one) or "off"')
+  end
+  if network.learn ~= nil and type(network.learn) ~= "boolean" then return bad("learn must be a boolean") end
   for _, k in ipairs({ "idle", "connect_timeout" }) do
     local v = network[k]
     if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0 or v > 86400 * 365) then

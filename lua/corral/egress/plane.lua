@@ -28,6 +28,18 @@ Plane.__index = Plane
 
 M.MARK = core.nft.DEFAULT_MARK
 
+--- The tenant's hostname under the built-in mechanisms (native and bwrap set it): the
+-- responder answers it with the sandbox's loopback.
+M.HOSTNAME = "corral"
+
+--- The resolv.conf a tenant sees (`Plane.resolv_conf`, bound over /etc/resolv.conf by
+-- the mechanisms): the sandbox's own responder, which holds port 53 on its loopback.
+M.RESOLV_CONF = "# corral: this sandbox's own DNS responder (it answers allowed names, forwards nothing)\n"
+  .. "nameserver 127.0.0.1\n"
+
+--- How often (seconds) the loop reads the ruleset's record of the SYNs it refused.
+M.REFUSED_INTERVAL = 1
+
 --- Creates and programs the plane for sandbox id with network (checked by
 -- `corral.egress.network_spec.check`).
 -- @tparam string id
@@ -42,7 +54,7 @@ function M.new(id, network)
   local defaults = network_spec.DEFAULTS
   local self = setmetatable({ id = id, network = network, registry = registry.process,
     max_connections = network.max_connections or defaults.max_connections,
-    idle = network.idle or defaults.idle,
+    idle = network.idle or defaults.idle, nft = core.nft,
     connect_timeout = network.connect_timeout or defaults.connect_timeout,
     attempt_delay = defaults.attempt_delay }, Plane)
   local function fail(what, err, errno)
@@ -79,25 +91,56 @@ function M.new(id, network)
   end
   local what
   self.responder, what, err = responder.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
-    ipv4_only = self.link ~= nil })
+    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME, learn = network.learn })
   if not self.responder then return fail(what, err) end
   self.dns_port = self.responder.port
+  ok, err = self:write_resolv_conf()
+  if not ok then return fail("resolv.conf", err) end
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
-    idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay })
+    idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay,
+    sni = network.sni })
   if not self.acceptor then return fail("acceptor", err) end
   self.acceptor_port = self.acceptor.port
-  self.tcp_ports = M.tcp_ports(policy)
+  -- learn mode: every port reaches the acceptor, which records what was wanted (nil);
+  -- else the policy's ports, false for none
+  if not network.learn then self.tcp_ports = M.tcp_ports(policy) end
   local plan = M.ruleset_plan(self, self.tcp_ports)
-  ok, err, errno = core.nft.apply(self.netns, plan)
+  ok, err, errno = self.nft.apply(self.netns, plan)
   if not ok then return fail("nftables ruleset", err, errno) end
   -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
-  ok, err, errno = core.nft.verify(self.netns, plan)
+  ok, err, errno = self.nft.verify(self.netns, plan)
   if not ok then return fail("nftables read-back", err, errno) end
   self.on_policy = self.registry:subscribe(function(changed, p)
-    if changed == self.id then self:policy_changed(p) end
+    if changed == self.id then return self:policy_changed(p) end
+    return true
   end)
   return self
+end
+
+--- Writes `RESOLV_CONF` to a file of the plane's own (mode 0644 in a 0711 directory of
+-- the host's /tmp, removed by `close`) and sets `self.resolv_conf` to its path, for the
+-- mechanism to bind over the tenant's /etc/resolv.conf: the runtime's /etc is the
+-- host's, read-only and shared, and its resolv.conf names the host's resolver, which a
+-- sandbox never reaches.
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] string why
+function Plane:write_resolv_conf()
+  local dir, err = core.fs.mkdtemp("/tmp/corral-resolv-")
+  if not dir then return nil, err end
+  self.resolv_dir = dir
+  local ok, cerr = core.fs.chmod(dir, tonumber("711", 8))
+  if not ok then return nil, cerr end
+  local path = dir .. "/resolv.conf"
+  local f, ferr = io.open(path, "w")
+  if not f then return nil, ferr end
+  f:write(M.RESOLV_CONF)
+  f:close()
+  ok, cerr = core.fs.chmod(path, tonumber("644", 8))
+  if not ok then return nil, cerr end
+  self.resolv_conf = path
+  return true
 end
 
 --- The nftables plan for a plane with these redirected ports (see `tcp_ports`).
@@ -148,27 +191,89 @@ end
 --- Follows a change of the sandbox's policy (`allow`, `revoke`, `set`): the responder
 -- forgets its cached verdicts and the ruleset's ports are brought in line.
 -- @tparam table|nil policy
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce: the ruleset could not follow (see `sync_ports`)
 function Plane:policy_changed(policy)
   if self.responder then self.responder:forget() end
-  self:sync_ports(policy)
+  return self:sync_ports(policy)
 end
 
 --- Brings the ruleset's redirected ports in line with the policy: the table is replaced
 -- in one transaction (never a moment without it) and read back. On failure the old
--- ruleset stays, which only ever refuses more.
+-- ruleset stays (the kernel applies a batch whole or not at all), an `error` event says
+-- so, and the registry is told (`nil, err`): it undoes a `set` or `allow`, so the
+-- previous policy — stricter than the one that could not be enforced — stays too.
 -- @tparam table|nil policy
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce("network_restriction", why)
 function Plane:sync_ports(policy)
-  local want = M.tcp_ports(policy)
-  if same_ports(want, self.tcp_ports) or not self.netns then return end
+  local want -- nil in learn mode: every port (false, from tcp_ports, is none)
+  if not self.network.learn then want = M.tcp_ports(policy) end
+  if same_ports(want, self.tcp_ports) or not self.netns then return true end
+  -- the replaced table's record of refusals goes with it: read it first
+  self:read_refused()
   local plan = M.ruleset_plan(self, want)
-  local ok, err = core.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
-  if ok then ok, err = core.nft.verify(self.netns, plan) end
+  local ok, err = self.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
+  if ok then ok, err = self.nft.verify(self.netns, plan) end
   if ok then
     self.tcp_ports = want
-  else
-    events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0,
-      reason = "ruleset not updated for the new policy (it keeps refusing what it did): " .. tostring(err) })
+    self.refused_seen, self.refused_total = {}, 0
+    return true
   end
+  local why = "the ruleset could not follow the new policy, so it keeps the previous one (which refuses "
+    .. "what it did): " .. tostring(err)
+  events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0, reason = why })
+  return nil, errors.cannot_enforce("network_restriction", why)
+end
+
+--- Logs the connections the ruleset refused at their SYN since the last reading (no
+-- entry names their port, so they never reached the acceptor): one `connect` deny per
+-- destination and port, `by = "ruleset"`, `count` its SYNs, the name mapped back from
+-- its synthetic address and the reason the acceptor would have given; past the
+-- ruleset's record (a port scan), one line counts the rest. The kernel counts; the loop
+-- reads once a second (`tick`) and when the plane closes, so no packet wakes it.
+function Plane:read_refused()
+  if not self.netns then return end
+  local list, total = self.nft.refused(self.netns)
+  if not list then return end
+  local seen = self.refused_seen or {}
+  self.refused_seen = seen
+  local policy, env = self.registry:get(self.id), nil
+  local itemised = 0
+  for _, r in ipairs(list) do
+    local key = r.ip .. r.port
+    local n = r.count - (seen[key] or 0)
+    seen[key] = r.count
+    if n > 0 then
+      itemised = itemised + n
+      local name = self.synth:lookup(r.ip)
+      env = env or acceptor.host_env(self.link)
+      local v = decision.decide({ sandbox = self.id, name = name, ip = (not name) and r.ip or nil, port = r.port },
+        policy, env)
+      local why = v.verdict == "deny" and v.reason
+        or ("port " .. r.port .. " was not open to the acceptor when the SYN came (the policy changed since)")
+      events.emit({ sandbox = self.id, kind = "connect", name = name, ip = r.ip, port = r.port, verdict = "deny",
+        by = "ruleset", count = n, bytes = 0, reason = why .. " (refused at the SYN by the ruleset)" })
+    end
+  end
+  local more = total - (self.refused_total or 0) - itemised
+  self.refused_total = total
+  if more > 0 then
+    events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", by = "ruleset", count = more, bytes = 0,
+      reason = string.format("%d more connections refused at the SYN by the ruleset (its record of %d "
+        .. "destinations per family is full)", more, core.nft.REFUSED_SIZE) })
+  end
+end
+
+--- The loop's periodic turn (see `corral.egress.loop.step`): reads the ruleset's
+-- refusals at most every `REFUSED_INTERVAL` seconds.
+-- @tparam number now `core.clock.monotime()`
+function Plane:tick(now)
+  if self.tcp_ports == nil or now - (self.refused_at or 0) < M.REFUSED_INTERVAL then return end
+  self.refused_at = now
+  self:read_refused()
 end
 
 --- Inbound: serves `port` on the sandbox's loopback at a host port the kernel chooses
@@ -225,6 +330,12 @@ function Plane:watch()
   return w
 end
 
+--- When the loop must look at the plane again at the latest (a held connection's wait
+-- ends; see `corral.egress.acceptor`), monotonic seconds, or nil.
+function Plane:deadline()
+  return self.acceptor and self.acceptor:deadline()
+end
+
 --- Decides a destination again with the sandbox's current policy, as the acceptor did.
 -- @tparam table dest `{name =, ip =, port =}` (ip only for an IP destination)
 -- @treturn nil|string nil while allowed, else why not
@@ -240,9 +351,15 @@ function Plane:close()
     self.registry:unsubscribe(self.on_policy)
     self.on_policy = nil
   end
+  if self.netns and self.tcp_ports ~= nil then pcall(self.read_refused, self) end
   self.registry:remove(self.id)
   for _, k in ipairs({ "responder", "service", "acceptor", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
+  end
+  if self.resolv_dir then
+    if self.resolv_conf then os.remove(self.resolv_conf) end
+    os.remove(self.resolv_dir)
+    self.resolv_dir, self.resolv_conf = nil, nil
   end
 end
 

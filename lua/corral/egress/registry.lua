@@ -7,6 +7,17 @@
 -- only; `corral.egress.revoke(sb, entry, {cut = true})` and `corral.egress.recheck` re-decide
 -- and reset them on the data plane (`corral.egress.loop.recheck`). Whoever must follow a
 -- change (a plane's ruleset) subscribes; the registry calls no module by name.
+--
+-- Epochs: each sandbox's policy carries `epoch`, 1 when first set and one more at every
+-- change that took effect (`set`, `allow`, `revoke`), kept across `set`; every event
+-- (`corral.egress.events`) carries the epoch its sandbox's policy had when it happened,
+-- so a log line says which version of the policy decided it. A subscriber may refuse a
+-- change by returning `nil, err` (a plane whose ruleset could not be updated; one that
+-- raises refuses nothing): `set`
+-- and `allow` are then undone — the previous policy, which the unchanged ruleset still
+-- enforces, stays, with its epoch — and answer `nil, err`. A revocation is never
+-- undone: it only narrows, and every connection is decided with the narrower policy
+-- (the subscriber logs that its ruleset still lets the port reach the acceptor).
 -- @module corral.egress.registry
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
@@ -23,7 +34,7 @@ Registry.__index = Registry
 --- An empty registry.
 -- @treturn table
 function M.new()
-  return setmetatable({ policies = {}, subscribers = {} }, Registry)
+  return setmetatable({ policies = {}, subscribers = {}, epochs = {} }, Registry)
 end
 
 local function check_id(id)
@@ -67,10 +78,29 @@ function Registry:set(id, list, opts)
     budget = opts.budget,
     internal = internal,
     synthetic = old and old.synthetic or synthetic.new(id, { limit = opts.synthetic_limit }),
+    -- the epoch moves once the change has taken effect: what subscribers log while
+    -- following it happened under the previous policy
+    epoch = old and old.epoch or (self.epochs[id] or 0),
   }
   self.policies[id] = policy
-  self:changed(id)
+  local ok, err = self:changed(id)
+  if not ok and old then
+    -- undone: the previous policy is what the (unchanged) ruleset enforces
+    self.policies[id] = old
+    self:changed(id)
+    return nil, err
+  end
+  policy.epoch = policy.epoch + 1
+  self.epochs[id] = policy.epoch
   return policy
+end
+
+--- A sandbox's policy epoch now (0 when it has no policy).
+-- @tparam string id
+-- @treturn integer
+function Registry:epoch(id)
+  local p = self.policies[id]
+  return p and p.epoch or 0
 end
 
 --- Calls fn(id, policy) after every change of a sandbox's policy through this registry
@@ -101,12 +131,19 @@ function Registry:unsubscribe(fn)
 end
 
 -- Tells every subscriber, each protected: one that raises neither undoes the change nor
--- keeps the others from hearing of it. A copy is walked, so a subscriber may unsubscribe.
+-- keeps the others from hearing of it (a bug in a subscriber is not a refusal). A copy
+-- is walked, so a subscriber may unsubscribe. Answers true, or false and the first
+-- refusal (a subscriber that answered nil, err).
 function Registry:changed(id)
   local policy = self.policies[id]
+  local first
   for _, fn in ipairs(table.move(self.subscribers, 1, #self.subscribers, 1, {})) do
-    pcall(fn, id, policy)
+    local ok, res, err = pcall(fn, id, policy)
+    if first == nil and ok and res == nil and err ~= nil then first = err end
   end
+  if first == nil then return true end
+  if type(first) ~= "table" then first = errors.cannot_enforce("network_restriction", tostring(first)) end
+  return false, first
 end
 
 --- Allows one more destination for a sandbox (creating its policy if it has none).
@@ -125,8 +162,18 @@ function Registry:allow(id, entry)
   elseif policy.allowlist == nil then
     policy.allowlist = allowlist.new()
   end
+  local before = #policy.allowlist
   local added, aerr = policy.allowlist:add(e)
-  if added then self:changed(id) end
+  if added and #policy.allowlist > before then
+    local ok, cerr = self:changed(id)
+    if not ok then
+      policy.allowlist:remove(added)
+      self:changed(id)
+      return nil, cerr
+    end
+    policy.epoch = policy.epoch + 1
+    self.epochs[id] = policy.epoch
+  end
   return added, aerr
 end
 
@@ -143,7 +190,11 @@ function Registry:revoke(id, entry)
   local policy = self.policies[id]
   if not policy or not policy.allowlist then return 0 end
   local n = policy.allowlist:remove(e)
-  if n and n > 0 then self:changed(id) end
+  if n and n > 0 then
+    self:changed(id)
+    policy.epoch = policy.epoch + 1
+    self.epochs[id] = policy.epoch
+  end
   return n
 end
 

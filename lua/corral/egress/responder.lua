@@ -2,7 +2,12 @@
 -- answering from the sandbox's policy and never forwarding anything.
 --
 -- Names on the allowlist are answered with a synthetic address (stable per name per
--- sandbox); every other name is NXDOMAIN; other query types REFUSED. Nothing the tenant
+-- sandbox); every other name is NXDOMAIN. Any other query type (TXT, SRV, HTTPS, CNAME,
+-- MX, …) for an allowed name is NODATA (NOERROR, no answer): the name exists and has
+-- no such record here, which is what a program falling back from HTTPS/SRV lookups to
+-- A/AAAA expects (REFUSED made some treat the name as unresolvable); for any other name
+-- it stays REFUSED. The sandbox's own hostname (`hostname`) resolves to its loopback
+-- (127.0.0.1, ::1), as /etc/hosts would make it on a host. Nothing the tenant
 -- asks is ever forwarded, and no upstream DNS response is ever parsed. When the sandbox's
 -- synthetic table is full (`corral.egress.synthetic`, `limit`), a new allowed name is
 -- answered SERVFAIL and logged as a deny naming the exhaustion: SERVFAIL says "this server
@@ -40,14 +45,18 @@ M.NAME_CACHE = 4096
 --- Binds the responder inside netns.
 -- @tparam userdata netns the sandbox's network namespace
 -- @tparam table sandbox `{id =, synth = its synthetic allocator, registry = where its
---   policy lives, ipv4_only = true when the sandbox has an IPv4 route only}`
+--   policy lives, ipv4_only = true when the sandbox has an IPv4 route only, hostname =
+--   the sandbox's own (uts) hostname, answered with its loopback, learn = true to answer
+--   every hostname (`--learn`: what was asked is recorded, every connection denied)}`
 -- @treturn[1] table the responder, with `port` (53, as the kernel bound it)
 -- @return[2] nil
 -- @treturn[2] string what failed
 -- @treturn[2] string why
 function M.new(netns, sandbox)
   local self = setmetatable({ id = sandbox.id, synth = sandbox.synth, registry = sandbox.registry,
-    ipv4_only = sandbox.ipv4_only, tcp_dns = {}, names = {}, names_n = 0 }, Responder)
+    ipv4_only = sandbox.ipv4_only, hostname = sandbox.hostname, learn = sandbox.learn, tcp_dns = {}, names = {},
+    names_n = 0 },
+    Responder)
   -- The responder holds port 53 itself, so a resolver configured at a loopback address
   -- (127.0.0.53, 127.0.0.1) reaches it directly, and any other :53 is redirected to it.
   local err
@@ -117,11 +126,17 @@ function Responder:answer(query)
     return core.dns.answer(query, rcode)
   end
   local name = q.name
+  if q.hostname and self.hostname and q.qclass == 1 and allowlist.normalize_name(name) == self.hostname then
+    return self:answer_hostname(query, q)
+  end
   local policy = self.registry:get(self.id)
   local allowed, reason_of, entry = nil, "not a hostname", nil
   if q.hostname then
     local v = self:name_verdict(name, policy)
     allowed, reason_of, entry = v.allowed, v.why, v.entry
+    -- learn mode: every name is answered, so that the program goes on to connect and the
+    -- acceptor learns the port it wanted (and denies it)
+    if not allowed and self.learn then allowed, entry = true, "learn mode (--learn)" end
   end
   local verdict, rcode, addr, reason, ip
   if not allowed then
@@ -145,17 +160,38 @@ function Responder:answer(query)
       reason = tostring(text == nil and bytes or "no synthetic address")
     end
   end
-  -- A query type nobody answers is refused even for names not allowed (TXT, ANY):
-  -- a tenant learns nothing from it either way.
+  -- Another type for an allowed name: NODATA (the name exists, with no such record
+  -- here). For any other name it is refused: the tenant learns nothing it could not
+  -- learn from an A query either way.
   if q.qtype ~= core.dns.A and q.qtype ~= core.dns.AAAA then
-    rcode, verdict, reason = core.dns.REFUSED, "refused", "only A and AAAA queries are answered"
+    if allowed and q.qclass == 1 then
+      rcode, verdict = core.dns.NOERROR, "nodata"
+      reason = "only A and AAAA records are answered (allowed by " .. entry .. ")"
+    else
+      rcode, verdict, reason = core.dns.REFUSED, "refused", "only A and AAAA queries are answered"
+    end
   elseif q.qclass ~= 1 and allowed then
     reason = "only class IN is answered"
   end
-  -- verdict is allow/deny like every decision; `answer` says what the responder sent.
+  -- verdict is allow/deny like every decision; `answer` says what the responder sent
+  -- (an allowed name's NODATA for another type is allowed: nothing was refused).
+  local allow = verdict == "answered" or (verdict == "nodata" and q.qtype ~= core.dns.AAAA)
   events.emit({ sandbox = self.id, kind = "dns", name = M.printable(name), ip = ip, qtype = q.qtype,
-    answer = verdict, verdict = verdict == "answered" and "allow" or "deny", reason = reason, bytes = 0 })
+    answer = verdict, verdict = allow and "allow" or "deny", reason = reason, bytes = 0 })
   return core.dns.answer(query, rcode, addr, M.TTL)
+end
+
+local LOOPBACK = { [core.dns.A] = "\127\0\0\1", [core.dns.AAAA] = string.rep("\0", 15) .. "\1" }
+
+-- The sandbox's own hostname: its loopback address for A and AAAA (NODATA for AAAA
+-- without an IPv6 route, and for any other type), logged as allowed.
+function Responder:answer_hostname(query, q)
+  local addr = LOOPBACK[q.qtype]
+  if q.qtype == core.dns.AAAA and self.ipv4_only then addr = nil end
+  events.emit({ sandbox = self.id, kind = "dns", name = M.printable(q.name), ip = addr, qtype = q.qtype,
+    answer = addr and "answered" or "nodata", verdict = "allow", bytes = 0,
+    reason = "the sandbox's own hostname (its loopback)" })
+  return core.dns.answer(query, core.dns.NOERROR, addr, M.TTL)
 end
 
 --- What the policy says of a name for DNS — `{allowed =, why =, entry =}` — cached until

@@ -1,5 +1,7 @@
 --- `corral run`'s connection options, read into the `network` table: --idle (how long a
--- connection may move no byte; none by default) and --max-connections (per sandbox).
+-- connection may move no byte; none by default), --max-connections (per sandbox) and
+-- --sni (match, require or off: see `corral.egress.acceptor`) and --learn (see
+-- `corral.egress.learn`).
 -- @module corral.egress.run_options
 local errors = require "corral.errors"
 
@@ -31,11 +33,23 @@ end
 -- @return[2] nil
 -- @treturn[2] table invalid_argument naming the option
 function M.apply(network, opts)
-  local idle, max = opts.idle, opts["max-connections"]
-  if idle == nil and max == nil then return network end
+  local idle, max, sni = opts.idle, opts["max-connections"], opts.sni
+  if opts.learn then
+    -- learn mode needs a plane even with nothing allowed
+    network = network or { allow = {} }
+    network.learn = true
+  end
+  if idle == nil and max == nil and sni == nil then return network end
   if not network then
-    return nil, errors.invalid_argument(idle and "--idle" or "--max-connections",
+    return nil, errors.invalid_argument(idle and "--idle" or max and "--max-connections" or "--sni",
       "applies to egress connections: give --allow too (without it the sandbox has no network)")
+  end
+  if sni ~= nil then
+    if sni ~= "match" and sni ~= "require" and sni ~= "off" then
+      return nil, errors.invalid_argument("--sni", '"' .. sni .. '": match (a TLS SNI or HTTP Host must be the '
+        .. "name connected to), require (and must be there) or off")
+    end
+    network.sni = sni
   end
   if idle ~= nil then
     local v, why = M.duration(idle)

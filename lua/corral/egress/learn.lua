@@ -1,0 +1,95 @@
+--- `corral run --learn FILE`: the program runs with nothing allowed that was not, every
+-- name it asks for answered (so that it goes on to connect), and every connection it
+-- then makes denied and recorded — name (or address), port and protocol. At the end the
+-- suggested allowlist is written to FILE, one entry per line with how often it was
+-- wanted, ready for `--allow-file FILE`: the way an operator builds the list for a new
+-- job. Names asked for but never connected to are listed as comments.
+-- @module corral.egress.learn
+local events = require "corral.egress.events"
+local errors = require "corral.errors"
+local core = require "corral.core"
+
+local M = {}
+
+local function host(ev)
+  local h = ev.name or ev.ip
+  if h and h:find(":", 1, true) then h = "[" .. h .. "]" end
+  return h
+end
+
+--- Checks that FILE can be written at the end (its directory exists).
+-- @tparam string path
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table invalid_argument on --learn
+function M.check(path)
+  local dir = path:match("^(.*)/[^/]*$") or "."
+  if dir == "" then dir = "/" end
+  local st = core.fs.lstat(dir)
+  if not st or st.type ~= "dir" then
+    return nil, errors.invalid_argument("--learn", path .. ": the directory " .. dir .. " does not exist")
+  end
+  return true
+end
+
+--- The suggested allowlist from what was recorded (see `start`).
+-- @tparam table seen `{wanted = {entry = count}, order = {entry...}, names = {name = count}}`
+-- @treturn string the file's text
+function M.render(seen)
+  local out = { "# corral run --learn: what the program connected to (each denied), with how often;",
+    "# review, then: corral run --allow-file THIS-FILE -- ..." }
+  local entries = {}
+  for _, e in ipairs(seen.order) do entries[#entries + 1] = e end
+  table.sort(entries, function(a, b)
+    if seen.wanted[a] ~= seen.wanted[b] then return seen.wanted[a] > seen.wanted[b] end
+    return a < b
+  end)
+  for _, e in ipairs(entries) do
+    out[#out + 1] = string.format("%s  # tcp, %d connection%s", e, seen.wanted[e], seen.wanted[e] == 1 and "" or "s")
+  end
+  local only = {}
+  for name, n in pairs(seen.names) do
+    if not seen.connected[name] then
+      only[#only + 1] = string.format("# %s: resolved %d times, never connected to", name, n)
+    end
+  end
+  table.sort(only)
+  for _, l in ipairs(only) do out[#out + 1] = l end
+  return table.concat(out, "\n") .. "\n"
+end
+
+--- Starts recording the events of sandbox `opts.sandbox` (all, without it).
+-- @tparam string path FILE
+-- @tparam[opt] table opts `{sandbox =}`
+-- @treturn table with `finish()`: unsubscribes, writes FILE and returns true and how
+--   many entries it holds, or nil and why
+function M.start(path, opts)
+  opts = opts or {}
+  local seen = { wanted = {}, order = {}, names = {}, connected = {} }
+  local function on(ev)
+    if opts.sandbox and ev.sandbox ~= opts.sandbox then return end
+    if ev.kind == "dns" and ev.name and ev.answer == "answered" then
+      seen.names[ev.name] = (seen.names[ev.name] or 0) + 1
+    elseif ev.kind == "connect" and ev.verdict == "deny" and ev.port and host(ev)
+        and ev.reason ~= "direct connection to the acceptor" then
+      local e = host(ev) .. ":" .. ev.port
+      if not seen.wanted[e] then seen.order[#seen.order + 1] = e end
+      seen.wanted[e] = (seen.wanted[e] or 0) + (ev.count or 1)
+      if ev.name then seen.connected[ev.name] = true end
+    end
+  end
+  events.subscribe(on)
+  return {
+    seen = seen,
+    finish = function()
+      events.unsubscribe(on)
+      local f, err = io.open(path, "w")
+      if not f then return nil, err end
+      f:write(M.render(seen))
+      f:close()
+      return true, #seen.order
+    end,
+  }
+end
+
+return M
