@@ -407,7 +407,8 @@ static int build_root(const struct confine_opts *o)
     for (size_t i = 0; i < o->n_extras; i++)
         cmd_inside |= corral_is_beneath(o->cmd, o->extras[i]);
     /* Bound on its own only when nothing bound already shows it: a bind over a file in
-     * a writable extra was refused (ETXTBSY) when the command was running there. */
+     * a writable extra fails (ETXTBSY) while the command runs there. */
+
     if (!covered_by_runtime(o->cmd) && !cmd_inside && o->cmd_fd >= 0)
         binds[nb++] = (struct corral_bind){o->cmd, o->cmd, CORRAL_BIND_FROM_FD, o->cmd_fd};
     /* /etc/resolv.conf is often a link out of /etc; egress needs it. */
