@@ -479,15 +479,14 @@ static int allow_around_masks(int rs, int abi, const char *dir, int depth)
     return r;
 }
 
-/* /proc: read everywhere, and write where a nested sandbox needs it. A process writes
- * its own user namespace's uid_map, gid_map and setgroups (unshare -Ur, bubblewrap), so
- * without write access no tool inside can build a sandbox of its own. Where /proc is
- * the fresh one of our pid namespace (the ns layer, or bubblewrap's --proc) it shows
- * only the sandbox's own processes and its knobs are read-only mounts (mount.c
- * protect_proc), so write access beneath it reaches nothing outside. On the host's
- * /proc (Landlock alone) it would reach every same-uid process's oom_score_adj and the
- * kernel's knobs as root: only this process's own three files are granted, which is
- * what a tool that unshares itself (unshare -Ur) writes. */
+/* /proc: read everywhere, and write where a nested sandbox needs it, as a tool that
+ * builds one (unshare -Ur, bubblewrap) writes its own uid_map, gid_map and setgroups. A
+ * fresh /proc of our pid namespace (the ns layer, or bubblewrap's --proc) shows only the
+ * sandbox's processes, its knobs mounted read-only (mount.c protect_proc), so it is
+ * writable whole. On the host's /proc (Landlock alone) that would reach every same-uid
+ * process's oom_score_adj and, as root, the kernel's knobs: there only this process's
+ * own three files are writable. */
+
 static int allow_proc(int rs, int abi, const struct confine_opts *o)
 {
     int fresh = o->layer_ns || o->n_identities > 0;
