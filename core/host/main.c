@@ -922,8 +922,9 @@ static int pmain(lua_State *L)
 
 #if defined(__SANITIZE_ADDRESS__)
 /* `make asan`: LeakSanitizer stops the world through ptrace, which a confined process
- * (Landlock, no capabilities) cannot do; measured: it reported a fatal error and spun
- * at 100% CPU inside a nested `exec-confined`. Leak checks stay off in that build. */
+ * (Landlock, no capabilities) cannot do: it reports a fatal error and spins at 100% CPU
+ * inside a nested `exec-confined`. Leak checks stay off in that build. */
+
 const char *__asan_default_options(void);
 const char *__asan_default_options(void)
 {

@@ -5,8 +5,9 @@
 #include <stddef.h>
 
 /* Clears the bounding, ambient, inheritable, permitted and effective sets and locks
- * the securebits so that a uid-0 process regains nothing across execve. Must be called
- * while the process still holds CAP_SETPCAP for the bounding set (it is dropped last).
+ * the securebits so that a uid-0 process regains nothing across execve. The bounding set
+ * shrinks only while CAP_SETPCAP is held (it is dropped last); without it the bounding
+ * set is left whole when no_new_privs is already set, and -EPERM returned otherwise.
  * Returns 0 or -errno. */
 int corral_caps_drop_all(void);
 
@@ -14,8 +15,9 @@ int corral_caps_drop_all(void);
  * `empty` comes from corral_caps_empty() in the parent, so nothing allocates here. */
 int corral_caps_drop_all_with(void *empty);
 
-/* The same, but keep stays held and survives execve (as an ambient capability).
- * Returns 0 or -errno. */
+/* As corral_caps_drop_all, but keep stays held in every set and survives execve (as an
+ * ambient capability). Returns 0 or -errno. */
+
 int corral_caps_drop_all_but(int keep);
 
 /* An empty capability state for corral_caps_drop_all_with; free with corral_caps_free. */

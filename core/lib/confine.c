@@ -98,13 +98,9 @@ __attribute__((format(printf, 2, 3))) static void diag(int err, const char *fmt,
     fputc('\n', stderr);
 }
 
-/* Opens a resolved directory so that no symlink may appear anywhere on its path: a
- * symlink swapped in after resolution (by whoever can write a parent) is refused, where
- * re-resolving at mount time bound wherever it pointed (found by a red-team run: 164 of
- * 300 launches redirected). Binds and Landlock rules then use this fd, not the path. */
-/* The same without openat2, which a kernel before 5.6 lacks and corral's own filter
- * answers ENOSYS to (a wrapper run inside a confinement): component by component with
- * O_NOFOLLOW, where a symlink opens as itself and is refused. Returns an O_PATH fd or
+/* open_no_symlinks without openat2, which a kernel before 5.6 lacks and corral's own
+ * filter answers ENOSYS to (a wrapper run inside a confinement): component by component
+ * with O_NOFOLLOW, so a symlink opens as itself and is refused. Returns an O_PATH fd or
  * -errno (-ELOOP for a symlink anywhere). */
 static int open_nofollow_walk(const char *path, int want_dir)
 {
@@ -133,7 +129,9 @@ static int open_nofollow_walk(const char *path, int want_dir)
     return fd;
 }
 
-/* A path opened with no symlink anywhere on it: openat2 where there is one. */
+/* Opens a resolved path so that no symlink may appear anywhere on it: one swapped in
+ * after resolution, by whoever can write a parent, is refused instead of followed. Binds
+ * and Landlock rules then use this fd, not the path (docs/architecture.md, invariant 3). */
 static int open_no_symlinks(const char *path, int want_dir)
 {
     struct open_how how = {.flags = O_PATH | O_CLOEXEC | (want_dir ? O_DIRECTORY : 0),
@@ -272,8 +270,7 @@ static int parse(int argc, char **argv, struct confine_opts *o)
     o->argv = &argv[i];
     if (!o->cd) o->cd = o->permit;
     /* The command's grant (its bind and its Landlock rule) comes from this fd, so a
-     * symlink swapped in after resolution cannot widen it to a directory (a red-team
-     * race read outside files in 32 of 400 runs while the grant followed the path). */
+     * symlink swapped in after resolution cannot widen it to a directory. */
     o->cmd_fd = -1;
     if (o->cmd[0] == '/') {
         o->cmd_fd = open_no_symlinks(o->cmd, 0);
@@ -346,21 +343,18 @@ static int keep_setfcap;
  * in the boundary keep their owner, with a mount, pid and IPC namespace.
  *
  * A root caller gets one too, mapping uid and gid 0 alone, so that a sandbox nested
- * inside can be built at all: the kernel lets a user namespace map the parent's uid 0
- * only for a creator holding CAP_SETFCAP in the parent (Linux 5.12), and without a
- * namespace of our own that parent is the host's, where no capability may stay. Here
- * CAP_SETFCAP is held in our namespace only, which owns nothing but what the root plan
- * shows. A file capability written with it would be owned by host root and work on
- * the host, so the command also gets a filter that refuses every extended attribute
- * (corral_seccomp_noxattr_program), as the setuid bit is refused. Without the user namespace (root
- * lacking the capabilities to make one) it is a mount + pid namespace as before, and nesting as
- * root then stops at the id map. */
+ * inside can map ids: the kernel lets a user namespace map its parent's uid 0 only for a
+ * creator holding CAP_SETFCAP in the parent (Linux 5.12), and the host's namespace may
+ * keep no capability. A file capability written with CAP_SETFCAP would still be owned by
+ * host root, so the command also gets a filter refusing every extended attribute
+ * (corral_seccomp_noxattr_program), as the setuid bit is refused. Root unable to make a
+ * user namespace gets the other three alone, and nesting then stops at the id map. */
 static int enter_namespaces(void)
 {
     uid_t uid = geteuid();
     gid_t gid = getegid();
-    /* An IPC namespace too: SysV shared memory and message queues are not files, and
-     * a host segment was readable and removable from inside (found by a red-team run). */
+    /* An IPC namespace too: SysV shared memory and message queues are not files, so
+     * neither layer would keep a host segment from being read or removed. */
     int flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC;
     if (unshare(CLONE_NEWUSER | flags) < 0) {
         if (uid == 0 && unshare(flags) == 0) return 0;
@@ -413,7 +407,8 @@ static int build_root(const struct confine_opts *o)
     for (size_t i = 0; i < o->n_extras; i++)
         cmd_inside |= corral_is_beneath(o->cmd, o->extras[i]);
     /* Bound on its own only when nothing bound already shows it: a bind over a file in
-     * a writable extra was refused (ETXTBSY) when the command was running there. */
+     * a writable extra fails (ETXTBSY) while the command runs there. */
+
     if (!covered_by_runtime(o->cmd) && !cmd_inside && o->cmd_fd >= 0)
         binds[nb++] = (struct corral_bind){o->cmd, o->cmd, CORRAL_BIND_FROM_FD, o->cmd_fd};
     /* /etc/resolv.conf is often a link out of /etc; egress needs it. */
@@ -453,7 +448,7 @@ static int holds_masked(const char *dir)
 /* Grants read+execute on every entry of dir but the masked ones, descending only into
  * directories that hold one. Symlinks are skipped, as a grant on the whole directory
  * would not have covered their targets either. Entries are opened relative to the
- * directory: measured here, path-by-path opens made this ~0.6 ms for /etc's ~200. */
+ * directory fd, one component each, as /etc alone holds a few hundred. */
 static int allow_around_masks(int rs, int abi, const char *dir, int depth)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -484,15 +479,14 @@ static int allow_around_masks(int rs, int abi, const char *dir, int depth)
     return r;
 }
 
-/* /proc: read everywhere, and write where a nested sandbox needs it. A process writes
- * its own user namespace's uid_map, gid_map and setgroups (unshare -Ur, bubblewrap), so
- * without write access no tool inside can build a sandbox of its own. Where /proc is
- * the fresh one of our pid namespace (the ns layer, or bubblewrap's --proc) it shows
- * only the sandbox's own processes and its knobs are read-only mounts (mount.c
- * protect_proc), so write access beneath it reaches nothing outside. On the host's
- * /proc (Landlock alone) it would reach every same-uid process's oom_score_adj and the
- * kernel's knobs as root: only this process's own three files are granted, which is
- * what a tool that unshares itself (unshare -Ur) writes. */
+/* /proc: read everywhere, and write where a nested sandbox needs it, as a tool that
+ * builds one (unshare -Ur, bubblewrap) writes its own uid_map, gid_map and setgroups. A
+ * fresh /proc of our pid namespace (the ns layer, or bubblewrap's --proc) shows only the
+ * sandbox's processes, its knobs mounted read-only (mount.c protect_proc), so it is
+ * writable whole. On the host's /proc (Landlock alone) that would reach every same-uid
+ * process's oom_score_adj and, as root, the kernel's knobs: there only this process's
+ * own three files are writable. */
+
 static int allow_proc(int rs, int abi, const struct confine_opts *o)
 {
     int fresh = o->layer_ns || o->n_identities > 0;
@@ -620,10 +614,11 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, c
         diag(errno, "%s", "no_new_privs");
         return CORRAL_EXIT_SETUP;
     }
-    /* The command may share the caller's terminal: TIOCSTI would type commands into the
-     * caller's shell, which runs them unconfined (found by a red-team run with
-     * dev.tty.legacy_tiocsti=1). A new session would also stop it but would take the
-     * terminal from an interactive command; the filter takes only the ioctl. */
+    /* The command may share the caller's terminal: TIOCSTI (where
+     * dev.tty.legacy_tiocsti=1) would type commands into the caller's shell, which runs
+     * them unconfined. A new session would also stop it but would take the terminal from
+     * an interactive command; the filter takes only the ioctl. */
+
     struct corral_bpf tty = {(struct sock_filter *)corral_tty_filter,
                              sizeof corral_tty_filter / sizeof corral_tty_filter[0]};
     r = corral_seccomp_install(&tty); /* only reads the table */

@@ -123,8 +123,9 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
     add(&a, l->cd);
     add(&a, "--");
     /* Always our own wrapper inside: bubblewrap turns the /proc/self/fd source back into
-     * a path and binds whatever is there when it mounts (a red-team race won 23 of 200),
+     * a path and binds whatever is there when it mounts, a window a symlink swap can win,
      * so the inner wrapper checks that each bound directory is the one checked outside
+
      * (--identity), then adds Landlock when asked, and the terminal filter either way. */
     {
         add(&a, self);

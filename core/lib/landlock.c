@@ -1,8 +1,9 @@
 /*
  * Landlock rulesets built at the best ABI the kernel offers, falling back right by
- * right. Measured here (kernel 6.18): landlock_create_ruleset(NULL, 0, VERSION) = 7.
+ * right (see landlock.h).
  *
- * What Landlock does not cover, and why the mount namespace exists beside it
+ * What Landlock
+ does not cover, and why the mount namespace exists beside it
  * (core/lib/confine.c): chmod/chown/utime/xattr changes are not access rights at any ABI,
  * so a file that can be reached can have its metadata changed; connecting to an existing
  * pathname unix socket is not checked before ABI 9; device nodes reached through an

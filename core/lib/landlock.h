@@ -42,10 +42,8 @@
  * Landlock is absent or disabled). */
 int corral_landlock_abi(void);
 
-/* The filesystem rights the given ABI can handle. */
+/* The filesystem rights, and the scopes, the given ABI can handle. */
 uint64_t corral_landlock_fs_rights(int abi);
-
-/* The scopes the given ABI can handle. */
 uint64_t corral_landlock_scopes(int abi);
 
 /* Creates a ruleset handling every right `abi` knows (fs rights and scopes). Returns a

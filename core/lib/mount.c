@@ -218,8 +218,8 @@ static int make_blank(int rootfd, const char *name, int dir)
 }
 
 /* Covers each existing mask path (see corral_root_plan.masks) with a read-only clone of
- * an empty mode-0000 file or directory: a clone of a tmpfs entry, measured cheaper than
- * a tmpfs instance per directory. */
+ * an empty mode-0000 file or directory: one tmpfs entry cloned, cheaper than a tmpfs
+ * instance per directory. */
 static int cover_masks(int rootfd, const struct corral_root_plan *plan)
 {
     static const char *const blank[2] = {".corral-masked-file", ".corral-masked-dir"};
@@ -249,7 +249,7 @@ static int cover_masks(int rootfd, const struct corral_root_plan *plan)
 
 /* The kernel's knobs under the fresh /proc, read-only: a process that is uid 0 keeps
  * owner access to them without any capability, and core_pattern alone is a way to run
- * a program as host root (found by a red-team run with the namespace layer alone). */
+ * a program as host root. */
 static int protect_proc(int rootfd)
 {
     static const char *const knobs[] = {"proc/sys", "proc/sysrq-trigger", "proc/irq", "proc/bus"};
@@ -389,8 +389,10 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
     if (plan->proc && (r = protect_proc(s.rootfd)) < 0) FAIL("read-only /proc/sys", r);
     if (plan->tmp_mib) {
         char opts[80];
-        /* Inodes capped too: a size cap alone let a million empty files grow the host's
-         * slab by 1.1 GB (found by a red-team run without --memory). 256 per MiB. */
+        /* Inodes capped too: empty files take no blocks, so under a size cap alone each
+         * still grows the host's slab (about 1 KiB apiece when no memory limit applies).
+         * 256 per MiB. */
+
         snprintf(opts, sizeof opts, "mode=1777,size=%lum,nr_inodes=%lu", plan->tmp_mib,
                  plan->tmp_mib * 256);
         if ((r = attach_fs(s.rootfd, "tmp", "tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) <

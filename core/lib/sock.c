@@ -138,8 +138,9 @@ int corral_original_dst(int fd, struct sockaddr_storage *out)
 
     memset(out, 0, sizeof *out);
     len = v4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-    /* measured here (tests/c/test_listen.c): SOL_IP SO_ORIGINAL_DST on an AF_INET6
-     * listener's accepted v4-mapped connection returns the IPv4 original destination. */
+    /* SOL_IP SO_ORIGINAL_DST on an AF_INET6 listener's accepted v4-mapped connection
+     * returns the IPv4 original destination (tests/c/test_listen.c asserts it). */
+
     int r = v4 ? getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, out, &len)
                : getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, out, &len);
     if (r < 0) return -errno;

@@ -40,13 +40,13 @@ int corral_sockaddr_text(const struct sockaddr_storage *ss, char *buf, size_t le
  * conntrack has no entry (no ruleset in that netns), and every failure is a deny. A
  * connection that was tracked but not translated (a tenant dialling the acceptor's own
  * port) reads back its own destination, the acceptor's address: loopback, to be refused
- * (measured: tests/c/test_listen.c).
+ * (tests/c/test_listen.c asserts both cases).
  */
 int corral_original_dst(int fd, struct sockaddr_storage *out);
 
-/* Sets SO_MARK to mark, reads it back and compares. Returns 0, -errno from the kernel
- * (-EPERM without CAP_NET_ADMIN over the socket's netns), or -EPROTO when the value
- * read back differs. */
+/* Sets SO_MARK to mark, reads it back and compares (docs/architecture.md, invariant 5).
+ * Returns 0, -errno from the kernel (-EPERM without CAP_NET_ADMIN over the socket's
+ * netns), or -EPROTO when the value read back differs. */
 int corral_set_mark_checked(int fd, uint32_t mark);
 
 /*
@@ -65,9 +65,10 @@ int corral_connect_marked_start(const struct sockaddr *sa, socklen_t len, uint32
 /*
  * The slice of the local port range a key's connections take their source ports from
  * (port_key above: a sandbox id): at most 4096 ports, placed by a hash of the key. A
- * relay that closes first leaves TIME_WAITs toward its upstream, and one tenant opening
- * short connections to one allowed address filled the host's whole ephemeral range that
- * way (found by a red-team run); within its slice it can only exhaust its own ports.
+ * relay that closes first leaves TIME_WAITs toward its upstream, so one tenant opening
+ * short connections to one allowed address could fill the host's whole ephemeral range;
+ * within its slice it can only exhaust its own ports.
+
  * Applied with IP_LOCAL_PORT_RANGE (Linux 6.3); where the kernel lacks it, nothing.
  */
 void corral_port_slice(const char *key, unsigned *lo, unsigned *hi);

@@ -2,13 +2,14 @@
  * core.tier: the S1/S0 runner of core/lib/tier.h for lua/corral/tier.lua.
  *
  * core.tier.run{path =, argv =, env = {"NAME=value", ...}, cwd =, rules =, filters =,
- *               supervised =, stdin =, stdout =, stderr =, timeout = seconds}
+ *               supervised =, drop_caps =, netns =, stdin =, stdout =, stderr =,
+ *               timeout = seconds}
  *   rules: nil (no Landlock at all) or {{path =, access = "r"|"w"|"x"|"d" letters,
  *   optional = bool}, ...} enforced at the best ABI; filters: names of plain seccomp
  *   programs ("tty", "nonet"); supervised: "nosubprocess" or nil; drop_caps: every
- *   capability dropped first. Returns {status =,
- *   timed_out =, execs_denied =, wall_s =, cpu_s =, max_rss_kb =, abi =}, or nil,
- *   "step: strerror", errno (nothing ran).
+ *   capability dropped first; netns: a network namespace (fd) the step joins first.
+ *   Returns {status =, timed_out =, execs_denied =, wall_s =, cpu_s =, max_rss_kb =,
+ *   abi =}, or nil, "step: strerror", errno (nothing ran).
  * core.tier.programs(): {name = the program's bytes} for every program run() takes, so
  *   that a commitment covers the exact filters (built at build time).
  * core.tier.attempt(kind[, arg]): one attempt a probe makes from inside a confined
@@ -19,7 +20,8 @@
  * core.tier.start(plan): as run, but the step is supervised by a process of its own and
  *   the call returns at once: a handle whose :fileno() becomes readable when the step is
  *   over and whose :result() then returns what run would have (closing the handle
- *   kills the step). plan.netns: a network namespace (fd) the step joins first.
+ *   kills the step).
+
  */
 #include <arpa/inet.h>
 #include <errno.h>
