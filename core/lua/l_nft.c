@@ -164,12 +164,9 @@ static int l_dump(lua_State *L)
 
 int corral_open_nft(lua_State *L)
 {
-    static const luaL_Reg funcs[] = {{"apply", l_apply},
-                                     {"verify", l_verify},
-                                     {"delete", l_delete},
-                                     {"refused", l_refused},
-                                     {"dump", l_dump},
-                                     {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"apply", l_apply},   {"verify", l_verify},
+                                     {"delete", l_delete}, {"refused", l_refused},
+                                     {"dump", l_dump},     {NULL, NULL}};
     luaL_setfuncs(L, funcs, 0);
     lua_pushinteger(L, CORRAL_NFT_MARK);
     lua_setfield(L, -2, "DEFAULT_MARK");
