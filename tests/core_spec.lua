@@ -17,6 +17,17 @@ describe("corral.core", function()
     assert.is_function(core.sock.listen)
   end)
 
+  it("fills each namespace itself: functions or constants, never a table named after it", function()
+    for name, ns in pairs(core) do
+      if type(ns) == "table" then
+        assert.is_nil(rawget(ns, name), "core." .. name .. "." .. name .. ": a module nested in its own namespace")
+        local members = 0
+        for _ in pairs(ns) do members = members + 1 end
+        assert.truthy(members > 0, "core." .. name .. " is empty")
+      end
+    end
+  end)
+
   it("exports the exit statuses corral gives of its own (core/lib/exitcodes.h)", function()
     assert.are.same({ USAGE = 2, CANNOT = 3, START_REFUSED = 120, MEMORY = 121, WALL = 124,
                       SETUP = 125, NOEXEC = 126, NOTFOUND = 127 }, core.exit)

@@ -82,9 +82,8 @@ int corral_open_sni(lua_State *L)
 {
     static const luaL_Reg funcs[] = {
         {"parse", l_parse}, {"peek", l_peek}, {"lowat", l_lowat}, {NULL, NULL}};
-    luaL_newlib(L, funcs);
+    luaL_setfuncs(L, funcs, 0);
     lua_pushinteger(L, CORRAL_SNI_PEEK_MAX);
     lua_setfield(L, -2, "PEEK_MAX");
-    lua_setfield(L, -2, "sni");
     return 0;
 }
