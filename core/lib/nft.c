@@ -428,8 +428,7 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
 
     /* filter_in, policy drop: only replies and loopback come in. On a sandbox's own link
      * the far side could otherwise open connections to the tenant (and the replies then
-     * left as `established`): a two-way channel past the allowlist and the log (found
-     * by a red-team run). */
+     * left as `established`): a two-way channel past the allowlist and the log. */
     const char *input = CORRAL_NFT_INPUT_CHAIN;
     rule_begin(&b, table, input);
     ct_any(&b, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));

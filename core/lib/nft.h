@@ -5,7 +5,7 @@
  * redirected and loopback traffic and rejects the rest at once.
  *
  * Programmed over NETLINK_NETFILTER (libnftnl + libmnl) in one batch, read back and
- * compared by corral_nft_verify. See DESIGN.md "Egress data path".
+ * compared by corral_nft_verify. See docs/architecture.md, "Egress data path".
  */
 #ifndef CORRAL_NFT_H
 #define CORRAL_NFT_H

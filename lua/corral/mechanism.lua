@@ -39,7 +39,7 @@ M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwra
 -- @treturn boolean
 function M.is_builtin(mech)
   for _, module in pairs(M.BUILTIN) do
-    if package.loaded[module] == mech then return true end
+    if rawequal(require(module), mech) then return true end
   end
   return false
 end
