@@ -4,7 +4,7 @@
 -- @module corral.conformance.cli
 local M = {}
 
-M.USAGE = [[corral conformance [--mechanism native|bwrap|FILE.lua] [--only GROUP] [--json]
+M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--only GROUP] [--json]
 
 Runs every conformance check against the mechanism (default native): one breach
 attempted from inside a sandbox, then a control in the same sandbox. Each check is
