@@ -243,7 +243,8 @@ describe("the S1 probe #root", function()
     assert.are.equal(earned, probe.check())
   end)
 
-  local mutations = { "no-landlock", "no-seccomp", "no-net-filter", "no-subprocess-filter", "control-fails" }
+  local mutations = { "no-landlock", "no-seccomp", "no-net-filter", "no-subprocess-filter", "control-fails",
+    "bare-control-fails" }
   if core.tier.attempt("capabilities") then mutations[#mutations + 1] = "keep-capabilities" end
   for _, mutation in ipairs(mutations) do
     it("gives S0, never S1, when weakened: " .. mutation, function()
@@ -675,6 +676,50 @@ describe("S2 through a confined child #root", function()
     assert.truthy(out:find("s2\t42", 1, true), out)
   end)
 
+  it("withholds the clock from Lua when clock = false, and offers it otherwise", function()
+    if not s1_or_pending() then return end
+    local denied = assert(tier.s2({ code = "return clock == nil and time == nil", grants = { clock = false } }))
+    local granted, rec = assert(tier.s2({ code = "return type(clock()), type(time())" }))
+    assert.is_true(denied.ok)
+    assert.is_true(denied.values[1])
+    assert.are.same({ "number", "number", n = 2 }, granted.values)
+    assert.is_true(rec.grants.clock)
+  end)
+
+  it("refuses random = false at S2 too, saying where Lua sees randomness", function()
+    local r, err = tier.s2({ code = "return 1", grants = { random = false } })
+    assert.is_nil(r)
+    assert.are.equal("grants.random", err.capability)
+    assert.matches("pairs", err.detail)
+  end)
+
+  it("shows its child confined before it evaluates: a read and a fork denied, then a granted read", function()
+    if not s1_or_pending() then return end
+    local _, rec = assert(tier.s2({ code = "return 1" }))
+    assert.matches("read of /etc: denied %(errno 13%), its fork: denied %(errno 1%), a granted read after " ..
+      "them: ok", rec.s2.confined)
+  end)
+
+  it("refuses its result where the child's own check finds it unconfined (the runner run bare)", function()
+    local json = require "dkjson"
+    local host = core.path.resolve_file(core.proc.host_executable())
+    local input, output = io.tmpfile(), io.tmpfile()
+    input:write(json.encode({ code = "return 1", fuel = 1000000, memory = 16 << 20, granted = host }))
+    input:seek("set")
+    local res = assert(core.tier.run({ path = host, argv = { host, "-e", tier.S2_RUNNER }, env = {}, cwd = "/",
+      timeout = 10, stdin = input, stdout = output, stderr = output }))
+    output:seek("set")
+    local out = json.decode(output:read("a"))
+    input:close()
+    output:close()
+    assert.are.equal(0, res.status)
+    local confined, seen = tier.s2_confined(out.attested)
+    assert.is_false(confined)
+    assert.matches("read of /etc: allowed", seen)
+    -- the control: the same runner's result came back, so only its check told the two apart
+    assert.is_true(out.ok)
+  end)
+
   it("refuses grants S2 has no checked function for", function()
     local r, err = tier.s2({ code = "return 1", grants = { subprocess = true } })
     assert.is_nil(r)
@@ -709,7 +754,7 @@ describe("corral step #root", function()
     assert.are.equal(0, status, out)
     local rec = json.decode(out)
     assert.are.equal("S0", rec.tier)
-    assert.is_nil(rec.mechanism)
+    assert.are.equal("none", rec.mechanism)
     out, status = h.capture({ "env", "CORRAL_TIER_PROBE_MUTATE=no-seccomp", h.host, "step", "--grants",
       dir .. "/grants.lua", "--tier", "S1", "--", "/bin/true" })
     assert.are.equal(3, status, out)

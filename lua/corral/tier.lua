@@ -112,7 +112,7 @@ local function run_sealed(pol, g, earned, plan, extra, network)
     res = { status = status, wall_s = 0, cpu_s = 0, max_rss_kb = 0, error = err }
   end
   local rec = {
-    tier = pol.tier, mechanism = pol.mechanism, commitment = commitment, grants = g, exit = res.status,
+    tier = pol.tier, mechanism = pol.mechanism or "none", commitment = commitment, grants = g, exit = res.status,
     wall_s = res.wall_s, cpu_s = res.cpu_s, max_rss = res.max_rss_kb, energy = receipt.energy(meter, res.cpu_s),
     probe = earned.probe,
     residue = pol.tier == "S0" and { "everything: S0 confines nothing" } or policy.RESIDUE,
@@ -178,6 +178,19 @@ local S2_RUNNER = [[
 local json = require "dkjson"
 local core = require "corral.core"
 local req = json.decode(io.read("a"))
+-- The child shows its own confinement before it evaluates anything: a read of /etc
+-- (not granted) and a fork must be denied, then a granted read must succeed.
+local function attest()
+  local f, _, rerr = io.open("/etc")
+  if f then f:close() end
+  local forked, _, ferr = core.tier.attempt("fork")
+  local g = io.open(req.granted, "rb")
+  local control = g and g:read(4) == "\127ELF"
+  if g then g:close() end
+  return { read = f and "allowed" or tostring(rerr), fork = forked and "allowed" or tostring(ferr),
+           control = control and true or false }
+end
+local attested = attest()
 local ok, r, st = core.vm.eval(req.code, { fuel = req.fuel, memory = req.memory, read = req.read,
   clock = req.clock })
 local function wrap(v)
@@ -191,8 +204,26 @@ if ok then
   values = {}
   for i = 1, r.n do values[i] = wrap(r[i]) end
 end
-io.write(json.encode({ ok = ok, values = values, failure = not ok and r or nil, stats = st }))
+io.write(json.encode({ ok = ok, values = values, failure = not ok and r or nil, stats = st, attested = attested }))
 ]]
+
+--- The S2 child's program (what `corral.tier.s2` runs in its S1 child), for tests that
+-- run it bare to see its own check fail.
+M.S2_RUNNER = S2_RUNNER
+
+--- Whether an S2 child's own check shows it confined: the read of /etc denied by
+-- Landlock (EACCES), the fork denied by seccomp (EPERM), the granted read after them.
+-- @tparam table attested the child's `attested` table
+-- @treturn boolean, and a sentence saying what was seen
+function M.s2_confined(attested)
+  if type(attested) ~= "table" then return false, "the child reported no check of its confinement" end
+  local ok = attested.read == tostring(core.errno.EACCES) and attested.fork == tostring(core.errno.EPERM) and
+    attested.control == true
+  return ok, string.format("the child's read of /etc: %s, its fork: %s, a granted read after them: %s",
+    attested.read == "allowed" and "allowed" or "denied (errno " .. tostring(attested.read) .. ")",
+    attested.fork == "allowed" and "allowed" or "denied (errno " .. tostring(attested.fork) .. ")",
+    attested.control and "ok" or "failed")
+end
 
 local function unwrap(w)
   if type(w) ~= "table" then return nil end
@@ -216,7 +247,7 @@ function M.s2(spec)
   if type(spec) ~= "table" or type(spec.code) ~= "string" then
     return nil, errors.invalid_argument("code", "S2 takes the Lua source as a string")
   end
-  local g, err = policy.check(spec.grants or {})
+  local g, err = policy.check(spec.grants or {}, "S2")
   if not g then return nil, err end
   for _, k in ipairs({ "write", "exec", "env" }) do
     if #g[k] > 0 then
@@ -252,7 +283,8 @@ function M.s2(spec)
   pol.limits = { fuel = fuel, memory = memory }
   local json = require "dkjson"
   local input, output = io.tmpfile(), io.tmpfile()
-  input:write(json.encode({ code = spec.code, fuel = fuel, memory = memory, read = g.read, clock = g.clock }))
+  input:write(json.encode({ code = spec.code, fuel = fuel, memory = memory, read = g.read, clock = g.clock,
+    granted = host }))
   input:seek("set")
   local devnull = assert(io.open("/dev/null", "w"))
   local plan = { path = host, argv = { host, "-e", S2_RUNNER }, env = {}, cwd = "/",
@@ -266,6 +298,11 @@ function M.s2(spec)
   output:close()
   local out = json.decode(text)
   local result
+  -- defence in depth is claimed only where the child showed it (invariant 1)
+  local confined, seen = M.s2_confined(type(out) == "table" and out.attested)
+  if type(out) == "table" and not confined then
+    return nil, errors.cannot_enforce("tier S2", "its child is not confined at S1: " .. seen)
+  end
   if res.timed_out then
     result = { ok = false, failure = { kind = "timeout", message = "the wall-clock limit (" ..
       tostring(plan.timeout) .. " s) ended the S2 child" } }
@@ -281,7 +318,7 @@ function M.s2(spec)
   end
   local stats = type(out) == "table" and out.stats or {}
   rec.s2 = { fuel = fuel, memory = memory, fuel_used = stats.fuel_used, memory_peak = stats.memory_peak,
-             output = stats.output }
+             output = stats.output, confined = confined and seen or nil }
   if result.failure then rec.failure = result.failure end
   if spec.receipts then
     local ok, aerr = receipt.append(rec, spec.receipts)

@@ -20,7 +20,7 @@ M.RESIDUE = {
   "the clock: clock_gettime is served by the vDSO, without a system call a filter could see",
   "randomness: getrandom(2), the CPU's RDRAND/RDSEED, address-space layout randomisation",
   "/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom: granted read+write to every step",
-  "its own process: its pid, its memory maps, its resource usage, signals inside its own domain",
+  "its own process: its pid, its resource usage, signals inside its own domain (/proc is not granted)",
   "its inherited stdin, stdout and stderr, whatever they are",
   "CPU time and memory: S1 sets no resource limits (corral run does)",
   "host identity: uname, the hostname, the number of CPUs",
@@ -73,10 +73,12 @@ local function resolve_paths(key, list)
 end
 
 --- Checks grants and fills the defaults: paths resolved, lists sorted.
--- Refuses what a native process cannot be denied (the clock, randomness).
+-- Refuses what the tier cannot deny: at S1 the clock and randomness; at S2 randomness
+-- (the managed runtime withholds the clock by not offering clock() and time()).
 -- @tparam table grants
+-- @tparam[opt] string tier "S2" for Lua in the managed runtime; S1 otherwise
 -- @treturn table the normalised grants, or nil and an error naming `grants.<key>`
-function M.check(grants)
+function M.check(grants, tier)
   if type(grants) ~= "table" then return invalid("*", "grants must be a table") end
   for k in pairs(grants) do
     if not KEYS[k] then return invalid(tostring(k), "unknown grant (known: read, write, exec, net, " ..
@@ -102,11 +104,16 @@ function M.check(grants)
     if type(v) ~= "boolean" then return invalid(k, "must be true or false") end
     g[k] = v
   end
-  if g.clock == false then
+  if g.clock == false and tier ~= "S2" then
     return nil, errors.cannot_enforce("grants.clock", "a native process reads the clock through the vDSO, " ..
-      "without a system call: no tier here can withhold it, so the step is refused, never run with it")
+      "without a system call: S1 cannot withhold it, so the step is refused, never run with it (Lua at S2 " ..
+      "can be denied the clock)")
   end
-  if g.random == false then
+  if g.random == false and tier == "S2" then
+    return nil, errors.cannot_enforce("grants.random", "Lua at S2 sees randomness beside math.random: the " ..
+      "order pairs() visits string keys follows a hash seed each state draws from its own addresses, and " ..
+      "tostring of a table shows one; so the step is refused, never run with it")
+  elseif g.random == false then
     return nil, errors.cannot_enforce("grants.random", "a native process has getrandom(2), the CPU's " ..
       "RDRAND and its own randomised addresses: no tier here can withhold randomness, so the step is " ..
       "refused, never run with it")

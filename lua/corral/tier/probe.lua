@@ -6,8 +6,8 @@
 -- its runtime, where each attempt must be denied with its layer's errno and followed in
 -- the same child by a control that succeeds (docs/architecture.md, invariant 2).
 -- A mutation (`mutate` or CORRAL_TIER_PROBE_MUTATE: "no-landlock", "no-seccomp",
--- "no-net-filter", "no-subprocess-filter", "keep-capabilities", "control-fails") must
--- yield S0; tests/tier_spec.lua checks each.
+-- "no-net-filter", "no-subprocess-filter", "keep-capabilities", "control-fails",
+-- "bare-control-fails") must yield S0; tests/tier_spec.lua checks each.
 -- @module corral.tier.probe
 local core = require "corral.core"
 local policy = require "corral.tier.policy"
@@ -96,7 +96,14 @@ local function probe_once(mutate)
   local argv = { host, "-e", PROGRAM }
   local report = { control = false, attempts = {} }
 
-  local cres, cerr, cout = run({ path = host, argv = argv, env = env })
+  local bare_env = env
+  if mutate == "bare-control-fails" then
+    -- the bare child's connect meets a port nobody listens on: its attempt fails there
+    local dead, dead_port = assert(core.sock.listen("127.0.0.1", 0))
+    dead:close()
+    bare_env = { env[1], "PROBE_PORT=" .. tostring(dead_port), env[3], env[4] }
+  end
+  local cres, cerr, cout = run({ path = host, argv = argv, env = bare_env })
   local cseen = parse(cout)
   local function succeeded(what) return cseen[what] ~= nil and cseen[what].verdict == "ok" end
   local control_ok = cres and cres.status == 42 and succeeded("read") and succeeded("fork") and
