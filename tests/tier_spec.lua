@@ -701,7 +701,6 @@ describe("S2 through a confined child #root", function()
   end)
 
   it("refuses its result where the child's own check finds it unconfined (the runner run bare)", function()
-    local json = require "dkjson"
     local host = core.path.resolve_file(core.proc.host_executable())
     local input, output = io.tmpfile(), io.tmpfile()
     input:write(json.encode({ code = "return 1", fuel = 1000000, memory = 16 << 20, granted = host }))
