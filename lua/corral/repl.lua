@@ -22,14 +22,15 @@ local attached -- the sandbox the helpers default to (`attach`)
 
 -- ---- finding a sandbox -----------------------------------------------------------------
 
--- Every live sandbox: {path =, pid =, info = the info answer} (those that answer).
+-- Every live sandbox: {path =, pid =, info = the info answer} (those that answer),
+-- asked all at once (corral.control.request_all): one that hangs costs one timeout.
 local function live()
-  local out = {}
-  for _, reg in ipairs(control.list()) do
-    local info = control.request(reg.path, { op = "info" })
-    if info then
-      reg.info = info
-      out[#out + 1] = reg
+  local regs, paths, out = control.list(), {}, {}
+  for i, reg in ipairs(regs) do paths[i] = reg.path end
+  for i, answer in ipairs(control.request_all(paths, { op = "info" })) do
+    if type(answer.result) == "table" then
+      regs[i].info = answer.result
+      out[#out + 1] = regs[i]
     end
   end
   return out
