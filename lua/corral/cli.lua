@@ -159,6 +159,18 @@ for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
 end
 RUN_OPTION_NAMES.engine = "--engine"
 
+-- The flag a refusal of the sandbox's network is about: the one given that made it
+-- (`--learn` alone makes one, as do `--resolve`, `--internal` and `--link`).
+local function network_flag(opts)
+  if #(opts.allow or {}) > 0 then return "--allow" end
+  if opts["allow-file"] then return "--allow-file" end
+  if opts.learn then return "--learn" end
+  if #(opts.resolve or {}) > 0 then return "--resolve" end
+  if #(opts.internal or {}) > 0 then return "--internal" end
+  if opts.link then return "--link" end
+  return "--allow"
+end
+
 --- Whether `cmd` cannot be run, as a shell says it: 127 "command not found", 126 and
 -- why; nil when it looks runnable.
 -- @tparam string cmd
@@ -295,8 +307,9 @@ Lists the commands, or prints COMMAND's usage and options (as `corral COMMAND --
     io.write("corral — process confinement with a C core and Lua policy\n\n")
     io.write("usage: corral COMMAND [ARGS]   |   corral [lua options] [script [args]]\n\n")
     for _, n in ipairs(order) do io.write(string.format("  %-14s %s\n", n, commands[n].summary)) end
-    io.write("\n`corral help COMMAND` (or `corral COMMAND --help`) explains one; `corral --version` prints\n" ..
-      "the version; `corral` alone opens a REPL. Lua's own options, as lua5.4 takes them:\n" ..
+    io.write("\n`corral help COMMAND` (or `corral COMMAND --help`) explains one; `corral help mechanisms`\n" ..
+      "the mechanism contract; `corral --version` prints the version; `corral` alone opens a\n" ..
+      "REPL. Lua's own options, as lua5.4 takes them:\n" ..
       "-e STAT, -l MOD, -l G=MOD, -i, -v, -E, -W, -- and - (stdin).\n")
     return 0
   end)
@@ -536,7 +549,8 @@ stderr.]],
                  nofile = opts.nofile },
       env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
       verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
-    }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
+    }, { names = setmetatable({ network = network_flag(opts) }, { __index = RUN_OPTION_NAMES }),
+         clear_environment = true, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
     if not status then return fail("run", err) end
     return status
   end, RUN_OPTIONS)

@@ -170,6 +170,8 @@ local FLAGS = {
   { field = "limits.cpu", needs = { "resource_limits" } },
   { field = "limits.fsize", needs = { "rlimits", "resource_limits" } },
   { field = "limits.nofile", needs = { "rlimits", "resource_limits" } },
+  -- a directory bound at /workspace: only the mechanism can put it in its root
+  { field = "workspace_path", needs = { "workspace" } },
   { field = "network", needs = { "nftables", "egress" } },
   -- the egress plane's inbound relay, or an engine that publishes the port itself (oci)
   { field = "service_port", needs = { "nftables", "egress", "published_port" } },
