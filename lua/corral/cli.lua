@@ -240,9 +240,11 @@ A mechanism is a Lua table (or a .lua file returning one) with provision, start,
 stop, destroy and status (optional: address, required_capabilities,
 constructed_capabilities). exec returns {code = 0..255, how =, limit =}; every result
 is checked and a broken mechanism is named. Around any mechanism the host applies the
-gate, the environment filter (credentials never reach it), --wall and forwarded
-signals; a flag it neither constructs nor asks for (--memory without resource_limits)
-is refused. Examples: scripts/examples/; the contract: docs/mechanisms.md.]],
+gate, the environment filter (corral's own environment is left to what the run passes
+on before the mechanism loads), --wall and forwarded signals; a flag it neither
+constructs nor asks for (--memory without resource_limits, --workspace without
+workspace) is refused; a destroy that fails is named and the run exits 122. Examples:
+scripts/examples/; the contract: docs/mechanisms.md.]],
 }
 
 -- Optimal string alignment distance (Levenshtein with transpositions): `rnu` is one edit from `run`.
@@ -527,10 +529,10 @@ allowlist to FILE for --allow-file.
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
-memory cap ended it; 124 when --wall did; 120 when the sandbox could not start; 2 for
-an invalid argument or a refused variable; 3 when this host cannot enforce a
-protection. A command can exit with these numbers itself: corral's own say so on
-stderr.]],
+memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
+122 when the mechanism could not tear it down; 2 for an invalid argument or a refused
+variable; 3 when this host cannot enforce a protection. A command can exit with these
+numbers itself: corral's own say so on stderr.]],
   function(argv)
     local opts, rest = M.parse(argv, option_spec(RUN_OPTIONS))
     if not opts then return fail("run", rest) end

@@ -1,8 +1,9 @@
 --- The control channel of a running sandbox: each `corral run` registers a unix socket
 -- in a runtime directory only its owner (and root) can enter, and serves it on its
--- egress loop (`corral.egress.loop`, which polls it beside the tenant's pidfd, so no
--- thread is needed); the REPL of another corral process lists the registrations and asks
--- them, one JSON line per request and one per answer.
+-- egress loop (`corral.egress.loop`, which polls it beside the tenant's pidfd, or beside
+-- a custom mechanism's watched child in corral.mechanism.watch, so no thread is needed);
+-- the REPL of another corral process lists the registrations and asks them all at once
+-- (`request_all`), one JSON line per request and one per answer.
 --
 -- The directory is `/run/corral/<uid>` for root, `$XDG_RUNTIME_DIR/corral` otherwise
 -- (`/tmp/corral-<uid>` without one), mode 0700 and owned by the caller, or nothing is

@@ -72,7 +72,8 @@ local function local_planes()
 end
 
 --- Every live sandbox of this user, in any corral process: id, mechanism, pid (of the
--- corral process serving it), the tenant's pids, limits and usage from its cgroup. A
+-- corral process serving it), the tenant's pids, limits and usage from its cgroup (or,
+-- without one, from /proc: `pids`, `memory_rss`, `cpu_usec`, `from = "/proc"`). A
 -- sandbox with an egress plane that this process provisioned through the Lua API, not
 -- `corral run`, is listed too, with `connections`, `dns_port`, `acceptor_port` and
 -- `service`.
@@ -270,7 +271,8 @@ M.HELPERS = {
     long = "help() lists every helper; help(\"why\") or help(why) explains one." },
   { name = "sandboxes", usage = "sandboxes()", brief = "every live sandbox of this user, in any corral process",
     long = [[Each: id, ref (id@pid, unique), mechanism, pid (the corral process serving it),
-tenant_pids, limits, usage from its cgroup (memory_current, memory_peak, pids, cpu_usec),
+tenant_pids, limits, usage from its cgroup (memory_current, memory_peak, pids, cpu_usec;
+without a cgroup, from /proc: pids, memory_rss summed, cpu_usec, from = "/proc"),
 command, and egress (its allowlist, live connections) when it has a network. A sandbox
 is listed while its `corral run` lives; a killed one's registration is swept.]] },
   { name = "info", usage = "info([id])", brief = "everything a sandbox's corral process reports about it",
