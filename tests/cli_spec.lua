@@ -44,6 +44,16 @@ describe("corral CLI", function()
     out, status = h.corral("step", "--help")
     assert.are.equal(0, status, out)
     assert.matches("^corral step", out)
+    assert.matches("`corral help mechanisms`", h.corral("--help")) -- the topic is listed
+    -- the C wrapper's usage is the help's; control: without it, its own refusal, exit 125
+    for _, flag in ipairs({ "--help", "-h" }) do
+      out, status = h.corral("exec-confined", flag)
+      assert.are.equal(0, status, out)
+      assert.matches("^corral exec%-confined %-%-permit DIR", out)
+    end
+    out, status = h.corral("exec-confined", "--permit")
+    assert.are.equal(125, status, out)
+    assert.matches("%-%-permit needs a value", out)
     -- control: after --, --help belongs to the command, which runs
     out, status = h.corral("run", "--", "sh", "-c", 'echo "got $1"', "sh", "--help")
     assert.are.equal(0, status, out)

@@ -70,16 +70,40 @@ describe("the host's promises around a custom mechanism", function()
       assert.truthy(corral.core.fs.lstat(marker))
     end)
 
-  it("keeps a credential of the operator's environment from os.execute; control: a plain variable named by --env",
+  it("keeps the operator's environment from os.execute, credential or not; control: a variable named by --env",
     function()
       local mech = custom(dir)
-      local out, rc = h.sh("GITHUB_TOKEN=ghp_leak123 PLAIN=visible " .. h.quote(h.host) .. " run --mechanism " ..
-        h.quote(mech) .. " --env PLAIN -- 'echo token=[$GITHUB_TOKEN]; echo plain=[$PLAIN]'")
+      local out, rc = h.sh("GITHUB_TOKEN=ghp_leak123 FOO=bar PLAIN=visible " .. h.quote(h.host) ..
+        " run --mechanism " .. h.quote(mech) .. " --env PLAIN -- 'echo token=[$GITHUB_TOKEN] foo=[$FOO]; " ..
+        "echo plain=[$PLAIN]'")
       assert.are.equal(0, rc, out)
-      assert.matches("token=%[%]", out)
+      assert.matches("token=%[%] foo=%[%]", out)
       assert.not_matches("ghp_leak123", out)
-      assert.matches("plain=%[visible%]", out) -- the mechanism's os.execute still sees the rest
+      assert.matches("plain=%[visible%]", out) -- what the run passes on still reaches it
     end)
+
+  it("leaves nothing of the operator's environment in /proc/PID/environ of corral or its watched child; " ..
+    "control: the same files read, showing what --env passes", function()
+    local mech = custom(dir)
+    -- $PPID is the watched child (os.execute's shell's parent), whose parent is corral.
+    -- Each file is searched for the operator's variables (the attempt), then for PLAIN.
+    local script = [[
+W=$PPID; C=$(awk '/^PPid:/ {print $2}' /proc/$W/status)
+echo "corral=$C"
+for p in $W $C; do
+  tr '\0' '\n' < /proc/$p/environ | grep -a -c -e ghp_leak123 -e FOO=bar | sed "s/^/leaks in $p: /"
+  tr '\0' '\n' < /proc/$p/environ | grep -a -c '^PLAIN=visible$' | sed "s/^/plain in $p: /"
+done]]
+    local out, rc = h.sh("echo $$; exec env GITHUB_TOKEN=ghp_leak123 FOO=bar PLAIN=visible " .. h.quote(h.host) ..
+      " run --mechanism " .. h.quote(mech) .. " --env PLAIN -- " .. h.quote(script))
+    assert.are.equal(0, rc, out)
+    local corral_pid = out:match("^(%d+)\n")
+    assert.truthy(corral_pid and out:find("corral=" .. corral_pid .. "\n", 1, true), out) -- the right process
+    local watched = out:match("leaks in (%d+): 0\nplain in %1: 1\n")
+    assert.truthy(watched and watched ~= corral_pid, out)
+    assert.truthy(out:find("leaks in " .. corral_pid .. ": 0\nplain in " .. corral_pid .. ": 1\n", 1, true), out)
+    assert.not_matches("ghp_leak123", out)
+  end)
 
   it("refuses --memory and --allow for a mechanism that neither builds nor asks for them (3), naming the flag",
     function()
@@ -121,17 +145,121 @@ function M.required_capabilities(sb) return (sb.limits.memory and { "resource_li
     assert.are.equal(0, rc, out)
   end)
 
-  it("ends the run at Ctrl-C (SIGINT to the process group) with 130; control: the run without it exits 0",
-    function()
-      local mech = custom(dir)
-      local out = h.sh("setsid sh -c " .. h.quote("trap '' INT; " .. h.quote(h.host) ..
-        " run --mechanism " .. h.quote(mech) .. " -- 'trap - INT; sleep 20' & P=$!; sleep 0.5; " ..
-        "kill -INT -$$; wait $P; echo rc=$?"))
-      assert.matches("rc=130", out)
-      assert.not_matches("traceback", out)
-      local cout, rc = h.corral("run", "--mechanism", mech, "--", "exit 0")
-      assert.are.equal(0, rc, cout)
+  it("forwards SIGINT sent to corral alone, long before the grace: 130, no temporary storage; " ..
+    "control: the run without it exits 0", function()
+    local mech = custom(dir)
+    -- Only corral gets the signal: the command hears of it through the forwarding alone
+    -- (the watched child's 3 s grace kill would also end it, but not within 2 s).
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'sleep 20'")
+    assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
+    os.execute("sleep 0.3") -- past provision, into the command
+    local took, out = seconds(function()
+      os.execute("kill -INT " .. pid)
+      return p:read("a")
     end)
+    local _, how, rc = p:close()
+    assert.are.same({ "exit", 130 }, { how, rc }, out)
+    assert.truthy(took < 2, string.format("took %.2f s: not forwarded", took))
+    assert.are.equal(0, temp_storages(pid))
+    assert.not_matches("traceback", out)
+    local cout, crc = h.corral("run", "--mechanism", mech, "--", "exit 0")
+    assert.are.equal(0, crc, cout)
+  end)
+
+  it("ends the run at Ctrl-C (SIGINT to the process group) with 130, at once, no temporary storage; " ..
+    "control: the run without it exits 0", function()
+    local mech = custom(dir)
+    local d = h.tmpdir("mech-int")
+    finally(function() h.rmrf(d) end)
+    local took, out = seconds(function()
+      return h.sh("setsid sh -c " .. h.quote("trap '' INT; " .. h.quote(h.host) .. " run --mechanism " ..
+        h.quote(mech) .. " -- 'sleep 20' & P=$!; echo $P > " .. h.quote(d .. "/pid") .. "; sleep 0.5; " ..
+        "kill -INT -$$; wait $P; echo rc=$?"))
+    end)
+    assert.matches("rc=130", out)
+    assert.truthy(took < 2.5, string.format("took %.2f s", took)) -- 0.5 s before the signal
+    assert.are.equal(0, temp_storages(tonumber(h.read(d .. "/pid"))))
+    assert.not_matches("traceback", out)
+    local cout, rc = h.corral("run", "--mechanism", mech, "--", "exit 0")
+    assert.are.equal(0, rc, cout)
+  end)
+
+  it("holds SIGTERM that arrives during a slow provision: 143 once it returns, the command never started, " ..
+    "no temporary storage; control: the same run undisturbed", function()
+    local mech = custom(dir, nil, [[
+function M.provision(sb) os.execute("sleep 1.5"); state[sb.id] = "provisioned"; return true end
+]])
+    local marker = dir .. "/ran"
+    -- the temporary storage is made just before provision
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'touch " ..
+      marker .. "'")
+    assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
+    os.execute("kill -TERM " .. pid)
+    local out = p:read("a")
+    local _, how, rc = p:close()
+    assert.are.same({ "exit", 143 }, { how, rc }, out)
+    assert.matches("signal 15 arrived before the command started", out)
+    assert.is_nil(corral.core.fs.lstat(marker), "the command ran")
+    assert.are.equal(0, temp_storages(pid))
+    assert.not_matches("traceback", out)
+    -- control
+    local cout, crc = h.corral("run", "--mechanism", mech, "--", "touch " .. marker)
+    assert.are.equal(0, crc, cout)
+    assert.truthy(corral.core.fs.lstat(marker))
+  end)
+
+  for _, c in ipairs({ { 'return nil, "disk busy"', "destroy failed: disk busy" },
+                       { 'error("boom", 0)', "destroy raised: boom" } }) do
+    it("reports a destroy that does `" .. c[1] .. "` by the mechanism's name, exit 122; " ..
+      "control: a destroy that succeeds exits with the command's status", function()
+      local broken = custom(dir, nil, "function M.destroy(sb) state[sb.id] = nil; " .. c[1] .. " end\n")
+      local out, rc = h.corral("run", "--mechanism", broken, "--", "exit 5")
+      assert.are.equal(122, rc, out)
+      assert.matches("mechanism custom%.lua: " .. c[2], out)
+      assert.matches("exit 122, not 5", out)
+      assert.not_matches("traceback", out)
+      out, rc = h.corral("run", "--mechanism", custom(dir), "--", "exit 5")
+      assert.are.equal(5, rc, out)
+    end)
+  end
+
+  it("names a command that is not found (127); control: one that is", function()
+    local mech = custom(dir)
+    local out, rc = h.corral("run", "--mechanism", mech, "--", "no-such-command-corral")
+    assert.are.equal(127, rc, out)
+    assert.matches("no%-such%-command%-corral: not found", out)
+    out, rc = h.corral("run", "--mechanism", mech, "--", "true")
+    assert.are.equal(0, rc, out)
+  end)
+
+  it("refuses --workspace for a mechanism that does not bind one (3), naming it; control: one that does", function()
+    local out, rc = h.corral("run", "--mechanism", custom(dir), "--workspace", dir, "--", "true")
+    assert.are.equal(3, rc, out)
+    assert.matches("cannot_enforce: workspace: .*%-%-workspace cannot be honoured", out)
+    local binds = custom(dir, nil, [[
+function M.constructed_capabilities() return { "workspace" } end
+]])
+    out, rc = h.corral("run", "--mechanism", binds, "--workspace", dir, "--", "true")
+    assert.are.equal(0, rc, out)
+  end)
+
+  it("names --learn and --resolve in their refusals, and a refused --learn writes nothing; " ..
+    "control: --learn under native writes its file", function()
+    local mech = custom(dir)
+    local learned = dir .. "/learned"
+    local out, rc = h.corral("run", "--mechanism", mech, "--learn", learned, "--", "true")
+    assert.are.equal(3, rc, out)
+    assert.matches("%-%-learn cannot be honoured", out)
+    assert.is_nil(corral.core.fs.lstat(learned), "a refused --learn wrote its file")
+    out, rc = h.corral("run", "--mechanism", mech, "--resolve", "a.test=192.0.2.1", "--", "true")
+    assert.are.equal(3, rc, out)
+    assert.matches("%-%-resolve cannot be honoured", out)
+    if corral.core.proc.geteuid() == 0 then
+      out, rc = h.corral("run", "--learn", learned, "--", "true")
+      assert.are.equal(0, rc, out)
+      assert.matches("corral run %-%-learn", h.read(learned) or "")
+    end
+  end)
 end)
 
 describe("a broken mechanism is reported by name", function()

@@ -145,6 +145,42 @@ describe("REPL console on a terminal", function()
   end)
 end)
 
+describe("REPL on a custom mechanism's run", function()
+  it("lists it with its usage from /proc and attaches to it, while its exec blocks in os.execute", function()
+    local d = tempdir()
+    local mech = d .. "/custom.lua"
+    h.write(mech, [[
+local M = { name = "custom" }
+local state = {}
+function M.provision(sb) state[sb.id] = "provisioned"; return true end
+function M.start() return true end
+function M.exec(_, argv)
+  local _, how, n = os.execute(table.concat(argv, " "))
+  return { code = how == "exit" and n or 128 + n, how = how == "exit" and "exited" or "killed" }
+end
+function M.stop() return true end
+function M.destroy(sb) state[sb.id] = nil; return true end
+function M.status(sb) return state[sb.id] or "absent" end
+return M
+]])
+    local pid = background_run("--id", "repl-custom", "--mechanism", mech, "--", "sleep 30")
+    local out, code = pty.repl("-i", { "sandboxes()\n", "os.exit(0)\n" })
+    assert.are.equal(0, code)
+    assert.truthy(out:find('ref = "repl-custom@' .. pid .. '"', 1, true), out)
+    assert.matches('id = "repl%-custom",%s+limits = %b{},%s+mechanism = "custom"', out)
+    local entry = out:match('id = "repl%-custom",.-usage = (%b{})')
+    assert.truthy(entry, out)
+    assert.truthy(entry:find('from = "/proc"', 1, true), out) -- no cgroup of its own to read
+    -- the watched child, the shell os.execute started and sleep
+    local n = tonumber(entry:match("pids = (%d+)"))
+    assert.truthy(n and n >= 3, out)
+    out, code = pty.repl("attach repl-custom", { "info().pid\n", "os.exit(0)\n" })
+    assert.are.equal(0, code)
+    assert.truthy(out:find("attached to repl-custom@" .. pid, 1, true), out)
+    assert.truthy(pty.line_at(out, tostring(pid)), out)
+  end)
+end)
+
 describe("REPL on live sandboxes #root", function()
   before_each(function()
     if not is_root then pending("needs root: native sandboxes") end
@@ -153,14 +189,16 @@ describe("REPL on live sandboxes #root", function()
   it("lists a sandbox another corral run serves, with its pid, mechanism and tenant", function()
     local pid = background_run("--id", "repl-list", "--pids", "32", "--", "sleep", "30")
     local out, code = pty.repl("-i", { "sandboxes()\n", 'why("repl-list", "pypi.org:443")\n',
-      'namespaces("repl-list").net\n', "os.exit(0)\n" })
+      'namespaces("repl-list").net\n', "namespaces(" .. pid .. ").net\n", "os.exit(0)\n" })
     assert.are.equal(0, code)
     assert.truthy(out:find('ref = "repl-list@' .. pid .. '"', 1, true), out)
     assert.truthy(out:find('mechanism = "native"', 1, true), out)
     assert.truthy(out:find("pids = 32", 1, true), out) -- its limits
     assert.truthy(out:find('command = { "sleep", "30" }', 1, true), out)
     assert.truthy(out:find('reason = "no egress policy for this sandbox"', 1, true), out)
-    assert.truthy(out:find("shared = false", 1, true), out) -- the tenant's own netns
+    -- the tenant's own netns; control: the corral process serving it shares the host's
+    local tenant_ns, serving_ns = out:find("shared = false", 1, true), out:find("shared = true", 1, true)
+    assert.truthy(tenant_ns and serving_ns and serving_ns > tenant_ns, out)
   end)
 
   it("allow and revoke reach the other process: the tenant's next connection follows", function()
@@ -169,7 +207,8 @@ describe("REPL on live sandboxes #root", function()
     finally(function() internet.stop(net) end)
     -- Each second the tenant tries pypi.org (not allowed at first) and then echo.test
     -- (always allowed: the control that the path itself works at that moment).
-    local probe = "for i in $(seq 1 60); do " ..
+    -- One connection to echo.test stays open all along (for connections()).
+    local probe = "sleep 60 | nc echo.test 9007 >/dev/null 2>&1 & for i in $(seq 1 60); do " ..
       "if echo x | nc -N -w 2 pypi.org 9007 >/dev/null 2>&1; then a=ok; else a=no; fi; " ..
       "if echo x | nc -N -w 2 echo.test 9007 >/dev/null 2>&1; then b=ok; else b=no; fi; " ..
       "echo \"try A=$a B=$b\"; sleep 0.5; done"
@@ -184,6 +223,7 @@ describe("REPL on live sandboxes #root", function()
       string.format('allow(%q, "pypi.org:9007")\n', ref), 4,
       string.format('why(%q, "pypi.org:9007")\n', ref),
       string.format("connections(%q)\n", ref),
+      string.format("ruleset(%q)\n", ref),
       string.format('revoke(%q, "pypi.org:9007")\n', ref), 4,
       string.format("decisions(%q, 3)\n", ref),
       "os.exit(0)\n" }, nil, 20)
@@ -200,6 +240,12 @@ describe("REPL on live sandboxes #root", function()
     assert.truthy(out:find('allowed = "pypi.org:9007"', 1, true), out)
     assert.truthy(out:find("removed = 1", 1, true), out)
     assert.truthy(out:find('sandbox = "repl-egress"', 1, true), out) -- decisions
+    -- connections(): the held one (an id: no decision has one), the entry that allowed it
+    assert.matches('entry = "echo%.test:9007",%s+id = %d+,%s+ip = "[^"]+",%s+name = "echo%.test",%s+port = 9007,%s+' ..
+      'upstream = "' .. net.ip:gsub("%.", "%%.") .. '"', out)
+    -- ruleset(): the table read back from the kernel, its default-drop output chain
+    assert.truthy(out:find("table inet corral", 1, true), out)
+    assert.truthy(out:find("chain filter_out type filter hook output priority 0 policy drop", 1, true), out)
   end)
 
   it("corral attach ID opens the REPL with the helpers defaulting to it", function()

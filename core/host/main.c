@@ -1,11 +1,12 @@
 /*
  * The `corral` executable: Lua 5.4's standalone interpreter contract (options -e -l -i -v
  * -E -W -- -, the `arg` table, LUA_INIT, errors with a traceback) with the core linked in
- * and preloaded as "corral.core", plus these additions: the `exec-confined` fast path,
- * subcommands from lua/corral/cli.lua (an unknown one is an error there, unless a file
- * of that name exists), `--version`, `--help` and `-h` alone on the line, and a REPL
- * with history, whose results print and whose Tab completes through lua/corral/repl.lua
- * (`corral.host.repl()` opens it from Lua, as `corral attach` does).
+ * and preloaded as "corral.core", plus these additions: the `exec-confined` fast path
+ * (its `--help` is cli.lua's), subcommands from lua/corral/cli.lua (an unknown one is an
+ * error there, unless a file of that name exists), `--version`, `--help` and `-h` alone
+ * on the line, and a REPL with history, whose results print and whose Tab completes
+ * through lua/corral/repl.lua (`corral.host.repl()` opens it from Lua, as `corral attach`
+ * does).
  *
  * The command line is kept identical to lua5.4's so that `busted --lua=build/corral` can
  * re-exec the host as `build/corral /usr/bin/busted args…` (the sanitizer build runs the
@@ -932,13 +933,23 @@ const char *__asan_default_options(void)
 }
 #endif
 
+/* Whether an `exec-confined` line asks for its usage: `--help` or `-h` where an option
+ * stands (each option takes one value), before `--`. The usage is cli.lua's, through
+ * the Lua path; a directory named -h given as a value is still a value. */
+static int confined_wants_help(int argc, char **argv)
+{
+    for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i += 2)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     lua_State *L;
     int status, code;
 
     /* On every confined launch: no Lua state, nothing loaded. */
-    if (argc > 1 && strcmp(argv[1], "exec-confined") == 0)
+    if (argc > 1 && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
 
     L = luaL_newstate();

@@ -8,6 +8,8 @@
  *   CANNOT             3  a protection asked for cannot be enforced on this host
  *   START_REFUSED    120  `corral run`: the sandbox could not start
  *   MEMORY           121  `corral run`: the memory cap ended the sandbox
+ *   TEARDOWN         122  `corral run`: the mechanism's destroy failed (said on stderr);
+ *                         something of the sandbox may be left behind
  *   WALL             124  `corral run`: the --wall limit ended the sandbox
  *   SETUP            125  a confinement layer could not be built: nothing was executed
  *   NOEXEC           126  the command exists but could not be executed (as a shell says)
@@ -22,6 +24,7 @@
     X(CANNOT, 3)                                                                                   \
     X(START_REFUSED, 120)                                                                          \
     X(MEMORY, 121)                                                                                 \
+    X(TEARDOWN, 122)                                                                               \
     X(WALL, 124)                                                                                   \
     X(SETUP, 125)                                                                                  \
     X(NOEXEC, 126)                                                                                 \

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "envblock.h"
 #include "lcorral.h"
 #include "path.h"
 
@@ -141,6 +142,20 @@ static int l_unsetenv(lua_State *L)
     return 1;
 }
 
+/* core.proc.replace_environ({"NAME=value", ...}) → true: this process's environment
+ * becomes exactly these variables, and the block /proc/PID/environ shows is overwritten
+ * with them (core/lib/envblock.h). corral.run keeps only what it passes on before a
+ * mechanism is loaded: unsetenv alone leaves every original string readable there. */
+static int l_replace_environ(lua_State *L)
+{
+    char **keep = check_strings(L, 1, "must be a list of NAME=value strings without NUL");
+    size_t n = 0;
+    while (keep[n])
+        n++;
+    return corral_result(L, corral_environ_replace((const char *const *)keep, n),
+                         "replace_environ");
+}
+
 /* core.proc.exit(status): ends this process at once, without finalizers or atexit (a
  * watched child from core.spawn.fork, whose objects are the parent's copies). */
 static int l_exit_now(lua_State *L)
@@ -163,11 +178,11 @@ static int l_kill_pid(lua_State *L)
 
 int corral_open_proc(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"uname", l_uname},       {"getpid", l_getpid},
-                                   {"geteuid", l_geteuid},   {"environ", l_environ},
-                                   {"execve", l_execve},     {"host_executable", l_host_executable},
-                                   {"unsetenv", l_unsetenv}, {"exit", l_exit_now},
-                                   {"kill", l_kill_pid},     {NULL, NULL}};
+    static const luaL_Reg fns[] = {
+        {"uname", l_uname},       {"getpid", l_getpid}, {"geteuid", l_geteuid},
+        {"environ", l_environ},   {"execve", l_execve}, {"host_executable", l_host_executable},
+        {"unsetenv", l_unsetenv}, {"exit", l_exit_now}, {"replace_environ", l_replace_environ},
+        {"kill", l_kill_pid},     {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -159,6 +159,18 @@ for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
 end
 RUN_OPTION_NAMES.engine = "--engine"
 
+-- The flag a refusal of the sandbox's network is about: the one given that made it
+-- (`--learn` alone makes one, as do `--resolve`, `--internal` and `--link`).
+local function network_flag(opts)
+  if #(opts.allow or {}) > 0 then return "--allow" end
+  if opts["allow-file"] then return "--allow-file" end
+  if opts.learn then return "--learn" end
+  if #(opts.resolve or {}) > 0 then return "--resolve" end
+  if #(opts.internal or {}) > 0 then return "--internal" end
+  if opts.link then return "--link" end
+  return "--allow"
+end
+
 --- Whether `cmd` cannot be run, as a shell says it: 127 "command not found", 126 and
 -- why; nil when it looks runnable.
 -- @tparam string cmd
@@ -228,9 +240,11 @@ A mechanism is a Lua table (or a .lua file returning one) with provision, start,
 stop, destroy and status (optional: address, required_capabilities,
 constructed_capabilities). exec returns {code = 0..255, how =, limit =}; every result
 is checked and a broken mechanism is named. Around any mechanism the host applies the
-gate, the environment filter (credentials never reach it), --wall and forwarded
-signals; a flag it neither constructs nor asks for (--memory without resource_limits)
-is refused. Examples: scripts/examples/; the contract: docs/mechanisms.md.]],
+gate, the environment filter (corral's own environment is left to what the run passes
+on before the mechanism loads), --wall and forwarded signals; a flag it neither
+constructs nor asks for (--memory without resource_limits, --workspace without
+workspace) is refused; a destroy that fails is named and the run exits 122. Examples:
+scripts/examples/; the contract: docs/mechanisms.md.]],
 }
 
 -- Optimal string alignment distance (Levenshtein with transpositions): `rnu` is one edit from `run`.
@@ -295,8 +309,9 @@ Lists the commands, or prints COMMAND's usage and options (as `corral COMMAND --
     io.write("corral — process confinement with a C core and Lua policy\n\n")
     io.write("usage: corral COMMAND [ARGS]   |   corral [lua options] [script [args]]\n\n")
     for _, n in ipairs(order) do io.write(string.format("  %-14s %s\n", n, commands[n].summary)) end
-    io.write("\n`corral help COMMAND` (or `corral COMMAND --help`) explains one; `corral --version` prints\n" ..
-      "the version; `corral` alone opens a REPL. Lua's own options, as lua5.4 takes them:\n" ..
+    io.write("\n`corral help COMMAND` (or `corral COMMAND --help`) explains one; `corral help mechanisms`\n" ..
+      "the mechanism contract; `corral --version` prints the version; `corral` alone opens a\n" ..
+      "REPL. Lua's own options, as lua5.4 takes them:\n" ..
       "-e STAT, -l MOD, -l G=MOD, -i, -v, -E, -W, -- and - (stdin).\n")
     return 0
   end)
@@ -514,10 +529,10 @@ allowlist to FILE for --allow-file.
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
-memory cap ended it; 124 when --wall did; 120 when the sandbox could not start; 2 for
-an invalid argument or a refused variable; 3 when this host cannot enforce a
-protection. A command can exit with these numbers itself: corral's own say so on
-stderr.]],
+memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
+122 when the mechanism could not tear it down; 2 for an invalid argument or a refused
+variable; 3 when this host cannot enforce a protection. A command can exit with these
+numbers itself: corral's own say so on stderr.]],
   function(argv)
     local opts, rest = M.parse(argv, option_spec(RUN_OPTIONS))
     if not opts then return fail("run", rest) end
@@ -536,7 +551,8 @@ stderr.]],
                  nofile = opts.nofile },
       env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
       verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
-    }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
+    }, { names = setmetatable({ network = network_flag(opts) }, { __index = RUN_OPTION_NAMES }),
+         clear_environment = true, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
     if not status then return fail("run", err) end
     return status
   end, RUN_OPTIONS)

@@ -1,8 +1,9 @@
 --- The control channel of a running sandbox: each `corral run` registers a unix socket
 -- in a runtime directory only its owner (and root) can enter, and serves it on its
--- egress loop (`corral.egress.loop`, which polls it beside the tenant's pidfd, so no
--- thread is needed); the REPL of another corral process lists the registrations and asks
--- them, one JSON line per request and one per answer.
+-- egress loop (`corral.egress.loop`, which polls it beside the tenant's pidfd, or beside
+-- a custom mechanism's watched child in corral.mechanism.watch, so no thread is needed);
+-- the REPL of another corral process lists the registrations and asks them all at once
+-- (`request_all`), one JSON line per request and one per answer.
 --
 -- The directory is `/run/corral/<uid>` for root, `$XDG_RUNTIME_DIR/corral` otherwise
 -- (`/tmp/corral-<uid>` without one), mode 0700 and owned by the caller, or nothing is
@@ -269,6 +270,73 @@ function M.request(path, req, timeout)
   return answer.result
 end
 
+--- Sends one request to each registration at once and waits, `timeout` seconds in all,
+-- for their answers: a run that does not answer costs one wait, not one each.
+-- @tparam {string,...} paths the sockets
+-- @tparam table req `{op =, ...}`
+-- @tparam[opt] number timeout seconds (default `TIMEOUT`)
+-- @treturn {table,...} for each path, in order: `{result =}` or `{error =}`
+function M.request_all(paths, req, timeout)
+  timeout = timeout or M.TIMEOUT
+  local deadline = core.clock.monotime() + timeout
+  local out, open = {}, {}
+  local line = encode(req)
+  for i, path in ipairs(paths) do
+    local fd, err = core.unix.connect(path, math.min(timeout, 1))
+    if fd and not send_all(fd, line) then
+      fd:close()
+      fd, err = nil, path .. ": the request could not be sent"
+    end
+    if fd then
+      open[#open + 1] = { i = i, fd = fd, buf = "" }
+    else
+      out[i] = { error = tostring(err) }
+    end
+  end
+  local function finish(c, answer)
+    out[c.i] = answer
+    c.fd:close()
+    c.done = true
+  end
+  while true do
+    local waiting = {}
+    for _, c in ipairs(open) do
+      if not c.done then waiting[#waiting + 1] = c end
+    end
+    local left = deadline - core.clock.monotime()
+    if #waiting == 0 then break end
+    if left <= 0 then
+      for _, c in ipairs(waiting) do finish(c, { error = paths[c.i] .. ": no answer within " .. timeout .. " s" }) end
+      break
+    end
+    local fds = {}
+    for k, c in ipairs(waiting) do fds[k] = c.fd end
+    for _, k in ipairs(core.io.poll(fds, left) or {}) do
+      local c = waiting[k]
+      local data = core.sock.recv(c.fd, M.LINE_MAX, 0)
+      if not data or data == "" then
+        finish(c, { error = paths[c.i] .. ": closed without an answer" })
+      else
+        c.buf = c.buf .. data
+        local text = c.buf:match("^([^\n]*)\n")
+        if text then
+          local answer = json.decode(text)
+          if type(answer) ~= "table" then
+            finish(c, { error = paths[c.i] .. ": not a JSON answer" })
+          elseif answer.ok then
+            finish(c, { result = answer.result })
+          else
+            finish(c, { error = tostring(answer.error) })
+          end
+        elseif #c.buf > M.LINE_MAX then
+          finish(c, { error = paths[c.i] .. ": answer longer than " .. M.LINE_MAX .. " bytes" })
+        end
+      end
+    end
+  end
+  return out
+end
+
 -- ---- what a run answers ---------------------------------------------------------------
 
 local function read_number(path)
@@ -352,9 +420,13 @@ function M.run_ops(mech, sb, run)
     local p = plane_of(sb.id)
     local policy = egress.policy(sb.id)
     local cg = mech.cgroup_paths and mech.cgroup_paths(sb) or {}
+    local tenant = children()
+    -- without a cgroup to read, what /proc shows of the tenant's processes
+    local usage = #cg > 0 and M.cgroup_usage(cg) or require("corral.proctree").usage(tenant)
     return {
-      id = sb.id, pid = core.proc.getpid(), mechanism = mech.name, tenant_pids = children(), started = started,
-      command = run and run.argv, limits = sb.limits, usage = M.cgroup_usage(cg), cgroups = cg,
+      id = sb.id, pid = core.proc.getpid(), mechanism = mech.name or require("corral.mechanism").label(mech),
+      tenant_pids = tenant, started = started, command = run and run.argv, limits = sb.limits, usage = usage,
+      cgroups = cg,
       storage = sb.storage_root and sb.storage_root .. "/" .. sb.id,
       egress = p and {
         allow = policy and policy.allowlist and policy.allowlist:texts() or {},

@@ -124,18 +124,34 @@ function M.environment(extra)
   return env
 end
 
---- Removes from this process's own environment every variable a tenant would be
--- refused, so that nothing loaded or started afterwards inherits a credential.
--- @treturn {string,...} the names removed, sorted
-function M.clear_own_environment()
+--- Leaves this process's own environment to the variables named in `keep` (those set,
+-- and only those a tenant could be given: a credential-shaped one goes even when named),
+-- or without `keep` to every variable but the credential-shaped ones, so that nothing
+-- loaded or started afterwards inherits anything else. The block the process started
+-- with is overwritten too (core.proc.replace_environ): /proc/PID/environ reads that
+-- block, which unsetenv leaves as it was.
+-- @tparam[opt] {string,...} keep the names to keep
+-- @treturn[1] {string,...} the names removed, sorted
+-- @return[2] nil
+-- @treturn[2] string why the environment could not be replaced
+function M.clear_own_environment(keep)
   local core = require "corral.core"
-  local removed = {}
+  local wanted
+  if keep then
+    wanted = {}
+    for _, name in ipairs(keep) do wanted[name] = true end
+  end
+  local kept, removed = {}, {}
   for name, value in pairs(core.proc.environ()) do
-    if M.refusal(name, value) then
-      core.proc.unsetenv(name)
+    if (not wanted or wanted[name]) and not M.refusal(name, value) then
+      kept[#kept + 1] = name .. "=" .. value
+    else
       removed[#removed + 1] = name
     end
   end
+  table.sort(kept)
+  local ok, err = core.proc.replace_environ(kept)
+  if not ok then return nil, err end
   table.sort(removed)
   return removed
 end

@@ -15,9 +15,10 @@
 -- what it constructs itself, is asked of the host probe; a refusal names the absent
 -- capability. It never fails open: a probe that errors, or a capability nobody can
 -- establish, refuses. Around any mechanism `corral run` applies --wall, the forwarded
--- signals (corral.mechanism.watch) and the environment filter. The full contract, with
--- what the host applies and what the mechanism must construct: docs/mechanisms.md,
--- `corral help mechanisms`, and two worked examples in scripts/examples/.
+-- signals (corral.mechanism.watch) and the environment filter, and a destroy that fails
+-- makes it exit 122 (TEARDOWN). The full contract, with what the host applies and what
+-- the mechanism must construct: docs/mechanisms.md, `corral help mechanisms`, and two
+-- worked examples in scripts/examples/.
 -- @module corral.mechanism
 local errors = require "corral.errors"
 local probe = require "corral.probe"
@@ -170,6 +171,8 @@ local FLAGS = {
   { field = "limits.cpu", needs = { "resource_limits" } },
   { field = "limits.fsize", needs = { "rlimits", "resource_limits" } },
   { field = "limits.nofile", needs = { "rlimits", "resource_limits" } },
+  -- a directory bound at /workspace: only the mechanism can put it in its root
+  { field = "workspace_path", needs = { "workspace" } },
   { field = "network", needs = { "nftables", "egress" } },
   -- the egress plane's inbound relay, or an engine that publishes the port itself (oci)
   { field = "service_port", needs = { "nftables", "egress", "published_port" } },

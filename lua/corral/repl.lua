@@ -22,14 +22,15 @@ local attached -- the sandbox the helpers default to (`attach`)
 
 -- ---- finding a sandbox -----------------------------------------------------------------
 
--- Every live sandbox: {path =, pid =, info = the info answer} (those that answer).
+-- Every live sandbox: {path =, pid =, info = the info answer} (those that answer),
+-- asked all at once (corral.control.request_all): one that hangs costs one timeout.
 local function live()
-  local out = {}
-  for _, reg in ipairs(control.list()) do
-    local info = control.request(reg.path, { op = "info" })
-    if info then
-      reg.info = info
-      out[#out + 1] = reg
+  local regs, paths, out = control.list(), {}, {}
+  for i, reg in ipairs(regs) do paths[i] = reg.path end
+  for i, answer in ipairs(control.request_all(paths, { op = "info" })) do
+    if type(answer.result) == "table" then
+      regs[i].info = answer.result
+      out[#out + 1] = regs[i]
     end
   end
   return out
@@ -71,7 +72,8 @@ local function local_planes()
 end
 
 --- Every live sandbox of this user, in any corral process: id, mechanism, pid (of the
--- corral process serving it), the tenant's pids, limits and usage from its cgroup. A
+-- corral process serving it), the tenant's pids, limits and usage from its cgroup (or,
+-- without one, from /proc: `pids`, `memory_rss`, `cpu_usec`, `from = "/proc"`). A
 -- sandbox with an egress plane that this process provisioned through the Lua API, not
 -- `corral run`, is listed too, with `connections`, `dns_port`, `acceptor_port` and
 -- `service`.
@@ -269,7 +271,8 @@ M.HELPERS = {
     long = "help() lists every helper; help(\"why\") or help(why) explains one." },
   { name = "sandboxes", usage = "sandboxes()", brief = "every live sandbox of this user, in any corral process",
     long = [[Each: id, ref (id@pid, unique), mechanism, pid (the corral process serving it),
-tenant_pids, limits, usage from its cgroup (memory_current, memory_peak, pids, cpu_usec),
+tenant_pids, limits, usage from its cgroup (memory_current, memory_peak, pids, cpu_usec;
+without a cgroup, from /proc: pids, memory_rss summed, cpu_usec, from = "/proc"),
 command, and egress (its allowlist, live connections) when it has a network. A sandbox
 is listed while its `corral run` lives; a killed one's registration is swept.]] },
   { name = "info", usage = "info([id])", brief = "everything a sandbox's corral process reports about it",

@@ -11,7 +11,7 @@ local M = {}
 
 --- The statuses corral's own outcomes exit with (any other is the command's own).
 M.EXIT = { not_started = core.exit.START_REFUSED, memory = core.exit.MEMORY, wall = core.exit.WALL,
-           invalid = core.exit.USAGE }
+           invalid = core.exit.USAGE, teardown = core.exit.TEARDOWN }
 
 local TEMP_DIR = "/tmp"
 local TEMP_PATTERN = "^corral%-run%-(%d+)%-%w+$"
@@ -21,6 +21,32 @@ local function remove_own_tree(path)
   local st = core.fs.lstat(path)
   return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
 end
+
+-- Ctrl-C, SIGTERM and SIGHUP: held in a signalfd from a run's first step to its last,
+-- so that one arriving while storage is made or the sandbox provisioned is acted on
+-- once that step returns (never a death that leaves them behind), and forwarded to the
+-- sandbox while the command runs; unblocked when the run returns, since the caller may
+-- live on (a script, the REPL).
+local FORWARDED = { "INT", "TERM", "HUP" }
+
+local function hold_signals()
+  return setmetatable({ fd = core.signal.fd(FORWARDED) }, { __close = function(self)
+    if not self.fd then return end
+    self.fd:close()
+    self.fd = nil
+    core.signal.unblock(FORWARDED)
+  end })
+end
+
+-- A held signal that has arrived, without waiting; nil when none has.
+local function arrived(held)
+  return held.fd and core.signal.read(held.fd) or nil
+end
+
+--- The variables `corral run` keeps of its own environment (corral.hardening
+-- .clear_own_environment): the tenant's base names and TMPDIR, where corral itself
+-- makes its scratch files; the run's `--env` names are kept too.
+M.KEEP_ENV = { "PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR" }
 
 -- Sizes and durations as given (corral.sandbox parses them), counts to integers, cpu to a number.
 local function convert_limits(given, invalid)
@@ -57,7 +83,35 @@ local function split_storage(storage, id, invalid, name)
   return dir, base
 end
 
---- Runs a command in a new sandbox and releases the sandbox afterwards.
+-- What the run says of the command's end, and the status it exits with.
+local function outcome(result, xerr, argv, say)
+  if not result then
+    say(tostring(xerr))
+    return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
+  end
+  if result.error and (result.code == 127 or result.code == 126) then
+    local cmd = tostring(argv[1])
+    say(result.code == 127 and not cmd:find("/", 1, true) and cmd .. ": command not found"
+      or cmd .. ":" .. (tostring(result.error):match(":([^:]*)$") or " cannot be executed"))
+  elseif result.error then
+    say(result.error)
+  end
+  if result.limit == "memory" then
+    say("the memory cap ended the sandbox")
+    return M.EXIT.memory
+  elseif result.limit == "wall" then
+    say("the wall-clock limit ended the sandbox")
+    return M.EXIT.wall
+  end
+  return result.code
+end
+
+--- Runs a command in a new sandbox and releases the sandbox afterwards. Before the
+-- mechanism is loaded, this process's environment loses every credential-shaped
+-- variable, and with `hooks.clear_environment` everything but `KEEP_ENV` and the `env`
+-- names (corral.hardening.clear_own_environment); it stays so afterwards. SIGINT,
+-- SIGTERM and SIGHUP are held for the run and forwarded to the sandbox (one that
+-- arrives before the command starts ends the run with 128 + its number).
 -- @tparam table req what to run:
 --   `argv` (the command), `mechanism` (a built-in name, a .lua path or a table; default
 --   native), `id`, `storage` (a directory path: the storage itself, kept afterwards;
@@ -70,8 +124,11 @@ end
 -- @tparam[opt] table hooks how the caller presents: `say(line)` for each message to the
 --   user (default: none), `names` the caller's name for each argument a refusal is about
 --   (`"limits.memory"`, `"storage"`, `"id"`, `"workspace_path"`, `"env"`,
---   `"service_port"`, `"network"`, `"log_json"`; default: those keys themselves).
--- @treturn[1] integer the exit status: the command's own, or one of `EXIT`
+--   `"service_port"`, `"network"`, `"log_json"`; default: those keys themselves),
+--   `clear_environment` true when this process is corral's own (`corral run`): its
+--   environment is then left to what the run passes on.
+-- @treturn[1] integer the exit status: the command's own, or one of `EXIT` (`teardown`
+--   when the mechanism's destroy failed: said, by the mechanism's name)
 -- @return[2] nil nothing ran
 -- @treturn[2] table error (`invalid_argument`, `refused_env` or `cannot_enforce`)
 function M.execute(req, hooks)
@@ -90,16 +147,25 @@ function M.execute(req, hooks)
     return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail })
   end
 
+  local held <close> = hold_signals()
   local corral = require "corral"
-  -- the tenant's variables are taken first, then credential-shaped ones leave this
-  -- process's environment before any mechanism is loaded: its os.execute inherits the rest
-  local env = {}
+  -- The tenant's variables are taken first; then this process's environment is left to
+  -- what the run passes on (corral's own process), or stripped of credentials (a
+  -- caller's), its original block overwritten, before any mechanism is loaded: nothing
+  -- it runs (os.execute, /proc/<pid>/environ) finds anything else.
+  local env, keep = {}, table.move(M.KEEP_ENV, 1, #M.KEEP_ENV, 1, {})
   local host_env = core.proc.environ()
   for _, var in ipairs(req.env or {}) do
     if host_env[var] == nil then return invalid("env", var .. " is not set in this environment") end
     env[var] = host_env[var]
+    keep[#keep + 1] = var
   end
-  hardening.clear_own_environment()
+  require "corral.control" -- it reads XDG_RUNTIME_DIR, where runs register, as it loads
+  local cleared, cerr = hardening.clear_own_environment(hooks.clear_environment and keep or nil)
+  if not cleared then
+    return nil, errors.cannot_enforce("environment_filter", "corral's own environment could not be cleared " ..
+      "before the mechanism is loaded: " .. tostring(cerr))
+  end
   local mech, merr = corral.mechanism.load(req.mechanism or "native")
   if not mech then return nil, merr end
   if req.engine then
@@ -161,13 +227,16 @@ function M.execute(req, hooks)
     end
   end
   local summary = req.network and require("corral.egress.summary").start({ verbose = req.verbose })
-  local learner = req.learn and require("corral.egress.learn").start(req.learn)
-  local function release()
+  local learner
+  -- ran: whether the command ran (only then is there anything for --learn to write)
+  local function release(ran)
     remove_temp()
     if summary then summary.finish() end
-    if learner then
+    if learner and ran then
       local ok, n = learner.finish()
       say("--learn: " .. (ok and (n .. " entries written to " .. req.learn) or ("not written: " .. tostring(n))))
+    elseif learner then
+      learner.cancel()
     end
     if log_close then log_close() end
   end
@@ -179,57 +248,62 @@ function M.execute(req, hooks)
     remove_temp()
     new_temp()
     sb, err = describe()
-    if not sb then release() return nil, renamed(err) end
+    if not sb then release(false) return nil, renamed(err) end
     ok, perr = corral.provision(mech, sb)
   end
-  if not ok then release() return nil, renamed(perr) end
+  if not ok then release(false) return nil, renamed(perr) end
+
+  -- A destroy that fails is reported by the mechanism's name, and the run exits
+  -- EXIT.teardown whatever the command did: something of the sandbox may be left behind.
+  local function teardown()
+    local dok, derr = corral.destroy(mech, sb)
+    if dok then return true end
+    local label, text = corral.mechanism.label(mech), tostring(derr)
+    if not text:find("mechanism " .. label, 1, true) then
+      text = "mechanism " .. label .. ": destroy failed: " .. text
+    end
+    return false, text
+  end
+
+  -- a signal held while the sandbox was provisioned: the command is not started
+  local early = arrived(held)
+  if early then
+    local torn, why = teardown()
+    release(false)
+    say("signal " .. early .. " arrived before the command started")
+    if torn then return 128 + early end
+    say(why)
+    return M.EXIT.teardown
+  end
+
+  learner = req.learn and require("corral.egress.learn").start(req.learn)
   local _, addr = corral.address(mech, sb)
   if addr then say("service port " .. service_port .. " on " .. addr) end
   -- Visible to this user's REPL while it runs, gone when it ends (corral.control).
   local registration <close> = require("corral.control").register(mech, sb, { argv = req.argv }) -- luacheck: ignore
 
-  -- Ctrl-C, SIGTERM and SIGHUP go to the sandbox, and this process stays to clean up
-  -- (dying here would leave the cgroup behind); a custom mechanism's exec runs in a
-  -- watched child (corral.mechanism.watch) bounded by --wall and these signals.
-  local forwarded = { "INT", "TERM", "HUP" }
-  local signals = core.signal.fd(forwarded)
+  -- The held signals go to the sandbox, and this process stays to clean up (dying here
+  -- would leave the cgroup behind); a custom mechanism's exec runs in a watched child
+  -- (corral.mechanism.watch) bounded by --wall and these signals.
   local ttys = {}
   for fd = 0, 2 do ttys[fd] = core.tty.save(fd) end
   local result, xerr
   if corral.mechanism.is_builtin(mech) then
-    result, xerr = corral.exec(mech, sb, req.argv, { signals = signals })
+    result, xerr = corral.exec(mech, sb, req.argv, { signals = held.fd })
   else
-    result, xerr = require("corral.mechanism.watch").exec(mech, sb, req.argv, {}, signals)
+    result, xerr = require("corral.mechanism.watch").exec(mech, sb, req.argv, {}, held.fd)
   end
   for fd = 0, 2 do
     if ttys[fd] then core.tty.restore(fd, ttys[fd]) end
   end
-  if signals then
-    signals:close()
-    core.signal.unblock(forwarded) -- the caller may live on (a script, the REPL)
-  end
-  corral.destroy(mech, sb)
-  release()
-
-  if not result then
-    say(tostring(xerr))
-    return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
-  end
-  if result.error and (result.code == 127 or result.code == 126) then
-    local cmd = tostring(req.argv[1])
-    say(result.code == 127 and not cmd:find("/", 1, true) and cmd .. ": command not found"
-      or cmd .. ":" .. (tostring(result.error):match(":([^:]*)$") or " cannot be executed"))
-  elseif result.error then
-    say(result.error)
-  end
-  if result.limit == "memory" then
-    say("the memory cap ended the sandbox")
-    return M.EXIT.memory
-  elseif result.limit == "wall" then
-    say("the wall-clock limit ended the sandbox")
-    return M.EXIT.wall
-  end
-  return result.code
+  local torn, why = teardown()
+  release(result ~= nil)
+  local status = outcome(result, xerr, req.argv, say)
+  if torn then return status end
+  say(why)
+  say(string.format("exit %d, not %d: the sandbox was not torn down, something of it may be left behind",
+    M.EXIT.teardown, status))
+  return M.EXIT.teardown
 end
 
 return M

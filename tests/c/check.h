@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int check_passed, check_failed;
 
@@ -32,6 +33,16 @@ static inline int count_fds(void)
     closedir(d);
     return n;
 }
+
+/* A figure a test measured, printed as "note: ..." only with CORRAL_TEST_VERBOSE set:
+ * `make test` shows a passing binary's tally and nothing else. */
+#define NOTE(...)                                                                                  \
+    do {                                                                                           \
+        if (getenv("CORRAL_TEST_VERBOSE")) {                                                       \
+            fputs("note: ", stdout);                                                               \
+            printf(__VA_ARGS__);                                                                   \
+        }                                                                                          \
+    } while (0)
 
 #define DONE()                                                                                     \
     (printf("%s: %d passed, %d failed\n", __FILE__, check_passed, check_failed),                   \

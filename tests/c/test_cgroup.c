@@ -209,7 +209,7 @@ static void test_memory(void)
     CHECK(corral_cgroup_create(NULL, &lim, &cg) == 0);
     CHECK(corral_cgroup_held(cg) & CORRAL_CG_MEMORY);
     /* No swap on this host, but swap accounting exists: the cap covers it. */
-    if (!(corral_cgroup_held(cg) & CORRAL_CG_MEMSW)) printf("note: swap not capped here\n");
+    if (!(corral_cgroup_held(cg) & CORRAL_CG_MEMSW)) NOTE("swap not capped here\n");
 
     struct corral_cgroup_usage before, after;
     CHECK(corral_cgroup_usage(cg, &before) == 0 && (before.have & CORRAL_CG_MEMORY));
@@ -272,8 +272,8 @@ static void test_cpu(void)
     struct corral_cgroup_limits none = {0},
                                 tenth = {.cpu_quota_us = 10000, .cpu_period_us = 100000};
     uint64_t free_ns = cpu_used(&none), capped_ns = cpu_used(&tenth);
-    printf("cpu used: unlimited %llu ms, 10%% quota %llu ms\n",
-           (unsigned long long)(free_ns / 1000000), (unsigned long long)(capped_ns / 1000000));
+    NOTE("cpu used: unlimited %llu ms, 10%% quota %llu ms\n",
+         (unsigned long long)(free_ns / 1000000), (unsigned long long)(capped_ns / 1000000));
     CHECK(free_ns != UINT64_MAX && free_ns >= 140000000ULL);
     CHECK(capped_ns != UINT64_MAX && capped_ns <= 100000000ULL);
 }

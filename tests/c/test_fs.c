@@ -112,7 +112,7 @@ static void removal_of_a_wide_tree(void)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     CHECK(!exists("wide"));
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    printf("removed 20,000 sibling directories in %.2f s\n", s);
+    NOTE("removed 20,000 sibling directories in %.2f s\n", s);
 }
 
 static void access_as_another_identity(void)

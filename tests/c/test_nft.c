@@ -549,12 +549,11 @@ static void test_end_to_end(void)
      * control.
      */
     for (int i = 0; i < 2; i++)
-        fprintf(stderr,
-                "ipv%d: udp send %s after %ld ms, then %s; echo send %s after %ld ms, "
-                "unreach code %d\n",
-                i ? 6 : 4, strerror(r->udp_send_errno[i]), r->udp_send_ms[i],
-                strerror(r->udp_recv_errno[i]), strerror(r->echo_errno[i]), r->echo_ms[i],
-                r->echo_unreach[i]);
+        NOTE("ipv%d: udp send %s after %ld ms, then %s; echo send %s after %ld ms, "
+             "unreach code %d\n",
+             i ? 6 : 4, strerror(r->udp_send_errno[i]), r->udp_send_ms[i],
+             strerror(r->udp_recv_errno[i]), strerror(r->echo_errno[i]), r->echo_ms[i],
+             r->echo_unreach[i]);
     for (int i = 0; i < 2; i++) {
         CHECK(r->udp_send_errno[i] == EPERM);
         CHECK(r->udp_send_ms[i] < 1000);

@@ -724,8 +724,8 @@ static void test_thousand(void)
         }
     }
     CHECK(back == N);
-    printf("1000 relayed connections: established and echoed in %ld ms, %zu held\n", now_ms() - t0,
-           corral_relay_count(r, NULL));
+    NOTE("1000 relayed connections: established and echoed in %ld ms, %zu held\n", now_ms() - t0,
+         corral_relay_count(r, NULL));
     int connected = 0;
     for (size_t k = first; k < logged; k++)
         connected += event_log[k].kind == CORRAL_RELAY_CONNECTED;

@@ -62,7 +62,8 @@ end
 -- @tparam string path FILE
 -- @tparam[opt] table opts `{sandbox =}`
 -- @treturn table with `finish()`: unsubscribes, writes FILE and returns true and how
---   many entries it holds, or nil and why
+--   many entries it holds, or nil and why; and `cancel()`: unsubscribes, FILE untouched
+--   (the command never ran)
 function M.start(path, opts)
   opts = opts or {}
   local seen = { wanted = {}, order = {}, names = {}, connected = {} }
@@ -89,6 +90,7 @@ function M.start(path, opts)
       f:close()
       return true, #seen.order
     end,
+    cancel = function() events.unsubscribe(on) end,
   }
 end
 

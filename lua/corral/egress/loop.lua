@@ -131,6 +131,20 @@ function M.add(plane)
   M.get().planes[plane] = true
 end
 
+-- The loop a forked child left to its parent (kept, never collected: its objects are
+-- the parent's, shared through the fork).
+local abandoned = {}
+
+--- In a child forked from the host (a custom mechanism's watched exec,
+-- corral.mechanism.watch): leaves every plane, connection and control socket served so
+-- far to the parent, which goes on serving them, and starts an empty loop here. Two
+-- processes polling one epoll set and the same listeners would each take the other's
+-- events.
+function M.forget()
+  if state then abandoned[#abandoned + 1] = state end
+  state, pending, cuts, keys = nil, {}, {}, {}
+end
+
 --- The planes currently served, for the REPL.
 function M.planes()
   local out = {}

@@ -24,7 +24,7 @@ end
 
 --- What bwrap builds itself (resource limits are the host's, around it).
 function M.constructed_capabilities()
-  return { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits" }
+  return { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits", "workspace" }
 end
 
 local function tool(name)

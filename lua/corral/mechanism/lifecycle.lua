@@ -1,4 +1,7 @@
 --- The life cycle the built-in mechanisms share, around one spawn function of each.
+-- The contract every mechanism keeps, with what each callback returns and what the
+-- host applies around it, is corral.mechanism's (its LDoc, `corral help mechanisms`,
+-- docs/mechanisms.md).
 --
 -- What the host holds (corral.resources), how a run is waited for (corral.egress.loop.wait)
 -- and how its end is classified (corral.limits.observe) are one for every mechanism.

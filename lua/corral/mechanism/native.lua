@@ -23,7 +23,7 @@ end
 --- What native builds itself; user_namespaces and seccomp are asked of the probe.
 -- @treturn {string,...}
 function M.constructed_capabilities()
-  local c = { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits" }
+  local c = { "filesystem_confinement", "privilege_separation", "network_restriction", "rlimits", "workspace" }
   if probe.check("cgroups").holds then c[#c + 1] = "resource_limits" end
   return c
 end

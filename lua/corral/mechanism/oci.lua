@@ -235,7 +235,7 @@ end
 -- @tparam[opt] table sb
 -- @treturn {string,...}
 function M.constructed_capabilities(sb)
-  local c = { "resource_limits", "filesystem_confinement" }
+  local c = { "resource_limits", "filesystem_confinement", "workspace" }
   if not (sb and sb.service_port and not sb.network) then c[#c + 1] = "network_restriction" end
   -- the engine publishes a service port on 127.0.0.1 itself (no egress plane needed)
   if sb and sb.service_port then c[#c + 1] = "published_port" end

@@ -1,6 +1,9 @@
 --- The host's promises around a mechanism it did not write: a custom mechanism's exec
 -- runs in a watched child (core.spawn.fork), so that --wall and forwarded signals bound
--- it whatever its code does (an `os.execute` blocks where no hook reaches).
+-- it whatever its code does (an `os.execute` blocks where no hook reaches). The host
+-- meanwhile serves its own loop (corral.egress.loop): the run's control socket
+-- (corral.control), so that the REPL sees the run, and the egress planes provision
+-- built, so that decisions, `allow` and `revoke` happen where the policy lives.
 --
 -- What it started is the child's cgroup when the host can make one (cgroup.kill ends it
 -- however processes detach), and always the child's process tree: the child is a
@@ -10,6 +13,7 @@
 -- @module corral.mechanism.watch
 local core = require "corral.core"
 local errors = require "corral.errors"
+local proctree = require "corral.proctree"
 
 local M = {}
 
@@ -40,33 +44,7 @@ local function decode(text)
   return nil
 end
 
--- Every process beneath pid (its descendants, from /proc/*/stat's ppid), pid excluded.
-local function descendants(pid)
-  local children = {}
-  for _, name in ipairs(core.fs.listdir("/proc") or {}) do
-    if name:match("^%d+$") then
-      local f = io.open("/proc/" .. name .. "/stat")
-      local stat = f and f:read("a")
-      if f then f:close() end
-      local ppid = stat and tonumber(stat:match("%) %a (%d+)"))
-      if ppid then
-        children[ppid] = children[ppid] or {}
-        table.insert(children[ppid], tonumber(name))
-      end
-    end
-  end
-  local out, queue, seen = {}, { pid }, { [pid] = true }
-  while #queue > 0 do
-    for _, c in ipairs(children[table.remove(queue, 1)] or {}) do
-      if not seen[c] then
-        seen[c] = true
-        out[#out + 1] = c
-        queue[#queue + 1] = c
-      end
-    end
-  end
-  return out
-end
+local descendants = proctree.descendants
 
 -- Stops the tree until it stops growing, so nothing forks past the kill, then kills it.
 local function kill_tree(pid)
@@ -98,6 +76,8 @@ end
 
 local function child_main(mech, sb, argv, opts, cg, pipe)
   if cg then cg:attach(core.proc.getpid()) end
+  -- the egress planes and the control socket stay the host's to serve
+  require("corral.egress.loop").forget()
   local corral = require "corral"
   local ok, r, err = pcall(corral.exec, mech, sb, argv, opts)
   -- what the mechanism left running is lost to the tree once this subreaper is gone
@@ -123,6 +103,7 @@ end
 -- @treturn table the result, or nil and an error
 function M.exec(mech, sb, argv, opts, signals)
   local label = require("corral.mechanism").label(mech)
+  local loop = require "corral.egress.loop"
   local cg
   if core.proc.geteuid() == 0 and core.cgroup then cg = core.cgroup.create({}) end
   local child, pipe = core.spawn.fork()
@@ -145,8 +126,8 @@ function M.exec(mech, sb, argv, opts, signals)
       signal_all(child, cg, 9)
       break
     end
-    local hit = {}
-    for _, i in ipairs(core.io.poll(fds, next_end and math.min(next_end - now, 1) or 1) or {}) do hit[i] = true end
+    -- the host's loop: the run's control socket and any egress plane provision built
+    local hit = loop.step(next_end and math.min(next_end - now, 1) or 1, fds)
     if hit[2] then
       local sig = core.signal.read(signals)
       if sig then

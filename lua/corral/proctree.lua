@@ -1,0 +1,94 @@
+--- A process and everything beneath it, as /proc shows them: the tree a watched run
+-- kills (corral.mechanism.watch) and the usage the REPL reports for a run that has no
+-- cgroup to read it from (corral.control).
+-- @module corral.proctree
+local core = require "corral.core"
+
+local M = {}
+
+-- /proc/PID/stat's fields after the command name (which may hold spaces and parens).
+local function stat_fields(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  local rest = s and s:match("%) (.*)$")
+  if not rest then return nil end
+  local out = {}
+  for w in rest:gmatch("%S+") do out[#out + 1] = w end
+  return out -- out[1] is the state (field 3), out[2] the ppid (field 4), …
+end
+
+--- Every process beneath `pid` (its descendants, found from each /proc/*/stat's ppid),
+-- `pid` itself excluded, parents before their children.
+-- @tparam integer pid
+-- @treturn {integer,...}
+function M.descendants(pid)
+  local children = {}
+  for _, name in ipairs(core.fs.listdir("/proc") or {}) do
+    if name:match("^%d+$") then
+      local st = stat_fields(name)
+      local ppid = st and tonumber(st[2])
+      if ppid then
+        children[ppid] = children[ppid] or {}
+        table.insert(children[ppid], tonumber(name))
+      end
+    end
+  end
+  local out, queue, seen = {}, { pid }, { [pid] = true }
+  while #queue > 0 do
+    for _, c in ipairs(children[table.remove(queue, 1)] or {}) do
+      if not seen[c] then
+        seen[c] = true
+        out[#out + 1] = c
+        queue[#queue + 1] = c
+      end
+    end
+  end
+  return out
+end
+
+-- /proc reports CPU time in USER_HZ ticks, 100 a second on every Linux architecture
+-- corral builds for (the kernel's ABI value, whatever its own HZ).
+local USER_HZ = 100
+
+local function rss_bytes(pid)
+  local f = io.open("/proc/" .. pid .. "/status")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  local kb = s and s:match("\nVmRSS:%s*(%d+) kB")
+  return kb and tonumber(kb) * 1024
+end
+
+--- What the processes `pids` and everything beneath them use now, from /proc: how many
+-- there are, their resident memory summed (shared pages counted in each), and their
+-- CPU time with that of the children they have reaped.
+-- @tparam {integer,...} pids
+-- @treturn table `{pids =, memory_rss =, cpu_usec =, from = "/proc"}`
+function M.usage(pids)
+  local all, seen = {}, {}
+  for _, p in ipairs(pids or {}) do
+    for _, q in ipairs({ p, table.unpack(M.descendants(p)) }) do
+      if not seen[q] then
+        seen[q] = true
+        all[#all + 1] = q
+      end
+    end
+  end
+  local u = { pids = 0, memory_rss = 0, cpu_usec = 0, from = "/proc" }
+  for _, pid in ipairs(all) do
+    local st = stat_fields(pid)
+    if st then
+      u.pids = u.pids + 1
+      u.memory_rss = u.memory_rss + (rss_bytes(pid) or 0)
+      -- fields 14-17: utime, stime, cutime, cstime
+      local ticks = 0
+      for i = 12, 15 do ticks = ticks + (tonumber(st[i]) or 0) end
+      u.cpu_usec = u.cpu_usec + ticks * (1000000 // USER_HZ)
+    end
+  end
+  return u
+end
+
+return M
