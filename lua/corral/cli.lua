@@ -81,6 +81,10 @@ end
 -- @tparam table opts parsed options
 -- @treturn table|nil network, or nil and an error naming the option
 function M.network_options(opts)
+  if #(opts.allow or {}) == 0 and not opts["allow-file"] and #(opts.internal or {}) == 0 and
+     #(opts.resolve or {}) == 0 and not opts.link and not opts["service-port"] and not opts.learn then
+    return nil
+  end
   -- every value is checked here, so a refusal names its option and nothing starts
   local allowlist = require "corral.egress.allowlist"
   local function invalid(option, fmt, ...)

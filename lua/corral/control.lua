@@ -16,7 +16,6 @@
 -- `ruleset`, `why` (`dest` "host:port"), `allow` (`entry`), `revoke` (`entry`, `cut`).
 -- Answers: `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`.
 -- @module corral.control
-local json = require "dkjson"
 local core = require "corral.core"
 local resources = require "corral.resources"
 local runtime_dir = require "corral.runtime_dir"
@@ -36,6 +35,10 @@ M.CLIENTS_MAX = 16
 M.TIMEOUT = 3
 
 local serial = 0
+
+-- dkjson and the egress modules are loaded when a client first asks: most runs are
+-- never asked, and loading them costs a run's start-up some milliseconds.
+local function json() return require "dkjson" end
 
 --- The runtime directory of this user's registrations (corral.runtime_dir).
 -- @treturn[1] string the path
@@ -61,7 +64,7 @@ end
 -- ---- server ---------------------------------------------------------------------------
 
 local function encode(t)
-  return json.encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
+  return json().encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
 end
 
 -- Plain data for JSON: error objects and other tables with __tostring as their text.
@@ -149,7 +152,7 @@ function Server:read(c)
 end
 
 function Server:answer(line)
-  local req = json.decode(line)
+  local req = json().decode(line)
   if type(req) ~= "table" or type(req.op) ~= "string" then
     return { ok = false, error = "a request is one JSON object with op" }
   end
@@ -231,7 +234,7 @@ function M.request(path, req, timeout)
     if data == "" then return nil, path .. ": closed without an answer" end
     buf = buf .. data
   end
-  local answer = json.decode(buf:match("^[^\n]*"))
+  local answer = json().decode(buf:match("^[^\n]*"))
   if type(answer) ~= "table" then return nil, path .. ": not a JSON answer" end
   if not answer.ok then return nil, tostring(answer.error) end
   return answer.result
@@ -313,12 +316,12 @@ end
 -- @tparam[opt] table run `{argv =}` what was asked
 -- @treturn table ops for `serve`
 function M.run_ops(mech, sb, run)
-  local egress = require "corral.egress"
+  local function egress() return require "corral.egress" end
   local started = os.time()
   local ops = {}
   function ops.info()
     local p = plane_of(sb.id)
-    local policy = egress.policy(sb.id)
+    local policy = egress().policy(sb.id)
     local cg = mech.cgroup_paths and mech.cgroup_paths(sb) or {}
     return {
       id = sb.id, pid = core.proc.getpid(), mechanism = mech.name, tenant_pids = children(), started = started,
@@ -337,7 +340,7 @@ function M.run_ops(mech, sb, run)
   function ops.decisions(req)
     local n = math.tointeger(req.n) or 20
     local mine = {}
-    for _, ev in ipairs(egress.events.recent()) do
+    for _, ev in ipairs(egress().events.recent()) do
       if ev.sandbox == sb.id then mine[#mine + 1] = ev end
     end
     return table.move(mine, math.max(1, #mine - n + 1), #mine, 1, {})
@@ -351,10 +354,10 @@ function M.run_ops(mech, sb, run)
     local q, err = M.parse_dest(req.dest)
     if not q then return nil, err end
     q.sandbox = sb.id
-    local v = egress.registry:decide(q)
+    local v = egress().registry:decide(q)
     local out = { verdict = v.verdict, reason = v.reason, by = v.by, entry = v.entry and v.entry.text }
     if q.name then
-      local ok, why = egress.resolvable(sb.id, q.name)
+      local ok, why = egress().resolvable(sb.id, q.name)
       out.dns = ok and "answered (a synthetic address)" or ("NXDOMAIN: " .. tostring(why))
     end
     return out
@@ -368,16 +371,16 @@ function M.run_ops(mech, sb, run)
   function ops.allow(req)
     local ok, err = need_plane()
     if not ok then return nil, err end
-    local e, aerr = egress.allow(sb.id, req.entry)
+    local e, aerr = egress().allow(sb.id, req.entry)
     if not e then return nil, aerr end
-    return { allowed = e.text, allow = egress.policy(sb.id).allowlist:texts() }
+    return { allowed = e.text, allow = egress().policy(sb.id).allowlist:texts() }
   end
   function ops.revoke(req)
     local ok, err = need_plane()
     if not ok then return nil, err end
-    local n, cut = egress.revoke(sb.id, req.entry, { cut = req.cut == true })
+    local n, cut = egress().revoke(sb.id, req.entry, { cut = req.cut == true })
     if not n then return nil, cut end
-    local policy = egress.policy(sb.id)
+    local policy = egress().policy(sb.id)
     return { removed = n, cut = cut or 0, allow = policy and policy.allowlist and policy.allowlist:texts() or {} }
   end
   return ops
