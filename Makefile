@@ -69,13 +69,19 @@ CTEST_SRC := $(sort $(wildcard tests/c/test_*.c))
 CTEST_HDR := $(wildcard tests/c/*.h)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 
+LUA_MOD  := $(sort $(shell find lua -name '*.lua'))
+# The modules' bytecode, loaded by the host instead of compiling them at every start
+# (core/host/compiled.h); each named after its source, which stays what tracebacks show.
+LUAC_STAMP = $(BUILD)/luac/.built
+HOST_SRC := $(filter-out core/host/main.c,$(wildcard core/host/*.c))
+
 CORE_SO  = corral/core.so
 HOST     = $(BUILD)/corral
 LIBCORE  = $(BUILD)/libcorral.a
 
 .PHONY: uninstall all deps test test-c demo install lint asan fuzz bench bench-tools clean
 
-all: $(CORE_SO) $(HOST)
+all: $(CORE_SO) $(HOST) $(LUAC_STAMP)
 
 deps:
 	@scripts/install-deps
@@ -116,11 +122,17 @@ $(CORE_SO): $(BIND_OBJ) $(LIBCORE)
 
 # The host exports the Lua API (-rdynamic) so that C modules it loads (cjson, …)
 # bind to the same interpreter.
-$(HOST): core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HEADERS)
+$(HOST): core/host/main.c $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(HOST_DEFS) $(CFLAGS) -fvisibility=default -rdynamic $(LDFLAGS) \
-	    -o $@ core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
+	    -o $@ core/host/main.c $(HOST_SRC) $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
+
+$(LUAC_STAMP): $(LUA_MOD) scripts/compile-lua
+	@mkdir -p $(dir $@)
+	@echo "  LUAC    $(dir $@)"
+	@$(LUA) scripts/compile-lua $(dir $@) lua $(CURDIR)/lua $(LUA_MOD)
+	@touch $@
 
 $(BUILD)/tests/%: tests/c/%.c $(CTEST_HDR) $(HEADERS) $(LIBCORE)
 	@mkdir -p $(dir $@)
@@ -149,12 +161,15 @@ install: all
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
 	cd lua && find corral -name '*.lua' -exec install -D -m 0644 {} \
 	    $(DESTDIR)$(INST_LUADIR)/{} \;
+	install -d $(DESTDIR)$(INST_LIBDIR)/corral/luac
+	$(LUA) scripts/compile-lua $(DESTDIR)$(INST_LIBDIR)/corral/luac lua $(INST_LUADIR) $(LUA_MOD)
 	install -m 0644 man/*.1 $(DESTDIR)$(INST_MANDIR)/man1/
 	install -m 0644 README.md docs/*.md $(DESTDIR)$(INST_DOCDIR)/
 	install -D -m 0644 docs/boundary.md $(DESTDIR)$(PREFIX)/share/corral/boundary.md
 
 uninstall:
 	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_LIBDIR)/corral/core.so
+	rm -rf $(DESTDIR)$(INST_LIBDIR)/corral/luac
 	rm -rf $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_DOCDIR) \
 	    $(DESTDIR)$(PREFIX)/share/corral
 	cd man && for m in *.1; do rm -f $(DESTDIR)$(INST_MANDIR)/man1/$$m; done
@@ -162,7 +177,7 @@ uninstall:
 
 lint:
 	luacheck lua tests scripts/*.lua scripts/examples/*.lua
-	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.c core/gen/*.c tests/c/*.[ch]
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/gen/*.c tests/c/*.[ch]
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
 asan: deps

@@ -191,6 +191,37 @@ describe("corral host: additions", function()
     assert.are.equal("table\ttrue\tnil\n", out)
   end)
 
+  it("loads a module's compiled twin only while it is as new as its source", function()
+    -- A tree of its own: the host at T/build/corral finds T/lua and T/build/luac.
+    local t = tempdir()
+    h.must("mkdir -p " .. h.quote(t .. "/build/luac") .. " " .. h.quote(t .. "/lua/corral") .. " && cp " ..
+      Q .. " " .. h.quote(t .. "/build/corral"))
+    local source = t .. "/lua/corral/twin_test.lua"
+    h.write(source, "return 'source'")
+    local which = CLEAN .. h.quote(t .. "/build/corral") ..
+      " -e 'print(require \"corral.twin_test\")'"
+    local function compile(text)
+      h.write(t .. "/src.lua", text)
+      h.must("lua5.4 scripts/compile-lua " .. h.quote(t .. "/build/luac") .. " " .. h.quote(t) .. " " ..
+        h.quote(t .. "/lua") .. " " .. h.quote(t .. "/src.lua") .. " && mv " ..
+        h.quote(t .. "/build/luac/src.luac") .. " " .. h.quote(t .. "/build/luac/corral.twin_test.luac"))
+    end
+    -- an edited source (newer than its twin) wins; a twin that is not bytecode is passed by
+    h.must("sleep 0.01")
+    compile("return 'twin'")
+    h.must("sleep 0.01; touch " .. h.quote(source))
+    local edited = run(which)
+    h.write(t .. "/build/luac/corral.twin_test.luac", "return 'text, not bytecode'")
+    local garbage = run(which)
+    -- the control: a twin as new as its source is what loads, named after the source
+    compile("return 'twin'")
+    local out, _, code = run(which)
+    assert.are.equal("source\t" .. source .. "\n", edited)
+    assert.are.equal("source\t" .. source .. "\n", garbage)
+    assert.are.equal(0, code)
+    assert.are.equal("twin\t" .. source .. "\n", out)
+  end)
+
   it("records the resolved executable in the registry", function()
     local real = io.popen("readlink -f " .. Q):read("l")
     local out, _, code = run(CLEAN .. Q

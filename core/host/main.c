@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -31,6 +32,7 @@
 #include <readline/history.h>
 #endif
 
+#include "compiled.h"
 #include "confine.h"
 
 #define CORRAL_VERSION "0.1"
@@ -366,6 +368,8 @@ static void setup_host(lua_State *L, const char *argv0)
     slash = strrchr(exe, '/');
     if (slash == NULL) return;
     *slash = '\0';
+    char twins[PATH_MAX]; /* the build tree's compiled modules, else the installed ones */
+    if (snprintf(twins, sizeof twins, "%s/luac", exe) >= (int)sizeof twins) twins[0] = '\0';
     slash = strrchr(exe, '/');
     if (slash == NULL) return;
     *slash = '\0';
@@ -384,6 +388,12 @@ static void setup_host(lua_State *L, const char *argv0)
     lua_concat(L, 2);
     lua_setfield(L, -2, "cpath");
     lua_pop(L, 1);
+    struct stat st;
+    if ((twins[0] == '\0' || stat(twins, &st) < 0) &&
+        snprintf(twins, sizeof twins, "%s/lib/lua/" LUA_VERSION_DIR "/corral/luac", root) >=
+            (int)sizeof twins)
+        return;
+    corral_host_use_compiled(L, twins);
 }
 
 /* A name ending in ".lua" is meant as a script even when the file is missing, so that

@@ -86,9 +86,27 @@ struct confine_opts {
     char **argv;
 };
 
+/* --probe-cache FILE: the probe results the layers were chosen by. A wrapper that fails
+ * drops them (the host no longer matches what was probed), through a directory fd opened
+ * before any namespace or Landlock step, so the file is reached from wherever it fails. */
+static int probe_cache_dir = -1;
+static const char *probe_cache_name;
+
+static void open_probe_cache(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (path[0] != '/' || !slash || slash[1] == '\0' ||
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >= (int)sizeof dir)
+        return;
+    probe_cache_dir = open(dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    probe_cache_name = slash + 1;
+}
+
 __attribute__((format(printf, 2, 3))) static void diag(int err, const char *fmt, ...)
 {
     /* The wrapper's only output: one line on stderr before it exits. */
+    if (probe_cache_dir >= 0) unlinkat(probe_cache_dir, probe_cache_name, 0);
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "corral exec-confined: ");
@@ -243,6 +261,8 @@ static int parse(int argc, char **argv, struct confine_opts *o)
                 return -E2BIG;
             }
             o->identities[o->n_identities++] = v;
+        } else if (strcmp(a, "--probe-cache") == 0) {
+            open_probe_cache(v);
         } else if (strcmp(a, "--layers") == 0) {
             r = parse_layers(v, o);
             if (r < 0)

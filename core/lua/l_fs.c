@@ -79,13 +79,14 @@ static int l_chown(lua_State *L)
     return push_ok_or_fail(L, path, fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW));
 }
 
-/* core.fs.lstat(path) → {type = "dir"|"file"|"link"|"other", uid, gid, mode} | nil, msg, errno */
+/* core.fs.lstat(path) → {type = "dir"|"file"|"link"|"other", uid, gid, mode, dev, ino, nlink,
+ * size, mtime_ns} | nil, msg, errno */
 static int l_lstat(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
     struct stat st;
     if (lstat(path, &st) < 0) return corral_pushfail(L, path, errno);
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 9);
     lua_pushstring(L, S_ISDIR(st.st_mode)   ? "dir"
                       : S_ISREG(st.st_mode) ? "file"
                       : S_ISLNK(st.st_mode) ? "link"
@@ -97,6 +98,16 @@ static int l_lstat(lua_State *L)
     lua_setfield(L, -2, "gid");
     lua_pushinteger(L, st.st_mode & 07777);
     lua_setfield(L, -2, "mode");
+    lua_pushinteger(L, (lua_Integer)st.st_dev);
+    lua_setfield(L, -2, "dev");
+    lua_pushinteger(L, (lua_Integer)st.st_ino);
+    lua_setfield(L, -2, "ino");
+    lua_pushinteger(L, (lua_Integer)st.st_nlink);
+    lua_setfield(L, -2, "nlink");
+    lua_pushinteger(L, (lua_Integer)st.st_size);
+    lua_setfield(L, -2, "size");
+    lua_pushinteger(L, (lua_Integer)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+    lua_setfield(L, -2, "mtime_ns");
     return 1;
 }
 

@@ -81,6 +81,10 @@ end
 -- @tparam table opts parsed options
 -- @treturn table|nil network, or nil and an error naming the option
 function M.network_options(opts)
+  if #(opts.allow or {}) == 0 and not opts["allow-file"] and #(opts.internal or {}) == 0 and
+     #(opts.resolve or {}) == 0 and not opts.link and not opts["service-port"] and not opts.learn then
+    return nil
+  end
   -- every value is checked here, so a refusal names its option and nothing starts
   local allowlist = require "corral.egress.allowlist"
   local function invalid(option, fmt, ...)
@@ -436,24 +440,33 @@ so, when CMD is not found (127's case for a command) or cannot be executed (126'
     return 0
   end)
 
-local PROBE_OPTIONS = { { "Output", { { "json", "flag", nil, "print the results as JSON" } } } }
+local PROBE_OPTIONS = { { "Output", {
+  { "json", "flag", nil, "print the results as JSON" },
+  { "fresh", "flag", nil, "probe everything again, dropping what was kept for this boot" },
+} } }
 
 command("probe", "establish which protections hold on this host, by doing them",
-  [[corral probe [--json]
+  [[corral probe [--json] [--fresh]
 
 Each capability runs a control that must succeed and then the breach that must be
-denied. Prints capability, holds/absent, the detail measured, and what it gates.]],
+denied. Prints capability, holds/absent, the detail measured, and what it gates.
+Results that hold are kept for the boot and host state (in the caller's runtime
+directory) and marked "(probed at HH:MM:SS)"; any change of that state, and any launch
+whose enforcement step fails, probes again; --fresh does it now.]],
   function(argv)
     local opts, rest = M.parse(argv, option_spec(PROBE_OPTIONS))
     if not opts then return fail("probe", rest) end
-    local results = require("corral.probe").probe()
+    local probe = require "corral.probe"
+    if opts.fresh then probe.reset() end
+    local results = probe.probe()
     if opts.json then
       io.write(json().encode(results), "\n")
       return 0
     end
     for _, r in ipairs(results) do
-      io.write(string.format("%-26s %-7s %s%s\n", r.name, r.holds and "holds" or "absent",
-        r.detail, #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or ""))
+      io.write(string.format("%-26s %-7s %s%s%s\n", r.name, r.holds and "holds" or "absent",
+        r.detail, r.probed_at and os.date(" (probed at %H:%M:%S)", r.probed_at) or "",
+        #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or ""))
     end
     return 0
   end, PROBE_OPTIONS)

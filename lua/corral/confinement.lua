@@ -177,6 +177,12 @@ local function linux_spec(cmd, args, o)
   end
   wargs[#wargs + 1] = "--cd"
   wargs[#wargs + 1] = o.cd
+  -- a wrapper whose layer fails drops the probe results that chose it (corral.probe_cache)
+  local kept = require("corral.probe_cache").path()
+  if kept then
+    wargs[#wargs + 1] = "--probe-cache"
+    wargs[#wargs + 1] = kept
+  end
   wargs[#wargs + 1] = "--"
   wargs[#wargs + 1] = resolved
   for _, a in ipairs(args) do wargs[#wargs + 1] = a end

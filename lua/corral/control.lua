@@ -17,14 +17,11 @@
 -- `ruleset`, `why` (`dest` "host:port"), `allow` (`entry`), `revoke` (`entry`, `cut`).
 -- Answers: `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`.
 -- @module corral.control
-local json = require "dkjson"
 local core = require "corral.core"
 local resources = require "corral.resources"
+local runtime_dir = require "corral.runtime_dir"
 
 local M = {}
-
--- Read once, when corral loads: corral may clear its own environment before a run.
-local XDG_RUNTIME_DIR = os.getenv("XDG_RUNTIME_DIR")
 
 --- A registration's file name: `<pid>-<n>.sock`.
 M.PATTERN = "^(%d+)%-%d+%.sock$"
@@ -40,42 +37,16 @@ M.TIMEOUT = 3
 
 local serial = 0
 
-local function owned_private_dir(path)
-  local st = core.fs.lstat(path)
-  if not st then return nil, path .. ": missing" end
-  if st.type ~= "dir" then return nil, path .. ": not a directory" end
-  local me = core.proc.geteuid()
-  if st.uid ~= me then return nil, path .. ": owned by uid " .. st.uid .. ", not " .. me end
-  if st.mode & 0x3f ~= 0 then return nil, string.format("%s: mode %o lets others in", path, st.mode) end
-  return path
-end
+-- dkjson and the egress modules are loaded when a client first asks: most runs are
+-- never asked, and loading them costs a run's start-up some milliseconds.
+local function json() return require "dkjson" end
 
-local function make_dir(path, mode)
-  local ok, err, errno = core.fs.mkdir(path, mode)
-  if not ok and errno ~= core.errno.EEXIST then return nil, err end
-  if ok then core.fs.chmod(path, mode) end
-  return true
-end
-
---- The runtime directory of this user's registrations (made, mode 0700, when missing).
+--- The runtime directory of this user's registrations (corral.runtime_dir).
 -- @treturn[1] string the path
 -- @return[2] nil
 -- @treturn[2] string why it cannot be used (another owner, a mode that lets others in)
 function M.dir()
-  local uid = core.proc.geteuid()
-  local dir
-  if uid == 0 then
-    local ok, err = make_dir("/run/corral", tonumber("755", 8))
-    if not ok then return nil, err end
-    dir = "/run/corral/" .. uid
-  elseif XDG_RUNTIME_DIR and XDG_RUNTIME_DIR:sub(1, 1) == "/" then
-    dir = XDG_RUNTIME_DIR .. "/corral"
-  else
-    dir = "/tmp/corral-" .. uid
-  end
-  local ok, err = make_dir(dir, tonumber("700", 8))
-  if not ok then return nil, err end
-  return owned_private_dir(dir)
+  return runtime_dir.dir()
 end
 
 local function remove_stale(path)
@@ -94,7 +65,7 @@ end
 -- ---- server ---------------------------------------------------------------------------
 
 local function encode(t)
-  return json.encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
+  return json().encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
 end
 
 -- Plain data for JSON: error objects and other tables with __tostring as their text.
@@ -182,7 +153,7 @@ function Server:read(c)
 end
 
 function Server:answer(line)
-  local req = json.decode(line)
+  local req = json().decode(line)
   if type(req) ~= "table" or type(req.op) ~= "string" then
     return { ok = false, error = "a request is one JSON object with op" }
   end
@@ -264,7 +235,7 @@ function M.request(path, req, timeout)
     if data == "" then return nil, path .. ": closed without an answer" end
     buf = buf .. data
   end
-  local answer = json.decode(buf:match("^[^\n]*"))
+  local answer = json().decode(buf:match("^[^\n]*"))
   if type(answer) ~= "table" then return nil, path .. ": not a JSON answer" end
   if not answer.ok then return nil, tostring(answer.error) end
   return answer.result
@@ -413,12 +384,12 @@ end
 -- @tparam[opt] table run `{argv =}` what was asked
 -- @treturn table ops for `serve`
 function M.run_ops(mech, sb, run)
-  local egress = require "corral.egress"
+  local function egress() return require "corral.egress" end
   local started = os.time()
   local ops = {}
   function ops.info()
     local p = plane_of(sb.id)
-    local policy = egress.policy(sb.id)
+    local policy = egress().policy(sb.id)
     local cg = mech.cgroup_paths and mech.cgroup_paths(sb) or {}
     local tenant = children()
     -- without a cgroup to read, what /proc shows of the tenant's processes
@@ -441,7 +412,7 @@ function M.run_ops(mech, sb, run)
   function ops.decisions(req)
     local n = math.tointeger(req.n) or 20
     local mine = {}
-    for _, ev in ipairs(egress.events.recent()) do
+    for _, ev in ipairs(egress().events.recent()) do
       if ev.sandbox == sb.id then mine[#mine + 1] = ev end
     end
     return table.move(mine, math.max(1, #mine - n + 1), #mine, 1, {})
@@ -455,10 +426,10 @@ function M.run_ops(mech, sb, run)
     local q, err = M.parse_dest(req.dest)
     if not q then return nil, err end
     q.sandbox = sb.id
-    local v = egress.registry:decide(q)
+    local v = egress().registry:decide(q)
     local out = { verdict = v.verdict, reason = v.reason, by = v.by, entry = v.entry and v.entry.text }
     if q.name then
-      local ok, why = egress.resolvable(sb.id, q.name)
+      local ok, why = egress().resolvable(sb.id, q.name)
       out.dns = ok and "answered (a synthetic address)" or ("NXDOMAIN: " .. tostring(why))
     end
     return out
@@ -472,16 +443,16 @@ function M.run_ops(mech, sb, run)
   function ops.allow(req)
     local ok, err = need_plane()
     if not ok then return nil, err end
-    local e, aerr = egress.allow(sb.id, req.entry)
+    local e, aerr = egress().allow(sb.id, req.entry)
     if not e then return nil, aerr end
-    return { allowed = e.text, allow = egress.policy(sb.id).allowlist:texts() }
+    return { allowed = e.text, allow = egress().policy(sb.id).allowlist:texts() }
   end
   function ops.revoke(req)
     local ok, err = need_plane()
     if not ok then return nil, err end
-    local n, cut = egress.revoke(sb.id, req.entry, { cut = req.cut == true })
+    local n, cut = egress().revoke(sb.id, req.entry, { cut = req.cut == true })
     if not n then return nil, cut end
-    local policy = egress.policy(sb.id)
+    local policy = egress().policy(sb.id)
     return { removed = n, cut = cut or 0, allow = policy and policy.allowlist and policy.allowlist:texts() or {} }
   end
   return ops

@@ -53,7 +53,11 @@ local function gated(name)
     local mechanism = require "corral.mechanism"
     local ok, gerr = mechanism.gate(mech, sb)
     if not ok then return nil, gerr end
-    return mechanism.call(mech, name, sb, ...)
+    local r = table.pack(mechanism.call(mech, name, sb, ...))
+    -- past the gate, a capability that cannot be enforced contradicts its probe: the
+    -- host changed, and what the probes kept for it goes (the refusal stands)
+    if r[1] == nil and M.errors.is(r[2], "cannot_enforce") then require("corral.probe").failed(r[2].capability) end
+    return table.unpack(r, 1, r.n)
   end
 end
 

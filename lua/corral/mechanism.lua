@@ -39,10 +39,9 @@ M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwra
 -- @tparam table mech
 -- @treturn boolean
 function M.is_builtin(mech)
-  for _, module in pairs(M.BUILTIN) do
-    if rawequal(require(module), mech) then return true end
-  end
-  return false
+  -- by its own name first: requiring every built-in to compare would load them all
+  local module = type(mech) == "table" and M.BUILTIN[mech.name]
+  return module ~= nil and rawequal(package.loaded[module], mech)
 end
 
 --- Checks a table against the behaviour.

@@ -1,14 +1,18 @@
 --- The capability probe: each capability is established by doing it.
 --
 -- A probe runs a control that must succeed and the breach that must be denied, under
--- the same set-up (docs/architecture.md, invariant 2). Results are cached per process.
+-- the same set-up (docs/architecture.md, invariant 2). Results are cached per process,
+-- and those that hold for the boot and host state (corral.probe_cache).
 -- @module corral.probe
 local core = require "corral.core"
+local probe_cache = require "corral.probe_cache"
 local shell = require "corral.shell"
 
 local M = {}
 
 local cache = {}
+-- what the probe cache held when this process first asked (nil: not read yet)
+local kept
 
 -- $TMPDIR when set: inside a confinement /tmp is read-only, and a nested `corral confine`
 -- could probe nothing.
@@ -355,8 +359,15 @@ local probes = {
 --   missing pieces) when it does not hold for a reason a setting would change
 function M.check(name)
   if cache[name] then return cache[name] end
+  kept = kept or probe_cache.load()
   for _, p in ipairs(probes) do
     if p.name == name then
+      local k = kept[name]
+      if k then
+        cache[name] = { name = name, holds = true, detail = k.detail, gates = p.gates, extra = k.extra,
+                        probed_at = k.at }
+        return cache[name]
+      end
       local ok, holds, detail, extra = pcall(p.run)
       if not ok then holds, detail = false, "probe error: " .. tostring(holds) end
       local advice
@@ -367,6 +378,10 @@ function M.check(name)
       end
       cache[name] = { name = name, holds = holds and true or false, detail = detail,
                       gates = p.gates, extra = extra, advice = advice }
+      if holds then
+        kept[name] = { detail = detail, extra = extra, at = os.time() }
+        probe_cache.store(kept)
+      end
       return cache[name]
     end
   end
@@ -389,10 +404,24 @@ function M.names()
   return out
 end
 
---- Forgets cached results (tests that change the host use it).
+--- Forgets cached results, this process's and the boot's (tests that change the host,
+-- and `corral probe --fresh`).
 function M.reset()
-  cache = {}
+  cache, kept = {}, {}
+  probe_cache.invalidate()
   require("corral.probe_advice").reset()
+end
+
+--- An enforcement step failed for a capability a probe said holds: the host changed.
+-- Every kept result goes (the next process probes again) and the refusal stands.
+-- @tparam string capability what the failed step enforces
+-- @tparam[opt] table err the refusal, returned as it is
+-- @return err
+function M.failed(capability, err)
+  if cache[capability] and cache[capability].holds then cache[capability] = nil end
+  kept = {}
+  probe_cache.invalidate()
+  return err
 end
 
 return M

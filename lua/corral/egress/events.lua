@@ -53,9 +53,11 @@
 -- in the worst case. The log file is mode 0600: it records what a tenant did (a new file
 -- is created so, an existing one is tightened to it; the path `-` is standard output).
 -- @module corral.egress.events
-local json = require "dkjson"
 local core = require "corral.core"
-local allowlist = require "corral.egress.allowlist"
+-- Loaded when the first event is formatted: the loop loads this module in every run,
+-- most of which emit nothing.
+local function json() return require "dkjson" end
+local function allowlist() return require "corral.egress.allowlist" end
 
 local M = {}
 
@@ -132,7 +134,7 @@ local function normalize(event)
   if type(sb) == "table" then ev.sandbox = sb.id end
   for _, k in ipairs({ "ip", "upstream" }) do
     if type(ev[k]) == "string" then
-      ev[k] = allowlist.address_text(ev[k]) or string.format("%q", ev[k])
+      ev[k] = allowlist().address_text(ev[k]) or string.format("%q", ev[k])
     end
   end
   ev.time = ev.time or M.now()
@@ -203,9 +205,9 @@ function M.encode(event)
   local ev = {}
   for k, v in pairs(event) do ev[k] = v end
   for _, k in ipairs(M.LOG_FIELDS) do
-    if ev[k] == nil then ev[k] = json.null end
+    if ev[k] == nil then ev[k] = json().null end
   end
-  return json.encode(ev, { keyorder = FIELD_ORDER })
+  return json().encode(ev, { keyorder = FIELD_ORDER })
 end
 
 --- The budget class of an event: `dns` for DNS answers; `closed` for the end of an

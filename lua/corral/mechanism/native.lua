@@ -59,6 +59,17 @@ function M.plan(sb, st, argv, opts)
   }
 end
 
+-- The capability a failed spawn step enforces, so that a refusal names it (and the probe
+-- that said it holds is dropped: corral.probe.failed).
+local STEP_CAPABILITY = {
+  ["prepare"] = "user_namespaces", ["id maps"] = "user_namespaces", ["set ids"] = "user_namespaces",
+  ["cgroup namespace"] = "user_namespaces", ["wait for parent"] = "user_namespaces",
+  ["seccomp"] = "seccomp",
+  ["drop capabilities"] = "privilege_separation", ["no_new_privs"] = "privilege_separation",
+  ["loopback up"] = "network_restriction",
+  ["cgroup attach"] = "resource_limits", ["rlimits"] = "resource_limits",
+}
+
 -- Spawns argv in new namespaces, or, when the sandbox has a running process (`start`),
 -- inside it: same pid namespace, same /tmp, same network, same cgroup.
 local function spawn(sb, st, argv, opts)
@@ -71,7 +82,9 @@ local function spawn(sb, st, argv, opts)
     local code = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
     return nil, nil, { code = code, how = "exited", error = err }
   end
-  if not proc then return nil, errors.cannot_enforce("filesystem_confinement", err) end
+  if not proc then
+    return nil, errors.cannot_enforce(STEP_CAPABILITY[step] or "filesystem_confinement", err, errno)
+  end
   return proc
 end
 

@@ -1,0 +1,122 @@
+-- The probe cache: results that hold are kept for the boot and host state, and a stale
+-- "holds" can only become a refusal naming its capability (corral.probe_cache).
+local core = require "corral.core"
+local h = require "tests.helpers"
+local probe_cache = require "corral.probe_cache"
+
+local FILE = assert(probe_cache.path())
+
+local function corral_probe()
+  local out, status = h.corral("probe")
+  assert.are.equal(0, status, out)
+  return out
+end
+
+-- Runs `corral probe` once so the file holds this host's results, then rewrites one
+-- kept detail (bwrap's) to FORGED: a probe that reads the file reports FORGED.
+local function forge()
+  corral_probe()
+  local text = assert(h.read(FILE))
+  local forged, n = text:gsub("(holds\tbwrap\t%d+\t)[^\t]*", "%1FORGED")
+  assert.are.equal(1, n, "no kept bwrap result to forge")
+  return forged
+end
+
+local function replace(text, mode)
+  h.write(FILE, text)
+  assert(core.fs.chmod(FILE, tonumber(mode or "600", 8)))
+end
+
+describe("the probe cache #root", function()
+  after_each(function() os.remove(FILE) end)
+
+  it("is the caller's own: mode 0600 in a 0700 directory, the host state first", function()
+    corral_probe()
+    local st = assert(core.fs.lstat(FILE))
+    assert.are.equal("file", st.type)
+    assert.are.equal(0, st.uid)
+    assert.are.equal(tonumber("600", 8), st.mode)
+    assert.are.equal(tonumber("700", 8), assert(core.fs.lstat(FILE:match("^(.*)/"))).mode)
+    local text = h.read(FILE)
+    assert.truthy(text:find(probe_cache.key() .. "\n", 1, true) == 1)
+    assert.truthy(text:find("\nholds\tuser_namespaces\t", 1, true), text)
+    assert.is_nil(text:find("\nholds\tdisk_quota\t", 1, true), "an absent result is never kept")
+  end)
+
+  it("is ignored for another host state (another boot), and read for this one", function()
+    local forged = forge()
+    local other_boot = forged:gsub("\nboot=[^\n]*", "\nboot=00000000-0000-0000-0000-000000000000\\n", 1)
+    replace(other_boot)
+    local out = corral_probe()
+    assert.is_nil(out:find("FORGED", 1, true), out)
+    -- the control: the same forged detail under this host's own state is what is reported
+    replace(forged)
+    out = corral_probe()
+    assert.truthy(out:find("bwrap%s+holds%s+FORGED"), out)
+  end)
+
+  it("is ignored when others may read it, or when it is a symlink, and read when it is private", function()
+    local forged = forge()
+    replace(forged, "644")
+    local out = corral_probe()
+    assert.is_nil(out:find("FORGED", 1, true), out)
+    local real = FILE .. ".elsewhere"
+    h.write(real, forged)
+    assert(core.fs.chmod(real, tonumber("600", 8)))
+    os.remove(FILE)
+    h.must("ln -s " .. h.quote(real) .. " " .. h.quote(FILE))
+    out = corral_probe()
+    os.remove(real)
+    assert.is_nil(out:find("FORGED", 1, true), out)
+    replace(forged)
+    out = corral_probe()
+    assert.truthy(out:find("bwrap%s+holds%s+FORGED"), out)
+  end)
+
+  it("is dropped by --fresh, which probes again", function()
+    replace(forge())
+    local out = h.corral("probe", "--fresh")
+    assert.is_nil(out:find("FORGED", 1, true), out)
+    assert.is_nil(out:find("probed at", 1, true), out)
+    out = corral_probe()
+    assert.truthy(out:find("bwrap%s+holds%s+bubblewrap"), out)
+    assert.truthy(out:find("probed at", 1, true), out)
+  end)
+
+  it("turns a stale 'holds' into a refusal naming the capability, and drops what it kept", function()
+    -- In a mount namespace of its own: the cache is written there, then every cgroup
+    -- hierarchy is made read-only there, so the host state the key reads is unchanged but
+    -- resource_limits no longer holds.
+    local script = [[
+      set -u
+      "$1" probe >/dev/null || exit 90
+      grep -q "holds	resource_limits	" "$2" || exit 91
+      for m in $(findmnt -rn -t cgroup,cgroup2 -o TARGET); do mount -o remount,bind,ro "$m" || exit 92; done
+      "$1" run --memory 64M -- /bin/true; echo "run-rc=$?"
+      [ -e "$2" ] && echo kept || echo dropped
+      "$1" probe | grep '^resource_limits'
+      "$1" run -- /bin/true; echo "control-rc=$?"
+    ]]
+    local out, status = h.capture({ "unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", h.host,
+      FILE })
+    assert.are.equal(0, status, out)
+    assert.truthy(h.in_order(out, { "cannot_enforce: resource_limits", "run%-rc=3", "dropped",
+      "resource_limits%s+absent", "control%-rc=0" }), out)
+  end)
+
+  it("is dropped by a confinement wrapper that fails, and kept by one that runs", function()
+    local box = h.tmpdir("cache-box")
+    corral_probe()
+    local out, status = h.capture({ h.host, "exec-confined", "--layers", "ns,landlock", "--permit", box,
+      "--probe-cache", FILE, "--cd", "/", "--", "/bin/true" })
+    local dropped = core.fs.lstat(FILE) == nil
+    corral_probe()
+    local cout, cstatus = h.capture({ h.host, "exec-confined", "--layers", "ns,landlock", "--permit", box,
+      "--probe-cache", FILE, "--", "/bin/true" })
+    h.rmrf(box)
+    assert.are.equal(125, status, out)
+    assert.is_true(dropped)
+    assert.are.equal(0, cstatus, cout)
+    assert.truthy(core.fs.lstat(FILE))
+  end)
+end)
