@@ -160,7 +160,10 @@ function M.execute(req, hooks)
     env[var] = host_env[var]
     keep[#keep + 1] = var
   end
-  require "corral.control" -- it reads XDG_RUNTIME_DIR, where runs register, as it loads
+  -- each reads what it needs of the environment as it loads: XDG_RUNTIME_DIR (where runs
+  -- register), and what the probes' results depend on (TMPDIR, PATH)
+  require "corral.control"
+  require "corral.probe_cache"
   local cleared, cerr = hardening.clear_own_environment(hooks.clear_environment and keep or nil)
   if not cleared then
     return nil, errors.cannot_enforce("environment_filter", "corral's own environment could not be cleared " ..
