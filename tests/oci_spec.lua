@@ -475,6 +475,7 @@ for h in sys.argv[2:]: go(h)
     conf.run = saved
     assert.truthy(ok, r)
     local r2, _, out2 = exec(sb, "echo ran")
+    local r3, err3 = exec(sb, "exit 125") -- the command's own 125 is its status
     corral.destroy(oci, sb)
     assert.is_nil(r)
     local text = tostring(err)
@@ -484,6 +485,8 @@ for h in sys.argv[2:]: go(h)
     assert.matches("Error:", out) -- and the caller's output still has them
     assert.are.equal(0, r2.code, out2)
     assert.are.equal("ran\n", out2)
+    assert.truthy(r3, tostring(err3))
+    assert.are.equal(125, r3.code)
   end)
 
   it("sweeps the container of a SIGKILLed corral run on the next run", function()

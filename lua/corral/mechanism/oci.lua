@@ -583,7 +583,9 @@ end
 -- is gone with the container.
 local function classify(sb, run, code)
   local result = { code = code, how = "exited" }
-  if code == 125 then
+  -- 125 is also a command's own status: with the client's stderr read, the engine's
+  -- failure is the one it said an error about (podman's "Error: …", docker's too)
+  if code == 125 and not (run.feed and not run.feed.kept:find("Error", 1, true)) then
     for tag, mark in pairs(image_ready) do
       if type(mark) == "string" then os.remove(mark) image_ready[tag] = nil end
     end
