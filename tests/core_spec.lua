@@ -33,6 +33,23 @@ describe("corral.core", function()
                       SETUP = 125, NOEXEC = 126, NOTFOUND = 127 }, core.exit)
   end)
 
+  it("makes pipes whose ends are CLOEXEC and whose read end never blocks", function()
+    local rd, wr = assert(core.io.pipe())
+    for _, fd in ipairs({ rd, wr }) do
+      local info = assert(io.open("/proc/self/fdinfo/" .. fd:fileno())):read("a")
+      local flags = tonumber(info:match("flags:%s*(%d+)"), 8)
+      assert.are.equal(tonumber("2000000", 8), flags & tonumber("2000000", 8)) -- O_CLOEXEC
+    end
+    local nothing, _, errno = core.io.read(rd, 16)
+    assert.is_nil(nothing)
+    assert.are.equal(core.errno.EAGAIN, errno) -- empty: no wait
+    assert.are.equal(5, core.io.write(wr, "hello"))
+    assert.are.equal("hello", core.io.read(rd, 16)) -- control: what was written is read
+    wr:close()
+    assert.are.equal("", core.io.read(rd, 16)) -- every writer gone: the end
+    rd:close()
+  end)
+
   it("exports the errno numbers and the egress mark the Lua side compares with", function()
     assert.are.equal(17, core.errno.EEXIST) -- Linux's errno.h
     assert.are.equal(11, core.errno.EAGAIN)

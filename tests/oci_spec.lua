@@ -1,11 +1,14 @@
 -- The oci mechanism against the real engine (podman here; CI installs it): its life
--- cycle leaving nothing behind, the published address, the caps, an egress allowlist
--- through corral's own netns, and its conformance census. Pending only where no engine
--- is installed.
+-- cycle leaving nothing behind, the service address through corral's relay and no way
+-- to another sandbox, the caps and the wall, an egress allowlist through corral's own
+-- netns, the engine's errors, the sweep after a SIGKILL, the disk_quota measurement, and
+-- its conformance census. Pending only where no engine is installed.
 local core = require "corral.core"
 local corral = require "corral"
 local oci = require "corral.mechanism.oci"
 local seccomp = require "corral.mechanism.oci.seccomp"
+local tenant_root = require "corral.tenant_root"
+local service = require("corral.conformance.network").SERVICE
 local h = require "helpers"
 
 local function engine() return oci.engine() end
@@ -32,13 +35,15 @@ local function nsfs_fds()
   return n
 end
 
--- What a TCP server at host:port sends within 2 s ("" when nothing answers).
+-- What a TCP server at host:port sends within 2 s ("" when nothing answers), the egress
+-- loop served meanwhile (corral's inbound relay runs on it, in this process).
 local function dial(host, port)
   local fd = core.sock.connect(host, tonumber(port), 2)
   if not fd then return "" end
   local got, deadline = "", core.clock.monotime() + 2
   while core.clock.monotime() < deadline do
-    local r = core.io.poll({ fd }, 0.1)
+    oci.serve(0.02)
+    local r = core.io.poll({ fd }, 0)
     if r and r[1] then
       local d = core.io.read(fd, 4096)
       if not d or d == "" then break end
@@ -48,6 +53,62 @@ local function dial(host, port)
   fd:close()
   return got
 end
+
+-- Waits up to `seconds` for cond(), serving the egress loop meanwhile.
+local function serve_until(cond, seconds)
+  local deadline = core.clock.monotime() + seconds
+  while core.clock.monotime() < deadline do
+    if cond() then return true end
+    oci.serve(0.05)
+  end
+  return cond()
+end
+
+-- The engine arguments of a bare container (no corral sandbox): the engine's configured
+-- ulimits, the host's runtime bound read-only over corral's image, then `flags`, the
+-- image and argv.
+local function bare_run(sb, flags, argv)
+  local eng = oci.engine()
+  local args = { "run", "--rm" }
+  local ulimits = {}
+  for k, v in pairs(eng.conf.ulimits or {}) do ulimits[#ulimits + 1] = k .. "=" .. v end
+  table.sort(ulimits)
+  for _, u in ipairs(ulimits) do
+    args[#args + 1] = "--ulimit"
+    args[#args + 1] = u
+  end
+  local plan = tenant_root.plan(sb)
+  for _, m in ipairs(plan.mounts) do
+    if m.type == "bind" and not m.rw and core.fs.lstat(m.src) then
+      args[#args + 1] = "--mount"
+      args[#args + 1] = string.format("type=bind,src=%s,dst=%s,ro=true", m.src, m.dest)
+    end
+  end
+  for _, f in ipairs(flags) do args[#args + 1] = f end
+  args[#args + 1] = assert(oci.image(plan))
+  for _, a in ipairs(argv) do args[#args + 1] = a end
+  return args
+end
+
+-- The tenant's client: `dial.py HOST:PORT ...` prints what each sends, or why not.
+local DIAL = [[
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        s = socket.create_connection((host, int(port)), 2); s.settimeout(1)
+        got = b""
+        try:
+            while True:
+                d = s.recv(4096)
+                if not d: break
+                got += d
+        except OSError:
+            pass
+        print("DIAL", target, "got", got.decode(errors="replace").strip(), flush=True)
+    except OSError as e:
+        print("DIAL", target, "err", e.errno, flush=True)
+]]
 
 local ALLOC = "import sys\nb = bytearray(int(sys.argv[1]) << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n" ..
   "print('ALLOC-OK', flush=True)\n"
@@ -66,6 +127,8 @@ describe("the oci seccomp profile", function()
     local p = seccomp.profile()
     assert.are.equal("SCMP_ACT_ALLOW", p.defaultAction)
     assert.are.same(seccomp.DENY, p.syscalls[1].names)
+    -- the file the engine reads is that profile, as JSON
+    assert.are.same(p, require("dkjson").decode(seccomp.json()))
   end)
 end)
 
@@ -107,14 +170,19 @@ describe("the oci mechanism #root #oci", function()
     assert.truthy(h.wait_for(function() return h.read(root .. "/life/s") end, 10))
     assert.are.equal("running", corral.status(oci, sb))
     local name = oci.containers(sb)[1]
-    local id = assert(oci.call({ "inspect", "--format", "{{.Id}}", name })):gsub("%s+", "")
+    -- the container's cgroups, where the kernel says its first process is
+    local pid = assert(oci.call({ "inspect", "--format", "{{.State.Pid}}", name })):match("%d+")
     local cgroup_dirs = {}
-    for _, ctl in ipairs({ "memory", "pids", "cpu" }) do
-      for _, d in ipairs(core.fs.listdir("/sys/fs/cgroup/" .. ctl .. "/libpod_parent") or {}) do
-        local dir = "/sys/fs/cgroup/" .. ctl .. "/libpod_parent/" .. d
-        if d:find(id, 1, true) then cgroup_dirs[#cgroup_dirs + 1] = dir end
+    for line in (h.read("/proc/" .. pid .. "/cgroup") or ""):gmatch("[^\n]+") do
+      local ctls, path = line:match("^%d+:([^:]*):(/.+)$")
+      if ctls and path ~= "/" then
+        local dir = ctls == "" and "/sys/fs/cgroup/unified" .. path or "/sys/fs/cgroup/" .. ctls .. path
+        if not core.fs.lstat(dir) then dir = "/sys/fs/cgroup" .. path end -- v2: one hierarchy
+        if core.fs.lstat(dir) then cgroup_dirs[#cgroup_dirs + 1] = dir end
       end
     end
+    -- found before they are asserted gone: an empty list would pass the end vacuously
+    assert.truthy(#cgroup_dirs > 0, "no cgroup directory of the container found")
     -- exec joins the started container: it sees the same /tmp and the sleep
     local r, _, out = exec(sb, "cat /proc/1/comm; id -u; touch /usr/x 2>&1; true")
     assert.are.equal(0, r.code, out)
@@ -149,7 +217,7 @@ describe("the oci mechanism #root #oci", function()
     assert.matches("\nok\n", out) -- control: its own storage is written
   end)
 
-  it("answers nil without a service port, and 127.0.0.1:N the engine allocated with one, reached from the host",
+  it("answers nil without a service port, and 127.0.0.1:N of corral's relay with one, reached from the host",
     function()
       if not need_engine() then return end
       local plain = box("plain")
@@ -167,36 +235,90 @@ describe("the oci mechanism #root #oci", function()
       assert.matches("^127%.0%.0%.1:%d+$", addr_b)
       assert.are_not.equal(addr_a, addr_b)
       local token = "svc-" .. require("corral.conformance").token()
-      assert(corral.start(oci, a, { "python3", "-c", "import socket\ns = socket.socket()\n" ..
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', 8000)); s.listen(4)\n" ..
-        "open('/storage/ready', 'w').write('1')\nwhile True:\n  c, _ = s.accept(); c.sendall(b'" .. token ..
-        "\\n'); c.close()\n" }, { output = root .. "/svc" }))
-      assert.truthy(h.wait_for(function() return h.read(root .. "/sva/ready") end, 10), h.read(root .. "/svc"))
+      h.write(root .. "/sva/service.py", service)
+      assert(corral.start(oci, a, { "python3", "/storage/service.py", "8000", token }, { output = root .. "/svc" }))
+      assert.truthy(serve_until(function() return h.read(root .. "/sva/ready") end, 10), h.read(root .. "/svc"))
       local host, port = addr_a:match("^(.*):(%d+)$")
       assert.truthy(dial(host, port):find(token, 1, true))
-      -- control: nothing answers at b's address (nothing listens in b)
+      -- nothing answers at b's address (nothing listens in b)
       local bh, bp = addr_b:match("^(.*):(%d+)$")
       assert.is_falsy(dial(bh, bp):find(token, 1, true))
       corral.destroy(oci, a)
       corral.destroy(oci, b)
       assert.are.same({}, containers("sva"))
       assert.are.same({}, containers("svb"))
-      -- that sandbox's reduction is stated, not claimed
-      assert.truthy(oci.reductions(a).network_restriction)
+      -- the sandbox's network is corral's: network_restriction is claimed for it too
       local claimed = {}
       for _, c in ipairs(oci.constructed_capabilities(a)) do claimed[c] = true end
-      assert.is_nil(claimed.network_restriction)
-      assert.truthy(claimed.filesystem_confinement)
+      assert.truthy(claimed.network_restriction)
+      assert.is_nil(oci.reductions(a).network_restriction)
     end)
+
+  it("keeps a sandbox with a service_port from another's service and from the engine's bridge", function()
+    if not need_engine() then return end
+    local conformance = require "corral.conformance"
+    local token_a, token_b, token_c = "A-" .. conformance.token(), "B-" .. conformance.token(),
+      "C-" .. conformance.token()
+    local a, b = box("isa", { service_port = 8000 }), box("isb", { service_port = 8000 })
+    -- C: a container on the engine's default bridge (where a published port once put
+    -- every such sandbox), serving its own token; the test's own, removed at the end
+    local cname = "corral-spec-bridge-" .. core.proc.getpid()
+    local cdir = root .. "/c"
+    assert(core.fs.mkdir(cdir, tonumber("777", 8)))
+    core.fs.chmod(cdir, tonumber("777", 8))
+    h.write(cdir .. "/service.py", service)
+    finally(function() oci.remove(cname) end)
+    assert(oci.call(bare_run(a, { "--detach", "--name", cname, "--network", "bridge", "--mount",
+      "type=bind,src=" .. cdir .. ",dst=/storage" }, { "python3", "/storage/service.py", "8000", token_c })))
+    local info = assert(oci.call({ "inspect", "--format", "{{.NetworkSettings.IPAddress}} " ..
+      "{{.NetworkSettings.Gateway}}", cname }))
+    local cip, gateway = info:match("^([%d%.]+) ([%d%.]+)")
+    assert.truthy(cip, info)
+    assert.truthy(serve_until(function() return dial(cip, 8000):find(token_c, 1, true) end, 10),
+      "the bridge container never answered the host")
+    assert(corral.provision(oci, a))
+    assert(corral.provision(oci, b))
+    local _, addr_a = corral.address(oci, a)
+    local _, addr_b = corral.address(oci, b)
+    h.write(root .. "/isb/service.py", service)
+    assert(corral.start(oci, b, { "python3", "/storage/service.py", "8000", token_b }, { output = root .. "/svb" }))
+    assert.truthy(serve_until(function() return h.read(root .. "/isb/ready") end, 10), h.read(root .. "/svb"))
+    -- the attempt, from A: B's address, B's port on A's loopback, C and the bridge's gateway
+    h.write(root .. "/isa/dial.py", DIAL)
+    local r, err, out = exec(a, "python3 /storage/dial.py " .. addr_b .. " 127.0.0.1:8000 " .. cip .. ":8000 " ..
+      gateway .. ":8000; echo own > /storage/own && cat /storage/own")
+    assert.truthy(r, tostring(err))
+    assert.matches("DIAL " .. addr_b:gsub("%p", "%%%0"), out) -- the client ran
+    assert.is_falsy(out:find(token_b, 1, true), out)
+    assert.is_falsy(out:find(token_c, 1, true), out)
+    assert.matches("\nown\n", out) -- A's own storage, in the same sandbox, after the attempt
+    -- the controls, after: B and C answer the host, and so does A's own service
+    local bh, bp = addr_b:match("^(.*):(%d+)$")
+    assert.truthy(dial(bh, bp):find(token_b, 1, true))
+    assert.truthy(dial(cip, 8000):find(token_c, 1, true))
+    h.write(root .. "/isa/service.py", service)
+    assert(corral.start(oci, a, { "python3", "/storage/service.py", "8000", token_a }, { output = root .. "/sva" }))
+    assert.truthy(serve_until(function() return h.read(root .. "/isa/ready") end, 10), h.read(root .. "/sva"))
+    local ah, ap = addr_a:match("^(.*):(%d+)$")
+    assert.truthy(dial(ah, ap):find(token_a, 1, true))
+    corral.destroy(oci, a)
+    corral.destroy(oci, b)
+    assert.are.same({}, containers("isa"))
+    assert.are.same({}, containers("isb"))
+  end)
 
   it("kills a memory hog at its cap (limit memory), and a smaller allocation then runs", function()
     if not need_engine() then return end
     local sb = box("mem", { limits = { memory = "64M" } })
     assert(corral.provision(oci, sb))
     h.write(root .. "/mem/alloc.py", ALLOC)
+    -- conmon writes a file (`oom`) into its working directory on such a kill: the
+    -- engine's, never the caller's
+    local cwd_before = lines(table.concat(core.fs.listdir(".") or {}, "\n"))
     local r, err, out = exec(sb, "exec python3 /storage/alloc.py 256")
     local r2, _, out2 = exec(sb, "exec python3 /storage/alloc.py 8")
     corral.destroy(oci, sb)
+    assert.are.same(cwd_before, lines(table.concat(core.fs.listdir(".") or {}, "\n")))
     assert.truthy(r, tostring(err))
     assert.are.equal("memory", r.limit, out)
     assert.is_falsy(out:find("ALLOC-OK", 1, true))
@@ -233,6 +355,55 @@ describe("the oci mechanism #root #oci", function()
     assert.is_nil(h.read(root .. "/wall/late"))
     assert.are.equal(0, r2.code)
     assert.matches("quick", out2)
+  end)
+
+  it("ends a command exec'd in the started container at limits.wall, and the container goes on", function()
+    if not need_engine() then return end
+    -- 2 s: the engine's exec start-up counts (see above)
+    local sb = box("xwall", { limits = { wall = 2 } })
+    assert(corral.provision(oci, sb))
+    assert(corral.start(oci, sb, { "/bin/sh", "-c", "echo started > /storage/s; exec sleep 60" },
+      { output = root .. "/xstart" }))
+    assert.truthy(h.wait_for(function() return h.read(root .. "/xwall/s") end, 10))
+    local r = exec(sb, "sleep 6; echo late > /storage/late")
+    core.io.poll({}, 6) -- past the time the command would have written
+    local r2, _, out2 = exec(sb, "cat /proc/1/comm; echo quick > /storage/quick && cat /storage/quick")
+    local status = corral.status(oci, sb)
+    corral.destroy(oci, sb)
+    assert.are.equal("wall", r.limit)
+    assert.is_nil(h.read(root .. "/xwall/late"))
+    -- control, after: the same started container answers (its first process still sleeps)
+    assert.are.equal(0, r2.code, out2)
+    assert.matches("^sleep\nquick\n", out2)
+    assert.are.equal("running", status)
+    assert.are.same({}, containers("xwall"))
+  end)
+
+  it("mounts workspace_path at /workspace, and nothing there without one", function()
+    if not need_engine() then return end
+    -- outside the storage root: a directory there owned by the host id would be storage
+    local ws = h.tmpdir("oci-ws")
+    finally(function() h.rmrf(ws) end)
+    core.fs.chmod(ws, tonumber("755", 8))
+    h.write(ws .. "/given", "from-the-host\n")
+    local with = box("wsy", { workspace_path = ws })
+    assert(core.fs.chown(ws, require("corral.sandbox").host_id(with), require("corral.sandbox").host_id(with)))
+    assert(corral.provision(oci, with))
+    local r, _, out = exec(with, "cat /workspace/given && echo back > /workspace/made && echo WS-OK")
+    corral.destroy(oci, with)
+    assert.are.equal(0, r.code, out)
+    assert.matches("from%-the%-host\nWS%-OK", out)
+    assert.are.equal("back\n", h.read(ws .. "/made"))
+    local without = box("wsn")
+    assert(corral.provision(oci, without))
+    local r2, _, out2 = exec(without, h.attempt_then_control("ls -A /workspace; echo x > /workspace/made",
+      "echo own > /storage/own && cat /storage/own"))
+    corral.destroy(oci, without)
+    assert.are.equal(0, r2.code, out2)
+    local rc, _, attempt = h.after_attempt(out2, "own\n")
+    h.assert_refused(rc, out2)
+    assert.matches("Read%-only file system", attempt)
+    assert.is_falsy(attempt:find("given", 1, true))
   end)
 
   it("applies an egress allowlist through corral's netns: allowed reached, denied name NXDOMAIN, bare IP reset",
@@ -291,6 +462,86 @@ for h in sys.argv[2:]: go(h)
     local sb = box("noimg2")
     assert(corral.provision(oci, sb))
     corral.destroy(oci, sb)
+  end)
+
+  it("returns the engine's own words when a run cannot be made (status 125), and the next one runs", function()
+    if not need_engine() then return end
+    local sb = box("e125")
+    assert(corral.provision(oci, sb))
+    local conf = engine().conf
+    local saved = conf.run
+    conf.run = { "--ulimit", "nofile=not-a-number" }
+    local ok, r, err, out = pcall(exec, sb, "echo never")
+    conf.run = saved
+    assert.truthy(ok, r)
+    local r2, _, out2 = exec(sb, "echo ran")
+    local r3, err3 = exec(sb, "exit 125") -- the command's own 125 is its status
+    corral.destroy(oci, sb)
+    assert.is_nil(r)
+    local text = tostring(err)
+    assert.matches("status 125", text)
+    assert.matches("nofile=not%-a%-number", text) -- the command that failed
+    assert.matches("Error: [^\n]*ulimit", text) -- the engine's own words
+    assert.matches("Error:", out) -- and the caller's output still has them
+    assert.are.equal(0, r2.code, out2)
+    assert.are.equal("ran\n", out2)
+    assert.truthy(r3, tostring(err3))
+    assert.are.equal(125, r3.code)
+  end)
+
+  it("sweeps the container of a SIGKILLed corral run on the next run", function()
+    if not need_engine() then return end
+    local devnull = assert(io.open("/dev/null", "r+"))
+    local p = assert(core.spawn.start({ plain = true, path = h.host, argv = { h.host, "run", "--mechanism", "oci",
+      "--engine", engine().path, "--storage", root .. "/killed", "--", "/bin/sh", "-c",
+      "echo up > /storage/up; exec sleep 60" }, env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull,
+      stderr = devnull }))
+    devnull:close()
+    local pid = p:pid()
+    local function left()
+      return lines(oci.call({ "ps", "--all", "--format", "{{.Names}}", "--filter", "label=corral.owner=" .. pid }))
+    end
+    local up = h.wait_for(function() return h.read(root .. "/killed/up") end, 20)
+    local before = left()
+    p:kill()
+    p:wait()
+    p:close()
+    assert.truthy(up, "the run never started")
+    assert.are.equal(1, #before, "the run's container: " .. table.concat(before, " "))
+    -- SIGKILL left it: the engine's monitor runs on without corral
+    assert.are.same(before, left())
+    local out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--storage",
+      root .. "/next", "--", "/bin/true")
+    assert.are.equal(0, status, out)
+    assert.are.same({}, left())
+  end)
+
+  it("measures the engine's size option, the reason disk_quota is not claimed", function()
+    if not need_engine() then return end
+    local sb = box("dq")
+    local dir = root .. "/dq"
+    assert(core.fs.mkdir(dir, tonumber("777", 8)))
+    core.fs.chmod(dir, tonumber("777", 8))
+    local write = { "/bin/sh", "-c", "head -c 20971520 /dev/zero > /storage/big && echo WROTE-20M" }
+    local bind = { "--network", "none", "--mount", "type=bind,src=" .. dir .. ",dst=/storage" }
+    local sized = { "--storage-opt", "size=10M" }
+    for _, f in ipairs(bind) do sized[#sized + 1] = f end
+    local out, err = oci.call(bare_run(sb, sized, write))
+    os.remove(dir .. "/big")
+    -- control: the same container without the option runs and writes
+    local out2, err2 = oci.call(bare_run(sb, bind, write))
+    assert.truthy(out2, tostring(err2))
+    assert.matches("WROTE%-20M", out2)
+    if out then
+      -- accepted (an overlay on XFS): it bounds the container's own layer, never the
+      -- storage, a host directory: 20 MiB were written past a 10 MiB size
+      assert.matches("WROTE%-20M", out)
+    else
+      assert.matches("status 125", tostring(err))
+      assert.matches("size", tostring(err))
+    end
+    assert.matches("the engine's size option", oci.OMITTED.disk_quota)
+    assert.matches("tests/oci_spec.lua", oci.OMITTED.disk_quota)
   end)
 
   it("runs through corral run --mechanism oci --engine podman", function()

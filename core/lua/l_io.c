@@ -1,8 +1,9 @@
 /*
  * core.io: poll, read and write over fds of any kind (sockets, pipes, signalfds, a relay
- * loop or a process through :fileno()), for the Lua loops around the relay.
+ * loop or a process through :fileno()), for the Lua loops around the relay; pipes.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -88,10 +89,27 @@ static int l_write(lua_State *L)
     return 1;
 }
 
+/* core.io.pipe() → read end, write end: both CLOEXEC, the read end non-blocking, so a
+ * loop that reads only what poll reported never waits on a writer that still holds its
+ * end (a helper's daemon inheriting a child's stderr). */
+static int l_pipe(lua_State *L)
+{
+    corral_fd *rd = corral_newfd(L);
+    corral_fd *wr = corral_newfd(L);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0) return corral_pushfail(L, "pipe", errno);
+    rd->fd = fds[0];
+    wr->fd = fds[1];
+    int flags = fcntl(rd->fd, F_GETFL);
+    if (flags < 0 || fcntl(rd->fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        return corral_pushfail(L, "pipe", errno); /* both fds close with their userdata */
+    return 2;
+}
+
 int corral_open_io(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"poll", l_poll}, {"read", l_read}, {"write", l_write}, {NULL, NULL}};
+        {"poll", l_poll}, {"read", l_read}, {"write", l_write}, {"pipe", l_pipe}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -360,21 +360,37 @@ end
 
 --- Waits for a sandbox process: serving the loop meanwhile (opts.serve), up to
 -- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
--- core.signal.fd) to it. Returns its code and how it ended, or proc:wait's
--- nil, msg, ETIMEDOUT while it still runs at the deadline.
+-- core.signal.fd) to it, and calling each of opts.feeds' `on()` when its `fd` is
+-- readable (and once more after the process ended; `on` returns false at the feed's
+-- end). Returns its code and how it ended,
+-- or proc:wait's nil, msg, ETIMEDOUT while it still runs at the deadline.
 -- @tparam userdata proc a corral.process
--- @tparam[opt] table opts `{serve =, wall =, signals =}`
+-- @tparam[opt] table opts `{serve =, wall =, signals =, feeds = {{fd =, on =}, ...}}`
 function M.wait(proc, opts)
   opts = opts or {}
+  local feeds = opts.feeds or {}
   -- Whatever is added to the loop (a run's control socket, corral.control) is served
   -- too, egress plane or not.
   local serve = opts.serve or next(M.get().planes) ~= nil
-  if not serve and not opts.signals then return proc:wait(opts.wall) end
+  if not serve and not opts.signals and #feeds == 0 then return proc:wait(opts.wall) end
   local deadline = opts.wall and core.clock.monotime() + opts.wall
-  local extra = { proc, opts.signals }
+  local extra, fed, signals_at = { proc }, {}, nil
+  if opts.signals then
+    extra[2], signals_at = opts.signals, 2
+  end
+  for _, f in ipairs(feeds) do
+    extra[#extra + 1] = f.fd
+    fed[#extra] = f.on
+  end
+  local function drain_feeds()
+    for _, f in ipairs(feeds) do f.on() end
+  end
   while true do
     local left = deadline and deadline - core.clock.monotime()
-    if left and left <= 0 then return proc:wait(0) end
+    if left and left <= 0 then
+      drain_feeds()
+      return proc:wait(0)
+    end
     local timeout = left and math.min(left, 1) or 1
     local hit
     if serve then
@@ -383,12 +399,17 @@ function M.wait(proc, opts)
       hit = {}
       for _, i in ipairs(core.io.poll(extra, timeout) or {}) do hit[i] = true end
     end
-    if hit[2] then
+    if signals_at and hit[signals_at] then
       local sig = core.signal.read(opts.signals)
       if sig then proc:kill(sig) end
     end
+    for i, on in pairs(fed) do
+      -- a feed at its end (false) is polled no more: a hung-up pipe is always readable
+      if hit[i] and on() == false then fed[i], extra[i] = nil, proc end
+    end
     if hit[1] or not proc:running() then
       if opts.serve then M.drain() end
+      drain_feeds()
       return proc:wait()
     end
   end

@@ -12,22 +12,20 @@
 -- memory, cpu and pids caps at create time. The image is corral's own, imported once and
 -- cached by content (corral.mechanism.oci.image), or one the operator names.
 --
--- Network: `--network none`; with an egress allowlist the container joins corral's own
--- sandbox netns (`--network ns:PATH`, podman), made and programmed before the container
--- exists, so the same acceptor, DNS responder and ruleset apply. A service_port without an
--- allowlist is published by the engine on 127.0.0.1 at a host port it allocates (an
--- infrastructure container holds the network; every command joins it) and `address`
--- reads back what was allocated.
+-- Network: `--network none`; with an egress allowlist or a service_port the container
+-- joins corral's own sandbox netns (`--network ns:PATH`, podman), made and programmed
+-- before the container exists, as native's: the same acceptor, DNS responder and ruleset
+-- apply, and a service_port is corral's inbound relay from 127.0.0.1:N on the host to the
+-- port inside. The engine's own networks are never joined (a bridge would route the
+-- sandbox to every other container on it, and out).
 --
 -- Constructed: resource_limits, filesystem_confinement, network_restriction. Stated
 -- omissions (`M.OMITTED`, which the conformance suite reports):
 --
--- * network_restriction with a published port: the engine's bridge network routes out,
---   so that sandbox can reach the internet; only one inbound port, on loopback, is open.
--- * disk_quota: measured here, `podman run --storage-opt size=10M IMAGE …` on the overlay
---   driver over ext4 exits 125 ("storage option overlay.size and overlay.inodes only
---   supported for backingFS XFS. Found extfs"); where it is accepted it bounds only the
---   container's own layer, which is read-only here, and /storage is a plain host directory.
+-- * disk_quota: the engine's size option is refused by the overlay driver over ext4
+--   (status 125, "… only supported for backingFS XFS"; tests/oci_spec.lua measures it on
+--   each run); where it is accepted it bounds only the container's own layer, which is
+--   read-only here, and /storage is a plain host directory.
 -- * privilege_separation: the tenant runs as an unprivileged host id with no capability,
 --   but in the host's user namespace and beside an engine that runs as root; corral
 --   does not build the separation native does.
@@ -50,8 +48,9 @@ local M = { name = "oci" }
 
 --- The capabilities oci does not construct, each with why.
 M.OMITTED = {
-  disk_quota = "not constructed: the engine's size option is refused on this host's overlay driver " ..
-    "(measured), and /storage is a plain host directory",
+  disk_quota = "not constructed: the engine's size option (--storage-opt size=) is refused by the overlay " ..
+    "driver unless it is backed by XFS (measured: tests/oci_spec.lua, \"the engine's size option\"), and " ..
+    "where accepted bounds only the container's read-only layer; /storage is a plain host directory",
   privilege_separation = "not constructed: the tenant is an unprivileged host id without capabilities, but in " ..
     "the host's user namespace, beside an engine running as root",
 }
@@ -70,7 +69,7 @@ M.config = {
 
 local ENGINE_ENV = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin" }
 
-local state = {} -- sandbox id → {storage_lock =, plane =, infra =, addr =, process =, name =, ...}
+local state = {} -- sandbox id → {storage_lock =, plane =, process =, name =, run =, ...}
 local engine_cache, image_ready, scratch, seq, swept = nil, {}, nil, 0, false
 
 --- The engine to drive: `{path =, kind = "podman"|"docker", conf =}`, or nil and why.
@@ -121,6 +120,13 @@ local function read_all(path)
   return s
 end
 
+-- A private directory (0700, in corral's root-only one) for one engine call: its working
+-- directory, and its files (output, env file). conmon writes files such as `oom` into
+-- its working directory, which must never be the caller's.
+local function private_dir()
+  return core.fs.mkdtemp(string.format("%s/call-%d-", scratch_dir(), core.proc.getpid()))
+end
+
 -- The engine's argv for a subcommand: its path, the configured global flags, args.
 local function argv_of(eng, args)
   local full = { eng.path }
@@ -139,11 +145,12 @@ function M.call(args)
   local eng, why = M.engine()
   if not eng then return nil, errors.cannot_enforce("oci", why) end
   local full = argv_of(eng, args)
-  seq = seq + 1
-  local out_path = string.format("%s/out-%d-%d", scratch_dir(), core.proc.getpid(), seq)
+  local dir, derr = private_dir()
+  if not dir then return nil, errors.cannot_enforce("oci", "a private directory for the engine: " .. tostring(derr)) end
+  local out_path = dir .. "/out"
   local out, err_f = io.open(out_path, "w"), io.open(out_path .. ".err", "w")
   local devnull = io.open("/dev/null")
-  local proc, serr = core.spawn.start({ plain = true, path = eng.path, argv = full, env = ENGINE_ENV,
+  local proc, serr = core.spawn.start({ plain = true, path = eng.path, argv = full, env = ENGINE_ENV, cwd = dir,
     stdin = devnull, stdout = out, stderr = err_f })
   devnull:close()
   out:close()
@@ -159,8 +166,7 @@ function M.call(args)
     proc:close()
   end
   local stdout, stderr = read_all(out_path), read_all(out_path .. ".err")
-  os.remove(out_path)
-  os.remove(out_path .. ".err")
+  core.fs.remove_tree(dir)
   if code == 0 then return stdout end
   local what = not proc and ("cannot start: " .. tostring(serr))
     or not code and string.format("no answer within %d s", M.config.timeout)
@@ -219,40 +225,29 @@ function M.image(root)
 end
 
 --- What a sandbox under oci requires: the guarantees it constructs, plus nftables for an
--- egress plane (corral programs it, as for native).
+-- egress plane (an allowlist or a service_port: corral programs it, as for native).
 -- @tparam table sb
 -- @treturn {string,...}
 function M.required_capabilities(sb)
-  local req = { "filesystem_confinement" }
-  if not (sb.service_port and not sb.network) then req[#req + 1] = "network_restriction" end
+  local req = { "filesystem_confinement", "network_restriction" }
   if sb.limits and (sb.limits.memory or sb.limits.pids or sb.limits.cpu) then req[#req + 1] = "resource_limits" end
-  if sb.network then req[#req + 1] = "nftables" end
+  if sb.network or sb.service_port then req[#req + 1] = "nftables" end
   return req
 end
 
---- What oci constructs for sb (network_restriction not for a sandbox with a published
--- port and no allowlist: see `reductions`).
--- @tparam[opt] table sb
+--- What oci constructs, for every sandbox (a service_port too: it is corral's relay
+-- into corral's netns, never an engine network).
 -- @treturn {string,...}
-function M.constructed_capabilities(sb)
-  local c = { "resource_limits", "filesystem_confinement", "workspace" }
-  if not (sb and sb.service_port and not sb.network) then c[#c + 1] = "network_restriction" end
-  -- the engine publishes a service port on 127.0.0.1 itself (no egress plane needed)
-  if sb and sb.service_port then c[#c + 1] = "published_port" end
-  return c
+function M.constructed_capabilities()
+  return { "resource_limits", "filesystem_confinement", "network_restriction", "workspace" }
 end
 
---- What a sandbox gives up under oci beyond `OMITTED`, as `{capability = why}`.
--- @tparam table sb
+--- What a sandbox gives up under oci, as `{capability = why}`: `OMITTED`, whatever the
+-- sandbox asks for.
 -- @treturn table
-function M.reductions(sb)
+function M.reductions()
   local r = {}
   for k, v in pairs(M.OMITTED) do r[k] = v end
-  if sb.service_port and not sb.network then
-    r.network_restriction = "not for this sandbox: its service_port is published through the engine's bridge " ..
-      "network, which also routes out (the internet is reachable, no allowlist applies); inbound is one port on " ..
-      "127.0.0.1"
-  end
   return r
 end
 
@@ -290,8 +285,6 @@ local function root_flags(sb, st, root, eng)
   for _, k in ipairs(names) do add("--ulimit", k .. "=" .. ulimits[k]) end
   if st.plane then
     add("--network", "ns:/proc/" .. core.proc.getpid() .. "/fd/" .. st.plane.netns:fileno())
-  elseif st.infra then
-    add("--network", "container:" .. st.infra)
   else
     add("--network", "none")
   end
@@ -299,18 +292,16 @@ local function root_flags(sb, st, root, eng)
   return a
 end
 
--- The environment as an env file, private to root (values on the engine's command line
--- would show in every host user's `ps`).
-local function env_file(root)
+-- The environment as an env file in a run's private directory (values on the engine's
+-- command line would show in every host user's `ps`).
+local function env_file(root, dir)
   for _, kv in ipairs(root.env) do
     if kv:find("[\n\r]") then
       return nil, errors.invalid_argument("env", kv:match("^[^=]*") .. ": a value with a newline cannot be passed " ..
         "to the engine")
     end
   end
-  seq = seq + 1
-  return write_private(string.format("%s/env-%d-%d", scratch_dir(), core.proc.getpid(), seq),
-    table.concat(root.env, "\n") .. "\n")
+  return write_private(dir .. "/env", table.concat(root.env, "\n") .. "\n")
 end
 
 local function container_name(sb)
@@ -320,12 +311,12 @@ local function container_name(sb)
 end
 
 -- The argv (engine path first) running argv in sb: `run` of a new container, or `exec`
--- in the started one. Returns argv, the container's name, the env file.
-local function command(sb, st, argv, opts)
+-- in the started one. Returns argv, the container's name, whether it joined.
+local function command(sb, st, argv, opts, dir)
   local eng, why = M.engine()
   if not eng then return nil, errors.cannot_enforce("oci", why) end
   local root = tenant_root.plan(sb, st)
-  local env, eerr = env_file(root)
+  local env, eerr = env_file(root, dir)
   if not env then return nil, eerr end
   local interactive = opts.stdout == nil and { "--interactive" } or {}
   if st.process and st.process:running() and st.name then
@@ -333,13 +324,10 @@ local function command(sb, st, argv, opts)
     table.move(interactive, 1, #interactive, #args + 1, args)
     args[#args + 1] = st.name
     table.move(argv, 1, #argv, #args + 1, args)
-    return argv_of(eng, args), st.name, env, true
+    return argv_of(eng, args), st.name, true
   end
   local img, ierr = M.image(root)
-  if not img then
-    os.remove(env)
-    return nil, ierr
-  end
+  if not img then return nil, ierr end
   local name = container_name(sb)
   local args = { "run", "--rm", "--name", name, "--env-file", env }
   table.move(interactive, 1, #interactive, #args + 1, args)
@@ -347,7 +335,7 @@ local function command(sb, st, argv, opts)
   table.move(flags, 1, #flags, #args + 1, args)
   args[#args + 1] = img
   table.move(argv, 1, #argv, #args + 1, args)
-  return argv_of(eng, args), name, env, false
+  return argv_of(eng, args), name, false
 end
 
 -- The kernel's count of OOM kills since boot (/proc/vmstat oom_kill).
@@ -358,27 +346,103 @@ local function oom_kills()
   return n
 end
 
-local function spawn(sb, st, argv, opts)
-  local full, name, env, joined = command(sb, st, argv, opts)
-  if not full then return nil, name end
-  local out
-  if opts.output then
-    out = io.open(opts.output, "w")
-    if not out then
-      os.remove(env)
-      return nil, errors.invalid_argument("output", "cannot open " .. opts.output)
+-- How much of the engine client's stderr a run keeps, for the error of a failed run.
+local STDERR_KEPT = 8192
+
+-- A function writing to the caller's stderr (a Lua file or a corral.fd; nil: ours), or
+-- nil when it is a bare fd number corral does not write to.
+local function stderr_writer(target)
+  target = target or io.stderr
+  if io.type(target) == "file" then
+    return function(d)
+      target:write(d)
+      target:flush()
     end
   end
+  local mt = getmetatable(target)
+  if type(mt) == "table" and mt.__name == "corral.fd" then
+    return function(d)
+      while #d > 0 do
+        local n = core.io.write(target, d)
+        if not n then return end
+        d = d:sub(n + 1)
+      end
+    end
+  end
+  return nil
+end
+
+-- The engine client's stderr through a pipe corral reads: forwarded to the caller's as it
+-- comes, its last STDERR_KEPT bytes kept, so that a run the engine could not make (status
+-- 125) returns the engine's own words. `on` reads what is there (false at its end).
+local function stderr_feed(target)
+  local write = stderr_writer(target)
+  if not write then return nil end
+  local rd, wr = core.io.pipe()
+  if not rd then return nil end
+  local feed = { fd = rd, wr = wr, kept = "" }
+  function feed.on()
+    for _ = 1, 16 do
+      local d, _, errno = core.io.read(rd, 65536)
+      if not d then return errno == core.errno.EAGAIN end
+      if d == "" then return false end
+      write(d)
+      feed.kept = (feed.kept .. d):sub(-STDERR_KEPT)
+    end
+    return true
+  end
+  return feed
+end
+
+-- Starts the engine's client for argv in sb, in a private working directory. With
+-- `capture`, its stderr comes through a feed (see `stderr_feed`; the caller serves it).
+local function spawn(sb, st, argv, opts, capture)
+  local dir, derr = private_dir()
+  if not dir then return nil, errors.cannot_enforce("oci", "a private directory for the engine: " .. tostring(derr)) end
+  local full, name, joined = command(sb, st, argv, opts, dir)
+  local out
+  if full and opts.output then
+    out = io.open(opts.output, "w")
+    if not out then name = errors.invalid_argument("output", "cannot open " .. opts.output) end
+  end
+  if not full or (opts.output and not out) then
+    core.fs.remove_tree(dir)
+    return nil, name
+  end
+  local feed = capture and stderr_feed(out or opts.stderr)
   local oom0 = oom_kills()
-  local proc, err = core.spawn.start({ plain = true, path = full[1], argv = full, env = ENGINE_ENV,
-    stdin = opts.stdin, stdout = out or opts.stdout, stderr = out or opts.stderr })
-  if out then out:close() end
+  local proc, err = core.spawn.start({ plain = true, path = full[1], argv = full, env = ENGINE_ENV, cwd = dir,
+    stdin = opts.stdin, stdout = out or opts.stdout, stderr = feed and feed.wr or out or opts.stderr })
+  if feed then feed.wr:close() end
   if not proc then
-    os.remove(env)
+    if feed then feed.fd:close() end
+    if out then out:close() end
+    core.fs.remove_tree(dir)
     return nil, errors.cannot_enforce("oci", "`" .. shell.join(full) .. "` failed (cannot start: " ..
       tostring(err) .. ")")
   end
-  return { proc = proc, name = name, env = env, joined = joined, argv = full, oom_kills = oom0 }
+  return { proc = proc, name = name, dir = dir, joined = joined, argv = full, oom_kills = oom0, out = out,
+    output = opts.output, feed = feed }
+end
+
+--- The engine's argv running argv in a new container of provisioned sandbox sb, as
+-- `exec` spawns it when nothing was started (scripts/bench/launch times it bare beside
+-- `corral run --mechanism oci`). Its env file is written into `dir`, the caller's.
+-- @tparam table sb
+-- @tparam {string,...} argv
+-- @tparam string dir
+-- @treturn[1] {string,...} the argv, the engine's path first
+-- @return[2] nil
+-- @treturn[2] table the error
+function M.run_argv(sb, argv, dir)
+  local st = state[sb.id]
+  if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
+  if st.process and st.process:running() then
+    return nil, errors.invalid_argument("sandbox", sb.id .. " is running: its commands join it")
+  end
+  local full, err = command(sb, st, argv, {}, dir)
+  if not full then return nil, err end
+  return full
 end
 
 --- Removes a container at once (SIGKILL to what runs in it: podman's `rm --force`
@@ -391,20 +455,125 @@ function M.remove(name)
   return M.call({ "rm", "--force", name })
 end
 
--- Removes a run's container (unless it joined the started one) and its env file.
--- A kill is repeated until the engine's client has exited: asked while the engine is
--- still creating the container, `rm` finds nothing, and the container then started
--- (a wall of 0.5 s let a command run on past it).
+--- Seconds an exec in a started container is given, after its wall, for its processes
+-- to be found and killed before the whole container is removed instead.
+M.EXEC_GRACE = 5
+
+local function parent_of(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  local stat = f and f:read("a")
+  if f then f:close() end
+  return stat and tonumber(stat:match("%) %a (%d+)"))
+end
+
+local function pid_ns(pid) return core.fs.readlink("/proc/" .. pid .. "/ns/pid") end
+
+-- The host pids of what exec sessions run in the container whose first process is `init`:
+-- each session's first process (in the container's pid namespace, its parent outside it,
+-- where the engine's monitor is) and everything beneath it. The container's own first
+-- process and its tree are left, as is what an exec left behind (reparented to it).
+local function exec_processes(init, ns)
+  local parent, children = {}, {}
+  for _, name in ipairs(core.fs.listdir("/proc") or {}) do
+    local pid = name:match("^%d+$") and tonumber(name)
+    if pid and pid_ns(pid) == ns then
+      local pp = parent_of(pid)
+      if pp then
+        parent[pid] = pp
+        children[pp] = children[pp] or {}
+        table.insert(children[pp], pid)
+      end
+    end
+  end
+  local out, queue = {}, {}
+  for pid, pp in pairs(parent) do
+    if pid ~= init and not parent[pp] then queue[#queue + 1] = pid end
+  end
+  while #queue > 0 do
+    local pid = table.remove(queue)
+    out[#out + 1] = pid
+    for _, c in ipairs(children[pid] or {}) do queue[#queue + 1] = c end
+  end
+  return out
+end
+
+-- Stops the exec sessions' processes until no new one appears (a stopped process can
+-- neither fork nor exit and have its pid reused), each checked in the container's pid
+-- namespace once stopped, then kills them.
+local function kill_exec_processes(init, ns)
+  local stopped = {}
+  for _ = 1, 50 do
+    local grew = false
+    for _, pid in ipairs(exec_processes(init, ns)) do
+      if not stopped[pid] and core.proc.kill(pid, 19) then -- SIGSTOP
+        if pid_ns(pid) == ns then
+          stopped[pid], grew = true, true
+        else
+          core.proc.kill(pid, 18) -- SIGCONT: the pid was reused outside the container
+        end
+      end
+    end
+    if not grew then break end
+  end
+  for pid in pairs(stopped) do
+    if pid_ns(pid) == ns then core.proc.kill(pid, 9) end
+  end
+end
+
+-- Ends an exec in the started container at its wall: its sessions' processes are killed
+-- until the engine's client returns (the session may still be starting). When they
+-- cannot be found from here, or the client is still there after EXEC_GRACE, the
+-- container is removed, its started command with it.
+local function end_exec(run, deadline)
+  local out = M.call({ "inspect", "--format", "{{.State.Pid}}", run.name })
+  local init = tonumber(out and out:match("%d+"))
+  local ns = init and init > 1 and pid_ns(init)
+  local grace = math.min(deadline, core.clock.monotime() + M.EXEC_GRACE)
+  while ns and run.proc:running() and core.clock.monotime() < grace do
+    kill_exec_processes(init, ns)
+    run.proc:wait(0.1)
+  end
+  if run.proc:running() then M.remove(run.name) end
+end
+
+-- Ends a run: at its wall (`kill`), its exec's processes, or its container, are killed;
+-- then the client is waited for, its stderr forwarded to the end, and its private
+-- directory removed. A container's removal is repeated until the engine's client has
+-- exited: asked while the engine is still creating the container, `rm` finds nothing,
+-- and the container then started (a wall of 0.5 s let a command run on past it).
 local function finish(run, kill)
   local deadline = core.clock.monotime() + M.config.timeout
+  if kill and run.joined then end_exec(run, deadline) end
   while kill and not run.joined and run.proc:running() and core.clock.monotime() < deadline do
     M.remove(run.name)
     run.proc:wait(0.5)
   end
   if kill and not run.joined then M.remove(run.name) end
   if run.proc:running() then run.proc:wait(math.max(0, deadline - core.clock.monotime())) end
+  if run.proc:running() then
+    run.proc:kill()
+    run.proc:wait()
+  end
   run.proc:close()
-  os.remove(run.env)
+  if run.feed then
+    run.feed.on()
+    run.feed.fd:close()
+  end
+  if run.out then run.out:close() end
+  core.fs.remove_tree(run.dir)
+end
+
+-- What the engine said on a failed run's stderr: the feed's last bytes, or the end of
+-- the output file it wrote to.
+local function engine_words(run)
+  local text = run.feed and run.feed.kept
+  if not text and run.output then
+    if run.out then run.out:flush() end
+    text = read_all(run.output):sub(-STDERR_KEPT)
+  end
+  text = (text or ""):gsub("^%s+", ""):gsub("%s+$", "")
+  if text == "" then return "the engine wrote nothing on stderr corral could read" end
+  return text
 end
 
 -- How a run ended: `limit = "memory"` when it was SIGKILLed under a memory cap while the
@@ -414,12 +583,14 @@ end
 -- is gone with the container.
 local function classify(sb, run, code)
   local result = { code = code, how = "exited" }
-  if code == 125 then
+  -- 125 is also a command's own status: with the client's stderr read, the engine's
+  -- failure is the one it said an error about (podman's "Error: …", docker's too)
+  if code == 125 and not (run.feed and not run.feed.kept:find("Error", 1, true)) then
     for tag, mark in pairs(image_ready) do
       if type(mark) == "string" then os.remove(mark) image_ready[tag] = nil end
     end
-    return nil, errors.cannot_enforce("oci", "`" .. shell.join(run.argv) .. "` failed (status 125: the " ..
-      "engine's own error, on the run's stderr)")
+    return nil, errors.cannot_enforce("oci", "`" .. shell.join(run.argv) .. "` failed (status 125: " ..
+      engine_words(run) .. ")")
   end
   if code == 128 + 9 and sb.limits and sb.limits.memory and oom_kills() > run.oom_kills then
     result.limit = "memory"
@@ -427,55 +598,38 @@ local function classify(sb, run, code)
   return result
 end
 
--- The infrastructure container holding a published port's network: it only sleeps.
-local function start_infra(sb, st)
-  local eng = M.engine()
-  local root = tenant_root.plan(sb, st)
-  local img, err = M.image(root)
-  if not img then return nil, err end
-  local name = container_name(sb) .. "-net"
-  local args = { "run", "--detach", "--rm", "--name", name }
-  local flags = root_flags(sb, st, root, eng)
-  flags[#flags] = "bridge" -- replaces none
-  table.move(flags, 1, #flags, #args + 1, args)
-  for _, v in ipairs({ "--publish", "127.0.0.1::" .. sb.service_port, img, "/bin/sleep", "2147483647" }) do
-    args[#args + 1] = v
-  end
-  local _, rerr = M.call(args)
-  if rerr then return nil, rerr end
-  st.infra = name
-  local out, perr = M.call({ "port", name, sb.service_port .. "/tcp" })
-  if not out then return nil, perr end
-  st.addr = out:match("(127%.0%.0%.1:%d+)")
-  if not st.addr then
-    return nil, errors.cannot_enforce("network_restriction", "the engine published no 127.0.0.1 port: " .. out)
-  end
-  return true
-end
-
 --- Removes the containers of corral processes that are gone (SIGKILL leaves them no
 -- chance to): when some process's mark (`owner-PID`) outlived it, every container
--- labelled `corral.owner=PID` whose PID has no process.
+-- labelled `corral.owner=PID` whose PID has no process. A mark goes only once its
+-- containers have, so one the engine could not remove is tried again by the next sweep.
 -- @treturn integer how many were removed
 function M.sweep()
-  for _, pattern in ipairs({ "^env%-(%d+)%-%d+$", "^out%-(%d+)%-%d+$", "^out%-(%d+)%-%d+%.err$",
-                             "^root%-(%d+)%.tar$" }) do
-    resources.sweep(scratch_dir(), pattern, os.remove)
-  end
-  local dead = resources.sweep(scratch_dir(), "^owner%-(%d+)$", os.remove)
-  if dead == 0 then return 0 end
-  local out = M.call({ "ps", "--all", "--filter", "label=corral.owner", "--format",
+  local dir = scratch_dir()
+  resources.sweep(dir, "^call%-(%d+)%-%w+$", core.fs.remove_tree)
+  resources.sweep(dir, "^root%-(%d+)%.tar$", os.remove)
+  local dead = {}
+  resources.sweep(dir, "^owner%-(%d+)$", function(path)
+    dead[#dead + 1] = path
+    return true
+  end)
+  if #dead == 0 then return 0 end
+  local out, err = M.call({ "ps", "--all", "--filter", "label=corral.owner", "--format",
     "{{.Names}} {{index .Labels \"corral.owner\"}}" })
-  local removed = 0
-  for name, pid in (out or ""):gmatch("(%S+) (%d+)\n") do
-    if not core.fs.lstat("/proc/" .. pid) and M.remove(name) then removed = removed + 1 end
+  if err then return 0 end
+  local removed, kept = 0, {}
+  for name, pid in out:gmatch("(%S+) (%d+)\n") do
+    if not core.fs.lstat("/proc/" .. pid) then
+      if M.remove(name) then removed = removed + 1 else kept[pid] = true end
+    end
+  end
+  for _, path in ipairs(dead) do
+    if not kept[path:match("(%d+)$")] then os.remove(path) end
   end
   return removed
 end
 
---- Creates the storage (owned by the sandbox's host id), corral's egress plane for an
--- allowlist (before any container exists), and for a service port without one the
--- engine's published port.
+--- Creates the storage (owned by the sandbox's host id) and, for an allowlist or a
+-- service_port, corral's egress plane (before any container exists).
 function M.provision(sb)
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
   local eng, why = M.engine()
@@ -487,19 +641,19 @@ function M.provision(sb)
     M.sweep()
     write_private(scratch_dir() .. "/owner-" .. core.proc.getpid(), "")
   end
-  if sb.network and eng.kind ~= "podman" then
-    return nil, errors.cannot_enforce("network_restriction", "an egress allowlist under oci needs podman " ..
-      "(--network ns:PATH); " .. eng.path .. " cannot join corral's netns")
+  if (sb.network or sb.service_port) and eng.kind ~= "podman" then
+    return nil, errors.cannot_enforce("network_restriction", (sb.network and "an egress allowlist" or
+      "a service_port") .. " under oci needs podman (--network ns:PATH joins corral's own netns); " .. eng.path ..
+      " cannot join it, and corral does not put a sandbox on an engine network")
   end
-  -- corral's plane only with an allowlist; the engine's caps instead of corral's cgroup.
+  -- the engine's caps instead of corral's cgroup
   local view = {}
   for k, v in pairs(sb) do view[k] = v end
-  view.limits, view.service_port = nil, sb.network and sb.service_port or nil
+  view.limits = nil
   local st, err = resources.acquire(setmetatable(view, getmetatable(sb)))
   if not st then return nil, err end
   state[sb.id] = st
   local ok, ierr = M.image(tenant_root.plan(sb, st))
-  if ok and sb.service_port and not sb.network then ok, ierr = start_infra(sb, st) end
   if not ok then
     M.destroy(sb)
     return nil, ierr
@@ -527,10 +681,10 @@ function M.exec(sb, argv, opts)
   local st = state[sb.id]
   if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
   opts = opts or {}
-  local run, err = spawn(sb, st, argv, opts)
+  local run, err = spawn(sb, st, argv, opts, true)
   if not run then return nil, err end
   local code = require("corral.egress.loop").wait(run.proc, { serve = st.plane ~= nil,
-    wall = sb.limits and sb.limits.wall, signals = opts.signals })
+    wall = sb.limits and sb.limits.wall, signals = opts.signals, feeds = { run.feed } })
   if not code then
     finish(run, true)
     return { code = 128 + 9, how = "killed", limit = "wall" }
@@ -569,12 +723,7 @@ function M.destroy(sb)
   local st = state[sb.id]
   if not st then return true end
   M.stop(sb)
-  local ok, err = true, nil
-  if st.infra then
-    ok, err = M.remove(st.infra)
-    st.infra, st.addr = nil, nil
-  end
-  resources.release(st)
+  local ok, err = resources.release(st)
   state[sb.id] = nil
   if next(state) == nil and swept then
     os.remove(scratch_dir() .. "/owner-" .. core.proc.getpid())
@@ -593,12 +742,9 @@ function M.status(sb)
 end
 
 --- Where the sandbox's service_port is reachable from the host: `true,
--- "127.0.0.1:PORT"` (the engine, or corral's plane with an allowlist, chose PORT), or
--- `true, nil`.
+-- "127.0.0.1:PORT"` (corral's inbound relay; the kernel chose PORT), or `true, nil`.
 function M.address(sb)
-  local st = state[sb.id]
-  if st and st.addr then return true, st.addr end
-  return resources.address(st)
+  return resources.address(state[sb.id])
 end
 
 --- Serves the egress loop for `seconds` while a started sandbox runs.
@@ -611,7 +757,6 @@ function M.containers(sb)
   local st = state[sb.id]
   local out = {}
   if st and st.name then out[#out + 1] = st.name end
-  if st and st.infra then out[#out + 1] = st.infra end
   return out
 end
 
