@@ -176,7 +176,7 @@ uninstall:
 	-rmdir $(DESTDIR)$(INST_LIBDIR)/corral
 
 lint:
-	luacheck lua tests scripts/*.lua scripts/examples/*.lua
+	luacheck lua tests scripts/*.lua scripts/bench/*.lua scripts/examples/*.lua
 	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/gen/*.c tests/c/*.[ch]
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
