@@ -4,39 +4,26 @@
 --   build/corral scripts/bench/cycles.lua [--json] [N] [api|cli|both]
 --
 -- Each cycle is the real path with real clients: a sandbox with an allowlist and limits
--- (`--allow bench.test:PORT --pids 64 --memory 256M`, its own cgroup, netns, ruleset,
+-- (`--allow bench.test:5201 --pids 64 --memory 256M`: its own cgroup, netns, ruleset,
 -- DNS responder and acceptor), whose tenant looks the name up (getent) and sends a line
--- through the relay to a listener this driver holds (nc), then ends. `api` drives
--- corral.provision / exec / destroy in this one process (so this process's own fds count
--- too); `cli` runs `corral run` as a user types it.
+-- through the relay to a server the driver started (nc to socat), then ends. `api`
+-- drives corral.provision / exec / destroy in this one process (so the driver's own fds
+-- count too); `cli` runs `corral run` as a user types it.
 --
--- The machine is shared with other corral processes, so the census must see this run's
--- objects alone. As root the driver moves itself into a cgroup of its own beneath each
--- of its cgroups (corral makes a sandbox's cgroup beneath its caller's), and runs the
--- cycles in new pid, mount and network namespaces with /tmp and /run/corral on tmpfs of
--- their own: every process, orphan (pid 1 here inherits them), network namespace,
--- mount, nft table in the caller's netns, temporary directory and control socket the
--- census sees is this run's. Afterwards it moves back and removes its cgroups (a leaked
--- sandbox cgroup beneath them is reported, then removed).
---
--- Counted (the census):
---   processes     every process in the pid namespace but the driver
---   netns         network namespaces referenced by any process, thread or fd, or by a mount
---   nsfs mounts   namespaces bound to a file in the mount namespace
---   mounts        lines of /proc/self/mountinfo
---   cgroups       directories beneath the driver's own cgroups, in every hierarchy
---   nft tables    `nft list tables` in the caller's netns
---   driver fds    this process's open fds
---   temp dirs     /tmp/corral-*
---   registrations control sockets in corral's runtime directory (/run/corral/0)
+-- The census and the private world it is taken in (a cgroup and pid, mount and network
+-- namespaces of the run's own, /tmp and /run/corral on tmpfs) are scripts/bench/census.lua's.
 -- Each counter is shown to see a leak: a sandbox alive (through the API, and a `corral
 -- run` holding its tenant) raises every counter it holds; a mount, an nsfs mount and an
 -- nft table made by the driver raise the three a sandbox never touches.
 local core = require "corral.core"
 local shell = require "corral.shell"
+package.path = (core.proc.host_executable():match("^(.*)/build/[^/]+$") or ".") .. "/scripts/bench/?.lua;" ..
+  package.path
+local census = require "census"
 
-local HOST = core.proc.host_executable()
-local ROOT = HOST:match("^(.*)/build/[^/]+$") or "."
+local HOST = census.HOST
+local slurp, COUNTERS = census.slurp, census.COUNTERS
+local new_items = census.new_items
 
 local args = { n = 1000, mode = "both" }
 local rest = {}
@@ -50,228 +37,6 @@ end
 if #rest > 0 then
   io.stderr:write("usage: corral scripts/bench/cycles.lua [--json] [N] [api|cli|both]\n")
   os.exit(2)
-end
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, text)
-  local f, err = io.open(path, "w")
-  if not f then return nil, err end
-  local ok, werr = f:write(text)
-  f:close()
-  return ok, werr
-end
-
--- ---------------------------------------------------------------------------------------
--- Outside: a cgroup of the driver's own, the namespaces, and the result passed through.
-
-local function own_cgroups()
-  local info = core.cgroup.info()
-  local seen, list = {}, {}
-  for _, p in pairs(info and info.paths or {}) do
-    local real = core.path.resolve(p) or p
-    if not seen[real] then
-      seen[real] = true
-      list[#list + 1] = real
-    end
-  end
-  table.sort(list)
-  return list
-end
-
-local function rmdir_tree(dir)
-  local removed = {}
-  for _, name in ipairs(core.fs.listdir(dir) or {}) do
-    local st = core.fs.lstat(dir .. "/" .. name)
-    if st and st.type == "dir" then
-      for _, r in ipairs(rmdir_tree(dir .. "/" .. name)) do removed[#removed + 1] = r end
-      if os.remove(dir .. "/" .. name) then removed[#removed + 1] = dir .. "/" .. name end
-    end
-  end
-  return removed
-end
-
-local function outside()
-  if core.proc.geteuid() ~= 0 then
-    io.stderr:write("cycles: needs root (its own cgroup and namespaces, so the census sees this run alone)\n")
-    os.exit(3)
-  end
-  local pid = core.proc.getpid()
-  local name = "corral-cycles-" .. pid
-  local made = {}
-  local function leave()
-    local leaked = {}
-    for _, parent in ipairs(made) do
-      write(parent .. "/cgroup.procs", tostring(pid))
-      local dir = parent .. "/" .. name
-      if not os.remove(dir) then
-        for _, r in ipairs(rmdir_tree(dir)) do leaked[#leaked + 1] = r end
-        os.remove(dir)
-      end
-    end
-    return leaked
-  end
-  for _, parent in ipairs(own_cgroups()) do
-    local dir = parent .. "/" .. name
-    local ok, err = core.fs.mkdir(dir, tonumber("755", 8))
-    if not ok then
-      leave()
-      io.stderr:write("cycles: " .. tostring(err) .. "\n")
-      os.exit(1)
-    end
-    made[#made + 1] = parent
-    local wok, werr = write(dir .. "/cgroup.procs", tostring(pid))
-    if not wok then
-      leave()
-      io.stderr:write("cycles: moving into " .. dir .. ": " .. tostring(werr) .. "\n")
-      os.exit(1)
-    end
-  end
-  os.execute("mkdir -p /run/corral")
-  local inner = { "unshare", "--pid", "--fork", "--mount-proc", "--net", "--propagation", "private",
-    "sh", "-c", "ip link set lo up && mount -t tmpfs -o mode=1777 corral-cycles-tmp /tmp && " ..
-    "mount -t tmpfs -o mode=0755 corral-cycles-run /run/corral && exec \"$@\"", "sh",
-    HOST, ROOT .. "/scripts/bench/cycles.lua", "--inside", "--json", tostring(args.n), args.mode }
-  local p = assert(io.popen(shell.join(inner), "r"))
-  local out = p:read("a")
-  local ok, how, code = p:close()
-  local leaked = leave()
-  local json = require "dkjson"
-  local result = json.decode(out)
-  if not result then
-    io.stderr:write("cycles: the run inside its namespaces failed (" .. tostring(how) .. " " .. tostring(code) ..
-      "):\n" .. out .. "\n")
-    os.exit(1)
-  end
-  result.cgroups_left = leaked
-  result.ok = ok and result.ok and #leaked == 0
-  return result
-end
-
--- ---------------------------------------------------------------------------------------
--- Inside: the census and the cycles.
-
-local function numeric_entries(dir)
-  local out = {}
-  for _, n in ipairs(core.fs.listdir(dir) or {}) do
-    if n:match("^%d+$") then out[#out + 1] = n end
-  end
-  return out
-end
-
-local function count_table(t)
-  local n = 0
-  for _ in pairs(t) do n = n + 1 end
-  return n
-end
-
-local function mountinfo()
-  local lines, nsfs = {}, {}
-  for line in (slurp("/proc/self/mountinfo") or ""):gmatch("[^\n]+") do
-    lines[#lines + 1] = line
-    local root, fstype = line:match("^%S+ %S+ %S+ (%S+) .- %- (%S+)")
-    if fstype == "nsfs" then nsfs[#nsfs + 1] = root end
-  end
-  return lines, nsfs
-end
-
-local function cgroup_dirs(list, dir, depth)
-  if depth > 8 then return end
-  for _, n in ipairs(core.fs.listdir(dir) or {}) do
-    local p = dir .. "/" .. n
-    local st = core.fs.lstat(p)
-    if st and st.type == "dir" then
-      list[#list + 1] = p
-      cgroup_dirs(list, p, depth + 1)
-    end
-  end
-end
-
-local function rss_kib()
-  return tonumber((slurp("/proc/self/status") or ""):match("VmRSS:%s+(%d+)")) or 0
-end
-
---- What could be left behind, counted; `items` keeps what each count is of.
-local function census()
-  collectgarbage()
-  local me = tostring(core.proc.getpid())
-  local c, items = {}, {}
-  -- processes first: the census itself spawns `nft` last
-  local procs = {}
-  for _, pid in ipairs(numeric_entries("/proc")) do
-    if pid ~= me then
-      local comm = (slurp("/proc/" .. pid .. "/comm") or "?"):gsub("\n", "")
-      procs[#procs + 1] = pid .. ":" .. comm
-    end
-  end
-  c.processes, items.processes = #procs, procs
-  local fds = core.fs.listdir("/proc/self/fd") or {}
-  local fd_links = {}
-  for _, fd in ipairs(fds) do
-    local link = core.fs.readlink("/proc/self/fd/" .. fd)
-    -- less the listing's own
-    if link and not link:match("^/proc/%d+/fd$") then fd_links[#fd_links + 1] = fd .. " " .. link end
-  end
-  c["driver fds"], items["driver fds"] = #fd_links, fd_links
-  local netns = {}
-  local function note(link, where)
-    if link and link:match("^net:%[") then netns[link] = netns[link] or where end
-  end
-  for _, pid in ipairs(numeric_entries("/proc")) do
-    for _, tid in ipairs(numeric_entries("/proc/" .. pid .. "/task")) do
-      note(core.fs.readlink("/proc/" .. pid .. "/task/" .. tid .. "/ns/net"), "task " .. tid)
-    end
-    for _, fd in ipairs(numeric_entries("/proc/" .. pid .. "/fd")) do
-      note(core.fs.readlink("/proc/" .. pid .. "/fd/" .. fd), "fd " .. pid .. "/" .. fd)
-    end
-  end
-  local mounts, nsfs = mountinfo()
-  for _, root in ipairs(nsfs) do note(root, "nsfs mount") end
-  items.netns = {}
-  for link, where in pairs(netns) do items.netns[#items.netns + 1] = link .. " (" .. where .. ")" end
-  c.netns = count_table(netns)
-  c["nsfs mounts"], items["nsfs mounts"] = #nsfs, nsfs
-  c.mounts, items.mounts = #mounts, mounts
-  local cg = {}
-  for _, own in ipairs(own_cgroups()) do cgroup_dirs(cg, own, 0) end
-  c.cgroups, items.cgroups = #cg, cg
-  local tmp = {}
-  for _, n in ipairs(core.fs.listdir("/tmp") or {}) do
-    if n:match("^corral%-") then tmp[#tmp + 1] = "/tmp/" .. n end
-  end
-  c["temp dirs"], items["temp dirs"] = #tmp, tmp
-  local socks = {}
-  local rdir = "/run/corral/" .. core.proc.geteuid()
-  for _, n in ipairs(core.fs.listdir(rdir) or {}) do
-    if n:match("%.sock$") then socks[#socks + 1] = rdir .. "/" .. n end
-  end
-  c.registrations, items.registrations = #socks, socks
-  local tables = {}
-  local p = io.popen("nft list tables 2>&1")
-  for line in p:lines() do if line:match("^table ") then tables[#tables + 1] = line end end
-  p:close()
-  c["nft tables"], items["nft tables"] = #tables, tables
-  c["driver RSS KiB"] = rss_kib()
-  c["driver Lua KiB"] = math.floor(collectgarbage("count"))
-  for _, list in pairs(items) do table.sort(list) end
-  return c, items
-end
-
-local COUNTERS = { "processes", "netns", "nsfs mounts", "mounts", "cgroups", "nft tables", "driver fds",
-  "temp dirs", "registrations" }
-
--- What is in `now` and in none of the `earlier` lists.
-local function new_items(now, ...)
-  local seen, out = {}, {}
-  for _, list in ipairs({ ... }) do for _, v in ipairs(list) do seen[v] = true end end
-  for _, v in ipairs(now) do if not seen[v] then out[#out + 1] = v end end
-  return out
 end
 
 local WORK = "/tmp/cycles-work"
@@ -343,7 +108,7 @@ local function inside()
   for _, m in ipairs(modes) do m.cycle(0) end
   local received_before = received()
 
-  local before, before_items = census()
+  local before, before_items = census.census()
   local t0 = core.clock.monotime()
   local seconds = {}
   for _, m in ipairs(modes) do
@@ -352,14 +117,10 @@ local function inside()
     seconds[m.name] = core.clock.monotime() - s
   end
   local elapsed = core.clock.monotime() - t0
-  local after, after_items = census()
-  -- A leak is an object that was not there before. Counts alone would not do: an object
-  -- can also go while the cycles run (a mount whose mount point another process removed
-  -- on the host is detached here too), and hide one that came.
-  local grew, gone = {}, {}
+  local after, after_items = census.census()
+  -- a leak is an object that was not there before (census.lua says why not counts alone)
+  local grew, gone = census.grew(before, before_items, after, after_items), {}
   for _, k in ipairs(COUNTERS) do
-    local n = new_items(after_items[k], before_items[k])
-    if #n > 0 or after[k] > before[k] then grew[k] = n end
     local g = new_items(before_items[k], after_items[k])
     if #g > 0 then gone[k] = g end
   end
@@ -369,7 +130,7 @@ local function inside()
   if args.mode ~= "cli" then
     local sb = api_sandbox("control")
     assert(corral.provision("native", sb))
-    alive_items.api = select(2, census())
+    alive_items.api = select(2, census.census())
     assert(corral.destroy("native", sb))
   end
   if args.mode ~= "api" then
@@ -382,7 +143,7 @@ local function inside()
     while not core.fs.lstat(WORK .. "/control/up") and core.clock.monotime() < deadline do
       os.execute("sleep 0.02")
     end
-    alive_items.cli = select(2, census())
+    alive_items.cli = select(2, census.census())
     p:write("end\n")
     p:close()
     os.execute("rm -rf " .. WORK .. "/control")
@@ -391,9 +152,9 @@ local function inside()
   os.execute("mkdir -p " .. mnt .. " && mount -t tmpfs corral-cycles-control " .. mnt ..
     " && touch " .. nsfile .. " && mount --bind /proc/self/ns/net " .. nsfile ..
     " && nft add table inet corral_cycles_control")
-  alive_items.made = select(2, census())
+  alive_items.made = select(2, census.census())
   os.execute("umount " .. mnt .. "; umount " .. nsfile .. "; nft delete table inet corral_cycles_control")
-  local final, final_items = census()
+  local final, final_items = census.census()
   -- what each control's object added (there while it existed, neither before nor after)
   -- and what the controls left
   local seen, left = {}, {}
@@ -424,7 +185,7 @@ if args.inside then
   os.exit(0)
 end
 
-local r = outside()
+local r = census.run_private("scripts/bench/cycles.lua", { "--json", tostring(args.n), args.mode })
 if args.json then
   io.write(require("dkjson").encode(r), "\n")
   os.exit(r.ok and 0 or 1)
