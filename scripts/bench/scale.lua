@@ -186,12 +186,14 @@ local m0, m1 = r.memory.before, r.memory.alive
 print("host memory per sandbox (alive, less before, / " .. n .. "):")
 print(string.format("  corral process: RSS %.0f KiB, PSS %.0f KiB (%d processes)", r.corral.rss_kib / r.corral.n,
   r.corral.pss_kib / r.corral.n, r.corral.n))
-print(string.format("  tenant (sleep): RSS %.0f KiB, PSS %.0f KiB (%d processes)", r.tenants.rss_kib / math.max(1, r.tenants.n),
-  r.tenants.pss_kib / math.max(1, r.tenants.n), r.tenants.n))
+local tn = math.max(1, r.tenants.n)
+print(string.format("  tenant (sleep): RSS %.0f KiB, PSS %.0f KiB (%d processes)", r.tenants.rss_kib / tn,
+  r.tenants.pss_kib / tn, r.tenants.n))
 if m0.cgroup and m1.cgroup then
+  local kernel = (m0.cgroup_kernel and m1.cgroup_kernel) and
+    string.format("%.0f KiB", (m1.cgroup_kernel - m0.cgroup_kernel) / 1024 / n) or "not readable"
   print(string.format("  the run's memory cgroup: %.0f KiB, of which kernel %s", (m1.cgroup - m0.cgroup) / 1024 / n,
-    (m0.cgroup_kernel and m1.cgroup_kernel) and string.format("%.0f KiB", (m1.cgroup_kernel - m0.cgroup_kernel) / 1024 / n)
-    or "not readable"))
+    kernel))
 end
 print(string.format("  the machine's slab (others move it too): %.0f KiB; MemAvailable fell %.0f KiB",
   (m1.slab_kib - m0.slab_kib) / n, (m0.available_kib - m1.available_kib) / n))
