@@ -224,5 +224,5 @@ for k, list in pairs(r.gone) do
 end
 for _, f in ipairs(r.failures) do print("FAILED " .. f) end
 for _, c in ipairs(r.cgroups_left) do print("LEFT a cgroup: " .. c) end
-print(r.ok and "no growth: every counter is back where it was" or "LEAK or failure: see above")
+print(r.ok and "no growth: nothing was there after that was not there before" or "LEAK or failure: see above")
 os.exit(r.ok and 0 or 1)
