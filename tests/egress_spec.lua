@@ -266,9 +266,22 @@ describe("egress #root #netns", function()
     assert.is_true(ok)
     local host_port = tonumber(addr:match("^127%.0%.0%.1:(%d+)$"))
     assert.truthy(host_port, addr)
-    assert(corral.start("native", a, { "socat", "TCP-LISTEN:8000,fork,reuseaddr", "SYSTEM:echo service-a" }))
+    -- A's own word that it listens (socat's notice), never a connect before B's attempt
+    local a_log = root .. "/a-log"
+    assert(corral.start("native", a, { "socat", "-d", "-d", "TCP-LISTEN:8000,fork,reuseaddr",
+      "SYSTEM:echo service-a" }, { output = a_log }))
     local native = require "corral.mechanism.native"
-    native.serve(0.5)
+    for _ = 1, 50 do
+      if (h.read(a_log) or ""):find("listening on", 1, true) then break end
+      native.serve(0.1)
+    end
+    assert.matches("listening on", h.read(a_log) or "")
+    -- the attempt: B at A's published port and at A's port on its own loopback
+    local out_path = root .. "/out"
+    assert(corral.exec("native", b, { "sh", "-c", "nc -w 1 127.0.0.1 " .. host_port ..
+      " </dev/null; echo rc1=$?; nc -w 1 127.0.0.1 8000 </dev/null; echo rc2=$?; " ..
+      "curl -s --max-time 5 http://pypi.org:8080/index.html" }, { output = out_path }))
+    -- the control, after the attempt: the host reaches A's service through the relay
     local got = ""
     for _ = 1, 20 do
       local c = corral.core.sock.connect("127.0.0.1", host_port, 2)
@@ -283,16 +296,12 @@ describe("egress #root #netns", function()
       if got:find("service%-a") then break end
       native.serve(0.1)
     end
-    assert.matches("service%-a", got) -- control: the host reaches the service
-    local out_path = root .. "/out"
-    assert(corral.exec("native", b, { "sh", "-c", "nc -w 1 127.0.0.1 " .. host_port ..
-      " </dev/null; echo rc1=$?; nc -w 1 127.0.0.1 8000 </dev/null; echo rc2=$?; " ..
-      "curl -s --max-time 5 http://pypi.org:8080/index.html" }, { output = out_path }))
     corral.destroy("native", a)
     corral.destroy("native", b)
     local out = h.read(out_path)
     h.rmrf(root)
     assert.is_nil(out:find("service-a", 1, true), out)
+    assert.matches("service%-a", got) -- control: the host reaches the service after B's attempt
     assert.matches("hello%-from%-the%-internet", out) -- b's own egress works
   end)
 

@@ -309,3 +309,26 @@ describe("REPL on live sandboxes #root", function()
     assert.are.same({}, registrations(killed))
   end)
 end)
+
+describe("conformance() in the REPL #root", function()
+  it("runs the suite and returns the report, printed as a table the console reads back", function()
+    local out, code = pty.repl("-i", { 'conformance("native", {only = "privilege"})\n', "os.exit(0)\n" }, nil, 60)
+    assert.are.equal(0, code, out)
+    -- the printed result is a Lua constructor: between the call's echo and the next prompt
+    local text = out:match('corral> conformance%("native", {only = "privilege"}%)\n(.-)\ncorral> ')
+    assert.truthy(text, out)
+    local report = assert(load("return " .. text, "=printed", "t", {}))()
+    assert.are.equal("native", report.mechanism)
+    local ids = {}
+    for _, c in ipairs(require("corral.conformance").checks("privilege")) do ids[#ids + 1] = c.id end
+    assert.are.equal(#ids, #report.results)
+    for i, r in ipairs(report.results) do
+      assert.are.equal(ids[i], r.id)
+      assert.are.equal("held", r.outcome, r.id .. ": " .. tostring(r.detail))
+    end
+    assert.are.same({ breached = 0, held = #ids, total = #ids, unavailable = 0, void = 0 },
+      report.census.groups.privilege)
+    assert.are.equal(#ids, report.census.held)
+    assert.is_nil(report.census.groups.filesystem) -- only the group asked for ran
+  end)
+end)

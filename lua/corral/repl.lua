@@ -258,8 +258,11 @@ function M.step(spec)
 end
 
 --- Runs the conformance suite (see corral.conformance.run) and returns its report.
-function M.conformance(...)
-  return require("corral.conformance").run(...)
+-- @param mechanism a built-in name, a path to a .lua file, or a table
+-- @tparam[opt] table opts `only`, `ids`, `credentials`, `progress`
+-- @treturn table `{mechanism =, results =, census =, seconds =}`, or nil and an error
+function M.conformance(mechanism, opts)
+  return require("corral.conformance").run(mechanism, opts)
 end
 
 -- ---- help ------------------------------------------------------------------------------
@@ -308,8 +311,10 @@ helper's id argument may then be left out.]] },
   { name = "step", usage = "step{argv..., grants =} / step{s2 = code}",
     brief = "one step at the best tier (corral.tier)",
     long = "Returns the step's receipt; its result field holds what the step returned." },
-  { name = "conformance", usage = "conformance(mechanism)", brief = "the conformance report of a mechanism",
-    long = "As `corral conformance`: each guarantee held, breached, unavailable or void." },
+  { name = "conformance", usage = "conformance(mechanism, [opts])", brief = "the conformance report of a mechanism",
+    long = [[As `corral conformance`: each guarantee held, breached, unavailable or void, and the
+census. opts: {only = "privilege" or a list of groups, ids = {[id] = true}, credentials =
+a probe hook, progress = fn(result, i, n)}.]] },
 }
 
 local by_name = {}
