@@ -1,8 +1,9 @@
 /*
- * core.rootplan: the root plan (core/lib/rootplan.c) for Lua, so the tenant mechanisms
- * and the confinement module show and refuse the same paths as exec-confined.
+ * core.rootplan: the root plan (core/lib/rootplan.c) for Lua, so the tenant mechanisms,
+ * the confinement module and tier S1 show and refuse the same paths as exec-confined.
  *
  *   runtime_paths() -> {path, ...}   masked_paths() -> {...}   system_paths() -> {...}
+ *   program_paths()   startup_files()   network_files()   data_devices() -> {...}
  *   check_boundary(resolved) -> true | nil, reason, kind
  */
 #include <limits.h>
@@ -37,6 +38,26 @@ static int l_system_paths(lua_State *L)
     return push_list(L, corral_rootplan_system);
 }
 
+static int l_program_paths(lua_State *L)
+{
+    return push_list(L, corral_rootplan_programs);
+}
+
+static int l_startup_files(lua_State *L)
+{
+    return push_list(L, corral_rootplan_startup_files);
+}
+
+static int l_network_files(lua_State *L)
+{
+    return push_list(L, corral_rootplan_network_files);
+}
+
+static int l_data_devices(lua_State *L)
+{
+    return push_list(L, corral_rootplan_data_devices);
+}
+
 /* check_boundary(resolved): reason follows the path in a message ("would confine
  * nothing"), kind is "root", "system" or "runtime". */
 static int l_check_boundary(lua_State *L)
@@ -59,6 +80,10 @@ int corral_open_rootplan(lua_State *L)
     static const luaL_Reg fns[] = {{"runtime_paths", l_runtime_paths},
                                    {"masked_paths", l_masked_paths},
                                    {"system_paths", l_system_paths},
+                                   {"program_paths", l_program_paths},
+                                   {"startup_files", l_startup_files},
+                                   {"network_files", l_network_files},
+                                   {"data_devices", l_data_devices},
                                    {"check_boundary", l_check_boundary},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
