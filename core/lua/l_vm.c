@@ -329,7 +329,8 @@ static void read_opts(lua_State *O, struct vm *v)
     lua_pop(O, 3);
     if (lua_getfield(O, 2, "read") == LUA_TTABLE) {
         lua_Integer n = luaL_len(O, -1);
-        if (n > MAX_READ_GRANTS) luaL_error(O, "vm.eval: at most %d read grants", MAX_READ_GRANTS);
+        if (n > MAX_READ_GRANTS)
+            luaL_argerror(O, 2, lua_pushfstring(O, "at most %d read grants", MAX_READ_GRANTS));
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(O, -1, i);
             const char *p = lua_tostring(O, -1);
