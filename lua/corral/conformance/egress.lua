@@ -200,7 +200,8 @@ return {
   {
     id = "egress.so_mark", needs = EG, tools = { "python3" },
     guarantee = "the tenant cannot set the mark that exempts the plane's own sockets from the redirect",
-    attempt = "setsockopt SO_MARK " .. core.nft.DEFAULT_MARK .. ", read it back, and connect marked to the host's address",
+    attempt = "setsockopt SO_MARK " .. core.nft.DEFAULT_MARK ..
+      ", read it back, and connect marked to the host's address",
     control = "allowed.test on port P reached after it; A's own storage",
     run = function(w)
       local e, why = setup(w)
@@ -210,8 +211,8 @@ return {
       local target = e.ip_srv and (e.host_ip .. " " .. e.ip_srv.port) or ("127.0.0.1 " .. e.q.port)
       local mark = core.nft.DEFAULT_MARK
       local out, ok, detail = attempt(w, e, "python3 /storage/mark.py " .. target .. " " .. n .. " " .. mark)
-      local marked = out:find("MARK:" .. mark, 1, true) and ("the kernel kept mark " .. mark .. " on the tenant's socket")
-        or nil
+      local marked = out:find("MARK:" .. mark, 1, true) and
+        ("the kernel kept mark " .. mark .. " on the tenant's socket") or nil
       return seen(e, n, out, ok, detail, marked)
     end,
   },
