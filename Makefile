@@ -62,9 +62,10 @@ HOST_LIBS = $(call libflag,$(LUA_LIBDIR)) $(call libflag,$(CAP_LIBDIR)) $(call l
 
 LIB_SRC  := $(sort $(wildcard core/lib/*.c))
 BIND_SRC := $(sort $(wildcard core/lua/*.c))
+HOST_SRC := $(sort $(wildcard core/host/*.c))
 LIB_OBJ  := $(LIB_SRC:core/lib/%.c=$(BUILD)/obj/lib/%.o)
 BIND_OBJ := $(BIND_SRC:core/lua/%.c=$(BUILD)/obj/lua/%.o)
-HEADERS  := $(wildcard core/lib/*.h core/lua/*.h)
+HEADERS  := $(wildcard core/lib/*.h core/lua/*.h core/host/*.h)
 CTEST_SRC := $(sort $(wildcard tests/c/test_*.c))
 CTEST_HDR := $(wildcard tests/c/*.h)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
@@ -95,7 +96,7 @@ $(BUILD)/gen/seccomp_tables.h: core/gen/seccomp_tables.c core/lib/seccomp.c core
 	    core/lib/seccomp.c core/lib/tier_seccomp.c $(EXT_LIBS)
 	@$(BUILD)/gen/seccomp_tables > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/lib/confine.o $(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o \
+$(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o \
     $(BUILD)/obj/lib/tier.o $(BUILD)/obj/lua/l_tier.o: \
     $(BUILD)/gen/seccomp_tables.h
 
@@ -115,12 +116,13 @@ $(CORE_SO): $(BIND_OBJ) $(LIBCORE)
 	@$(CC) $(LIBFLAG) $(SAN) $(LDFLAGS) -o $@ $(BIND_OBJ) $(LIBCORE) $(EXT_LIBS)
 
 # The host exports the Lua API (-rdynamic) so that C modules it loads (cjson, …)
-# bind to the same interpreter.
-$(HOST): core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HEADERS)
+# bind to the same interpreter. core/host also holds the exec-confined wrapper (a
+# program of its own: it prints its diagnostic and exits, which core/lib never does).
+$(HOST): $(HOST_SRC) $(BIND_OBJ) $(LIBCORE) $(HEADERS) $(BUILD)/gen/seccomp_tables.h
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(HOST_DEFS) $(CFLAGS) -fvisibility=default -rdynamic $(LDFLAGS) \
-	    -o $@ core/host/main.c $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
+	    -o $@ $(HOST_SRC) $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
 
 $(BUILD)/tests/%: tests/c/%.c $(CTEST_HDR) $(HEADERS) $(LIBCORE)
 	@mkdir -p $(dir $@)
@@ -162,7 +164,7 @@ uninstall:
 
 lint:
 	luacheck lua tests scripts/*.lua scripts/examples/*.lua
-	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.c core/gen/*.c tests/c/*.[ch]
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/gen/*.c tests/c/*.[ch]
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
 asan: deps

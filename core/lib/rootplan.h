@@ -1,7 +1,7 @@
 /*
  * The root plan: what a confined process's root shows of the host, and what may never
  * be a boundary in it. One table each, read by exec-confined's native and bubblewrap
- * layers (confine.c, confine_bwrap.c) and, through core.rootplan, by the tenant
+ * layers (core/host/confine.c, confine_bwrap.c) and, through core.rootplan, by the tenant
  * mechanisms, the Lua side of confinement and tier S1's policy.
  */
 #ifndef CORRAL_ROOTPLAN_H

@@ -432,7 +432,8 @@ static int l_fork(lua_State *L)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127); /* the host died before PDEATHSIG was armed */
+        if (getppid() != parent)
+            _exit(CORRAL_EXIT_NOTFOUND); /* the host died before PDEATHSIG was armed */
         prctl(PR_SET_CHILD_SUBREAPER, 1);
         close(rd->fd);
         rd->fd = -1;

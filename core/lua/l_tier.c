@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "caps.h"
+#include "exitcodes.h"
 #include "landlock.h"
 #include "lcorral.h"
 #include "seccomp_tables.h" /* generated, see core/gen/seccomp_tables.c */
@@ -331,7 +332,7 @@ static int l_start(lua_State *L)
          * written for that already. */
         close(p[0]);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
+        if (getppid() != parent) _exit(CORRAL_EXIT_NOTFOUND);
         struct outcome o;
         memset(&o, 0, sizeof o);
         o.step = "";
