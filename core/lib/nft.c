@@ -354,9 +354,9 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     verdict(&b, NFT_RETURN);
 
     /* A link-local destination carries its interface (the scope id binds the socket to
-     * it), so a redirect to the acceptor on ::1 was routed out of that interface and
-     * lost: the connect hung until the client's timeout (found with --link). Left
-     * unredirected, it meets the TCP reset below at once. */
+     * it), so a redirect to the acceptor on ::1 would be routed out of that interface and
+     * lost, the connect hanging until the client's timeout. Left unredirected, it meets
+     * the TCP reset below at once. */
     rule_begin(&b, table, nat);
     ip6_daddr_link_local(&b);
     verdict(&b, NFT_RETURN);
@@ -451,7 +451,7 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
 struct batch {
     char *buf;
     size_t len;
-    uint32_t seq;   /* next sequence number */
+    uint32_t seq;
     uint32_t first; /* sequence number of the first message between BEGIN and END */
     uint32_t n;     /* messages between BEGIN and END, each of which the kernel acks */
 };
