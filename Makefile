@@ -163,8 +163,9 @@ uninstall:
 	-rmdir $(DESTDIR)$(INST_LIBDIR)/corral
 
 lint:
-	luacheck lua tests scripts/*.lua scripts/examples/*.lua
-	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/gen/*.c tests/c/*.[ch]
+	luacheck lua tests scripts/*.lua scripts/examples/*.lua scripts/bench/*.lua
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/gen/*.c tests/c/*.[ch] \
+	    scripts/bench/*.c
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
 asan: deps
@@ -177,8 +178,8 @@ asan: deps
 fuzz: deps
 	@scripts/run-fuzz
 
-# The C drivers the bench scripts run (scripts/bench/*.c), built as the scripts did.
-BENCH_CFLAGS = -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Icore/lib
+# The C drivers the bench scripts run (scripts/bench/*.c), under the core's warnings.
+BENCH_CFLAGS = $(WARN) -O2 -D_GNU_SOURCE -Icore/lib
 
 $(BUILD)/bench/egress: scripts/bench/egress_bench.c $(LIBCORE) $(HEADERS)
 	@mkdir -p $(dir $@)
