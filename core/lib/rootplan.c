@@ -66,53 +66,22 @@ static const char *const network_files[] = {
 static const char *const device_paths[] = {DATA_DEVICES, "/dev/tty"};
 static const char *const data_device_paths[] = {DATA_DEVICES};
 
-const char *const *corral_rootplan_runtime(size_t *n)
-{
-    *n = N(runtime_paths);
-    return runtime_paths;
-}
+/* Each list's accessor: the table and, through n, its length. */
+#define LIST_ACCESSOR(name, table)                                                                 \
+    const char *const *name(size_t *n)                                                             \
+    {                                                                                              \
+        *n = N(table);                                                                             \
+        return table;                                                                              \
+    }
 
-const char *const *corral_rootplan_programs(size_t *n)
-{
-    *n = N(program_paths);
-    return program_paths;
-}
-
-const char *const *corral_rootplan_startup_files(size_t *n)
-{
-    *n = N(startup_files);
-    return startup_files;
-}
-
-const char *const *corral_rootplan_network_files(size_t *n)
-{
-    *n = N(network_files);
-    return network_files;
-}
-
-const char *const *corral_rootplan_masked(size_t *n)
-{
-    *n = N(masked_paths);
-    return masked_paths;
-}
-
-const char *const *corral_rootplan_system(size_t *n)
-{
-    *n = N(system_paths);
-    return system_paths;
-}
-
-const char *const *corral_rootplan_devices(size_t *n)
-{
-    *n = N(device_paths);
-    return device_paths;
-}
-
-const char *const *corral_rootplan_data_devices(size_t *n)
-{
-    *n = N(data_device_paths);
-    return data_device_paths;
-}
+LIST_ACCESSOR(corral_rootplan_runtime, runtime_paths)
+LIST_ACCESSOR(corral_rootplan_programs, program_paths)
+LIST_ACCESSOR(corral_rootplan_startup_files, startup_files)
+LIST_ACCESSOR(corral_rootplan_network_files, network_files)
+LIST_ACCESSOR(corral_rootplan_masked, masked_paths)
+LIST_ACCESSOR(corral_rootplan_system, system_paths)
+LIST_ACCESSOR(corral_rootplan_devices, device_paths)
+LIST_ACCESSOR(corral_rootplan_data_devices, data_device_paths)
 
 enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *why, size_t len)
 {
