@@ -1,4 +1,4 @@
--- The egress log (red-team findings): a DNS flood must not crowd connection decisions
+-- The egress log: a DNS flood must not crowd connection decisions
 -- out of the file, names are escaped once, every line carries the issue's fields, and
 -- queries answered FORMERR/NOTIMP are logged. Every refusal is paired, in the same test,
 -- with a control that succeeds under the same setup.

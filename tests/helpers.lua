@@ -149,6 +149,27 @@ function M.release(f)
   os.remove(f)
 end
 
+-- Clean-ups of the running test, run when it ends (see M.defer).
+local deferred = {}
+local function run_deferred()
+  local list, first = deferred, nil
+  deferred = {}
+  for i = #list, 1, -1 do
+    local ok, err = pcall(list[i])
+    if not ok and not first then first = err end
+  end
+  if first then error(first, 0) end
+end
+
+--- Runs fn when the running test ends, after the clean-ups deferred later. busted keeps
+-- only the last function a test hands to `finally`, so a test whose helpers each call
+-- it loses all but one: every clean-up goes through here instead. `finally` is the
+-- spec's own (a module does not see the spec's environment).
+function M.defer(finally, fn)
+  deferred[#deferred + 1] = fn
+  finally(run_deferred)
+end
+
 --- Waits until cond() is true, for at most `seconds`.
 function M.wait_for(cond, seconds)
   local deadline = os.time() + (seconds or 5)

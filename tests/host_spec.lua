@@ -16,7 +16,7 @@ local run = pty.run
 
 local function tempdir()
   local d = h.tmpdir("host")
-  finally(function() h.rmrf(d) end)
+  h.defer(finally, function() h.rmrf(d) end) -- a test may make several
   return d
 end
 

@@ -311,7 +311,6 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
     for (size_t i = 0; i < plan->n_binds; i++)
         s.trees[i] = -1;
 
-    /* Clone every source first: nothing mounted below can shadow one. */
     for (size_t i = 0; i < plan->n_binds; i++) {
         const struct corral_bind *b = &plan->binds[i];
         int t = sys_open_tree(AT_FDCWD, b->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);

@@ -4,7 +4,7 @@
  * detached. Files outside the plan are not hidden, they are absent, so no chmod, chown,
  * utime, unix-socket connect or device open can reach them by path.
  *
- * Used by the control-plane wrapper (confine.c) and by tenant spawns. The caller has
+ * Used by the control-plane wrapper (core/host/confine.c) and by tenant spawns. The caller has
  * already unshared a mount namespace (and a pid namespace, when proc is asked for, and
  * is that namespace's member).
  */

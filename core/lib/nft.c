@@ -354,9 +354,9 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     verdict(&b, NFT_RETURN);
 
     /* A link-local destination carries its interface (the scope id binds the socket to
-     * it), so a redirect to the acceptor on ::1 was routed out of that interface and
-     * lost: the connect hung until the client's timeout (found with --link). Left
-     * unredirected, it meets the TCP reset below at once. */
+     * it), so a redirect to the acceptor on ::1 would be routed out of that interface and
+     * lost, the connect hanging until the client's timeout. Left unredirected, it meets
+     * the TCP reset below at once. */
     rule_begin(&b, table, nat);
     ip6_daddr_link_local(&b);
     verdict(&b, NFT_RETURN);
@@ -451,7 +451,7 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
 struct batch {
     char *buf;
     size_t len;
-    uint32_t seq;   /* next sequence number */
+    uint32_t seq;
     uint32_t first; /* sequence number of the first message between BEGIN and END */
     uint32_t n;     /* messages between BEGIN and END, each of which the kernel acks */
 };
@@ -705,75 +705,58 @@ static int str_eq(const char *a, const char *b)
     return a && b && strcmp(a, b) == 0;
 }
 
-static int table_cb(const struct nlmsghdr *nlh, void *data)
+/* One callback for the three dumps: each message is parsed as the object its type names,
+ * and only what belongs to rb->table counts (the table's flags noted, at most MAX_READ
+ * chains and rules kept). */
+static int readback_cb(const struct nlmsghdr *nlh, void *data)
 {
     struct readback *rb = data;
-    struct nftnl_table *t = nftnl_table_alloc();
-    if (!t) {
+    struct nftnl_table *t = NULL;
+    struct nftnl_chain *c = NULL;
+    struct nftnl_rule *r = NULL;
+    const char *table = NULL;
+    int parsed = -1;
+    switch (NFNL_MSG_TYPE(nlh->nlmsg_type)) {
+    case NFT_MSG_NEWTABLE:
+        if ((t = nftnl_table_alloc()) && (parsed = nftnl_table_nlmsg_parse(nlh, t)) >= 0)
+            table = nftnl_table_get_str(t, NFTNL_TABLE_NAME);
+        break;
+    case NFT_MSG_NEWCHAIN:
+        if ((c = nftnl_chain_alloc()) && (parsed = nftnl_chain_nlmsg_parse(nlh, c)) >= 0)
+            table = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
+        break;
+    case NFT_MSG_NEWRULE:
+        if ((r = nftnl_rule_alloc()) && (parsed = nftnl_rule_nlmsg_parse(nlh, r)) >= 0)
+            table = nftnl_rule_get_str(r, NFTNL_RULE_TABLE);
+        break;
+    default:
+        return MNL_CB_OK;
+    }
+    int rc = MNL_CB_OK;
+    if (!t && !c && !r) {
         errno = ENOMEM;
-        return MNL_CB_ERROR;
-    }
-    if (nftnl_table_nlmsg_parse(nlh, t) < 0) {
-        nftnl_table_free(t);
+        rc = MNL_CB_ERROR;
+    } else if (parsed < 0) {
         errno = EPROTO;
-        return MNL_CB_ERROR;
+        rc = MNL_CB_ERROR;
+    } else if (str_eq(table, rb->table)) {
+        if (t) {
+            rb->table_seen = 1;
+            rb->table_flags = nftnl_table_is_set(t, NFTNL_TABLE_FLAGS)
+                                  ? nftnl_table_get_u32(t, NFTNL_TABLE_FLAGS)
+                                  : 0;
+        } else if (c && rb->nchain < MAX_READ) {
+            rb->chain[rb->nchain++] = corral_steal_pointer(&c);
+        } else if (r && rb->nrule < MAX_READ) {
+            rb->rule[rb->nrule++] = corral_steal_pointer(&r);
+        } else {
+            rb->overflow = 1;
+        }
     }
-    if (str_eq(nftnl_table_get_str(t, NFTNL_TABLE_NAME), rb->table)) {
-        rb->table_seen = 1;
-        rb->table_flags = nftnl_table_is_set(t, NFTNL_TABLE_FLAGS)
-                              ? nftnl_table_get_u32(t, NFTNL_TABLE_FLAGS)
-                              : 0;
-    }
-    nftnl_table_free(t);
-    return MNL_CB_OK;
-}
-
-static int chain_cb(const struct nlmsghdr *nlh, void *data)
-{
-    struct readback *rb = data;
-    struct nftnl_chain *c = nftnl_chain_alloc();
-    if (!c) {
-        errno = ENOMEM;
-        return MNL_CB_ERROR;
-    }
-    if (nftnl_chain_nlmsg_parse(nlh, c) < 0) {
-        nftnl_chain_free(c);
-        errno = EPROTO;
-        return MNL_CB_ERROR;
-    }
-    if (!str_eq(nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE), rb->table)) {
-        nftnl_chain_free(c);
-    } else if (rb->nchain == MAX_READ) {
-        nftnl_chain_free(c);
-        rb->overflow = 1;
-    } else {
-        rb->chain[rb->nchain++] = c;
-    }
-    return MNL_CB_OK;
-}
-
-static int rule_cb(const struct nlmsghdr *nlh, void *data)
-{
-    struct readback *rb = data;
-    struct nftnl_rule *r = nftnl_rule_alloc();
-    if (!r) {
-        errno = ENOMEM;
-        return MNL_CB_ERROR;
-    }
-    if (nftnl_rule_nlmsg_parse(nlh, r) < 0) {
-        nftnl_rule_free(r);
-        errno = EPROTO;
-        return MNL_CB_ERROR;
-    }
-    if (!str_eq(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), rb->table)) {
-        nftnl_rule_free(r);
-    } else if (rb->nrule == MAX_READ) {
-        nftnl_rule_free(r);
-        rb->overflow = 1;
-    } else {
-        rb->rule[rb->nrule++] = r;
-    }
-    return MNL_CB_OK;
+    if (t) nftnl_table_free(t);
+    if (c) nftnl_chain_free(c);
+    if (r) nftnl_rule_free(r);
+    return rc;
 }
 
 static int read_back(struct mnl_socket *nl, struct readback *rb)
@@ -790,15 +773,15 @@ static int read_back(struct mnl_socket *nl, struct readback *rb)
     nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETTABLE, NFPROTO_INET, NLM_F_ACK, 0);
     nftnl_table_nlmsg_build_payload(nlh, t);
     nftnl_table_free(t);
-    int err = corral_netlink_talk(nl, nlh, table_cb, rb);
+    int err = corral_netlink_talk(nl, nlh, readback_cb, rb);
     if (err) return err;
     if (!rb->table_seen) return -ENOENT;
 
     nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFPROTO_INET, NLM_F_DUMP, 0);
-    err = corral_netlink_talk(nl, nlh, chain_cb, rb);
+    err = corral_netlink_talk(nl, nlh, readback_cb, rb);
     if (err) return err;
 
-    /* The kernel filters a rule dump by NFTA_RULE_TABLE; rule_cb checks it again. */
+    /* The kernel filters a rule dump by NFTA_RULE_TABLE; readback_cb checks it again. */
     struct nftnl_rule *r = nftnl_rule_alloc();
     if (!r) return -ENOMEM;
     if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, rb->table) < 0) {
@@ -808,7 +791,7 @@ static int read_back(struct mnl_socket *nl, struct readback *rb)
     nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, 0);
     nftnl_rule_nlmsg_build_payload(nlh, r);
     nftnl_rule_free(r);
-    return corral_netlink_talk(nl, nlh, rule_cb, rb);
+    return corral_netlink_talk(nl, nlh, readback_cb, rb);
 }
 
 /* One expression as libnftnl prints it ("cmp eq reg 1 0x0000002a"), its name first: the

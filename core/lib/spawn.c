@@ -326,8 +326,10 @@ static int write_pid(int fd, pid_t pid)
 }
 
 /*
- * clone3 from this thread, in netns_fd when given; a thread that cannot get back to its
- * own netns would carry the host's work into a sandbox, so that is fatal. owner_uid/gid
+ * clone3 from this thread, in netns_fd when given: not on a corral_ns_run_in thread,
+ * because the child's PDEATHSIG follows the thread that cloned it and would fire when
+ * that thread ends. A thread that cannot get back to its own netns would carry the
+ * host's work into a sandbox, so that is fatal. owner_uid/gid
  * (when not -1) are held as effective ids for the clone alone, so the new user namespace
  * is owned by the sandbox's unprivileged host id: the kernel charges per-user counts
  * (inotify instances, …) to the owner, and a root-owned tenant holding 128 inotify

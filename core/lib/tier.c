@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "caps.h"
+#include "exitcodes.h"
 #include "landlock.h"
 #include "tier.h"
 
@@ -87,7 +88,7 @@ __attribute__((noreturn)) static void child_fail(int fd, enum step step, int err
     struct report r = {step, err < 0 ? -err : err};
     ssize_t w = write(fd, &r, sizeof r);
     (void)w;
-    _exit(127);
+    _exit(CORRAL_EXIT_NOTFOUND);
 }
 
 static int install(const struct corral_bpf *prog, unsigned flags)
@@ -143,7 +144,7 @@ __attribute__((noreturn)) static void child_main(const struct corral_tier_plan *
                                                  int sock, pid_t parent)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
+    if (getppid() != parent) _exit(CORRAL_EXIT_NOTFOUND);
     /* No signal blocked and every handler at its default, whatever the caller had
      * (exec keeps the mask and ignored signals). */
     for (int sig = 1; sig < NSIG; sig++) {

@@ -146,6 +146,11 @@ static int l_access_as(lua_State *L)
     return 1;
 }
 
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* core.fs.listdir(path) → {name, …} (sorted, without "." and "..") | nil, msg, errno */
 static int l_listdir(lua_State *L)
 {
@@ -161,14 +166,21 @@ static int l_listdir(lua_State *L)
         lua_rawseti(L, -2, ++n);
     }
     closedir(d);
-    /* sorted, so callers and tests see a stable order */
-    lua_getglobal(L, "table");
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "sort");
-        lua_pushvalue(L, -3);
-        lua_call(L, 1, 0);
+    /* Sorted in byte order, so callers and tests see a stable order. The names are
+     * sorted as pointers into the first table, which keeps them alive while the sorted
+     * copy is built. */
+    const char **names = lua_newuserdatauv(L, sizeof *names * (size_t)(n ? n : 1), 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, -2, i);
+        names[i - 1] = lua_tostring(L, -1);
+        lua_pop(L, 1);
     }
-    lua_pop(L, 1);
+    qsort(names, (size_t)n, sizeof *names, compare_names);
+    lua_createtable(L, (int)n, 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_pushstring(L, names[i - 1]);
+        lua_rawseti(L, -2, i);
+    }
     return 1;
 }
 

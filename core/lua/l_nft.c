@@ -61,7 +61,10 @@ static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
     /* tcp_ports = {{lo, hi}, …} or {port, …}; absent or empty: every TCP port */
     if (lua_getfield(L, arg, "tcp_ports") == LUA_TTABLE) {
         lua_Integer n = luaL_len(L, -1);
-        if (n > CORRAL_NFT_MAX_PORT_RANGES) luaL_argerror(L, arg, "tcp_ports: at most 16 ranges");
+        if (n > CORRAL_NFT_MAX_PORT_RANGES)
+            luaL_argerror(
+                L, arg,
+                lua_pushfstring(L, "tcp_ports: at most %d ranges", CORRAL_NFT_MAX_PORT_RANGES));
         for (lua_Integer i = 1; i <= n; i++) {
             lua_Integer lo, hi;
             int isnum1 = 1, isnum2 = 1;

@@ -379,6 +379,13 @@ static int l_fileno(lua_State *L)
     return 1;
 }
 
+static int process_fd(void *ud)
+{
+    return ((process *)ud)->pidfd;
+}
+
+static const corral_fd_reader process_fd_reader = {process_fd};
+
 static int l_tostring(lua_State *L)
 {
     process *p = checkproc(L);
@@ -425,7 +432,8 @@ static int l_fork(lua_State *L)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127); /* the host died before PDEATHSIG was armed */
+        if (getppid() != parent)
+            _exit(CORRAL_EXIT_NOTFOUND); /* the host died before PDEATHSIG was armed */
         prctl(PR_SET_CHILD_SUBREAPER, 1);
         close(rd->fd);
         rd->fd = -1;
@@ -453,6 +461,7 @@ int corral_open_spawn(lua_State *L)
                                     {NULL, NULL}};
     if (luaL_newmetatable(L, PROC_TYPE)) {
         luaL_setfuncs(L, meta, 0);
+        corral_set_fd_reader(L, &process_fd_reader);
         luaL_newlib(L, methods);
         lua_setfield(L, -2, "__index");
     }

@@ -175,23 +175,24 @@ local function network_flag(opts)
   return "--allow"
 end
 
---- Whether `cmd` cannot be run, as a shell says it: 127 "command not found", 126 and
--- why; nil when it looks runnable.
+--- Whether `cmd` cannot be run, as a shell says it: `core.exit.NOTFOUND` (127, "command
+-- not found") or `core.exit.NOEXEC` (126) and why; nil when it looks runnable.
 -- @tparam string cmd
 -- @treturn integer|nil status, and the message
 function M.missing_command(cmd)
   if not cmd:find("/", 1, true) then
     local r = core.path.resolve_executable(cmd)
     if r and r:find("/", 1, true) then return nil end
-    return 127, cmd .. ": command not found"
+    return core.exit.NOTFOUND, cmd .. ": command not found"
   end
   local real, err, errno = core.path.resolve_file(cmd)
   local st = real and core.fs.lstat(real)
   if not st then
-    return errno == core.errno.ENOENT and 127 or 126, cmd .. ":" .. tostring(err):match(":([^:]*)$")
+    local status = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
+    return status, cmd .. ":" .. tostring(err):match(":([^:]*)$")
   end
-  if st.type == "dir" then return 126, cmd .. ": Is a directory" end
-  if st.mode & tonumber("111", 8) == 0 then return 126, cmd .. ": Permission denied" end
+  if st.type == "dir" then return core.exit.NOEXEC, cmd .. ": Is a directory" end
+  if st.mode & tonumber("111", 8) == 0 then return core.exit.NOEXEC, cmd .. ": Permission denied" end
   return nil
 end
 

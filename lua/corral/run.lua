@@ -89,9 +89,9 @@ local function outcome(result, xerr, argv, say)
     say(tostring(xerr))
     return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
   end
-  if result.error and (result.code == 127 or result.code == 126) then
+  if result.error and (result.code == core.exit.NOTFOUND or result.code == core.exit.NOEXEC) then
     local cmd = tostring(argv[1])
-    say(result.code == 127 and not cmd:find("/", 1, true) and cmd .. ": command not found"
+    say(result.code == core.exit.NOTFOUND and not cmd:find("/", 1, true) and cmd .. ": command not found"
       or cmd .. ":" .. (tostring(result.error):match(":([^:]*)$") or " cannot be executed"))
   elseif result.error then
     say(result.error)

@@ -33,22 +33,19 @@
 -- The state (subscribers, ring, counters) is process-wide, as the event loop is.
 --
 -- Volume: a tenant decides how many events there are (one per DNS query, one per
--- connection attempt: a red-team run had 70,000 queries write 8.9 MB of JSON in 6 s;
--- measured here with the bound, 20,000 queries in 2.1 s write 603 lines, 113 kB).
--- Subscribers and the ring see every event — they are the operator's own code
--- and memory, and a bound there would hide what a policy hook must see. What reaches a
--- *file* is bounded: `json_lines_writer` passes, per sandbox per second, at most
--- `LOG_RATE` (200) events of each class — `dns` (queries), `connect` (allowed
--- connections as they open), `closed` (their closed/failed/cut records, with the bytes)
--- and `refused` (connection denials, handler errors) — so that a flood of one class can
--- never push another out of the log (a red-team run hid an allowed and a denied
--- connection behind 400 DNS queries when they shared one budget; a flood of new
--- connections would likewise have hidden the byte counts of those ending). The rest is
--- counted: one `suppressed` line per sandbox, per class and verdict, for each second that
--- dropped any, with the count and the sum of the dropped events' bytes (so no relayed
--- byte leaves the log). A file thus takes at most 4 × 200 + 7 lines per sandbox per
--- second; measured here with
--- `encode`, a line is 210-340 bytes (a DNS deny, a closing record), 1.4 kB at most (a
+-- connection attempt), so a file would grow as fast as a tenant sends. Subscribers and
+-- the ring see every event — they are the operator's own code and memory, and a bound
+-- there would hide what a policy hook must see. What reaches a *file* is bounded:
+-- `json_lines_writer` passes, per sandbox per second, at most `LOG_RATE` (200) events of
+-- each class — `dns` (queries), `connect` (allowed connections as they open), `closed`
+-- (their closed/failed/cut records, with the bytes) and `refused` (connection denials,
+-- handler errors) — so that a flood of one class can never push another out of the log
+-- (tests/egress_log_spec.lua: a DNS flood leaves the connection decisions in the file, a
+-- flood of new connections the byte counts of those ending). The rest is counted: one
+-- `suppressed` line per sandbox, per class and verdict, for each second that dropped
+-- any, with the count and the sum of the dropped events' bytes (so no relayed byte
+-- leaves the log). A file thus takes at most 4 × 200 + 7 lines per sandbox per second;
+-- an `encode`d line is 210-340 bytes (a DNS deny, a closing record), 1.4 kB at most (a
 -- name of 250 escaped octets): about 0.25 MB/s per sandbox at the full budget, 1.1 MB/s
 -- in the worst case. The log file is mode 0600: it records what a tenant did (a new file
 -- is created so, an existing one is tightened to it; the path `-` is standard output).

@@ -184,7 +184,7 @@ function M.tcp_ports(policy)
       merged[#merged + 1] = r
     end
   end
-  if #merged > 16 then return nil end
+  if #merged > core.nft.MAX_PORT_RANGES then return nil end
   return merged
 end
 

@@ -138,9 +138,9 @@ local function not_runnable(root, sb, cmd)
     end
   end
   if verdict == "missing" then
-    return { code = 127, how = "exited", error = "spawn: exec: No such file or directory" }
+    return { code = core.exit.NOTFOUND, how = "exited", error = "spawn: exec: No such file or directory" }
   elseif verdict == "denied" then
-    return { code = 126, how = "exited", error = "spawn: exec: Permission denied" }
+    return { code = core.exit.NOEXEC, how = "exited", error = "spawn: exec: Permission denied" }
   end
 end
 
