@@ -154,7 +154,7 @@ end
 
 local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
                            service_port = "--service-port", network = "--allow", log_json = "--log-json" }
-for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
+for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
 RUN_OPTION_NAMES.engine = "--engine"
@@ -460,6 +460,7 @@ local RUN_OPTIONS = {
     { "wall", "value", "DURATION", "wall-clock limit, e.g. 30s (exit 124 when it ends the command)" },
     { "fsize", "value", "SIZE", "largest file the command may write, e.g. 1G" },
     { "nofile", "value", "N", "at most N open files, e.g. 256" },
+    { "disk", "value", "SIZE", "the storage on a disk of its own of SIZE, e.g. 1G, kept beside DIR (as root)" },
   } },
   { "Environment", {
     { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
@@ -488,11 +489,23 @@ command("run", "run a tenant command in a sandbox (credentials stripped, no netw
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (--storage DIR, or a temporary directory
-removed afterwards; corral creates DIR, or it must already belong to the sandbox's host
-id), --workspace at /workspace (writable where DIR's permissions let the sandbox's host
-id write), the runtime read-only, no network at all, host processes invisible, every
-capability dropped, the tenant seccomp filter. The environment starts from PATH HOME
-LANG TERM TZ. A terminal on stdin/stdout/stderr is put back as it was after the run.
+removed afterwards), --workspace at /workspace, the runtime read-only, no network at
+all, host processes invisible, every capability dropped, the tenant seccomp filter. The
+environment starts from PATH HOME LANG TERM TZ. A terminal on stdin/stdout/stderr is put
+back as it was after the run.
+
+Storage and workspace: corral creates DIR owned by the sandbox's host id, or takes one
+that id owns. One made by someone else (an operator's, owned by root; a repository
+another user checked out) is shown, as root with native or bwrap, through an idmapped
+mount: the tenant's root owns inside what DIR's owner owns, and what it creates lands
+owned by that owner; nothing is chowned, the mount is nosuid,nodev. That hands the
+tenant the whole tree: it is refused inside the runtime (/etc, /usr …) and for a tree
+holding a hard link to a file outside it. Where no idmapped mount can be made (the
+filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, saying
+why, and such a workspace is writable only where its permissions let the host id
+write. --disk SIZE puts the storage on an ext4 filesystem of that size of its own (an
+image DIR's parent keeps as .ID.disk, made once and kept with the storage; as root,
+native or bwrap): a write past it fails with ENOSPC.
 
 Egress (--allow ENTRY: name, *.suffix, IP or CIDR, [IPv6], each with :port, :a-b or
 :80,443, or no port for any): any program, any TCP port, no proxy variables. The tenant's DNS gets
@@ -533,7 +546,7 @@ stderr.]],
     local status, err = require("corral.run").execute({
       argv = rest, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
       limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
-                 nofile = opts.nofile },
+                 nofile = opts.nofile, disk = opts.disk },
       env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
       verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
     }, { names = RUN_OPTION_NAMES, say = function(line) io.stderr:write("corral run: ", line, "\n") end })

@@ -170,6 +170,7 @@ local FLAGS = {
   { field = "limits.cpu", needs = { "resource_limits" } },
   { field = "limits.fsize", needs = { "rlimits", "resource_limits" } },
   { field = "limits.nofile", needs = { "rlimits", "resource_limits" } },
+  { field = "limits.disk", needs = { "disk_quota" } },
   { field = "network", needs = { "nftables", "egress" } },
   -- the egress plane's inbound relay, or an engine that publishes the port itself (oci)
   { field = "service_port", needs = { "nftables", "egress", "published_port" } },
