@@ -189,6 +189,30 @@ describe("corral CLI", function()
     assert.matches("kept", out) -- and reuses it, since it belongs to the sandbox's id
   end)
 
+  it("confine --layers builds the layers named, refusing what is not one; control: --layers ns lets " ..
+    "bubblewrap nest (Landlock refuses it every mount)", function()
+    for _, wrong in ipairs({ "ns,bwrap", "seatbelt", "landlock,landlock" }) do
+      local out, status = h.corral("confine", "--layers", wrong, "--permit", box, "--", "true")
+      assert.are.equal(2, status, wrong .. ": " .. out)
+      assert.matches("invalid_argument: %-%-layers", out)
+    end
+    local bw = { "bwrap", "--unshare-user", "--ro-bind", "/", "/", "cat", sib .. "/s" }
+    local function confined(layers)
+      local argv = { "confine", "--exec", "--permit", sib, "--" }
+      if layers then table.insert(argv, 2, "--layers"); table.insert(argv, 3, layers) end
+      for _, a in ipairs(bw) do argv[#argv + 1] = a end
+      return h.corral(table.unpack(argv))
+    end
+    local out, status = confined(nil)
+    assert.are_not.equal(0, status, out)
+    assert.matches("Failed to make / slave: Operation not permitted", out)
+    out, status = confined("ns")
+    assert.are.equal(0, status, out)
+    assert.matches("cli%-secret", out)
+    assert.matches("warning: only the ns layer, as %-%-layers asks; without Landlock", out)
+    assert.matches("layers: landlock\n", h.corral("confine", "--layers", "landlock", "--permit", box, "--", "true"))
+  end)
+
   it("the unprivileged path: confine works for a non-root caller (user namespace)", function()
     os.execute("chmod 0777 " .. box .. " && chmod 0755 " .. root)
     local out, status = h.capture({ "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

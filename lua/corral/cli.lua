@@ -306,6 +306,7 @@ local CONFINE_OPTIONS = {
     { "permit", "value", "DIR", "the one directory CMD may read and write (required)" },
     { "extra", "list", "DIR", "another directory it may read and write" },
     { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
+    { "layers", "value", "L", "ns, bwrap or landlock, or one of each: ns,landlock (default: all that hold)" },
   } },
   { "Output", {
     { "json", "flag", nil, "print the spec as JSON" },
@@ -322,7 +323,17 @@ through unmodified, credential included; egress stays permitted. Prints the spec
 command to run is the confinement wrapper); environment values are never printed, only
 the names. --exec runs it instead and exits with the command's status. On Linux the
 spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
-bubblewrap can build it) and landlock.
+bubblewrap can build it) and landlock; --layers names them instead (each must hold).
+
+Sandboxes inside: CMD may build narrower ones (unshare -Ur, unshare -Urn, corral
+confine or exec-confined with a --permit inside DIR); none reaches past DIR. Landlock
+refuses mount(2) to every process it restricts, so a tool that builds a mount namespace
+(bubblewrap: "Failed to make / slave: Operation not permitted") runs only under a mode
+without it: --layers ns (or bwrap) keeps the namespace boundary and loses what Landlock
+adds (magic links and inherited directory fds are then not covered). Under landlock
+alone, a nested user namespace can map ids only for CMD itself (its own /proc/PID is
+granted, not its children's), and not uid 0 for a root caller: that needs CAP_SETFCAP
+in the host's user namespace, which is never kept.
 Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
 the command's status (127 when it is not found, 126 when it cannot be executed).]],
   function(argv)
@@ -346,16 +357,20 @@ the command's status (127 when it is not found, 126 when it cannot be executed).
     local confinement = require "corral.confinement"
     local spec, err = confinement.confine({ rest[1], cmdargs }, {
       permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-      env = core.proc.environ(),
+      env = core.proc.environ(), layers = opts.layers,
     })
-    if not spec then return fail("confine", err) end
+    if not spec then
+      if type(err) == "table" and err.argument == "layers" then err.argument = "--layers" end
+      return fail("confine", err)
+    end
     if spec.layers and #spec.layers < 2 then
       io.stderr:write("corral confine: warning: only the ", table.concat(spec.layers, ", "),
-        " layer holds on this host; ", spec.layers[1] == "landlock"
+        opts.layers and " layer, as --layers asks; " or " layer holds on this host; ", spec.layers[1] == "landlock"
           and "without the namespace layer, metadata changes (chmod, chown, utime), unix sockets and " ..
-              "host processes outside the boundary stay reachable"
+              "host processes outside the boundary stay reachable, and a root caller's sandboxes inside " ..
+              "cannot map uid 0"
           or "without Landlock, magic links and inherited directory fds are not covered",
-        " (corral probe shows why)\n")
+        opts.layers and "\n" or " (corral probe shows why)\n")
     end
     if opts.exec then
       local status, why = M.missing_command(rest[1])
