@@ -11,7 +11,6 @@
 -- @module corral.disk
 local core = require "corral.core"
 local errors = require "corral.errors"
-local shell = require "corral.shell"
 
 local M = {}
 
@@ -35,17 +34,42 @@ local function size_text(bytes)
 end
 M.size_text = size_text
 
+-- Runs argv (no shell: its start-up is a third of a cold disk's), at most 60 s, and
+-- returns its exit status and what it printed.
+local function run(argv)
+  local out, null = io.tmpfile(), io.open("/dev/null")
+  local proc, err = core.spawn.start({ plain = true, path = argv[1], argv = argv, env = { "PATH=" .. TOOL_PATH },
+    stdin = null, stdout = out, stderr = out })
+  null:close()
+  local status = proc and proc:wait(60) or 127
+  if proc and not status then
+    proc:kill()
+    status = 124
+  end
+  if proc then proc:close() end
+  out:seek("set")
+  local text = proc and out:read("a") or tostring(err)
+  out:close()
+  return status, (text:gsub("%s+$", ""))
+end
+
 --- Formats the image at `path` as ext4 whose root `uid` owns: no reserved blocks (the
--- tenant's root is not the host's), no discard (the file is sparse already).
+-- tenant's root is not the host's), no discard, and, the file being sparse, nothing
+-- zeroed: with e2fsprogs >= 1.47 (assume_storage_prezeroed) a 1 GiB disk starts at
+-- ~0.7 MiB on the host instead of ~33 MiB of journal and inode tables, and the kernel
+-- does not zero them later either (measured: `du` of the image after mkfs.ext4).
 -- @tparam string path
 -- @tparam integer uid
 -- @treturn true, or nil and why
 function M.format(path, uid)
   local mkfs = core.path.resolve_executable("mkfs.ext4", TOOL_PATH)
   if not mkfs or mkfs:sub(1, 1) ~= "/" then return nil, "no mkfs.ext4 in " .. TOOL_PATH end
-  local out, status = shell.capture({ mkfs, "-q", "-F", "-m", "0", "-E",
-    string.format("root_owner=%d:%d,nodiscard", uid, uid), path })
-  if status ~= 0 then return nil, "mkfs.ext4 exited " .. status .. ": " .. out:gsub("%s+$", "") end
+  local ext = string.format("root_owner=%d:%d,nodiscard", uid, uid)
+  local status, out = run({ mkfs, "-q", "-F", "-m", "0", "-E", ext .. ",assume_storage_prezeroed=1", path })
+  if status ~= 0 and out:find("assume_storage_prezeroed", 1, true) then
+    status, out = run({ mkfs, "-q", "-F", "-m", "0", "-E", ext .. ",lazy_itable_init=1,lazy_journal_init=1", path })
+  end
+  if status ~= 0 then return nil, "mkfs.ext4 exited " .. status .. ": " .. out end
   return true
 end
 
