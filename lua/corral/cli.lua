@@ -315,7 +315,7 @@ local CONFINE_OPTIONS = {
 }
 
 command("confine", "confine a trusted process to one directory (control-plane profile)",
-  [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--json] [--exec] -- CMD ARGS...
+  [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
 
 Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
 each --extra) and nothing else outside the runtime (read-only); the environment passes

@@ -290,8 +290,8 @@ function M.prepare_storage(sb, opts)
     elseif core.proc.geteuid() ~= 0 then
       why = "an idmapped mount, which would show it as the tenant's own, needs corral to run as root"
     else
-      why = string.format("the %s mechanism cannot show it through an idmapped mount (its engine takes none)",
-        opts.mechanism or "chosen")
+      why = string.format("the %s mechanism cannot show it through an idmapped mount (it binds the directory " ..
+        "by its path%s)", opts.mechanism or "chosen", opts.mechanism == "oci" and "; its engine takes no idmap" or "")
     end
     if kind == "refused" or kind == "boundary" then return refuse(errors.invalid_argument("storage", why)) end
     if not userns then
