@@ -10,7 +10,8 @@
 -- interfaces (a storage or workspace at /etc, /usr, /proc …), and for a tree holding a
 -- hard link to a file outside it (a root-owned storage with a link to /etc/shadow would
 -- hand the tenant /etc/shadow). The tenant itself cannot make such a link: link(2)
--- across mounts fails with EXDEV.
+-- across mounts fails with EXDEV. The walk is paid at each provision: ~5 µs a file with
+-- the tree in the page cache (measured: /usr, 158,663 entries, 0.8 s; 4 s cold).
 -- @module corral.idmapped
 local core = require "corral.core"
 
