@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "caps.h"
+#include "mountapi.h"
 #include "ns.h"
 #include "reaper.h"
 #include "spawn.h"
@@ -40,6 +42,7 @@
 enum step {
     STEP_SYNC,
     STEP_JOIN,
+    STEP_ATTACH,
     STEP_CGROUPNS,
     STEP_IDS,
     STEP_ROOT,
@@ -61,6 +64,7 @@ enum step {
 static const char *const step_names[STEP_COUNT] = {
     [STEP_SYNC] = "wait for parent",
     [STEP_JOIN] = "join sandbox",
+    [STEP_ATTACH] = "attach detached mounts",
     [STEP_CGROUPNS] = "cgroup namespace",
     [STEP_IDS] = "set ids",
     [STEP_ROOT] = "build root",
@@ -240,6 +244,14 @@ __attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan 
 {
     if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
         child_fail(errfd, STEP_JOIN, errno);
+    if (p->n_attach) {
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+            child_fail(errfd, STEP_ATTACH, errno);
+        for (size_t i = 0; i < p->n_attach; i++)
+            if (syscall(SYS_move_mount, p->attach[i].fd, "", AT_FDCWD, p->attach[i].path,
+                        MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                child_fail(errfd, STEP_ATTACH, errno);
+    }
     apply_rlimits(p, errfd);
     if (p->plain_ids) {
         if (setgroups(0, NULL) < 0 ||

@@ -26,6 +26,12 @@ struct corral_rlimit {
     rlim_t cur, max;
 };
 
+/* A detached mount (mount.h, CORRAL_BIND_TREE) placed over a host path. */
+struct corral_attach {
+    int fd;
+    const char *path;
+};
+
 struct corral_spawn_plan {
     const char *path;  /* resolved executable, as seen inside the new root */
     char *const *argv; /* NULL-terminated */
@@ -54,9 +60,15 @@ struct corral_spawn_plan {
                         helper, so every process the helper makes dies with that init: a
                         helper's own die-with-parent comes too late when the spawner is
                         killed during the helper's start */
-    int join_pidfd;  /* >= 0: run inside the namespaces of this running sandbox's init
-                        (user, mount, pid, ipc, uts, net, cgroup) instead of new ones;
-                        root, hostname and maps are then that sandbox's */
+    const struct corral_attach *attach; /* with plain: the child unshares a mount
+                        namespace of its own (private) and moves each detached mount over
+                        its path there, while still privileged, so the helper sees them
+                        where it expects its sources (an idmapped storage, a disk) and the
+                        host's mount table never holds them */
+    size_t n_attach;
+    int join_pidfd; /* >= 0: run inside the namespaces of this running sandbox's init
+                       (user, mount, pid, ipc, uts, net, cgroup) instead of new ones;
+                       root, hostname and maps are then that sandbox's */
 };
 
 struct corral_spawn_result {

@@ -177,8 +177,35 @@ static int l_spawn(lua_State *L)
         binds[i].flags = (opt_bool(L, b, "rw") ? CORRAL_BIND_RW : 0) |
                          (opt_bool(L, b, "optional") ? CORRAL_BIND_OPTIONAL : 0) |
                          (opt_bool(L, b, "devices") ? CORRAL_BIND_DEVICES : 0);
+        binds[i].src_fd = -1;
+        /* tree: a detached mount (core.idmap.tree) moved in as it is, attributes and all */
+        if (lua_getfield(L, b, "tree") != LUA_TNIL) {
+            binds[i].src_fd = fd_of(L, -1);
+            binds[i].flags |= CORRAL_BIND_TREE;
+        }
+        lua_pop(L, 2);
+    }
+    /* attach = {{tree = fd, path = host path}, …}: with plain, detached mounts placed over
+     * those paths in the helper's own mount namespace, before it starts */
+    size_t na = 0;
+    if (lua_getfield(L, 1, "attach") == LUA_TTABLE) na = (size_t)luaL_len(L, -1);
+    int attach_t = lua_gettop(L);
+    struct corral_attach *attach = scratch(L, sizeof *attach * na);
+    for (size_t i = 0; i < na; i++) {
+        lua_geti(L, attach_t, (lua_Integer)i + 1);
+        if (!lua_istable(L, -1) || lua_getfield(L, -1, "tree") == LUA_TNIL)
+            return luaL_argerror(L, 1,
+                                 lua_pushfstring(L, "attach[%d] needs tree and path", (int)i + 1));
+        attach[i].fd = fd_of(L, -1);
+        lua_pop(L, 1);
+        attach[i].path = opt_string(L, -1, "path");
+        if (!attach[i].path || attach[i].path[0] != '/')
+            return luaL_argerror(
+                L, 1, lua_pushfstring(L, "attach[%d] needs an absolute path", (int)i + 1));
         lua_pop(L, 1);
     }
+    plan.attach = attach;
+    plan.n_attach = na;
     if (lua_getfield(L, 1, "symlinks") == LUA_TTABLE) ns = (size_t)luaL_len(L, -1);
     int links_t = lua_gettop(L);
     struct corral_symlink *links = scratch(L, sizeof *links * ns);

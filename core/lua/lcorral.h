@@ -87,7 +87,9 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(tty)                                                                                         \
     X(digest)                                                                                      \
     X(tier)                                                                                        \
-    X(vm)
+    X(vm)                                                                                          \
+    X(idmap)                                                                                       \
+    X(disk)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

@@ -202,6 +202,7 @@ local FLAGS = {
   { field = "limits.nofile", needs = { "rlimits", "resource_limits" } },
   -- a directory bound at /workspace: only the mechanism can put it in its root
   { field = "workspace_path", needs = { "workspace" } },
+  { field = "limits.disk", needs = { "disk_quota" } },
   { field = "network", needs = { "nftables", "egress" } },
   -- the egress plane's inbound relay, or an engine that publishes the port itself (oci)
   { field = "service_port", needs = { "nftables", "egress", "published_port" } },

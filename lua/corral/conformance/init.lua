@@ -72,8 +72,9 @@ function World:sandbox(fields)
   if not sb then return nil, err end
   local ok, perr = self:call("provision", sb)
   if not ok then return nil, perr end
-  local box = { sb = sb, dir = self.root .. "/" .. sb.id, id = sb.id, own = self:token(),
-                host_id = sandbox.host_id(sb) }
+  -- the host's view of the storage: its directory, or a disk's filesystem (storage_view)
+  local dir = type(self.mech.storage_view) == "function" and self.mech.storage_view(sb) or self.root .. "/" .. sb.id
+  local box = { sb = sb, dir = dir, id = sb.id, own = self:token(), host_id = sandbox.host_id(sb) }
   self.boxes[#self.boxes + 1] = box
   self:write(box, "own", box.own)
   return box
@@ -355,7 +356,7 @@ end
 -- What the mechanism claims (constructs plus requires), asked with limits and a network set.
 local function claims(mech)
   local sb = sandbox.new({ id = "claims", storage_root = scratch_dir(),
-    limits = { memory = "64M", pids = 16, cpu = 0.5 }, network = { allow = { "claims.test:1" } } })
+    limits = { memory = "64M", pids = 16, cpu = 0.5, disk = "64M" }, network = { allow = { "claims.test:1" } } })
   local set = { constructed = {}, required = {} }
   for _, fn in ipairs({ "constructed", "required" }) do
     local f = mech[fn .. "_capabilities"]

@@ -58,7 +58,11 @@ function M.render(seen)
   return table.concat(out, "\n") .. "\n"
 end
 
---- Starts recording the events of sandbox `opts.sandbox` (all, without it).
+--- Starts recording the events of sandbox `opts.sandbox` (all, without it). FILE is
+-- opened now, before the tenant runs, and written through that handle at the end: FILE
+-- may lie where the tenant writes (its storage, its workspace), and a symbolic link it
+-- put there meanwhile must not carry the host's write elsewhere. One there already is
+-- refused.
 -- @tparam string path FILE
 -- @tparam[opt] table opts `{sandbox =}`
 -- @treturn table with `finish()`: unsubscribes, writes FILE and returns true and how
@@ -66,6 +70,13 @@ end
 --   (the command never ran)
 function M.start(path, opts)
   opts = opts or {}
+  local file, ferr
+  local st = core.fs.lstat(path)
+  if st and st.type == "link" then
+    ferr = path .. ": a symbolic link (name the file itself)"
+  else
+    file, ferr = io.open(path, "w")
+  end
   local seen = { wanted = {}, order = {}, names = {}, connected = {} }
   local function on(ev)
     if opts.sandbox and ev.sandbox ~= opts.sandbox then return end
@@ -84,10 +95,14 @@ function M.start(path, opts)
     seen = seen,
     finish = function()
       events.unsubscribe(on)
-      local f, err = io.open(path, "w")
-      if not f then return nil, err end
-      f:write(M.render(seen))
-      f:close()
+      if not file then return nil, ferr end
+      file:write(M.render(seen))
+      file:close()
+      local now = core.fs.lstat(path)
+      if not now or now.type ~= "file" then
+        return nil, path .. " was replaced during the run (now " .. (now and now.type or "missing") ..
+          "); nothing was written through what replaced it"
+      end
       return true, #seen.order
     end,
     cancel = function() events.unsubscribe(on) end,

@@ -651,7 +651,9 @@ function M.provision(sb)
   local view = {}
   for k, v in pairs(sb) do view[k] = v end
   view.limits = nil
-  local st, err = resources.acquire(setmetatable(view, getmetatable(sb)))
+  -- the engine binds the storage by its path: no idmapped mount (runc and podman here take
+  -- no idmap option), so an operator-made storage is refused, saying so
+  local st, err = resources.acquire(setmetatable(view, getmetatable(sb)), { mechanism = "oci" })
   if not st then return nil, err end
   state[sb.id] = st
   local ok, ierr = M.image(tenant_root.plan(sb, st))
