@@ -30,7 +30,7 @@ describe("corral.core", function()
   end)
 
   it("exports the exit statuses corral gives of its own (core/lib/exitcodes.h)", function()
-    assert.are.same({ USAGE = 2, CANNOT = 3, START_REFUSED = 120, MEMORY = 121, WALL = 124,
+    assert.are.same({ USAGE = 2, CANNOT = 3, START_REFUSED = 120, MEMORY = 121, TEARDOWN = 122, WALL = 124,
                       SETUP = 125, NOEXEC = 126, NOTFOUND = 127 }, core.exit)
   end)
 
