@@ -108,7 +108,12 @@ end
 -- @param sb sandbox or id
 -- @treturn integer how many connections were reset
 function M.recheck(sb)
-  return loop.recheck(sandbox_id(sb))
+  local id = sandbox_id(sb)
+  local n = loop.recheck(id)
+  for _, plane in ipairs(loop.planes()) do
+    if plane.id == id and plane.recheck_udp then n = n + plane:recheck_udp() end
+  end
+  return n
 end
 
 --- A sandbox's live policy, or nil.

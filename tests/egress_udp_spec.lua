@@ -1,0 +1,236 @@
+-- UDP by policy, end to end: `--allow udp:NAME:PORT` relays datagram flows through the
+-- real ruleset (TPROXY, the mark route), the relay and a socket on the host, to UDP echo
+-- servers this spec starts in its own test "internet" netns, each of which also appends
+-- every datagram it receives to a log. Each denial — a name not allowed, a port not
+-- allowed, an IP literal, UDP to a name only a TCP entry grants, a flow past the cap —
+-- runs before a control that must echo in the same run, and the servers' logs show that
+-- nothing denied ever arrived.
+local json = require "dkjson"
+local h = require "helpers"
+local internet = require "internet"
+
+-- A tenant's UDP client (python3): each argument is one step.
+--   u TAG HOST PORT [4|6] [SIZE]    a fresh socket sends TAG (padded to SIZE bytes) and
+--                                   prints "TAG echo" if the same datagram comes back
+--                                   within 1.5 s, else "TAG none: why"
+--   k TAG SOCK HOST PORT [4|6]      the same through socket SOCK (kept between steps)
+--   sleep SECONDS
+local CLIENT = [==[
+import socket, sys, time
+socks = {}
+def fam(f):
+    return {"4": socket.AF_INET, "6": socket.AF_INET6}.get(f, 0)
+def send(tag, s, host, port, f, size):
+    try:
+        ai = socket.getaddrinfo(host, int(port), fam(f), socket.SOCK_DGRAM)[0]
+        if s is None:
+            s = socket.socket(ai[0], socket.SOCK_DGRAM)
+        s.settimeout(1.5)
+        data = tag.encode()
+        data = data + b"." * max(0, size - len(data))
+        s.sendto(data, ai[4])
+        got, src = s.recvfrom(65536)
+        print(tag, "echo" if got == data else "wrong", src[0], src[1], flush=True)
+    except Exception as e:
+        print(tag, "none:", e, flush=True)
+    return s
+for step in sys.argv[1:]:
+    w = step.split()
+    if w[0] == "sleep":
+        time.sleep(float(w[1]))
+    elif w[0] == "u":
+        send(w[1], None, w[2], w[3], w[4] if len(w) > 4 else "", int(w[5]) if len(w) > 5 else 0)
+    elif w[0] == "k":
+        socks[w[2]] = send(w[1], socks.get(w[2]), w[3], w[4], w[5] if len(w) > 5 else "", 0)
+]==]
+
+local ECHO, QUIC = 9553, 443
+
+describe("egress udp #root #netns", function()
+  local net
+
+  -- An echo server on port in the internet's netns that logs each datagram it receives.
+  local function echo_server(port)
+    local cmd = string.format("ip netns exec %s socat UDP6-RECVFROM:%d,ipv6only=0,fork " ..
+      "SYSTEM:'tee -a %s/udp%d.log' >/dev/null 2>&1 &", net.ns, port, net.dir, port)
+    h.must(cmd)
+  end
+
+  setup(function()
+    net = internet.start()
+    echo_server(ECHO)
+    echo_server(QUIC)
+    assert(h.wait_for(function()
+      return select(2, h.sh(string.format("ip netns exec %s ss -lun | grep -q ':%d ' && ip netns exec %s " ..
+        "ss -lun | grep -q ':%d '", net.ns, ECHO, net.ns, QUIC))) == 0
+    end, 5), "echo servers did not start")
+  end)
+  teardown(function() if net then internet.stop(net) end end)
+
+  local function server_log(port) return h.read(string.format("%s/udp%d.log", net.dir, port)) or "" end
+
+  local function common()
+    return { "--internal", net.cidr, "--internal", net.cidr6,
+      "--resolve", "echo.test=" .. net.ip, "--resolve", "echo.test=" .. net.ip6,
+      "--resolve", "tcponly.test=" .. net.ip, "--resolve", "quic.test=" .. net.ip,
+      "--allow", "udp:echo.test:" .. ECHO, "--allow", "udp:[" .. net.ip6 .. "]:" .. ECHO,
+      "--allow", "tcponly.test:" .. ECHO, "--allow", "udp:quic.test:" .. QUIC }
+  end
+
+  -- Runs the client's steps in a tenant under `corral run` with the common allowlist and
+  -- `extra` arguments; answers its output, its status and the decisions logged.
+  local function run(steps, extra, base)
+    local log = net.dir .. "/decisions-" .. tostring(math.random(1e9)) .. ".jsonl"
+    local argv = { "run", "--log-json", log }
+    for _, a in ipairs(base or common()) do argv[#argv + 1] = a end
+    for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+    for _, a in ipairs({ "--", "python3", "-c", CLIENT }) do argv[#argv + 1] = a end
+    for _, s in ipairs(steps) do argv[#argv + 1] = s end
+    local out, status = h.corral(table.unpack(argv))
+    local evs = {}
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do evs[#evs + 1] = assert(json.decode(line), line) end
+    os.remove(log)
+    return out, status, evs
+  end
+
+  -- What the client printed for step TAG (the rest of its line).
+  local function line_of(out, tag)
+    for line in out:gmatch("[^\n]+") do
+      if line:sub(1, #tag + 1) == tag .. " " then return line:sub(#tag + 2) end
+    end
+  end
+
+  local function find(evs, pred)
+    for i, e in ipairs(evs) do
+      if pred(e) then return e, i end
+    end
+  end
+
+  it("drops a name not allowed, a port not allowed, an IP literal, a TCP-only name; then echoes (control)", function()
+    local before = server_log(ECHO)
+    local out, status, evs = run({
+      "u a-evil evil.test " .. ECHO,
+      "u a-port echo.test " .. (ECHO + 1) .. " 4",
+      "u a-literal " .. net.ip .. " " .. ECHO,
+      "u a-tcponly tcponly.test " .. ECHO,
+      "u c-v4 echo.test " .. ECHO .. " 4",
+      "u c-v6 echo.test " .. ECHO .. " 6",
+      "u c-literal6 " .. net.ip6 .. " " .. ECHO,
+    })
+    assert.are.equal(0, status, out)
+    for _, tag in ipairs({ "a-evil", "a-port", "a-literal", "a-tcponly" }) do
+      assert.matches("^none", line_of(out, tag) or "", nil, tag .. ": " .. out)
+    end
+    -- controls, after the attempts: each echoed from the address it was sent to
+    assert.matches("^echo 198%.1[89]%.%d+%.%d+ " .. ECHO, line_of(out, "c-v4") or "", nil, out)
+    assert.matches("^echo 64:ff9b:1::", line_of(out, "c-v6") or "", nil, out)
+    assert.are.equal("echo " .. net.ip6 .. " " .. ECHO, line_of(out, "c-literal6"), out)
+    local got = server_log(ECHO):sub(#before + 1)
+    for _, tag in ipairs({ "a-evil", "a-port", "a-literal", "a-tcponly" }) do
+      assert.is_nil(got:find(tag, 1, true), tag .. " reached the server: " .. got)
+    end
+    assert.truthy(got:find("c-v4", 1, true) and got:find("c-v6", 1, true), got)
+
+    -- each decision is logged: the denials with their reasons, the flows with their bytes
+    local tcponly = find(evs, function(e) return e.kind == "udp" and e.name == "tcponly.test" end)
+    assert.truthy(tcponly and tcponly.verdict == "deny" and tcponly.reason:find("allowed only for TCP", 1, true),
+      json.encode(evs))
+    local literal = find(evs, function(e) return e.kind == "udp" and e.ip == net.ip end)
+    assert.truthy(literal and literal.verdict == "deny" and literal.reason:find("not in the allowlist", 1, true),
+      json.encode(evs))
+    local port = find(evs, function(e) return e.kind == "udp" and e.port == ECHO + 1 end)
+    assert.truthy(port and port.verdict == "deny" and port.by == "ruleset" and port.count >= 1
+      and port.name == "echo.test" and port.reason:find("allowed only on ports " .. ECHO, 1, true), json.encode(evs))
+    local evil = find(evs, function(e) return e.kind == "dns" and e.name == "evil.test" end)
+    assert.truthy(evil and evil.verdict == "deny", json.encode(evs))
+    local allowed = 0
+    for _, e in ipairs(evs) do
+      assert.are_not.equal("evil.test", e.kind ~= "dns" and e.name or nil)
+      if e.kind == "udp" and e.verdict == "allow" then
+        allowed = allowed + 1
+        assert.truthy(e.protocol == "udp" and e.upstream and e.entry, json.encode(e))
+      end
+      if e.kind == "udp_closed" then
+        assert.are.equal("allow", e.verdict)
+        assert.truthy(e.bytes > 0 and e.bytes == e.bytes_up + e.bytes_down and e.bytes_up == e.bytes_down,
+          json.encode(e))
+        assert.are.equal("the sandbox ended", e.reason)
+      end
+    end
+    assert.are.equal(3, allowed, json.encode(evs))
+    -- the stderr summary names each denial in words, with the flag that would change it
+    assert.truthy(out:find("denied udp:echo.test:" .. (ECHO + 1) .. " (port not allowed for echo.test; --allow "
+      .. "udp:echo.test:" .. (ECHO + 1) .. " would)", 1, true), out)
+    assert.truthy(out:find("denied udp:tcponly.test:" .. ECHO .. " (tcponly.test is allowed for TCP only; --allow "
+      .. "udp:tcponly.test:" .. ECHO .. " would)", 1, true), out)
+  end)
+
+  it("relays a QUIC-sized datagram to port 443 and never the same name's TCP (a udp: entry is UDP only)", function()
+    local before = server_log(QUIC)
+    local out, status = run({ "u q-initial quic.test " .. QUIC .. " 4 1200" },
+      { "--resolve", "tcp.test=" .. net.ip, "--allow", "tcp.test:" .. net.http_port })
+    assert.are.equal(0, status, out)
+    assert.matches("^echo ", line_of(out, "q-initial") or "", nil, out)
+    assert.truthy(server_log(QUIC):sub(#before + 1):find("q-initial", 1, true))
+    -- attempt: TCP to the name the udp: entry names; control: a TCP entry's name
+    local argv = { "run" }
+    for _, a in ipairs(common()) do argv[#argv + 1] = a end
+    for _, a in ipairs({ "--resolve", "tcp.test=" .. net.ip, "--allow", "tcp.test:" .. net.http_port, "--", "sh",
+      "-c", h.attempt_then_control("curl -sS --max-time 3 http://quic.test:" .. QUIC .. "/",
+        "curl -sS --max-time 5 http://tcp.test:" .. net.http_port .. "/index.html") }) do
+      argv[#argv + 1] = a
+    end
+    out = h.corral(table.unpack(argv))
+    local rc = h.after_attempt(out, "hello%-from%-the%-internet")
+    h.assert_refused(rc, out)
+  end)
+
+  it("ends a flow after --udp-idle of silence, logged with its bytes; its next datagram is a new flow", function()
+    local out, status, evs = run({
+      "k i-first s echo.test " .. ECHO .. " 4", "sleep 2.5", "k i-second s echo.test " .. ECHO .. " 4",
+    }, { "--udp-idle", "1" })
+    assert.are.equal(0, status, out)
+    assert.matches("^echo", line_of(out, "i-first") or "", nil, out)
+    assert.matches("^echo", line_of(out, "i-second") or "", nil, out)
+    local first, i = find(evs, function(e) return e.kind == "udp" and e.verdict == "allow" end)
+    local closed, j = find(evs, function(e) return e.kind == "udp_closed" end)
+    assert.truthy(first and closed, json.encode(evs))
+    assert.are.equal("idle for 1 s", closed.reason)
+    assert.are.equal(#"i-first" * 2, closed.bytes)
+    assert.are.equal(2, closed.count)
+    local second = find(evs, function(e) return e.kind == "udp" and e.verdict == "allow" and e ~= first end)
+    assert.truthy(second, json.encode(evs))
+    assert.truthy(i < j and j < select(2, find(evs, function(e) return e == second end)), json.encode(evs))
+  end)
+
+  it("refuses a flow past --max-udp-flows while the first is open; the first still echoes (control)", function()
+    local before = server_log(ECHO)
+    local out, status, evs = run({
+      "k m-one one echo.test " .. ECHO .. " 4",
+      "k m-two two echo.test " .. ECHO .. " 4",
+      "k m-one-again one echo.test " .. ECHO .. " 4",
+    }, { "--max-udp-flows", "1" })
+    assert.are.equal(0, status, out)
+    assert.matches("^echo", line_of(out, "m-one") or "", nil, out)
+    assert.matches("^none", line_of(out, "m-two") or "", nil, out)
+    assert.matches("^echo", line_of(out, "m-one-again") or "", nil, out)
+    local got = server_log(ECHO):sub(#before + 1)
+    assert.is_nil(got:find("m-two", 1, true), got)
+    local cap = find(evs, function(e) return e.kind == "udp" and e.verdict == "deny" end)
+    assert.truthy(cap and cap.reason:find("UDP flow cap reached (1", 1, true), json.encode(evs))
+  end)
+
+  it("learns udp:NAME:PORT from what a program sent, and the learned file then lets it run", function()
+    local file = net.dir .. "/learned.txt"
+    local base = { "--internal", net.cidr, "--resolve", "echo.test=" .. net.ip }
+    local out, status = run({ "u l-learn echo.test " .. ECHO .. " 4" }, { "--learn", file }, base)
+    assert.are.equal(0, status, out)
+    assert.matches("^none", line_of(out, "l-learn") or "", nil, out)
+    local learned = h.read(file) or ""
+    assert.matches("\nudp:echo%.test:" .. ECHO .. "  # udp, 1 flow\n", learned)
+    -- control: the suggested list, as written, lets the same program through
+    out, status = run({ "u l-control echo.test " .. ECHO .. " 4" }, { "--allow-file", file }, base)
+    assert.are.equal(0, status, out)
+    assert.matches("^echo", line_of(out, "l-control") or "", nil, out)
+  end)
+end)
