@@ -46,6 +46,36 @@ for step in sys.argv[1:]:
 
 local ECHO, QUIC = 9553, 443
 
+describe("egress udp: the summary's words and the learned lines", function()
+  local summary = require "corral.egress.summary"
+  local learn = require "corral.egress.learn"
+
+  it("names a UDP denial as its udp: entry, with the flag that would change it", function()
+    assert.are.equal("denied udp:api.test:443 (api.test is allowed for TCP only; --allow udp:api.test:443 would)",
+      summary.line({ kind = "udp", protocol = "udp", verdict = "deny", name = "api.test", port = 443,
+        reason = "udp to api.test port 443: api.test is allowed only for TCP (ports 443), not UDP" }))
+    assert.are.equal("denied udp:evil.test:123 (no entry names it; --allow udp:evil.test:123 would)",
+      summary.line({ kind = "udp", protocol = "udp", verdict = "deny", name = "evil.test", port = 123,
+        reason = "udp to evil.test port 123: evil.test is not in the allowlist" }))
+    assert.are.equal("denied udp:ntp.test:124 (port not allowed for ntp.test; --allow udp:ntp.test:124 would)",
+      summary.line({ kind = "udp", protocol = "udp", verdict = "deny", name = "ntp.test", port = 124, by = "ruleset",
+        reason = "udp to ntp.test port 124: ntp.test is allowed only on ports 123 (refused by the ruleset)" }))
+    assert.are.equal("failed udp:ntp.test:123 (upstream refused 10.1.2.3)",
+      summary.line({ kind = "udp_closed", protocol = "udp", verdict = "allow", name = "ntp.test", port = 123,
+        upstream = "10.1.2.3", bytes_down = 0, reason = "idle for 120 s; upstream: Connection refused" }))
+    -- controls: a flow that went as asked is not a line, nor one that was answered
+    assert.is_nil(summary.line({ kind = "udp", protocol = "udp", verdict = "allow", name = "ntp.test", port = 123 }))
+    assert.is_nil(summary.line({ kind = "udp_closed", protocol = "udp", verdict = "allow", name = "ntp.test",
+      port = 123, bytes_down = 48, reason = "idle for 120 s; upstream: Connection refused" }))
+  end)
+
+  it("learns a denied UDP flow as udp:NAME:PORT, with its count, next to the TCP lines", function()
+    local text = learn.render({ order = { "api.test:443", "udp:ntp.test:123" },
+      wanted = { ["api.test:443"] = 2, ["udp:ntp.test:123"] = 1 }, names = {}, connected = {} })
+    assert.matches("\napi%.test:443  # tcp, 2 connections\nudp:ntp%.test:123  # udp, 1 flow\n", text)
+  end)
+end)
+
 describe("egress udp #root #netns", function()
   local net
 
@@ -232,5 +262,117 @@ describe("egress udp #root #netns", function()
     out, status = run({ "u l-control echo.test " .. ECHO .. " 4" }, { "--allow-file", file }, base)
     assert.are.equal(0, status, out)
     assert.matches("^echo", line_of(out, "l-control") or "", nil, out)
+  end)
+end)
+
+-- The plane itself, driven from Lua: a tenant's socket made in the sandbox's netns, an
+-- echo socket of this test on the host's loopback, the live policy changed under them.
+describe("egress udp: the plane under policy changes #root #netns", function()
+  local core = require "corral.core"
+  local egress = require "corral.egress"
+  local events = require "corral.egress.events"
+  local loop = require "corral.egress.loop"
+  local plane = require "corral.egress.plane"
+
+  local host_ns, echo, echo_port, got
+  setup(function()
+    host_ns = assert(core.rtnl.netns_open("/proc/self/ns/net"))
+    echo, echo_port = assert(core.listen.in_netns(host_ns, "udp", "127.0.0.1", 0))
+  end)
+  teardown(function()
+    if echo then echo:close() end
+    if host_ns then host_ns:close() end
+  end)
+
+  -- The echo server's turn: each datagram is recorded and sent back.
+  local function serve()
+    while true do
+      local data, addr, port = core.udp.recv(echo)
+      if not data then return end
+      got[#got + 1] = data
+      core.udp.send(echo, data, addr, port)
+    end
+  end
+
+  local function pump(cond, seconds)
+    local deadline = core.clock.monotime() + (seconds or 2)
+    repeat
+      loop.step(0.01)
+      serve()
+      if cond() then return true end
+    until core.clock.monotime() > deadline
+    return false
+  end
+
+  -- Sends msg from the tenant's socket s to ip:port; answers whether it came back.
+  local function echoes(s, ip, msg)
+    local sent = core.udp.send(s, msg, ip, echo_port)
+    if not sent then return false end
+    local back
+    pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
+    return back == msg
+  end
+
+  local function network(allow)
+    return { allow = allow, internal = { "127.0.0.0/8" },
+      resolve = { ["a.test"] = "127.0.0.1", ["b.test"] = "127.0.0.1" } }
+  end
+
+  it("starts the relay when a udp: entry is allowed live, and revoke {cut = true} ends the flow", function()
+    got = {}
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "udp-live" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local p = assert(plane.new("udp-live", network({ "a.test:443", "udp:b.test:" .. echo_port })))
+    loop.add(p)
+    local ok, err = pcall(function()
+      local a = assert(egress.address("udp-live", "a.test"))
+      local b = assert(egress.address("udp-live", "b.test"))
+      local s = assert(core.listen.in_netns(p.netns, "udp", "127.0.0.1", 0))
+      local s2 = assert(core.listen.in_netns(p.netns, "udp", "127.0.0.1", 0))
+      -- attempt: a.test has a TCP entry only
+      assert.is_false(echoes(s, a, "a-before"))
+      assert.is_true(echoes(s2, b, "b-1")) -- control
+      assert(egress.allow("udp-live", "udp:a.test:" .. echo_port))
+      assert.is_true(echoes(s, a, "a-after")) -- the next flow is decided with the new entry
+      assert.is_true(echoes(s, a, "a-again"))
+      assert.are.equal(2, p.udp:count())
+      -- cut: a's flow ends at once, logged as a UDP cut with its bytes; b's carries on
+      local n, cut = egress.revoke("udp-live", "udp:a.test:" .. echo_port, { cut = true })
+      assert.are.equal(1, n)
+      assert.are.equal(1, cut)
+      assert.is_false(echoes(s, a, "a-cut"))
+      assert.is_true(echoes(s2, b, "b-2")) -- control, after it
+      s:close(); s2:close()
+    end)
+    loop.remove(p)
+    p:close()
+    events.unsubscribe(collect)
+    assert(ok, err)
+    local text = table.concat(got, " ")
+    for _, never in ipairs({ "a-before", "a-cut" }) do assert.is_nil(text:find(never, 1, true), text) end
+    local cut = false
+    for _, e in ipairs(seen) do
+      if e.kind == "cut" and e.protocol == "udp" and e.name == "a.test" then
+        cut = e.bytes == #"a-after" * 2 + #"a-again" * 2 and e.reason:find("allowed only for TCP", 1, true) ~= nil
+      end
+    end
+    assert.is_true(cut, require("dkjson").encode(seen))
+  end)
+
+  it("200 plane create/destroy cycles with a UDP relay leave no fd, netns or table behind", function()
+    local pid = core.proc.getpid()
+    local function fds() return #h.sh("ls /proc/" .. pid .. "/fd"):gsub("[^\n]", "") end
+    assert(plane.new("udp-cycle-0", network({ "udp:b.test:123" }))):close()
+    collectgarbage()
+    local f0 = fds()
+    for i = 1, 200 do
+      local p = assert(plane.new("udp-cycle-" .. i, network({ "udp:b.test:123" })))
+      assert.is_table(p.udp) -- control: each made its relay
+      p:close()
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.are.equal(f0, fds())
   end)
 end)
