@@ -70,7 +70,9 @@ describe("egress log: budgets by class", function()
     local got = {}
     local sub = events.limit(function(ev) got[#got + 1] = ev end, 2, function() return 9 end)
     for i = 1, 5 do sub({ sandbox = "u", kind = "connect", verdict = "deny", name = "n" .. i, bytes = 0 }) end
-    for i = 1, 3 do sub({ sandbox = "u", kind = "udp", protocol = "udp", verdict = "deny", name = "u" .. i, bytes = 0 }) end
+    for i = 1, 3 do
+      sub({ sandbox = "u", kind = "udp", protocol = "udp", verdict = "deny", name = "u" .. i, bytes = 0 })
+    end
     sub({ sandbox = "u", kind = "udp_closed", protocol = "udp", verdict = "allow", name = "q", bytes = 2400 })
     sub({ sandbox = "u", kind = "cut", protocol = "udp", verdict = "deny", name = "q2", bytes = 10 })
     local kinds = {}
