@@ -86,7 +86,7 @@ struct flow {
 struct corral_udprelay {
     int ep, listener, netns, upstream_netns;
     uint32_t mark, upstream_mark;
-    size_t max_entries, entries, live;
+    size_t max_entries, entries, allowed;
     struct flow *buckets[BUCKETS];
     struct flow *first, *last; /* every flow */
     struct flow *dead;         /* ended, freed at the next run (an epoll batch may name them) */
@@ -229,7 +229,7 @@ static void end_flow(struct corral_udprelay *r, struct flow *f, int why)
                                        .err = f->err};
     /* An event that cannot be queued (no memory) is lost; the flow still ends. */
     (void)push_event(r, &ev);
-    if (f->state == NEW || f->state == ALLOWED) r->live--;
+    if (f->state == ALLOWED) r->allowed--;
     r->entries--;
     for (struct flow **p = &r->buckets[f->hash & (BUCKETS - 1)]; *p; p = &(*p)->hnext) {
         if (*p == f) {
@@ -347,7 +347,7 @@ int corral_udprelay_fd(const struct corral_udprelay *r)
 
 size_t corral_udprelay_count(const struct corral_udprelay *r)
 {
-    return r->live;
+    return r->allowed;
 }
 
 /* The shared socket that answers as dst: IP_TRANSPARENT lets it bind an address that is
@@ -452,6 +452,7 @@ int corral_udprelay_allow(struct corral_udprelay *r, uint64_t id,
     f->upstream = fd;
     f->reply = rep;
     f->state = ALLOWED;
+    r->allowed++;
     f->idle_ms = idle_ms;
     f->last_ms = now_ms();
     for (struct held *h = f->held; h; h = h->next)
@@ -471,7 +472,6 @@ int corral_udprelay_deny(struct corral_udprelay *r, uint64_t id, int idle_ms)
     f->state = DENIED;
     f->idle_ms = idle_ms;
     f->last_ms = now_ms();
-    r->live--;
     return 0;
 }
 
@@ -536,7 +536,6 @@ static void new_flow(struct corral_udprelay *r, const struct sockaddr_storage *s
         r->first = f;
     r->last = f;
     r->entries++;
-    r->live++;
 }
 
 static void hold(struct flow *f, const unsigned char *data, size_t len)

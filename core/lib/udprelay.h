@@ -111,7 +111,7 @@ int corral_udprelay_cut(struct corral_udprelay *r, uint64_t id);
 /* Ends every flow (END, CLOSED) and closes the listener: the next run reports them. */
 void corral_udprelay_shutdown(struct corral_udprelay *r);
 
-/* Flows allowed or awaiting a decision (a denied flow holds no socket and counts not). */
+/* Flows allowed and not yet ended (the ones holding an upstream socket). */
 size_t corral_udprelay_count(const struct corral_udprelay *r);
 
 #endif

@@ -9,7 +9,7 @@
  *   relay:allow(id, {addr, …}, port, idle_s)              -> index of the address used (from 1)
  *   relay:deny(id, idle_s)                                -> true
  *   relay:cut(id)                                         -> true
- *   relay:count()                                         -> flows allowed or undecided
+ *   relay:count()                                         -> flows allowed, still open
  *   relay:shutdown()                                      (every flow ends: the next run says so)
  *   relay:close()                                         (also __gc and __close)
  *

@@ -96,7 +96,7 @@ function Udp:decide(ev)
     protocol = "udp" }, policy, env)
   ctx.by = v.by
   if v.verdict ~= "allow" then return self:deny(ev, ctx, v.reason) end
-  if self.relay:count() > self.max_flows then
+  if self.relay:count() >= self.max_flows then
     return self:deny(ev, ctx, string.format("UDP flow cap reached (%d; --max-udp-flows)", self.max_flows))
   end
   local addrs = { ev.dst }
@@ -195,7 +195,7 @@ function Udp:recheck(redecide)
   return n
 end
 
---- Open (allowed or undecided) flows.
+--- Open (allowed) flows.
 -- @treturn integer
 function Udp:count()
   return self.relay and self.relay:count() or 0
