@@ -360,6 +360,48 @@ describe("egress udp: the plane under policy changes #root #netns", function()
     assert.is_true(cut, require("dkjson").encode(seen))
   end)
 
+  it("with --link, relays from the link on a marked socket; a datagram whose mark route is gone never leaves", function()
+    local n = h.own_pid() % 200 + 20
+    local peer = "corral-t-udplink-" .. n
+    local gw, mine = "10.81." .. n .. ".1", "10.81." .. n .. ".2"
+    h.sh("ip netns del " .. peer .. " 2>/dev/null")
+    h.must("ip netns add " .. peer .. " && ip netns exec " .. peer .. " ip link set lo up")
+    local log = os.tmpname()
+    h.must(string.format("ip netns exec %s socat UDP4-RECVFROM:9557,fork SYSTEM:'tee -a %s' >/dev/null 2>&1 &",
+      peer, log))
+    local p
+    local ok, err = pcall(function()
+      p = assert(plane.new("udp-link", { allow = { "udp:" .. gw .. ":9557" }, internal = { "10.81." .. n .. ".0/24" },
+        link = { peer_netns = "/run/netns/" .. peer, address = mine .. "/24", gateway = gw,
+          peer_address = gw .. "/24" } }))
+      loop.add(p)
+      assert(h.wait_for(function()
+        return select(2, h.sh("ip netns exec " .. peer .. " ss -lun | grep -q ':9557 '")) == 0
+      end, 5))
+      local s = assert(core.listen.in_netns(p.netns, "udp", "0.0.0.0", 0))
+      local function echo(msg)
+        core.udp.send(s, msg, gw, 9557)
+        local back
+        pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
+        return back == msg
+      end
+      -- attempt: the mark's route gone, the marked datagram would take the link's route
+      local nsx = "nsenter --net=/proc/" .. core.proc.getpid() .. "/fd/" .. p.netns:fileno() .. " "
+      h.must(nsx .. "ip rule del fwmark 43 lookup 43")
+      assert.is_false(echo("link-unrouted"))
+      h.must(nsx .. "ip rule add fwmark 43 lookup 43 pref 100")
+      assert.is_true(echo("link-control")) -- control: through the relay, out of the link
+      s:close()
+    end)
+    if p then loop.remove(p); p:close() end
+    h.sh("ip netns pids " .. peer .. " | xargs -r kill; ip netns del " .. peer)
+    local seen = h.read(log) or ""
+    os.remove(log)
+    assert(ok, err)
+    assert.is_nil(seen:find("link-unrouted", 1, true), seen)
+    assert.truthy(seen:find("link-control", 1, true), seen)
+  end)
+
   it("200 plane create/destroy cycles with a UDP relay leave no fd, netns or table behind", function()
     local pid = core.proc.getpid()
     local function fds() return #h.sh("ls /proc/" .. pid .. "/fd"):gsub("[^\n]", "") end

@@ -50,18 +50,23 @@ struct chain_spec {
 };
 
 /* nat at -100 (NF_IP_PRI_NAT_DST) so that redirects happen before filter at 0 sees the
- * packet, whose `ct status dnat` then accepts it. The UDP relay's two chains come last
+ * packet, whose `ct status dnat` then accepts it. The UDP relay's three chains come last
  * and exist only in a plan with udp_port: route_out marks the allowed datagrams at
  * mangle (-150), before nat, so the kernel routes them again by the mark (to lo, see
  * corral_rtnl_mark_local); udp_in hands them, as they come back in through lo, to the
  * relay's socket with TPROXY, which keeps their destination (an nft redirect would
- * rewrite it, and UDP has no SO_ORIGINAL_DST). */
+ * rewrite it, and UDP has no SO_ORIGINAL_DST); udp_out drops a marked datagram routed
+ * anywhere but lo, so a missing mark route can never send one out of the sandbox's own
+ * link. That check sits at postrouting because only there is `oif` the device the
+ * reroute chose: in the output chains it stays the first route's (measured with nft
+ * monitor trace on a sandbox with --link: oif "corral0" after route_out's mark). */
 static const struct chain_spec CHAINS[] = {
     {CORRAL_NFT_NAT_CHAIN, "nat", -100, NF_ACCEPT, NF_INET_LOCAL_OUT},
     {CORRAL_NFT_FILTER_CHAIN, "filter", 0, NF_DROP, NF_INET_LOCAL_OUT},
     {CORRAL_NFT_INPUT_CHAIN, "filter", 0, NF_DROP, NF_INET_LOCAL_IN},
     {CORRAL_NFT_ROUTE_CHAIN, "route", -150, NF_ACCEPT, NF_INET_LOCAL_OUT},
     {CORRAL_NFT_UDP_IN_CHAIN, "filter", -150, NF_ACCEPT, NF_INET_PRE_ROUTING},
+    {CORRAL_NFT_UDP_OUT_CHAIN, "filter", 0, NF_ACCEPT, NF_INET_POST_ROUTING},
 };
 #define NCHAINS_BASE 3
 #define NCHAINS_MAX (sizeof CHAINS / sizeof CHAINS[0])
@@ -454,6 +459,13 @@ static void build_udp_rules(struct builder *b, const struct corral_nft_plan *p, 
     meta_load(b, NFT_META_MARK);
     cmp_u32(b, p->udp_mark);
     verdict(b, NF_DROP);
+
+    rule_begin(b, table, CORRAL_NFT_UDP_OUT_CHAIN);
+    meta_load(b, NFT_META_MARK);
+    cmp_u32(b, p->udp_mark);
+    meta_load(b, NFT_META_OIF);
+    cmp(b, NFT_CMP_NEQ, &(uint32_t){LO_IFINDEX}, sizeof(uint32_t));
+    verdict(b, NF_DROP);
 }
 
 static int build_rules(const struct corral_nft_plan *p, const char *table, struct ruleset *rs)
@@ -532,15 +544,12 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     ip6_daddr_loopback(&b);
     verdict(&b, NF_ACCEPT);
 
-    /* A datagram route_out marked for the UDP relay, leaving through lo (where the mark
-     * routes it) and nowhere else: were the mark's route missing, it would meet the
-     * reject below instead of the sandbox's own link. */
+    /* A datagram route_out marked for the UDP relay: its mark routes it to lo, and udp_out
+     * drops it should it be routed anywhere else. */
     if (p->udp_port) {
         rule_begin(&b, table, filter);
         meta_load(&b, NFT_META_MARK);
         cmp_u32(&b, p->udp_mark);
-        meta_load(&b, NFT_META_OIF);
-        cmp_u32(&b, LO_IFINDEX);
         verdict(&b, NF_ACCEPT);
     }
 

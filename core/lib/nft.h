@@ -22,6 +22,7 @@
 #define CORRAL_NFT_INPUT_CHAIN "filter_in"
 #define CORRAL_NFT_ROUTE_CHAIN "route_out"
 #define CORRAL_NFT_UDP_IN_CHAIN "udp_in"
+#define CORRAL_NFT_UDP_OUT_CHAIN "udp_out"
 
 #define CORRAL_NFT_MAX_PORT_RANGES 16
 
