@@ -360,7 +360,7 @@ describe("egress udp: the plane under policy changes #root #netns", function()
     assert.is_true(cut, require("dkjson").encode(seen))
   end)
 
-  it("with --link, relays from the link on a marked socket; a datagram whose mark route is gone never leaves", function()
+  it("with a link, relays from it on a marked socket; a datagram whose mark route is gone never leaves", function()
     local n = h.own_pid() % 200 + 20
     local peer = "corral-t-udplink-" .. n
     local gw, mine = "10.81." .. n .. ".1", "10.81." .. n .. ".2"
@@ -379,7 +379,7 @@ describe("egress udp: the plane under policy changes #root #netns", function()
         return select(2, h.sh("ip netns exec " .. peer .. " ss -lun | grep -q ':9557 '")) == 0
       end, 5))
       local s = assert(core.listen.in_netns(p.netns, "udp", "0.0.0.0", 0))
-      local function echo(msg)
+      local function bounce(msg)
         core.udp.send(s, msg, gw, 9557)
         local back
         pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
@@ -388,9 +388,9 @@ describe("egress udp: the plane under policy changes #root #netns", function()
       -- attempt: the mark's route gone, the marked datagram would take the link's route
       local nsx = "nsenter --net=/proc/" .. core.proc.getpid() .. "/fd/" .. p.netns:fileno() .. " "
       h.must(nsx .. "ip rule del fwmark 43 lookup 43")
-      assert.is_false(echo("link-unrouted"))
+      assert.is_false(bounce("link-unrouted"))
       h.must(nsx .. "ip rule add fwmark 43 lookup 43 pref 100")
-      assert.is_true(echo("link-control")) -- control: through the relay, out of the link
+      assert.is_true(bounce("link-control")) -- control: through the relay, out of the link
       s:close()
     end)
     if p then loop.remove(p); p:close() end
