@@ -674,6 +674,7 @@ int corral_udprelay_run(struct corral_udprelay *r, struct corral_udprelay_event 
         if (push_event(r, &ev) == 0) r->overflow = 0;
     }
     size_t k = r->nqueue < max ? r->nqueue : max;
+    if (k == 0) return 0; /* the queue may not exist yet */
     memcpy(events, r->queue, k * sizeof *events);
     memmove(r->queue, r->queue + k, (r->nqueue - k) * sizeof *events);
     r->nqueue -= k;
