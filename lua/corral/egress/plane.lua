@@ -154,9 +154,11 @@ function Plane:write_resolv_conf()
 end
 
 --- The nftables plan for a plane with these redirected ports (see `tcp_ports`), and the
--- UDP ports its relay takes (`udp_ports` as `udp_ports` answers it; default the plane's).
-function M.ruleset_plan(plane, ports, udp_ports)
-  if udp_ports == nil then udp_ports = plane.udp_ports end
+-- UDP ports its relay takes (as `udp_ports` answers them, nil included; when not given,
+-- the plane's own).
+function M.ruleset_plan(plane, ports, ...)
+  local udp_ports = plane.udp_ports
+  if select("#", ...) > 0 then udp_ports = ... end
   local relay = udp_ports ~= false and plane.udp or nil
   return { dns_port = plane.dns_port, acceptor_port = plane.acceptor_port, mark = M.MARK,
     tcp_ports = ports or nil, no_tcp = ports == false,
