@@ -72,7 +72,7 @@ describe("corral CLI", function()
       ["Limits"] = { "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" },
       ["Environment"] = { "env" },
       ["Network and egress"] = { "allow", "allow-file", "internal", "resolve", "service-port", "link", "idle",
-                                 "max-connections", "sni", "learn" },
+                                 "max-connections", "udp-idle", "max-udp-flows", "sni", "learn" },
       ["Output"] = { "log-json", "verbose" },
     }
     for title, names in pairs(groups) do
@@ -87,7 +87,7 @@ describe("corral CLI", function()
     end
     -- every option run accepts is listed: one that parses but is not in the help fails here
     local listed = select(2, out:gsub("\n  %-%-[%w-]+", ""))
-    assert.are.equal(25, listed)
+    assert.are.equal(27, listed)
     for cmd, option in pairs({ confine = "extra", sbpl = "permit", probe = "json" }) do
       out, status = h.corral("help", cmd)
       assert.are.equal(0, status, out)
@@ -254,7 +254,9 @@ describe("corral CLI", function()
     local out, status
     for _, case in ipairs({ { "--memory", "abc" }, { "--memory", "1" }, { "--wall", "soon" }, { "--pids", "-1" },
                             { "--nofile", "99999999" }, { "--workspace", "/nonexistent" }, { "--storage", "/" },
-                            { "--allow", "*.com" }, { "--allow", "garbage" }, { "--resolve", "a=b" } }) do
+                            { "--allow", "*.com" }, { "--allow", "garbage" }, { "--resolve", "a=b" },
+                            { "--allow", "udp:ntp.test" }, { "--allow", "udp:ntp.test:53" },
+                            { "--udp-idle", "0" }, { "--max-udp-flows", "0" } }) do
       out, status = h.corral("run", case[1], case[2], "--", "true")
       assert.are.equal(2, status, case[1] .. " " .. case[2] .. ": " .. out)
       assert.truthy(out:find("invalid_argument: " .. case[1], 1, true), out)

@@ -79,6 +79,7 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(relay)                                                                                       \
     X(io)                                                                                          \
     X(udp)                                                                                         \
+    X(udprelay)                                                                                    \
     X(lookup)                                                                                      \
     X(clock)                                                                                       \
     X(inet)                                                                                        \

@@ -510,7 +510,8 @@ local RUN_OPTIONS = {
     { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
   } },
   { "Network and egress", {
-    { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432" },
+    { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432, "
+      .. "udp:ntp.test:123" },
     { "allow-file", "value", "FILE", "--allow entries from FILE, one per line (# comments)" },
     { "internal", "list", "CIDR", "admit a private range that an allowed name resolves into" },
     { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
@@ -519,6 +520,8 @@ local RUN_OPTIONS = {
       "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
     { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
+    { "udp-idle", "value", "DURATION", "end a UDP flow silent that long both ways (default 2m)" },
+    { "max-udp-flows", "value", "N", "the sandbox's concurrent UDP flows (default 1024)" },
     { "sni", "value", "MODE", "match (default): reset a TLS SNI or HTTP Host naming another host; require, off" },
     { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE" },
   } },
@@ -568,6 +571,15 @@ them. An --allow entry may be a URL (https://api.test is api.test:443). --sni ma
 another host (domain fronting); require also refuses one naming none. --learn FILE
 answers every name, denies and records every connection, and writes the suggested
 allowlist to FILE for --allow-file.
+
+UDP leaves only for an entry that says so: --allow udp:ntp.test:123, udp:api.test:443
+(QUIC), with the same grammar after udp: and its ports required. Each flow (the
+tenant's address and port, and the destination) is decided on its first datagram as a
+connection is, relayed from a socket on the host, and ends after --udp-idle of silence;
+its decision and its end (bytes each way) are logged. UDP to a port no udp: entry names
+is dropped and logged by the ruleset; DNS (port 53) is always the sandbox's own
+responder, never relayed. A TCP entry never lets a datagram through, nor a udp: entry a
+connection.
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the

@@ -167,7 +167,8 @@ return {
   },
   {
     id = "egress.udp_out", needs = EG, tools = { "python3" },
-    guarantee = "UDP (other than to the sandbox's own DNS responder) does not leave the sandbox",
+    guarantee = "UDP that no udp: entry grants does not leave the sandbox: not to a name only a TCP entry "
+      .. "names, not to loopback or the host's address (DNS goes to the sandbox's own responder)",
     attempt = "send a datagram to allowed.test, 127.0.0.1 and the host's address on the check's UDP ports",
     control = "allowed.test on port P reached after it; A's own storage",
     run = function(w)

@@ -1,6 +1,7 @@
 --- `corral run --learn FILE`: the program runs with nothing allowed that was not, every
--- name it asks for answered (so that it goes on to connect), and every connection it
--- then makes denied and recorded — name (or address), port and protocol. At the end the
+-- name it asks for answered (so that it goes on to connect), and every connection (and
+-- UDP flow) it then makes denied and recorded — name (or address), port and protocol,
+-- a UDP flow as `udp:name:port`. At the end the
 -- suggested allowlist is written to FILE, one entry per line with how often it was
 -- wanted, ready for `--allow-file FILE`: the way an operator builds the list for a new
 -- job. Names asked for but never connected to are listed as comments.
@@ -45,7 +46,12 @@ function M.render(seen)
     return a < b
   end)
   for _, e in ipairs(entries) do
-    out[#out + 1] = string.format("%s  # tcp, %d connection%s", e, seen.wanted[e], seen.wanted[e] == 1 and "" or "s")
+    local n = seen.wanted[e]
+    if e:sub(1, 4) == "udp:" then
+      out[#out + 1] = string.format("%s  # udp, %d flow%s", e, n, n == 1 and "" or "s")
+    else
+      out[#out + 1] = string.format("%s  # tcp, %d connection%s", e, n, n == 1 and "" or "s")
+    end
   end
   local only = {}
   for name, n in pairs(seen.names) do
@@ -82,9 +88,9 @@ function M.start(path, opts)
     if opts.sandbox and ev.sandbox ~= opts.sandbox then return end
     if ev.kind == "dns" and ev.name and ev.answer == "answered" then
       seen.names[ev.name] = (seen.names[ev.name] or 0) + 1
-    elseif ev.kind == "connect" and ev.verdict == "deny" and ev.port and host(ev)
-        and ev.reason ~= "direct connection to the acceptor" then
-      local e = host(ev) .. ":" .. ev.port
+    elseif (ev.kind == "connect" or ev.kind == "udp") and ev.verdict == "deny" and ev.port and host(ev)
+        and ev.reason ~= "direct connection to the acceptor" and ev.reason ~= "direct datagram to the UDP relay" then
+      local e = (ev.kind == "udp" and "udp:" or "") .. host(ev) .. ":" .. ev.port
       if not seen.wanted[e] then seen.order[#seen.order + 1] = e end
       seen.wanted[e] = (seen.wanted[e] or 0) + (ev.count or 1)
       if ev.name then seen.connected[ev.name] = true end
