@@ -116,6 +116,15 @@ static int l_fileno(lua_State *L)
     return 1;
 }
 
+/* core.io.poll reads the relay's fd through this (lcorral.h, corral_fd_reader). */
+static int udprelay_fd(void *ud)
+{
+    ludprelay *l = ud;
+    return l->r ? corral_udprelay_fd(l->r) : -1;
+}
+
+static const corral_fd_reader udprelay_fd_reader = {udprelay_fd};
+
 static int l_port(lua_State *L)
 {
     checkrelay(L, 1);
@@ -281,6 +290,7 @@ int corral_open_udprelay(lua_State *L)
                                     {NULL, NULL}};
     if (luaL_newmetatable(L, UDPRELAY_TYPE)) {
         luaL_setfuncs(L, meta, 0);
+        corral_set_fd_reader(L, &udprelay_fd_reader);
         luaL_newlib(L, methods);
         lua_setfield(L, -2, "__index");
     }
