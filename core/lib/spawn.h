@@ -33,7 +33,9 @@ struct corral_spawn_plan {
     const char *cwd;   /* inside the new root */
     const char *hostname;
     int new_net;       /* 1: a fresh empty netns (only lo, down) */
-    int netns_fd;      /* >= 0: join this host-owned netns before the user ns exists */
+    int netns_fd;      /* >= 0: join this netns before the user ns exists (one owned by
+                          another user namespace, of the caller's own: from inside it, and
+                          the user ns is made beneath it) */
     uid_t outside_uid; /* host ids the tenant's root maps to */
     gid_t outside_gid;
     struct corral_root_plan root;
