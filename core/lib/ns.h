@@ -83,7 +83,9 @@ int corral_ns_owner(int ns_fd, int *foreign);
  * life to the netns it was created in: so a socket fn creates lives in netns_fd while
  * the caller never changes namespace. fn must only make its object and return.
  *
- * A netns owned by the caller's own user namespace is entered by a short-lived thread
+ * The calling thread's own netns needs no entering: fn runs on it (entering it would
+ * need CAP_SYS_ADMIN all the same). Another netns owned by the caller's own user
+ * namespace is entered by a short-lived thread
  * (setns moves only the calling thread). One owned by another user namespace (as
  * corral_ns_new_net_in_userns makes) can only be entered from inside its owner, and only
  * a process alone in its thread group may enter a user namespace: fn then runs on a

@@ -327,6 +327,7 @@ enum {
     U_SOCKET,             /* a socket made there belongs to it */
     U_BIND_LOW,           /* the caller (its owner) binds port 53 there */
     U_BIND_LOW_HOST,      /* control of the capability: not in its own netns */
+    U_OWN_NETNS,          /* its own netns needs no entering: a socket is made there */
     U_NO_FD_LEFT,         /* nothing left open */
     U_COUNT
 };
@@ -371,6 +372,11 @@ static void test_run_in_unprivileged(void)
         r[U_BIND_LOW] = fd >= 0 && bind(fd, (struct sockaddr *)&low, sizeof low) == 0;
         int hfd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         r[U_BIND_LOW_HOST] =
+            hfd >= 0 && bind(hfd, (struct sockaddr *)&low, sizeof low) < 0 && errno == EACCES;
+        close(hfd);
+        hfd = corral_ns_socket(host, AF_INET, SOCK_DGRAM, 0);
+        /* in the host's netns, not a: there port 53 stays refused */
+        r[U_OWN_NETNS] =
             hfd >= 0 && bind(hfd, (struct sockaddr *)&low, sizeof low) < 0 && errno == EACCES;
         close(hfd);
         close(fd);
