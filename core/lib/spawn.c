@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <poll.h>
@@ -233,6 +234,18 @@ static void set_stdio_and_fds(const struct corral_spawn_plan *p, int errfd)
         if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
 }
 
+/* CAP_NET_ADMIN kept across execve as an ambient capability (raised in the inheritable
+ * set first, as the kernel requires). Raw syscalls: nothing allocates in this child. */
+static int keep_net_admin(void)
+{
+    struct __user_cap_header_struct hd = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &hd, d) < 0) return -errno;
+    d[CAP_TO_INDEX(CAP_NET_ADMIN)].inheritable |= CAP_TO_MASK(CAP_NET_ADMIN);
+    if (syscall(SYS_capset, &hd, d) < 0) return -errno;
+    return prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_ADMIN, 0, 0) < 0 ? -errno : 0;
+}
+
 /* The plain variant: the helper builds its own sandbox; we only join the host-made netns
  * (still privileged here, so the helper's later user namespace owns nothing in it), apply
  * the rlimits, take the unprivileged ids when asked, set stdio, close what must not be
@@ -245,6 +258,9 @@ __attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan 
     if (owner_fd >= 0 && setns(owner_fd, CLONE_NEWUSER) < 0) child_fail(errfd, STEP_JOIN, errno);
     if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
         child_fail(errfd, STEP_JOIN, errno);
+    int r;
+    if (owner_fd >= 0 && p->plain_net_admin && (r = keep_net_admin()) < 0)
+        child_fail(errfd, STEP_CAPS, r);
     apply_rlimits(p, errfd);
     if (p->plain_ids) {
         if (setgroups(0, NULL) < 0 ||
