@@ -148,7 +148,8 @@ int corral_ns_owner(int ns_fd, int *foreign)
      * namespace, which it could never enter. Either way setns decides, as before. */
     if (owner < 0) return errno == ENOTTY || errno == EINVAL || errno == EPERM ? 0 : -errno;
     struct stat mine, theirs;
-    if (stat("/proc/self/ns/user", &mine) < 0 || fstat(owner, &theirs) < 0) return -errno;
+    /* Unreadable: setns decides, as before (the caller's own is the usual case). */
+    if (stat("/proc/self/ns/user", &mine) < 0 || fstat(owner, &theirs) < 0) return 0;
     if (mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino)
         *foreign = corral_take_fd(&owner);
     return 0;
@@ -219,26 +220,34 @@ static int job_child(void *arg)
     return 0;
 }
 
-/* Stack of a corral_ns_run_in_child child; what runs there is small (a socket, a
- * libmnl handle, a clone3). */
-#define CHILD_STACK_SIZE (256 * 1024)
+/* Stack of a corral_ns_run_in_child child, above one guard page. What runs there is
+ * small (a socket, a libmnl handle), but a clone3 made there leaves its child (a
+ * tenant's init, for its whole life) on a copy of it; pages are only ever touched as
+ * used. */
+#define CHILD_STACK_SIZE (1024 * 1024)
+#define CHILD_GUARD_SIZE 4096
 
 int corral_ns_run_in_child(int (*fn)(void *), void *arg, int exit_signal)
 {
-    char *stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+    char *stack = mmap(NULL, CHILD_GUARD_SIZE + CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) return -errno;
+    if (mprotect(stack, CHILD_GUARD_SIZE, PROT_NONE) < 0) {
+        int err = errno;
+        munmap(stack, CHILD_GUARD_SIZE + CHILD_STACK_SIZE);
+        return -err;
+    }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = clone(fn, stack + CHILD_STACK_SIZE,
+    pid_t pid = clone(fn, stack + CHILD_GUARD_SIZE + CHILD_STACK_SIZE,
                       CLONE_VM | CLONE_FILES | CLONE_VFORK | (exit_signal & CSIGNAL), arg);
     int err = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (pid > 0)
         while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
             ;
-    munmap(stack, CHILD_STACK_SIZE);
+    munmap(stack, CHILD_GUARD_SIZE + CHILD_STACK_SIZE);
     return pid < 0 ? -err : 0;
 }
 
@@ -248,12 +257,12 @@ static int run_in_child(struct thread_job *job)
     return r < 0 ? r : job->rc;
 }
 
-/* 1 when netns_fd is the calling thread's own netns, 0 when not (or not a netns), or
- * -errno. */
+/* 1 when netns_fd is the calling thread's own netns; 0 when not, or when that cannot be
+ * read (setns then decides, as before). */
 static int is_own_netns(int netns_fd)
 {
     struct stat mine, target;
-    if (stat("/proc/thread-self/ns/net", &mine) < 0 || fstat(netns_fd, &target) < 0) return -errno;
+    if (stat("/proc/thread-self/ns/net", &mine) < 0 || fstat(netns_fd, &target) < 0) return 0;
     return mine.st_dev == target.st_dev && mine.st_ino == target.st_ino;
 }
 
@@ -272,9 +281,8 @@ static int run_here(struct thread_job *job)
 int corral_ns_run_in(int netns_fd, int (*fn)(void *), void *arg)
 {
     if (netns_fd < 0) return -EBADF;
-    int r = is_own_netns(netns_fd);
-    if (r < 0) return r;
-    if (r) {
+    int r;
+    if (is_own_netns(netns_fd)) {
         struct thread_job here = {-1, 0, netns_fd, fn, arg, -EINVAL};
         return run_here(&here);
     }

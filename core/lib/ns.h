@@ -101,7 +101,7 @@ int corral_ns_run_in(int netns_fd, int (*fn)(void *), void *arg);
  * process alone in its thread group enter or create a user namespace (setns(2),
  * unshare(2)), which a thread of a threaded host never is. CLONE_VFORK suspends the
  * calling thread until the child has exited, so fn runs as the caller would, on a stack
- * of its own (256 KiB), with every signal blocked: what it writes to arg and the fds it
+ * of its own (1 MiB), with every signal blocked: what it writes to arg and the fds it
  * opens are the caller's; its credentials and namespaces are its own and end with it.
  * exit_signal is the signal its exit sends (0: none, so a host loop waiting for SIGCHLD
  * never sees it; a clone3 with CLONE_PARENT made by fn inherits it). Reaped here.
