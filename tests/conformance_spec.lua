@@ -72,6 +72,29 @@ describe("the census baseline", function()
   end)
 end)
 
+describe("conformance egress without root #root", function()
+  -- The egress group again as an unprivileged caller (helpers.TEST_UID): its plane's
+  -- netns is then owned by a user namespace of its own, and the tenant's user namespace
+  -- is made beneath that one; every breach attempt must still be held, its control passed.
+  for _, name in ipairs({ "native", "bwrap" }) do
+    it("holds every egress check against " .. name .. " as an unprivileged caller", function()
+      if name == "bwrap" and not has_bwrap() then return pending("bubblewrap is not runnable here") end
+      local missing, kind = h.test_user_missing()
+      if kind == "kernel" then return pending(missing) end
+      assert.is_nil(missing, missing)
+      local out, status = h.capture(h.as_test_user({ h.host, "conformance", "--mechanism", name, "--only", "egress",
+        "--json" }))
+      assert.are.equal(0, status, out)
+      local report = assert(require("dkjson").decode(out:match("{.*}")), out)
+      local n = 0
+      for _, c in ipairs(conformance.ids()) do if c.group == "egress" then n = n + 1 end end
+      for _, r in ipairs(report.results) do assert.are.equal("held", r.outcome, r.id .. ": " .. r.detail) end
+      assert.are.equal(n, #report.results)
+      assert.are.equal(n, report.census.groups.egress.held)
+    end)
+  end
+end)
+
 describe("conformance against broken mechanisms #root", function()
   it("files a network wide open behind a declared boundary as breached, never unavailable", function()
     local report = assert(conformance.run(FIXTURES .. "open_network.lua", { only = "network" }))

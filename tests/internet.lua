@@ -21,6 +21,8 @@ function M.start()
     http_port = 8080, echo_port = 9007, udp_port = 9443,
     dir = h.tmpdir("inet"),
   }
+  -- readable to the unprivileged re-run of the tests (its servers' logs)
+  assert(os.execute("chmod 0755 " .. h.quote(net.dir)))
   M.stop({ ns = net.ns, veth = net.veth }) -- a leftover from an interrupted run
   local script = [[
     set -e
@@ -52,6 +54,16 @@ function M.start()
     return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, net.echo_port)):match("^1")
   end, 5), "echo server did not start")
   return net
+end
+
+--- The internet as text, for a test run in another process (`decode`).
+function M.encode(net)
+  return require("dkjson").encode(net)
+end
+
+--- The internet `encode` wrote, for a process that uses it but did not start it.
+function M.decode(text)
+  return assert(require("dkjson").decode(text), "not an internet: " .. tostring(text))
 end
 
 --- Removes everything start made.

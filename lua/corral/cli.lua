@@ -517,7 +517,7 @@ local RUN_OPTIONS = {
     { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
     { "service-port", "value", "N", "relay a port on 127.0.0.1 (printed on stderr) to port N inside" },
     { "link", "value", "NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]",
-      "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
+      "its own routed link: a veth into NETNS (under /run/netns, or a path); root only" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
     { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
     { "udp-idle", "value", "DURATION", "end a UDP flow silent that long both ways (default 2m)" },
@@ -564,9 +564,12 @@ TCP keepalive runs on both legs, so a dead end is noticed either way. Each conne
 costs the host two sockets (about 7 KiB of kernel memory idle), under 1 KiB of its own
 and six fds, plus up to 512 KiB of pipe only while bytes wait in it. With --link,
 permitted connections leave from the sandbox's netns through its link, on mark-checked
-sockets, instead of from the host's. At the end of the run, what was denied and which
-connections failed upstream are summarised on stderr with the option that would change
-them. An --allow entry may be a URL (https://api.test is api.test:443). --sni match
+sockets, instead of from the host's; it needs root (exit 3 without). Without root the
+rest holds the same: the sandbox's netns then belongs to a user namespace of the
+caller's own, beneath which the tenant's is made. At the end of the run, what was
+denied and which connections failed upstream are summarised on stderr with the
+option that would change them. An --allow entry may be a URL
+(https://api.test is api.test:443). --sni match
 (the default) resets a connection to an allowed name whose TLS SNI or HTTP Host names
 another host (domain fronting); require also refuses one naming none. --learn FILE
 answers every name, denies and records every connection, and writes the suggested

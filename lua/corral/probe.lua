@@ -324,8 +324,12 @@ local probes = {
     name = "nftables",
     gates = { "native (egress)" },
     run = function()
-      local netns, err = core.ns.new_net()
+      -- the netns a plane of this caller's would get (root: the host's user namespace
+      -- owns it; anyone else: a user namespace of the caller's own), made as the plane
+      -- makes it, then programmed and attacked from a tenant spawned as a plane's is
+      local netns, err, _, owner = require("corral.egress.plane").new_netns()
       if not netns then return false, "cannot create a network namespace: " .. tostring(err) end
+      local where = owner == "host" and "" or " (in a user namespace of the caller's own)"
       local plan = { dns_port = 5353, acceptor_port = 15001, mark = core.nft.DEFAULT_MARK }
       local ok
       ok, err = core.nft.apply(netns, plan)
@@ -342,11 +346,13 @@ local probes = {
       local intact = core.nft.verify(netns, plan)
       netns:close()
       if code == 20 then
-        return intact and true or false, "ruleset applied and read back; no nft binary to attempt the breach with"
+        return intact and true or false, "ruleset applied and read back" .. where ..
+          "; no nft binary to attempt the breach with"
       end
       if code == 11 or not intact then return false, "breach: a tenant flushed the ruleset: " .. trim(out) end
       if code ~= 0 then return false, "child failed: " .. trim(out) end
-      return true, "ruleset applied in one batch and read back; a tenant's `nft flush ruleset` was refused"
+      return true, "ruleset applied in one batch and read back" .. where ..
+        "; a tenant's `nft flush ruleset` was refused"
     end,
   },
   {

@@ -10,6 +10,12 @@
 -- nftables table — all before the tenant exists. The tenant then joins the netns from
 -- the spawner before its own user namespace is made.
 --
+-- Without root (`new_netns`): the netns is owned by a user namespace of the caller's own
+-- (U1), over which the caller holds every capability without entering it; each step
+-- "inside" runs on a child that joins U1 and the netns (`corral_ns_run_in`), and the
+-- tenant's user namespace is made inside U1, so it holds nothing over the netns either.
+-- Upstream sockets live in the host's netns and need no mark; `--link` is refused.
+--
 -- The policy lives in the process's registry (`corral.egress.registry`): the plane
 -- registers it at `new`, forgets it at `close`, and follows its changes (a subscriber
 -- that brings the ruleset's ports in line and clears the responder's cache).
@@ -82,9 +88,12 @@ function M.new(id, network)
     end
   end
   local err, errno
-  self.netns, err, errno = core.ns.new_net()
+  self.netns, err, errno, self.netns_owner = M.new_netns()
   if not self.netns then return fail("netns", err, errno) end
   local ok
+  if network.link and self.netns_owner ~= "host" then
+    return fail("--link", M.LINK_NEEDS_ROOT)
+  end
   if network.link then
     ok, err, errno = self:attach_link(network.link)
     if not ok then return fail("link", err, errno) end
@@ -126,6 +135,33 @@ function M.new(id, network)
     return true
   end)
   return self
+end
+
+--- Why `--link` is refused to a caller without privilege.
+M.LINK_NEEDS_ROOT = "needs root: the link's far end goes into another network namespace, which a "
+  .. "caller without CAP_NET_ADMIN over it cannot administer (run without --link: connections then "
+  .. "leave from the host's own network namespace)"
+
+--- A new, empty network namespace for a sandbox, owned by a user namespace in which the
+-- tenant will hold no capability (docs/architecture.md, invariant 4). A caller that may
+-- make one in its own user namespace (root) does, as it always has; one that may not
+-- (EPERM: an unprivileged caller) makes it in a new user namespace of its own, which maps
+-- only its own ids and which the tenant's user namespace is later made beneath.
+-- @treturn[1] userdata the netns fd
+-- @treturn[1] nil
+-- @treturn[1] nil
+-- @treturn[1] string "host" (owned by the caller's user namespace) or "caller" (by a
+--   user namespace of the caller's own)
+-- @return[2] nil
+-- @treturn[2] string why (both attempts, when both failed)
+-- @treturn[2] integer errno
+function M.new_netns()
+  local netns, err, errno = core.ns.new_net()
+  if netns then return netns, nil, nil, "host" end
+  if errno ~= core.errno.EPERM then return nil, err, errno end
+  local owned, uerr, uerrno = core.ns.new_net_in_userns()
+  if owned then return owned, nil, nil, "caller" end
+  return nil, tostring(err) .. "; in a user namespace of the caller's own: " .. tostring(uerr), uerrno
 end
 
 --- Writes `RESOLV_CONF` to a file of the plane's own (mode 0644 in a 0711 directory of
