@@ -120,10 +120,9 @@ describe("conformance against broken mechanisms #root", function()
   it("holds nothing for a profile that kills every process: its controls fail (void), in every group", function()
     local report = assert(conformance.run(FIXTURES .. "kill_all.lua"))
     assert.are.equal(#conformance.ids(), #report.results)
-    -- unavailable only where the fixture claims nothing (store hook, disk) or the target
-    -- it must aim at is itself killed: nothing answers, and the refusal distinguishes nothing
-    local unavailable = { ["cred.store_hook"] = "no credentials probe hook", ["res.disk"] = "does not claim disk_quota",
-                          ["net.sibling_service"] = "nothing answers" }
+    -- unavailable only where the fixture claims nothing (store hook) or the target it must
+    -- aim at is itself killed: nothing answers, and the refusal distinguishes nothing
+    local unavailable = { ["cred.store_hook"] = "no credentials probe hook", ["net.sibling_service"] = "nothing answers" }
     for _, c in ipairs(conformance.checks("cross_sandbox")) do unavailable[c.id] = "B's target never started" end
     for _, r in ipairs(report.results) do
       if unavailable[r.id] then

@@ -133,6 +133,8 @@ return {
           landed // 1024 ^ 2, host_took // 1024 ^ 2) }
       end
       if not out:find("No space left", 1, true) and not out:lower():find("quota", 1, true) then
+        -- a sandbox that killed the writer shows nothing either way: its control says which
+        if not ok then return { control_ok = false, control_detail = detail } end
         return { unavailable = "the write stopped, but not for want of room: " .. out:sub(1, 120) }
       end
       return { control_ok = ok, control_detail = string.format("%s; the write stopped at %d MiB (ENOSPC)", detail,
