@@ -122,7 +122,8 @@ describe("conformance against broken mechanisms #root", function()
     assert.are.equal(#conformance.ids(), #report.results)
     -- unavailable only where the fixture claims nothing (store hook) or the target it must
     -- aim at is itself killed: nothing answers, and the refusal distinguishes nothing
-    local unavailable = { ["cred.store_hook"] = "no credentials probe hook", ["net.sibling_service"] = "nothing answers" }
+    local unavailable = { ["cred.store_hook"] = "no credentials probe hook",
+                          ["net.sibling_service"] = "nothing answers" }
     for _, c in ipairs(conformance.checks("cross_sandbox")) do unavailable[c.id] = "B's target never started" end
     for _, r in ipairs(report.results) do
       if unavailable[r.id] then
