@@ -62,9 +62,10 @@ HOST_LIBS = $(call libflag,$(LUA_LIBDIR)) $(call libflag,$(CAP_LIBDIR)) $(call l
 
 LIB_SRC  := $(sort $(wildcard core/lib/*.c))
 BIND_SRC := $(sort $(wildcard core/lua/*.c))
+HOST_SRC := $(sort $(wildcard core/host/*.c))
 LIB_OBJ  := $(LIB_SRC:core/lib/%.c=$(BUILD)/obj/lib/%.o)
 BIND_OBJ := $(BIND_SRC:core/lua/%.c=$(BUILD)/obj/lua/%.o)
-HEADERS  := $(wildcard core/lib/*.h core/lua/*.h)
+HEADERS  := $(wildcard core/lib/*.h core/lua/*.h core/host/*.h)
 CTEST_SRC := $(sort $(wildcard tests/c/test_*.c))
 CTEST_HDR := $(wildcard tests/c/*.h)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
@@ -73,7 +74,6 @@ LUA_MOD  := $(sort $(shell find lua -name '*.lua'))
 # The modules' bytecode, loaded by the host instead of compiling them at every start
 # (core/host/compiled.h); each named after its source, which stays what tracebacks show.
 LUAC_STAMP = $(BUILD)/luac/.built
-HOST_SRC := $(filter-out core/host/main.c,$(wildcard core/host/*.c))
 
 CORE_SO  = corral/core.so
 HOST     = $(BUILD)/corral
@@ -101,7 +101,7 @@ $(BUILD)/gen/seccomp_tables.h: core/gen/seccomp_tables.c core/lib/seccomp.c core
 	    core/lib/seccomp.c core/lib/tier_seccomp.c $(EXT_LIBS)
 	@$(BUILD)/gen/seccomp_tables > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/lib/confine.o $(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o \
+$(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o \
     $(BUILD)/obj/lib/tier.o $(BUILD)/obj/lua/l_tier.o: \
     $(BUILD)/gen/seccomp_tables.h
 
@@ -121,12 +121,13 @@ $(CORE_SO): $(BIND_OBJ) $(LIBCORE)
 	@$(CC) $(LIBFLAG) $(SAN) $(LDFLAGS) -o $@ $(BIND_OBJ) $(LIBCORE) $(EXT_LIBS)
 
 # The host exports the Lua API (-rdynamic) so that C modules it loads (cjson, …)
-# bind to the same interpreter.
-$(HOST): core/host/main.c $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS)
+# bind to the same interpreter. core/host also holds the exec-confined wrapper (a
+# program of its own: it prints its diagnostic and exits, which core/lib never does).
+$(HOST): $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS) $(BUILD)/gen/seccomp_tables.h
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(HOST_DEFS) $(CFLAGS) -fvisibility=default -rdynamic $(LDFLAGS) \
-	    -o $@ core/host/main.c $(HOST_SRC) $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
+	    -o $@ $(HOST_SRC) $(BIND_OBJ) $(LIBCORE) $(HOST_LIBS)
 
 $(LUAC_STAMP): $(LUA_MOD) scripts/compile-lua
 	@mkdir -p $(dir $@)
@@ -176,8 +177,9 @@ uninstall:
 	-rmdir $(DESTDIR)$(INST_LIBDIR)/corral
 
 lint:
-	luacheck lua tests scripts/*.lua scripts/bench/*.lua scripts/examples/*.lua
-	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/gen/*.c tests/c/*.[ch]
+	luacheck lua tests scripts/*.lua scripts/examples/*.lua scripts/bench/*.lua
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/gen/*.c tests/c/*.[ch] \
+	    scripts/bench/*.c
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
 asan: deps
@@ -190,8 +192,8 @@ asan: deps
 fuzz: deps
 	@scripts/run-fuzz
 
-# The C drivers the bench scripts run (scripts/bench/*.c), built as the scripts did.
-BENCH_CFLAGS = -std=gnu11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Icore/lib
+# The C drivers the bench scripts run (scripts/bench/*.c), under the core's warnings.
+BENCH_CFLAGS = $(WARN) -O2 -D_GNU_SOURCE -Icore/lib
 
 $(BUILD)/bench/egress: scripts/bench/egress_bench.c $(LIBCORE) $(HEADERS)
 	@mkdir -p $(dir $@)

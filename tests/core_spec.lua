@@ -1,6 +1,7 @@
 -- corral.core's surface: one namespace per C module, and the constants the Lua side
 -- reads from C instead of restating them.
 local core = require "corral.core"
+local h = require "helpers"
 
 describe("corral.core", function()
   it("holds only namespaces (one per C module) and its version", function()
@@ -29,7 +30,7 @@ describe("corral.core", function()
   end)
 
   it("exports the exit statuses corral gives of its own (core/lib/exitcodes.h)", function()
-    assert.are.same({ USAGE = 2, CANNOT = 3, START_REFUSED = 120, MEMORY = 121, WALL = 124,
+    assert.are.same({ USAGE = 2, CANNOT = 3, START_REFUSED = 120, MEMORY = 121, TEARDOWN = 122, WALL = 124,
                       SETUP = 125, NOEXEC = 126, NOTFOUND = 127 }, core.exit)
   end)
 
@@ -56,5 +57,46 @@ describe("corral.core", function()
     assert.are.equal(110, core.errno.ETIMEDOUT)
     assert.are.equal(core.nft.DEFAULT_MARK, require("corral.egress.plane").MARK)
     assert.is_true(math.type(core.nft.MAX_PORT_RANGES) == "integer" and core.nft.MAX_PORT_RANGES > 0)
+  end)
+
+  it("raises a bad argument through luaL_argerror (\"bad argument #\"), and a good one still works", function()
+    local ok, err = pcall(core.io.poll, { {} }, 0)
+    assert.is_false(ok)
+    assert.matches("bad argument #1 .*entry 1: expected an fd", err)
+    ok, err = pcall(core.tier.run, { path = "/bin/true", argv = 5 })
+    assert.is_false(ok)
+    assert.matches("bad argument #1 .*argv must be a list", err)
+    local many = {}
+    for i = 1, 1000 do many[i] = "/" end
+    ok, err = pcall(core.vm.eval, "return 1", { read = many })
+    assert.is_false(ok)
+    assert.matches("bad argument #2 .*read grants", err)
+    -- controls, after the raises: a good list polls, a closed fd is skipped
+    local closed = assert(core.sock.listen("127.0.0.1", 0))
+    closed:close()
+    assert.are.same({}, core.io.poll({ closed }, 0))
+  end)
+
+  it("polls a corral object's own fd read in C: a process's pidfd, a relay loop's epoll fd", function()
+    local relay = assert(core.relay.new())
+    assert.are.same({}, core.io.poll({ relay }, 0)) -- idle: not readable
+    local proc, pipe = core.spawn.fork()
+    if not proc then core.proc.exit(0) end
+    pipe:close()
+    assert.are.same({ 2 }, core.io.poll({ relay, proc }, 5)) -- the exited child's pidfd
+    assert.are.equal(0, (proc:wait(5)))
+    relay:close()
+    assert.are.same({}, core.io.poll({ relay }, 0)) -- a closed loop reads -1 and is skipped
+  end)
+
+  it("lists a directory sorted in byte order, without . and ..", function()
+    local dir = h.tmpdir("listdir")
+    for _, name in ipairs({ "b", "a1", "C", "a", ".hidden" }) do h.write(dir .. "/" .. name, "") end
+    local names = core.fs.listdir(dir)
+    h.rmrf(dir)
+    assert.are.same({ ".hidden", "C", "a", "a1", "b" }, names)
+    local _, err, errno = core.fs.listdir(dir) -- gone: the failure protocol
+    assert.matches("No such file", err)
+    assert.are.equal(core.errno.ENOENT, errno)
   end)
 end)

@@ -2,10 +2,11 @@
 -- itself: a responder started here (socat hands each UDP datagram to a Lua process that
 -- answers it with core.dns) serves real dig queries on loopback.
 local core = require "corral.core"
+local h = require "helpers"
 local dns = core.dns
 
-local function unhex(h)
-  return (h:gsub("%s+", ""):gsub("..", function(b) return string.char(tonumber(b, 16)) end))
+local function unhex(text)
+  return (text:gsub("%s+", ""):gsub("..", function(b) return string.char(tonumber(b, 16)) end))
 end
 
 local function u16(s, i)
@@ -90,15 +91,8 @@ describe("core.dns codec", function()
 end)
 
 describe("core.dns with real dig", function()
-  local tmp, proc, pid, port
-  local cwd = assert(io.popen("pwd")):read("l")
-
-  local function sh(cmd)
-    local p = assert(io.popen(cmd .. " 2>&1"))
-    local out = p:read("a")
-    p:close()
-    return out
-  end
+  local tmp, proc, pid, port, fifo
+  local cwd = assert(core.path.resolve("."))
 
   -- One process per datagram (socat ...,fork): read the query, decide as the real
   -- responder will (allowlist of one name), write the answer or nothing (drop).
@@ -130,34 +124,26 @@ if r then io.write(r) io.flush() end
 ]]
 
   setup(function()
-    tmp = sh("mktemp -d"):gsub("%s+$", "")
+    tmp = h.tmpdir("dns")
     local script = tmp .. "/responder.lua"
-    local f = assert(io.open(script, "w"))
-    f:write(string.format("local CWD, LOG = %q, %q\n", cwd, tmp .. "/log"), RESPONDER)
-    f:close()
+    h.write(script, string.format("local CWD, LOG = %q, %q\n", cwd, tmp .. "/log") .. RESPONDER)
     -- the host under `make asan`, else the stock interpreter loading ./corral/core.so
     local lua = os.getenv("CORRAL_HOST")
-    if not (lua and os.execute("test -x " .. lua)) then lua = "lua5.4" end
-    math.randomseed(os.time(), tonumber(tostring({}):match("0x(%x+)"), 16))
+    if not (lua and os.execute("test -x " .. h.quote(lua))) then lua = "lua5.4" end
+    local exec = "EXEC:" .. h.quote(lua .. " " .. script)
     for _ = 1, 10 do
-      port = math.random(20000, 59999)
-      -- popen keeps socat our child, so that teardown reaps it
-      proc = assert(io.popen(string.format(
-        "echo $$; exec socat UDP4-RECVFROM:%d,bind=127.0.0.1,fork EXEC:'%s %s' 2>%s/socat.log",
-        port, lua, script, tmp)))
-      pid = proc:read("l")
-      local listening = false
-      for _ = 1, 40 do
-        if sh(string.format("ss -Hnul 'sport = :%d'", port)):match("127%.0%.0%.1:" .. port) then
-          listening = true
-          break
-        end
-        if not os.execute("kill -0 " .. pid .. " 2>/dev/null") then break end -- port taken
-        os.execute("sleep 0.05")
-      end
+      port = h.free_port()
+      -- h.child keeps socat our child (its shell execs it), so that teardown reaps it
+      proc, pid, fifo = h.child(string.format("exec socat UDP4-RECVFROM:%d,bind=127.0.0.1,fork %s 2>%s",
+        port, exec, h.quote(tmp .. "/socat.log")))
+      local listening = h.wait_for(function()
+        if h.sh("ss -Hnul " .. h.quote("sport = :" .. port)):match("127%.0%.0%.1:" .. port) then return true end
+        return not os.execute("kill -0 " .. pid .. " 2>/dev/null") -- socat gone: the port was taken
+      end, 2) and os.execute("kill -0 " .. pid .. " 2>/dev/null")
       if listening then return end
       os.execute("kill " .. pid .. " 2>/dev/null")
       proc:close()
+      os.remove(fifo)
       pid, proc = nil, nil
     end
     error("could not start socat on a loopback port")
@@ -167,12 +153,14 @@ if r then io.write(r) io.flush() end
     if pid then
       os.execute("kill " .. pid .. " 2>/dev/null")
       proc:close()
+      os.remove(fifo)
     end
-    if tmp then os.execute("rm -rf " .. tmp) end
+    h.rmrf(tmp)
   end)
 
   local function dig(args)
-    local out = sh(string.format("dig @127.0.0.1 -p %d %s +tries=1 +time=2", port, args))
+    local out = h.capture({ "dig", "@127.0.0.1", "-p", tostring(port), "+tries=1", "+time=2",
+      table.unpack(args) })
     local status = out:match("status: (%u+)")
     local answers = {}
     local section = out:match(";; ANSWER SECTION:\n(.-)\n\n") or ""
@@ -183,37 +171,37 @@ if r then io.write(r) io.flush() end
   end
 
   it("answers NXDOMAIN for others, REFUSED for TXT and ANY, then allowed names", function()
-    local status, answers, out = dig("evil.example A")
+    local status, answers, out = dig({ "evil.example", "A" })
     assert.equal("NXDOMAIN", status, out)
     assert.same({}, answers)
 
-    status, answers, out = dig("pypi.org TXT")
+    status, answers, out = dig({ "pypi.org", "TXT" })
     assert.equal("REFUSED", status, out)
     assert.same({}, answers)
-    status, answers, out = dig("pypi.org ANY +notcp")
+    status, answers, out = dig({ "pypi.org", "ANY", "+notcp" })
     assert.equal("REFUSED", status, out)
     assert.same({}, answers)
 
     -- no question at all: FORMERR; opcode STATUS: NOTIMP (the same dig, the same server)
-    status, answers, out = dig("+header-only")
+    status, answers, out = dig({ "+header-only" })
     assert.equal("FORMERR", status, out)
     assert.same({}, answers)
-    status, answers, out = dig("+opcode=status pypi.org")
+    status, answers, out = dig({ "+opcode=status", "pypi.org" })
     assert.equal("NOTIMP", status, out)
     assert.same({}, answers)
 
     -- controls, after the refusals: the same server answers the allowed name
-    status, answers, out = dig("pypi.org A +noedns")
+    status, answers, out = dig({ "pypi.org", "A", "+noedns" })
     assert.equal("NOERROR", status, out)
     assert.same({ "pypi.org. 60 IN A 198.18.0.7" }, answers)
     assert.matches("flags: qr aa rd;", out)
 
-    status, answers, out = dig("pypi.org AAAA")
+    status, answers, out = dig({ "pypi.org", "AAAA" })
     assert.equal("NOERROR", status, out)
     assert.same({ "pypi.org. 60 IN AAAA fd00::7" }, answers)
 
     -- case is echoed as sent (dig compares the question), matched lowercased
-    status, answers, out = dig("PyPI.Org A")
+    status, answers, out = dig({ "PyPI.Org", "A" })
     assert.equal("NOERROR", status, out)
     assert.same({ "PyPI.Org. 60 IN A 198.18.0.7" }, answers)
 

@@ -45,6 +45,22 @@ local function pointers(text)
   return out
 end
 
+-- The rows of docs/requirement-ids.md: `{[id] = {group =, guarantee =, needs = {...}}}`.
+local function requirement_rows(text)
+  local rows, group = {}, nil
+  for line in text:gmatch("[^\n]+") do
+    group = line:match("^## (%S+)$") or group
+    local id, guarantee, needs = line:match("^| `([%w_.]+)` | (.-) | (.-) |$")
+    if id then
+      local list = {}
+      for c in needs:gmatch("`([%w_.]+)`") do list[#list + 1] = c end
+      assert.is_nil(rows[id], id .. " is listed twice")
+      rows[id] = { group = group, guarantee = guarantee, needs = list }
+    end
+  end
+  return rows
+end
+
 describe("documentation pointers", function()
   it("resolve in the tree, or are declared removed", function()
     local removed, checked = {}, 0
@@ -70,11 +86,75 @@ describe("documentation pointers", function()
     assert.is_false(resolves_module(found[2].name))
   end)
 
-  it("explain every conformance id in docs/requirement-ids.md", function()
-    local text = h.read("docs/requirement-ids.md")
-    local ids = require("corral.conformance").ids()
+  it("explain every conformance id in docs/requirement-ids.md, and name no id the suite lacks", function()
+    local conformance = require "corral.conformance"
+    local rows = requirement_rows(h.read("docs/requirement-ids.md"))
+    local ids = conformance.ids()
     assert.truthy(#ids > 40)
-    for _, c in ipairs(ids) do assert.truthy(text:find("`" .. c.id .. "`", 1, true), c.id) end
+    local in_code = {}
+    for _, g in ipairs(conformance.GROUPS) do
+      for _, c in ipairs(conformance.checks(g)) do
+        in_code[c.id] = true
+        local row = rows[c.id]
+        assert.truthy(row, c.id .. " is not in docs/requirement-ids.md")
+        assert.are.equal(g, row.group, c.id)
+        assert.are.equal(c.guarantee, row.guarantee, c.id)
+        assert.are.same(c.needs or {}, row.needs, c.id .. ": the claims it needs")
+      end
+    end
+    -- doc to code: every id the document lists is a check of the suite
+    local n = 0
+    for id in pairs(rows) do
+      n = n + 1
+      assert.truthy(in_code[id], "docs/requirement-ids.md lists " .. id .. ", which the suite does not have")
+    end
+    assert.are.equal(#ids, n)
+  end)
+
+  it("reads a requirement row, and catches an id the suite lacks (control)", function()
+    local rows = requirement_rows("## network\n\n| id | guarantee | needs claimed |\n|---|---|---|\n" ..
+      "| `net.nosuch` | a guarantee | `network_restriction`, `nftables` |\n| `net.none` | another | — |\n")
+    assert.are.same({ group = "network", guarantee = "a guarantee", needs = { "network_restriction", "nftables" } },
+      rows["net.nosuch"])
+    assert.are.same({}, rows["net.none"].needs)
+    local known = {}
+    for _, c in ipairs(require("corral.conformance").ids()) do known[c.id] = true end
+    assert.is_nil(known["net.nosuch"])
+  end)
+end)
+
+describe("docs/boundary.md names every error code and exit status", function()
+  local text = h.read("docs/boundary.md")
+
+  -- The body of the section under the heading `## title`.
+  local function section(title)
+    local body = text:match("\n## " .. title .. "\n(.-)\n## ") or text:match("\n## " .. title .. "\n(.*)$")
+    return assert(body, "no section " .. title)
+  end
+
+  it("every code of corral.errors.codes, in its Errors section", function()
+    local errors_section = section("Errors")
+    local n = 0
+    for code in pairs(require("corral.errors").codes) do
+      n = n + 1
+      assert.truthy(errors_section:find("`" .. code .. "`", 1, true), code .. " is not in boundary.md's Errors")
+    end
+    assert.truthy(n >= 3, "control: the codes were read (" .. n .. ")")
+  end)
+
+  it("every status of core/lib/exitcodes.h, with its number, and no other", function()
+    local in_header = {}
+    for name, code in h.read("core/lib/exitcodes.h"):gmatch("X%((%u[%u_]*), (%d+)%)") do
+      in_header[name] = tonumber(code)
+    end
+    local in_doc = {}
+    for code, name in section("Exit statuses"):gmatch("\n| (%d+) | `(%u[%u_]*)` |") do in_doc[name] = tonumber(code) end
+    assert.truthy(in_header.WALL, "control: the header was read")
+    for name, code in pairs(in_header) do
+      assert.are.equal(code, in_doc[name], name .. " (" .. code .. ") is not in boundary.md's Exit statuses")
+      assert.are.equal(code, require("corral.core").exit[name], name) -- and the core exports it
+    end
+    for name in pairs(in_doc) do assert.truthy(in_header[name], name .. " is in boundary.md, not in exitcodes.h") end
   end)
 end)
 

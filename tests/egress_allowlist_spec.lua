@@ -348,6 +348,72 @@ describe("allowlist matching", function()
   end)
 end)
 
+describe("allowlist protocols", function()
+  it("reads udp: entries with the same grammar, and tcp: as the default it is", function()
+    for _, c in ipairs({
+      { "udp:ntp.example.com:123", "udp:ntp.example.com:123", "name" },
+      { "UDP:API.example.com.:443", "udp:api.example.com:443", "name" },
+      { "udp:*.example.com:443,80", "udp:*.example.com:80,443", "wildcard" },
+      { "udp:192.0.2.0/24:5000-5010", "udp:192.0.2.0/24:5000-5010", "network" },
+      { "udp:[2001:db8::1]:443", "udp:[2001:db8::1]:443", "address" },
+      { "tcp:api.example.com:443", "api.example.com:443", "name" },
+      { "tcp:https://api.example.com", "api.example.com:443", "name" },
+    }) do
+      local e, err = allowlist.parse_entry(c[1])
+      assert.is_nil(err, c[1])
+      assert.are.equal(c[2], e.text, c[1])
+      assert.are.equal(c[3], e.kind, c[1])
+      assert.are.equal(c[2]:sub(1, 4) == "udp:" and "udp" or "tcp", e.proto, c[1])
+      assert.are.equal(e.text, allowlist.parse_entry(e.text).text, c[1]) -- parses back to itself
+    end
+  end)
+
+  it("refuses a UDP entry without ports, for DNS, as a URL or twice prefixed, naming why", function()
+    for _, c in ipairs({
+      { "udp:ntp.example.com", "a UDP entry names its ports %(udp:ntp%.example%.com:123" },
+      { "udp:192.0.2.0/24", "UDP to every port of a destination is never granted" },
+      { "udp:ntp.example.com:53", "DNS stays the sandbox's own" },
+      { "udp:10.0.0.1:53", "port 53 %(TCP and UDP%) always reaches the sandbox's own DNS responder" },
+      { "udp:https://api.example.com", "a URL names a TCP service; write udp:HOST:PORT" },
+      { "udp://api.example.com:443", "udp:// is not a URL corral reads" },
+      { "udp:tcp:api.example.com:443", "more than one protocol prefix" },
+      { "udp:127.0.0.1:123", "the sandbox's own loopback" },
+      { "udp:", "empty entry" },
+    }) do
+      local e, err = allowlist.parse_entry(c[1])
+      assert.is_nil(e, c[1])
+      assert.are.equal('"' .. c[1] .. '": ', err.detail:sub(1, #c[1] + 4), c[1])
+      assert.matches(c[2], err.detail, nil, false, c[1])
+    end
+    -- control: the same destinations with ports, and a range that covers 53 among others
+    for _, good in ipairs({ "udp:ntp.example.com:123", "udp:192.0.2.0/24:1-100", "udp:api.example.com:443" }) do
+      assert.is_table(allowlist.parse_entry(good), good)
+    end
+  end)
+
+  it("grants each protocol only its own entries; DNS (any protocol) sees both", function()
+    local al = assert(allowlist.parse({ "api.example.com:443", "udp:ntp.example.com:123", "udp:api.example.com:8443",
+      "udp:192.0.2.0/24:5000" }))
+    local function text(q) local e = al:match(q) return e and e.text or false end
+    assert.are.equal("api.example.com:443", text({ name = "api.example.com", port = 443, proto = "tcp" }))
+    assert.is_false(text({ name = "api.example.com", port = 443, proto = "udp" }))
+    assert.are.equal("udp:api.example.com:8443", text({ name = "api.example.com", port = 8443, proto = "udp" }))
+    assert.is_false(text({ name = "api.example.com", port = 8443, proto = "tcp" }))
+    assert.are.equal("udp:ntp.example.com:123", text({ name = "ntp.example.com", port = 123, proto = "udp" }))
+    assert.is_false(text({ name = "ntp.example.com", port = 123, proto = "tcp" }))
+    assert.are.equal("udp:192.0.2.0/24:5000", text({ ip = "192.0.2.7", port = 5000, proto = "udp" }))
+    assert.is_false(text({ ip = "192.0.2.7", port = 5000, proto = "tcp" }))
+    -- the DNS question: a name only a udp: entry names is still answered
+    assert.are.equal("udp:ntp.example.com:123", allowlist.match_name(al, "ntp.example.com").text)
+    for _, e in ipairs(al:entries()) do
+      for _, q in ipairs({ { name = "ntp.example.com", port = 123, proto = "tcp" },
+                           { name = "api.example.com", port = 443, proto = "udp" } }) do
+        assert.is_false(allowlist.matches(e, q), e.text)
+      end
+    end
+  end)
+end)
+
 describe("special ranges", function()
   it("refuses loopback, private and link-local results; an internal entry unlocks its range", function()
     for _, ip in ipairs({ "127.0.0.1", "127.9.9.9", "::1", "10.1.2.3", "172.16.0.1", "192.168.1.1",

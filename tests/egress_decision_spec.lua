@@ -80,6 +80,49 @@ describe("decision: allowlist", function()
   end)
 end)
 
+describe("decision: UDP", function()
+  local p = policy({ "api.example.com:443", "udp:api.example.com:8443", "udp:ntp.example.com:123",
+    "udp:192.0.2.0/24:5000" })
+
+  it("allows a udp: entry's destination over UDP only, and says which protocol a name has", function()
+    local v = decide({ name = "ntp.example.com", port = 123, protocol = "udp" }, p)
+    assert.are.equal("allow", v.verdict)
+    assert.are.equal("udp:ntp.example.com:123", v.entry)
+    v = decide({ name = "ntp.example.com", port = 123 }, p) -- TCP, the default
+    assert.are.equal("deny", v.verdict)
+    assert.matches("ntp%.example%.com is allowed only for UDP %(ports 123%), not TCP", v.reason)
+    v = decide({ name = "api.example.com", port = 443, protocol = "udp" }, p)
+    assert.are.equal("deny", v.verdict)
+    assert.matches("^udp to api%.example%.com port 443: api%.example%.com is allowed only on ports 8443", v.reason)
+    assert.are.equal("allow", decide({ name = "api.example.com", port = 443, protocol = "tcp" }, p).verdict)
+    assert.are.equal("allow", decide({ ip = "192.0.2.9", port = 5000, protocol = "udp" }, p).verdict)
+    v = decide({ ip = "192.0.2.9", port = 5000 }, p)
+    assert.are.equal("deny", v.verdict)
+    assert.matches("allowed only for UDP", v.reason)
+    v = decide({ name = "evil.test", port = 123, protocol = "udp" }, p)
+    assert.matches("evil%.test is not in the allowlist", v.reason)
+    assert.are.equal("deny", decide({ name = "ntp.example.com", port = 123, protocol = "sctp" }, p).verdict)
+  end)
+
+  it("never lets a hook alone open UDP; with a list it narrows UDP too", function()
+    local open = function() return true end
+    local v = decide({ name = "any.example.com", port = 123, protocol = "udp" }, policy(nil, { decide = open }))
+    assert.are.equal("deny", v.verdict)
+    assert.matches("UDP is relayed only for udp: allowlist entries", v.reason)
+    -- control: the same hook is the authority for TCP
+    assert.are.equal("allow", decide({ name = "any.example.com", port = 443 }, policy(nil, { decide = open })).verdict)
+    local seen
+    local narrow = policy({ "udp:ntp.example.com:123" }, { decide = function(ctx)
+      seen = ctx.protocol
+      return false, "not today"
+    end })
+    v = decide({ name = "ntp.example.com", port = 123, protocol = "udp" }, narrow)
+    assert.are.equal("deny", v.verdict)
+    assert.are.equal("not today", v.reason)
+    assert.are.equal("udp", seen)
+  end)
+end)
+
 describe("decision: decide hook", function()
   it("can only narrow what the list allows", function()
     local calls = 0

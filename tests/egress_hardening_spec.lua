@@ -1,4 +1,4 @@
--- Egress plane hardening (red-team findings): the synthetic pool running out, IP entries
+-- Egress plane hardening: the synthetic pool running out, IP entries
 -- and refused ranges, the host's own addresses, IPv4 embedded in IPv6, option checks,
 -- a loop that survives a raising handler, and the bounded JSON log. Every refusal is
 -- paired, in the same test, with a control that succeeds under the same setup.

@@ -1,4 +1,4 @@
--- The egress log (red-team findings): a DNS flood must not crowd connection decisions
+-- The egress log: a DNS flood must not crowd connection decisions
 -- out of the file, names are escaped once, every line carries the issue's fields, and
 -- queries answered FORMERR/NOTIMP are logged. Every refusal is paired, in the same test,
 -- with a control that succeeds under the same setup.
@@ -64,6 +64,26 @@ describe("egress log: budgets by class", function()
     assert.are.equal("connect", events.class({ kind = "connect", verdict = "allow" }))
     assert.are.equal("closed", events.class({ kind = "cut", verdict = "deny" }))
     assert.are.equal("refused", events.class({ kind = "connect", verdict = "deny" })) -- control
+  end)
+
+  it("UDP flows have their own budgets: decisions and ends, neither hidden by connections", function()
+    local got = {}
+    local sub = events.limit(function(ev) got[#got + 1] = ev end, 2, function() return 9 end)
+    for i = 1, 5 do sub({ sandbox = "u", kind = "connect", verdict = "deny", name = "n" .. i, bytes = 0 }) end
+    for i = 1, 3 do
+      sub({ sandbox = "u", kind = "udp", protocol = "udp", verdict = "deny", name = "u" .. i, bytes = 0 })
+    end
+    sub({ sandbox = "u", kind = "udp_closed", protocol = "udp", verdict = "allow", name = "q", bytes = 2400 })
+    sub({ sandbox = "u", kind = "cut", protocol = "udp", verdict = "deny", name = "q2", bytes = 10 })
+    local kinds = {}
+    for _, e in ipairs(got) do kinds[#kinds + 1] = e.kind end
+    assert.are.same({ "connect", "connect", "udp", "udp", "udp_closed", "cut" }, kinds)
+    assert.are.equal("udp", events.class({ kind = "udp", verdict = "allow" }))
+    assert.are.equal("udp_closed", events.class({ kind = "cut", protocol = "udp", verdict = "deny" }))
+    assert.are.equal("closed", events.class({ kind = "cut", verdict = "deny" })) -- control: TCP's cut
+    local line = json.decode(events.encode({ sandbox = "u", kind = "udp", protocol = "udp", verdict = "deny",
+      bytes = 0 }))
+    assert.are.equal("udp", line.protocol)
   end)
 
   it("stamps each event with sub-second time", function()

@@ -2,15 +2,37 @@
 -- tenant, real servers in a test "internet" netns reached over a veth, the real
 -- nftables redirect, acceptor, DNS responder and relay. Each denial runs before a control
 -- that must still succeed in the same run, and a logging server shows nothing leaked out.
+--
+-- Run by root, the file starts the internet, runs every test, and then runs itself
+-- again as an unprivileged user (helpers.TEST_UID, through setpriv) against the same
+-- internet, which CORRAL_TEST_INTERNET names to that run. There the plane's netns belongs
+-- to a user namespace of that user's own (docs/architecture.md, egress) and every test
+-- must pass the same — the tenant's attempts to administer its netns included — except
+-- the routed link, which needs root and must be refused by its flag's name.
 local corral = require "corral"
 local h = require "helpers"
 local internet = require "internet"
 
-describe("egress #root #netns", function()
-  local net
+local shared = os.getenv("CORRAL_TEST_INTERNET") -- set for the unprivileged re-run
+local unprivileged = corral.core.proc.geteuid() ~= 0
+local defined = 0 -- tests this file defines, for the re-run's count
+local busted_it = it
+local function it(name, fn)
+  defined = defined + 1
+  return busted_it(name, fn)
+end
 
-  setup(function() net = internet.start() end)
-  teardown(function() if net then internet.stop(net) end end)
+describe("egress #root #netns", function()
+  local net, out_dir
+
+  setup(function()
+    net = shared and internet.decode(shared) or internet.start()
+    out_dir = h.tmpdir("egress-out") -- the tests' own logs, writable by whoever runs them
+  end)
+  teardown(function()
+    if net and not shared then internet.stop(net) end
+    h.rmrf(out_dir)
+  end)
 
   local function common()
     return { "--internal", net.cidr, "--internal", net.cidr6,
@@ -36,7 +58,7 @@ describe("egress #root #netns", function()
     'echo "ms=$(( ($(date +%s%N) - s) / 1000000 )) rc=$r"; }; '
 
   it("relays an allowed name on an allowed port byte-exact (control), and logs every decision", function()
-    local log = net.dir .. "/exact.jsonl"
+    local log = out_dir .. "/exact.jsonl"
     local out, status = run('curl -sS --max-time 10 http://pypi.org:8080/blob | sha256sum; ' ..
       'curl -s --max-time 3 http://pypi.org:9444/ >/dev/null; exit 0', { "--log-json", log })
     assert.are.equal(0, status, out)
@@ -155,7 +177,7 @@ describe("egress #root #netns", function()
     local extra = { "--resolve", "loop.test=127.0.0.1", "--resolve", "private.test=10.99.0.1",
       "--resolve", "meta.test=169.254.169.254", "--resolve", "mapped.test=::ffff:169.254.169.254",
       "--allow", "loop.test", "--allow", "private.test", "--allow", "meta.test", "--allow", "mapped.test",
-      "--log-json", net.dir .. "/ranges.jsonl" }
+      "--log-json", out_dir .. "/ranges.jsonl" }
     local out = run(TIMED .. [[
       t curl -sS --max-time 5 http://loop.test:9444/
       t curl -sS --max-time 5 http://private.test:9444/
@@ -166,7 +188,7 @@ describe("egress #root #netns", function()
     for rc in out:gmatch(" rc=(%d+)") do rcs[#rcs + 1] = tonumber(rc) end
     for i = 1, 4 do assert.are_not.equal(0, rcs[i], out) end
     assert.are.equal(0, rcs[5], out) -- control, after the attempts
-    local log = h.read(net.dir .. "/ranges.jsonl")
+    local log = h.read(out_dir .. "/ranges.jsonl")
     for _, name in ipairs({ "loop.test", "private.test", "meta.test", "mapped.test" }) do
       assert.matches('"name":"' .. name .. '"[^\n]*"verdict":"deny"', log)
     end
@@ -193,7 +215,7 @@ describe("egress #root #netns", function()
   end)
 
   it("refuses a direct connection to the acceptor's own port, even with every address allowed", function()
-    local log = net.dir .. "/direct.jsonl"
+    local log = out_dir .. "/direct.jsonl"
     local out = run(h.attempt_then_control([[
       for p in $(ss -Htln | awk '{print $4}' | sed 's/.*://' | sort -u); do
         [ "$p" = 53 ] && continue
@@ -266,9 +288,22 @@ describe("egress #root #netns", function()
     assert.is_true(ok)
     local host_port = tonumber(addr:match("^127%.0%.0%.1:(%d+)$"))
     assert.truthy(host_port, addr)
-    assert(corral.start("native", a, { "socat", "TCP-LISTEN:8000,fork,reuseaddr", "SYSTEM:echo service-a" }))
+    -- A's own word that it listens (socat's notice), never a connect before B's attempt
+    local a_log = root .. "/a-log"
+    assert(corral.start("native", a, { "socat", "-d", "-d", "TCP-LISTEN:8000,fork,reuseaddr",
+      "SYSTEM:echo service-a" }, { output = a_log }))
     local native = require "corral.mechanism.native"
-    native.serve(0.5)
+    for _ = 1, 50 do
+      if (h.read(a_log) or ""):find("listening on", 1, true) then break end
+      native.serve(0.1)
+    end
+    assert.matches("listening on", h.read(a_log) or "")
+    -- the attempt: B at A's published port and at A's port on its own loopback
+    local out_path = root .. "/out"
+    assert(corral.exec("native", b, { "sh", "-c", "nc -w 1 127.0.0.1 " .. host_port ..
+      " </dev/null; echo rc1=$?; nc -w 1 127.0.0.1 8000 </dev/null; echo rc2=$?; " ..
+      "curl -s --max-time 5 http://pypi.org:8080/index.html" }, { output = out_path }))
+    -- the control, after the attempt: the host reaches A's service through the relay
     local got = ""
     for _ = 1, 20 do
       local c = corral.core.sock.connect("127.0.0.1", host_port, 2)
@@ -283,16 +318,12 @@ describe("egress #root #netns", function()
       if got:find("service%-a") then break end
       native.serve(0.1)
     end
-    assert.matches("service%-a", got) -- control: the host reaches the service
-    local out_path = root .. "/out"
-    assert(corral.exec("native", b, { "sh", "-c", "nc -w 1 127.0.0.1 " .. host_port ..
-      " </dev/null; echo rc1=$?; nc -w 1 127.0.0.1 8000 </dev/null; echo rc2=$?; " ..
-      "curl -s --max-time 5 http://pypi.org:8080/index.html" }, { output = out_path }))
     corral.destroy("native", a)
     corral.destroy("native", b)
     local out = h.read(out_path)
     h.rmrf(root)
     assert.is_nil(out:find("service-a", 1, true), out)
+    assert.matches("service%-a", got) -- control: the host reaches the service after B's attempt
     assert.matches("hello%-from%-the%-internet", out) -- b's own egress works
   end)
 
@@ -384,7 +415,44 @@ describe("egress #root #netns", function()
     assert.matches("rc=[1-9]", out)
   end)
 
-  it("connects upstream through the sandbox's own link with a mark-checked socket", function()
+  -- The routed link without root: the veth's far end goes into a netns the caller cannot
+  -- administer. Refused before anything is made, by the flag's name; the control is the
+  -- same sandbox without it, reaching the same server.
+  local function link_refused_then_control(id, link)
+    local root = h.tmpdir("egress-nolink")
+    os.execute("chmod 0711 " .. root)
+    local function network(with_link)
+      return { allow = { "pypi.org:8080" }, internal = { net.cidr }, resolve = { ["pypi.org"] = net.ip },
+        link = with_link }
+    end
+    local sb = assert(corral.sandbox({ id = id, storage_root = root, network = network(link) }))
+    local ok, err = corral.provision("native", sb)
+    local status = corral.status("native", sb)
+    local plain = assert(corral.sandbox({ id = id .. "-plain", storage_root = root, network = network() }))
+    assert(corral.provision("native", plain))
+    local out_path = root .. "/out"
+    local r = assert(corral.exec("native", plain,
+      { "sh", "-c", "curl -sS --max-time 5 http://pypi.org:8080/index.html" }, { output = out_path }))
+    corral.destroy("native", plain)
+    local out = h.read(out_path)
+    h.rmrf(root)
+    assert.is_nil(ok)
+    assert.are.equal("cannot_enforce", err.code)
+    assert.matches("%-%-link: needs root", tostring(err))
+    assert.are.equal("absent", status)
+    assert.are.equal(0, r.code, out)
+    assert.matches("hello%-from%-the%-internet", out)
+  end
+
+  if unprivileged then
+    it("refuses the routed link to a caller without root, naming --link (control: no link)", function()
+      local n = tonumber(net.ip:match("%.(%d+)%.2$"))
+      link_refused_then_control("link", { peer_netns = "/run/netns/" .. net.ns, address = "10.80." .. n .. ".2/24",
+        peer_address = "10.80." .. n .. ".1/24", gateway = "10.80." .. n .. ".1" })
+    end)
+  end
+
+  if not unprivileged then it("connects upstream through the sandbox's own link with a mark-checked socket", function()
     local n = tonumber(net.ip:match("%.(%d+)%.2$"))
     local peer_ip, my_ip = "10.80." .. n .. ".1", "10.80." .. n .. ".2"
     -- The server on the link's far end answers with the address the connection came
@@ -443,7 +511,7 @@ describe("egress #root #netns", function()
     assert(h.wait_for(function()
       return not h.sh("ip netns exec " .. net.ns .. " ip -o link"):find("crl%x+%d+@")
     end, 3), "the link outlived its sandbox")
-  end)
+  end) end
 
   it("shows sandboxes, their ruleset and recent decisions in the REPL helpers", function()
     local root = h.tmpdir("egress-repl")
@@ -509,13 +577,21 @@ describe("egress #root #netns", function()
     assert.truthy(answer and #answer > 12, "the responder stopped answering")
   end)
 
-  it("takes the routed link from the command line as well", function()
+  it("takes the routed link from the command line as well (without root: refused, naming --link)", function()
     local n = tonumber(net.ip:match("%.(%d+)%.2$"))
     local peer_ip = "10.81." .. n .. ".1"
     local out, status = h.corral("run", "--allow", "pypi.org:8080", "--resolve", "pypi.org=" .. peer_ip,
       "--internal", "10.81." .. n .. ".0/24",
       "--link", net.ns .. ",10.81." .. n .. ".2/24," .. peer_ip .. "," .. peer_ip .. "/24",
       "--", "curl", "-sS", "--max-time", "5", "http://pypi.org:8080/index.html")
+    if unprivileged then
+      assert.are.equal(3, status, out)
+      assert.matches("cannot_enforce: network_restriction: %-%-link: needs root", out)
+      assert.is_nil(out:find("hello-from-the-internet", 1, true), out)
+      -- control: the same run without the link
+      out, status = h.corral("run", "--allow", "pypi.org:8080", "--resolve", "pypi.org=" .. net.ip,
+        "--internal", net.cidr, "--", "curl", "-sS", "--max-time", "5", "http://pypi.org:8080/index.html")
+    end
     assert.are.equal(0, status, out)
     assert.matches("hello%-from%-the%-internet", out)
     local bad
@@ -555,4 +631,18 @@ describe("egress #root #netns", function()
       assert.is_nil(tostring(type(id) == "table" and id.id or id):match("^cycle%-"), "registry entry left")
     end
   end)
+  if not shared then
+    it("passes every test above as an unprivileged caller, against the same internet", function()
+      local missing, kind = h.test_user_missing()
+      if kind == "kernel" then return pending(missing) end
+      assert.is_nil(missing, missing)
+      local expected = defined - 1 -- all but this one
+      local busted = h.sh("command -v busted"):match("%S+") or "/usr/bin/busted"
+      local out, status = h.capture(h.as_test_user({ "env", "CORRAL_TEST_INTERNET=" .. internet.encode(net),
+        "lua5.4", busted, "tests/egress_spec.lua" }))
+      assert.are.equal(0, status, out)
+      local n = out:match("(%d+) successes? / 0 failures? / 0 errors? / 0 pending")
+      assert.are.equal(expected, tonumber(n), out)
+    end)
+  end
 end)

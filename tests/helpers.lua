@@ -109,6 +109,32 @@ end
 
 M.PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+--- The uid (and gid) the unprivileged runs of root's tests use (CORRAL_TEST_UID, else
+-- nobody's): a caller without any capability over the host's namespaces.
+M.TEST_UID = math.tointeger(tonumber(os.getenv("CORRAL_TEST_UID") or "65534"))
+
+--- argv prefixed to run as TEST_UID, no supplementary groups, the environment kept.
+function M.as_test_user(argv)
+  local out = { "setpriv", "--reuid", tostring(M.TEST_UID), "--regid", tostring(M.TEST_UID), "--clear-groups" }
+  for _, a in ipairs(argv) do out[#out + 1] = a end
+  return out
+end
+
+--- Whether the tests can run as TEST_UID here: nil when they can; else what is missing
+-- and whether it is this machine's kernel ("kernel": user namespaces refused to an
+-- unprivileged caller, a real limit of the machine) or the set-up ("setup": the build
+-- tree unreadable to that uid, which a test must report, not skip).
+function M.test_user_missing()
+  local out, status = M.capture(M.as_test_user({ "sh", "-c", "test -r " .. M.quote(M.host) .. " && test -x " ..
+    M.quote(M.host) .. " && test -r " .. M.quote(os.getenv("PWD") .. "/lua/corral/init.lua") .. " && echo readable" }))
+  if status ~= 0 or not out:find("readable", 1, true) then
+    return "uid " .. M.TEST_UID .. " cannot read the build tree at " .. os.getenv("PWD") .. " (every directory on the "
+      .. "way needs o+x, the files o+r)", "setup"
+  end
+  out, status = M.capture(M.as_test_user({ "unshare", "--user", "--map-root-user", "--net", "true" }))
+  if status ~= 0 then return "uid " .. M.TEST_UID .. " cannot make a user namespace: " .. out, "kernel" end
+end
+
 --- A TCP port on 127.0.0.1 that nothing listens on now (read from /proc/net/tcp).
 function M.free_port()
   local used = {}
@@ -147,6 +173,27 @@ function M.release(f)
   w:write("go\n")
   w:close()
   os.remove(f)
+end
+
+-- Clean-ups of the running test, run when it ends (see M.defer).
+local deferred = {}
+local function run_deferred()
+  local list, first = deferred, nil
+  deferred = {}
+  for i = #list, 1, -1 do
+    local ok, err = pcall(list[i])
+    if not ok and not first then first = err end
+  end
+  if first then error(first, 0) end
+end
+
+--- Runs fn when the running test ends, after the clean-ups deferred later. busted keeps
+-- only the last function a test hands to `finally`, so a test whose helpers each call
+-- it loses all but one: every clean-up goes through here instead. `finally` is the
+-- spec's own (a module does not see the spec's environment).
+function M.defer(finally, fn)
+  deferred[#deferred + 1] = fn
+  finally(run_deferred)
 end
 
 --- Waits until cond() is true, for at most `seconds`.

@@ -16,7 +16,7 @@ local run = pty.run
 
 local function tempdir()
   local d = h.tmpdir("host")
-  finally(function() h.rmrf(d) end)
+  h.defer(finally, function() h.rmrf(d) end) -- a test may make several
   return d
 end
 
@@ -191,32 +191,35 @@ describe("corral host: additions", function()
     assert.are.equal("table\ttrue\tnil\n", out)
   end)
 
-  it("loads a module's compiled twin only while it is as new as its source", function()
+  it("loads a module's compiled twin only while it names its source and is as new as it", function()
     -- A tree of its own: the host at T/build/corral finds T/lua and T/build/luac.
     local t = tempdir()
-    h.must("mkdir -p " .. h.quote(t .. "/build/luac") .. " " .. h.quote(t .. "/lua/corral") .. " && cp " ..
-      Q .. " " .. h.quote(t .. "/build/corral"))
+    h.must("mkdir -p " .. h.quote(t .. "/build/luac") .. " " .. h.quote(t .. "/lua/corral") .. " " ..
+      h.quote(t .. "/stage/corral") .. " && cp " .. Q .. " " .. h.quote(t .. "/build/corral"))
     local source = t .. "/lua/corral/twin_test.lua"
     h.write(source, "return 'source'")
-    local which = CLEAN .. h.quote(t .. "/build/corral") ..
-      " -e 'print(require \"corral.twin_test\")'"
-    local function compile(text)
-      h.write(t .. "/src.lua", text)
-      h.must("lua5.4 scripts/compile-lua " .. h.quote(t .. "/build/luac") .. " " .. h.quote(t) .. " " ..
-        h.quote(t .. "/lua") .. " " .. h.quote(t .. "/src.lua") .. " && mv " ..
-        h.quote(t .. "/build/luac/src.luac") .. " " .. h.quote(t .. "/build/luac/corral.twin_test.luac"))
+    local which = CLEAN .. h.quote(t .. "/build/corral") .. " -e 'print(require \"corral.twin_test\")'"
+    -- the twin of corral.twin_test, compiled from `text` and named after `nameroot`'s copy
+    local function compile(text, nameroot)
+      h.write(t .. "/stage/corral/twin_test.lua", text)
+      h.must("lua5.4 scripts/compile-lua " .. h.quote(t .. "/build/luac") .. " " .. h.quote(t .. "/stage") .. " " ..
+        h.quote(nameroot or (t .. "/lua")) .. " " .. h.quote(t .. "/stage/corral/twin_test.lua"))
     end
-    -- an edited source (newer than its twin) wins; a twin that is not bytecode is passed by
+    -- an edited source (newer than its twin) wins; so does a source the twin does not name
+    -- (a tree moved after its build); a twin that is not bytecode is passed by
     h.must("sleep 0.01")
     compile("return 'twin'")
     h.must("sleep 0.01; touch " .. h.quote(source))
     local edited = run(which)
-    h.write(t .. "/build/luac/corral.twin_test.luac", "return 'text, not bytecode'")
+    compile("return 'twin'", "/elsewhere/lua")
+    local moved = run(which)
+    h.write(t .. "/build/luac/corral.twin_test.luac", "#" .. source .. "\nreturn 'text, not bytecode'")
     local garbage = run(which)
-    -- the control: a twin as new as its source is what loads, named after the source
+    -- the control: a twin as new as its source and naming it is what loads
     compile("return 'twin'")
     local out, _, code = run(which)
     assert.are.equal("source\t" .. source .. "\n", edited)
+    assert.are.equal("source\t" .. source .. "\n", moved)
     assert.are.equal("source\t" .. source .. "\n", garbage)
     assert.are.equal(0, code)
     assert.are.equal("twin\t" .. source .. "\n", out)

@@ -21,6 +21,8 @@ function M.start()
     http_port = 8080, echo_port = 9007, udp_port = 9443,
     dir = h.tmpdir("inet"),
   }
+  -- readable to the unprivileged re-run of the tests (its servers' logs)
+  assert(os.execute("chmod 0755 " .. h.quote(net.dir)))
   M.stop({ ns = net.ns, veth = net.veth }) -- a leftover from an interrupted run
   local script = [[
     set -e
@@ -42,16 +44,26 @@ function M.start()
     ip netns exec "$NS" socat -u TCP6-LISTEN:9444,ipv6only=0,fork,reuseaddr \
       OPEN:"$DIR/tcp9444.log",creat,append >/dev/null 2>&1 &
   ]]
-  local env = string.format("NS=%s VETH=%s PEER=%s HOST_IP=%s HOST_IP6=%s IP=%s IP6=%s HTTP=%d ECHO=%d UDP=%d DIR=%s",
-    net.ns, net.veth, net.peer, net.host_ip, net.host_ip6, net.ip, net.ip6, net.http_port, net.echo_port,
-    net.udp_port, net.dir)
-  local out, status = h.sh(env .. " sh -c '" .. script:gsub("'", "'\\''") .. "'")
+  local out, status = h.capture({ "env", "NS=" .. net.ns, "VETH=" .. net.veth, "PEER=" .. net.peer,
+    "HOST_IP=" .. net.host_ip, "HOST_IP6=" .. net.host_ip6, "IP=" .. net.ip, "IP6=" .. net.ip6,
+    "HTTP=" .. net.http_port, "ECHO=" .. net.echo_port, "UDP=" .. net.udp_port, "DIR=" .. net.dir,
+    "sh", "-c", script })
   assert(status == 0, "internet set-up failed: " .. out)
-  net.blob_sha = h.sh("sha256sum " .. net.dir .. "/blob"):match("^(%x+)")
+  net.blob_sha = h.capture({ "sha256sum", net.dir .. "/blob" }):match("^(%x+)")
   assert(h.wait_for(function()
     return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, net.echo_port)):match("^1")
   end, 5), "echo server did not start")
   return net
+end
+
+--- The internet as text, for a test run in another process (`decode`).
+function M.encode(net)
+  return require("dkjson").encode(net)
+end
+
+--- The internet `encode` wrote, for a process that uses it but did not start it.
+function M.decode(text)
+  return assert(require("dkjson").decode(text), "not an internet: " .. tostring(text))
 end
 
 --- Removes everything start made.

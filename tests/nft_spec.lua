@@ -94,12 +94,14 @@ describe("core.nft #root #netns", function()
     -- documentation addresses, routed to lo inside this throwaway netns only
     local nsx = "ip netns exec " .. name .. " "
     run(nsx .. "sh -c 'nc -z -w 1 192.0.2.1 9443; nc -z -w 1 192.0.2.1 9443; nc -z -w 1 2001:db8::1 22; " ..
-      "nc -z -w 1 192.0.2.1 443'")
+      "nc -z -w 1 192.0.2.1 443; echo x | nc -u -w 1 192.0.2.1 9443'")
     list, total = nft.refused(ns)
     local by = {}
-    for _, r in ipairs(list) do by[core.inet.format(r.ip) .. " " .. r.port] = r.count end
-    assert.are.same({ ["192.0.2.1 9443"] = 2, ["2001:db8::1 22"] = 1 }, by) -- 443 went to the redirect
-    assert.are.equal(3, total)
+    for _, r in ipairs(list) do by[r.proto .. " " .. core.inet.format(r.ip) .. " " .. r.port] = r.count end
+    -- 443 went to the redirect; a datagram is refused (and kept apart from the same port's SYNs)
+    assert.are.same({ ["tcp 192.0.2.1 9443"] = 2, ["tcp 2001:db8::1 22"] = 1, ["udp 192.0.2.1 9443"] = 1 }, by)
+    assert.are.equal(3, #list) -- each destination once
+    assert.are.equal(4, total)
     -- the counts are the traffic's: the read-back still matches the plan
     assert.is_true(nft.verify(ns, p))
     -- control: with every port redirected nothing is refused at the SYN

@@ -40,7 +40,26 @@ describe("the probe cache #root", function()
     local text = h.read(FILE)
     assert.truthy(text:find(probe_cache.key() .. "\n", 1, true) == 1)
     assert.truthy(text:find("\nholds\tuser_namespaces\t", 1, true), text)
-    assert.is_nil(text:find("\nholds\tdisk_quota\t", 1, true), "an absent result is never kept")
+  end)
+
+  it("keeps only what holds: a probe that fails is not kept, and runs again", function()
+    -- With a scratch directory that cannot be made (TMPDIR is part of the host state the
+    -- file is kept for), the probes that need one fail; those that need none still hold.
+    local out, status = h.capture({ "env", "TMPDIR=/nonexistent-corral-tmp", h.host, "probe" })
+    assert.are.equal(0, status, out)
+    local absent, held = {}, 0
+    for name, verdict in out:gmatch("\n?([%w_.]+)%s+(%a+)%s") do
+      if verdict == "absent" then absent[#absent + 1] = name elseif verdict == "holds" then held = held + 1 end
+    end
+    assert.truthy(#absent > 0, out)
+    assert.truthy(held > 0, out)
+    local text = assert(h.read(FILE))
+    for _, name in ipairs(absent) do
+      assert.is_nil(text:find("\nholds\t" .. name .. "\t", 1, true), name .. " was kept though absent")
+    end
+    -- the control: what held is in the file, under the state it was probed in
+    assert.truthy(text:find("\nenv=TMPDIR=/nonexistent-corral-tmp\n", 1, true), text)
+    assert.truthy(text:find("\nholds\tbwrap\t", 1, true), text)
   end)
 
   it("is ignored for another host state (another boot), and read for this one", function()

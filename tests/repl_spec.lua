@@ -11,9 +11,12 @@ local pty = require "pty"
 local HOST = h.host
 local is_root = core.proc.geteuid() == 0
 
+-- Every clean-up goes through h.defer: busted keeps one `finally` per test.
+local function defer(fn) h.defer(finally, fn) end
+
 local function tempdir()
   local d = h.tmpdir("repl")
-  finally(function() h.rmrf(d) end)
+  defer(function() h.rmrf(d) end)
   return d
 end
 
@@ -42,7 +45,7 @@ local function background_run(...)
     table.concat(words, " "), h.quote(log)))
   assert(h.wait_for(function() return (h.read(pidfile) or ""):match("%d+") end, 5), "no pid")
   local pid = tonumber(h.read(pidfile):match("%d+"))
-  finally(function() os.execute("kill -9 " .. pid .. " 2>/dev/null") end)
+  defer(function() os.execute("kill -9 " .. pid .. " 2>/dev/null") end)
   assert(h.wait_for(function() return #registrations(pid) == 1 end, 10), "the run never registered: " ..
     (h.read(log) or ""))
   return pid, log, registrations(pid)[1]
@@ -204,7 +207,7 @@ describe("REPL on live sandboxes #root", function()
   it("allow and revoke reach the other process: the tenant's next connection follows", function()
     local internet = require "internet"
     local net = internet.start()
-    finally(function() internet.stop(net) end)
+    defer(function() internet.stop(net) end)
     -- Each second the tenant tries pypi.org (not allowed at first) and then echo.test
     -- (always allowed: the control that the path itself works at that moment).
     -- One connection to echo.test stays open all along (for connections()).
@@ -267,7 +270,7 @@ describe("REPL on live sandboxes #root", function()
     -- With the directory and the file modes out of the way (a hard link to the socket in
     -- a directory anyone may enter, mode 0666), SO_PEERCRED alone stands between them.
     local d = assert(core.fs.mkdtemp("/run/corral-test-cred-"))
-    finally(function() os.execute("rm -rf " .. h.quote(d)) end)
+    defer(function() os.execute("rm -rf " .. h.quote(d)) end)
     core.fs.chmod(d, tonumber("755", 8))
     h.must("ln " .. h.quote(sock) .. " " .. h.quote(d .. "/s.sock") .. " && chmod 666 " .. h.quote(d .. "/s.sock"))
     local ask = "echo '{\"op\":\"info\"}' | %s socat -t 3 - UNIX-CONNECT:" .. h.quote(d .. "/s.sock")
@@ -307,5 +310,28 @@ describe("REPL on live sandboxes #root", function()
     out, status = h.corral("run", "--", "true")
     assert.are.equal(0, status, out)
     assert.are.same({}, registrations(killed))
+  end)
+end)
+
+describe("conformance() in the REPL #root", function()
+  it("runs the suite and returns the report, printed as a table the console reads back", function()
+    local out, code = pty.repl("-i", { 'conformance("native", {only = "privilege"})\n', "os.exit(0)\n" }, nil, 60)
+    assert.are.equal(0, code, out)
+    -- the printed result is a Lua constructor: between the call's echo and the next prompt
+    local text = out:match('corral> conformance%("native", {only = "privilege"}%)\n(.-)\ncorral> ')
+    assert.truthy(text, out)
+    local report = assert(load("return " .. text, "=printed", "t", {}))()
+    assert.are.equal("native", report.mechanism)
+    local ids = {}
+    for _, c in ipairs(require("corral.conformance").checks("privilege")) do ids[#ids + 1] = c.id end
+    assert.are.equal(#ids, #report.results)
+    for i, r in ipairs(report.results) do
+      assert.are.equal(ids[i], r.id)
+      assert.are.equal("held", r.outcome, r.id .. ": " .. tostring(r.detail))
+    end
+    assert.are.same({ breached = 0, held = #ids, total = #ids, unavailable = 0, void = 0 },
+      report.census.groups.privilege)
+    assert.are.equal(#ids, report.census.held)
+    assert.is_nil(report.census.groups.filesystem) -- only the group asked for ran
   end)
 end)

@@ -1,8 +1,10 @@
--- corral.sbpl and core.sbpl.emit: the emitted profile is read back with a small s-expression
--- reader (string literals with `\` escapes, `;` comments), so each check is about what
--- a Scheme reader sees, not about bytes. Paths are real directories, resolved.
+-- The macOS control-plane profile (corral.confinement.sandbox_exec_spec over corral.sbpl's
+-- runtime read set and core.sbpl.emit): the emitted profile is read back with a small
+-- s-expression reader (string literals with `\` escapes, `;` comments), so each check is
+-- about what a Scheme reader sees, not about bytes. Paths are real directories, resolved.
 local core = require "corral.core"
 local sbpl = require "corral.sbpl"
+local confinement = require "corral.confinement"
 local errors = require "corral.errors"
 
 local h = require "helpers"
@@ -107,14 +109,20 @@ describe("the s-expression reader used by these tests", function()
   end)
 end)
 
-describe("corral.sbpl", function()
+-- The profile `corral sbpl` prints and `corral confine` runs under on macOS, or nil and
+-- the error.
+local function profile(permit, extras)
+  local spec, err = confinement.sandbox_exec_spec({ "/bin/sh" },
+    { permit_path = permit, permit_extra_subpaths = extras })
+  if not spec then return nil, err end
+  return spec.profile
+end
+
+describe("the control-plane SBPL profile", function()
   local root
 
   setup(function()
-    local f = assert(io.popen("mktemp -d /tmp/corral-sbpl-spec-XXXXXX"))
-    root = f:read("l")
-    f:close()
-    root = assert(core.path.resolve(root))
+    root = h.tmpdir("sbpl")
     h.must(table.concat({
       "cd " .. h.quote(root),
       "mkdir -p work cache other/deep real-work 'a\"b\\c' 'nl\nx' 'cr\rx'",
@@ -124,7 +132,7 @@ describe("corral.sbpl", function()
   end)
 
   teardown(function()
-    if root then h.must("rm -rf " .. h.quote(root)) end
+    h.rmrf(root)
   end)
 
   it("lists the runtime read set as fresh absolute paths", function()
@@ -144,7 +152,7 @@ describe("corral.sbpl", function()
   end)
 
   it("emits version, deny default, the runtime, the boundary, then the extras", function()
-    local text = assert(sbpl.profile(root .. "/work", { root .. "/cache", root .. "/other/deep" }))
+    local text = assert(profile(root .. "/work", { root .. "/cache", root .. "/other/deep" }))
     local forms = assert(read_sexprs(text))
     assert.same({ { atom = "version" }, { atom = "1" }, list = true }, forms[1])
     assert.same({ { atom = "deny" }, { atom = "default" }, list = true }, forms[2])
@@ -180,14 +188,14 @@ describe("corral.sbpl", function()
 
   it("escapes \" and \\ so the path reads back whole", function()
     local dir = root .. '/a"b\\c'
-    local text = assert(sbpl.profile(dir))
+    local text = assert(profile(dir))
     assert.truthy(text:find('a\\"b\\\\c"', 1, true))
     local forms = assert(read_sexprs(text))
     assert.equal(#forms, find_grant(forms, "file-write*", "subpath", dir))
   end)
 
   it("grants a symlinked permit_path as its resolved target", function()
-    local text = assert(sbpl.profile(root .. "/work-link"))
+    local text = assert(profile(root .. "/work-link"))
     local forms = assert(read_sexprs(text))
     assert.equal(#forms, find_grant(forms, "file-write*", "subpath", root .. "/real-work"))
     assert.is_nil(text:find("work-link", 1, true))
@@ -195,32 +203,32 @@ describe("corral.sbpl", function()
 
   it("refuses a resolved path with a newline or CR, and names the argument", function()
     for _, bad in ipairs { "/nl\nx", "/cr\rx" } do
-      local p, err = sbpl.profile(root .. bad)
+      local p, err = profile(root .. bad)
       assert.is_nil(p)
       assert.is_true(errors.is(err, "invalid_argument"))
       assert.equal("permit_path", err.argument)
-      p, err = sbpl.profile(root .. "/work", { root .. "/cache", root .. bad })
+      p, err = profile(root .. "/work", { root .. "/cache", root .. bad })
       assert.is_nil(p)
-      assert.equal("extras[2]", err.argument)
+      assert.equal("permit_extra_subpaths[2]", err.argument)
     end
     -- Control: the same call with only the good paths.
-    assert.is_string(sbpl.profile(root .. "/work", { root .. "/cache" }))
+    assert.is_string(profile(root .. "/work", { root .. "/cache" }))
   end)
 
   it("refuses paths that do not exist, are not directories, or are /", function()
     for _, bad in ipairs { root .. "/nope", root .. "/file", "/", "relative", "a\0b", 42 } do
-      local p, err = sbpl.profile(bad)
+      local p, err = profile(bad)
       assert.is_nil(p)
       assert.is_true(errors.is(err, "invalid_argument"), tostring(bad))
       assert.equal("permit_path", err.argument)
-      p, err = sbpl.profile(root .. "/work", { bad })
+      p, err = profile(root .. "/work", { bad })
       assert.is_nil(p)
-      assert.equal("extras[1]", err.argument)
+      assert.equal("permit_extra_subpaths[1]", err.argument)
     end
-    local p, err = sbpl.profile(root .. "/work", "not a list")
+    local p, err = profile(root .. "/work", "not a list")
     assert.is_nil(p)
-    assert.equal("extras", err.argument)
-    assert.is_string(sbpl.profile(root .. "/work", {})) -- control
+    assert.equal("permit_extra_subpaths", err.argument)
+    assert.is_string(profile(root .. "/work", {})) -- control
   end)
 end)
 

@@ -475,21 +475,32 @@ describe("a step with net = an allowlist #root #netns", function()
     assert.truthy(h.in_order(out, { "nft rc=", "control ok" }, true), out)
   end)
 
-  it("is refused naming grants.net where no namespace can be had (non-root), and runs net = false there", function()
+  it("runs for a non-root caller too: its plane in a user namespace of its own, nft refused, then the control",
+    function()
     if not s1_or_pending() then return end
-    local script = h.tmpdir("tier-nonroot") .. "/t.lua"
-    h.write(script, [[
+    local missing, kind = h.test_user_missing()
+    if kind == "kernel" then return pending(missing) end
+    assert.is_nil(missing, missing)
+    local dir = h.tmpdir("tier-nonroot")
+    local script = dir .. "/t.lua"
+    h.write(script, string.format([[
       local tier = require "corral.tier"
-      local r, err = tier.step({ cmd = { "/bin/true" }, grants = { net = { "api.test:443" } } })
-      print("allowlist", r == nil and err.code, err and err.capability)
-      local c, rec = tier.step({ cmd = { "/bin/true" }, grants = {} })
-      print("control", c and c.exit, rec and rec.tier)]])
-    os.execute("chmod -R a+rX " .. h.quote(script:match("^(.*)/")))
-    local out = h.sh(string.format("cd / && TMPDIR=/tmp setpriv --reuid=65534 --regid=65534 --clear-groups " ..
-      "env LUA_PATH=%s %s %s 2>&1", h.quote(os.getenv("PWD") .. "/lua/?.lua;" .. os.getenv("PWD") ..
+      local r, rec = tier.step({ cmd = { "/bin/sh", "-c", %q }, grants = { net = { "api.test:%d" }, subprocess = true },
+        network = { internal = { "127.0.0.1/32" }, resolve = { ["api.test"] = "127.0.0.1" } } })
+      print("allowlist", r and r.exit, rec and rec.tier, rec and rec.mechanism, r == nil and tostring(rec) or "")]],
+      "nft flush ruleset 2>&1; echo \"nft rc=$?\"; curl -sS --max-time 5 http://denied.test:" .. port ..
+      "/; echo \"denied rc=$?\"; curl -sS --max-time 10 http://api.test:" .. port .. "/; echo \"control rc=$?\"",
+      port))
+    os.execute("chmod -R a+rX " .. h.quote(dir))
+    local out = h.sh(string.format("cd / && TMPDIR=/tmp %s env LUA_PATH=%s %s %s 2>&1",
+      table.concat(h.as_test_user({}), " "), h.quote(os.getenv("PWD") .. "/lua/?.lua;" .. os.getenv("PWD") ..
       "/lua/?/init.lua;;"), h.quote(HOST), h.quote(script)))
-    h.rmrf(script:match("^(.*)/"))
-    assert.truthy(h.in_order(out, { "allowlist\tcannot_enforce\tgrants.net", "control\t0\tS1" }, true), out)
+    h.rmrf(dir)
+    local nft_rc, denied_rc = out:match("nft rc=(%d+)"), out:match("denied rc=(%d+)")
+    assert.truthy(nft_rc and nft_rc ~= "0", out)
+    assert.truthy(denied_rc and denied_rc ~= "0", out)
+    assert.truthy(h.in_order(out, { "nft rc=", "denied rc=", "hello-tier", "control rc=0",
+      "allowlist\t0\tS1\tlandlock/" }, true), out)
   end)
 end)
 

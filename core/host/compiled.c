@@ -1,6 +1,7 @@
 /* The searcher for compiled twins (compiled.h). */
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include <lauxlib.h>
@@ -12,6 +13,20 @@
 static int newer_or_same(const struct timespec *a, const struct timespec *b)
 {
     return a->tv_sec > b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec >= b->tv_nsec);
+}
+
+/* Whether the twin's first line, "#<source path>", names `source`: the chunk inside
+ * carries that path as its name, which a tree moved after the build would get wrong. */
+static int stands_for(const char *twin, const char *source)
+{
+    char line[PATH_MAX + 2];
+    FILE *f = fopen(twin, "re");
+    if (f == NULL) return 0;
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (!ok || line[0] != '#') return 0;
+    line[strcspn(line, "\n")] = '\0';
+    return strcmp(line + 1, source) == 0;
 }
 
 /* package.searchers entry: (name) → loader, source path; or nothing, and the file
@@ -34,6 +49,7 @@ static int search_compiled(lua_State *L)
     if (snprintf(twin, sizeof twin, "%s/%s.luac", dir, name) >= (int)sizeof twin) return 0;
     if (stat(twin, &ts) < 0 || stat(source, &ss) < 0 || !newer_or_same(&ts.st_mtim, &ss.st_mtim))
         return 0;
+    if (!stands_for(twin, source)) return 0;
     if (luaL_loadfilex(L, twin, "b") != LUA_OK) return 0;
     lua_pushvalue(L, -2); /* the loader's second argument is the source, as from a file */
     return 2;

@@ -812,8 +812,8 @@ static void repl(lua_State *L)
     require_global(L, "corral", "corral");
     require_global(L, "core", "corral.core");
     require_global(L, "conformance", "corral.conformance"); /* conformance("native") */
-    require_global(L, "step", "corral.tier");               /* step{"/bin/true", grants = {}} */
-    /* help(), sandboxes(), why(…) … as globals, and the printer and completer above. */
+    /* help(), sandboxes(), why(…), step{…} … as globals, and the printer and completer
+     * above. */
     lua_getglobal(L, "require");
     lua_pushliteral(L, REPL_MODULE);
     if (docall(L, 1, 1) != LUA_OK) {

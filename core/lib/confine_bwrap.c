@@ -47,7 +47,7 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
     add(&a, "--cap-drop");
     add(&a, "ALL");
     /* As root, a user namespace mapping uid and gid 0 alone, holding CAP_SETFCAP there:
-     * what a sandbox nested inside needs to map its own uid 0 (see confine.c
+     * what a sandbox nested inside needs to map its own uid 0 (see core/host/confine.c
      * enter_namespaces, which does the same for the native layer). */
     if (geteuid() == 0) {
         static const char *const as_root[] = {"--unshare-user", "--uid",      "0", "--gid", "0",

@@ -4,7 +4,7 @@
  *
  * What Landlock
  does not cover, and why the mount namespace exists beside it
- * (core/lib/confine.c): chmod/chown/utime/xattr changes are not access rights at any ABI,
+ * (core/host/confine.c): chmod/chown/utime/xattr changes are not access rights at any ABI,
  * so a file that can be reached can have its metadata changed; connecting to an existing
  * pathname unix socket is not checked before ABI 9; device nodes reached through an
  * already-permitted path keep their ioctls before ABI 5. The namespace layer makes

@@ -18,69 +18,7 @@
 #include <unistd.h>
 
 #include "mount.h"
-
-#ifndef OPEN_TREE_CLONE
-#define OPEN_TREE_CLONE 1
-#endif
-#ifndef OPEN_TREE_CLOEXEC
-#define OPEN_TREE_CLOEXEC O_CLOEXEC
-#endif
-#ifndef MOVE_MOUNT_F_EMPTY_PATH
-#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
-#endif
-#ifndef FSOPEN_CLOEXEC
-#define FSOPEN_CLOEXEC 0x00000001
-#define FSMOUNT_CLOEXEC 0x00000001
-#define FSCONFIG_SET_STRING 1
-#define FSCONFIG_CMD_CREATE 6
-#endif
-#ifndef MOUNT_ATTR_RDONLY
-#define MOUNT_ATTR_RDONLY 0x00000001
-#define MOUNT_ATTR_NOSUID 0x00000002
-#define MOUNT_ATTR_NODEV 0x00000004
-#define MOUNT_ATTR_NOEXEC 0x00000008
-struct mount_attr {
-    __u64 attr_set;
-    __u64 attr_clr;
-    __u64 propagation;
-    __u64 userns_fd;
-};
-#endif
-#ifndef AT_RECURSIVE
-#define AT_RECURSIVE 0x8000
-#endif
-
-static int sys_open_tree(int dfd, const char *path, unsigned flags)
-{
-    return (int)syscall(SYS_open_tree, dfd, path, flags);
-}
-
-static int sys_move_mount(int from, const char *from_path, int to, const char *to_path,
-                          unsigned flags)
-{
-    return (int)syscall(SYS_move_mount, from, from_path, to, to_path, flags);
-}
-
-static int sys_fsopen(const char *fs, unsigned flags)
-{
-    return (int)syscall(SYS_fsopen, fs, flags);
-}
-
-static int sys_fsconfig(int fd, unsigned cmd, const char *key, const void *value, int aux)
-{
-    return (int)syscall(SYS_fsconfig, fd, cmd, key, value, aux);
-}
-
-static int sys_fsmount(int fd, unsigned flags, unsigned attrs)
-{
-    return (int)syscall(SYS_fsmount, fd, flags, attrs);
-}
-
-static int sys_mount_setattr(int dfd, const char *path, unsigned flags, __u64 set)
-{
-    struct mount_attr attr = {.attr_set = set};
-    return (int)syscall(SYS_mount_setattr, dfd, path, flags, &attr, sizeof attr);
-}
+#include "mountapi.h"
 
 /* A new filesystem instance as a detached mount fd. */
 static int new_fs(const char *type, const char *options, unsigned attrs)
@@ -311,9 +249,17 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
     for (size_t i = 0; i < plan->n_binds; i++)
         s.trees[i] = -1;
 
-    /* Clone every source first: nothing mounted below can shadow one. */
     for (size_t i = 0; i < plan->n_binds; i++) {
         const struct corral_bind *b = &plan->binds[i];
+        if (b->flags & CORRAL_BIND_TREE) {
+            /* Our own copy: release() closes it, and the caller's fd stays the caller's. */
+            s.trees[i] = fcntl(b->src_fd, F_DUPFD_CLOEXEC, 3);
+            if (s.trees[i] < 0) {
+                snprintf(step_buf, sizeof step_buf, "detached tree %s", b->src);
+                FAIL(step_buf, -errno);
+            }
+            continue;
+        }
         int t = sys_open_tree(AT_FDCWD, b->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
         if (t < 0) {
             int err = errno;

@@ -4,7 +4,7 @@
  * detached. Files outside the plan are not hidden, they are absent, so no chmod, chown,
  * utime, unix-socket connect or device open can reach them by path.
  *
- * Used by the control-plane wrapper (confine.c) and by tenant spawns. The caller has
+ * Used by the control-plane wrapper (core/host/confine.c) and by tenant spawns. The caller has
  * already unshared a mount namespace (and a pid namespace, when proc is asked for, and
  * is that namespace's member).
  */
@@ -18,6 +18,7 @@ enum {
     CORRAL_BIND_OPTIONAL = 1 << 1, /* a missing source is skipped */
     CORRAL_BIND_DEVICES = 1 << 2,  /* keep device nodes usable (no nodev) */
     CORRAL_BIND_FROM_FD = 1 << 3,  /* src must still be the directory src_fd holds */
+    CORRAL_BIND_TREE = 1 << 4,     /* src_fd is a detached mount: moved into place as it is */
 };
 
 struct corral_bind {
@@ -26,7 +27,12 @@ struct corral_bind {
     unsigned flags;
     int src_fd; /* with CORRAL_BIND_FROM_FD: an O_PATH fd on the source, taken when it was
                    checked; the clone of src must be that same directory (device and inode)
-                   or the build fails, so a swap in its path cannot redirect the bind */
+                   or the build fails, so a swap in its path cannot redirect the bind.
+                   With CORRAL_BIND_TREE: a detached mount (open_tree or fsmount) the
+                   caller made before the namespaces were, with every attribute it needs
+                   (nosuid, nodev, an idmap): the build moves it in and sets nothing, and
+                   src only names it in errors. A tenant spawn inherits it across clone3:
+                   the privileged parent made it, so the tenant needs no access to src. */
 };
 
 struct corral_symlink {

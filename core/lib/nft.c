@@ -28,8 +28,10 @@
 #include "rtnl.h"
 #include "util.h"
 
-#define MAX_RULES 48     /* the plan builds 18, and one per port range; the test hook one */
-#define MAX_READ 64      /* read-back beyond this is a mismatch anyway */
+#define MAX_RULES                                                                                  \
+    96                   /* the plan builds 20, one per TCP port range, and with UDP 10 and one    \
+                          * per UDP port range; the test hook one */
+#define MAX_READ 128     /* read-back beyond this is a mismatch anyway */
 #define BATCH_SIZE 65536 /* measured (strace): the apply batch is 3460 bytes */
 #define MSG_MAX 4096     /* room checked before each message is built */
 #define NL_RECV_SIZE 32768
@@ -48,13 +50,32 @@ struct chain_spec {
 };
 
 /* nat at -100 (NF_IP_PRI_NAT_DST) so that redirects happen before filter at 0 sees the
- * packet, whose `ct status dnat` then accepts it. */
+ * packet, whose `ct status dnat` then accepts it. The UDP relay's three chains come last
+ * and exist only in a plan with udp_port: route_out marks the allowed datagrams at
+ * mangle (-150), before nat, so the kernel routes them again by the mark (to lo, see
+ * corral_rtnl_mark_local); udp_in hands them, as they come back in through lo, to the
+ * relay's socket with TPROXY, which keeps their destination (an nft redirect would
+ * rewrite it, and UDP has no SO_ORIGINAL_DST); udp_out drops a marked datagram routed
+ * anywhere but lo, so a missing mark route can never send one out of the sandbox's own
+ * link. That check sits at postrouting because only there is `oif` the device the
+ * reroute chose: in the output chains it stays the first route's (measured with nft
+ * monitor trace on a sandbox with --link: oif "corral0" after route_out's mark). */
 static const struct chain_spec CHAINS[] = {
     {CORRAL_NFT_NAT_CHAIN, "nat", -100, NF_ACCEPT, NF_INET_LOCAL_OUT},
     {CORRAL_NFT_FILTER_CHAIN, "filter", 0, NF_DROP, NF_INET_LOCAL_OUT},
     {CORRAL_NFT_INPUT_CHAIN, "filter", 0, NF_DROP, NF_INET_LOCAL_IN},
+    {CORRAL_NFT_ROUTE_CHAIN, "route", -150, NF_ACCEPT, NF_INET_LOCAL_OUT},
+    {CORRAL_NFT_UDP_IN_CHAIN, "filter", -150, NF_ACCEPT, NF_INET_PRE_ROUTING},
+    {CORRAL_NFT_UDP_OUT_CHAIN, "filter", 0, NF_ACCEPT, NF_INET_POST_ROUTING},
 };
-#define NCHAINS (sizeof CHAINS / sizeof CHAINS[0])
+#define NCHAINS_BASE 3
+#define NCHAINS_MAX (sizeof CHAINS / sizeof CHAINS[0])
+
+/* The chains a plan makes: the UDP relay's only with udp_port. */
+static size_t plan_chains(const struct corral_nft_plan *p)
+{
+    return p->udp_port ? NCHAINS_MAX : NCHAINS_BASE;
+}
 
 struct ruleset {
     struct nftnl_rule *rule[MAX_RULES];
@@ -78,6 +99,12 @@ static int plan_table(const struct corral_nft_plan *p, const char **table)
     if (p->n_tcp_ports > CORRAL_NFT_MAX_PORT_RANGES) return -EINVAL;
     for (size_t i = 0; i < p->n_tcp_ports; i++)
         if (!p->tcp_ports[i].lo || p->tcp_ports[i].hi < p->tcp_ports[i].lo) return -EINVAL;
+    /* The UDP mark routes datagrams to the relay: it can be neither 0 nor the host's own. */
+    if (p->udp_port && (!p->udp_mark || p->udp_mark == p->mark)) return -EINVAL;
+    if (p->n_udp_ports > CORRAL_NFT_MAX_PORT_RANGES || (p->n_udp_ports && !p->udp_port))
+        return -EINVAL;
+    for (size_t i = 0; i < p->n_udp_ports; i++)
+        if (!p->udp_ports[i].lo || p->udp_ports[i].hi < p->udp_ports[i].lo) return -EINVAL;
     *table = p->table ? p->table : CORRAL_NFT_TABLE;
     size_t len = strlen(*table);
     return len == 0 || len >= NFT_TABLE_MAXNAMELEN ? -EINVAL : 0;
@@ -271,6 +298,36 @@ static void ct_any(struct builder *b, uint32_t key, uint32_t mask)
     cmp(b, NFT_CMP_NEQ, &zero, sizeof zero);
 }
 
+/* `meta mark set V` */
+static void set_mark(struct builder *b, uint32_t v)
+{
+    struct nftnl_expr *e = expr_add(b, "immediate");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    if (nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &v, sizeof v) < 0) b->err = -ENOMEM;
+    e = expr_add(b, "meta");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
+}
+
+/* `meta nfproto F tproxy ip|ip6 to :port`: the datagram is handed to the socket bound to
+ * that port (IP_TRANSPARENT), its destination untouched. */
+static void tproxy(struct builder *b, uint32_t nfproto, uint16_t port)
+{
+    uint16_t be = htons(port);
+    meta_load(b, NFT_META_NFPROTO);
+    cmp_u8(b, (uint8_t)nfproto);
+    struct nftnl_expr *e = expr_add(b, "immediate");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    if (nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &be, sizeof be) < 0) b->err = -ENOMEM;
+    e = expr_add(b, "tproxy");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_FAMILY, nfproto);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_REG_PORT, NFT_REG_1);
+}
+
 static void reject(struct builder *b, uint32_t type, uint8_t code)
 {
     struct nftnl_expr *e = expr_add(b, "reject");
@@ -279,43 +336,54 @@ static void reject(struct builder *b, uint32_t type, uint8_t code)
     nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, code);
 }
 
-/* The sets of refused SYNs, by family: destination . port, a counter in each element. */
+/* The sets of refusals, by family and protocol (TCP SYNs, UDP datagrams): destination .
+ * port, a counter in each element. */
 struct refused_set {
     const char *name;
     uint32_t nfproto, addr_len, addr_off, key_type, key_len, port_reg, id;
+    uint8_t proto;
 };
 /* Key types as nft writes a concatenation (ipv4_addr 7 or ipv6_addr 8, shifted by
  * TYPE_BITS 6, then inet_service 13); the port is padded to 4 bytes in the key. */
 static const struct refused_set REFUSED[] = {
-    {CORRAL_NFT_REFUSED4, NFPROTO_IPV4, 4, 16, (7u << 6) | 13u, 8, NFT_REG32_01, 1},
-    {CORRAL_NFT_REFUSED6, NFPROTO_IPV6, 16, 24, (8u << 6) | 13u, 20, NFT_REG_2, 2},
+    {CORRAL_NFT_REFUSED4, NFPROTO_IPV4, 4, 16, (7u << 6) | 13u, 8, NFT_REG32_01, 1, IPPROTO_TCP},
+    {CORRAL_NFT_REFUSED6, NFPROTO_IPV6, 16, 24, (8u << 6) | 13u, 20, NFT_REG_2, 2, IPPROTO_TCP},
+    {CORRAL_NFT_REFUSED_UDP4, NFPROTO_IPV4, 4, 16, (7u << 6) | 13u, 8, NFT_REG32_01, 3,
+     IPPROTO_UDP},
+    {CORRAL_NFT_REFUSED_UDP6, NFPROTO_IPV6, 16, 24, (8u << 6) | 13u, 20, NFT_REG_2, 4, IPPROTO_UDP},
 };
 #define NREFUSED (sizeof REFUSED / sizeof REFUSED[0])
 
-static const struct refused_set *refused_set(uint32_t nfproto)
+static const struct refused_set *refused_set(uint32_t nfproto, uint8_t proto)
 {
-    return nfproto == NFPROTO_IPV4 ? &REFUSED[0] : &REFUSED[1];
+    for (size_t i = 0; i < NREFUSED; i++)
+        if (REFUSED[i].nfproto == nfproto && REFUSED[i].proto == proto) return &REFUSED[i];
+    return NULL;
 }
 
 /* `meta l4proto tcp tcp flags & (syn|ack) == syn meta nfproto F counter
  *  add @refusedF { daddr . th dport }`: only a connection's first SYN, never the RST the
- * reject itself sends. */
-static void record_refusal(struct builder *b, const char *table, uint32_t nfproto)
+ * reject itself sends. For UDP (`meta l4proto udp meta nfproto F counter add
+ * @refusedudpF …`) every datagram: each one is refused. */
+static void record_refusal(struct builder *b, const char *table, uint32_t nfproto, uint8_t proto)
 {
     static const uint8_t mask = 0x12, syn = 0x02, zero = 0;
-    const struct refused_set *set = refused_set(nfproto);
+    const struct refused_set *set = refused_set(nfproto, proto);
+    struct nftnl_expr *e;
     rule_begin(b, table, CORRAL_NFT_FILTER_CHAIN);
-    l4proto(b, IPPROTO_TCP);
-    payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
-    struct nftnl_expr *e = expr_add(b, "bitwise");
-    if (!e) return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
-    if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 1) < 0 ||
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, 1) < 0)
-        b->err = -ENOMEM;
-    cmp(b, NFT_CMP_EQ, &syn, 1);
+    l4proto(b, proto);
+    if (proto == IPPROTO_TCP) {
+        payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+        e = expr_add(b, "bitwise");
+        if (!e) return;
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
+        if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 1) < 0 ||
+            nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, 1) < 0)
+            b->err = -ENOMEM;
+        cmp(b, NFT_CMP_EQ, &syn, 1);
+    }
     meta_load(b, NFT_META_NFPROTO);
     cmp_u8(b, (uint8_t)nfproto);
     expr_add(b, "counter");
@@ -332,6 +400,72 @@ static void record_refusal(struct builder *b, const char *table, uint32_t nfprot
     nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_OP, NFT_DYNSET_OP_ADD);
     nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_SET_ID, set->id);
     if (nftnl_expr_set_str(e, NFTNL_EXPR_DYNSET_SET_NAME, set->name) < 0) b->err = -ENOMEM;
+}
+
+/* The UDP relay's chains (see CHAINS). route_out marks a datagram to a port some udp:
+ * entry names, unless it is the host's own (marked), to loopback, to a link-local address
+ * (see nat_out) or DNS (nat_out redirects it to the responder, after this chain); udp_in
+ * gives the marked datagrams coming in through lo to the relay, and drops one no relay
+ * socket took. */
+static void build_udp_rules(struct builder *b, const struct corral_nft_plan *p, const char *table)
+{
+    const char *route = CORRAL_NFT_ROUTE_CHAIN, *udp_in = CORRAL_NFT_UDP_IN_CHAIN;
+    rule_begin(b, table, route);
+    meta_load(b, NFT_META_MARK);
+    cmp_u32(b, p->mark);
+    verdict(b, NFT_RETURN);
+
+    rule_begin(b, table, route);
+    ip4_daddr_loopback(b);
+    verdict(b, NFT_RETURN);
+
+    rule_begin(b, table, route);
+    ip6_daddr_loopback(b);
+    verdict(b, NFT_RETURN);
+
+    rule_begin(b, table, route);
+    ip6_daddr_link_local(b);
+    verdict(b, NFT_RETURN);
+
+    rule_begin(b, table, route);
+    l4proto(b, IPPROTO_UDP);
+    dport(b, 53);
+    verdict(b, NFT_RETURN);
+
+    if (p->n_udp_ports == 0) {
+        rule_begin(b, table, route);
+        l4proto(b, IPPROTO_UDP);
+        set_mark(b, p->udp_mark);
+    }
+    for (size_t i = 0; i < p->n_udp_ports; i++) {
+        rule_begin(b, table, route);
+        l4proto(b, IPPROTO_UDP);
+        dport_range(b, p->udp_ports[i].lo, p->udp_ports[i].hi);
+        set_mark(b, p->udp_mark);
+    }
+
+    static const uint32_t families[] = {NFPROTO_IPV4, NFPROTO_IPV6};
+    for (size_t i = 0; i < 2; i++) {
+        rule_begin(b, table, udp_in);
+        meta_load(b, NFT_META_MARK);
+        cmp_u32(b, p->udp_mark);
+        meta_load(b, NFT_META_IIF);
+        cmp_u32(b, LO_IFINDEX);
+        l4proto(b, IPPROTO_UDP);
+        tproxy(b, families[i], p->udp_port);
+        verdict(b, NF_ACCEPT);
+    }
+    rule_begin(b, table, udp_in);
+    meta_load(b, NFT_META_MARK);
+    cmp_u32(b, p->udp_mark);
+    verdict(b, NF_DROP);
+
+    rule_begin(b, table, CORRAL_NFT_UDP_OUT_CHAIN);
+    meta_load(b, NFT_META_MARK);
+    cmp_u32(b, p->udp_mark);
+    meta_load(b, NFT_META_OIF);
+    cmp(b, NFT_CMP_NEQ, &(uint32_t){LO_IFINDEX}, sizeof(uint32_t));
+    verdict(b, NF_DROP);
 }
 
 static int build_rules(const struct corral_nft_plan *p, const char *table, struct ruleset *rs)
@@ -354,9 +488,9 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     verdict(&b, NFT_RETURN);
 
     /* A link-local destination carries its interface (the scope id binds the socket to
-     * it), so a redirect to the acceptor on ::1 was routed out of that interface and
-     * lost: the connect hung until the client's timeout (found with --link). Left
-     * unredirected, it meets the TCP reset below at once. */
+     * it), so a redirect to the acceptor on ::1 would be routed out of that interface and
+     * lost, the connect hanging until the client's timeout. Left unredirected, it meets
+     * the TCP reset below at once. */
     rule_begin(&b, table, nat);
     ip6_daddr_link_local(&b);
     verdict(&b, NFT_RETURN);
@@ -410,12 +544,24 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     ip6_daddr_loopback(&b);
     verdict(&b, NF_ACCEPT);
 
-    /* What reaches here is refused at its SYN (no entry names its port): each SYN is
-     * counted and its destination and port recorded in a set with a counter per element,
-     * so the host reads the refusals (corral_nft_refused) without a packet ever waking it.
-     * The counter comes first: a full set stops the rule at `add`, never the count. */
-    record_refusal(&b, table, NFPROTO_IPV4);
-    record_refusal(&b, table, NFPROTO_IPV6);
+    /* A datagram route_out marked for the UDP relay: its mark routes it to lo, and udp_out
+     * drops it should it be routed anywhere else. */
+    if (p->udp_port) {
+        rule_begin(&b, table, filter);
+        meta_load(&b, NFT_META_MARK);
+        cmp_u32(&b, p->udp_mark);
+        verdict(&b, NF_ACCEPT);
+    }
+
+    /* What reaches here is refused at its SYN (no entry names its port), or, for UDP, as
+     * a datagram no udp: entry's port covers: each is counted and its destination and port
+     * recorded in a set with a counter per element, so the host reads the refusals
+     * (corral_nft_refused) without a packet ever waking it. The counter comes first: a
+     * full set stops the rule at `add`, never the count. */
+    record_refusal(&b, table, NFPROTO_IPV4, IPPROTO_TCP);
+    record_refusal(&b, table, NFPROTO_IPV6, IPPROTO_TCP);
+    record_refusal(&b, table, NFPROTO_IPV4, IPPROTO_UDP);
+    record_refusal(&b, table, NFPROTO_IPV6, IPPROTO_UDP);
 
     /* Reject rather than leave it to the drop policy: a client gets ECONNREFUSED/EPERM at
      * once instead of retrying until its own timeout (tests/c/test_nft.c measures it). */
@@ -439,6 +585,8 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
     cmp_u32(&b, LO_IFINDEX);
     verdict(&b, NF_ACCEPT);
 
+    if (p->udp_port) build_udp_rules(&b, p, table);
+
     if (p->test_bad_message) {
         rule_begin(&b, table, "corral-no-such-chain");
         verdict(&b, NF_ACCEPT);
@@ -451,7 +599,7 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
 struct batch {
     char *buf;
     size_t len;
-    uint32_t seq;   /* next sequence number */
+    uint32_t seq;
     uint32_t first; /* sequence number of the first message between BEGIN and END */
     uint32_t n;     /* messages between BEGIN and END, each of which the kernel acks */
 };
@@ -645,7 +793,7 @@ int corral_nft_apply(int netns_fd, const struct corral_nft_plan *plan)
     err = batch_init(&b);
     if (!err && plan->replace) err = batch_table(&b, table, NFT_MSG_DELTABLE, 0);
     if (!err) err = batch_table(&b, table, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
-    for (size_t i = 0; !err && i < NCHAINS; i++)
+    for (size_t i = 0; !err && i < plan_chains(plan); i++)
         err = batch_chain(&b, table, &CHAINS[i]);
     for (size_t i = 0; !err && i < NREFUSED; i++)
         err = batch_set(&b, table, &REFUSED[i]);
@@ -705,75 +853,58 @@ static int str_eq(const char *a, const char *b)
     return a && b && strcmp(a, b) == 0;
 }
 
-static int table_cb(const struct nlmsghdr *nlh, void *data)
+/* One callback for the three dumps: each message is parsed as the object its type names,
+ * and only what belongs to rb->table counts (the table's flags noted, at most MAX_READ
+ * chains and rules kept). */
+static int readback_cb(const struct nlmsghdr *nlh, void *data)
 {
     struct readback *rb = data;
-    struct nftnl_table *t = nftnl_table_alloc();
-    if (!t) {
+    struct nftnl_table *t = NULL;
+    struct nftnl_chain *c = NULL;
+    struct nftnl_rule *r = NULL;
+    const char *table = NULL;
+    int parsed = -1;
+    switch (NFNL_MSG_TYPE(nlh->nlmsg_type)) {
+    case NFT_MSG_NEWTABLE:
+        if ((t = nftnl_table_alloc()) && (parsed = nftnl_table_nlmsg_parse(nlh, t)) >= 0)
+            table = nftnl_table_get_str(t, NFTNL_TABLE_NAME);
+        break;
+    case NFT_MSG_NEWCHAIN:
+        if ((c = nftnl_chain_alloc()) && (parsed = nftnl_chain_nlmsg_parse(nlh, c)) >= 0)
+            table = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
+        break;
+    case NFT_MSG_NEWRULE:
+        if ((r = nftnl_rule_alloc()) && (parsed = nftnl_rule_nlmsg_parse(nlh, r)) >= 0)
+            table = nftnl_rule_get_str(r, NFTNL_RULE_TABLE);
+        break;
+    default:
+        return MNL_CB_OK;
+    }
+    int rc = MNL_CB_OK;
+    if (!t && !c && !r) {
         errno = ENOMEM;
-        return MNL_CB_ERROR;
-    }
-    if (nftnl_table_nlmsg_parse(nlh, t) < 0) {
-        nftnl_table_free(t);
+        rc = MNL_CB_ERROR;
+    } else if (parsed < 0) {
         errno = EPROTO;
-        return MNL_CB_ERROR;
+        rc = MNL_CB_ERROR;
+    } else if (str_eq(table, rb->table)) {
+        if (t) {
+            rb->table_seen = 1;
+            rb->table_flags = nftnl_table_is_set(t, NFTNL_TABLE_FLAGS)
+                                  ? nftnl_table_get_u32(t, NFTNL_TABLE_FLAGS)
+                                  : 0;
+        } else if (c && rb->nchain < MAX_READ) {
+            rb->chain[rb->nchain++] = corral_steal_pointer(&c);
+        } else if (r && rb->nrule < MAX_READ) {
+            rb->rule[rb->nrule++] = corral_steal_pointer(&r);
+        } else {
+            rb->overflow = 1;
+        }
     }
-    if (str_eq(nftnl_table_get_str(t, NFTNL_TABLE_NAME), rb->table)) {
-        rb->table_seen = 1;
-        rb->table_flags = nftnl_table_is_set(t, NFTNL_TABLE_FLAGS)
-                              ? nftnl_table_get_u32(t, NFTNL_TABLE_FLAGS)
-                              : 0;
-    }
-    nftnl_table_free(t);
-    return MNL_CB_OK;
-}
-
-static int chain_cb(const struct nlmsghdr *nlh, void *data)
-{
-    struct readback *rb = data;
-    struct nftnl_chain *c = nftnl_chain_alloc();
-    if (!c) {
-        errno = ENOMEM;
-        return MNL_CB_ERROR;
-    }
-    if (nftnl_chain_nlmsg_parse(nlh, c) < 0) {
-        nftnl_chain_free(c);
-        errno = EPROTO;
-        return MNL_CB_ERROR;
-    }
-    if (!str_eq(nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE), rb->table)) {
-        nftnl_chain_free(c);
-    } else if (rb->nchain == MAX_READ) {
-        nftnl_chain_free(c);
-        rb->overflow = 1;
-    } else {
-        rb->chain[rb->nchain++] = c;
-    }
-    return MNL_CB_OK;
-}
-
-static int rule_cb(const struct nlmsghdr *nlh, void *data)
-{
-    struct readback *rb = data;
-    struct nftnl_rule *r = nftnl_rule_alloc();
-    if (!r) {
-        errno = ENOMEM;
-        return MNL_CB_ERROR;
-    }
-    if (nftnl_rule_nlmsg_parse(nlh, r) < 0) {
-        nftnl_rule_free(r);
-        errno = EPROTO;
-        return MNL_CB_ERROR;
-    }
-    if (!str_eq(nftnl_rule_get_str(r, NFTNL_RULE_TABLE), rb->table)) {
-        nftnl_rule_free(r);
-    } else if (rb->nrule == MAX_READ) {
-        nftnl_rule_free(r);
-        rb->overflow = 1;
-    } else {
-        rb->rule[rb->nrule++] = r;
-    }
-    return MNL_CB_OK;
+    if (t) nftnl_table_free(t);
+    if (c) nftnl_chain_free(c);
+    if (r) nftnl_rule_free(r);
+    return rc;
 }
 
 static int read_back(struct mnl_socket *nl, struct readback *rb)
@@ -790,15 +921,15 @@ static int read_back(struct mnl_socket *nl, struct readback *rb)
     nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETTABLE, NFPROTO_INET, NLM_F_ACK, 0);
     nftnl_table_nlmsg_build_payload(nlh, t);
     nftnl_table_free(t);
-    int err = corral_netlink_talk(nl, nlh, table_cb, rb);
+    int err = corral_netlink_talk(nl, nlh, readback_cb, rb);
     if (err) return err;
     if (!rb->table_seen) return -ENOENT;
 
     nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETCHAIN, NFPROTO_INET, NLM_F_DUMP, 0);
-    err = corral_netlink_talk(nl, nlh, chain_cb, rb);
+    err = corral_netlink_talk(nl, nlh, readback_cb, rb);
     if (err) return err;
 
-    /* The kernel filters a rule dump by NFTA_RULE_TABLE; rule_cb checks it again. */
+    /* The kernel filters a rule dump by NFTA_RULE_TABLE; readback_cb checks it again. */
     struct nftnl_rule *r = nftnl_rule_alloc();
     if (!r) return -ENOMEM;
     if (nftnl_rule_set_str(r, NFTNL_RULE_TABLE, rb->table) < 0) {
@@ -808,7 +939,7 @@ static int read_back(struct mnl_socket *nl, struct readback *rb)
     nlh = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETRULE, NFPROTO_INET, NLM_F_DUMP, 0);
     nftnl_rule_nlmsg_build_payload(nlh, r);
     nftnl_rule_free(r);
-    return corral_netlink_talk(nl, nlh, rule_cb, rb);
+    return corral_netlink_talk(nl, nlh, readback_cb, rb);
 }
 
 /* One expression as libnftnl prints it ("cmp eq reg 1 0x0000002a"), its name first: the
@@ -871,11 +1002,11 @@ static int chain_matches(const struct nftnl_chain *c, const struct chain_spec *s
            str_eq(nftnl_chain_get_str(c, NFTNL_CHAIN_TYPE), spec->type);
 }
 
-static int compare(const struct readback *rb, const struct ruleset *want)
+static int compare(const struct readback *rb, const struct ruleset *want, size_t nchains)
 {
     if (rb->table_flags != 0) return -EPROTO; /* dormant, or owned by some socket */
-    if (rb->overflow || rb->nchain != NCHAINS || rb->nrule != want->n) return -EPROTO;
-    for (size_t i = 0; i < NCHAINS; i++) {
+    if (rb->overflow || rb->nchain != nchains || rb->nrule != want->n) return -EPROTO;
+    for (size_t i = 0; i < nchains; i++) {
         const struct nftnl_chain *c = NULL;
         for (size_t j = 0; j < rb->nchain; j++)
             if (str_eq(nftnl_chain_get_str(rb->chain[j], NFTNL_CHAIN_NAME), CHAINS[i].name))
@@ -927,7 +1058,7 @@ int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
         err = read_back(nl, &rb);
         if (err == -EINTR) continue;
         if (err) return err;
-        return compare(&rb, &rs);
+        return compare(&rb, &rs, plan_chains(plan));
     }
     return -EAGAIN;
 }
@@ -964,6 +1095,7 @@ static void take_element(struct refusals *r, struct nftnl_set_elem *e)
     memset(o, 0, sizeof *o);
     memcpy(o->addr, key, r->set->addr_len);
     o->addr_len = (uint8_t)r->set->addr_len;
+    o->proto = r->set->proto;
     uint16_t be;
     memcpy(&be, key + r->set->addr_len, sizeof be);
     o->port = ntohs(be);
@@ -985,7 +1117,9 @@ static int elems_cb(const struct nlmsghdr *nlh, void *data)
     }
     struct nftnl_set_elems_iter *it = nftnl_set_elems_iter_create(s);
     if (it) {
-        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_cur(it); e;
+        /* iter_next returns the current element and moves on: starting from iter_cur
+         * would read the first element twice. */
+        for (struct nftnl_set_elem *e = nftnl_set_elems_iter_next(it); e;
              e = nftnl_set_elems_iter_next(it))
             take_element(r, e);
         nftnl_set_elems_iter_destroy(it);

@@ -15,7 +15,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ns.h"
@@ -138,20 +140,61 @@ int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid
     return 0;
 }
 
+int corral_ns_owner(int ns_fd, int *foreign)
+{
+    *foreign = -1;
+    _cleanup_close_ int owner = ioctl(ns_fd, NS_GET_USERNS);
+    /* ENOTTY/EINVAL: not a namespace fd; EPERM: an owner beyond the caller's own user
+     * namespace, which it could never enter. Either way setns decides, as before. */
+    if (owner < 0) return errno == ENOTTY || errno == EINVAL || errno == EPERM ? 0 : -errno;
+    struct stat mine, theirs;
+    /* Unreadable: setns decides, as before (the caller's own is the usual case). */
+    if (stat("/proc/self/ns/user", &mine) < 0 || fstat(owner, &theirs) < 0) return 0;
+    if (mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino)
+        *foreign = corral_take_fd(&owner);
+    return 0;
+}
+
 struct thread_job {
-    int netns_fd; /* -1: a new netns (unshare) instead of setns */
+    int userns_fd;  /* >= 0: entered before the netns (only in run_in_child) */
+    int new_userns; /* 1: a new user namespace of the caller's own first (run_in_child) */
+    int netns_fd;   /* -1: a new netns (unshare) instead of setns */
     int (*fn)(void *);
     void *arg;
     int rc;
 };
+
+/* A user namespace owned by the caller, mapping its own uid and gid to themselves (the
+ * one map an unprivileged writer may set: setgroups denied first), entered by the caller.
+ * Identity maps keep every id the caller's host id, so a child user namespace made
+ * under it maps the same host id as one made directly under the host's. */
+static int enter_own_userns(void)
+{
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    if (unshare(CLONE_NEWUSER) < 0) return -errno;
+    struct corral_id_map u = {uid, uid, 1}, g = {gid, gid, 1};
+    return corral_ns_write_maps(0, &u, 1, &g, 1);
+}
+
+static int enter_and_run(struct thread_job *job)
+{
+    int r = 0;
+    if (job->userns_fd >= 0)
+        r = setns(job->userns_fd, CLONE_NEWUSER) < 0 ? -errno : 0;
+    else if (job->new_userns)
+        r = enter_own_userns();
+    if (r < 0) return r;
+    r = job->netns_fd >= 0 ? setns(job->netns_fd, CLONE_NEWNET) : unshare(CLONE_NEWNET);
+    return r < 0 ? -errno : job->fn(job->arg);
+}
 
 static void *job_thread(void *arg)
 {
     struct thread_job *job = arg;
     /* The thread exits right after fn; its netns reference goes with it, and no other
      * code ever runs on it, so nothing else is created in that netns by mistake. */
-    int r = job->netns_fd >= 0 ? setns(job->netns_fd, CLONE_NEWNET) : unshare(CLONE_NEWNET);
-    job->rc = r < 0 ? -errno : job->fn(job->arg);
+    job->rc = enter_and_run(job);
     return NULL;
 }
 
@@ -170,11 +213,86 @@ static int run_on_thread(struct thread_job *job)
     return job->rc;
 }
 
+static int job_child(void *arg)
+{
+    struct thread_job *job = arg;
+    job->rc = enter_and_run(job);
+    return 0;
+}
+
+/* Stack of a corral_ns_run_in_child child, above one guard page. What runs there is
+ * small (a socket, a libmnl handle), but a clone3 made there leaves its child (a
+ * tenant's init, for its whole life) on a copy of it; pages are only ever touched as
+ * used. */
+#define CHILD_STACK_SIZE (1024 * 1024)
+#define CHILD_GUARD_SIZE 4096
+
+int corral_ns_run_in_child(int (*fn)(void *), void *arg, int exit_signal)
+{
+    char *stack = mmap(NULL, CHILD_GUARD_SIZE + CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return -errno;
+    if (mprotect(stack, CHILD_GUARD_SIZE, PROT_NONE) < 0) {
+        int err = errno;
+        munmap(stack, CHILD_GUARD_SIZE + CHILD_STACK_SIZE);
+        return -err;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(fn, stack + CHILD_GUARD_SIZE + CHILD_STACK_SIZE,
+                      CLONE_VM | CLONE_FILES | CLONE_VFORK | (exit_signal & CSIGNAL), arg);
+    int err = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid > 0)
+        while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+    munmap(stack, CHILD_GUARD_SIZE + CHILD_STACK_SIZE);
+    return pid < 0 ? -err : 0;
+}
+
+static int run_in_child(struct thread_job *job)
+{
+    int r = corral_ns_run_in_child(job_child, job, 0);
+    return r < 0 ? r : job->rc;
+}
+
+/* 1 when netns_fd is the calling thread's own netns; 0 when not, or when that cannot be
+ * read (setns then decides, as before). */
+static int is_own_netns(int netns_fd)
+{
+    struct stat mine, target;
+    if (stat("/proc/thread-self/ns/net", &mine) < 0 || fstat(netns_fd, &target) < 0) return 0;
+    return mine.st_dev == target.st_dev && mine.st_ino == target.st_ino;
+}
+
+/* fn on the calling thread, already in the netns: setns into the netns one is in
+ * needs CAP_SYS_ADMIN all the same, which an unprivileged caller lacks. */
+static int run_here(struct thread_job *job)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int r = job->fn(job->arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
+}
+
 int corral_ns_run_in(int netns_fd, int (*fn)(void *), void *arg)
 {
     if (netns_fd < 0) return -EBADF;
-    struct thread_job job = {netns_fd, fn, arg, -EINVAL};
-    return run_on_thread(&job);
+    int r;
+    if (is_own_netns(netns_fd)) {
+        struct thread_job here = {-1, 0, netns_fd, fn, arg, -EINVAL};
+        return run_here(&here);
+    }
+    int owner;
+    r = corral_ns_owner(netns_fd, &owner);
+    if (r < 0) return r;
+    struct thread_job job = {owner, 0, netns_fd, fn, arg, -EINVAL};
+    r = owner >= 0 ? run_in_child(&job) : run_on_thread(&job);
+    if (owner >= 0) close(owner);
+    return r;
 }
 
 int corral_ns_socket_is(int sock_fd, int netns_fd)
@@ -203,6 +321,10 @@ int corral_ns_socket(int netns_fd, int domain, int type, int protocol)
     _cleanup_close_ int fd = corral_ns_run_in(netns_fd, open_socket, &req);
     if (fd < 0) return fd;
     int same = corral_ns_socket_is(fd, netns_fd);
+    /* SIOCGSKNS needs CAP_NET_ADMIN over the socket's netns, which an unprivileged
+     * caller lacks over the one it runs in; that one is where corral_ns_run_in made the
+     * socket on the calling thread, after comparing it with netns_fd. */
+    if (same == -EPERM && is_own_netns(netns_fd) == 1) same = 1;
     if (same < 0) return same;
     if (!same) return -EXDEV;
     return corral_take_fd(&fd);
@@ -217,6 +339,12 @@ static int open_own_netns(void *arg)
 
 int corral_ns_new_net(void)
 {
-    struct thread_job job = {-1, open_own_netns, NULL, -EIO};
+    struct thread_job job = {-1, 0, -1, open_own_netns, NULL, -EIO};
     return run_on_thread(&job);
+}
+
+int corral_ns_new_net_in_userns(void)
+{
+    struct thread_job job = {-1, 1, -1, open_own_netns, NULL, -EIO};
+    return run_in_child(&job);
 }

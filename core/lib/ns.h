@@ -58,16 +58,56 @@ int corral_ns_write_maps(pid_t pid, const struct corral_id_map *uid, size_t nuid
  * -errno. */
 int corral_ns_new_net(void);
 
+/* A network namespace made by an unprivileged caller (docs/architecture.md, invariant 4):
+ * a new user namespace owned by the caller, mapping only its own uid and gid (to
+ * themselves), and a new, empty netns owned by that user namespace, held only by the
+ * returned CLOEXEC fd (the user namespace lives as long as the netns). The caller holds
+ * every capability over both, without ever entering them; a tenant whose own user
+ * namespace is made beneath that one holds none over the netns. Made on a child process
+ * (see corral_ns_run_in), so the caller never changes namespace. The caller must be
+ * dumpable, as a process its uid started is: the maps are written through its own
+ * /proc/self files. Returns the fd or -errno (-EPERM, -ENOSPC: user namespaces refused,
+ * or their count exhausted; -EACCES: a non-dumpable caller). */
+int corral_ns_new_net_in_userns(void);
+
+/* The user namespace owning the namespace ns_fd when it is not the caller's own:
+ * *foreign receives a new CLOEXEC fd on it (NS_GET_USERNS), or -1 when the owner is the
+ * caller's own user namespace, or cannot be named (an fd that is not a namespace, an
+ * owner beyond the caller's scope). Returns 0 or -errno. */
+int corral_ns_owner(int ns_fd, int *foreign);
+
 /*
- * Runs fn(arg) on a short-lived thread that has entered the network namespace netns_fd
- * (setns CLONE_NEWNET) with every signal blocked, and returns what fn returned, or
- * -errno when the thread could not be made or the netns entered (-EBADF for a negative
- * fd, -EINVAL for an fd that is not a network namespace). setns moves only the calling
- * thread, and a socket belongs for life to the netns it was created in: so a socket fn
- * creates lives in netns_fd while the caller never changes namespace. fn must only make
- * its object and return: the thread ends with it.
+ * Runs fn(arg) inside the network namespace netns_fd with every signal blocked, and
+ * returns what fn returned, or -errno when the netns could not be entered (-EBADF for a
+ * negative fd, -EINVAL for an fd that is not a network namespace). A socket belongs for
+ * life to the netns it was created in: so a socket fn creates lives in netns_fd while
+ * the caller never changes namespace. fn must only make its object and return.
+ *
+ * The calling thread's own netns needs no entering: fn runs on it (entering it would
+ * need CAP_SYS_ADMIN all the same). Another netns owned by the caller's own user
+ * namespace is entered by a short-lived thread
+ * (setns moves only the calling thread). One owned by another user namespace (as
+ * corral_ns_new_net_in_userns makes) can only be entered from inside its owner, and only
+ * a process alone in its thread group may enter a user namespace: fn then runs on a
+ * child process sharing the caller's memory and fd table (CLONE_VM | CLONE_FILES |
+ * CLONE_VFORK), which joins the owner and then the netns. Either way fn writes to arg
+ * and opens fds as the caller would.
  */
 int corral_ns_run_in(int netns_fd, int (*fn)(void *), void *arg);
+
+/*
+ * Runs fn(arg) on a child process that shares the caller's memory and fd table
+ * (CLONE_VM | CLONE_FILES) but is a thread group of its own: the kernel lets only a
+ * process alone in its thread group enter or create a user namespace (setns(2),
+ * unshare(2)), which a thread of a threaded host never is. CLONE_VFORK suspends the
+ * calling thread until the child has exited, so fn runs as the caller would, on a stack
+ * of its own (1 MiB), with every signal blocked: what it writes to arg and the fds it
+ * opens are the caller's; its credentials and namespaces are its own and end with it.
+ * exit_signal is the signal its exit sends (0: none, so a host loop waiting for SIGCHLD
+ * never sees it; a clone3 with CLONE_PARENT made by fn inherits it). Reaped here.
+ * Returns 0 once fn has returned (its result is whatever it wrote to arg), or -errno.
+ */
+int corral_ns_run_in_child(int (*fn)(void *), void *arg, int exit_signal);
 
 /* 1 when socket sock_fd belongs to the netns netns_fd (SIOCGSKNS), 0 when it does not,
  * or -errno. */

@@ -9,8 +9,9 @@
 
 /* Generous on purpose: a profile that names too little kills every program as it starts
  * (exit 134), the control included. */
-static const char *const runtime_paths[] = {"/usr",   "/bin",   "/sbin",   "/lib",
-                                            "/lib32", "/lib64", "/libx32", "/etc"};
+#define PROGRAM_PATHS "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
+static const char *const runtime_paths[] = {PROGRAM_PATHS, "/etc"};
+static const char *const program_paths[] = {PROGRAM_PATHS};
 
 _Static_assert(N(runtime_paths) <= CORRAL_ROOTPLAN_RUNTIME_MAX, "runtime set too long");
 
@@ -50,32 +51,37 @@ static const char *const masked_paths[] = {
  * `--permit /etc` would give a writable /etc). */
 static const char *const system_paths[] = {"/proc", "/sys", "/dev", "/boot"};
 
-static const char *const device_paths[] = {"/dev/null",   "/dev/zero",    "/dev/full",
-                                           "/dev/random", "/dev/urandom", "/dev/tty"};
+/* Not all of /etc, for a grant that must leave its credential stores out entry by
+ * entry (tier S1): what a dynamic program reads to start, and what it reads besides when
+ * it uses the network. */
+static const char *const startup_files[] = {
+    "/etc/ld.so.cache",  "/etc/ld.so.conf",    "/etc/ld.so.conf.d",  "/etc/ld.so.preload",
+    "/etc/localtime",    "/etc/nsswitch.conf", "/etc/passwd",        "/etc/group",
+    "/etc/locale.alias", "/etc/locale.conf",   "/etc/default/locale"};
+static const char *const network_files[] = {
+    "/etc/resolv.conf", "/etc/hosts",     "/etc/host.conf", "/etc/gai.conf",
+    "/etc/services",    "/etc/protocols", "/etc/ssl/certs", "/etc/ca-certificates.conf"};
 
-const char *const *corral_rootplan_runtime(size_t *n)
-{
-    *n = N(runtime_paths);
-    return runtime_paths;
-}
+#define DATA_DEVICES "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"
+static const char *const device_paths[] = {DATA_DEVICES, "/dev/tty"};
+static const char *const data_device_paths[] = {DATA_DEVICES};
 
-const char *const *corral_rootplan_masked(size_t *n)
-{
-    *n = N(masked_paths);
-    return masked_paths;
-}
+/* Each list's accessor: the table and, through n, its length. */
+#define LIST_ACCESSOR(name, table)                                                                 \
+    const char *const *name(size_t *n)                                                             \
+    {                                                                                              \
+        *n = N(table);                                                                             \
+        return table;                                                                              \
+    }
 
-const char *const *corral_rootplan_system(size_t *n)
-{
-    *n = N(system_paths);
-    return system_paths;
-}
-
-const char *const *corral_rootplan_devices(size_t *n)
-{
-    *n = N(device_paths);
-    return device_paths;
-}
+LIST_ACCESSOR(corral_rootplan_runtime, runtime_paths)
+LIST_ACCESSOR(corral_rootplan_programs, program_paths)
+LIST_ACCESSOR(corral_rootplan_startup_files, startup_files)
+LIST_ACCESSOR(corral_rootplan_network_files, network_files)
+LIST_ACCESSOR(corral_rootplan_masked, masked_paths)
+LIST_ACCESSOR(corral_rootplan_system, system_paths)
+LIST_ACCESSOR(corral_rootplan_devices, device_paths)
+LIST_ACCESSOR(corral_rootplan_data_devices, data_device_paths)
 
 enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *why, size_t len)
 {

@@ -1,8 +1,8 @@
 /*
  * The root plan: what a confined process's root shows of the host, and what may never
  * be a boundary in it. One table each, read by exec-confined's native and bubblewrap
- * layers (confine.c, confine_bwrap.c) and, through core.rootplan, by the tenant
- * mechanisms and the Lua side of confinement.
+ * layers (core/host/confine.c, confine_bwrap.c) and, through core.rootplan, by the tenant
+ * mechanisms, the Lua side of confinement and tier S1's policy.
  */
 #ifndef CORRAL_ROOTPLAN_H
 #define CORRAL_ROOTPLAN_H
@@ -15,6 +15,14 @@
 #define CORRAL_ROOTPLAN_RUNTIME_MAX 16
 const char *const *corral_rootplan_runtime(size_t *n);
 
+/* The system's programs and libraries: the runtime read set without /etc. */
+const char *const *corral_rootplan_programs(size_t *n);
+
+/* The files of /etc a dynamic program reads to start, and those a program that uses
+ * the network reads besides: for a grant that shows /etc file by file (tier S1). */
+const char *const *corral_rootplan_startup_files(size_t *n);
+const char *const *corral_rootplan_network_files(size_t *n);
+
 /* Credential stores inside the runtime read set, covered in a confined root (an empty
  * directory over a directory, /dev/null over a file) or left out of its Landlock grant. */
 const char *const *corral_rootplan_masked(size_t *n);
@@ -22,8 +30,13 @@ const char *const *corral_rootplan_masked(size_t *n);
 /* The kernel's and the devices' interfaces: never a boundary. */
 const char *const *corral_rootplan_system(size_t *n);
 
-/* The device nodes a confined process may read, write and ioctl. */
+/* The device nodes a confined process may read, write and ioctl: the data devices
+ * (null, zero, full, random, urandom) and the controlling terminal. */
 const char *const *corral_rootplan_devices(size_t *n);
+
+/* The data devices alone, for a process that must not reach the operator's terminal
+ * (tier S1: its stdio is inherited, /dev/tty is not granted). */
+const char *const *corral_rootplan_data_devices(size_t *n);
 
 /* Why a resolved path may not be a boundary (--permit, --extra, --cd). */
 enum corral_boundary {

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <linux/if_addr.h>
 #include <linux/if_link.h>
+#include <linux/fib_rules.h>
 #include <linux/nsfs.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
@@ -298,4 +299,54 @@ int corral_rtnl_default_via(int netns_fd, int family, const void *gateway, const
     mnl_attr_put(nlh, RTA_GATEWAY, family == AF_INET ? 4 : 16, gateway);
     mnl_attr_put_u32(nlh, RTA_OIF, (uint32_t)oif);
     return corral_netlink_talk(nl, nlh, NULL, NULL);
+}
+
+/* `ip [-6] rule add fwmark MARK lookup TABLE pref PRIO` */
+static int mark_rule(struct mnl_socket *nl, int family, uint32_t mark, uint32_t table)
+{
+    char buf[NL_REQ_SIZE];
+    struct nlmsghdr *nlh = put_request(buf, RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL);
+    struct fib_rule_hdr *frh = mnl_nlmsg_put_extra_header(nlh, sizeof *frh);
+    frh->family = (unsigned char)family;
+    frh->action = FR_ACT_TO_TBL;
+    frh->table = RT_TABLE_UNSPEC;
+    mnl_attr_put_u32(nlh, FRA_FWMARK, mark);
+    mnl_attr_put_u32(nlh, FRA_FWMASK, 0xffffffffu);
+    mnl_attr_put_u32(nlh, FRA_TABLE, table);
+    mnl_attr_put_u32(nlh, FRA_PRIORITY, CORRAL_RTNL_MARK_RULE_PRIO);
+    return corral_netlink_talk(nl, nlh, NULL, NULL);
+}
+
+/* `ip [-6] route add local default dev lo table TABLE` */
+static int local_default(struct mnl_socket *nl, int family, uint32_t table, int lo)
+{
+    char buf[NL_REQ_SIZE];
+    struct nlmsghdr *nlh = put_request(buf, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL);
+    struct rtmsg *rtm = mnl_nlmsg_put_extra_header(nlh, sizeof *rtm);
+    rtm->rtm_family = (unsigned char)family;
+    rtm->rtm_dst_len = 0;
+    rtm->rtm_table = RT_TABLE_UNSPEC;
+    rtm->rtm_protocol = RTPROT_STATIC;
+    rtm->rtm_type = RTN_LOCAL;
+    rtm->rtm_scope = RT_SCOPE_HOST;
+    mnl_attr_put_u32(nlh, RTA_TABLE, table);
+    mnl_attr_put_u32(nlh, RTA_OIF, (uint32_t)lo);
+    return corral_netlink_talk(nl, nlh, NULL, NULL);
+}
+
+int corral_rtnl_mark_local(int netns_fd, uint32_t mark, uint32_t table)
+{
+    _cleanup_nl_ struct mnl_socket *nl = NULL;
+    if (!mark || table == RT_TABLE_UNSPEC || table >= RT_TABLE_COMPAT) return -EINVAL;
+    int err = rtnl_open(netns_fd, &nl);
+    if (err) return err;
+    int lo = link_index(nl, "lo");
+    if (lo < 0) return lo;
+    static const int families[] = {AF_INET, AF_INET6};
+    for (size_t i = 0; i < 2; i++) {
+        err = local_default(nl, families[i], table, lo);
+        if (!err) err = mark_rule(nl, families[i], mark, table);
+        if (err) return err;
+    }
+    return 0;
 }

@@ -12,6 +12,7 @@
 #ifndef CORRAL_RTNL_H
 #define CORRAL_RTNL_H
 
+#include <stdint.h>
 #include <libmnl/libmnl.h>
 
 /* A netlink socket closed at the end of its scope (core/lib only, see util.h). */
@@ -67,5 +68,19 @@ int corral_rtnl_link_del(int netns_fd, const char *ifname);
 /* A default route in netns_fd via gateway (4 or 16 bytes, by family) on ifname: the
  * sandbox's own routed link, for operators who give it one. Returns 0 or -errno. */
 int corral_rtnl_default_via(int netns_fd, int family, const void *gateway, const char *ifname);
+
+/* The priority of corral_rtnl_mark_local's rule: ahead of the main table (32766). */
+#define CORRAL_RTNL_MARK_RULE_PRIO 100
+
+/*
+ * Makes every packet carrying `mark` local to the netns: for IPv4 and IPv6 a rule
+ * `fwmark mark lookup table` and, in `table` (1..251, not main, local or default), a
+ * local default route through lo. A datagram the nft ruleset marks is then routed to lo
+ * and comes back in there, where TPROXY can hand it to a socket with its destination
+ * intact (nft.h, udp_port; TPROXY acts only on packets coming in, and on a local route).
+ * Needs lo up. Returns 0 or -errno (-EEXIST when the rule or route is already there,
+ * -EINVAL for mark 0 or a reserved table).
+ */
+int corral_rtnl_mark_local(int netns_fd, uint32_t mark, uint32_t table);
 
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sbpl.h"
+#include "util.h"
 
 struct buf {
     char *p;
@@ -127,9 +128,9 @@ static const char *const mach_services[] = {
 
 /* Every proper ancestor of path, root excluded, gets file-read-metadata: getcwd and
  * the shell's PWD check stat their way up. Metadata only: no listing, no contents. */
-static bool is_ancestor(const char *a, size_t alen, const char *of)
+static bool is_proper_ancestor(const char *dir, const char *path)
 {
-    return strncmp(a, of, alen) == 0 && of[alen] == '/';
+    return corral_is_beneath(path, dir) && strcmp(path, dir) != 0;
 }
 
 /* The permit path and extras[0..n_prev) had their ancestors emitted already. */
@@ -144,13 +145,12 @@ static void buf_ancestors(struct buf *b, const char *path, const char *permit,
     }
     for (size_t i = 1; i < len; i++) {
         if (path[i] != '/') continue;
-        bool dup = permit && is_ancestor(path, i, permit);
-        for (size_t k = 0; k < n_prev && !dup; k++)
-            dup = is_ancestor(path, i, prev[k]);
-        if (dup) continue;
         memcpy(tmp, path, i);
         tmp[i] = '\0';
-        buf_rule(b, "file-read-metadata", "literal", tmp);
+        bool dup = permit && is_proper_ancestor(tmp, permit);
+        for (size_t k = 0; k < n_prev && !dup; k++)
+            dup = is_proper_ancestor(tmp, prev[k]);
+        if (!dup) buf_rule(b, "file-read-metadata", "literal", tmp);
     }
     free(tmp);
 }

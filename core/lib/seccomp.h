@@ -37,7 +37,7 @@ int corral_seccomp_tenant_program(struct corral_bpf *out);
 int corral_seccomp_tty_program(struct corral_bpf *out);
 
 /* Stacked on the control-plane filter when a root caller's command keeps CAP_SETFCAP
- * (confine.c): every call that sets an extended attribute fails with EOPNOTSUPP, as on
+ * (core/host/confine.c): every call that sets an extended attribute fails with EOPNOTSUPP, as on
  * a filesystem without them. A seccomp filter cannot read the attribute's name, and
  * security.capability written there would carry host root as its owner: a file that
  * gives its capabilities to whoever runs it on the host. Returns 0 or -errno. */

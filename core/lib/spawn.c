@@ -3,7 +3,9 @@
  * pre-made netns is joined by the *parent's* thread before clone3 creates the user
  * namespace, because joining needs CAP_SYS_ADMIN over the netns's owner (the host), which
  * the tenant's new user namespace never has. Root in that user namespace then gets EPERM
- * from `nft flush ruleset` and from SO_MARK.
+ * from `nft flush ruleset` and from SO_MARK. A netns owned by a user namespace of an
+ * unprivileged caller's own is joined from inside that owner, and the tenant's user
+ * namespace made beneath it (clone_under_owner): the same order, one level down.
  *
  * The child never allocates: the parent may be multi-threaded, so everything it needs
  * (seccomp program, empty capability state, strings) is prepared before clone3.
@@ -11,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <poll.h>
@@ -22,6 +25,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -29,6 +33,7 @@
 #include <unistd.h>
 
 #include "caps.h"
+#include "mountapi.h"
 #include "ns.h"
 #include "reaper.h"
 #include "spawn.h"
@@ -40,6 +45,7 @@
 enum step {
     STEP_SYNC,
     STEP_JOIN,
+    STEP_ATTACH,
     STEP_CGROUPNS,
     STEP_IDS,
     STEP_ROOT,
@@ -61,6 +67,7 @@ enum step {
 static const char *const step_names[STEP_COUNT] = {
     [STEP_SYNC] = "wait for parent",
     [STEP_JOIN] = "join sandbox",
+    [STEP_ATTACH] = "attach detached mounts",
     [STEP_CGROUPNS] = "cgroup namespace",
     [STEP_IDS] = "set ids",
     [STEP_ROOT] = "build root",
@@ -231,15 +238,41 @@ static void set_stdio_and_fds(const struct corral_spawn_plan *p, int errfd)
         if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
 }
 
+/* CAP_NET_ADMIN kept across execve as an ambient capability (raised in the inheritable
+ * set first, as the kernel requires). Raw syscalls: nothing allocates in this child. */
+static int keep_net_admin(void)
+{
+    struct __user_cap_header_struct hd = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &hd, d) < 0) return -errno;
+    d[CAP_TO_INDEX(CAP_NET_ADMIN)].inheritable |= CAP_TO_MASK(CAP_NET_ADMIN);
+    if (syscall(SYS_capset, &hd, d) < 0) return -errno;
+    return prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_ADMIN, 0, 0) < 0 ? -errno : 0;
+}
+
 /* The plain variant: the helper builds its own sandbox; we only join the host-made netns
  * (still privileged here, so the helper's later user namespace owns nothing in it), apply
  * the rlimits, take the unprivileged ids when asked, set stdio, close what must not be
- * inherited, and exec. */
+ * inherited, and exec. A netns owned by a user namespace of the caller's own
+ * (corral_ns_new_net_in_userns) is joined from inside that user namespace (owner_fd), so
+ * the helper's user namespace is made beneath it and holds nothing over the netns. */
 __attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan *p, int errfd,
-                                                 int parent_pidfd)
+                                                 int parent_pidfd, int owner_fd)
 {
+    if (owner_fd >= 0 && setns(owner_fd, CLONE_NEWUSER) < 0) child_fail(errfd, STEP_JOIN, errno);
     if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
         child_fail(errfd, STEP_JOIN, errno);
+    if (p->n_attach) {
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+            child_fail(errfd, STEP_ATTACH, errno);
+        for (size_t i = 0; i < p->n_attach; i++)
+            if (syscall(SYS_move_mount, p->attach[i].fd, "", AT_FDCWD, p->attach[i].path,
+                        MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                child_fail(errfd, STEP_ATTACH, errno);
+    }
+    int r;
+    if (owner_fd >= 0 && p->plain_net_admin && (r = keep_net_admin()) < 0)
+        child_fail(errfd, STEP_CAPS, r);
     apply_rlimits(p, errfd);
     if (p->plain_ids) {
         if (setgroups(0, NULL) < 0 ||
@@ -257,7 +290,8 @@ __attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan 
 }
 
 __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p, int errfd,
-                                                 int syncfd, void *empty_caps, int parent_pidfd)
+                                                 int syncfd, void *empty_caps, int parent_pidfd,
+                                                 int owner_fd)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
@@ -276,7 +310,7 @@ __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan 
     if (read(syncfd, &c, 1) != 1) child_fail(errfd, STEP_SYNC, EPIPE);
     close(syncfd);
     hide_host_arguments();
-    if (p->plain) plain_exec(p, errfd, parent_pidfd);
+    if (p->plain) plain_exec(p, errfd, parent_pidfd, owner_fd);
     int join = p->join_pidfd >= 0;
     if (join) {
         /* One call enters every namespace of the running sandbox (the user namespace
@@ -326,8 +360,10 @@ static int write_pid(int fd, pid_t pid)
 }
 
 /*
- * clone3 from this thread, in netns_fd when given; a thread that cannot get back to its
- * own netns would carry the host's work into a sandbox, so that is fatal. owner_uid/gid
+ * clone3 from this thread, in netns_fd when given: not on a corral_ns_run_in thread,
+ * because the child's PDEATHSIG follows the thread that cloned it and would fire when
+ * that thread ends. A thread that cannot get back to its own netns would carry the
+ * host's work into a sandbox, so that is fatal. owner_uid/gid
  * (when not -1) are held as effective ids for the clone alone, so the new user namespace
  * is owned by the sandbox's unprivileged host id: the kernel charges per-user counts
  * (inotify instances, …) to the owner, and a root-owned tenant holding 128 inotify
@@ -375,10 +411,75 @@ static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, long owner_uid,
     return pid;
 }
 
+/* What the child of clone_under_owner needs: the clone, the namespaces to enter first,
+ * the tenant's maps, and child_main's arguments for the process it makes. */
+struct owner_clone {
+    struct clone_args *ca;
+    int owner_fd, netns_fd;
+    struct corral_id_map uid, gid;
+    const struct corral_spawn_plan *p;
+    int errfd_read, errfd, syncfd, syncfd_write, parent_pidfd;
+    void *empty_caps;
+    pid_t pid;
+    int err;
+    const char *failed; /* the step err belongs to */
+};
+
+static int owner_clone_run(void *arg)
+{
+    struct owner_clone *o = arg;
+    o->pid = -1;
+    o->failed = "join netns";
+    if (setns(o->owner_fd, CLONE_NEWUSER) < 0 || setns(o->netns_fd, CLONE_NEWNET) < 0) {
+        o->err = errno;
+        return 0;
+    }
+    o->failed = "clone3";
+    pid_t pid = (pid_t)syscall(SYS_clone3, o->ca, sizeof *o->ca);
+    if (pid == 0) {
+        close(o->errfd_read);
+        close(o->syncfd_write);
+        child_main(o->p, o->errfd, o->syncfd, o->empty_caps, o->parent_pidfd, -1);
+    }
+    if (pid < 0) {
+        o->err = errno;
+        return 0;
+    }
+    o->pid = pid;
+    o->failed = "id maps";
+    int r = corral_ns_write_maps(pid, &o->uid, 1, &o->gid, 1);
+    o->err = r < 0 ? -r : 0;
+    return 0;
+}
+
+/*
+ * The clone3 of a tenant whose netns is owned by a user namespace of the caller's own
+ * (an unprivileged caller's plane, corral_ns_new_net_in_userns). Its user namespace must
+ * be made inside that owner, so that the tenant's root holds nothing over the netns
+ * (docs/architecture.md, invariant 4) — yet no thread of this process may enter a user
+ * namespace. So a child alone in its thread group (corral_ns_run_in_child: shared memory
+ * and fds) joins the owner and the netns, makes the tenant with CLONE_PARENT (this
+ * process is its parent, its pidfd lands in our fd table, SIGCHLD as our own child's)
+ * and writes its id maps: only a process in the parent user namespace may, and that is
+ * the owner, not ours. Returns the pid (its maps written) or -1 with *err set; a pid
+ * with *err set is the caller's to kill.
+ */
+static pid_t clone_under_owner(struct owner_clone *o, int *err, const char **step)
+{
+    o->ca->flags |= CLONE_PARENT;
+    o->ca->exit_signal = 0; /* clone3 refuses one with CLONE_PARENT: the child's is ours */
+    o->err = EIO;
+    int r = corral_ns_run_in_child(owner_clone_run, o, SIGCHLD);
+    if (r < 0) o->err = -r;
+    *err = o->err;
+    if (o->err && o->failed) *step = o->failed;
+    return o->err && o->pid <= 0 ? -1 : o->pid;
+}
+
 int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *out,
                  const char **step)
 {
-    int errp[2] = {-1, -1}, syncp[2] = {-1, -1}, pidfd = -1, self_pidfd = -1, r = 0;
+    int errp[2] = {-1, -1}, syncp[2] = {-1, -1}, pidfd = -1, self_pidfd = -1, owner = -1, r = 0;
     pid_t pid = -1;
     void *empty = NULL;
     *step = "prepare";
@@ -402,32 +503,58 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     struct clone_args ca = {
         .flags = flags, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD};
     int err = 0;
+    *step = "join netns";
+    if (!join && p->netns_fd >= 0 && (r = corral_ns_owner(p->netns_fd, &owner)) < 0) goto fail;
     *step = "clone3";
     self_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
-    int owned = !join && !p->plain && geteuid() == 0 && p->outside_uid != 0;
-    pid =
-        clone_in_netns(&ca, join || p->plain ? -1 : p->netns_fd, owned ? (long)p->outside_uid : -1,
-                       owned ? (long)p->outside_gid : -1, &err);
+    /* The tenant's root maps to an unprivileged host id; without privilege over other
+     * ids, a caller can only map its own. */
+    struct corral_id_map uid = {0, geteuid() == 0 ? p->outside_uid : geteuid(), 1};
+    struct corral_id_map gid = {0, geteuid() == 0 ? p->outside_gid : getegid(), 1};
+    int under_owner = owner >= 0 && !p->plain;
+    if (under_owner) {
+        struct owner_clone o = {.ca = &ca,
+                                .owner_fd = owner,
+                                .netns_fd = p->netns_fd,
+                                .uid = uid,
+                                .gid = gid,
+                                .p = p,
+                                .errfd_read = errp[0],
+                                .errfd = errp[1],
+                                .syncfd = syncp[0],
+                                .syncfd_write = syncp[1],
+                                .parent_pidfd = self_pidfd,
+                                .empty_caps = empty};
+        pid = clone_under_owner(&o, &err, step);
+        if (pid > 0 && err) {
+            r = -err;
+            goto fail;
+        }
+    } else {
+        int owned = !join && !p->plain && geteuid() == 0 && p->outside_uid != 0;
+        pid = clone_in_netns(&ca, join || p->plain ? -1 : p->netns_fd,
+                             owned ? (long)p->outside_uid : -1, owned ? (long)p->outside_gid : -1,
+                             &err);
+    }
     if (pid == 0) {
         close(errp[0]);
         close(syncp[1]);
-        child_main(p, errp[1], syncp[0], empty, self_pidfd);
+        child_main(p, errp[1], syncp[0], empty, self_pidfd, p->plain ? owner : -1);
     }
     if (pid < 0) {
         r = -err;
         goto fail;
     }
+    if (owner >= 0) close(owner);
+    owner = -1;
     close(errp[1]);
     errp[1] = -1;
     close(syncp[0]);
     syncp[0] = -1;
 
-    /* The tenant's root maps to an unprivileged host id; without privilege over other
-     * ids, a caller can only map its own. */
     *step = "id maps";
-    struct corral_id_map uid = {0, geteuid() == 0 ? p->outside_uid : geteuid(), 1};
-    struct corral_id_map gid = {0, geteuid() == 0 ? p->outside_gid : getegid(), 1};
-    if (!join && !p->plain && (r = corral_ns_write_maps(pid, &uid, 1, &gid, 1)) < 0) goto fail;
+    if (!join && !p->plain && !under_owner && (r = corral_ns_write_maps(pid, &uid, 1, &gid, 1)) < 0)
+        goto fail;
     *step = "cgroup attach";
     for (size_t i = 0; i < p->n_cgroup_fds; i++)
         if ((r = write_pid(p->cgroup_procs_fds[i], pid)) < 0) goto fail;
@@ -462,6 +589,7 @@ fail:
         waitpid(pid, NULL, 0);
     }
     if (pidfd >= 0) close(pidfd);
+    if (owner >= 0) close(owner);
     for (int i = 0; i < 2; i++) {
         if (errp[i] >= 0) close(errp[i]);
         if (syncp[i] >= 0) close(syncp[i]);

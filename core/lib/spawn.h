@@ -26,6 +26,12 @@ struct corral_rlimit {
     rlim_t cur, max;
 };
 
+/* A detached mount (mount.h, CORRAL_BIND_TREE) placed over a host path. */
+struct corral_attach {
+    int fd;
+    const char *path;
+};
+
 struct corral_spawn_plan {
     const char *path;  /* resolved executable, as seen inside the new root */
     char *const *argv; /* NULL-terminated */
@@ -33,7 +39,9 @@ struct corral_spawn_plan {
     const char *cwd;   /* inside the new root */
     const char *hostname;
     int new_net;       /* 1: a fresh empty netns (only lo, down) */
-    int netns_fd;      /* >= 0: join this host-owned netns before the user ns exists */
+    int netns_fd;      /* >= 0: join this netns before the user ns exists (one owned by
+                          another user namespace, of the caller's own: from inside it, and
+                          the user ns is made beneath it) */
     uid_t outside_uid; /* host ids the tenant's root maps to */
     gid_t outside_gid;
     struct corral_root_plan root;
@@ -45,18 +53,29 @@ struct corral_spawn_plan {
     int stdio[3];        /* -1: inherit */
     const int *keep_fds; /* inherited unchanged beyond 0-2 */
     size_t n_keep_fds;
-    int plain;       /* 1: no namespaces, no root, no drops: join netns_fd (if >= 0), set stdio,
-                        close fds but keep_fds, exec — for a helper that builds its own sandbox
-                        (bubblewrap), still placed in a cgroup and a host-made netns */
-    int plain_ids;   /* with plain: apply rlimits, then become outside_uid/gid (no groups)
-                        before exec, the parent-death signal re-armed after */
-    int plain_pidns; /* with plain: in a new pid namespace whose init (this child) forks the
-                        helper, so every process the helper makes dies with that init: a
-                        helper's own die-with-parent comes too late when the spawner is
-                        killed during the helper's start */
-    int join_pidfd;  /* >= 0: run inside the namespaces of this running sandbox's init
-                        (user, mount, pid, ipc, uts, net, cgroup) instead of new ones;
-                        root, hostname and maps are then that sandbox's */
+    int plain;           /* 1: no namespaces, no root, no drops: join netns_fd (if >= 0), set stdio,
+                            close fds but keep_fds, exec — for a helper that builds its own sandbox
+                            (bubblewrap), still placed in a cgroup and a host-made netns */
+    int plain_ids;       /* with plain: apply rlimits, then become outside_uid/gid (no groups)
+                            before exec, the parent-death signal re-armed after */
+    int plain_pidns;     /* with plain: in a new pid namespace whose init (this child) forks the
+                            helper, so every process the helper makes dies with that init: a
+                            helper's own die-with-parent comes too late when the spawner is
+                            killed during the helper's start */
+    int plain_net_admin; /* with plain and a netns owned by a user namespace of the caller's
+                            own: CAP_NET_ADMIN there kept across exec (ambient), for a host
+                            tool that reads the netns's ruleset (`nft list ruleset`); a
+                            process joining that user namespace is no root in it, and would
+                            exec without any capability */
+    const struct corral_attach *attach; /* with plain: the child unshares a mount
+                        namespace of its own (private) and moves each detached mount over
+                        its path there, while still privileged, so the helper sees them
+                        where it expects its sources (an idmapped storage, a disk) and the
+                        host's mount table never holds them */
+    size_t n_attach;
+    int join_pidfd; /* >= 0: run inside the namespaces of this running sandbox's init
+                       (user, mount, pid, ipc, uts, net, cgroup) instead of new ones;
+                       root, hostname and maps are then that sandbox's */
 };
 
 struct corral_spawn_result {

@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include "caps.h"
+#include "exitcodes.h"
+#include "ns.h"
 #include "landlock.h"
 #include "tier.h"
 
@@ -87,7 +89,7 @@ __attribute__((noreturn)) static void child_fail(int fd, enum step step, int err
     struct report r = {step, err < 0 ? -err : err};
     ssize_t w = write(fd, &r, sizeof r);
     (void)w;
-    _exit(127);
+    _exit(CORRAL_EXIT_NOTFOUND);
 }
 
 static int install(const struct corral_bpf *prog, unsigned flags)
@@ -139,11 +141,19 @@ static int recv_fd(int sock)
 }
 
 /* In the child: only syscalls and stack memory (the caller may be multi-threaded). */
+/*
+ * owner_fd >= 0: p->netns_fd belongs to a user namespace of the caller's own (an egress
+ * plane made without root, corral_ns_new_net_in_userns), joined first, as only a member
+ * may join its netns. Joining it grants every capability there, which the program must
+ * not keep over its own netns (docs/architecture.md, invariant 4): empty_caps drops
+ * them all, whatever the policy kept of the caller's own.
+ */
 __attribute__((noreturn)) static void child_main(const struct corral_tier_plan *p, int errfd,
-                                                 int sock, pid_t parent)
+                                                 int sock, pid_t parent, int owner_fd,
+                                                 void *empty_caps)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
+    if (getppid() != parent) _exit(CORRAL_EXIT_NOTFOUND);
     /* No signal blocked and every handler at its default, whatever the caller had
      * (exec keeps the mask and ignored signals). */
     for (int sig = 1; sig < NSIG; sig++) {
@@ -165,15 +175,15 @@ __attribute__((noreturn)) static void child_main(const struct corral_tier_plan *
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
         child_fail(errfd, STEP_STDIO, errno);
     /* Before the capabilities go: joining needs CAP_SYS_ADMIN over the namespace. */
+    if (owner_fd >= 0 && setns(owner_fd, CLONE_NEWUSER) < 0) child_fail(errfd, STEP_NETNS, errno);
     if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
         child_fail(errfd, STEP_NETNS, errno);
     /* no_new_privs first: it lets the bounding set stay where CAP_SETPCAP is missing
      * (caps.c), and every layer below needs it anyway. */
-    if ((p->empty_caps || p->n_filters || p->supervised) &&
-        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    if ((empty_caps || p->n_filters || p->supervised) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         child_fail(errfd, STEP_CAPS, errno);
-    if (p->empty_caps) {
-        int r = corral_caps_drop_all_with(p->empty_caps);
+    if (empty_caps) {
+        int r = corral_caps_drop_all_with(empty_caps);
         if (r < 0) child_fail(errfd, STEP_CAPS, r);
     }
     if (p->ruleset_fd >= 0) {
@@ -267,6 +277,20 @@ int corral_tier_run(const struct corral_tier_plan *p, struct corral_tier_result 
         close(errp[1]);
         return -err;
     }
+    int owner = -1, err = 0;
+    void *empty_caps = p->empty_caps, *own_empty = NULL;
+    if (p->netns_fd >= 0 && (err = corral_ns_owner(p->netns_fd, &owner)) == 0 && owner >= 0 &&
+        !empty_caps && !(empty_caps = own_empty = corral_caps_empty()))
+        err = -ENOMEM;
+    if (err < 0) {
+        *step = step_names[STEP_NETNS];
+        if (owner >= 0) close(owner);
+        close(errp[0]);
+        close(errp[1]);
+        if (sv[0] >= 0) close(sv[0]);
+        if (sv[1] >= 0) close(sv[1]);
+        return err;
+    }
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int pidfd = -1;
@@ -277,9 +301,11 @@ int corral_tier_run(const struct corral_tier_plan *p, struct corral_tier_result 
     if (pid == 0) {
         close(errp[0]);
         if (sv[0] >= 0) close(sv[0]);
-        child_main(p, errp[1], sv[1], parent);
+        child_main(p, errp[1], sv[1], parent, owner, empty_caps);
     }
-    int err = pid < 0 ? -errno : 0;
+    err = pid < 0 ? -errno : 0;
+    if (owner >= 0) close(owner);
+    corral_caps_free(own_empty);
     close(errp[1]);
     if (sv[1] >= 0) close(sv[1]);
     int listener = -1;

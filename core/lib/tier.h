@@ -42,7 +42,9 @@ struct corral_tier_plan {
                           securebits locked) before Landlock; NULL: kept, as S0 does */
     int netns_fd;      /* >= 0: a network namespace joined first, while the child still
                           holds the capability to (its owner's user namespace is the
-                          caller's, where the program then holds none); -1: the caller's */
+                          caller's, where the program then holds none; or one of the
+                          caller's own, joined first, every capability it grants then
+                          dropped); -1: the caller's */
     int ruleset_fd;    /* >= 0: enforced (Landlock) before the filters; -1: none */
     const struct corral_bpf *filters[CORRAL_TIER_MAX_FILTERS]; /* installed in order */
     size_t n_filters;

@@ -46,6 +46,35 @@ int corral_checkfd(lua_State *L, int arg)
     return f->fd;
 }
 
+#define FD_READER_FIELD "__corral_fd_reader"
+
+void corral_set_fd_reader(lua_State *L, const corral_fd_reader *reader)
+{
+    lua_pushlightuserdata(L, (void *)reader);
+    lua_setfield(L, -2, FD_READER_FIELD);
+}
+
+int corral_getfd(lua_State *L, int idx, int *fd)
+{
+    if (lua_isinteger(L, idx)) {
+        *fd = (int)lua_tointeger(L, idx);
+        return 0;
+    }
+    corral_fd *f = luaL_testudata(L, idx, CORRAL_FD_TYPE);
+    if (f) {
+        *fd = f->fd;
+        return 0;
+    }
+    if (lua_type(L, idx) != LUA_TUSERDATA) return -1;
+    int t = luaL_getmetafield(L, idx, FD_READER_FIELD);
+    if (t == LUA_TNIL) return -1;
+    const corral_fd_reader *reader = t == LUA_TLIGHTUSERDATA ? lua_touserdata(L, -1) : NULL;
+    lua_pop(L, 1);
+    if (!reader) return -1;
+    *fd = reader->fd(lua_touserdata(L, idx));
+    return 0;
+}
+
 static int fd_close(lua_State *L)
 {
     corral_fd *f = tofd(L, 1);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -79,14 +80,20 @@ static int l_chown(lua_State *L)
     return push_ok_or_fail(L, path, fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW));
 }
 
-/* core.fs.lstat(path) → {type = "dir"|"file"|"link"|"other", uid, gid, mode, dev, ino, nlink,
- * size, mtime_ns} | nil, msg, errno */
+/* core.fs.lstat(path | fd) → {type = "dir"|"file"|"link"|"other", uid, gid, mode, dev, ino,
+ * nlink, size, allocated (bytes on disk), mtime_ns} | nil, msg, errno. Given a corral.fd,
+ * what it holds (fstat): the very directory a lock or a check took, whatever its path
+ * names now. */
 static int l_lstat(lua_State *L)
 {
-    const char *path = corral_checkpath(L, 1);
     struct stat st;
-    if (lstat(path, &st) < 0) return corral_pushfail(L, path, errno);
-    lua_createtable(L, 0, 9);
+    if (luaL_testudata(L, 1, CORRAL_FD_TYPE)) {
+        if (fstat(corral_checkfd(L, 1), &st) < 0) return corral_pushfail(L, "fstat", errno);
+    } else {
+        const char *path = corral_checkpath(L, 1);
+        if (lstat(path, &st) < 0) return corral_pushfail(L, path, errno);
+    }
+    lua_createtable(L, 0, 10);
     lua_pushstring(L, S_ISDIR(st.st_mode)   ? "dir"
                       : S_ISREG(st.st_mode) ? "file"
                       : S_ISLNK(st.st_mode) ? "link"
@@ -102,10 +109,12 @@ static int l_lstat(lua_State *L)
     lua_setfield(L, -2, "dev");
     lua_pushinteger(L, (lua_Integer)st.st_ino);
     lua_setfield(L, -2, "ino");
-    lua_pushinteger(L, (lua_Integer)st.st_nlink);
-    lua_setfield(L, -2, "nlink");
     lua_pushinteger(L, (lua_Integer)st.st_size);
     lua_setfield(L, -2, "size");
+    lua_pushinteger(L, (lua_Integer)st.st_blocks * 512); /* what it takes on disk */
+    lua_setfield(L, -2, "allocated");
+    lua_pushinteger(L, (lua_Integer)st.st_nlink);
+    lua_setfield(L, -2, "nlink");
     lua_pushinteger(L, (lua_Integer)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
     lua_setfield(L, -2, "mtime_ns");
     return 1;
@@ -146,6 +155,11 @@ static int l_access_as(lua_State *L)
     return 1;
 }
 
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* core.fs.listdir(path) → {name, …} (sorted, without "." and "..") | nil, msg, errno */
 static int l_listdir(lua_State *L)
 {
@@ -161,14 +175,21 @@ static int l_listdir(lua_State *L)
         lua_rawseti(L, -2, ++n);
     }
     closedir(d);
-    /* sorted, so callers and tests see a stable order */
-    lua_getglobal(L, "table");
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "sort");
-        lua_pushvalue(L, -3);
-        lua_call(L, 1, 0);
+    /* Sorted in byte order, so callers and tests see a stable order. The names are
+     * sorted as pointers into the first table, which keeps them alive while the sorted
+     * copy is built. */
+    const char **names = lua_newuserdatauv(L, sizeof *names * (size_t)(n ? n : 1), 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, -2, i);
+        names[i - 1] = lua_tostring(L, -1);
+        lua_pop(L, 1);
     }
-    lua_pop(L, 1);
+    qsort(names, (size_t)n, sizeof *names, compare_names);
+    lua_createtable(L, (int)n, 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_pushstring(L, names[i - 1]);
+        lua_rawseti(L, -2, i);
+    }
     return 1;
 }
 
@@ -186,6 +207,33 @@ static int l_lock_dir(lua_State *L)
         return corral_pushfail(L, path, err);
     }
     f->fd = fd;
+    return 1;
+}
+
+/* core.fs.open_dir(path) → fd on the directory, no symlink followed anywhere | nil, msg,
+ * errno (ELOOP: a symlink on the way). */
+static int l_open_dir(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    corral_fd *f = corral_newfd(L);
+    int fd = corral_open_dir(path);
+    if (fd < 0) return corral_pushfail(L, path, fd);
+    f->fd = fd;
+    return 1;
+}
+
+/* core.fs.statvfs(path) → {size =, available =} in bytes (available: what an unprivileged
+ * writer may still take) | nil, msg, errno */
+static int l_statvfs(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    struct statvfs v;
+    if (statvfs(path, &v) < 0) return corral_pushfail(L, path, errno);
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, (lua_Integer)(v.f_blocks * v.f_frsize));
+    lua_setfield(L, -2, "size");
+    lua_pushinteger(L, (lua_Integer)(v.f_bavail * v.f_frsize));
+    lua_setfield(L, -2, "available");
     return 1;
 }
 
@@ -222,6 +270,8 @@ int corral_open_fs(lua_State *L)
                                    {"access_as", l_access_as},
                                    {"listdir", l_listdir},
                                    {"lock_dir", l_lock_dir},
+                                   {"open_dir", l_open_dir},
+                                   {"statvfs", l_statvfs},
                                    {"mkdtemp", l_mkdtemp},
                                    {"readlink", l_readlink},
                                    {NULL, NULL}};

@@ -1,6 +1,7 @@
 /*
  * core.io: poll, read and write over fds of any kind (sockets, pipes, signalfds, a relay
- * loop or a process through :fileno()), for the Lua loops around the relay; pipes.
+ * loop, a process, a tier step: each read in C, see corral_getfd), for the Lua loops
+ * around the relay; pipes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,25 +13,17 @@
 
 #define MAX_POLL 256
 
-static int fd_at(lua_State *L, int idx)
+/* The fd of list entry i (at idx); raises naming the entry when it holds none. */
+static int fd_at(lua_State *L, int idx, lua_Integer i)
 {
-    idx = lua_absindex(L, idx);
-    if (lua_isinteger(L, idx)) return (int)lua_tointeger(L, idx);
-    corral_fd *f = luaL_testudata(L, idx, CORRAL_FD_TYPE);
-    if (f) return f->fd;
-    /* anything with a :fileno() method (relay loops, processes) */
-    if (luaL_getmetafield(L, idx, "__index") != LUA_TNIL) {
-        lua_getfield(L, -1, "fileno");
-        if (lua_isfunction(L, -1)) {
-            lua_pushvalue(L, idx);
-            lua_call(L, 1, 1);
-            int fd = (int)luaL_optinteger(L, -1, -1);
-            lua_pop(L, 2);
-            return fd;
-        }
-        lua_pop(L, 2);
-    }
-    return luaL_error(L, "poll: expected an fd, a corral.fd or an object with :fileno()");
+    int fd;
+    if (corral_getfd(L, idx, &fd) < 0)
+        luaL_argerror(L, 1,
+                      lua_pushfstring(L,
+                                      "entry %d: expected an fd, a corral.fd or a corral object "
+                                      "with an fd (a process, a relay loop, a tier step)",
+                                      (int)i));
+    return fd;
 }
 
 /* core.io.poll(list, timeout_s) → list of indices that are readable (or hung up). */
@@ -43,7 +36,7 @@ static int l_poll(lua_State *L)
     struct pollfd pfd[MAX_POLL];
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, 1, i);
-        pfd[i - 1] = (struct pollfd){.fd = fd_at(L, -1), .events = POLLIN};
+        pfd[i - 1] = (struct pollfd){.fd = fd_at(L, -1, i), .events = POLLIN};
         lua_pop(L, 1);
     }
     int r;

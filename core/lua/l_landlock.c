@@ -21,20 +21,18 @@ static int l_landlock_abi(lua_State *L)
     return 1;
 }
 
-static uint64_t access_rights(lua_State *L, const char *access)
+/* The rights of an access string; 0 for none of "r", "rx", "rw". */
+static uint64_t access_rights(const char *access)
 {
     if (strcmp(access, "r") == 0) return CORRAL_LL_READ_FILE | CORRAL_LL_READ_DIR;
     if (strcmp(access, "rx") == 0) return CORRAL_LL_READ_EXEC;
     if (strcmp(access, "rw") == 0) return CORRAL_LL_FS_ALL;
-    luaL_error(L, "landlock_restrict: access must be \"r\", \"rx\" or \"rw\", not %s", access);
     return 0;
 }
 
 static int l_landlock_restrict(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
-    int abi = corral_landlock_abi();
-    if (abi < 1) return corral_pushfail(L, "landlock", abi < 0 ? abi : -EOPNOTSUPP);
     lua_Integer n = luaL_len(L, 1);
     /* Validate every rule before anything is created: a bad rule raises, and raising
      * must not leak the ruleset fd. */
@@ -44,9 +42,16 @@ static int l_landlock_restrict(lua_State *L)
         lua_getfield(L, -1, "path");
         corral_checkpath(L, -1);
         lua_getfield(L, -2, "access");
-        access_rights(L, luaL_checkstring(L, -1));
+        const char *access = luaL_checkstring(L, -1);
+        if (!access_rights(access))
+            luaL_argerror(L, 1,
+                          lua_pushfstring(L,
+                                          "rule %d: access must be \"r\", \"rx\" or \"rw\", not %s",
+                                          (int)i, access));
         lua_pop(L, 3);
     }
+    int abi = corral_landlock_abi();
+    if (abi < 1) return corral_pushfail(L, "landlock", abi < 0 ? abi : -EOPNOTSUPP);
     int rs = corral_landlock_create(abi);
     if (rs < 0) return corral_pushfail(L, "landlock_create_ruleset", rs);
     int r = 0;
@@ -56,7 +61,7 @@ static int l_landlock_restrict(lua_State *L)
         lua_getfield(L, -1, "path");
         lua_getfield(L, -2, "access");
         failed = lua_tostring(L, -2);
-        r = corral_landlock_allow_path(rs, abi, failed, access_rights(L, lua_tostring(L, -1)), 0);
+        r = corral_landlock_allow_path(rs, abi, failed, access_rights(lua_tostring(L, -1)), 0);
         lua_pop(L, 3);
     }
     if (r == 0) r = corral_landlock_restrict(rs);

@@ -5,11 +5,14 @@
  *   core.nft.verify(netns_fd, plan)  -> true | nil, msg, errno (EPROTO: differs)
  *   core.nft.delete(netns_fd [, table]) -> true | nil, msg, errno
  *   core.nft.dump(netns_fd [, table])   -> text (the table as read back) | nil, msg, errno
- *   core.nft.refused(netns_fd [, table]) -> {{ip = bytes, port = N, count = N}, …}, total
+ *   core.nft.refused(netns_fd [, table]) -> {{ip = bytes, port = N, count = N,
+ *                                            proto = "tcp"|"udp"}, …}, total
  *                                          | nil, msg, errno
  *
  * plan = {dns_port = N, acceptor_port = N, mark = 42, table = "corral",
  *         tcp_ports = {443, {8000, 8080}, …} (absent: every TCP port), no_tcp = false,
+ *         udp_port = N (absent: no UDP relay), udp_mark = N,
+ *         udp_ports = {123, {5000, 5010}, …} (absent: every UDP port but 53),
  *         replace = false,
  *         test_bad_message = false}
  */
@@ -17,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 
 #include "lcorral.h"
 #include "nft.h"
@@ -31,6 +35,41 @@ static lua_Integer int_field(lua_State *L, int arg, const char *key, lua_Integer
     if (!isnum || v < min || v > max)
         luaL_argerror(L, arg, lua_pushfstring(L, "%s must be an integer in %I..%I", key, min, max));
     return v;
+}
+
+/* plan[key] = {{lo, hi}, …} or {port, …} into out; absent or empty: none (every port). */
+static size_t port_ranges(lua_State *L, int arg, const char *key, struct corral_nft_port_range *out)
+{
+    size_t count = 0;
+    if (lua_getfield(L, arg, key) == LUA_TTABLE) {
+        lua_Integer n = luaL_len(L, -1);
+        if (n > CORRAL_NFT_MAX_PORT_RANGES)
+            luaL_argerror(
+                L, arg,
+                lua_pushfstring(L, "%s: at most %d ranges", key, CORRAL_NFT_MAX_PORT_RANGES));
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_Integer lo, hi;
+            int isnum1 = 1, isnum2 = 1;
+            if (lua_geti(L, -1, i) == LUA_TTABLE) {
+                lua_geti(L, -1, 1);
+                lua_geti(L, -2, 2);
+                lo = lua_tointegerx(L, -2, &isnum1);
+                hi = lua_tointegerx(L, -1, &isnum2);
+                lua_pop(L, 2);
+            } else {
+                lo = hi = lua_tointegerx(L, -1, &isnum1);
+            }
+            lua_pop(L, 1);
+            if (!isnum1 || !isnum2 || lo < 1 || hi > 65535 || hi < lo)
+                luaL_argerror(
+                    L, arg, lua_pushfstring(L, "%s: each a port or {lo, hi} within 1..65535", key));
+            out[count++] = (struct corral_nft_port_range){(uint16_t)lo, (uint16_t)hi};
+        }
+    } else if (!lua_isnil(L, -1)) {
+        luaL_argerror(L, arg, lua_pushfstring(L, "%s must be a list", key));
+    }
+    lua_pop(L, 1);
+    return count;
 }
 
 static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
@@ -58,32 +97,10 @@ static void check_plan(lua_State *L, int arg, struct corral_nft_plan *p)
     lua_getfield(L, arg, "no_tcp");
     p->no_tcp = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    /* tcp_ports = {{lo, hi}, …} or {port, …}; absent or empty: every TCP port */
-    if (lua_getfield(L, arg, "tcp_ports") == LUA_TTABLE) {
-        lua_Integer n = luaL_len(L, -1);
-        if (n > CORRAL_NFT_MAX_PORT_RANGES) luaL_argerror(L, arg, "tcp_ports: at most 16 ranges");
-        for (lua_Integer i = 1; i <= n; i++) {
-            lua_Integer lo, hi;
-            int isnum1 = 1, isnum2 = 1;
-            if (lua_geti(L, -1, i) == LUA_TTABLE) {
-                lua_geti(L, -1, 1);
-                lua_geti(L, -2, 2);
-                lo = lua_tointegerx(L, -2, &isnum1);
-                hi = lua_tointegerx(L, -1, &isnum2);
-                lua_pop(L, 2);
-            } else {
-                lo = hi = lua_tointegerx(L, -1, &isnum1);
-            }
-            lua_pop(L, 1);
-            if (!isnum1 || !isnum2 || lo < 1 || hi > 65535 || hi < lo)
-                luaL_argerror(L, arg, "tcp_ports: each a port or {lo, hi} within 1..65535");
-            p->tcp_ports[p->n_tcp_ports++] =
-                (struct corral_nft_port_range){(uint16_t)lo, (uint16_t)hi};
-        }
-    } else if (!lua_isnil(L, -1)) {
-        luaL_argerror(L, arg, "tcp_ports must be a list");
-    }
-    lua_pop(L, 1);
+    p->n_tcp_ports = port_ranges(L, arg, "tcp_ports", p->tcp_ports);
+    p->udp_port = (uint16_t)int_field(L, arg, "udp_port", 0, 0, 65535);
+    p->udp_mark = (uint32_t)int_field(L, arg, "udp_mark", 0, 0, UINT32_MAX);
+    p->n_udp_ports = port_ranges(L, arg, "udp_ports", p->udp_ports);
 }
 
 static int result(lua_State *L, const char *what, int err)
@@ -116,8 +133,8 @@ static int l_delete(lua_State *L)
     return result(L, "nft delete", corral_nft_delete(fd, table));
 }
 
-/* Both sets at their size: what the ruleset can itemise, read in one call. */
-#define REFUSED_MAX (2 * CORRAL_NFT_REFUSED_SIZE)
+/* The four sets at their size: what the ruleset can itemise, read in one call. */
+#define REFUSED_MAX (4 * CORRAL_NFT_REFUSED_SIZE)
 
 static int l_refused(lua_State *L)
 {
@@ -134,13 +151,15 @@ static int l_refused(lua_State *L)
     }
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
-        lua_createtable(L, 0, 3);
+        lua_createtable(L, 0, 4);
         lua_pushlstring(L, (const char *)out[i].addr, out[i].addr_len);
         lua_setfield(L, -2, "ip");
         lua_pushinteger(L, out[i].port);
         lua_setfield(L, -2, "port");
         lua_pushinteger(L, (lua_Integer)out[i].packets);
         lua_setfield(L, -2, "count");
+        lua_pushstring(L, out[i].proto == IPPROTO_UDP ? "udp" : "tcp");
+        lua_setfield(L, -2, "proto");
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     free(out);

@@ -3,6 +3,8 @@
  *   open(pid | "self", kind) -> fd            info(fd) -> {kind=, nstype=, inode=, dev=}
  *   same(fd1, fd2) -> boolean                 setns(fd[, kind]) -> true
  *   unshare(flags) -> true                    write_maps(pid, uid_map, gid_map) -> true
+ *   new_net() -> fd (owned by the caller's user namespace; needs CAP_SYS_ADMIN there)
+ *   new_net_in_userns() -> fd (owned by a new user namespace of the caller's own)
  * Kinds: "user" "mnt" "pid" "net" "ipc" "uts" "cgroup" "time"; flags: core.ns.CLONE_NEW*.
  * A map is a list of {inside, outside, count} (or {inside=, outside=, count=}); nil
  * leaves that map alone.
@@ -134,6 +136,17 @@ static int l_new_net(lua_State *L)
     return 1;
 }
 
+/* core.ns.new_net_in_userns() → fd of a new empty network namespace owned by a new user
+ * namespace of the caller's own (what an unprivileged caller can make). */
+static int l_new_net_in_userns(lua_State *L)
+{
+    corral_fd *f = corral_newfd(L);
+    int fd = corral_ns_new_net_in_userns();
+    if (fd < 0) return corral_pushfail(L, "new_net_in_userns", fd);
+    f->fd = fd;
+    return 1;
+}
+
 static int l_write_maps(lua_State *L)
 {
     lua_Integer pid = luaL_checkinteger(L, 1);
@@ -147,10 +160,15 @@ static int l_write_maps(lua_State *L)
 
 int corral_open_ns(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"open", l_open},       {"info", l_info},
-                                   {"same", l_same},       {"setns", l_setns},
-                                   {"unshare", l_unshare}, {"write_maps", l_write_maps},
-                                   {"new_net", l_new_net}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"open", l_open},
+                                   {"info", l_info},
+                                   {"same", l_same},
+                                   {"setns", l_setns},
+                                   {"unshare", l_unshare},
+                                   {"write_maps", l_write_maps},
+                                   {"new_net", l_new_net},
+                                   {"new_net_in_userns", l_new_net_in_userns},
+                                   {NULL, NULL}};
     static const struct {
         const char *name;
         int value;

@@ -180,6 +180,14 @@ static int l_fileno(lua_State *L)
     return 1;
 }
 
+static int relay_fd(void *ud)
+{
+    lrelay *l = ud;
+    return l->r ? corral_relay_fd(l->r) : -1;
+}
+
+static const corral_fd_reader relay_fd_reader = {relay_fd};
+
 static int l_add_pair(lua_State *L)
 {
     struct corral_relay *r = checkrelay(L, 1);
@@ -378,6 +386,7 @@ int corral_open_relay(lua_State *L)
                                     {NULL, NULL}};
     if (luaL_newmetatable(L, RELAY_TYPE)) {
         luaL_setfuncs(L, meta, 0);
+        corral_set_fd_reader(L, &relay_fd_reader);
         luaL_newlib(L, methods);
         lua_setfield(L, -2, "__index");
     }

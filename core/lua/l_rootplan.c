@@ -1,8 +1,9 @@
 /*
- * core.rootplan: the root plan (core/lib/rootplan.c) for Lua, so the tenant mechanisms
- * and the confinement module show and refuse the same paths as exec-confined.
+ * core.rootplan: the root plan (core/lib/rootplan.c) for Lua, so the tenant mechanisms,
+ * the confinement module and tier S1 show and refuse the same paths as exec-confined.
  *
  *   runtime_paths() -> {path, ...}   masked_paths() -> {...}   system_paths() -> {...}
+ *   program_paths()   startup_files()   network_files()   data_devices() -> {...}
  *   check_boundary(resolved) -> true | nil, reason, kind
  */
 #include <limits.h>
@@ -10,31 +11,31 @@
 #include "lcorral.h"
 #include "rootplan.h"
 
-static int push_list(lua_State *L, const char *const *(*get)(size_t *))
+/* Each list, by its Lua name; its function reads the entry from its upvalue. */
+static const struct list {
+    const char *name;
+    const char *const *(*get)(size_t *n);
+} lists[] = {
+    {"runtime_paths", corral_rootplan_runtime},
+    {"masked_paths", corral_rootplan_masked},
+    {"system_paths", corral_rootplan_system},
+    {"program_paths", corral_rootplan_programs},
+    {"startup_files", corral_rootplan_startup_files},
+    {"network_files", corral_rootplan_network_files},
+    {"data_devices", corral_rootplan_data_devices},
+};
+
+static int l_list(lua_State *L)
 {
+    const struct list *list = lua_touserdata(L, lua_upvalueindex(1));
     size_t n;
-    const char *const *paths = get(&n);
+    const char *const *paths = list->get(&n);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
         lua_pushstring(L, paths[i]);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     return 1;
-}
-
-static int l_runtime_paths(lua_State *L)
-{
-    return push_list(L, corral_rootplan_runtime);
-}
-
-static int l_masked_paths(lua_State *L)
-{
-    return push_list(L, corral_rootplan_masked);
-}
-
-static int l_system_paths(lua_State *L)
-{
-    return push_list(L, corral_rootplan_system);
 }
 
 /* check_boundary(resolved): reason follows the path in a message ("would confine
@@ -56,11 +57,12 @@ static int l_check_boundary(lua_State *L)
 
 int corral_open_rootplan(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"runtime_paths", l_runtime_paths},
-                                   {"masked_paths", l_masked_paths},
-                                   {"system_paths", l_system_paths},
-                                   {"check_boundary", l_check_boundary},
-                                   {NULL, NULL}};
-    luaL_setfuncs(L, fns, 0);
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        lua_pushlightuserdata(L, (void *)&lists[i]);
+        lua_pushcclosure(L, l_list, 1);
+        lua_setfield(L, -2, lists[i].name);
+    }
+    lua_pushcfunction(L, l_check_boundary);
+    lua_setfield(L, -2, "check_boundary");
     return 0;
 }

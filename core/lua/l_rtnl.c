@@ -11,6 +11,7 @@
  *   core.rtnl.link_up(netns, ifname)
  *   core.rtnl.link_del(netns, ifname)
  *   core.rtnl.default_via(netns, gateway_ip, ifname)
+ *   core.rtnl.mark_local(netns, mark, table)          (see corral_rtnl_mark_local)
  */
 #include <string.h>
 #include <arpa/inet.h>
@@ -103,6 +104,15 @@ static int l_link_del(lua_State *L)
     return result(L, ifname, corral_rtnl_link_del(ns, ifname));
 }
 
+static int l_mark_local(lua_State *L)
+{
+    int ns = corral_checkfd(L, 1);
+    lua_Integer mark = luaL_checkinteger(L, 2), table = luaL_checkinteger(L, 3);
+    luaL_argcheck(L, mark >= 1 && mark <= UINT32_MAX, 2, "mark must be in 1..2^32-1");
+    luaL_argcheck(L, table >= 1 && table <= 251, 3, "table must be in 1..251");
+    return result(L, "mark route", corral_rtnl_mark_local(ns, (uint32_t)mark, (uint32_t)table));
+}
+
 int corral_open_rtnl(lua_State *L)
 {
     static const luaL_Reg funcs[] = {{"netns_open", l_netns_open},
@@ -113,6 +123,7 @@ int corral_open_rtnl(lua_State *L)
                                      {"link_up", l_link_up},
                                      {"default_via", l_default_via},
                                      {"link_del", l_link_del},
+                                     {"mark_local", l_mark_local},
                                      {NULL, NULL}};
     luaL_setfuncs(L, funcs, 0);
     return 0;

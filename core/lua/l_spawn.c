@@ -146,6 +146,7 @@ static int l_spawn(lua_State *L)
     plan.plain = opt_bool(L, 1, "plain");
     plan.plain_ids = opt_bool(L, 1, "plain_ids");
     plan.plain_pidns = opt_bool(L, 1, "plain_pidns");
+    plan.plain_net_admin = opt_bool(L, 1, "net_admin");
     plan.netns_fd = -1;
     plan.join_pidfd = -1;
     if (lua_getfield(L, 1, "join") != LUA_TNIL) {
@@ -177,8 +178,35 @@ static int l_spawn(lua_State *L)
         binds[i].flags = (opt_bool(L, b, "rw") ? CORRAL_BIND_RW : 0) |
                          (opt_bool(L, b, "optional") ? CORRAL_BIND_OPTIONAL : 0) |
                          (opt_bool(L, b, "devices") ? CORRAL_BIND_DEVICES : 0);
+        binds[i].src_fd = -1;
+        /* tree: a detached mount (core.idmap.tree) moved in as it is, attributes and all */
+        if (lua_getfield(L, b, "tree") != LUA_TNIL) {
+            binds[i].src_fd = fd_of(L, -1);
+            binds[i].flags |= CORRAL_BIND_TREE;
+        }
+        lua_pop(L, 2);
+    }
+    /* attach = {{tree = fd, path = host path}, …}: with plain, detached mounts placed over
+     * those paths in the helper's own mount namespace, before it starts */
+    size_t na = 0;
+    if (lua_getfield(L, 1, "attach") == LUA_TTABLE) na = (size_t)luaL_len(L, -1);
+    int attach_t = lua_gettop(L);
+    struct corral_attach *attach = scratch(L, sizeof *attach * na);
+    for (size_t i = 0; i < na; i++) {
+        lua_geti(L, attach_t, (lua_Integer)i + 1);
+        if (!lua_istable(L, -1) || lua_getfield(L, -1, "tree") == LUA_TNIL)
+            return luaL_argerror(L, 1,
+                                 lua_pushfstring(L, "attach[%d] needs tree and path", (int)i + 1));
+        attach[i].fd = fd_of(L, -1);
+        lua_pop(L, 1);
+        attach[i].path = opt_string(L, -1, "path");
+        if (!attach[i].path || attach[i].path[0] != '/')
+            return luaL_argerror(
+                L, 1, lua_pushfstring(L, "attach[%d] needs an absolute path", (int)i + 1));
         lua_pop(L, 1);
     }
+    plan.attach = attach;
+    plan.n_attach = na;
     if (lua_getfield(L, 1, "symlinks") == LUA_TTABLE) ns = (size_t)luaL_len(L, -1);
     int links_t = lua_gettop(L);
     struct corral_symlink *links = scratch(L, sizeof *links * ns);
@@ -379,6 +407,13 @@ static int l_fileno(lua_State *L)
     return 1;
 }
 
+static int process_fd(void *ud)
+{
+    return ((process *)ud)->pidfd;
+}
+
+static const corral_fd_reader process_fd_reader = {process_fd};
+
 static int l_tostring(lua_State *L)
 {
     process *p = checkproc(L);
@@ -425,7 +460,8 @@ static int l_fork(lua_State *L)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127); /* the host died before PDEATHSIG was armed */
+        if (getppid() != parent)
+            _exit(CORRAL_EXIT_NOTFOUND); /* the host died before PDEATHSIG was armed */
         prctl(PR_SET_CHILD_SUBREAPER, 1);
         close(rd->fd);
         rd->fd = -1;
@@ -453,6 +489,7 @@ int corral_open_spawn(lua_State *L)
                                     {NULL, NULL}};
     if (luaL_newmetatable(L, PROC_TYPE)) {
         luaL_setfuncs(L, meta, 0);
+        corral_set_fd_reader(L, &process_fd_reader);
         luaL_newlib(L, methods);
         lua_setfield(L, -2, "__index");
     }

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "caps.h"
+#include "exitcodes.h"
 #include "landlock.h"
 #include "lcorral.h"
 #include "seccomp_tables.h" /* generated, see core/gen/seccomp_tables.c */
@@ -60,7 +61,7 @@ static const struct corral_bpf *program_named(lua_State *L, const char *name)
 {
     for (size_t i = 0; i < N_PROGRAMS; i++)
         if (strcmp(programs[i].name, name) == 0) return &programs[i].prog;
-    luaL_error(L, "tier.run: no seccomp program %s", name);
+    luaL_argerror(L, 1, lua_pushfstring(L, "no seccomp program %s", name));
     return NULL;
 }
 
@@ -69,7 +70,7 @@ static const struct corral_bpf *program_named(lua_State *L, const char *name)
 static char **strings_at(lua_State *L, const char *field)
 {
     if (lua_getfield(L, 1, field) != LUA_TTABLE)
-        luaL_error(L, "tier.run: %s must be a list", field);
+        luaL_argerror(L, 1, lua_pushfstring(L, "%s must be a list", field));
     lua_Integer n = luaL_len(L, -1);
     char **v = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
     for (lua_Integer i = 1; i <= n; i++) {
@@ -77,7 +78,8 @@ static char **strings_at(lua_State *L, const char *field)
         lua_geti(L, -2, i);
         const char *s = lua_tolstring(L, -1, &len);
         if (lua_type(L, -1) != LUA_TSTRING || strlen(s) != len)
-            luaL_error(L, "tier.run: %s[%d] must be a string without NUL", field, (int)i);
+            luaL_argerror(L, 1,
+                          lua_pushfstring(L, "%s[%d] must be a string without NUL", field, (int)i));
         v[i - 1] = (char *)s;
         lua_pop(L, 1);
     }
@@ -102,7 +104,8 @@ static uint64_t rights_of(lua_State *L, const char *access)
         else if (*c == 'd')
             r |= CORRAL_LL_READ_FILE | CORRAL_LL_WRITE_FILE | CORRAL_LL_IOCTL_DEV;
         else
-            luaL_error(L, "tier.run: access letters are r, w, x, d, not %s", access);
+            luaL_argerror(L, 1,
+                          lua_pushfstring(L, "access letters are r, w, x, d, not %s", access));
     }
     return r;
 }
@@ -175,7 +178,8 @@ static int plan_from(lua_State *L, struct corral_tier_plan *plan, int *abi)
     lua_pop(L, 1);
     if (lua_getfield(L, 1, "filters") == LUA_TTABLE) {
         lua_Integer n = luaL_len(L, -1);
-        if (n > CORRAL_TIER_MAX_FILTERS) luaL_error(L, "tier.run: too many filters");
+        if (n > CORRAL_TIER_MAX_FILTERS)
+            luaL_argerror(L, 1, lua_pushfstring(L, "at most %d filters", CORRAL_TIER_MAX_FILTERS));
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, -1, i);
             plan->filters[plan->n_filters++] = program_named(L, luaL_checkstring(L, -1));
@@ -280,6 +284,13 @@ static int running_fileno(lua_State *L)
     return 1;
 }
 
+static int running_fd(void *ud)
+{
+    return ((struct running *)ud)->fd;
+}
+
+static const corral_fd_reader running_fd_reader = {running_fd};
+
 /* :result() blocks until the step is over; returns what core.tier.run would have. */
 static int running_result(lua_State *L)
 {
@@ -321,7 +332,7 @@ static int l_start(lua_State *L)
          * written for that already. */
         close(p[0]);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
+        if (getppid() != parent) _exit(CORRAL_EXIT_NOTFOUND);
         struct outcome o;
         memset(&o, 0, sizeof o);
         o.step = "";
@@ -424,6 +435,7 @@ int corral_open_tier(lua_State *L)
                                        {"close", running_close},
                                        {NULL, NULL}};
     luaL_newmetatable(L, RUNNING_MT);
+    corral_set_fd_reader(L, &running_fd_reader);
     luaL_newlib(L, methods);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, running_close);

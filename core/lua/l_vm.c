@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "lcorral.h"
+#include "util.h"
 
 #define HOOK_STEP 1000 /* instructions between two fuel charges */
 #define MAX_READ_GRANTS 64
@@ -92,12 +93,8 @@ static void fuel_hook(lua_State *L, lua_Debug *ar)
 /* Whether resolved path lies beneath (or is) a granted one. */
 static int granted(const struct vm *v, const char *path)
 {
-    for (size_t i = 0; i < v->n_read; i++) {
-        size_t n = strlen(v->read[i]);
-        if (strncmp(path, v->read[i], n) == 0 &&
-            (path[n] == '\0' || path[n] == '/' || (n == 1 && v->read[i][0] == '/')))
-            return 1;
-    }
+    for (size_t i = 0; i < v->n_read; i++)
+        if (corral_is_beneath(path, v->read[i])) return 1;
     return 0;
 }
 
@@ -332,7 +329,8 @@ static void read_opts(lua_State *O, struct vm *v)
     lua_pop(O, 3);
     if (lua_getfield(O, 2, "read") == LUA_TTABLE) {
         lua_Integer n = luaL_len(O, -1);
-        if (n > MAX_READ_GRANTS) luaL_error(O, "vm.eval: at most %d read grants", MAX_READ_GRANTS);
+        if (n > MAX_READ_GRANTS)
+            luaL_argerror(O, 2, lua_pushfstring(O, "at most %d read grants", MAX_READ_GRANTS));
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(O, -1, i);
             const char *p = lua_tostring(O, -1);

@@ -35,6 +35,20 @@ corral_fd *corral_newfd(lua_State *L);
 /* Checks that argument arg is an open corral.fd and returns its descriptor. */
 int corral_checkfd(lua_State *L, int arg);
 
+/* A userdata type other than corral.fd that holds a pollable fd (a process's pidfd, a
+ * relay loop's epoll fd, a running tier step's pipe) names the C function that reads it
+ * in its metatable, so that core.io.poll reads the fd without calling back into Lua. */
+typedef struct corral_fd_reader {
+    int (*fd)(void *ud); /* the fd, or -1 once closed */
+} corral_fd_reader;
+
+/* Stores reader (static storage) in the metatable on top of the stack. */
+void corral_set_fd_reader(lua_State *L, const corral_fd_reader *reader);
+
+/* The fd of the value at idx: an integer, a corral.fd or a userdata with a reader (-1
+ * when it is closed). Returns 0, or -1 when the value holds no fd (the caller raises). */
+int corral_getfd(lua_State *L, int idx, int *fd);
+
 /* Checks that argument arg is a string without embedded NUL bytes. */
 const char *corral_checkpath(lua_State *L, int arg);
 
@@ -65,6 +79,7 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(relay)                                                                                       \
     X(io)                                                                                          \
     X(udp)                                                                                         \
+    X(udprelay)                                                                                    \
     X(lookup)                                                                                      \
     X(clock)                                                                                       \
     X(inet)                                                                                        \
@@ -73,7 +88,9 @@ const char *corral_checkpath(lua_State *L, int arg);
     X(tty)                                                                                         \
     X(digest)                                                                                      \
     X(tier)                                                                                        \
-    X(vm)
+    X(vm)                                                                                          \
+    X(idmap)                                                                                       \
+    X(disk)
 
 #define CORRAL_DECLARE_OPEN(name) int corral_open_##name(lua_State *L);
 CORRAL_MODULES(CORRAL_DECLARE_OPEN)

@@ -158,7 +158,7 @@ end
 
 local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
                            service_port = "--service-port", network = "--allow", log_json = "--log-json" }
-for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
+for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
 RUN_OPTION_NAMES.engine = "--engine"
@@ -175,23 +175,24 @@ local function network_flag(opts)
   return "--allow"
 end
 
---- Whether `cmd` cannot be run, as a shell says it: 127 "command not found", 126 and
--- why; nil when it looks runnable.
+--- Whether `cmd` cannot be run, as a shell says it: `core.exit.NOTFOUND` (127, "command
+-- not found") or `core.exit.NOEXEC` (126) and why; nil when it looks runnable.
 -- @tparam string cmd
 -- @treturn integer|nil status, and the message
 function M.missing_command(cmd)
   if not cmd:find("/", 1, true) then
     local r = core.path.resolve_executable(cmd)
     if r and r:find("/", 1, true) then return nil end
-    return 127, cmd .. ": command not found"
+    return core.exit.NOTFOUND, cmd .. ": command not found"
   end
   local real, err, errno = core.path.resolve_file(cmd)
   local st = real and core.fs.lstat(real)
   if not st then
-    return errno == core.errno.ENOENT and 127 or 126, cmd .. ":" .. tostring(err):match(":([^:]*)$")
+    local status = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
+    return status, cmd .. ":" .. tostring(err):match(":([^:]*)$")
   end
-  if st.type == "dir" then return 126, cmd .. ": Is a directory" end
-  if st.mode & tonumber("111", 8) == 0 then return 126, cmd .. ": Permission denied" end
+  if st.type == "dir" then return core.exit.NOEXEC, cmd .. ": Is a directory" end
+  if st.mode & tonumber("111", 8) == 0 then return core.exit.NOEXEC, cmd .. ": Permission denied" end
   return nil
 end
 
@@ -325,6 +326,7 @@ local CONFINE_OPTIONS = {
     { "permit", "value", "DIR", "the one directory CMD may read and write (required)" },
     { "extra", "list", "DIR", "another directory it may read and write" },
     { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
+    { "layers", "value", "L", "ns, bwrap or landlock, or one of each: ns,landlock (default: all that hold)" },
   } },
   { "Output", {
     { "json", "flag", nil, "print the spec as JSON" },
@@ -333,7 +335,7 @@ local CONFINE_OPTIONS = {
 }
 
 command("confine", "confine a trusted process to one directory (control-plane profile)",
-  [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--json] [--exec] -- CMD ARGS...
+  [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
 
 Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
 each --extra) and nothing else outside the runtime (read-only); the environment passes
@@ -341,7 +343,17 @@ through unmodified, credential included; egress stays permitted. Prints the spec
 command to run is the confinement wrapper); environment values are never printed, only
 the names. --exec runs it instead and exits with the command's status. On Linux the
 spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
-bubblewrap can build it) and landlock.
+bubblewrap can build it) and landlock; --layers names them instead (each must hold).
+
+Sandboxes inside: CMD may build narrower ones (unshare -Ur, unshare -Urn, corral
+confine or exec-confined with a --permit inside DIR); none reaches past DIR. Landlock
+refuses mount(2) to every process it restricts, so a tool that builds a mount namespace
+(bubblewrap: "Failed to make / slave: Operation not permitted") runs only under a mode
+without it: --layers ns (or bwrap) keeps the namespace boundary and loses what Landlock
+adds (magic links and inherited directory fds are then not covered). Under landlock
+alone, a nested user namespace can map ids only for CMD itself (its own /proc/PID is
+granted, not its children's), and not uid 0 for a root caller: that needs CAP_SETFCAP
+in the host's user namespace, which is never kept.
 Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
 the command's status (127 when it is not found, 126 when it cannot be executed).]],
   function(argv)
@@ -365,16 +377,20 @@ the command's status (127 when it is not found, 126 when it cannot be executed).
     local confinement = require "corral.confinement"
     local spec, err = confinement.confine({ rest[1], cmdargs }, {
       permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-      env = core.proc.environ(),
+      env = core.proc.environ(), layers = opts.layers,
     })
-    if not spec then return fail("confine", err) end
+    if not spec then
+      if type(err) == "table" and err.argument == "layers" then err.argument = "--layers" end
+      return fail("confine", err)
+    end
     if spec.layers and #spec.layers < 2 then
       io.stderr:write("corral confine: warning: only the ", table.concat(spec.layers, ", "),
-        " layer holds on this host; ", spec.layers[1] == "landlock"
+        opts.layers and " layer, as --layers asks; " or " layer holds on this host; ", spec.layers[1] == "landlock"
           and "without the namespace layer, metadata changes (chmod, chown, utime), unix sockets and " ..
-              "host processes outside the boundary stay reachable"
+              "host processes outside the boundary stay reachable, and a root caller's sandboxes inside " ..
+              "cannot map uid 0"
           or "without Landlock, magic links and inherited directory fds are not covered",
-        " (corral probe shows why)\n")
+        opts.layers and "\n" or " (corral probe shows why)\n")
     end
     if opts.exec then
       local status, why = M.missing_command(rest[1])
@@ -488,20 +504,24 @@ local RUN_OPTIONS = {
     { "wall", "value", "DURATION", "wall-clock limit, e.g. 30s (exit 124 when it ends the command)" },
     { "fsize", "value", "SIZE", "largest file the command may write, e.g. 1G" },
     { "nofile", "value", "N", "at most N open files, e.g. 256" },
+    { "disk", "value", "SIZE", "the storage on a disk of its own of SIZE, e.g. 1G, kept beside DIR (as root)" },
   } },
   { "Environment", {
     { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
   } },
   { "Network and egress", {
-    { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432" },
+    { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432, "
+      .. "udp:ntp.test:123" },
     { "allow-file", "value", "FILE", "--allow entries from FILE, one per line (# comments)" },
     { "internal", "list", "CIDR", "admit a private range that an allowed name resolves into" },
     { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
     { "service-port", "value", "N", "relay a port on 127.0.0.1 (printed on stderr) to port N inside" },
     { "link", "value", "NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]",
-      "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
+      "its own routed link: a veth into NETNS (under /run/netns, or a path); root only" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
     { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
+    { "udp-idle", "value", "DURATION", "end a UDP flow silent that long both ways (default 2m)" },
+    { "max-udp-flows", "value", "N", "the sandbox's concurrent UDP flows (default 1024)" },
     { "sni", "value", "MODE", "match (default): reset a TLS SNI or HTTP Host naming another host; require, off" },
     { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE" },
   } },
@@ -516,11 +536,23 @@ command("run", "run a tenant command in a sandbox (credentials stripped, no netw
 
 Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
 host id, its storage read-write at /storage (--storage DIR, or a temporary directory
-removed afterwards; corral creates DIR, or it must already belong to the sandbox's host
-id), --workspace at /workspace (writable where DIR's permissions let the sandbox's host
-id write), the runtime read-only, no network at all, host processes invisible, every
-capability dropped, the tenant seccomp filter. The environment starts from PATH HOME
-LANG TERM TZ. A terminal on stdin/stdout/stderr is put back as it was after the run.
+removed afterwards), --workspace at /workspace, the runtime read-only, no network at
+all, host processes invisible, every capability dropped, the tenant seccomp filter. The
+environment starts from PATH HOME LANG TERM TZ. A terminal on stdin/stdout/stderr is put
+back as it was after the run.
+
+Storage and workspace: corral creates DIR owned by the sandbox's host id, or takes one
+that id owns. One made by someone else (an operator's, owned by root; a repository
+another user checked out) is shown, as root with native or bwrap, through an idmapped
+mount: the tenant's root owns inside what DIR's owner owns, and what it creates lands
+owned by that owner; nothing is chowned, the mount is nosuid,nodev. That hands the
+tenant the whole tree: it is refused inside the runtime (/etc, /usr …) and for a tree
+holding a hard link to a file outside it. Where no idmapped mount can be made (the
+filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, saying
+why, and such a workspace is writable only where its permissions let the host id
+write. --disk SIZE puts the storage on an ext4 filesystem of that size of its own (an
+image DIR's parent keeps as .ID.disk, made once and kept with the storage; as root,
+native or bwrap): a write past it fails with ENOSPC.
 
 Egress (--allow ENTRY: name, *.suffix, IP or CIDR, [IPv6], each with :port, :a-b or
 :80,443, or no port for any): any program, any TCP port, no proxy variables. The tenant's DNS gets
@@ -532,13 +564,25 @@ TCP keepalive runs on both legs, so a dead end is noticed either way. Each conne
 costs the host two sockets (about 7 KiB of kernel memory idle), under 1 KiB of its own
 and six fds, plus up to 512 KiB of pipe only while bytes wait in it. With --link,
 permitted connections leave from the sandbox's netns through its link, on mark-checked
-sockets, instead of from the host's. At the end of the run, what was denied and which
-connections failed upstream are summarised on stderr with the option that would change
-them. An --allow entry may be a URL (https://api.test is api.test:443). --sni match
+sockets, instead of from the host's; it needs root (exit 3 without). Without root the
+rest holds the same: the sandbox's netns then belongs to a user namespace of the
+caller's own, beneath which the tenant's is made. At the end of the run, what was
+denied and which connections failed upstream are summarised on stderr with the
+option that would change them. An --allow entry may be a URL
+(https://api.test is api.test:443). --sni match
 (the default) resets a connection to an allowed name whose TLS SNI or HTTP Host names
 another host (domain fronting); require also refuses one naming none. --learn FILE
 answers every name, denies and records every connection, and writes the suggested
 allowlist to FILE for --allow-file.
+
+UDP leaves only for an entry that says so: --allow udp:ntp.test:123, udp:api.test:443
+(QUIC), with the same grammar after udp: and its ports required. Each flow (the
+tenant's address and port, and the destination) is decided on its first datagram as a
+connection is, relayed from a socket on the host, and ends after --udp-idle of silence;
+its decision and its end (bytes each way) are logged. UDP to a port no udp: entry names
+is dropped and logged by the ruleset; DNS (port 53) is always the sandbox's own
+responder, never relayed. A TCP entry never lets a datagram through, nor a udp: entry a
+connection.
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
@@ -561,7 +605,7 @@ numbers itself: corral's own say so on stderr.]],
     local status, err = require("corral.run").execute({
       argv = rest, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
       limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
-                 nofile = opts.nofile },
+                 nofile = opts.nofile, disk = opts.disk },
       env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
       verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
     }, { names = setmetatable({ network = network_flag(opts) }, { __index = RUN_OPTION_NAMES }),

@@ -13,7 +13,10 @@ local probe = require "corral.probe"
 
 local M = {}
 
-local KNOWN_OPTS = { permit_path = true, env = true, cd = true, permit_extra_subpaths = true }
+local KNOWN_OPTS = { permit_path = true, env = true, cd = true, permit_extra_subpaths = true, layers = true }
+
+-- Each layer the caller may name, and the probe that establishes it.
+local LAYER_PROBES = { ns = "confinement.namespace", bwrap = "confinement.bwrap", landlock = "confinement.landlock" }
 
 local function has_nul(s)
   return s:find("\0", 1, true) ~= nil
@@ -137,7 +140,29 @@ local function check_opts(opts)
   end
   local env, e = normalise_env(opts.env)
   if not env then return nil, e end
-  return { permit = permit, extras = extras, cd = cd, env = env }
+  local layers
+  if opts.layers ~= nil then
+    local names = type(opts.layers) == "string" and {} or opts.layers
+    if type(opts.layers) == "string" then
+      for l in opts.layers:gmatch("[^,]+") do names[#names + 1] = l end
+    end
+    if type(names) ~= "table" or #names == 0 or #names > 2 then
+      return nil, errors.invalid_argument("layers", "must name one or two layers: ns or bwrap, and landlock")
+    end
+    local seen = {}
+    for _, l in ipairs(names) do
+      if not LAYER_PROBES[l] or seen[l] then
+        return nil, errors.invalid_argument("layers", tostring(l) .. ": not a layer (ns, bwrap, landlock), or " ..
+          "named twice")
+      end
+      seen[l] = true
+    end
+    if seen.ns and seen.bwrap then
+      return nil, errors.invalid_argument("layers", "ns and bwrap are two builders of one layer: name one")
+    end
+    layers = names
+  end
+  return { permit = permit, extras = extras, cd = cd, env = env, layers = layers }
 end
 
 --- The confinement layers that hold on this host (probed once per process).
@@ -160,8 +185,30 @@ function M.layers()
   return layers, detail
 end
 
+-- The layers the caller named, each of which must hold here (ns first, as the wrapper
+-- builds them), or nil and cannot_enforce naming the first that does not.
+local function chosen_layers(names)
+  local layers = {}
+  for _, want in ipairs({ "ns", "bwrap", "landlock" }) do
+    for _, l in ipairs(names) do
+      if l == want then
+        local r = probe.check(LAYER_PROBES[l])
+        if not r.holds then return nil, errors.cannot_enforce(LAYER_PROBES[l], r.detail) end
+        layers[#layers + 1] = l
+      end
+    end
+  end
+  return layers
+end
+
 local function linux_spec(cmd, args, o)
-  local layers, detail = M.layers()
+  local layers, detail
+  if o.layers then
+    layers, detail = chosen_layers(o.layers)
+    if not layers then return nil, detail end
+  else
+    layers, detail = M.layers()
+  end
   if #layers == 0 then
     return nil, errors.cannot_enforce("filesystem_confinement",
       "neither the namespace layer nor Landlock holds here: " .. detail)
@@ -213,7 +260,10 @@ end
 -- @tparam table command `{cmd, args}` (or `{cmd = , args = }`)
 -- @tparam table opts `permit_path` (an existing directory), `env` (a map or a list of
 --   pairs, passed through), `cd` (inside the boundary; default permit_path),
---   `permit_extra_subpaths` (default `{}`)
+--   `permit_extra_subpaths` (default `{}`), `layers` (Linux: the layers to build, a list
+--   or "ns,landlock"; each must hold. Default: every one that holds. A command that makes
+--   its own mount namespace inside (bubblewrap) needs one without landlock: the kernel
+--   refuses mount(2) to a process Landlock restricts)
 -- @treturn table `{cmd, args, env, cd, layers}`, `cmd` the confinement wrapper; or nil
 --   and `cannot_enforce`/`invalid_argument`
 function M.confine(command, opts)

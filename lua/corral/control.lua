@@ -291,7 +291,7 @@ function M.request_all(paths, req, timeout)
         c.buf = c.buf .. data
         local text = c.buf:match("^([^\n]*)\n")
         if text then
-          local answer = json.decode(text)
+          local answer = json().decode(text)
           if type(answer) ~= "table" then
             finish(c, { error = paths[c.i] .. ": not a JSON answer" })
           elseif answer.ok then

@@ -42,52 +42,32 @@ local function mech_of(m)
   return require("corral.mechanism").load(m)
 end
 
--- Every host call goes through the gate before the mechanism builds anything.
-local function gated(name)
+-- Every host call goes through corral.mechanism.host_call: the gate before the mechanism
+-- builds anything, and each result checked against the contract.
+local function host_call(name)
   return function(m, sb, ...)
-    local mech, err = mech_of(m)
-    if not mech then return nil, err end
-    if type(sb) ~= "table" or type(sb.id) ~= "string" then
-      return nil, M.errors.invalid_argument("sandbox", "must be a sandbox from corral.sandbox{}")
-    end
-    local mechanism = require "corral.mechanism"
-    local ok, gerr = mechanism.gate(mech, sb)
-    if not ok then return nil, gerr end
-    local r = table.pack(mechanism.call(mech, name, sb, ...))
-    -- past the gate, a capability that cannot be enforced contradicts its probe: the
-    -- host changed, and what the probes kept for it goes (the refusal stands)
-    if r[1] == nil and M.errors.is(r[2], "cannot_enforce") then require("corral.probe").failed(r[2].capability) end
-    return table.unpack(r, 1, r.n)
-  end
-end
-
--- Every result is checked against the contract (corral.mechanism.call).
-local function plain(name)
-  return function(m, sb, ...)
-    local mech, err = mech_of(m)
-    if not mech then return nil, err end
-    return require("corral.mechanism").call(mech, name, sb, ...)
+    return require("corral.mechanism").host_call(m, name, sb, ...)
   end
 end
 
 --- Provisions a sandbox under a mechanism (gated).
 -- @function provision
-M.provision = gated("provision")
+M.provision = host_call("provision")
 --- Starts a sandbox's long-running process (gated).
 -- @function start
-M.start = gated("start")
+M.start = host_call("start")
 --- Runs a command in a sandbox to completion (gated).
 -- @function exec
-M.exec = gated("exec")
+M.exec = host_call("exec")
 --- Stops a sandbox's processes.
 -- @function stop
-M.stop = plain("stop")
+M.stop = host_call("stop")
 --- Destroys a sandbox (stop, then release everything but its storage).
 -- @function destroy
-M.destroy = plain("destroy")
+M.destroy = host_call("destroy")
 --- A sandbox's status.
 -- @function status
-M.status = plain("status")
+M.status = host_call("status")
 
 --- Where a sandbox is reachable: `true, "host:port"`, or `true, nil` (never an error).
 -- @function address

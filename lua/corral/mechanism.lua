@@ -151,6 +151,36 @@ function M.call(mech, name, ...)
   return table.unpack(res, 2, res.n)
 end
 
+-- The callbacks that build or run something: the gate comes first.
+local GATED = { provision = true, start = true, exec = true }
+
+--- A host's call of a mechanism's callback, as `corral.provision` … `corral.status` make
+-- it: the mechanism loaded (`M.load`), for `provision`, `start` and `exec` the sandbox
+-- checked and the gate passed (`M.gate`) before the mechanism builds anything, then the
+-- result checked (`M.call`).
+-- @param m a built-in name, a path to a .lua file, or a table
+-- @tparam string name the callback
+-- @tparam table sb a sandbox from `corral.sandbox`
+-- @param ... the callback's further arguments
+-- @return the callback's values, or `nil, err`
+function M.host_call(m, name, sb, ...)
+  local mech, err = M.load(m)
+  if not mech then return nil, err end
+  if GATED[name] then
+    if type(sb) ~= "table" or type(sb.id) ~= "string" then
+      return nil, errors.invalid_argument("sandbox", "must be a sandbox from corral.sandbox{}")
+    end
+    local ok, gerr = M.gate(mech, sb)
+    if not ok then return nil, gerr end
+    local r = table.pack(M.call(mech, name, sb, ...))
+    -- past the gate, a capability that cannot be enforced contradicts its probe: the
+    -- host changed, and what the probes kept for it goes (the refusal stands)
+    if r[1] == nil and errors.is(r[2], "cannot_enforce") then probe.failed(r[2].capability) end
+    return table.unpack(r, 1, r.n)
+  end
+  return M.call(mech, name, sb, ...)
+end
+
 local function list(mech, fn, sb)
   if not mech[fn] then return {} end
   local ok, r = pcall(mech[fn], sb)
@@ -172,6 +202,7 @@ local FLAGS = {
   { field = "limits.nofile", needs = { "rlimits", "resource_limits" } },
   -- a directory bound at /workspace: only the mechanism can put it in its root
   { field = "workspace_path", needs = { "workspace" } },
+  { field = "limits.disk", needs = { "disk_quota" } },
   { field = "network", needs = { "nftables", "egress" } },
   -- the egress plane's inbound relay, or an engine that publishes the port itself (oci)
   { field = "service_port", needs = { "nftables", "egress", "published_port" } },

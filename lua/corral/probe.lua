@@ -128,6 +128,13 @@ local function tenant_child(argv, opts)
   })
 end
 
+-- A write past the cap of the probe's disk, then the control in the same sandbox: room
+-- made, a small file written and read back.
+local DISK_SCRIPT = [[
+dd if=/dev/zero of=/storage/fill bs=1M count=16 2>&1; echo "attempt=$?"
+rm -f /storage/fill
+echo control > /storage/control && read -r got < /storage/control && [ "$got" = control ] && echo control-ok]]
+
 local function with_tmpdir(fn)
   local dir, err = mkscratch()
   if not dir then return false, err end
@@ -230,9 +237,37 @@ local probes = {
   },
   {
     name = "disk_quota",
-    gates = {},
+    gates = { "--disk (native, bwrap)" },
     run = function()
-      return false, "no quota mechanism: storage is a plain host directory (only /tmp, a capped tmpfs, is bounded)"
+      if core.proc.geteuid() ~= 0 then
+        return false, "a storage on a disk of its own needs corral to run as root (a loop device and its mount)"
+      end
+      return with_tmpdir(function(dir)
+        local disk = require "corral.disk"
+        local path = dir .. "/probe.disk"
+        local image, err = core.disk.open(path, disk.MIN_BYTES)
+        if not image then return false, tostring(err) end
+        local ok, why = disk.format(path, 65534)
+        local mount, derr
+        if ok then mount, derr = core.disk.attach(image) end
+        image:close()
+        if not ok or not mount then return false, tostring(why or derr) end
+        local tree, terr = core.idmap.tree(mount, nil, { rw = true })
+        mount:close() -- the tree holds the filesystem now
+        if not tree then return false, tostring(terr) end
+        local out, code = tenant_child({ "/bin/sh", "-c", DISK_SCRIPT },
+          { binds = { { src = path, dest = "/storage", rw = true, tree = tree } } })
+        tree:close()
+        if not out then return false, "spawn failed: " .. tostring(code) end
+        local filled = out:match("attempt=(%d+)")
+        if not filled then return false, "child failed: " .. trim(out) end
+        if filled == "0" then return false, "breach: 16 MiB were written into a disk of 8 MiB" end
+        if not (out:find("No space left", 1, true) or out:find("quota exceeded", 1, true)) then
+          return false, "the write failed, but not for want of room: " .. trim(out)
+        end
+        if not out:find("control-ok", 1, true) then return false, "control failed: " .. trim(out) end
+        return true, "a write of 16 MiB into a disk of 8 MiB failed with ENOSPC; a small write then succeeded"
+      end)
     end,
   },
   {
@@ -289,8 +324,12 @@ local probes = {
     name = "nftables",
     gates = { "native (egress)" },
     run = function()
-      local netns, err = core.ns.new_net()
+      -- the netns a plane of this caller's would get (root: the host's user namespace
+      -- owns it; anyone else: a user namespace of the caller's own), made as the plane
+      -- makes it, then programmed and attacked from a tenant spawned as a plane's is
+      local netns, err, _, owner = require("corral.egress.plane").new_netns()
       if not netns then return false, "cannot create a network namespace: " .. tostring(err) end
+      local where = owner == "host" and "" or " (in a user namespace of the caller's own)"
       local plan = { dns_port = 5353, acceptor_port = 15001, mark = core.nft.DEFAULT_MARK }
       local ok
       ok, err = core.nft.apply(netns, plan)
@@ -307,11 +346,13 @@ local probes = {
       local intact = core.nft.verify(netns, plan)
       netns:close()
       if code == 20 then
-        return intact and true or false, "ruleset applied and read back; no nft binary to attempt the breach with"
+        return intact and true or false, "ruleset applied and read back" .. where ..
+          "; no nft binary to attempt the breach with"
       end
       if code == 11 or not intact then return false, "breach: a tenant flushed the ruleset: " .. trim(out) end
       if code ~= 0 then return false, "child failed: " .. trim(out) end
-      return true, "ruleset applied in one batch and read back; a tenant's `nft flush ruleset` was refused"
+      return true, "ruleset applied in one batch and read back" .. where ..
+        "; a tenant's `nft flush ruleset` was refused"
     end,
   },
   {

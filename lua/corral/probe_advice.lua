@@ -67,33 +67,62 @@ local CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 local SECCOMP_OFF = { any = "--security-opt seccomp=unconfined",
                       kubernetes = "securityContext.seccompProfile.type: Unconfined" }
 
+-- Why an unprivileged user namespace is refused here, and the cause's key; nil when it is made.
+local function userns_missing(f)
+  local unshare = core.path.resolve_executable("unshare")
+  if not unshare or unshare:sub(1, 1) ~= "/" then return nil end
+  local out, code = shell.capture({ unshare, "-U", "/bin/true" })
+  if code == 0 then return nil end
+  local why = "unshare(CLONE_NEWUSER) is refused (" .. trim(out):gsub("^unshare: ", "") .. ")"
+  if trim(read("/proc/sys/user/max_user_namespaces")) == "0" then
+    return why .. ": user.max_user_namespaces is 0", "sysctl"
+  end
+  if f.euid ~= 0 and trim(read("/proc/sys/kernel/unprivileged_userns_clone")) == "0" then
+    return why .. ": kernel.unprivileged_userns_clone is 0", "sysctl"
+  end
+  if f.euid ~= 0 and trim(read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")) == "1" then
+    return why .. ": kernel.apparmor_restrict_unprivileged_userns is 1", "sysctl"
+  end
+  local aa = trim(read("/proc/self/attr/apparmor/current") or read("/proc/self/attr/current"))
+  if aa ~= "" and not aa:find("^unconfined") then return why .. " under the AppArmor profile " .. aa, "apparmor" end
+  if f.status:match("Seccomp:%s*2") then return why .. " under a seccomp filter", "seccomp" end
+  return why
+end
+
 -- Each piece: `missing(facts)` returns why it is missing (a phrase) or nil, and `flag`
 -- what provides it, per engine (`any` when every engine spells it alike; nil when no
 -- container setting can).
 local PIECES = {
   userns = {
+    missing = userns_missing,
+    flag = {
+      seccomp = SECCOMP_OFF,
+      apparmor = { any = "--security-opt apparmor=unconfined",
+                   kubernetes = "securityContext.appArmorProfile.type: Unconfined" },
+      sysctl = { host = "raise it on the host (a container shares the host kernel's setting)" },
+    },
+  },
+  -- Without root, the egress plane's netns is made in a user namespace of the caller's
+  -- own (corral.egress.plane.new_netns): it must be allowed, and hold its capabilities.
+  -- Ubuntu's restriction makes the namespace but gives it none (AppArmor's
+  -- unprivileged_userns profile denies every capability), which unshare -U alone passes.
+  userns_caller = {
     missing = function(f)
-      local unshare = core.path.resolve_executable("unshare")
-      if not unshare or unshare:sub(1, 1) ~= "/" then return nil end
-      local out, code = shell.capture({ unshare, "-U", "/bin/true" })
-      if code == 0 then return nil end
-      local why = "unshare(CLONE_NEWUSER) is refused (" .. trim(out):gsub("^unshare: ", "") .. ")"
-      if trim(read("/proc/sys/user/max_user_namespaces")) == "0" then
-        return why .. ": user.max_user_namespaces is 0", "sysctl"
+      if f.euid == 0 then return nil end
+      local why, cause = userns_missing(f)
+      if why then return why, cause end
+      if trim(read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")) == "1" then
+        return "kernel.apparmor_restrict_unprivileged_userns is 1: a user namespace of the caller's own is made, "
+          .. "but AppArmor gives it no capability, so its network namespace cannot be programmed", "apparmor_userns"
       end
-      if f.euid ~= 0 and trim(read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")) == "1" then
-        return why .. ": kernel.apparmor_restrict_unprivileged_userns is 1", "sysctl"
-      end
-      local aa = trim(read("/proc/self/attr/apparmor/current") or read("/proc/self/attr/current"))
-      if aa ~= "" and not aa:find("^unconfined") then return why .. " under the AppArmor profile " .. aa, "apparmor" end
-      if f.status:match("Seccomp:%s*2") then return why .. " under a seccomp filter", "seccomp" end
-      return why
     end,
     flag = {
       seccomp = SECCOMP_OFF,
       apparmor = { any = "--security-opt apparmor=unconfined",
                    kubernetes = "securityContext.appArmorProfile.type: Unconfined" },
       sysctl = { host = "raise it on the host (a container shares the host kernel's setting)" },
+      apparmor_userns = { host = "an AppArmor profile granting userns to the corral executable (as the "
+        .. "distribution ships for bwrap), or kernel.apparmor_restrict_unprivileged_userns=0 on the host" },
     },
   },
   cap_sys_admin = {
@@ -165,7 +194,7 @@ local NEEDS = {
   user_namespaces = TENANT, seccomp = TENANT,
   resource_limits = { "userns", "cap_sys_admin", "proc_masked", "cgroup_ro" },
   cgroups = { "cgroup_ro" },
-  nftables = { "cap_sys_admin", "cap_net_admin" },
+  nftables = { "userns_caller", "cap_sys_admin", "cap_net_admin" },
   ["confinement.namespace"] = WRAPPER, ["confinement.bwrap"] = WRAPPER,
   ["confinement.landlock"] = { "landlock" }, tier = { "landlock" },
 }

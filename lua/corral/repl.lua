@@ -222,6 +222,29 @@ function M.attach_main(argv, fail)
   return 0
 end
 
+-- `nft list ruleset` in a netns owned by a user namespace of this caller's own (a plane
+-- made without root): nft joins that user namespace keeping CAP_NET_ADMIN there, which
+-- nsenter's child, no root in it, would lose at exec.
+local function ruleset_in_own_userns(netns)
+  local nft = core.path.resolve_executable("nft", "/usr/sbin:/usr/bin:/sbin:/bin")
+  if nft:sub(1, 1) ~= "/" then return nil, "no nft to list the ruleset with" end
+  local out = assert(io.tmpfile())
+  local proc, err = core.spawn.start({ plain = true, net_admin = true, netns = netns, path = nft,
+    argv = { "nft", "list", "ruleset" }, env = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin" }, stdout = out,
+    stderr = out })
+  if not proc then
+    out:close()
+    return nil, err
+  end
+  local code = proc:wait(10)
+  if not code then proc:kill(); code = proc:wait() end
+  proc:close()
+  out:seek("set")
+  local text = out:read("a")
+  out:close()
+  return text, code
+end
+
 --- The ruleset in the netns of a sandbox this very process serves (the Lua API's own),
 -- as `nft list ruleset` shows it there.
 -- @tparam string id
@@ -229,6 +252,7 @@ end
 function M.local_ruleset(id)
   for _, p in ipairs(local_planes()) do
     if p.id == id then
+      if p.netns_owner == "caller" then return ruleset_in_own_userns(p.netns) end
       local netns = "/proc/" .. core.proc.getpid() .. "/fd/" .. p.netns:fileno()
       return shell.capture({ "nsenter", "--net=" .. netns, "nft", "list",
         "ruleset" })
@@ -258,8 +282,11 @@ function M.step(spec)
 end
 
 --- Runs the conformance suite (see corral.conformance.run) and returns its report.
-function M.conformance(...)
-  return require("corral.conformance").run(...)
+-- @param mechanism a built-in name, a path to a .lua file, or a table
+-- @tparam[opt] table opts `only`, `ids`, `credentials`, `progress`
+-- @treturn table `{mechanism =, results =, census =, seconds =}`, or nil and an error
+function M.conformance(mechanism, opts)
+  return require("corral.conformance").run(mechanism, opts)
 end
 
 -- ---- help ------------------------------------------------------------------------------
@@ -308,8 +335,10 @@ helper's id argument may then be left out.]] },
   { name = "step", usage = "step{argv..., grants =} / step{s2 = code}",
     brief = "one step at the best tier (corral.tier)",
     long = "Returns the step's receipt; its result field holds what the step returned." },
-  { name = "conformance", usage = "conformance(mechanism)", brief = "the conformance report of a mechanism",
-    long = "As `corral conformance`: each guarantee held, breached, unavailable or void." },
+  { name = "conformance", usage = "conformance(mechanism, [opts])", brief = "the conformance report of a mechanism",
+    long = [[As `corral conformance`: each guarantee held, breached, unavailable or void, and the
+census. opts: {only = "privilege" or a list of groups, ids = {[id] = true}, credentials =
+a probe hook, progress = fn(result, i, n)}.]] },
 }
 
 local by_name = {}

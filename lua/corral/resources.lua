@@ -60,21 +60,62 @@ function M.release(st)
     end
     st.cgroup = nil
   end
-  if st.storage_lock then
-    st.storage_lock:close()
-    st.storage_lock = nil
+  -- the disk's loop device detaches once no sandbox holds a clone of its mount
+  for _, k in ipairs({ "disk", "storage_userns", "workspace", "workspace_userns", "storage_lock" }) do
+    if st[k] then
+      st[k]:close()
+      st[k] = nil
+    end
   end
   return true
 end
 
---- Creates the storage, the cgroup and the plane a sandbox asks for.
+-- The workspace as a detached tree's source: the directory itself (no symlink on the
+-- way), shown through an idmapped mount when someone else owns it and one can be made.
+-- One holding a hard link out of it is refused (corral.idmapped); one inside the runtime,
+-- or on a filesystem without idmapped mounts, is shown as it is: writable where its
+-- permissions let the host id write.
+local function acquire_workspace(sb, st)
+  local fd, err = core.fs.open_dir(sb.workspace_path)
+  if not fd then return nil, require("corral.errors").invalid_argument("workspace_path", tostring(err)) end
+  st.workspace = fd
+  local id = sandbox.host_id(sb)
+  if core.fs.lstat(fd).uid == id then return true end
+  local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id)
+  if kind == "refused" then
+    return nil, require("corral.errors").invalid_argument("workspace_path", why)
+  end
+  st.workspace_userns = userns
+  return true
+end
+
+--- Creates the storage, the cgroup and the plane a sandbox asks for, and its disk.
 -- @tparam table sb
--- @treturn table state `{status =, cgroup =, plane =}`, or nil and an error (nothing held)
-function M.acquire(sb)
-  local ok, lock = sandbox.prepare_storage(sb)
+-- @tparam[opt] table opts how the mechanism reaches the storage (corral.sandbox.prepare_storage):
+--   `trees` (it moves detached trees into the tenant's root: then, as root, the storage and
+--   workspace are shown through `tree`), `by_path`, `mechanism`
+-- @treturn table state `{status =, cgroup =, plane =, …}`, or nil and an error (nothing held)
+function M.acquire(sb, opts)
+  opts = opts or {}
+  local trees = opts.trees and core.proc.geteuid() == 0
+  local ok, lock, userns = sandbox.prepare_storage(sb, opts)
   if not ok then return nil, lock end
   local err
-  local st = { status = "provisioned", storage_lock = lock }
+  local st = { status = "provisioned", storage_lock = lock, storage_userns = userns, trees = trees }
+  if sb.limits and sb.limits.disk then
+    st.disk, err = require("corral.disk").acquire(sb, sandbox.host_id(sb))
+    if not st.disk then
+      M.release(st)
+      return nil, err
+    end
+  end
+  if trees and sb.workspace_path then
+    ok, err = acquire_workspace(sb, st)
+    if not ok then
+      M.release(st)
+      return nil, err
+    end
+  end
   -- swept on every provision, so a SIGKILLed run's cgroup need not wait for one with limits
   if core.proc.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
   st.cgroup, err = limits.cgroup(sb)
@@ -100,6 +141,37 @@ function M.acquire(sb)
     end
   end
   return st
+end
+
+--- A fresh detached tree of the storage or the workspace for one spawn to move into its
+-- root (core.spawn.start's binds[i].tree): the disk's filesystem, or the directory,
+-- idmapped when someone else owns it; nosuid and nodev. Each spawn takes its own (a tree
+-- moved into one namespace cannot be moved again); close it once the spawn returns.
+-- @tparam table st the state from `acquire`, with `trees`
+-- @tparam string which "storage" or "workspace"
+-- @treturn userdata the tree (a corral.fd), or nil and cannot_enforce("filesystem_confinement")
+function M.tree(st, which)
+  local tree, err
+  if which == "storage" and st.disk then
+    tree, err = core.idmap.tree(st.disk, nil, { rw = true })
+  else
+    local userns = st[which .. "_userns"]
+    tree, err = core.idmap.tree(which == "storage" and st.storage_lock or st.workspace, userns,
+      { rw = true, recursive = userns == nil })
+  end
+  if not tree then return nil, require("corral.errors").cannot_enforce("filesystem_confinement", tostring(err)) end
+  return tree
+end
+
+--- Where the host reads and writes a sandbox's storage itself: its directory, or, on a
+-- disk of its own, that filesystem through the mount this process holds (valid while the
+-- sandbox is provisioned).
+-- @tparam table sb
+-- @tparam[opt] table st
+-- @treturn string
+function M.storage_view(sb, st)
+  if st and st.disk then return "/proc/" .. core.proc.getpid() .. "/fd/" .. st.disk:fileno() end
+  return sandbox.storage_path(sb)
 end
 
 --- The cgroup.procs files a spawn writes the new process into.

@@ -52,7 +52,7 @@ M.KEEP_ENV = { "PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR" }
 local function convert_limits(given, invalid)
   local limits = {}
   given = given or {}
-  for _, k in ipairs({ "memory", "fsize", "wall" }) do limits[k] = given[k] end
+  for _, k in ipairs({ "memory", "fsize", "wall", "disk" }) do limits[k] = given[k] end
   for _, k in ipairs({ "pids", "nofile" }) do
     if given[k] then
       limits[k] = math.tointeger(tonumber(given[k]))
@@ -89,9 +89,9 @@ local function outcome(result, xerr, argv, say)
     say(tostring(xerr))
     return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
   end
-  if result.error and (result.code == 127 or result.code == 126) then
+  if result.error and (result.code == core.exit.NOTFOUND or result.code == core.exit.NOEXEC) then
     local cmd = tostring(argv[1])
-    say(result.code == 127 and not cmd:find("/", 1, true) and cmd .. ": command not found"
+    say(result.code == core.exit.NOTFOUND and not cmd:find("/", 1, true) and cmd .. ": command not found"
       or cmd .. ":" .. (tostring(result.error):match(":([^:]*)$") or " cannot be executed"))
   elseif result.error then
     say(result.error)
@@ -116,7 +116,7 @@ end
 --   `argv` (the command), `mechanism` (a built-in name, a .lua path or a table; default
 --   native), `id`, `storage` (a directory path: the storage itself, kept afterwards;
 --   without it a temporary one is made and removed), `workspace`, `limits` (`memory`,
---   `fsize`, `wall` as corral.sandbox takes them, `pids`, `nofile`, `cpu` as numbers or
+--   `fsize`, `wall`, `disk` as corral.sandbox takes them, `pids`, `nofile`, `cpu` as numbers or
 --   numeric strings), `env` (names of the caller's variables to pass), `network` (as
 --   corral.sandbox takes it), `service_port`, `log_json` (a path for the decision log),
 --   `verbose` (print each egress denial as it happens), `engine` (the oci mechanism's

@@ -14,7 +14,7 @@ M.DEFAULT_STORAGE_ROOT = "/var/lib/corral/sandboxes"
 
 local FIELDS = { id = true, storage_root = true, workspace_path = true, service_port = true,
                  env = true, limits = true, network = true }
-local LIMITS = { memory = true, pids = true, cpu = true, fsize = true, nofile = true, wall = true }
+local LIMITS = { memory = true, pids = true, cpu = true, fsize = true, nofile = true, wall = true, disk = true }
 
 local UNITS = { [""] = 1, K = 1024, M = 1024 ^ 2, G = 1024 ^ 3, T = 1024 ^ 4 }
 
@@ -80,9 +80,13 @@ local function check_limits(l)
   local out = {}
   for k, v in pairs(l) do
     if not LIMITS[k] then return bad("limits." .. tostring(k), "unknown limit") end
-    if k == "memory" or k == "fsize" then
+    if k == "memory" or k == "fsize" or k == "disk" then
       out[k] = M.parse_size(v)
       if not out[k] then return bad("limits." .. k, "must be a size like 256M, got " .. tostring(v)) end
+      -- whole KiB, as an image file is sized
+      if k == "disk" and (out[k] < require("corral.disk").MIN_BYTES or out[k] % 1024 ~= 0) then
+        return bad("limits.disk", "must be at least 8M, in whole KiB, got " .. tostring(v))
+      end
       -- below this the cap ends every run at once (121)
       if k == "memory" and out[k] < 4 * 1024 * 1024 then
         return bad("limits.memory", "must be at least 4M for anything to start, got " .. tostring(v))
@@ -213,11 +217,26 @@ function M.check_root(root)
 end
 
 --- Creates the sandbox's storage directory owned by its host id, or accepts an existing
--- one only when that id owns it (a `--storage /etc` must not hand /etc to a tenant).
--- The storage is locked until the sandbox is destroyed.
+-- one: one that id owns; or, made by someone else (an operator's provisioning, owned by
+-- root or anyone), where the mechanism takes detached trees and corral runs as root, shown
+-- to the tenant through an idmapped mount (corral.idmapped) so that what its owner owns
+-- is the tenant's inside and every file the tenant makes lands owned by that owner; it is
+-- never chowned. Elsewhere one owned by another id is refused, saying why no idmapped mount
+-- could show it (a `--storage /etc` must not hand /etc to a tenant). With `limits.disk`
+-- the directory is not shown (the disk is, corral.disk), so any owner will do. The storage
+-- is locked until the sandbox is destroyed.
 -- @tparam table sb
--- @treturn true and the lock (close it to release), or nil and invalid_argument/cannot_enforce
-function M.prepare_storage(sb)
+-- @tparam[opt] table opts `trees` (the mechanism moves detached trees, made by this
+--   process, into the tenant's root), `by_path` (a helper reaches the storage by its path
+--   as the host id: every directory above must then be searchable by it), `mechanism`
+--   (its name, for messages)
+-- @treturn[1] true
+-- @treturn[1] userdata the lock (a corral.fd on the directory; close it to release)
+-- @treturn[1] userdata|nil the idmapped mount's user namespace, when the directory is
+--   shown through one
+-- @return[2] nil and invalid_argument/cannot_enforce
+function M.prepare_storage(sb, opts)
+  opts = opts or {}
   local path, id = M.storage_path(sb), M.host_id(sb)
   -- a path that cannot hold a directory is the argument's fault (exit 2), anything else
   -- the host's; ENOENT, EACCES, ENOTDIR, EROFS, EPERM
@@ -228,6 +247,8 @@ function M.prepare_storage(sb)
   end
   local root_ok, root_err = M.check_root(sb.storage_root)
   if not root_ok then return nil, root_err end
+  local unclaimed = require("corral.disk").unclaimed(sb)
+  if unclaimed then return nil, unclaimed end
   local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
   if made then
     local ok, cerr = core.fs.chown(path, id, id)
@@ -242,34 +263,62 @@ function M.prepare_storage(sb)
     if not st or st.type ~= "dir" then
       return nil, errors.invalid_argument("storage", path .. " exists and is not a directory")
     end
-    if st.uid ~= id then
-      return nil, errors.invalid_argument("storage", string.format("%s exists and is owned by uid %d; a tenant " ..
-        "storage must be created by corral or owned by the sandbox host id %d", path, st.uid, id))
-    end
-  end
-  -- the tenant's own id opens it, so every directory above must be searchable by that id
-  if core.proc.geteuid() == 0 and core.fs.access_as(path, id, id, "x") ~= true then
-    return nil, errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
-      "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)")
   end
   -- the lock is taken before the holder check, which sees only ids already running, so
-  -- two provisions of one storage at once cannot both pass it
+  -- two provisions of one storage at once cannot both pass it; and every decision below is
+  -- about the directory it holds, whatever the path names by then
   local lock, lerr, lerrno = core.fs.lock_dir(path)
   if not lock then
     if lerrno == core.errno.EAGAIN then
       return nil, errors.invalid_argument("storage", path .. " is in use by another sandbox")
     end
+    if lerrno == core.errno.ELOOP or lerrno == core.errno.ENOTDIR then
+      return nil, errors.invalid_argument("storage", path .. " exists and is not a directory")
+    end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot lock storage: " .. tostring(lerr))
+  end
+  local function refuse(e)
+    lock:close()
+    return nil, e
+  end
+  local owner = core.fs.lstat(lock).uid
+  local userns, shown_as_is = nil, owner == id
+  if owner ~= id and not (sb.limits and sb.limits.disk) then
+    local why, kind
+    if opts.trees and core.proc.geteuid() == 0 then
+      userns, why, kind = require("corral.idmapped").mapping(lock, path, id)
+    elseif core.proc.geteuid() ~= 0 then
+      why = "an idmapped mount, which would show it as the tenant's own, needs corral to run as root"
+    else
+      why = string.format("the %s mechanism cannot show it through an idmapped mount (it binds the directory " ..
+        "by its path%s)", opts.mechanism or "chosen", opts.mechanism == "oci" and "; its engine takes no idmap" or "")
+    end
+    if kind == "refused" or kind == "boundary" then return refuse(errors.invalid_argument("storage", why)) end
+    if not userns then
+      return refuse(errors.invalid_argument("storage", string.format("%s exists and is owned by uid %d; a tenant " ..
+        "storage must be created by corral or owned by the sandbox host id %d, and idmapped mounts are " ..
+        "unavailable here: %s", path, owner, id, why)))
+    end
+  end
+  -- a helper that opens the storage by path as the tenant's own id needs every directory
+  -- above searchable by that id; a tree made here (native as root) needs nothing of them
+  if core.proc.geteuid() == 0 and (opts.by_path or not opts.trees) then
+    local target = shown_as_is and path or sb.storage_root
+    if core.fs.access_as(target, id, id, "x") ~= true then
+      if userns then userns:close() end
+      return refuse(errors.invalid_argument("storage_root", sb.storage_root .. " is not searchable by the " ..
+        "sandbox's host id " .. id .. " (give every directory above the storage o+x, e.g. mode 0711)"))
+    end
   end
   local holder = M.host_id_holder(sb)
   if holder then
-    lock:close()
+    if userns then userns:close() end
     local e = errors.invalid_argument("id", string.format(
       "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
     e.held_by = holder -- a caller with a throwaway storage may just take another path
-    return nil, e
+    return refuse(e)
   end
-  return true, lock
+  return true, lock, userns
 end
 
 --- The unprivileged host id a sandbox's root maps to: FNV-1a of the storage path, in

@@ -1,9 +1,8 @@
---- macOS sandbox-exec (SBPL) profiles for the control-plane confinement.
---
--- Deny by default, then the runtime, the one data boundary (`permit_path`) and the
--- caller's `extras`, in that order: SBPL applies the last matching rule. Emission is C
--- (`core.sbpl.emit`); this module resolves every path first, because SBPL matches
--- resolved paths and a grant on a symlink silently never matches.
+--- macOS sandbox-exec (SBPL) profiles: the runtime read set of the control-plane
+-- profile, which `corral.confinement.sandbox_exec_spec` has `core.sbpl.emit` write (deny
+-- by default, then the runtime, the boundary and the extras: SBPL applies the last
+-- matching rule), and the profile of a tier step. Every path is resolved first: SBPL
+-- matches resolved paths, and a grant on a symlink silently never matches.
 -- @module corral.sbpl
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -47,50 +46,6 @@ function M.runtime_read_paths()
   local out = {}
   for i, p in ipairs(RUNTIME_READ_PATHS) do out[i] = p end
   return out
-end
-
--- Resolves one caller path: it must exist on this host and be a directory.
-local function resolve(name, value)
-  if type(value) ~= "string" then
-    return nil, errors.invalid_argument(name, "must be a string path, got " .. type(value))
-  end
-  if value:find("\0", 1, true) then
-    return nil, errors.invalid_argument(name, "contains a NUL byte")
-  end
-  local resolved, msg = core.path.resolve(value)
-  if not resolved then return nil, errors.invalid_argument(name, msg) end
-  local ok, why, kind = core.rootplan.check_boundary(resolved)
-  if kind == "root" then
-    -- a subpath of / grants every file on the machine
-    return nil, errors.invalid_argument(name, value .. " resolves to /, which confines nothing")
-  end
-  if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
-  return resolved
-end
-
---- The SBPL profile confining a process to `permit_path` (and `extras`), each resolved.
--- @tparam string permit_path an existing directory, the one the process may read and write
--- @tparam[opt] {string,...} extras further directories granted read-write
--- @treturn string the profile text for `sandbox-exec -p`, or nil and `invalid_argument`
-function M.profile(permit_path, extras)
-  local permit, err = resolve("permit_path", permit_path)
-  if not permit then return nil, err end
-  if extras ~= nil and type(extras) ~= "table" then
-    return nil, errors.invalid_argument("extras", "must be a list, got " .. type(extras))
-  end
-  local resolved = {}
-  for i, p in ipairs(extras or {}) do
-    local r, e = resolve("extras[" .. i .. "]", p)
-    if not r then return nil, e end
-    resolved[i] = r
-  end
-  local text, msg = core.sbpl.emit(permit, resolved, M.runtime_read_paths())
-  if not text then
-    -- core.sbpl.emit names the argument ("sbpl: extras[2]: …"): a path it cannot spell
-    local name = msg:match("^sbpl: ([%w_%[%]]+):") or "permit_path"
-    return nil, errors.invalid_argument(name, msg)
-  end
-  return text
 end
 
 -- An SBPL string literal (TinyScheme's reader); a newline or CR refused, as core.sbpl.emit does.

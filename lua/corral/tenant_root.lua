@@ -3,8 +3,10 @@
 --
 -- Fields: `mounts` (in order: merged-/usr symlinks, then binds: the runtime read-only,
 -- optional where this host lacks a path; storage at /storage, workspace at /workspace,
--- both read-write), `proc`, `dev`, `tmp_mib`, `cwd`, `hostname`, `uid`/`gid` (the
--- unprivileged host id), `env` (sorted "NAME=value"), `rlimits` (nil: inherited),
+-- both read-write, and named by `tree` when the renderer must show the tree
+-- corral.resources.tree makes instead of the path: an idmapped directory, a disk),
+-- `proc`, `dev`, `tmp_mib`, `cwd`, `hostname`, `uid`/`gid` (the unprivileged host
+-- id), `env` (sorted "NAME=value"), `rlimits` (nil: inherited),
 -- `netns` (the egress plane's, or nil for a new empty one), `cgroup_procs`.
 -- Every renderer adds itself: the root read-only, every capability dropped,
 -- no_new_privs, the tenant seccomp filter, a new session and fresh namespaces.
@@ -36,9 +38,13 @@ function M.plan(sb, st)
   -- egress: the sandbox's own resolver over the runtime's /etc/resolv.conf (corral.egress.plane)
   local resolv = st and st.plane and st.plane.resolv_conf
   if resolv then mounts[#mounts + 1] = { type = "bind", src = resolv, dest = "/etc/resolv.conf" } end
-  mounts[#mounts + 1] = { type = "bind", src = sandbox.storage_path(sb), dest = "/storage", rw = true }
+  -- as root, native and bwrap show these as trees this process makes (corral.resources.tree)
+  local trees = st and st.trees
+  mounts[#mounts + 1] = { type = "bind", src = sandbox.storage_path(sb), dest = "/storage", rw = true,
+                          tree = trees and "storage" or nil }
   if sb.workspace_path then
-    mounts[#mounts + 1] = { type = "bind", src = sb.workspace_path, dest = "/workspace", rw = true }
+    mounts[#mounts + 1] = { type = "bind", src = sb.workspace_path, dest = "/workspace", rw = true,
+                            tree = trees and st.workspace and "workspace" or nil }
   end
   local lim = sb.limits or {}
   local id = sandbox.host_id(sb)

@@ -33,7 +33,8 @@ end
 local steps = 0
 
 -- The egress plane for an allowlisted step is made and programmed before the program
--- exists, owned by the caller's user namespace, where the program (which joins it and
+-- exists, owned by the caller's user namespace (without root: a user namespace of the
+-- caller's own, which the program joins first), where the program (which joins it and
 -- drops every capability) holds none (docs/architecture.md, invariant 4).
 local function egress_plane(g, network)
   network = network or {}
@@ -43,7 +44,7 @@ local function egress_plane(g, network)
     resolve = network.resolve })
   if not pl then
     return nil, errors.cannot_enforce("grants.net", "the egress plane an allowlist needs could not be built " ..
-      "(a network namespace of corral's own, programmed with nftables: root here): " ..
+      "(a network namespace of corral's own, programmed with nftables): " ..
       tostring(errors.is(err) and err.detail or err))
   end
   pl.port_key = id
@@ -327,5 +328,4 @@ function M.s2(spec)
   return result, rec
 end
 
--- the REPL's bare `step{...}` returns the receipt with the result in it
-return setmetatable(M, { __call = function(_, spec) return require("corral.repl").step(spec) end })
+return M

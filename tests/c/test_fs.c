@@ -16,18 +16,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "fs.h"
-
-static char base[PATH_MAX];
-
-static const char *at(const char *rel)
-{
-    static char bufs[4][2 * PATH_MAX];
-    static int n;
-    char *b = bufs[n++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", base, rel);
-    return b;
-}
 
 static void touch(const char *rel)
 {
@@ -134,17 +124,13 @@ static void access_as_another_identity(void)
 
 int main(void)
 {
-    snprintf(base, sizeof base, "/tmp/corral-test-fs-XXXXXX");
-    if (!mkdtemp(base)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    CHECK(chmod(base, 0711) == 0);
+    if (fixture_make("fs") < 0) return 1;
+    CHECK(chmod(fixture_root, 0711) == 0);
     removal_never_follows_links();
     removal_of_a_deep_tree();
     removal_of_a_wide_tree();
     if (geteuid() == 0) access_as_another_identity();
-    CHECK(corral_remove_tree(base) == 0);
-    CHECK(access(base, F_OK) < 0 && errno == ENOENT);
+    CHECK(corral_remove_tree(fixture_root) == 0); /* the verb under test, not fixture_remove */
+    CHECK(access(fixture_root, F_OK) < 0 && errno == ENOENT);
     return DONE();
 }

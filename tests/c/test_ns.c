@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -290,6 +292,112 @@ static void test_run_in(void)
     close(host);
 }
 
+static void *idle_thread(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static int userns_same(int a_fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(a_fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+static void *setns_thread(void *arg)
+{
+    int *fd = arg;
+    *fd = setns(*fd, CLONE_NEWNET) < 0 ? errno : 0;
+    return NULL;
+}
+
+/* What an unprivileged, threaded caller can do with a netns in a user namespace of its
+ * own; each entry of r is 1 when it held. */
+enum {
+    U_HOST_NETNS_REFUSED, /* the attempt: new_net needs CAP_SYS_ADMIN it lacks */
+    U_MADE,               /* the control: one in a user namespace of its own */
+    U_OWNER_FOREIGN,      /* corral_ns_owner names that user namespace */
+    U_OWNER_OWN,          /* and -1 for the caller's own netns */
+    U_THREAD_REFUSED,     /* a thread of it cannot enter that netns */
+    U_RUN_IN,             /* corral_ns_run_in does, with every signal blocked */
+    U_CALLER_UNMOVED,     /* the caller is still in its own netns and user namespace */
+    U_SOCKET,             /* a socket made there belongs to it */
+    U_BIND_LOW,           /* the caller (its owner) binds port 53 there */
+    U_BIND_LOW_HOST,      /* control of the capability: not in its own netns */
+    U_OWN_NETNS,          /* its own netns needs no entering: a socket is made there */
+    U_NO_FD_LEFT,         /* nothing left open */
+    U_COUNT
+};
+
+static void test_run_in_unprivileged(void)
+{
+    int p[2], status = -1;
+    CHECK(pipe2(p, O_CLOEXEC) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        const uid_t id = 64998;
+        int r[U_COUNT] = {0};
+        if (setgroups(0, NULL) < 0 || setresgid(id, id, id) < 0 || setresuid(id, id, id) < 0)
+            _exit(2);
+        /* As a process started by this uid is: its own /proc files (uid_map) are its own. */
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+        pthread_t idle;
+        if (pthread_create(&idle, NULL, idle_thread, NULL) != 0) _exit(3);
+        int fds = count_fds();
+        int host = corral_ns_open(0, "net");
+        int made = corral_ns_new_net();
+        r[U_HOST_NETNS_REFUSED] = made == -EPERM;
+        int a = corral_ns_new_net_in_userns();
+        r[U_MADE] = a >= 0;
+        int owner = -2, own = -2;
+        r[U_OWNER_FOREIGN] = corral_ns_owner(a, &owner) == 0 && owner >= 0 &&
+                             !userns_same(owner, "/proc/self/ns/user");
+        r[U_OWNER_OWN] = corral_ns_owner(host, &own) == 0 && own == -1;
+        int arg = a;
+        pthread_t t;
+        r[U_THREAD_REFUSED] = pthread_create(&t, NULL, setns_thread, &arg) == 0 &&
+                              pthread_join(t, NULL) == 0 && arg == EPERM;
+        struct seen s = {.all_blocked = 0};
+        r[U_RUN_IN] = corral_ns_run_in(a, look, &s) == 7 && same_inode(&s.net, a) && s.all_blocked;
+        struct stat self;
+        r[U_CALLER_UNMOVED] = stat("/proc/thread-self/ns/net", &self) == 0 &&
+                              same_inode(&self, host) && !userns_same(owner, "/proc/self/ns/user");
+        int fd = corral_ns_socket(a, AF_INET, SOCK_DGRAM, 0);
+        r[U_SOCKET] = fd >= 0 && corral_ns_socket_is(fd, a) == 1 &&
+                      corral_ns_socket_is(fd, host) == 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC);
+        struct sockaddr_in low = {.sin_family = AF_INET, .sin_port = htons(53)};
+        r[U_BIND_LOW] = fd >= 0 && bind(fd, (struct sockaddr *)&low, sizeof low) == 0;
+        int hfd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        r[U_BIND_LOW_HOST] =
+            hfd >= 0 && bind(hfd, (struct sockaddr *)&low, sizeof low) < 0 && errno == EACCES;
+        close(hfd);
+        hfd = corral_ns_socket(host, AF_INET, SOCK_DGRAM, 0);
+        /* in the host's netns, not a: there port 53 stays refused */
+        r[U_OWN_NETNS] =
+            hfd >= 0 && bind(hfd, (struct sockaddr *)&low, sizeof low) < 0 && errno == EACCES;
+        close(hfd);
+        close(fd);
+        close(owner);
+        close(a);
+        close(host);
+        r[U_NO_FD_LEFT] = count_fds() == fds;
+        if (write(p[1], r, sizeof r) != sizeof r) _exit(4);
+        _exit(0);
+    }
+    close(p[1]);
+    int r[U_COUNT] = {0};
+    CHECK(read(p[0], r, sizeof r) == sizeof r);
+    close(p[0]);
+    CHECK(waitpid(pid, &status, 0) == pid && status == 0);
+    for (int i = 0; i < U_COUNT; i++) {
+        if (!r[i]) fprintf(stderr, "unprivileged run_in: entry %d did not hold\n", i);
+        CHECK(r[i]);
+    }
+}
+
 int main(void)
 {
     test_kinds();
@@ -298,5 +406,6 @@ int main(void)
     test_maps_as_root();
     test_maps_unprivileged();
     test_run_in();
+    test_run_in_unprivileged();
     return DONE();
 }

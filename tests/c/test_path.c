@@ -15,18 +15,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "path.h"
-
-static char root[PATH_MAX]; /* the fixture directory, itself resolved */
-
-static const char *at(const char *rel)
-{
-    static char bufs[8][2 * PATH_MAX];
-    static int n;
-    char *b = bufs[n++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", root, rel);
-    return b;
-}
 
 static void mkfile(const char *rel, mode_t mode)
 {
@@ -77,12 +67,6 @@ static bool fails_with(const char *p, int want)
     return ok;
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)ftw;
-    return flag == FTW_DP ? rmdir(p) : unlink(p);
-}
-
 static void test_walk(void)
 {
     mkdir_("dir");
@@ -116,7 +100,7 @@ static void test_walk(void)
      * <root>/x. A lexical clean-up would have said <root>. */
     link_(at("x/y"), "link");
     CHECK(resolves_to(at("link/.."), at("x")));
-    CHECK(resolves_to(at("link/../y/../.."), root));
+    CHECK(resolves_to(at("link/../y/../.."), fixture_root));
 
     /* Absolute targets restart from the root. */
     link_("/", "toroot");
@@ -152,7 +136,7 @@ static void test_walk(void)
     CHECK(getcwd(cwd, sizeof cwd) != NULL);
     CHECK(chdir(at("dir")) == 0);
     CHECK(resolves_to("sub", at("dir/sub")));
-    CHECK(resolves_to("up/../..", root));
+    CHECK(resolves_to("up/../..", fixture_root));
     CHECK(resolves_to(".", at("dir")));
     CHECK(chdir(cwd) == 0);
 
@@ -272,14 +256,10 @@ static void test_executable(void)
 
 int main(void)
 {
-    char tmpl[] = "/tmp/corral-test-path-XXXXXX";
-    if (!mkdtemp(tmpl) || !realpath(tmpl, root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (fixture_make("path") < 0) return 1;
     test_walk();
     test_loops();
     test_executable();
-    CHECK(nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0);
+    CHECK(fixture_remove() == 0);
     return DONE();
 }

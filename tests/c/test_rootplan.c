@@ -27,6 +27,21 @@ static void test_tables(void)
     CHECK(n == 4 && in_list(sys, n, "/proc") && in_list(sys, n, "/boot"));
     const char *const *dev = corral_rootplan_devices(&n);
     CHECK(in_list(dev, n, "/dev/null") && !in_list(dev, n, "/dev/mem"));
+    CHECK(in_list(dev, n, "/dev/tty"));
+    const char *const *data = corral_rootplan_data_devices(&n);
+    CHECK(in_list(data, n, "/dev/urandom") && !in_list(data, n, "/dev/tty"));
+    /* The programs are the runtime read set without /etc, in the same order. */
+    size_t n_runtime, n_programs;
+    runtime = corral_rootplan_runtime(&n_runtime);
+    const char *const *programs = corral_rootplan_programs(&n_programs);
+    CHECK(n_programs == n_runtime - 1 && !in_list(programs, n_programs, "/etc"));
+    for (size_t i = 0; i < n_programs; i++)
+        CHECK(strcmp(programs[i], runtime[i]) == 0);
+    const char *const *startup = corral_rootplan_startup_files(&n);
+    CHECK(in_list(startup, n, "/etc/ld.so.cache") && !in_list(startup, n, "/etc/shadow"));
+    CHECK(!in_list(startup, n, "/etc/resolv.conf"));
+    const char *const *net = corral_rootplan_network_files(&n);
+    CHECK(in_list(net, n, "/etc/resolv.conf") && !in_list(net, n, "/etc/shadow"));
 }
 
 static void test_boundary(void)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "path.h"
 #include "sbpl.h"
 
@@ -152,14 +153,6 @@ static long find_grant(const struct node *top, size_t from, const char *op, cons
 
 /* ---- fixtures ---- */
 
-static char root[PATH_MAX / 2]; /* half: every fixture path built on it fits PATH_MAX */
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)ftw;
-    return flag == FTW_DP ? rmdir(p) : unlink(p);
-}
-
 static const char *const runtime[] = {"/usr/lib", "/System", "/private/etc"};
 
 static char *emit(const char *permit, const char *const *extras, size_t n_extras, int *err)
@@ -190,9 +183,9 @@ static void test_reader(void)
 static void test_structure(void)
 {
     char permit[PATH_MAX], e1[PATH_MAX], e2[PATH_MAX];
-    snprintf(permit, sizeof permit, "%s/work", root);
-    snprintf(e1, sizeof e1, "%s/cache", root);
-    snprintf(e2, sizeof e2, "%s/other/deep", root);
+    snprintf(permit, sizeof permit, "%s/work", fixture_root);
+    snprintf(e1, sizeof e1, "%s/cache", fixture_root);
+    snprintf(e2, sizeof e2, "%s/other/deep", fixture_root);
     const char *extras[] = {e1, e2};
     int err;
     char *text = emit(permit, extras, 2, &err);
@@ -235,9 +228,9 @@ static void test_structure(void)
     CHECK(find_grant(top, 0, "file-read*", "literal", "/") > 1);
     CHECK(find_grant(top, 0, "file-write*", "literal", "/dev/null") > 1);
     /* getcwd from inside the boundary: metadata on each ancestor, and only metadata. */
-    CHECK(find_grant(top, 0, "file-read-metadata", "literal", root) > 1);
-    CHECK(find_grant(top, 0, "file-read*", "literal", root) == -1);
-    CHECK(find_grant(top, 0, "file-read*", "subpath", root) == -1);
+    CHECK(find_grant(top, 0, "file-read-metadata", "literal", fixture_root) > 1);
+    CHECK(find_grant(top, 0, "file-read*", "literal", fixture_root) == -1);
+    CHECK(find_grant(top, 0, "file-read*", "subpath", fixture_root) == -1);
 
     /* The boundary, read-write, after the whole runtime block; then each extra, in
      * order; and the last extra is the last form: nothing after it can re-deny. */
@@ -269,7 +262,7 @@ static void test_structure(void)
 static void test_escaping(void)
 {
     char dir[PATH_MAX], inj[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/a\"b\\c", root);
+    snprintf(dir, sizeof dir, "%s/a\"b\\c", fixture_root);
     CHECK(mkdir(dir, 0755) == 0);
     char *resolved = NULL;
     CHECK(corral_resolve_dir(dir, &resolved) == 0 && resolved && strcmp(resolved, dir) == 0);
@@ -284,7 +277,7 @@ static void test_escaping(void)
 
     /* <root>/x")) (allow file-write* (subpath "/")) ((" is two nested directories, so it
      * is real; written unescaped it would close the grant and add a top-level grant of /. */
-    snprintf(inj, sizeof inj, "%s/x\")) (allow file-write* (subpath \"", root);
+    snprintf(inj, sizeof inj, "%s/x\")) (allow file-write* (subpath \"", fixture_root);
     CHECK(mkdir(inj, 0755) == 0);
     strncat(inj, "/\")) ((\"", sizeof inj - strlen(inj) - 1);
     CHECK(mkdir(inj, 0755) == 0);
@@ -315,7 +308,7 @@ static void test_escaping(void)
 static void test_refusals(void)
 {
     char good[PATH_MAX];
-    snprintf(good, sizeof good, "%s/work", root);
+    snprintf(good, sizeof good, "%s/work", fixture_root);
     const char *bad[] = {"relative/path", "",      "/a/b\nc", "/a/b\rc", "/a/../b",
                          "/a/./b",        "/a//b", "/a/b/",   "/a/.."};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -348,8 +341,8 @@ static void test_refusals(void)
 static void test_symlinked_permit(void)
 {
     char target[PATH_MAX], link[PATH_MAX];
-    snprintf(target, sizeof target, "%s/real-work", root);
-    snprintf(link, sizeof link, "%s/work-link", root);
+    snprintf(target, sizeof target, "%s/real-work", fixture_root);
+    snprintf(link, sizeof link, "%s/work-link", fixture_root);
     CHECK(mkdir(target, 0755) == 0);
     CHECK(symlink("real-work", link) == 0);
     char *resolved = NULL;
@@ -367,17 +360,12 @@ static void test_symlinked_permit(void)
 
 int main(void)
 {
-    char tmpl[] = "/tmp/corral-test-sbpl-XXXXXX", rp[PATH_MAX];
-    if (!mkdtemp(tmpl) || !realpath(tmpl, rp) || strlen(rp) >= sizeof root) {
-        perror("mkdtemp");
-        return 1;
-    }
-    memcpy(root, rp, strlen(rp) + 1);
+    if (fixture_make("sbpl") < 0) return 1;
     test_reader();
     test_structure();
     test_escaping();
     test_refusals();
     test_symlinked_permit();
-    CHECK(nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0);
+    CHECK(fixture_remove() == 0);
     return DONE();
 }

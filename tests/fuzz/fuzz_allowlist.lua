@@ -4,7 +4,8 @@
 -- and splicing bytes, with an alphabet weighted to the grammar's own punctuation. For each
 -- it checks: parse_entry never raises; it answers an entry or an invalid_argument on
 -- network.allow whose detail begins with the entry quoted; an entry's canonical text
--- parses back to the same canonical text, kind and ports; loopback is never granted.
+-- parses back to the same canonical text, kind, protocol and ports; loopback is never
+-- granted; a UDP entry always names ports, never port 53 alone.
 --   lua5.4 tests/fuzz/fuzz_allowlist.lua [SECONDS] [SEED]   (scripts/run-fuzz allowlist)
 -- tests/egress_allowlist_spec.lua runs `run` for a fixed count with a fixed seed.
 local allowlist = require "corral.egress.allowlist"
@@ -60,14 +61,18 @@ function M.check(entry)
     return false
   end
   local again = allowlist.parse_entry(e.text)
-  if not again or again.text ~= e.text or again.kind ~= e.kind or allowlist.ports_text(again) ~=
-      allowlist.ports_text(e) then
+  if not again or again.text ~= e.text or again.kind ~= e.kind or again.proto ~= e.proto or
+      allowlist.ports_text(again) ~= allowlist.ports_text(e) then
     fail(entry, "canonical text " .. tostring(e.text) .. " does not parse back to itself")
   end
   if (e.kind == "address" or e.kind == "network") and
       ((#e.bytes == 4 and e.bytes:byte(1) == 127 and e.prefix >= 8) or
        (#e.bytes == 16 and e.prefix == 128 and e.bytes == string.rep("\0", 15) .. "\1")) then
     fail(entry, "grants the sandbox's own loopback")
+  end
+  if e.proto ~= "tcp" and e.proto ~= "udp" then fail(entry, "no protocol: " .. tostring(e.proto)) end
+  if e.proto == "udp" and (not e.ports or (#e.ports == 1 and e.ports[1][1] == 53 and e.ports[1][2] == 53)) then
+    fail(entry, "a UDP entry without ports, or for DNS alone")
   end
   return true
 end

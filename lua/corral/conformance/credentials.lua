@@ -3,6 +3,11 @@
 -- The host holds tokens the tenant must not see: in a host process's environment, and
 -- in whatever data store a consumer probes with its own `credentials` hook. A permitted
 -- variable given to the sandbox is the control that the environment arrives at all.
+--
+-- The environment is every mechanism's duty, whatever it claims (docs/mechanisms.md: the
+-- tenant gets `sb.env`, after corral.hardening), so cred.forbidden_env needs no claim. A
+-- host process's environment is read through /proc, the tenant's filesystem: a root of
+-- its own has a /proc of its own pid namespace, where no host process appears.
 -- @module corral.conformance.credentials
 local core = require "corral.core"
 
@@ -15,7 +20,7 @@ end
 
 return {
   {
-    id = "cred.forbidden_env", needs = { "privilege_separation" },
+    id = "cred.forbidden_env", needs = {},
     guarantee = "a tenant's environment holds no variable the forbidden list names, and no credential of the host's",
     attempt = "list the tenant's whole environment (every variable a mechanism might pass through)",
     control = "the permitted variable given to the sandbox arrives; A's own storage read and written back",
@@ -45,7 +50,7 @@ return {
     end,
   },
   {
-    id = "cred.host_environ", needs = { "privilege_separation" },
+    id = "cred.host_environ", needs = { "filesystem_confinement" },
     guarantee = "a tenant cannot read a host process's environment (/proc/1/environ, /proc/PID/environ)",
     attempt = "read /proc/1/environ, the host holder's /proc/PID/environ and every /proc/*/environ",
     control = "A reads its own /proc/self/environ, then its own storage",

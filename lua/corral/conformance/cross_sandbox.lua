@@ -4,10 +4,16 @@
 -- B's target holds a token in its command line, environment, a loopback listener, an
 -- abstract unix socket, /tmp and a SysV segment. After A's attempt B tests its own
 -- targets: a refusal counts only if the target was alive.
+--
+-- Each check needs what B's target is hidden by: its processes, environment, memory, /tmp
+-- and SysV segment lie outside A's own root (filesystem_confinement, as for the host's in
+-- corral.conformance.process); its loopback and abstract socket belong to its network
+-- namespace (network_restriction).
 -- @module corral.conformance.cross_sandbox
 local core = require "corral.core"
 
-local PRIV = { "privilege_separation" }
+local FS = { "filesystem_confinement" }
+local NET = { "network_restriction" }
 
 local TARGET = [=[
 import ctypes, os, socket, sys, threading, time
@@ -20,6 +26,9 @@ def serve(s):
         try: c.sendall(token.encode() + b"\n")
         except OSError: pass
         c.close()
+def publish(name, text):  # whole or not at all: the host reads it as soon as it exists
+    with open("/storage/." + name, "w") as f: f.write(text)
+    os.rename("/storage/." + name, "/storage/" + name)
 open("/tmp/corral-target", "w").write(token)
 t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(("127.0.0.1", 7000)); t.listen(8)
 u = socket.socket(socket.AF_UNIX); u.bind("\0corral-conformance-target"); u.listen(8)
@@ -27,7 +36,7 @@ for s in (t, u): threading.Thread(target=serve, args=(s,), daemon=True).start()
 shm = libc.shmget(0x434f5252, 4096, 0o1600)
 if shm >= 0:
     a = libc.shmat(shm, None, 0); ctypes.memmove(a, token.encode(), len(token))
-open("/storage/ready", "w").write("ready")
+publish("ready", "ready")
 while not os.path.exists("/storage/go"): time.sleep(0.02)
 res = []
 def check(name, fn):
@@ -44,7 +53,7 @@ def sysv():
     return sid >= 0 and ctypes.string_at(libc.shmat(sid, None, 0o10000), len(token)).decode() == token
 check("shm", sysv)
 check("alive", lambda: True)
-open("/storage/selftest", "w").write(" ".join(res))
+publish("selftest", " ".join(res))
 time.sleep(60)
 ]=]
 
@@ -99,8 +108,12 @@ local function pair(w)
   w:write(b, "target.py", TARGET)
   local ok, serr = w:start(b, "exec python3 /storage/target.py " .. b.own)
   if not ok then return nil, { unavailable = "the target sandbox did not start: " .. tostring(serr) } end
-  -- an attempt at a target that never started distinguishes nothing
-  if not w:wait_for(function() return w:read(b, "ready") ~= nil end, 5) then
+  -- an attempt at a target that never started distinguishes nothing; one whose sandbox
+  -- stopped will not start any more
+  local function settled()
+    return w:read(b, "ready") ~= nil or require("corral").status(w.mech, b.sb) ~= "running"
+  end
+  if not (w:wait_for(settled, 5) and w:read(b, "ready")) then
     return nil, { unavailable = "B's target never started: " .. (w:read(b, "../start-" .. b.id) or ""):sub(1, 120) }
   end
   b.host_pid = host_pid_of(b.own)
@@ -118,9 +131,9 @@ local function target_alive(w, b, target)
   return ((w:read(b, "selftest") or ""):find(target .. "=1", 1, true)) ~= nil
 end
 
-local function cross(id, guarantee, attempt, target, script, evidence_of)
+local function cross(id, needs, guarantee, attempt, target, script, evidence_of)
   return {
-    id = id, guarantee = guarantee, attempt = attempt, needs = PRIV, tools = { "python3" },
+    id = id, guarantee = guarantee, attempt = attempt, needs = needs, tools = { "python3" },
     control = "B's own test of its " .. target .. " target passes after the attempt; A's own storage",
     run = function(w)
       local a, b = pair(w)
@@ -141,12 +154,13 @@ local function cross(id, guarantee, attempt, target, script, evidence_of)
 end
 
 return {
-  cross("cross.pids", "a tenant cannot see another sandbox's processes", "read every /proc/PID/cmdline for B's token",
+  cross("cross.pids", FS, "a tenant cannot see another sandbox's processes",
+    "read every /proc/PID/cmdline for B's token",
     "alive", function() return "cat /proc/[0-9]*/cmdline | tr '\\0' ' '" end),
-  cross("cross.environ", "a tenant cannot read another sandbox's environment",
+  cross("cross.environ", FS, "a tenant cannot read another sandbox's environment",
     "read every /proc/PID/environ for B's permitted variable", "alive",
     function() return "cat /proc/[0-9]*/environ | tr '\\0' '\\n'" end),
-  cross("cross.signal", "a tenant cannot signal another sandbox's processes",
+  cross("cross.signal", FS, "a tenant cannot signal another sandbox's processes",
     "kill -KILL B's target, by its host pid and by every pid showing B's token", "alive",
     function(b)
       -- the pattern does not match this script's own command line; never `kill 0` (the
@@ -158,20 +172,20 @@ return {
     function(_, b)
       if b.host_pid and not core.fs.lstat("/proc/" .. b.host_pid) then return "B's target was killed" end
     end),
-  cross("cross.ptrace", "a tenant cannot ptrace another sandbox's processes",
+  cross("cross.ptrace", FS, "a tenant cannot ptrace another sandbox's processes",
     "PTRACE_ATTACH to B's target and read its memory", "alive",
     function(b) return "python3 /storage/attack.py ptrace " .. b.own .. " " .. tostring(b.host_pid or "") end),
-  cross("cross.loopback", "a tenant cannot reach a service on another sandbox's loopback",
+  cross("cross.loopback", NET, "a tenant cannot reach a service on another sandbox's loopback",
     "connect to 127.0.0.1:7000, where B listens in its own network", "loopback",
     function()
       return "python3 -c 'import socket; print(socket.create_connection((\"127.0.0.1\", 7000), 1).recv(100))'"
     end),
-  cross("cross.abstract_unix", "a tenant cannot connect to another sandbox's abstract unix socket",
+  cross("cross.abstract_unix", NET, "a tenant cannot connect to another sandbox's abstract unix socket",
     "connect to B's abstract socket @corral-conformance-target", "unix",
     function(b) return "python3 /storage/attack.py unix " .. b.own end),
-  cross("cross.tmp", "a tenant's /tmp is its own, not another sandbox's", "read B's /tmp/corral-target", "tmp",
+  cross("cross.tmp", FS, "a tenant's /tmp is its own, not another sandbox's", "read B's /tmp/corral-target", "tmp",
     function() return "cat /tmp/corral-target" end),
-  cross("cross.sysv_ipc", "a tenant cannot attach another sandbox's SysV shared memory",
+  cross("cross.sysv_ipc", FS, "a tenant cannot attach another sandbox's SysV shared memory",
     "shmget/shmat B's segment (key 0x434f5252) and read it", "shm",
     function(b) return "python3 /storage/attack.py shm " .. b.own end),
 }

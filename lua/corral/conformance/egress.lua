@@ -6,6 +6,8 @@
 -- arriving at one of the check's servers (or the kernel reporting a changed ruleset or
 -- mark). The control is the allowed destination reached from the same script.
 -- @module corral.conformance.egress
+local core = require "corral.core"
+
 local EG = { "network_restriction", "nftables" }
 
 -- The sandbox, the host's servers and the control; or nil and the observation.
@@ -83,10 +85,10 @@ for kind in (socket.SOCK_DGRAM, socket.SOCK_RAW):
 
 local MARK = [[
 import socket, sys
-host, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+host, port, token, mark = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), int(sys.argv[4])
 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 try:
-    s.setsockopt(socket.SOL_SOCKET, 36, 42)  # SO_MARK: the plane's own exemption
+    s.setsockopt(socket.SOL_SOCKET, 36, mark)  # SO_MARK: the plane's own exemption
     print("MARK:%d" % s.getsockopt(socket.SOL_SOCKET, 36))
 except OSError as e:
     print("mark", e.errno)
@@ -165,7 +167,8 @@ return {
   },
   {
     id = "egress.udp_out", needs = EG, tools = { "python3" },
-    guarantee = "UDP (other than to the sandbox's own DNS responder) does not leave the sandbox",
+    guarantee = "UDP that no udp: entry grants does not leave the sandbox: not to a name only a TCP entry "
+      .. "names, not to loopback or the host's address (DNS goes to the sandbox's own responder)",
     attempt = "send a datagram to allowed.test, 127.0.0.1 and the host's address on the check's UDP ports",
     control = "allowed.test on port P reached after it; A's own storage",
     run = function(w)
@@ -198,7 +201,8 @@ return {
   {
     id = "egress.so_mark", needs = EG, tools = { "python3" },
     guarantee = "the tenant cannot set the mark that exempts the plane's own sockets from the redirect",
-    attempt = "setsockopt SO_MARK 42, read it back, and connect marked to the host's address",
+    attempt = "setsockopt SO_MARK " .. core.nft.DEFAULT_MARK ..
+      ", read it back, and connect marked to the host's address",
     control = "allowed.test on port P reached after it; A's own storage",
     run = function(w)
       local e, why = setup(w)
@@ -206,8 +210,10 @@ return {
       local n = w:token()
       w:write(e.a, "mark.py", MARK)
       local target = e.ip_srv and (e.host_ip .. " " .. e.ip_srv.port) or ("127.0.0.1 " .. e.q.port)
-      local out, ok, detail = attempt(w, e, "python3 /storage/mark.py " .. target .. " " .. n)
-      local marked = out:find("MARK:42", 1, true) and "the kernel kept mark 42 on the tenant's socket" or nil
+      local mark = core.nft.DEFAULT_MARK
+      local out, ok, detail = attempt(w, e, "python3 /storage/mark.py " .. target .. " " .. n .. " " .. mark)
+      local marked = out:find("MARK:" .. mark, 1, true) and
+        ("the kernel kept mark " .. mark .. " on the tenant's socket") or nil
       return seen(e, n, out, ok, detail, marked)
     end,
   },

@@ -8,6 +8,8 @@
 -- mechanism that lets everything through is breached, never unavailable.
 -- @module corral.conformance
 local core = require "corral.core"
+local mechanism = require "corral.mechanism"
+local sandbox = require "corral.sandbox"
 
 local M = {}
 
@@ -20,8 +22,6 @@ M.OUTCOMES = { "held", "breached", "unavailable", "void" }
 
 local World = {}
 World.__index = World
-
-local function corral() return require "corral" end
 
 local function scratch_dir()
   local t = os.getenv("TMPDIR")
@@ -57,18 +57,24 @@ end
 
 World.token = M.token
 
+-- A callback of the mechanism under test, called as the host calls it (gated, checked).
+function World:call(name, sb, ...)
+  return mechanism.host_call(self.mech, name, sb, ...)
+end
+
 --- Provisions a sandbox with a file `own` holding a fresh token in its storage.
 -- @treturn table box, or nil and the error
 function World:sandbox(fields)
   self.n = self.n + 1
   local t = { id = "cf" .. self.n, storage_root = self.root }
   for k, v in pairs(fields or {}) do t[k] = v end
-  local sb, err = corral().sandbox(t)
+  local sb, err = sandbox.new(t)
   if not sb then return nil, err end
-  local ok, perr = corral().provision(self.mech, sb)
+  local ok, perr = self:call("provision", sb)
   if not ok then return nil, perr end
-  local box = { sb = sb, dir = self.root .. "/" .. sb.id, id = sb.id, own = self:token(),
-                host_id = require("corral.sandbox").host_id(sb) }
+  -- the host's view of the storage: its directory, or a disk's filesystem (storage_view)
+  local dir = type(self.mech.storage_view) == "function" and self.mech.storage_view(sb) or self.root .. "/" .. sb.id
+  local box = { sb = sb, dir = dir, id = sb.id, own = self:token(), host_id = sandbox.host_id(sb) }
   self.boxes[#self.boxes + 1] = box
   self:write(box, "own", box.own)
   return box
@@ -161,11 +167,11 @@ end
 -- @treturn string its stdout and stderr, or nil and the error
 function World:run(box, script, timeout)
   local out = self.root .. "/out-" .. self:token()
-  local ok, err = corral().start(self.mech, box.sb, { "/bin/sh", "-c", script }, { output = out })
+  local ok, err = self:call("start", box.sb, { "/bin/sh", "-c", script }, { output = out })
   if not ok then return nil, err end
   local deadline = core.clock.monotime() + (timeout or 20)
-  while corral().status(self.mech, box.sb) == "running" and core.clock.monotime() < deadline do self:pump(0.01) end
-  corral().stop(self.mech, box.sb)
+  while self:call("status", box.sb) == "running" and core.clock.monotime() < deadline do self:pump(0.01) end
+  self:call("stop", box.sb)
   self:pump(0)
   local text = read_file(out) or ""
   os.remove(out)
@@ -174,14 +180,14 @@ end
 
 --- Starts a long-running script in a box (a target other boxes aim at).
 function World:start(box, script)
-  return corral().start(self.mech, box.sb, { "/bin/sh", "-c", script },
+  return self:call("start", box.sb, { "/bin/sh", "-c", script },
     { output = self.root .. "/start-" .. box.id })
 end
 
 --- Runs a shell script with `exec` (limits such as wall apply); returns output, result.
 function World:exec(box, script)
   local out = self.root .. "/out-" .. self:token()
-  local r, err = corral().exec(self.mech, box.sb, { "/bin/sh", "-c", script }, { output = out })
+  local r, err = self:call("exec", box.sb, { "/bin/sh", "-c", script }, { output = out })
   local text = read_file(out) or ""
   os.remove(out)
   return text, r, err
@@ -343,14 +349,14 @@ function World:close()
     for _, c in ipairs(s.conns or {}) do c:close() end
     s.fd:close()
   end
-  for _, b in ipairs(self.boxes) do corral().destroy(self.mech, b.sb) end
+  for _, b in ipairs(self.boxes) do self:call("destroy", b.sb) end
   core.fs.remove_tree(self.root)
 end
 
 -- What the mechanism claims (constructs plus requires), asked with limits and a network set.
 local function claims(mech)
-  local sb = corral().sandbox({ id = "claims", storage_root = scratch_dir(),
-    limits = { memory = "64M", pids = 16, cpu = 0.5 }, network = { allow = { "claims.test:1" } } })
+  local sb = sandbox.new({ id = "claims", storage_root = scratch_dir(),
+    limits = { memory = "64M", pids = 16, cpu = 0.5, disk = "64M" }, network = { allow = { "claims.test:1" } } })
   local set = { constructed = {}, required = {} }
   for _, fn in ipairs({ "constructed", "required" }) do
     local f = mech[fn .. "_capabilities"]
@@ -453,12 +459,12 @@ function M.census(results)
 end
 
 --- Runs the suite against a mechanism.
--- @param mechanism a built-in name, a path to a .lua file, or a table
+-- @param which the mechanism: a built-in name, a path to a .lua file, or a table
 -- @tparam[opt] table opts `only` (groups), `ids` (a set), `credentials` (probe hook), `progress`
 -- @treturn table report `{mechanism =, results =, census =, seconds =}`, or nil and an error
-function M.run(mechanism, opts)
+function M.run(which, opts)
   opts = opts or {}
-  local mech, err = require("corral.mechanism").load(mechanism)
+  local mech, err = mechanism.load(which)
   if not mech then return nil, err end
   local groups = opts.only or M.GROUPS
   if type(groups) == "string" then groups = { groups } end
@@ -482,7 +488,7 @@ function M.run(mechanism, opts)
     results[i] = r
     if opts.progress then opts.progress(r, i, #list) end
   end
-  local name = type(mechanism) == "string" and mechanism or (mech.name or "table")
+  local name = type(which) == "string" and which or (mech.name or "table")
   return { mechanism = name, results = results, census = M.census(results), seconds = core.clock.monotime() - t0 }
 end
 

@@ -4,7 +4,16 @@
 -- The target is a host process of the check's own (`sh -c 'sleep 30; : TOKEN'`, a
 -- second token in its environment): the attempt aims at it by pid, and the host sees
 -- whether it is still running, or the tenant printed a token only it held.
+--
+-- What each check needs claimed, so that a breach is one: seeing, signalling and tracing
+-- a host process, and keeping a key in a keyring the host shares, are reaching outside
+-- the tenant's own root (filesystem_confinement: its /proc is its own pid namespace's,
+-- where a host pid names nothing; a traced process outside acts outside the confinement,
+-- which is why Landlock confines ptrace too). TIOCSTI on a terminal that is not the
+-- caller's controlling one is an act of privilege (CAP_SYS_ADMIN), refused to a tenant
+-- holding none (privilege_separation).
 -- @module corral.conformance.process
+local FS = { "filesystem_confinement" }
 local PRIV = { "privilege_separation" }
 
 -- The host holder and the tenant A; or nil and the reason. The holder runs as the
@@ -77,7 +86,7 @@ if k >= 0:
 
 return {
   {
-    id = "proc.host_pids", needs = PRIV, tools = { "tr" },
+    id = "proc.host_pids", needs = FS, tools = { "tr" },
     guarantee = "a tenant cannot see the host's processes",
     attempt = "read every /proc/PID/cmdline, looking for the host holder's token",
     control = "the tenant sees its own pid in /proc; A's own storage",
@@ -92,7 +101,7 @@ return {
     end,
   },
   {
-    id = "proc.signal_host", needs = PRIV,
+    id = "proc.signal_host", needs = FS,
     guarantee = "a tenant cannot signal a host process",
     attempt = "kill -KILL the host holder's pid",
     control = "the tenant kills a child of its own; A's own storage",
@@ -108,7 +117,7 @@ return {
     end,
   },
   {
-    id = "proc.ptrace", needs = PRIV, tools = { "python3" },
+    id = "proc.ptrace", needs = FS, tools = { "python3" },
     guarantee = "a tenant cannot ptrace a host process (and read its memory)",
     attempt = "PTRACE_ATTACH to the host holder, then read its environment from /proc/PID/mem",
     control = "A's own storage read and written back",
@@ -147,7 +156,7 @@ return {
     end,
   },
   {
-    id = "proc.keyring", needs = PRIV, tools = { "python3" },
+    id = "proc.keyring", needs = FS, tools = { "python3" },
     guarantee = "a tenant cannot use the kernel keyrings",
     attempt = "add_key a user key holding a fresh token, then KEYCTL_READ it back",
     control = "A's own storage read and written back",

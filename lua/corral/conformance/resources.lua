@@ -35,14 +35,6 @@ local function limited(w, limits, attempt, control, script_name, script)
   return a, out or "", cout, ok, detail
 end
 
-local function file_size(path)
-  local f = io.open(path, "rb")
-  if not f then return 0 end
-  local n = f:seek("end")
-  f:close()
-  return n
-end
-
 return {
   {
     id = "res.memory", needs = RL, tools = { "python3" },
@@ -119,20 +111,34 @@ return {
   {
     id = "res.disk", needs = { "disk_quota" }, tools = { "dd" },
     guarantee = "a tenant cannot fill the host's disk beyond its quota",
-    attempt = "write 2 GiB into the storage",
-    control = "A's own storage read and written back",
+    attempt = "write 512 MiB into a storage of limits.disk = 64M",
+    control = "the file removed, A's own storage read and written back",
     run = function(w)
-      local a, err = w:sandbox()
-      if not a then return { refused = err } end
-      local out, ok, detail = w:attempt(a, "dd if=/dev/zero of=/storage/fill bs=1M count=2048 2>&1 | tail -1", 120)
-      local n = file_size(a.dir .. "/fill")
-      os.remove(a.dir .. "/fill")
-      if n >= 2048 * 1024 * 1024 then return { evidence = "2 GiB landed in the storage" } end
-      -- a host disk with less room fails the write for its own reason (ENOSPC), not the quota's
-      if not out:lower():find("quota", 1, true) then
-        return { unavailable = "the write stopped, but not at a quota: " .. out:sub(1, 120) }
+      -- the host's free space says what landed, whatever the tenant reports; 512 MiB is 8
+      -- times the cap, far above what other writers on the host move meanwhile
+      local before = core.fs.statvfs(w.root)
+      if not before or before.available < 1024 ^ 3 then
+        return { unavailable = "the host has under 1 GiB free beside the storage: the attempt could not tell a " ..
+          "quota from a full disk" }
       end
-      return { control_ok = ok, control_detail = detail }
+      local a, err = w:sandbox({ limits = { disk = "64M" } })
+      if not a then return { refused = err } end
+      local out, ok, detail = w:attempt(a, "dd if=/dev/zero of=/storage/fill bs=1M count=512 2>&1; " ..
+        "echo LANDED:$(wc -c < /storage/fill); rm -f /storage/fill", 120)
+      local after = core.fs.statvfs(w.root)
+      local landed = tonumber(out:match("LANDED:(%d+)") or "0")
+      local host_took = before.available - after.available
+      if math.max(landed, host_took) >= 256 * 1024 ^ 2 then
+        return { evidence = string.format("%d MiB landed (the host lost %d MiB) under a disk of 64 MiB",
+          landed // 1024 ^ 2, host_took // 1024 ^ 2) }
+      end
+      if not out:find("No space left", 1, true) and not out:lower():find("quota", 1, true) then
+        -- a sandbox that killed the writer shows nothing either way: its control says which
+        if not ok then return { control_ok = false, control_detail = detail } end
+        return { unavailable = "the write stopped, but not for want of room: " .. out:sub(1, 120) }
+      end
+      return { control_ok = ok, control_detail = string.format("%s; the write stopped at %d MiB (ENOSPC)", detail,
+        landed // 1024 ^ 2) }
     end,
   },
 }

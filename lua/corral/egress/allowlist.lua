@@ -13,6 +13,18 @@
 --
 -- Ports: `:443`, `:8000-8100`, `:80,443,8000-8100`; 1-65535; no port means any port.
 --
+-- An entry is for TCP unless it begins `udp:` (`tcp:` may be written and is dropped):
+--
+--     udp:ntp.example.com:123     UDP datagrams to that name's port 123 (NTP)
+--     udp:api.example.com:443     UDP to 443 (QUIC, HTTP/3)
+--     udp:10.1.2.0/24:5000-5010   the same grammar after the prefix
+--
+-- A UDP entry must name its ports (UDP to every port of a host is never one entry's
+-- grant), never port 53 alone (DNS stays the sandbox's own responder), and never a URL
+-- (a URL's scheme names a TCP service). TCP and UDP entries grant only their own
+-- protocol: `api.example.com:443` never lets a datagram through, nor `udp:…:443` a
+-- connection.
+--
 -- A URL is read as the destination it names: `https://api.example.com` is
 -- `api.example.com:443`, `http://api.example.com:8080/` is `api.example.com:8080` (the
 -- scheme gives the port when the URL has none: http and ws 80, https and wss 443, ssh
@@ -278,12 +290,51 @@ local function loopback(bytes, prefix)
   return prefix == 128 and bytes == string.rep("\0", 15) .. "\1"
 end
 
+--- The protocols an entry may name, with the prefix that selects each (`tcp:` is the
+-- default and is dropped from the canonical text).
+M.PROTOCOLS = { tcp = true, udp = true }
+
+local parse_destination
+
+-- Without its `udp:`/`tcp:` prefix, the entry's destination is read as any TCP entry is.
+local function parse_protocol(s, proto, rest)
+  if rest:sub(1, 2) == "//" then
+    return bad(s, string.format("%s:// is not a URL corral reads; write %s:HOST:PORT", proto, proto))
+  end
+  if proto == "udp" and rest:match("^%a[%w+.-]*://") then
+    return bad(s, string.format("a URL names a TCP service; write %s:HOST:PORT (%s:api.example.com:443)",
+      proto, proto))
+  end
+  local inner = rest:match("^(%a+):")
+  if inner and M.PROTOCOLS[inner:lower()] then return bad(s, "more than one protocol prefix") end
+  local e, err = M.parse_entry(rest)
+  if not e then return bad(s, (err.detail:gsub('^"[^"]*": ', ""))) end
+  e.source = s
+  if proto == "tcp" then return e end
+  if not e.ports then
+    local t = "udp:" .. e.text
+    return bad(s, string.format("a UDP entry names its ports (%s:123, %s:443, %s:5000-5010): UDP to every "
+      .. "port of a destination is never granted by one entry", t, t, t))
+  end
+  e.proto = "udp"
+  e.text = "udp:" .. e.text
+  return e
+end
+
 --- Parses one allowlist entry.
 -- @tparam string s the entry as written
--- @treturn table `{kind =, text = canonical, name? =, suffix? =, bytes? =, prefix? =,
---   family? =, cidr? =, ports = nil (any) or merged {lo, hi} pairs, source = s}`; or nil
---   and `invalid_argument`
+-- @treturn table `{kind =, text = canonical, proto = "tcp"|"udp", name? =, suffix? =,
+--   bytes? =, prefix? =, family? =, cidr? =, ports = nil (any) or merged {lo, hi} pairs,
+--   source = s}`; or nil and `invalid_argument`
 function M.parse_entry(s)
+  if type(s) ~= "string" then return bad(s, "an entry must be a string, got " .. type(s)) end
+  local proto, rest = s:match("^(%a+):(.*)$")
+  if proto and M.PROTOCOLS[proto:lower()] then return parse_protocol(s, proto:lower(), rest) end
+  return parse_destination(s)
+end
+
+-- An entry without a protocol prefix (TCP).
+function parse_destination(s)
   if type(s) ~= "string" then return bad(s, "an entry must be a string, got " .. type(s)) end
   if s == "" then return bad(s, "empty entry") end
   if s:find("%s") then return bad(s, "contains whitespace") end
@@ -292,7 +343,7 @@ function M.parse_entry(s)
   if scheme then
     local hostport, why = from_url(scheme, after)
     if not hostport then return bad(s, why) end
-    local e, err = M.parse_entry(hostport)
+    local e, err = parse_destination(hostport)
     if not e then return bad(s, err.detail:gsub('^"[^"]*": ', "")) end
     e.source = s
     return e
@@ -358,8 +409,8 @@ function M.parse_entry(s)
     -- port 53 alone is always the sandbox's own responder (no query is forwarded), so such
     -- an entry could never be used: refused rather than silently meaningless
     if #ports == 1 and ports[1][1] == 53 and ports[1][2] == 53 then
-      return bad(s, "port 53 always reaches the sandbox's own DNS responder, which answers allowed names " ..
-        "itself and forwards nothing; allow the names instead")
+      return bad(s, "port 53 (TCP and UDP) always reaches the sandbox's own DNS responder, which answers " ..
+        "allowed names itself and forwards nothing: DNS stays the sandbox's own; allow the names instead")
     end
     e.ports = ports
   end
@@ -402,6 +453,7 @@ function M.parse_entry(s)
     end
     e.kind, e.name = "name", name
   end
+  e.proto = "tcp"
   e.text = canonical(e)
   return e
 end
@@ -526,57 +578,66 @@ local function port_ok(e, port)
   return false
 end
 
-local function first(bucket, port)
+-- An entry serves a query's protocol: its own (`proto = nil` asks for either).
+local function proto_ok(e, proto)
+  return proto == nil or (e.proto or "tcp") == proto
+end
+
+local function first(bucket, port, proto)
   if not bucket then return nil end
   for _, e in ipairs(bucket) do
-    if port_ok(e, port) then return e end
+    if port_ok(e, port) and proto_ok(e, proto) then return e end
   end
   return nil
 end
 
-local function match_name(idx, name, port)
-  local e = first(idx.names[name], port)
+local function match_name(idx, name, port, proto)
+  local e = first(idx.names[name], port, proto)
   if e then return e end
   -- every proper suffix on a label boundary, longest first: a.b.example.com tries
   -- b.example.com, example.com, com; "evilexample.com" never yields "example.com"
   local pos = name:find(".", 1, true)
   while pos do
-    e = first(idx.wildcards[name:sub(pos + 1)], port)
+    e = first(idx.wildcards[name:sub(pos + 1)], port, proto)
     if e then return e end
     pos = name:find(".", pos + 1, true)
   end
   return nil
 end
 
-local function match_ip(idx, bytes, port)
+local function match_ip(idx, bytes, port, proto)
   for _, e in ipairs(idx.nets) do
-    if #e.bytes == #bytes and inet.in_cidr(bytes, e.bytes, e.prefix) and port_ok(e, port) then return e end
+    if #e.bytes == #bytes and inet.in_cidr(bytes, e.bytes, e.prefix) and port_ok(e, port) and proto_ok(e, proto) then
+      return e
+    end
   end
   return nil
 end
 
 --- Matches a destination: a name an exact entry or a wildcard below its suffix, an IP an
--- address or network of its family; the name first. `port = nil` asks for any port.
--- @tparam table q `{name =, ip =, port =}`
+-- address or network of its family; the name first. `port = nil` asks for any port,
+-- `proto = nil` for either protocol (what the DNS responder asks); `"tcp"` or `"udp"`
+-- only the entries of that protocol.
+-- @tparam table q `{name =, ip =, port =, proto =}`
 -- @treturn table|nil the first entry that matches
 function Allowlist:match(q)
   local idx = self.index or build_index(self)
-  local port = q.port
+  local port, proto = q.port, q.proto
   if port ~= nil and math.type(port) ~= "integer" then return nil end
   if q.name ~= nil then
     local name = M.normalize_name(q.name)
-    local e = name and match_name(idx, name, port)
+    local e = name and match_name(idx, name, port, proto)
     if e then return e end
   end
   if q.ip ~= nil then
     local bytes = M.address(q.ip)
-    if bytes then return match_ip(idx, bytes, port) end
+    if bytes then return match_ip(idx, bytes, port, proto) end
   end
   return nil
 end
 
 --- Every entry that matches a destination, in list order (`match` returns the first).
--- @tparam table q `{name =, ip =, port =}`
+-- @tparam table q `{name =, ip =, port =, proto =}`
 -- @treturn {table,...}
 function Allowlist:match_all(q)
   local out = {}
@@ -588,11 +649,11 @@ end
 
 --- Whether one entry matches a destination (as `match`, without the index).
 -- @tparam table e an entry
--- @tparam table q `{name =, ip =, port =}`
+-- @tparam table q `{name =, ip =, port =, proto =}`
 -- @treturn boolean
 function M.matches(e, q)
   if q.port ~= nil and math.type(q.port) ~= "integer" then return false end
-  if not port_ok(e, q.port) then return false end
+  if not port_ok(e, q.port) or not proto_ok(e, q.proto) then return false end
   if e.kind == "name" or e.kind == "wildcard" then
     local name = q.name ~= nil and M.normalize_name(q.name)
     if not name then return false end

@@ -24,6 +24,12 @@
 --    cannot open a private, loopback or metadata address by IP.
 -- 5. Neither list nor hook: refused.
 --
+-- The protocol is `ctx.protocol` ("tcp" when absent, or "udp" for a datagram flow), and
+-- only entries of that protocol grant it. UDP needs an allowlist entry (`udp:…`): a hook
+-- alone never opens UDP (a hook written for connections would otherwise start passing
+-- datagrams it was never asked about), and with a list it narrows UDP as it narrows TCP,
+-- seeing `protocol` in its context.
+--
 -- The hook runs on a deep copy of the context (plus `entry`, the canonical text of the
 -- matching entry, if any) inside a coroutine with a count hook: after `budget`
 -- instructions (default 100,000) every further instruction raises, so a loop, even one
@@ -112,6 +118,24 @@ local function port_list(al, q)
   return table.concat(seen, ",")
 end
 
+local PROTO_TEXT = { tcp = "TCP", udp = "UDP" }
+
+-- Why no entry grants a destination on this port and protocol: the ports its own
+-- protocol's entries name, else the other protocol's, else that nothing names it.
+local function refusal(al, q, where, dest, proto)
+  local ports = port_list(al, { name = q.name, ip = q.ip, proto = proto })
+  if ports ~= "" then
+    return string.format("%s: %s is allowed only on ports %s", where, dest, ports)
+  end
+  local other = proto == "udp" and "tcp" or "udp"
+  ports = port_list(al, { name = q.name, ip = q.ip, proto = other })
+  if ports ~= "" then
+    return string.format("%s: %s is allowed only for %s (ports %s), not %s", where, dest, PROTO_TEXT[other],
+      ports, PROTO_TEXT[proto])
+  end
+  return string.format("%s: %s is not in the allowlist", where, dest)
+end
+
 -- The host's local networks for a check: env.host, or a refusal when it could not be read.
 local function host_set(env)
   if type(env) ~= "table" then return {} end
@@ -120,7 +144,7 @@ local function host_set(env)
 end
 
 --- Decides one connection.
--- @tparam table ctx `{sandbox =, name? =, ip? =, port =, family? =}`
+-- @tparam table ctx `{sandbox =, name? =, ip? =, port =, family? =, protocol? = "tcp"|"udp"}`
 -- @tparam table policy `{allowlist? = allowlist or list of strings, decide? = function,
 -- budget? = integer, internal? = list of CIDRs}` (nil: deny)
 -- @tparam[opt] table env `{host = the host's local networks (corral.egress.hostaddr.get()),
@@ -134,8 +158,10 @@ function M.decide(ctx, policy, env)
   if math.type(port) ~= "integer" or port < 1 or port > 65535 then
     return deny("bad destination port " .. tostring(port))
   end
+  local proto = ctx.protocol or "tcp"
+  if not PROTO_TEXT[proto] then return deny("bad protocol " .. describe(proto)) end
 
-  local q, dest = { port = port }
+  local q, dest = { port = port, proto = proto }
   if ctx.name ~= nil then
     local name, why = allowlist.normalize_name(ctx.name)
     if not name then return deny(string.format("bad name %s: %s", describe(ctx.name), why)) end
@@ -151,7 +177,7 @@ function M.decide(ctx, policy, env)
   else
     return deny("no destination: neither a name nor an address")
   end
-  local where = string.format("%s port %d", dest, port)
+  local where = string.format("%s%s port %d", proto == "udp" and "udp to " or "", dest, port)
 
   local al, entry = policy.allowlist, nil
   if al ~= nil then
@@ -161,15 +187,12 @@ function M.decide(ctx, policy, env)
       al = parsed
     end
     entry = al:match(q)
-    if not entry then
-      local ports = port_list(al, { name = q.name, ip = q.ip })
-      if ports ~= "" then
-        return deny(string.format("%s: %s is allowed only on ports %s", where, dest, ports), "allowlist")
-      end
-      return deny(string.format("%s: %s is not in the allowlist", where, dest), "allowlist")
-    end
+    if not entry then return deny(refusal(al, q, where, dest, proto), "allowlist") end
   elseif policy.decide == nil then
     return deny(string.format("%s: no allowlist and no decide hook", where))
+  elseif proto == "udp" then
+    return deny(string.format("%s: UDP is relayed only for udp: allowlist entries (a decide hook alone opens "
+      .. "TCP only)", where))
   end
   if q.ip then
     local host, herr = host_set(env)

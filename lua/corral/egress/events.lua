@@ -26,29 +26,36 @@
 --   down as relayed (also `bytes_up`, `bytes_down`).
 -- - `cut`: an open connection reset because its destination is no longer allowed
 --   (`corral.egress.revoke(sb, entry, {cut = true})`); verdict deny; bytes = up + down
---   moved before the cut (the relay reports them with the reset).
+--   moved before the cut (the relay reports them with the reset). A UDP flow's cut
+--   carries `protocol = "udp"`.
+-- - `udp`: the decision on a UDP flow (its first datagram; `corral.egress.udp`), with
+--   `protocol = "udp"`, ip = the destination the tenant wrote to (a synthetic address
+--   for a name), `upstream` once allowed; bytes = 0. A datagram the ruleset refused (no
+--   `udp:` entry names its port) is a `udp` deny with `by = "ruleset"` and `count`, the
+--   datagrams to that destination since the last such line, as for a refused SYN.
+-- - `udp_closed`: the end of an allowed UDP flow (idle, or the sandbox ended), verdict
+--   allow, bytes = up + down (also `bytes_up`, `bytes_down`), `count` the datagrams
+--   relayed both ways, `dropped` those that could not be.
 -- - `error`: a handler that raised; verdict deny, bytes = 0.
 -- - `suppressed`: see below.
 --
 -- The state (subscribers, ring, counters) is process-wide, as the event loop is.
 --
 -- Volume: a tenant decides how many events there are (one per DNS query, one per
--- connection attempt: a red-team run had 70,000 queries write 8.9 MB of JSON in 6 s;
--- measured here with the bound, 20,000 queries in 2.1 s write 603 lines, 113 kB).
--- Subscribers and the ring see every event — they are the operator's own code
--- and memory, and a bound there would hide what a policy hook must see. What reaches a
--- *file* is bounded: `json_lines_writer` passes, per sandbox per second, at most
--- `LOG_RATE` (200) events of each class — `dns` (queries), `connect` (allowed
--- connections as they open), `closed` (their closed/failed/cut records, with the bytes)
--- and `refused` (connection denials, handler errors) — so that a flood of one class can
--- never push another out of the log (a red-team run hid an allowed and a denied
--- connection behind 400 DNS queries when they shared one budget; a flood of new
--- connections would likewise have hidden the byte counts of those ending). The rest is
--- counted: one `suppressed` line per sandbox, per class and verdict, for each second that
--- dropped any, with the count and the sum of the dropped events' bytes (so no relayed
--- byte leaves the log). A file thus takes at most 4 × 200 + 7 lines per sandbox per
--- second; measured here with
--- `encode`, a line is 210-340 bytes (a DNS deny, a closing record), 1.4 kB at most (a
+-- connection attempt), so a file would grow as fast as a tenant sends. Subscribers and
+-- the ring see every event — they are the operator's own code and memory, and a bound
+-- there would hide what a policy hook must see. What reaches a *file* is bounded:
+-- `json_lines_writer` passes, per sandbox per second, at most `LOG_RATE` (200) events of
+-- each class — `dns` (queries), `connect` (allowed connections as they open), `closed`
+-- (their closed/failed/cut records, with the bytes), `refused` (connection denials,
+-- handler errors), `udp` (UDP flow decisions) and `udp_closed` (UDP flows' ends, with
+-- the bytes) — so that a flood of one class can never push another out of the log
+-- (tests/egress_log_spec.lua: a DNS flood leaves the connection decisions in the file, a
+-- flood of new connections the byte counts of those ending). The rest is counted: one
+-- `suppressed` line per sandbox, per class and verdict, for each second that dropped
+-- any, with the count and the sum of the dropped events' bytes (so no relayed byte
+-- leaves the log). A file thus takes at most 6 × 200 + 11 lines per sandbox per second;
+-- an `encode`d line is 210-340 bytes (a DNS deny, a closing record), 1.4 kB at most (a
 -- name of 250 escaped octets): about 0.25 MB/s per sandbox at the full budget, 1.1 MB/s
 -- in the worst case. The log file is mode 0600: it records what a tenant did (a new file
 -- is created so, an existing one is tightened to it; the path `-` is standard output).
@@ -68,7 +75,7 @@ M.RING_SIZE = 256
 M.LOG_RATE = 200
 
 --- The classes a file's budget is kept for, each its own (see `class`).
-M.LOG_CLASSES = { "dns", "connect", "closed", "refused" }
+M.LOG_CLASSES = { "dns", "connect", "closed", "refused", "udp", "udp_closed" }
 
 --- Fields every JSON line carries (null when the event has none).
 M.LOG_FIELDS = { "sandbox", "name", "ip", "port", "verdict", "reason", "bytes" }
@@ -77,8 +84,9 @@ local subscribers = {}
 local ring, ring_size, ring_next, ring_count = {}, M.RING_SIZE, 1, 0
 local failed, last_error = 0, nil
 
-local FIELD_ORDER = { "time", "epoch", "sandbox", "kind", "name", "ip", "port", "verdict", "reason", "bytes",
-  "entry", "by", "count", "answer", "qtype", "upstream", "bytes_up", "bytes_down", "class", "suppressed" }
+local FIELD_ORDER = { "time", "epoch", "sandbox", "kind", "protocol", "name", "ip", "port", "verdict", "reason",
+  "bytes", "entry", "by", "count", "answer", "qtype", "upstream", "bytes_up", "bytes_down", "dropped", "class",
+  "suppressed" }
 
 --- Now, in seconds since the epoch with microseconds (a log line's `time`).
 -- @treturn number
@@ -212,12 +220,15 @@ end
 
 --- The budget class of an event: `dns` for DNS answers; `closed` for the end of an
 -- allowed connection (closed, failed or cut, with its bytes); `connect` for an allowed
--- connect or inbound; `refused` for everything else (denied connections, handler errors).
+-- connect or inbound; `udp` for a UDP flow's decision and `udp_closed` for its end (or
+-- cut); `refused` for everything else (denied connections, handler errors).
 -- @tparam table ev
 -- @treturn string
 function M.class(ev)
   local kind = ev.kind
   if kind == "dns" then return "dns" end
+  if kind == "udp" then return "udp" end
+  if kind == "udp_closed" or (kind == "cut" and ev.protocol == "udp") then return "udp_closed" end
   if kind == "closed" or kind == "failed" or kind == "cut" then return "closed" end
   if ev.verdict == "allow" then return "connect" end
   return "refused"
@@ -245,7 +256,7 @@ end
 -- one-second window; the excess reaches `fn` as one `suppressed` event per class and
 -- verdict (`suppressed` = count, `bytes` summed), written by the next event, `tick` or `flush`.
 -- @tparam function fn the subscriber to protect
--- @tparam[opt] integer|table rate per class (default `LOG_RATE`), or `{dns =, relayed =, refused =}`
+-- @tparam[opt] integer|table rate per class (default `LOG_RATE`), or a table of them by class
 -- @tparam[opt] function clock monotonic seconds (default `core.clock.monotime`)
 -- @treturn function the bounded subscriber, and `flush()`
 function M.limit(fn, rate, clock)

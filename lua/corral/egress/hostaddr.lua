@@ -16,8 +16,9 @@
 --   each address as a /128 and any local route with its prefix, plus every address of
 --   /proc/net/if_inet6 (one still in duplicate address detection has no local route yet).
 --
--- /proc/net is the reading thread's network namespace (measured here: it lists the
--- veth address a test adds to the host, and not the addresses of a netns the test made).
+-- /proc/net is the reading thread's network namespace: it lists the veth address a test
+-- adds to the host, not the far end in the test's own netns (tests/egress_hardening_spec.lua,
+-- "reads this host's addresses from the kernel").
 -- Addresses change under a running host (DHCP, an operator adding one), so the set is
 -- read again when it is older than `REFRESH` seconds; reading it costs one pass over the
 -- two files, bounded by the size of the host's routing table.

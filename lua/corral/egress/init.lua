@@ -103,12 +103,18 @@ function M.revoke(sb, entry, opts)
   return n
 end
 
---- Decides every open outbound connection of a sandbox again (by destination, without
--- resolving again) and resets both ways those no longer allowed, each a `cut` event.
+--- Decides every open outbound connection and UDP flow of a sandbox again (by
+-- destination, without resolving again) and resets both ways the connections no longer
+-- allowed, and ends such flows, each a `cut` event.
 -- @param sb sandbox or id
--- @treturn integer how many connections were reset
+-- @treturn integer how many connections and flows were cut
 function M.recheck(sb)
-  return loop.recheck(sandbox_id(sb))
+  local id = sandbox_id(sb)
+  local n = loop.recheck(id)
+  for _, plane in ipairs(loop.planes()) do
+    if plane.id == id and plane.recheck_udp then n = n + plane:recheck_udp() end
+  end
+  return n
 end
 
 --- A sandbox's live policy, or nil.

@@ -1,6 +1,7 @@
 --- `corral run --learn FILE`: the program runs with nothing allowed that was not, every
--- name it asks for answered (so that it goes on to connect), and every connection it
--- then makes denied and recorded — name (or address), port and protocol. At the end the
+-- name it asks for answered (so that it goes on to connect), and every connection (and
+-- UDP flow) it then makes denied and recorded — name (or address), port and protocol,
+-- a UDP flow as `udp:name:port`. At the end the
 -- suggested allowlist is written to FILE, one entry per line with how often it was
 -- wanted, ready for `--allow-file FILE`: the way an operator builds the list for a new
 -- job. Names asked for but never connected to are listed as comments.
@@ -45,7 +46,12 @@ function M.render(seen)
     return a < b
   end)
   for _, e in ipairs(entries) do
-    out[#out + 1] = string.format("%s  # tcp, %d connection%s", e, seen.wanted[e], seen.wanted[e] == 1 and "" or "s")
+    local n = seen.wanted[e]
+    if e:sub(1, 4) == "udp:" then
+      out[#out + 1] = string.format("%s  # udp, %d flow%s", e, n, n == 1 and "" or "s")
+    else
+      out[#out + 1] = string.format("%s  # tcp, %d connection%s", e, n, n == 1 and "" or "s")
+    end
   end
   local only = {}
   for name, n in pairs(seen.names) do
@@ -58,7 +64,11 @@ function M.render(seen)
   return table.concat(out, "\n") .. "\n"
 end
 
---- Starts recording the events of sandbox `opts.sandbox` (all, without it).
+--- Starts recording the events of sandbox `opts.sandbox` (all, without it). FILE is
+-- opened now, before the tenant runs, and written through that handle at the end: FILE
+-- may lie where the tenant writes (its storage, its workspace), and a symbolic link it
+-- put there meanwhile must not carry the host's write elsewhere. One there already is
+-- refused.
 -- @tparam string path FILE
 -- @tparam[opt] table opts `{sandbox =}`
 -- @treturn table with `finish()`: unsubscribes, writes FILE and returns true and how
@@ -66,14 +76,21 @@ end
 --   (the command never ran)
 function M.start(path, opts)
   opts = opts or {}
+  local file, ferr
+  local st = core.fs.lstat(path)
+  if st and st.type == "link" then
+    ferr = path .. ": a symbolic link (name the file itself)"
+  else
+    file, ferr = io.open(path, "w")
+  end
   local seen = { wanted = {}, order = {}, names = {}, connected = {} }
   local function on(ev)
     if opts.sandbox and ev.sandbox ~= opts.sandbox then return end
     if ev.kind == "dns" and ev.name and ev.answer == "answered" then
       seen.names[ev.name] = (seen.names[ev.name] or 0) + 1
-    elseif ev.kind == "connect" and ev.verdict == "deny" and ev.port and host(ev)
-        and ev.reason ~= "direct connection to the acceptor" then
-      local e = host(ev) .. ":" .. ev.port
+    elseif (ev.kind == "connect" or ev.kind == "udp") and ev.verdict == "deny" and ev.port and host(ev)
+        and ev.reason ~= "direct connection to the acceptor" and ev.reason ~= "direct datagram to the UDP relay" then
+      local e = (ev.kind == "udp" and "udp:" or "") .. host(ev) .. ":" .. ev.port
       if not seen.wanted[e] then seen.order[#seen.order + 1] = e end
       seen.wanted[e] = (seen.wanted[e] or 0) + (ev.count or 1)
       if ev.name then seen.connected[ev.name] = true end
@@ -84,10 +101,14 @@ function M.start(path, opts)
     seen = seen,
     finish = function()
       events.unsubscribe(on)
-      local f, err = io.open(path, "w")
-      if not f then return nil, err end
-      f:write(M.render(seen))
-      f:close()
+      if not file then return nil, ferr end
+      file:write(M.render(seen))
+      file:close()
+      local now = core.fs.lstat(path)
+      if not now or now.type ~= "file" then
+        return nil, path .. " was replaced during the run (now " .. (now and now.type or "missing") ..
+          "); nothing was written through what replaced it"
+      end
       return true, #seen.order
     end,
     cancel = function() events.unsubscribe(on) end,

@@ -19,11 +19,18 @@ local M = {}
 -- `build/corral scripts/bench/egress-conns.lua 2000`: RSS +0.8 MiB, kernel TCP +14 MiB
 -- for the 4,000 sockets of both ends). attempt_delay is RFC 8305's head start of one
 -- address over the next (250 ms, the RFC's recommended value).
-M.DEFAULTS = { max_connections = 4096, idle = 0, connect_timeout = 10, attempt_delay = 0.25 }
+--
+-- A UDP flow has no end of its own: it ends after udp_idle seconds without a datagram
+-- either way, 120 by default (RFC 4787 REQ-5: a NAT keeps a UDP mapping at least 2
+-- minutes; QUIC and NTP clients expect no less). At most max_udp_flows are relayed at
+-- once, 1,024 by default: each holds one upstream socket on the host (plus a reply socket
+-- per destination in the sandbox) and under 200 bytes of relay state.
+M.DEFAULTS = { max_connections = 4096, idle = 0, connect_timeout = 10, attempt_delay = 0.25, udp_idle = 120,
+  max_udp_flows = 1024 }
 
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
                 max_connections = true, idle = true, connect_timeout = true, link = true, sni = true,
-                learn = true }
+                learn = true, udp_idle = true, max_udp_flows = true }
 local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
 
 local function bad(detail)
@@ -82,7 +89,8 @@ end
 -- @tparam table network `{allow = {...}, decide = fn?, internal = {cidr...}?,
 --   resolve = fn|table?, budget = n?, max_connections = n?, idle = s? (0: none), connect_timeout = s?,
 --   link = {peer_netns =, address =, peer_address? =, gateway =}?, sni = "match"|"require"|"off"?,
---   learn = boolean? (answer every name, relay nothing it was not allowed: `corral.egress.learn`)}`
+--   learn = boolean? (answer every name, relay nothing it was not allowed: `corral.egress.learn`),
+--   udp_idle = s? (> 0), max_udp_flows = n?}` (see `corral.egress.udp`)
 -- @treturn[1] table the network table, checked
 -- @return[2] nil
 -- @treturn[2] table `invalid_argument` naming the field or entry and the reason
@@ -110,7 +118,7 @@ function M.check(network)
     local ok, lerr = check_link(network.link)
     if not ok then return nil, lerr end
   end
-  for _, k in ipairs({ "max_connections", "budget" }) do
+  for _, k in ipairs({ "max_connections", "budget", "max_udp_flows" }) do
     if network[k] ~= nil and (math.type(network[k]) ~= "integer" or network[k] < 1) then
       return bad(k .. " must be a positive integer")
     end
@@ -125,6 +133,10 @@ function M.check(network)
     if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0 or v > 86400 * 365) then
       return bad(k .. " must be a number of seconds (0: none, at most a year)")
     end
+  end
+  local ui = network.udp_idle
+  if ui ~= nil and (type(ui) ~= "number" or ui ~= ui or ui <= 0 or ui > 86400 * 365) then
+    return bad("udp_idle must be a number of seconds above 0 (a UDP flow has no end of its own), at most a year")
   end
   return network
 end

@@ -1,13 +1,20 @@
 --- The egress data plane of one sandbox: its network namespace, link and ruleset, and
 -- the parts that serve it — the DNS responder (`corral.egress.responder`), the acceptor
--- and the inbound service (`corral.egress.acceptor`) — driven by one process-wide loop
--- (`corral.egress.loop`), which polls what `watch` lists.
+-- and the inbound service (`corral.egress.acceptor`), and, once a `udp:` entry (or
+-- `--learn`) asks for it, the UDP relay (`corral.egress.udp`) — driven by one
+-- process-wide loop (`corral.egress.loop`), which polls what `watch` lists.
 --
 -- Ownership order: the host creates the netns (owned by the host's user namespace, in
 -- which the tenant holds no capability), brings lo up with default routes via lo, binds
 -- the responder and acceptor inside it from setns threads, programs and verifies the
 -- nftables table — all before the tenant exists. The tenant then joins the netns from
 -- the spawner before its own user namespace is made.
+--
+-- Without root (`new_netns`): the netns is owned by a user namespace of the caller's own
+-- (U1), over which the caller holds every capability without entering it; each step
+-- "inside" runs on a child that joins U1 and the netns (`corral_ns_run_in`), and the
+-- tenant's user namespace is made inside U1, so it holds nothing over the netns either.
+-- Upstream sockets live in the host's netns and need no mark; `--link` is refused.
 --
 -- The policy lives in the process's registry (`corral.egress.registry`): the plane
 -- registers it at `new`, forgets it at `close`, and follows its changes (a subscriber
@@ -21,6 +28,7 @@ local network_spec = require "corral.egress.network_spec"
 local registry = require "corral.egress.registry"
 local responder = require "corral.egress.responder"
 local acceptor = require "corral.egress.acceptor"
+local udp = require "corral.egress.udp"
 
 local M = {}
 local Plane = {}
@@ -56,7 +64,8 @@ function M.new(id, network)
     max_connections = network.max_connections or defaults.max_connections,
     idle = network.idle or defaults.idle, nft = core.nft,
     connect_timeout = network.connect_timeout or defaults.connect_timeout,
-    attempt_delay = defaults.attempt_delay }, Plane)
+    attempt_delay = defaults.attempt_delay, udp_idle = network.udp_idle or defaults.udp_idle,
+    max_udp_flows = network.max_udp_flows or defaults.max_udp_flows }, Plane)
   local function fail(what, err, errno)
     self:close()
     return nil, errors.cannot_enforce("network_restriction", what .. ": " .. tostring(err), errno)
@@ -79,9 +88,12 @@ function M.new(id, network)
     end
   end
   local err, errno
-  self.netns, err, errno = core.ns.new_net()
+  self.netns, err, errno, self.netns_owner = M.new_netns()
   if not self.netns then return fail("netns", err, errno) end
   local ok
+  if network.link and self.netns_owner ~= "host" then
+    return fail("--link", M.LINK_NEEDS_ROOT)
+  end
   if network.link then
     ok, err, errno = self:attach_link(network.link)
     if not ok then return fail("link", err, errno) end
@@ -105,6 +117,13 @@ function M.new(id, network)
   -- learn mode: every port reaches the acceptor, which records what was wanted (nil);
   -- else the policy's ports, false for none
   if not network.learn then self.tcp_ports = M.tcp_ports(policy) end
+  -- the UDP relay only for a policy that can use it: no other sandbox needs TPROXY
+  self.udp_ports = false
+  if network.learn then self.udp_ports = nil else self.udp_ports = M.udp_ports(policy) end
+  if self.udp_ports ~= false then
+    ok, err = self:udp_enable()
+    if not ok then return fail("UDP relay", err) end
+  end
   local plan = M.ruleset_plan(self, self.tcp_ports)
   ok, err, errno = self.nft.apply(self.netns, plan)
   if not ok then return fail("nftables ruleset", err, errno) end
@@ -116,6 +135,33 @@ function M.new(id, network)
     return true
   end)
   return self
+end
+
+--- Why `--link` is refused to a caller without privilege.
+M.LINK_NEEDS_ROOT = "needs root: the link's far end goes into another network namespace, which a "
+  .. "caller without CAP_NET_ADMIN over it cannot administer (run without --link: connections then "
+  .. "leave from the host's own network namespace)"
+
+--- A new, empty network namespace for a sandbox, owned by a user namespace in which the
+-- tenant will hold no capability (docs/architecture.md, invariant 4). A caller that may
+-- make one in its own user namespace (root) does, as it always has; one that may not
+-- (EPERM: an unprivileged caller) makes it in a new user namespace of its own, which maps
+-- only its own ids and which the tenant's user namespace is later made beneath.
+-- @treturn[1] userdata the netns fd
+-- @treturn[1] nil
+-- @treturn[1] nil
+-- @treturn[1] string "host" (owned by the caller's user namespace) or "caller" (by a
+--   user namespace of the caller's own)
+-- @return[2] nil
+-- @treturn[2] string why (both attempts, when both failed)
+-- @treturn[2] integer errno
+function M.new_netns()
+  local netns, err, errno = core.ns.new_net()
+  if netns then return netns, nil, nil, "host" end
+  if errno ~= core.errno.EPERM then return nil, err, errno end
+  local owned, uerr, uerrno = core.ns.new_net_in_userns()
+  if owned then return owned, nil, nil, "caller" end
+  return nil, tostring(err) .. "; in a user namespace of the caller's own: " .. tostring(uerr), uerrno
 end
 
 --- Writes `RESOLV_CONF` to a file of the plane's own (mode 0644 in a 0711 directory of
@@ -143,10 +189,69 @@ function Plane:write_resolv_conf()
   return true
 end
 
---- The nftables plan for a plane with these redirected ports (see `tcp_ports`).
-function M.ruleset_plan(plane, ports)
+--- The nftables plan for a plane with these redirected ports (see `tcp_ports`), and the
+-- UDP ports its relay takes (as `udp_ports` answers them, nil included; when not given,
+-- the plane's own).
+function M.ruleset_plan(plane, ports, ...)
+  local udp_ports = plane.udp_ports
+  if select("#", ...) > 0 then udp_ports = ... end
+  local relay = udp_ports ~= false and plane.udp or nil
   return { dns_port = plane.dns_port, acceptor_port = plane.acceptor_port, mark = M.MARK,
-    tcp_ports = ports or nil, no_tcp = ports == false }
+    tcp_ports = ports or nil, no_tcp = ports == false,
+    udp_port = relay and relay.port or nil, udp_mark = relay and udp.ROUTE_MARK or nil,
+    udp_ports = relay and udp_ports or nil }
+end
+
+--- Makes the UDP relay and its route in the netns (once).
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] string why
+function Plane:udp_enable()
+  if self.udp then return true end
+  local err
+  self.udp, err = udp.new(self.netns, { id = self.id, synth = self.synth, registry = self.registry, mark = M.MARK,
+    idle = self.udp_idle, max_flows = self.max_udp_flows, link = self.link,
+    host_env = function() return acceptor.host_env(self.link) end,
+    resolve = function(name) return self.acceptor:resolve(name) end,
+    eyeballs = function(addrs) return acceptor.eyeballs_order(addrs) end })
+  if not self.udp then return nil, err end
+  return true
+end
+
+--- The UDP ports some `udp:` entry of the policy allows, as merged `{lo, hi}` ranges
+-- (DNS excepted by the ruleset); nil for every port (more ranges than the ruleset takes);
+-- false for none: no `udp:` entry, and no relay. A decide hook alone opens no UDP
+-- (`corral.egress.decision`).
+-- @tparam table|nil policy
+-- @treturn table|nil|false
+function M.udp_ports(policy)
+  if not policy or not policy.allowlist then return false end
+  local spans = {}
+  for _, e in ipairs(policy.allowlist:entries()) do
+    if e.proto == "udp" then
+      for _, r in ipairs(e.ports) do spans[#spans + 1] = { r[1], r[2] } end
+    end
+  end
+  return M.merge_ports(spans)
+end
+
+--- Sorted, merged `{lo, hi}` ranges; false for none, nil past the ruleset's 16.
+-- @tparam {table,...} spans
+-- @treturn table|nil|false
+function M.merge_ports(spans)
+  if #spans == 0 then return false end
+  table.sort(spans, function(a, b) return a[1] < b[1] end)
+  local merged = { spans[1] }
+  for i = 2, #spans do
+    local last, r = merged[#merged], spans[i]
+    if r[1] <= last[2] + 1 then
+      last[2] = math.max(last[2], r[2])
+    else
+      merged[#merged + 1] = r
+    end
+  end
+  if #merged > core.nft.MAX_PORT_RANGES then return nil end
+  return merged
 end
 
 local function same_ports(a, b)
@@ -170,22 +275,12 @@ function M.tcp_ports(policy)
   if not policy or policy.decide or not policy.allowlist then return nil end
   local spans = {}
   for _, e in ipairs(policy.allowlist:entries()) do
-    if not e.ports then return nil end
-    for _, r in ipairs(e.ports) do spans[#spans + 1] = { r[1], r[2] } end
-  end
-  if #spans == 0 then return false end
-  table.sort(spans, function(a, b) return a[1] < b[1] end)
-  local merged = { spans[1] }
-  for i = 2, #spans do
-    local last, r = merged[#merged], spans[i]
-    if r[1] <= last[2] + 1 then
-      last[2] = math.max(last[2], r[2])
-    else
-      merged[#merged + 1] = r
+    if e.proto ~= "udp" then
+      if not e.ports then return nil end
+      for _, r in ipairs(e.ports) do spans[#spans + 1] = { r[1], r[2] } end
     end
   end
-  if #merged > 16 then return nil end
-  return merged
+  return M.merge_ports(spans)
 end
 
 --- Follows a change of the sandbox's policy (`allow`, `revoke`, `set`): the responder
@@ -196,6 +291,7 @@ end
 -- @treturn[2] table cannot_enforce: the ruleset could not follow (see `sync_ports`)
 function Plane:policy_changed(policy)
   if self.responder then self.responder:forget() end
+  if self.udp then self.udp:forget_denied() end
   return self:sync_ports(policy)
 end
 
@@ -209,16 +305,26 @@ end
 -- @return[2] nil
 -- @treturn[2] table cannot_enforce("network_restriction", why)
 function Plane:sync_ports(policy)
-  local want -- nil in learn mode: every port (false, from tcp_ports, is none)
-  if not self.network.learn then want = M.tcp_ports(policy) end
-  if same_ports(want, self.tcp_ports) or not self.netns then return true end
+  local want, want_udp -- nil in learn mode: every port (false, from tcp_ports, is none)
+  if not self.network.learn then want, want_udp = M.tcp_ports(policy), M.udp_ports(policy) end
+  if (same_ports(want, self.tcp_ports) and same_ports(want_udp, self.udp_ports)) or not self.netns then
+    return true
+  end
+  if want_udp ~= false then
+    local ok, uerr = self:udp_enable()
+    if not ok then
+      local why = "the UDP relay could not be made, so the ruleset keeps the previous policy: " .. tostring(uerr)
+      events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0, reason = why })
+      return nil, errors.cannot_enforce("network_restriction", why)
+    end
+  end
   -- the replaced table's record of refusals goes with it: read it first
   self:read_refused()
-  local plan = M.ruleset_plan(self, want)
+  local plan = M.ruleset_plan(self, want, want_udp)
   local ok, err = self.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
   if ok then ok, err = self.nft.verify(self.netns, plan) end
   if ok then
-    self.tcp_ports = want
+    self.tcp_ports, self.udp_ports = want, want_udp
     self.refused_seen, self.refused_total = {}, 0
     return true
   end
@@ -229,11 +335,13 @@ function Plane:sync_ports(policy)
 end
 
 --- Logs the connections the ruleset refused at their SYN since the last reading (no
--- entry names their port, so they never reached the acceptor): one `connect` deny per
--- destination and port, `by = "ruleset"`, `count` its SYNs, the name mapped back from
--- its synthetic address and the reason the acceptor would have given; past the
--- ruleset's record (a port scan), one line counts the rest. The kernel counts; the loop
--- reads once a second (`tick`) and when the plane closes, so no packet wakes it.
+-- entry names their port, so they never reached the acceptor), and the datagrams it
+-- refused (no `udp:` entry names their port): one `connect` (or `udp`) deny per
+-- destination and port, `by = "ruleset"`, `count` its SYNs (datagrams), the name mapped
+-- back from its synthetic address and the reason the acceptor (the UDP relay) would have
+-- given; past the ruleset's record (a port scan), one line counts the rest. The kernel
+-- counts; the loop reads once a second (`tick`) and when the plane closes, so no packet
+-- wakes it.
 function Plane:read_refused()
   if not self.netns then return end
   local list, total = self.nft.refused(self.netns)
@@ -243,27 +351,30 @@ function Plane:read_refused()
   local policy, env = self.registry:get(self.id), nil
   local itemised = 0
   for _, r in ipairs(list) do
-    local key = r.ip .. r.port
+    local udp_refusal = r.proto == "udp"
+    local key = (r.proto or "tcp") .. r.ip .. r.port
     local n = r.count - (seen[key] or 0)
     seen[key] = r.count
     if n > 0 then
       itemised = itemised + n
       local name = self.synth:lookup(r.ip)
       env = env or acceptor.host_env(self.link)
-      local v = decision.decide({ sandbox = self.id, name = name, ip = (not name) and r.ip or nil, port = r.port },
-        policy, env)
+      local v = decision.decide({ sandbox = self.id, name = name, ip = (not name) and r.ip or nil, port = r.port,
+        protocol = r.proto }, policy, env)
       local why = v.verdict == "deny" and v.reason
-        or ("port " .. r.port .. " was not open to the acceptor when the SYN came (the policy changed since)")
-      events.emit({ sandbox = self.id, kind = "connect", name = name, ip = r.ip, port = r.port, verdict = "deny",
-        by = "ruleset", count = n, bytes = 0, reason = why .. " (refused at the SYN by the ruleset)" })
+        or ("port " .. r.port .. " was not open to the " .. (udp_refusal and "UDP relay" or "acceptor")
+          .. " when it came (the policy changed since)")
+      events.emit({ sandbox = self.id, kind = udp_refusal and "udp" or "connect", protocol = r.proto, name = name,
+        ip = r.ip, port = r.port, verdict = "deny", by = "ruleset", count = n, bytes = 0,
+        reason = why .. (udp_refusal and " (refused by the ruleset)" or " (refused at the SYN by the ruleset)") })
     end
   end
   local more = total - (self.refused_total or 0) - itemised
   self.refused_total = total
   if more > 0 then
     events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", by = "ruleset", count = more, bytes = 0,
-      reason = string.format("%d more connections refused at the SYN by the ruleset (its record of %d "
-        .. "destinations per family is full)", more, core.nft.REFUSED_SIZE) })
+      reason = string.format("%d more connections or datagrams refused by the ruleset (its record of %d "
+        .. "destinations per family and protocol is full)", more, core.nft.REFUSED_SIZE) })
   end
 end
 
@@ -271,9 +382,16 @@ end
 -- refusals at most every `REFUSED_INTERVAL` seconds.
 -- @tparam number now `core.clock.monotime()`
 function Plane:tick(now)
-  if self.tcp_ports == nil or now - (self.refused_at or 0) < M.REFUSED_INTERVAL then return end
+  if self.udp then self.udp:tick() end
+  if not self:refuses() or now - (self.refused_at or 0) < M.REFUSED_INTERVAL then return end
   self.refused_at = now
   self:read_refused()
+end
+
+--- Whether the ruleset refuses anything it records: not when every TCP and every UDP
+-- port reaches the acceptor and the relay (`--learn`).
+function Plane:refuses()
+  return self.tcp_ports ~= nil or self.udp_ports ~= nil
 end
 
 --- Inbound: serves `port` on the sandbox's loopback at a host port the kernel chooses
@@ -327,6 +445,7 @@ function Plane:watch()
   if self.responder then add(self.responder:watch()) end
   if self.acceptor then add(self.acceptor:watch(self.port_key)) end
   if self.service then add(self.service:watch()) end
+  if self.udp then add(self.udp:watch()) end
   return w
 end
 
@@ -336,13 +455,21 @@ function Plane:deadline()
   return self.acceptor and self.acceptor:deadline()
 end
 
---- Decides a destination again with the sandbox's current policy, as the acceptor did.
--- @tparam table dest `{name =, ip =, port =}` (ip only for an IP destination)
+--- Decides a destination again with the sandbox's current policy, as the acceptor (or
+-- the UDP relay) did.
+-- @tparam table dest `{name =, ip =, port =, protocol? =}` (ip only for an IP destination)
 -- @treturn nil|string nil while allowed, else why not
 function Plane:redecide(dest)
-  local v = decision.decide({ sandbox = self.id, name = dest.name, ip = dest.ip, port = dest.port },
-    self.registry:get(self.id), acceptor.host_env(self.link))
+  local v = decision.decide({ sandbox = self.id, name = dest.name, ip = dest.ip, port = dest.port,
+    protocol = dest.protocol }, self.registry:get(self.id), acceptor.host_env(self.link))
   if v.verdict ~= "allow" then return v.reason or "denied" end
+end
+
+--- Decides the open UDP flows again (see `redecide`) and cuts those no longer allowed.
+-- @treturn integer how many were cut
+function Plane:recheck_udp()
+  if not self.udp then return 0 end
+  return self.udp:recheck(function(dest) return self:redecide(dest) end)
 end
 
 --- Releases everything the plane holds; idempotent.
@@ -351,9 +478,10 @@ function Plane:close()
     self.registry:unsubscribe(self.on_policy)
     self.on_policy = nil
   end
-  if self.netns and self.tcp_ports ~= nil then pcall(self.read_refused, self) end
+  if self.netns and self:refuses() then pcall(self.read_refused, self) end
+  if self.udp then pcall(self.udp.close, self.udp) end
   self.registry:remove(self.id)
-  for _, k in ipairs({ "responder", "service", "acceptor", "netns" }) do
+  for _, k in ipairs({ "responder", "service", "acceptor", "udp", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
   end
   if self.resolv_dir then

@@ -1,7 +1,7 @@
 --- `corral run`'s connection options, read into the `network` table: --idle (how long a
--- connection may move no byte; none by default), --max-connections (per sandbox) and
--- --sni (match, require or off: see `corral.egress.acceptor`) and --learn (see
--- `corral.egress.learn`).
+-- connection may move no byte; none by default), --max-connections (per sandbox),
+-- --sni (match, require or off: see `corral.egress.acceptor`), --learn (see
+-- `corral.egress.learn`), --udp-idle and --max-udp-flows (see `corral.egress.udp`).
 -- @module corral.egress.run_options
 local errors = require "corral.errors"
 
@@ -34,15 +34,30 @@ end
 -- @treturn[2] table invalid_argument naming the option
 function M.apply(network, opts)
   local idle, max, sni = opts.idle, opts["max-connections"], opts.sni
+  local udp_idle, max_udp = opts["udp-idle"], opts["max-udp-flows"]
   if opts.learn then
     -- learn mode needs a plane even with nothing allowed
     network = network or { allow = {} }
     network.learn = true
   end
-  if idle == nil and max == nil and sni == nil then return network end
+  if idle == nil and max == nil and sni == nil and udp_idle == nil and max_udp == nil then return network end
   if not network then
-    return nil, errors.invalid_argument(idle and "--idle" or max and "--max-connections" or "--sni",
+    return nil, errors.invalid_argument(idle and "--idle" or max and "--max-connections" or sni and "--sni"
+      or udp_idle and "--udp-idle" or "--max-udp-flows",
       "applies to egress connections: give --allow too (without it the sandbox has no network)")
+  end
+  if udp_idle ~= nil then
+    local v, why = M.duration(udp_idle)
+    if v == 0 then why = '"' .. udp_idle .. '": a UDP flow has no end of its own; give a duration (e.g. 2m)' end
+    if not v or v == 0 then return nil, errors.invalid_argument("--udp-idle", why) end
+    network.udp_idle = v
+  end
+  if max_udp ~= nil then
+    local v = math.tointeger(tonumber(max_udp))
+    if not v or v < 1 then
+      return nil, errors.invalid_argument("--max-udp-flows", '"' .. max_udp .. '": a positive integer')
+    end
+    network.max_udp_flows = v
   end
   if sni ~= nil then
     if sni ~= "match" and sni ~= "require" and sni ~= "off" then

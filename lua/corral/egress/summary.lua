@@ -8,16 +8,21 @@ local events = require "corral.egress.events"
 
 local M = {}
 
+-- UDP destinations are written as their allowlist entries are: udp:api.test:443.
+local function proto_prefix(ev)
+  return ev.protocol == "udp" and "udp:" or ""
+end
+
 local function dest(ev)
   local host = ev.name or ev.ip or "?"
   if host:find(":", 1, true) then host = "[" .. host .. "]" end
-  return ev.port and (host .. ":" .. ev.port) or host
+  return proto_prefix(ev) .. (ev.port and (host .. ":" .. ev.port) or host)
 end
 
 local function entry_for(ev)
   local host = ev.name or ev.ip or "NAME"
   if host:find(":", 1, true) then host = "[" .. host .. "]" end
-  return host .. (ev.port and (":" .. ev.port) or "")
+  return proto_prefix(ev) .. host .. (ev.port and (":" .. ev.port) or "")
 end
 
 --- One line for an event the summary reports, or nil for one it does not (allowed
@@ -33,6 +38,12 @@ function M.line(ev)
     if why:find("timed out", 1, true) then why = "upstream did not answer" end
     return string.format("failed %s (%s%s)", dest(ev), why, tried and (" " .. tried) or "")
   end
+  -- a UDP flow that heard only errors back from upstream
+  if ev.kind == "udp_closed" and ev.bytes_down == 0 and reason:find("upstream: ", 1, true) then
+    local why = reason:match("upstream: (.*)$"):lower()
+    if why:find("refused", 1, true) then why = "upstream refused" end
+    return string.format("failed %s (%s%s)", dest(ev), why, ev.upstream and (" " .. ev.upstream) or "")
+  end
   if ev.verdict ~= "deny" or ev.kind == "suppressed" then return nil end
   local d = dest(ev)
   if ev.kind == "dns" then
@@ -47,6 +58,11 @@ function M.line(ev)
   end
   if reason:find("not in the allowlist", 1, true) then
     return string.format("denied %s (no entry names it; --allow %s would)", d, entry_for(ev))
+  end
+  local other = reason:match("is allowed only for (%u+) %(")
+  if other then
+    return string.format("denied %s (%s is allowed for %s only; --allow %s would)", d, ev.name or ev.ip, other,
+      entry_for(ev))
   end
   if reason:find("network.internal", 1, true) or reason:find("refused range", 1, true) then
     return string.format("denied %s (%s; --internal CIDR admits a private range)", d,

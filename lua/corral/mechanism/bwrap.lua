@@ -6,11 +6,14 @@
 -- resource limits: the host starts it inside a cgroup beneath its own. With an egress
 -- plane, bubblewrap is started inside the host-programmed netns (joined while still
 -- privileged, so the user namespace it then makes owns nothing in it: invariant 4 of
--- docs/architecture.md).
+-- docs/architecture.md). As root, an operator-made storage or workspace (idmapped) and a
+-- disk of its own are detached trees corral makes and places over their host paths in
+-- the private mount namespace bubblewrap starts in (corral.resources.tree).
 -- @module corral.mechanism.bwrap
 local core = require "corral.core"
 local errors = require "corral.errors"
 local lifecycle = require "corral.mechanism.lifecycle"
+local resources = require "corral.resources"
 local tenant_root = require "corral.tenant_root"
 
 local M = { name = "bwrap" }
@@ -74,7 +77,7 @@ function M.args(root, argv, seccomp_fd)
 end
 
 -- The host path inside path p shows under the root plan (the deepest mount holding it,
--- through the merged-/usr links), or nil.
+-- through the merged-/usr links), nil, or false when a tree shows there instead.
 local function host_path(root, p, depth)
   local best
   for _, m in ipairs(root.mounts) do
@@ -83,6 +86,7 @@ local function host_path(root, p, depth)
     end
   end
   if not best then return nil end
+  if best.tree then return false end -- a tree shown instead of the host path: unknown here
   local rest = p:sub(#best.dest + 1)
   if best.type ~= "symlink" then return best.src .. rest end
   if depth > 8 then return nil end
@@ -101,6 +105,7 @@ local function judge(root, p)
   end
   p = "/" .. table.concat(parts, "/")
   local host = host_path(root, p, 0)
+  if host == false then return nil end
   if not host then
     local top = parts[1]
     if top == "proc" or top == "dev" or top == "tmp" then return nil end
@@ -138,9 +143,9 @@ local function not_runnable(root, sb, cmd)
     end
   end
   if verdict == "missing" then
-    return { code = 127, how = "exited", error = "spawn: exec: No such file or directory" }
+    return { code = core.exit.NOTFOUND, how = "exited", error = "spawn: exec: No such file or directory" }
   elseif verdict == "denied" then
-    return { code = 126, how = "exited", error = "spawn: exec: Permission denied" }
+    return { code = core.exit.NOEXEC, how = "exited", error = "spawn: exec: Permission denied" }
   end
 end
 
@@ -164,16 +169,32 @@ local function spawn(sb, st, argv, opts)
   if not prog then return nil, errors.cannot_enforce("privilege_separation", perr, perrno) end
   local full = { bwrap }
   for _, v in ipairs(M.args(root, argv, prog:fileno())) do full[#full + 1] = v end
+  -- an idmapped storage or workspace, or a disk: placed over its own path in the helper's
+  -- private mount namespace, where bubblewrap binds it from (nothing on the host's table)
+  local attach = {}
+  for _, m in ipairs(root.mounts) do
+    if m.tree then
+      local tree, terr = resources.tree(st, m.tree)
+      if not tree then
+        for _, a in ipairs(attach) do a.tree:close() end
+        prog:close()
+        return nil, terr
+      end
+      attach[#attach + 1] = { tree = tree, path = m.src }
+    end
+  end
   local as_root = core.proc.geteuid() == 0
   local proc, err, errno = core.spawn.start({ plain = true, plain_ids = as_root, plain_pidns = as_root,
     uid = root.uid, gid = root.gid, path = bwrap, argv = full, env = root.env, rlimits = root.rlimits,
-    netns = root.netns, cgroup_procs = root.cgroup_procs, keep_fds = { prog },
+    netns = root.netns, cgroup_procs = root.cgroup_procs, keep_fds = { prog }, attach = attach,
     stdout = opts.stdout, stderr = opts.stderr })
   prog:close()
+  for _, a in ipairs(attach) do a.tree:close() end
   if not proc then return nil, errors.cannot_enforce("bwrap", err, errno) end
   return proc
 end
 
-lifecycle.build(M, spawn)
+-- bubblewrap opens the storage by its path as the host id: the directories above must let it
+lifecycle.build(M, spawn, { trees = true, by_path = true })
 
 return M

@@ -20,6 +20,8 @@ function M.required_capabilities(sb, needs)
   local req = { "filesystem_confinement", "privilege_separation", "network_restriction" }
   for _, c in ipairs(needs) do req[#req + 1] = c end
   if limits.wants_cgroup(sb) then req[#req + 1] = "resource_limits" end
+  -- a disk of its own (corral.disk), which the probe establishes by filling one
+  if sb.limits and sb.limits.disk then req[#req + 1] = "disk_quota" end
   if resources.needs_plane(sb) then req[#req + 1] = "nftables" end
   return req
 end
@@ -28,8 +30,9 @@ end
 -- @tparam table mech the mechanism (name, capabilities, …)
 -- @tparam function spawn `spawn(sb, st, argv, opts)` → process; or nil, error; or nil,
 --   nil, result when the sandbox was built but the command could not run
+-- @tparam[opt] table storage how it reaches the storage (corral.resources.acquire's opts)
 -- @treturn table mech
-function M.build(mech, spawn)
+function M.build(mech, spawn, storage)
   local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
 
   local function spawn_with_output(sb, argv, opts)
@@ -56,7 +59,7 @@ function M.build(mech, spawn)
   --- Creates the storage (owned by the sandbox's host id), the cgroup and the egress plane.
   function mech.provision(sb)
     if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-    local st, err = resources.acquire(sb)
+    local st, err = resources.acquire(sb, setmetatable({ mechanism = mech.name }, { __index = storage }))
     if not st then return nil, err end
     state[sb.id] = st
     return true
@@ -145,6 +148,12 @@ function M.build(mech, spawn)
   --- Serves the egress loop for `seconds` while a started sandbox runs.
   function mech.serve(seconds)
     return require("corral.egress.loop").serve(seconds)
+  end
+
+  --- Where the host itself reads and writes a provisioned sandbox's storage: its
+  -- directory, or its disk's filesystem (corral.resources.storage_view).
+  function mech.storage_view(sb)
+    return resources.storage_view(sb, state[sb.id])
   end
 
   --- The cgroup directories of a provisioned sandbox (for leak checks).

@@ -2,13 +2,16 @@
 --
 -- Each command runs as root of a fresh user namespace mapped to a per-sandbox
 -- unprivileged host id, in new mount, pid, ipc, uts, cgroup and (empty) net
--- namespaces, under the root plan of corral.tenant_root. disk_quota is not constructed:
--- /storage is a plain host directory; only /tmp is bounded.
+-- namespaces, under the root plan of corral.tenant_root. As root, the storage and the
+-- workspace are detached trees made by this process before each spawn (corral.resources:
+-- an operator-made directory through an idmapped mount, a disk of its own with
+-- limits.disk), so the tenant needs no access to the directories above them.
 -- @module corral.mechanism.native
 local core = require "corral.core"
 local errors = require "corral.errors"
 local probe = require "corral.probe"
 local lifecycle = require "corral.mechanism.lifecycle"
+local resources = require "corral.resources"
 local tenant_root = require "corral.tenant_root"
 
 local M = { name = "native" }
@@ -32,8 +35,10 @@ end
 -- @tparam table sb a validated sandbox
 -- @tparam[opt] table st the host's state for it (nil: not provisioned)
 -- @tparam {string,...} argv
--- @tparam[opt] table opts stdin/stdout/stderr
+-- @tparam[opt] table opts stdin/stdout/stderr; `join`: the command joins a running
+--   sandbox, whose root is built already (no tree is made)
 -- @treturn table plan
+-- @treturn[2] nil and cannot_enforce when a detached tree cannot be made
 function M.plan(sb, st, argv, opts)
   opts = opts or {}
   local root = tenant_root.plan(sb, st)
@@ -42,7 +47,15 @@ function M.plan(sb, st, argv, opts)
     if m.type == "symlink" then
       links[#links + 1] = { target = m.target, path = m.dest }
     else
-      binds[#binds + 1] = { src = m.src, dest = m.dest, rw = m.rw, optional = m.optional }
+      local tree, err
+      if m.tree and not opts.join then
+        tree, err = resources.tree(st, m.tree)
+        if not tree then
+          M.close_trees({ binds = binds })
+          return nil, err
+        end
+      end
+      binds[#binds + 1] = { src = m.src, dest = m.dest, rw = m.rw, optional = m.optional, tree = tree }
     end
   end
   local path = argv[1]
@@ -70,12 +83,23 @@ local STEP_CAPABILITY = {
   ["cgroup attach"] = "resource_limits", ["rlimits"] = "resource_limits",
 }
 
+--- Closes the detached trees a plan holds (after the spawn has moved them, or failed).
+-- @tparam table plan
+function M.close_trees(plan)
+  for _, b in ipairs(plan.binds or {}) do
+    if b.tree then b.tree:close() end
+  end
+end
+
 -- Spawns argv in new namespaces, or, when the sandbox has a running process (`start`),
 -- inside it: same pid namespace, same /tmp, same network, same cgroup.
 local function spawn(sb, st, argv, opts)
-  local plan = M.plan(sb, st, argv, opts)
-  if st.process and st.process:running() then plan.join = st.process end
+  local join = st.process and st.process:running() and st.process or nil
+  local plan, perr = M.plan(sb, st, argv, setmetatable({ join = join }, { __index = opts }))
+  if not plan then return nil, perr end
+  plan.join = join
   local proc, err, errno = core.spawn.start(plan)
+  M.close_trees(plan)
   local step = err and err:match("^spawn: (.-): ")
   if not proc and step == "exec" then
     -- the command itself could not run: the tenant's failure, reported as a shell does
@@ -88,6 +112,6 @@ local function spawn(sb, st, argv, opts)
   return proc
 end
 
-lifecycle.build(M, spawn)
+lifecycle.build(M, spawn, { trees = true })
 
 return M

@@ -577,10 +577,11 @@ local function engine_words(run)
 end
 
 -- How a run ended: `limit = "memory"` when it was SIGKILLed under a memory cap while the
--- kernel's OOM killer fired. The engine's own report cannot be used: measured here
--- (podman 4.3, cgroup v1), a container killed at its --memory cap shows
--- State.OOMKilled false, and its memory cgroup, the only one counting the kill on v1,
--- is gone with the container.
+-- kernel's OOM killer fired. The engine's own report cannot be used: on podman 4.3 and
+-- cgroup v1, `podman run --name x --memory 32m --memory-swap 32m --ulimit nofile=1024:1024
+-- --ulimit nproc=1024:1024 --rootfs /:O sh -c 'tail /dev/zero'` exits 137 and `podman
+-- inspect --format '{{.State.OOMKilled}}' x` says false; and the container's memory
+-- cgroup, the only one counting the kill on v1, is gone with it.
 local function classify(sb, run, code)
   local result = { code = code, how = "exited" }
   -- 125 is also a command's own status: with the client's stderr read, the engine's
@@ -650,7 +651,9 @@ function M.provision(sb)
   local view = {}
   for k, v in pairs(sb) do view[k] = v end
   view.limits = nil
-  local st, err = resources.acquire(setmetatable(view, getmetatable(sb)))
+  -- the engine binds the storage by its path: no idmapped mount (runc and podman here take
+  -- no idmap option), so an operator-made storage is refused, saying so
+  local st, err = resources.acquire(setmetatable(view, getmetatable(sb)), { mechanism = "oci" })
   if not st then return nil, err end
   state[sb.id] = st
   local ok, ierr = M.image(tenant_root.plan(sb, st))

@@ -30,17 +30,6 @@ M.RESIDUE = {
     "unix connects only from ABI 9)",
 }
 
--- What every S1 step may read and execute: the system's programs and libraries and the
--- few /etc files a dynamic program reads to start; not all of /etc (credential stores).
-local RUNTIME_DIRS = { "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" }
-local RUNTIME_ETC = { "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/ld.so.preload",
-  "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/locale.alias",
-  "/etc/locale.conf", "/etc/default/locale" }
--- Read only when the step may use the network.
-local NET_ETC = { "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/services",
-  "/etc/protocols", "/etc/ssl/certs", "/etc/ca-certificates.conf" }
-local DEVICES = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom" }
-
 local KEYS = { read = "paths", write = "paths", exec = "paths", net = "net", subprocess = "boolean",
   env = "names", clock = "boolean", random = "boolean" }
 local DEFAULTS = { net = false, subprocess = false, clock = true, random = true }
@@ -141,15 +130,13 @@ function M.allowlisted(g)
   return type(g.net) == "table"
 end
 
-local function beneath(path, dir)
-  return path == dir or dir == "/" or path:sub(1, #dir + 1) == dir .. "/"
-end
-
---- The runtime directories an S1 step may read and execute, resolved and existing.
+--- The runtime directories an S1 step may read and execute, resolved and existing: the
+-- root plan's programs and libraries (`core.rootplan.program_paths`), not /etc, which a
+-- step is shown file by file.
 -- @treturn {string,...}
 function M.runtime_dirs()
   local out = {}
-  for _, d in ipairs(RUNTIME_DIRS) do
+  for _, d in ipairs(core.rootplan.program_paths()) do
     local r = core.path.resolve(d)
     if r then out[#out + 1] = r end
   end
@@ -158,7 +145,7 @@ function M.runtime_dirs()
   for _, d in ipairs(out) do
     local covered = false
     for _, o in ipairs(out) do
-      if o ~= d and beneath(d, o) then covered = true end
+      if o ~= d and core.path.is_beneath(d, o) then covered = true end
     end
     if not covered then kept[#kept + 1] = d end
   end
@@ -171,7 +158,7 @@ end
 -- @treturn boolean
 function M.covered(path, dirs)
   for _, d in ipairs(dirs) do
-    if beneath(path, d) then return true end
+    if core.path.is_beneath(path, d) then return true end
   end
   return false
 end
@@ -197,12 +184,15 @@ function M.derive(g, mech, extra_exec, extra_read)
   local rules = {}
   local function add(path, access) rules[#rules + 1] = { path = path, access = access } end
   for _, d in ipairs(M.runtime_dirs()) do add(d, "rx") end
-  local etc = existing(RUNTIME_ETC)
+  -- /etc file by file (the root plan's start-up files, and its network files when the
+  -- step may use the network), never all of it: its credential stores stay out
+  local etc = existing(core.rootplan.startup_files())
   if g.net then
-    for _, p in ipairs(existing(NET_ETC)) do etc[#etc + 1] = p end
+    for _, p in ipairs(existing(core.rootplan.network_files())) do etc[#etc + 1] = p end
   end
   for _, p in ipairs(sorted_unique(etc)) do add(p, "r") end
-  for _, p in ipairs(existing(DEVICES)) do add(p, "d") end
+  -- the data devices, not the controlling terminal: a step's stdio is inherited
+  for _, p in ipairs(existing(core.rootplan.data_devices())) do add(p, "d") end
   for _, p in ipairs(g.read) do add(p, "r") end
   for _, p in ipairs(g.write) do add(p, "w") end
   for _, p in ipairs(g.exec) do add(p, "rx") end

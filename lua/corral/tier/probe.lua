@@ -11,6 +11,7 @@
 -- @module corral.tier.probe
 local core = require "corral.core"
 local policy = require "corral.tier.policy"
+local shell = require "corral.shell"
 
 local M = {}
 
@@ -151,21 +152,12 @@ end
 
 local SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 
-local function sh(line)
-  local f = io.popen(line .. " 2>&1")
-  if not f then return "", false end
-  local out = f:read("a") or ""
-  return out, f:close() == true
-end
-
-local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
 --- The seatbelt probe (macOS, only where `sandbox-exec` runs): a read allowed unconfined,
 -- denied under the tier profile, then a granted read in the same child.
 -- @treturn table `{tier = "S1", mechanism = "seatbelt/<version>", detail =}`, or nil and why not
 function M.seatbelt()
   if not core.path.resolve_file(SANDBOX_EXEC) then return nil, SANDBOX_EXEC .. " is not on this host" end
-  local version = sh("/usr/bin/sw_vers -productVersion"):match("^%s*(%S+)")
+  local version = shell.capture({ "/usr/bin/sw_vers", "-productVersion" }):match("^%s*(%S+)")
   if not version then return nil, "no macOS version (sw_vers)" end
   local dir = core.fs.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-sb-")
   if not dir then return nil, "cannot make a scratch directory" end
@@ -174,13 +166,13 @@ function M.seatbelt()
   local f = assert(io.open(secret, "w")) f:write("secret\n") f:close()
   assert(core.fs.mkdir(granted, tonumber("755", 8)))
   f = assert(io.open(granted .. "/f", "w")) f:write("granted\n") f:close()
-  local control, cok = sh(SANDBOX_EXEC .. " -p '(version 1)(allow default)' /bin/cat " .. quote(secret))
+  local control, ccode = shell.capture({ SANDBOX_EXEC, "-p", "(version 1)(allow default)", "/bin/cat", secret })
   local g = assert(policy.check({ read = { granted }, subprocess = true }))
   local profile, perr = require("corral.sbpl").tier_profile(g, "/bin/sh")
-  local out = profile and sh(SANDBOX_EXEC .. " -p " .. quote(profile) .. " /bin/sh -c " ..
-    quote("cat " .. quote(secret) .. " || echo denied; cat " .. quote(granted .. "/f"))) or ""
+  local out = profile and shell.capture({ SANDBOX_EXEC, "-p", profile, "/bin/sh", "-c",
+    "cat " .. shell.quote(secret) .. " || echo denied; cat " .. shell.quote(granted .. "/f") }) or ""
   core.fs.remove_tree(dir)
-  if not (cok and control:find("secret", 1, true)) then return nil, "control failed: " .. control end
+  if not (ccode == 0 and control:find("secret", 1, true)) then return nil, "control failed: " .. control end
   if not profile then return nil, tostring(perr) end
   if out:find("secret\n", 1, true) or not out:find("denied\ngranted\n", 1, true) then
     return nil, "the confined read was not denied, or its control failed: " .. out

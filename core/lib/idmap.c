@@ -1,0 +1,199 @@
+/* Idmapped mounts (see idmap.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "idmap.h"
+#include "mountapi.h"
+#include "ns.h"
+#include "util.h"
+
+int corral_idmap_userns(uid_t disk_uid, uid_t shown_uid, gid_t disk_gid, gid_t shown_gid)
+{
+    int hold[2];
+    if (pipe2(hold, O_CLOEXEC) < 0) return -errno;
+    /* clone3 with the namespace at birth: the child only waits on the pipe (the caller
+     * may be multi-threaded, so it does nothing but system calls) until the maps are
+     * written and the namespace is held by an fd. */
+    struct clone_args ca = {.flags = CLONE_NEWUSER, .exit_signal = SIGCHLD};
+    pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid == 0) {
+        char c;
+        close(hold[1]);
+        while (read(hold[0], &c, 1) < 0 && errno == EINTR)
+            ;
+        _exit(0);
+    }
+    int err = pid < 0 ? -errno : 0;
+    close(hold[0]);
+    int ns = -1;
+    if (!err) {
+        struct corral_id_map u = {disk_uid, shown_uid, 1}, g = {disk_gid, shown_gid, 1};
+        err = corral_ns_write_maps(pid, &u, 1, &g, 1);
+        if (!err && (ns = corral_ns_open(pid, "user")) < 0) err = ns;
+    }
+    close(hold[1]); /* the child reads end-of-file and exits */
+    if (pid > 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    return err ? err : ns;
+}
+
+int corral_idmap_tree(int fd, int userns_fd, unsigned flags)
+{
+    int recursive = (flags & CORRAL_TREE_RECURSIVE) ? AT_RECURSIVE : 0;
+    if (recursive && userns_fd >= 0) return -EINVAL;
+    _cleanup_close_ int t =
+        sys_open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | recursive);
+    if (t < 0) return -errno;
+    __u64 attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if (flags & CORRAL_TREE_RDONLY) attrs |= MOUNT_ATTR_RDONLY;
+    if (userns_fd >= 0) attrs |= MOUNT_ATTR_IDMAP;
+    if (sys_mount_setattr_ns(t, "", AT_EMPTY_PATH | recursive, attrs, userns_fd) < 0) return -errno;
+    return corral_take_fd(&t);
+}
+
+/* A file seen while walking: identity, links, and its first path (for the report). */
+struct seen_file {
+    dev_t dev;
+    ino_t ino;
+    nlink_t nlink;
+    char *path;
+};
+
+struct walk {
+    char **dirs; /* queue of directories still to read, relative to the root */
+    size_t n_dirs, next_dir, cap_dirs;
+    struct seen_file *files;
+    size_t n_files, cap_files;
+};
+
+static int push_dir(struct walk *w, const char *parent, const char *name)
+{
+    if (w->n_dirs == w->cap_dirs) {
+        size_t cap = w->cap_dirs ? w->cap_dirs * 2 : 64;
+        char **grown = realloc(w->dirs, cap * sizeof *grown);
+        if (!grown) return -ENOMEM;
+        w->dirs = grown;
+        w->cap_dirs = cap;
+    }
+    char *p = NULL;
+    if (asprintf(&p, "%s%s%s", parent, *parent ? "/" : "", name) < 0) return -ENOMEM;
+    w->dirs[w->n_dirs++] = p;
+    return 0;
+}
+
+static int note_file(struct walk *w, const struct stat *st, const char *parent, const char *name)
+{
+    if (w->n_files == w->cap_files) {
+        size_t cap = w->cap_files ? w->cap_files * 2 : 16;
+        struct seen_file *grown = realloc(w->files, cap * sizeof *grown);
+        if (!grown) return -ENOMEM;
+        w->files = grown;
+        w->cap_files = cap;
+    }
+    char *p = NULL;
+    if (asprintf(&p, "%s%s%s", parent, *parent ? "/" : "", name) < 0) return -ENOMEM;
+    w->files[w->n_files++] = (struct seen_file){st->st_dev, st->st_ino, st->st_nlink, p};
+    return 0;
+}
+
+static int by_identity(const void *a, const void *b)
+{
+    const struct seen_file *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return 0;
+}
+
+/* Opens dir (relative to root, which may be an O_PATH fd such as open_tree's) for reading,
+ * without following a symlink or leaving root's mount. */
+static int open_beneath(int root, const char *dir)
+{
+    if (!*dir) dir = ".";
+    struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
+                                      RESOLVE_NO_MAGICLINKS};
+    return (int)syscall(SYS_openat2, root, dir, &how, sizeof how);
+}
+
+static int read_dir(struct walk *w, int root, const char *dir, uid_t uid, gid_t gid)
+{
+    int fd = open_beneath(root, dir);
+    if (fd < 0) return errno == EXDEV ? 0 : -errno; /* a mount point: not in the tree */
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    int r = 0;
+    struct dirent *e;
+    for (;;) {
+        errno = 0;
+        if (r != 0 || !(e = readdir(d))) break;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (e->d_type == DT_DIR) {
+            r = push_dir(w, dir, e->d_name);
+            continue;
+        }
+        if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT) r = -errno;
+            continue;
+        }
+        if (S_ISDIR(st.st_mode))
+            r = push_dir(w, dir, e->d_name);
+        else if (S_ISREG(st.st_mode) && st.st_nlink > 1 && (st.st_uid == uid || st.st_gid == gid))
+            r = note_file(w, &st, dir, e->d_name);
+    }
+    if (r == 0 && errno) r = -errno; /* readdir's own failure, not the end */
+    closedir(d);
+    return r;
+}
+
+int corral_idmap_foreign_links(int fd, uid_t owner_uid, gid_t owner_gid, char *first, size_t len)
+{
+    struct walk w = {0};
+    if (len) *first = '\0';
+    int r = push_dir(&w, "", "");
+    while (r == 0 && w.next_dir < w.n_dirs) {
+        char *dir = w.dirs[w.next_dir];
+        r = read_dir(&w, fd, dir, owner_uid, owner_gid);
+        free(dir);
+        w.dirs[w.next_dir++] = NULL;
+    }
+    int foreign = 0;
+    if (r == 0 && w.n_files) {
+        /* Links of one file sit next to each other once sorted. */
+        qsort(w.files, w.n_files, sizeof *w.files, by_identity);
+        size_t i = 0;
+        while (i < w.n_files) {
+            size_t j = i + 1;
+            while (j < w.n_files && by_identity(&w.files[i], &w.files[j]) == 0)
+                j++;
+            if ((nlink_t)(j - i) < w.files[i].nlink && foreign++ == 0 && len)
+                snprintf(first, len, "%s", w.files[i].path);
+            i = j;
+        }
+    }
+    for (size_t i = w.next_dir; i < w.n_dirs; i++)
+        free(w.dirs[i]);
+    free(w.dirs);
+    for (size_t i = 0; i < w.n_files; i++)
+        free(w.files[i].path);
+    free(w.files);
+    return r < 0 ? r : foreign;
+}

@@ -1,0 +1,69 @@
+--- Directories someone else made — an operator's provisioned storage, a repository
+-- checked out by another user as the workspace — shown to a tenant through an idmapped
+-- mount (core.idmap): the tenant's root owns inside what the directory's owner owns on
+-- the host, every file it creates lands there owned by that owner, and nothing is ever
+-- chowned. The mount is nosuid and nodev; the tenant's seccomp filter still refuses every
+-- setuid and setgid bit.
+--
+-- What this hands over is the whole tree: everything in it the owner owns becomes the
+-- tenant's to change. So it is refused for a path inside the runtime or the kernel's
+-- interfaces (a storage or workspace at /etc, /usr, /proc …), and for a tree holding a
+-- hard link to a file outside it (a root-owned storage with a link to /etc/shadow would
+-- hand the tenant /etc/shadow). The tenant itself cannot make such a link: link(2)
+-- across mounts fails with EXDEV. The walk is paid at each provision: ~5 µs a file with
+-- the tree in the page cache (measured: /usr, 158,663 entries, 0.8 s; 4 s cold).
+-- @module corral.idmapped
+local core = require "corral.core"
+
+local M = {}
+
+--- The user namespace that shows the directory open at `fd` as owned by `host_id`,
+-- established by doing: the idmapped mount of this very directory is made once (the
+-- filesystems that support it vary), and its tree is walked for hard links out of it.
+-- @tparam userdata fd the directory (a corral.fd from core.fs.lock_dir or open_dir)
+-- @tparam string path its resolved path, for the boundary rule and the messages
+-- @tparam integer host_id the sandbox's host id (its tenant's root)
+-- @treturn[1] userdata the namespace (a corral.fd) for core.idmap.tree
+-- @return[2] nil
+-- @treturn[2] string why, a phrase
+-- @treturn[2] string "unavailable" (this host or filesystem cannot), "boundary" (a path
+--   inside the runtime or the kernel's interfaces) or "refused" (a hard link out of it)
+function M.mapping(fd, path, host_id)
+  if core.proc.geteuid() ~= 0 then return nil, "an idmapped mount needs corral to run as root", "unavailable" end
+  local inside, why = core.rootplan.check_boundary(path)
+  if not inside then
+    return nil, path .. " " .. why .. ": it cannot be handed to a tenant", "boundary"
+  end
+  local st = core.fs.lstat(fd)
+  local ns, err = core.idmap.userns(st.uid, host_id, st.gid, host_id)
+  if not ns then return nil, tostring(err), "unavailable" end
+  local tree, terr, terrno = core.idmap.tree(fd, ns, { rw = true })
+  if not tree then
+    ns:close()
+    if terrno == core.errno.EINVAL then
+      return nil, "the filesystem of " .. path .. " does not support idmapped mounts (" .. terr .. ")", "unavailable"
+    end
+    return nil, terr, "unavailable"
+  end
+  tree:close()
+  -- walked as the tenant will see it: a clone without the mounts beneath
+  local plain, perr = core.idmap.tree(fd)
+  local n, first = nil, perr
+  if plain then
+    n, first = core.idmap.foreign_links(plain, st.uid, st.gid)
+    plain:close()
+  end
+  if not n then
+    ns:close()
+    return nil, "cannot walk " .. path .. ": " .. tostring(first), "unavailable"
+  end
+  if n > 0 then
+    ns:close()
+    return nil, string.format("%s/%s is a hard link to a file outside it%s: through the idmapped mount the tenant " ..
+      "could write that file (replace the link by a copy)", path, first,
+      n > 1 and string.format(" (one of %d such files)", n) or ""), "refused"
+  end
+  return ns
+end
+
+return M

@@ -1,0 +1,185 @@
+/*
+ * core/lib/idmap.c against the real kernel: a root-owned directory, shown through an
+ * idmapped tree, belongs to an unprivileged id H, which may then create a file there
+ * that lands owned by root on the host (and may not, through the plain path); the tree
+ * is nosuid and nodev, and read-only when asked; a filesystem without idmapped mounts
+ * (ramfs) is refused with EINVAL; a hard link to a file outside the tree is found, one
+ * inside it or of another owner is not. Nothing is left mounted, no fd is left open.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "fs.h"
+#include "idmap.h"
+
+#define H 1700000001u
+
+static char base[PATH_MAX];
+
+static const char *at(const char *rel)
+{
+    static char bufs[4][2 * PATH_MAX];
+    static int n;
+    char *b = bufs[n++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", base, rel);
+    return b;
+}
+
+static void touch(const char *rel, mode_t mode)
+{
+    int fd = open(at(rel), O_WRONLY | O_CREAT | O_CLOEXEC, mode);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+}
+
+/* Lines of our mount table naming the test's directory (other processes on the host
+ * mount and unmount their own meanwhile). */
+static int mounts(void)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, base) != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+/* In a child that becomes H: create name in dirfd (the tree) or at path (the host's own
+ * view). Returns 0 or the errno. */
+static int create_as_h(int dirfd, const char *name)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (syscall(SYS_setresgid, H, H, H) < 0 || syscall(SYS_setresuid, H, H, H) < 0) _exit(99);
+        int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        _exit(fd < 0 ? errno : 0);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+static void root_owned_directory_shown_as_h(void)
+{
+    CHECK(mkdir(at("op"), 0755) == 0);
+    touch("op/f", 0644);
+    int dir = open(at("op"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int userns = corral_idmap_userns(0, H, 0, H);
+    CHECK(userns >= 0);
+    int tree = corral_idmap_tree(dir, userns, 0);
+    CHECK(tree >= 0);
+    struct stat st;
+    CHECK(fstatat(tree, "", &st, AT_EMPTY_PATH) == 0 && st.st_uid == H && st.st_gid == H);
+    CHECK(fstatat(tree, "f", &st, 0) == 0 && st.st_uid == H);
+    /* Attempt: H creates through the host's own path (root's 0755 directory): refused. */
+    CHECK(create_as_h(dir, "plain") == EACCES);
+    /* Control: through the idmapped tree it may, and the file is root's on the host. */
+    CHECK(create_as_h(tree, "made") == 0);
+    CHECK(stat(at("op/made"), &st) == 0 && st.st_uid == 0 && st.st_gid == 0);
+    struct statvfs v;
+    CHECK(fstatvfs(tree, &v) == 0 && (v.f_flag & ST_NOSUID) && (v.f_flag & ST_NODEV));
+    close(tree);
+    /* Read-only when asked. */
+    int ro = corral_idmap_tree(dir, userns, CORRAL_TREE_RDONLY);
+    CHECK(ro >= 0);
+    CHECK(openat(ro, "f", O_WRONLY | O_CLOEXEC) < 0 && errno == EROFS);
+    int rd = openat(ro, "f", O_RDONLY | O_CLOEXEC); /* control */
+    CHECK(rd >= 0);
+    if (rd >= 0) close(rd);
+    /* An idmap over the mounts beneath is not offered. */
+    CHECK(corral_idmap_tree(dir, userns, CORRAL_TREE_RECURSIVE) == -EINVAL);
+    close(ro);
+    close(userns);
+    close(dir);
+}
+
+/* ramfs has no idmapped mounts: EINVAL, in a namespace of the child's own (nothing on the
+ * host's mount table); tmpfs, the control, has them. */
+static void unsupported_filesystem(void)
+{
+    CHECK(mkdir(at("rf"), 0755) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+            _exit(90);
+        int userns = corral_idmap_userns(0, H, 0, H);
+        if (userns < 0) _exit(91);
+        const char *kinds[] = {"ramfs", "tmpfs"};
+        int got[2];
+        for (int i = 0; i < 2; i++) {
+            if (mount(kinds[i], at("rf"), kinds[i], 0, NULL) < 0) _exit(92);
+            int dir = open(at("rf"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            got[i] = corral_idmap_tree(dir, userns, 0);
+            if (got[i] >= 0) close(got[i]);
+            close(dir);
+            umount2(at("rf"), MNT_DETACH);
+        }
+        _exit(got[0] == -EINVAL && got[1] >= 0 ? 0 : 1);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+}
+
+static void hard_links_out_of_the_tree(void)
+{
+    char first[PATH_MAX];
+    CHECK(mkdir(at("links"), 0755) == 0);
+    CHECK(mkdir(at("links/sub"), 0755) == 0);
+    CHECK(mkdir(at("outside"), 0755) == 0);
+    touch("links/a", 0644);
+    touch("outside/victim", 0644);
+    touch("outside/theirs", 0644);
+    CHECK(chown(at("outside/theirs"), 4242, 4242) == 0);
+    /* Control: links that stay inside, and another owner's link out, are no finding. */
+    CHECK(link(at("links/a"), at("links/sub/a2")) == 0);
+    CHECK(link(at("outside/theirs"), at("links/theirs")) == 0);
+    int dir = open(at("links"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int tree = corral_idmap_tree(dir, -1, CORRAL_TREE_RDONLY); /* what a tenant would see */
+    CHECK(tree >= 0);
+    CHECK(corral_idmap_foreign_links(tree, 0, 0, first, sizeof first) == 0 && first[0] == '\0');
+    /* Attempt: a link to a root-owned file outside, deep in the tree. */
+    CHECK(link(at("outside/victim"), at("links/sub/planted")) == 0);
+    CHECK(corral_idmap_foreign_links(tree, 0, 0, first, sizeof first) == 1);
+    CHECK(strcmp(first, "sub/planted") == 0);
+    /* The same file's owner asked for as 4242 (theirs): one finding, not root's. */
+    CHECK(corral_idmap_foreign_links(tree, 4242, 4242, first, sizeof first) == 1);
+    CHECK(strcmp(first, "theirs") == 0);
+    close(tree);
+    close(dir);
+}
+
+int main(void)
+{
+    if (geteuid() != 0) {
+        printf("%s: skipped (idmapped mounts need root)\n", __FILE__);
+        return 0;
+    }
+    snprintf(base, sizeof base, "/tmp/corral-test-idmap-XXXXXX");
+    if (!mkdtemp(base)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    CHECK(chmod(base, 0755) == 0);
+    int fds = count_fds(), mounted = mounts();
+    root_owned_directory_shown_as_h();
+    unsupported_filesystem();
+    hard_links_out_of_the_tree();
+    CHECK(count_fds() == fds);
+    CHECK(mounts() == mounted && mounted == 0);
+    CHECK(corral_remove_tree(base) == 0);
+    return DONE();
+}

@@ -1,0 +1,235 @@
+-- Storage and workspaces someone else made, shown to the tenant through idmapped mounts
+-- (corral.idmapped): they work, the tenant's files land owned by the directory's owner,
+-- nothing of theirs is chowned; and what such a mount could hand over — a setuid bit, a
+-- device node, a hard link to a file outside, a symlink planted for the host to follow —
+-- is refused or harmless, each attempt followed by its control in the same sandbox.
+local corral = require "corral"
+local core = require "corral.core"
+local h = require "helpers"
+
+local MECHS = { "native", "bwrap" }
+
+local function has_bwrap() return require("corral.probe").check("bwrap").holds end
+
+local function stat(path) return assert(core.fs.lstat(path), path) end
+
+local function run(...)
+  return h.corral("run", ...)
+end
+
+describe("operator-made storage and workspaces #root", function()
+  local root
+
+  before_each(function()
+    root = h.tmpdir("idmap")
+    assert(core.fs.chmod(root, tonumber("755", 8)))
+  end)
+  after_each(function() h.rmrf(root) end)
+
+  -- a storage as provisioning tools make it: root's, mode 0755, a file already in it
+  local function operator_storage(name)
+    local dir = root .. "/" .. name
+    assert(core.fs.mkdir(dir, tonumber("755", 8)))
+    h.write(dir .. "/pre", "PRE\n")
+    return dir
+  end
+
+  for _, mech in ipairs(MECHS) do
+    it("an operator-made storage (root, 0755) works under " .. mech .. "; its files stay root's, nothing is chowned",
+      function()
+      if mech == "bwrap" and not has_bwrap() then return pending("bubblewrap is not runnable here") end
+      local dir = operator_storage("alice")
+      local out, rc = run("--mechanism", mech, "--storage", dir, "--", "sh", "-c",
+        'stat -c "%u:%g %a" /storage /storage/pre && echo new > /storage/new && echo more >> /storage/pre && ' ..
+        'mkdir /storage/d && grep " /storage " /proc/self/mountinfo')
+      assert.are.equal(0, rc, out)
+      -- inside: the tenant's root owns its storage and the operator's file
+      assert.matches("^0:0 755\n0:0 644\n", out)
+      -- and the mount says how: idmapped, nosuid, nodev
+      local opts = out:match(" /storage (%S+)")
+      assert.truthy(opts and opts:find("nosuid", 1, true) and opts:find("nodev", 1, true), out)
+      assert.matches("idmapped", out)
+      -- on the host: everything the tenant made is root's, the directory as it was made
+      for _, p in ipairs({ "new", "pre", "d" }) do
+        local st = stat(dir .. "/" .. p)
+        assert.are.same({ 0, 0 }, { st.uid, st.gid }, p)
+      end
+      assert.are.equal("PRE\nmore\n", h.read(dir .. "/pre"))
+      local st = stat(dir)
+      assert.are.same({ 0, 0, tonumber("755", 8) }, { st.uid, st.gid, st.mode })
+    end)
+
+    it("a workspace checked out by another user is writable under " .. mech .. "; files land as that user's; " ..
+      "a third user's file stays closed (control: the owner's)", function()
+      if mech == "bwrap" and not has_bwrap() then return pending("bubblewrap is not runnable here") end
+      local ws = root .. "/repo"
+      assert(core.fs.mkdir(ws, tonumber("755", 8)))
+      h.write(ws .. "/README", "readme\n")
+      h.write(ws .. "/foreign", "foreign\n")
+      h.must("chown -R 4242:4343 " .. ws .. " && chown 5555:5555 " .. ws .. "/foreign")
+      local out, rc = run("--mechanism", mech, "--workspace", ws, "--", "sh", "-c", h.attempt_then_control(
+        "echo changed >> /workspace/foreign",
+        'echo more >> /workspace/README && echo new > /workspace/new && mkdir /workspace/src && echo ws-ok'))
+      assert.are.equal(0, rc, out)
+      h.assert_refused(h.after_attempt(out, "ws%-ok"), out)
+      assert.are.equal("foreign\n", h.read(ws .. "/foreign"))
+      assert.are.equal("readme\nmore\n", h.read(ws .. "/README"))
+      for _, p in ipairs({ "README", "new", "src" }) do
+        local st = stat(ws .. "/" .. p)
+        assert.are.same({ 4242, 4343 }, { st.uid, st.gid }, p)
+      end
+      assert.are.same({ 5555, 5555 }, { stat(ws .. "/foreign").uid, stat(ws .. "/foreign").gid })
+    end)
+  end
+
+  it("no setuid or setgid bit can be set on it (root's on the host); control: an ordinary chmod", function()
+    local dir = operator_storage("bits")
+    local out, rc = run("--storage", dir, "--", "sh", "-c",
+      h.attempt_then_control("chmod u+s /storage/pre || chmod g+s /storage/pre",
+        "chmod 750 /storage/pre && echo chmod-ok"))
+    assert.are.equal(0, rc, out)
+    h.assert_refused(h.after_attempt(out, "chmod%-ok"), out)
+    local st = stat(dir .. "/pre")
+    assert.are.same({ 0, tonumber("750", 8) }, { st.uid, st.mode })
+  end)
+
+  it("a device node planted in it cannot be opened (nodev), nor one made; control: a file beside it", function()
+    local dir = operator_storage("dev")
+    h.must("mknod -m 666 " .. dir .. "/null c 1 3")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", table.concat({
+      h.attempt_then_control("echo x > /storage/null", "cat /storage/pre && echo open-ok"),
+      h.attempt_then_control("mknod /storage/made c 1 3", "echo f > /storage/plain && echo make-ok") }, "; "))
+    assert.are.equal(0, rc, out)
+    local rc1, rest = h.after_attempt(out, "PRE\nopen%-ok")
+    h.assert_refused(rc1, out)
+    h.assert_refused(h.after_attempt(rest, "make%-ok"), out)
+    assert.is_nil(core.fs.lstat(dir .. "/made"))
+    assert.are.equal("f\n", h.read(dir .. "/plain"))
+  end)
+
+  it("a hard link to a file outside is refused before anything runs; the link replaced by a copy, it runs; " ..
+    "the tenant cannot make one (control: a link inside)", function()
+    local dir = operator_storage("links")
+    local victim = root .. "/victim"
+    h.write(victim, "VICTIM\n")
+    h.must("ln " .. victim .. " " .. dir .. "/planted")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", "echo pwned > /storage/planted")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-storage", out)
+    assert.matches(dir .. "/planted is a hard link to a file outside it", out, nil, true)
+    assert.are.equal("VICTIM\n", h.read(victim))
+    -- control: the same storage with a copy in its place
+    h.must("rm " .. dir .. "/planted && cp " .. victim .. " " .. dir .. "/planted")
+    out, rc = run("--storage", dir, "--", "sh", "-c", h.attempt_then_control("ln /etc/hostname /storage/h",
+      "echo mine > /storage/planted && echo a > /storage/a && ln /storage/a /storage/b && echo link-ok"))
+    assert.are.equal(0, rc, out)
+    h.assert_refused(h.after_attempt(out, "link%-ok"), out)
+    assert.are.equal("VICTIM\n", h.read(victim))
+    assert.are.equal("mine\n", h.read(dir .. "/planted"))
+    -- links inside it (the tenant's own) are no reason to refuse it next time
+    out, rc = run("--storage", dir, "--", "cat", "/storage/b")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("a\n", out)
+  end)
+
+  it("a workspace with a hard link to its owner's file outside is refused (control: without it)", function()
+    local ws, outside = root .. "/ws", root .. "/elsewhere"
+    assert(core.fs.mkdir(ws, tonumber("755", 8)))
+    h.write(outside, "theirs\n")
+    h.must("ln " .. outside .. " " .. ws .. "/objects && chown -R 4242:4242 " .. ws .. " " .. outside)
+    local out, rc = run("--workspace", ws, "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-workspace", out)
+    assert.matches("hard link to a file outside", out)
+    h.must("rm " .. ws .. "/objects")
+    out, rc = run("--workspace", ws, "--", "sh", "-c", "echo w > /workspace/w")
+    assert.are.equal(0, rc, out)
+    assert.are.equal(4242, stat(ws .. "/w").uid)
+  end)
+
+  it("a symlink the tenant plants where the host writes after the run (--learn) is not followed; " ..
+    "control: its own file lands", function()
+    local dir = operator_storage("learn")
+    local victim = root .. "/victim"
+    h.write(victim, "VICTIM\n")
+    local out, rc = run("--storage", dir, "--learn", dir .. "/learned", "--", "sh", "-c",
+      h.attempt_then_control("rm -f /storage/learned && ln -s " .. victim .. " /storage/learned",
+        "echo after > /storage/after && echo learn-ok"))
+    assert.are.equal(0, rc, out)
+    local arc = h.after_attempt(out, "learn%-ok")
+    assert.are.equal(0, arc, out) -- planting it succeeds; following it is what must not happen
+    assert.are.equal("VICTIM\n", h.read(victim))
+    assert.matches("%-%-learn: not written: .*replaced during the run", out)
+    assert.are.equal("after\n", h.read(dir .. "/after"))
+  end)
+
+  it("a temporary storage is removed without following a symlink planted to a host directory; " ..
+    "control: its own file was written", function()
+    local keep = root .. "/keep"
+    assert(core.fs.mkdir(keep, tonumber("755", 8)))
+    h.write(keep .. "/precious", "P\n")
+    local out, rc = run("--", "sh", "-c", h.attempt_then_control("ln -s " .. keep .. " /storage/link",
+      "echo mine > /storage/mine && cat /storage/mine"))
+    assert.are.equal(0, rc, out)
+    h.after_attempt(out, "mine")
+    assert.are.equal("P\n", h.read(keep .. "/precious"))
+  end)
+
+  it("is refused at a runtime or kernel path, never handed over; control: one beside them", function()
+    for _, p in ipairs({ "/etc", "/usr", "/proc" }) do
+      local out, rc = run("--storage", p, "--", "true")
+      assert.are.equal(2, rc, p .. ": " .. out)
+      assert.matches("cannot be handed to a tenant", out)
+    end
+    local st = stat("/etc")
+    assert.are.same({ 0, tonumber("755", 8) }, { st.uid, st.mode })
+    local dir = operator_storage("beside")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    assert.are.equal(0, stat(dir .. "/ok").uid)
+  end)
+
+  it("where idmapped mounts are unavailable (ramfs) keeps today's rule and says why; control: a storage " ..
+    "corral makes there", function()
+    local fs = root .. "/ramfs"
+    assert(core.fs.mkdir(fs, tonumber("755", 8)))
+    h.must("mount -t ramfs ramfs " .. fs .. " && chmod 0711 " .. fs)
+    local ok, err = pcall(function()
+      assert(core.fs.mkdir(fs .. "/alice", tonumber("755", 8)))
+      local out, rc = run("--storage", fs .. "/alice", "--", "true")
+      assert.are.equal(2, rc, out)
+      assert.matches("owned by uid 0; a tenant %-%-storage must be created by corral", out)
+      assert.matches("idmapped mounts are unavailable here: the filesystem of .* does not support idmapped", out)
+      out, rc = run("--storage", fs .. "/bob", "--", "sh", "-c", "echo hi > /storage/f && cat /storage/f")
+      assert.are.equal(0, rc, out)
+      assert.are.equal("hi\n", out)
+    end)
+    os.execute("umount " .. fs)
+    assert(ok, err)
+  end)
+
+  it("native needs nothing of the directories above its storage; bwrap, which opens it by path, says so", function()
+    assert(core.fs.chmod(root, tonumber("700", 8)))
+    local dir = operator_storage("closed")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", "echo n > /storage/n")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("n\n", h.read(dir .. "/n"))
+    if not has_bwrap() then return end
+    out, rc = run("--mechanism", "bwrap", "--storage", dir, "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("is not searchable by the sandbox's host id", out)
+  end)
+
+  it("the Lua API hands back the idmap's namespace and releases it at destroy; oci refuses, saying why", function()
+    local dir = operator_storage("api")
+    local sb = assert(corral.sandbox({ id = "api", storage_root = root }))
+    assert.is_true(corral.provision("native", sb))
+    local r = assert(corral.exec("native", sb, { "/bin/sh", "-c", "echo api > /storage/api" }))
+    assert.are.equal(0, r.code)
+    assert.is_true(corral.destroy("native", sb))
+    assert.are.equal(0, stat(dir .. "/api").uid)
+    local _, why = require("corral.sandbox").prepare_storage(sb, { mechanism = "oci" })
+    assert.are.equal("invalid_argument", why.code)
+    assert.matches("the oci mechanism cannot show it through an idmapped mount", why.detail)
+  end)
+end)
