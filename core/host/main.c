@@ -852,9 +852,63 @@ static int l_host_repl(lua_State *L)
     return 0;
 }
 
+/* A NULL-terminated copy of the list at index idx (its strings stay the Lua state's). */
+static char **string_list(lua_State *L, int idx, int *n)
+{
+    lua_Integer len = luaL_len(L, idx);
+    char **out = calloc((size_t)len + 1, sizeof *out);
+    if (out == NULL) luaL_error(L, "out of memory");
+    for (lua_Integer i = 1; i <= len; i++) {
+        lua_geti(L, idx, i);
+        out[i - 1] = (char *)lua_tostring(L, -1);
+        lua_pop(L, 1); /* the table keeps the string alive */
+        if (out[i - 1] == NULL) {
+            free(out);
+            luaL_argerror(L, idx, "must be a list of strings");
+        }
+    }
+    if (n != NULL) *n = (int)len;
+    return out;
+}
+
+/* corral.host.exec_confined(args, envp, cd): this process becomes the confinement
+ * wrapper, as execve(host, {host, args...}, envp) from cd would make it, without loading
+ * the host a second time (`corral confine --exec` pays one start-up, not two). args[1] is
+ * "exec-confined". Never returns once the wrapper starts: the process exits with its
+ * status. Returns nil, msg, errno when cd or the environment cannot be set. */
+static int l_host_exec_confined(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    const char *cd = luaL_optstring(L, 3, NULL);
+    int argc;
+    char **argv = string_list(L, 1, &argc);
+    char **envp = string_list(L, 2, NULL);
+    if (argc < 1 || strcmp(argv[0], "exec-confined") != 0) {
+        free(argv);
+        free(envp);
+        return luaL_argerror(L, 1, "must start with \"exec-confined\"");
+    }
+    if (cd != NULL && chdir(cd) < 0) {
+        int err = errno;
+        free(argv);
+        free(envp);
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", cd, strerror(err));
+        lua_pushinteger(L, err);
+        return 3;
+    }
+    /* what an exec would leave: this environment, SIGINT as the host found it */
+    environ = envp;
+    signal(SIGINT, SIG_DFL);
+    fflush(NULL);
+    _exit(corral_exec_confined_main(argc, argv));
+}
+
 static int open_host(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"repl", l_host_repl}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"repl", l_host_repl}, {"exec_confined", l_host_exec_confined},
+                                   {NULL, NULL}};
     luaL_newlib(L, fns);
     return 1;
 }
