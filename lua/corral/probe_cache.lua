@@ -75,7 +75,10 @@ function M.key()
   add("lsm", slurp("/sys/kernel/security/lsm"))
   add("landlock", core.landlock.abi() or "-")
   add("host", identity(core.proc.host_executable()))
-  add("core", identity(package.searchpath("corral.core", package.cpath)))
+  -- the core: linked into the host (whose identity is above), else the C module a stock
+  -- interpreter loads
+  add("core", package.preload["corral.core"] and "host" or
+    identity(package.searchpath("corral.core", package.cpath)))
   for _, m in ipairs({ "corral.probe", "corral.probe_cache", "corral.tenant_root" }) do
     add("module." .. m, identity(package.searchpath(m, package.path)))
   end
