@@ -428,6 +428,63 @@ describe("egress udp: the plane under policy changes #root #netns", function()
     assert.truthy(seen:find("link-control", 1, true), seen)
   end)
 
+  it("with a link, a cut flow's next datagram never takes the link's route; another entry's flow does (control)",
+    function()
+    -- The cut flow's conntrack entry stays established after the relay lets it go and the
+    -- ruleset stops marking its port; accepted as such, its datagrams would leave through
+    -- the link straight to the destination, past the relay and the log.
+    local n = h.own_pid() % 200 + 20
+    local peer = "corral-t-udpcut-" .. n
+    local gw, mine = "10.82." .. n .. ".1", "10.82." .. n .. ".2"
+    h.sh("ip netns del " .. peer .. " 2>/dev/null")
+    h.must("ip netns add " .. peer .. " && ip netns exec " .. peer .. " ip link set lo up")
+    local log = os.tmpname()
+    for _, port in ipairs({ 9557, 9558 }) do
+      h.must(string.format("ip netns exec %s socat UDP4-RECVFROM:%d,fork SYSTEM:'tee -a %s' >/dev/null 2>&1 &",
+        peer, port, log))
+    end
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "udp-cut" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local p
+    local ok, err = pcall(function()
+      p = assert(plane.new("udp-cut", { allow = { "udp:" .. gw .. ":9557", "udp:" .. gw .. ":9558" },
+        internal = { "10.82." .. n .. ".0/24" }, link = { peer_netns = "/run/netns/" .. peer, address = mine .. "/24",
+          gateway = gw, peer_address = gw .. "/24" } }))
+      loop.add(p)
+      assert(h.wait_for(function()
+        return select(2, h.sh("ip netns exec " .. peer .. " ss -lun | grep ':955[78] ' | wc -l | grep -q 2")) == 0
+      end, 5))
+      local s = assert(core.listen.in_netns(p.netns, "udp", "0.0.0.0", 0))
+      local function bounce(msg, port)
+        core.udp.send(s, msg, gw, port)
+        local back
+        pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
+        return back == msg
+      end
+      assert.is_true(bounce("cut-first", 9557))
+      local revoked, cut = egress.revoke("udp-cut", "udp:" .. gw .. ":9557", { cut = true })
+      assert.are.same({ 1, 1 }, { revoked, cut })
+      assert.is_false(bounce("cut-after", 9557)) -- attempt: the same socket, the same destination
+      assert.is_true(bounce("cut-control", 9558)) -- control, after it: the link and the relay still carry
+      p:read_refused()
+      s:close()
+    end)
+    if p then loop.remove(p); p:close() end
+    events.unsubscribe(collect)
+    h.sh("ip netns pids " .. peer .. " | xargs -r kill; ip netns del " .. peer)
+    local got = h.read(log) or ""
+    os.remove(log)
+    assert(ok, err)
+    assert.is_nil(got:find("cut-after", 1, true), got)
+    assert.truthy(got:find("cut-control", 1, true), got)
+    local refused = false
+    for _, e in ipairs(seen) do
+      if e.kind == "udp" and e.by == "ruleset" and e.port == 9557 and e.verdict == "deny" then refused = true end
+    end
+    assert.is_true(refused, require("dkjson").encode(seen))
+  end)
+
   it("200 plane create/destroy cycles with a UDP relay leave no fd, netns or table behind", function()
     local pid = core.proc.getpid()
     local function fds() return #h.sh("ls /proc/" .. pid .. "/fd"):gsub("[^\n]", "") end

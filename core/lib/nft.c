@@ -29,7 +29,7 @@
 #include "util.h"
 
 #define MAX_RULES                                                                                  \
-    96                   /* the plan builds 20, one per TCP port range, and with UDP 10 and one    \
+    96                   /* the plan builds 21, one per TCP port range, and with UDP 10 and one    \
                           * per UDP port range; the test hook one */
 #define MAX_READ 128     /* read-back beyond this is a mismatch anyway */
 #define BATCH_SIZE 65536 /* measured (strace): the apply batch is 3460 bytes */
@@ -518,8 +518,20 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
         redirect(&b, p->acceptor_port);
     }
 
-    /* filter_out, policy drop */
+    /* filter_out, policy drop. A UDP flow's conntrack entry stays established after the
+     * flow ends (a cut, a revoke, a ruleset without its port), and with a link its next
+     * datagram, no longer marked for the relay, would take the link's route straight to
+     * the destination: established UDP is accepted only on lo, and on the link only with
+     * the host's mark (below), so such a datagram is refused and recorded like any other. */
     rule_begin(&b, table, filter);
+    ct_any(&b, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
+    meta_load(&b, NFT_META_L4PROTO);
+    cmp(&b, NFT_CMP_NEQ, &(uint8_t){IPPROTO_UDP}, sizeof(uint8_t));
+    verdict(&b, NF_ACCEPT);
+
+    rule_begin(&b, table, filter);
+    meta_load(&b, NFT_META_OIF);
+    cmp_u32(&b, LO_IFINDEX);
     ct_any(&b, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
     verdict(&b, NF_ACCEPT);
 
