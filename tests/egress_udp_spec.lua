@@ -221,6 +221,27 @@ describe("egress udp #root #netns", function()
       .. "udp:tcponly.test:" .. ECHO .. " would)", 1, true), out)
   end)
 
+  it("refuses multicast at the ruleset and logs each; then echoes (control)", function()
+    -- marked for the relay, a multicast datagram was dropped by the kernel on its way
+    -- back in through lo, before the relay saw it: refused, but never logged
+    local before = server_log(ECHO)
+    local out, status, evs = run({
+      "u a-mcast4 224.0.0.251 " .. ECHO .. " 4",
+      "u a-mcast6 ff05::1 " .. ECHO .. " 6",
+      "u c-after echo.test " .. ECHO .. " 4",
+    })
+    assert.are.equal(0, status, out)
+    assert.matches("^none", line_of(out, "a-mcast4") or "", nil, out)
+    assert.matches("^none", line_of(out, "a-mcast6") or "", nil, out)
+    assert.matches("^echo", line_of(out, "c-after") or "", nil, out)
+    for _, ip in ipairs({ "224.0.0.251", "ff05::1" }) do
+      local e = find(evs, function(x) return x.kind == "udp" and x.ip == ip end)
+      assert.truthy(e and e.verdict == "deny" and e.by == "ruleset" and e.port == ECHO and e.count == 1,
+        ip .. ": " .. json.encode(evs))
+    end
+    assert.is_nil(server_log(ECHO):sub(#before + 1):find("a-mcast", 1, true))
+  end)
+
   it("relays a QUIC-sized datagram to port 443 and never the same name's TCP (a udp: entry is UDP only)", function()
     local before = server_log(QUIC)
     local out, status = run({ "u q-initial quic.test " .. QUIC .. " 4 1200" },
