@@ -63,6 +63,14 @@ describe("egress udp: the summary's words and the learned lines", function()
     assert.are.equal("failed udp:ntp.test:123 (upstream refused 10.1.2.3)",
       summary.line({ kind = "udp_closed", protocol = "udp", verdict = "allow", name = "ntp.test", port = 123,
         upstream = "10.1.2.3", bytes_down = 0, reason = "idle for 120 s; upstream: Connection refused" }))
+    -- no entry can open multicast: no option is offered for it (an address that is not
+    -- special is offered its entry: the evil.test line above, and this control)
+    assert.are.equal("denied udp:224.0.0.251:9553 (multicast, 224.0.0.0/4: never a destination)",
+      summary.line({ kind = "udp", protocol = "udp", verdict = "deny", ip = "224.0.0.251", port = 9553, by = "ruleset",
+        reason = "udp to 224.0.0.251 port 9553: 224.0.0.251 is not in the allowlist (refused by the ruleset)" }))
+    assert.are.equal("denied udp:203.0.113.9:9553 (no entry names it; --allow udp:203.0.113.9:9553 would)",
+      summary.line({ kind = "udp", protocol = "udp", verdict = "deny", ip = "203.0.113.9", port = 9553,
+        reason = "udp to 203.0.113.9 port 9553: 203.0.113.9 is not in the allowlist" }))
     -- controls: a flow that went as asked is not a line, nor one that was answered
     assert.is_nil(summary.line({ kind = "udp", protocol = "udp", verdict = "allow", name = "ntp.test", port = 123 }))
     assert.is_nil(summary.line({ kind = "udp_closed", protocol = "udp", verdict = "allow", name = "ntp.test",
