@@ -502,11 +502,11 @@ describe("egress udp: the plane under policy changes #root #netns", function()
     if p then loop.remove(p); p:close() end
     events.unsubscribe(collect)
     h.sh("ip netns pids " .. peer .. " | xargs -r kill; ip netns del " .. peer)
-    local got = h.read(log) or ""
+    local logged = h.read(log) or ""
     os.remove(log)
     assert(ok, err)
-    assert.is_nil(got:find("cut-after", 1, true), got)
-    assert.truthy(got:find("cut-control", 1, true), got)
+    assert.is_nil(logged:find("cut-after", 1, true), logged)
+    assert.truthy(logged:find("cut-control", 1, true), logged)
     local refused = false
     for _, e in ipairs(seen) do
       if e.kind == "udp" and e.by == "ruleset" and e.port == 9557 and e.verdict == "deny" then refused = true end
