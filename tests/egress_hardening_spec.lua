@@ -871,3 +871,101 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
     assert.are.equal(2 * #"b-1" + 2 * #"b-2", by["closed:b.test"].bytes) -- its end, with its bytes
   end)
 end)
+
+-- Without root a tenant's ids are its owner's own (a user namespace maps only the
+-- caller's), so a run's control socket cannot tell them apart by uid: here the runtime
+-- directory that holds it sits inside the tenant's workspace, as a careless
+-- `--workspace` would put it (`/tmp` holds `/tmp/corral-UID`).
+describe("egress hardening: the control socket and a tenant of its owner's uid #root", function()
+  it("refuses the tenant's allow on its run's socket; the owner's own allow then works (control)", function()
+    local missing, kind = h.test_user_missing()
+    if kind == "kernel" then return pending(missing) end
+    assert.is_nil(missing, missing)
+    local uid = tostring(h.TEST_UID)
+    local d = h.tmpdir("ctl")
+    h.defer(finally, function() h.rmrf(d) end)
+    local ws, rt = d .. "/ws", d .. "/ws/rt"
+    h.must(string.format("chmod 0755 %s && mkdir -m 0700 %s %s && chown %s:%s %s %s", h.quote(d), h.quote(ws),
+      h.quote(rt), uid, uid, h.quote(ws), h.quote(rt)))
+    -- the tenant: asks its run's socket to allow late.test, then resolves it; after the
+    -- owner's turn, resolves it again
+    local tenant = [[
+import glob, json, socket, time, os
+def resolves():
+    try:
+        socket.getaddrinfo("late.test", 443, socket.AF_INET, socket.SOCK_STREAM)
+        return "resolved"
+    except OSError as e:
+        return "unresolved"
+for p in glob.glob("/workspace/rt/corral/*.sock"):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(3)
+    s.connect(p)
+    s.sendall(json.dumps({"op": "allow", "entry": "late.test:443"}).encode() + b"\n")
+    print("tenant-answer", s.recv(4096).decode().strip(), flush=True)
+print("attempt", resolves(), flush=True)
+open("/workspace/attempted", "w").close()
+for _ in range(200):
+    if os.path.exists("/workspace/go"):
+        break
+    time.sleep(0.05)
+print("control", resolves(), flush=True)
+]]
+    local out_file = d .. "/out"
+    local run = h.as_test_user({ "env", "XDG_RUNTIME_DIR=" .. rt, h.host, "run", "--workspace", ws,
+      "--allow", "early.test:443", "--", "python3", "-c", tenant })
+    local quoted = {}
+    for i, a in ipairs(run) do quoted[i] = h.quote(a) end
+    h.must(table.concat(quoted, " ") .. " >" .. h.quote(out_file) .. " 2>&1 &")
+    local attempted = h.wait_for(function() return core.fs.lstat(ws .. "/attempted") ~= nil end, 20)
+    -- the owner: the same uid, from the host's user namespace, on the same socket
+    local owner = h.capture(h.as_test_user({ "env", "XDG_RUNTIME_DIR=" .. rt, h.host, "-e", [[
+      local control = require "corral.control"
+      local json = require "dkjson"
+      for _, r in ipairs(control.list()) do
+        print("owner-answer", json.encode(control.request(r.path, { op = "allow", entry = "late.test:443" })))
+      end]] }))
+    h.write(ws .. "/go", "")
+    assert(h.wait_for(function() return (h.read(out_file) or ""):find("control ", 1, true) ~= nil end, 20),
+      h.read(out_file))
+    local out = h.read(out_file)
+    assert.is_true(attempted, out)
+    assert.matches('tenant%-answer {[^\n]*"error":"refused: uid %d+ connected from another user namespace', out)
+    assert.matches("\nattempt unresolved\n", out)
+    -- control, after the attempt: the owner's request is answered, and the tenant sees it
+    assert.matches('owner%-answer%s{[^\n]*"allowed":"late.test:443"', owner)
+    assert.matches("\ncontrol resolved\n", out)
+  end)
+end)
+
+describe("egress hardening: a SIGKILLed run's resolv.conf #root", function()
+  local function resolv_dirs(pid)
+    local out = {}
+    for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
+      if name:match("^corral%-resolv%-" .. pid .. "%-") then out[#out + 1] = "/tmp/" .. name end
+    end
+    return out
+  end
+
+  it("is removed by the next run's plane; a live run's and one not of ours stay (control)", function()
+    -- a run killed before it could close its plane
+    local p = assert(io.popen(h.quote(h.host) .. " run --allow a.test:443 -- sleep 30 >/dev/null 2>&1 & echo $!"))
+    local pid = tonumber(p:read("l"))
+    p:close()
+    assert(h.wait_for(function() return #resolv_dirs(pid) == 1 end, 10), "the run made no resolv.conf")
+    local left = resolv_dirs(pid)[1]
+    h.must("kill -9 " .. pid)
+    assert(h.wait_for(function() return not core.fs.lstat("/proc/" .. pid) end, 5))
+    assert.is_truthy(core.fs.lstat(left .. "/resolv.conf")) -- what the kill left
+    -- a live process's directory, and one another user made under a dead pid's name
+    local live = assert(core.fs.mkdtemp("/tmp/corral-resolv-" .. core.proc.getpid() .. "-"))
+    local foreign = "/tmp/corral-resolv-" .. pid .. "-foreign"
+    h.must("mkdir " .. foreign .. " && chown 65534:65534 " .. foreign)
+    h.defer(finally, function() os.remove(live); os.remove(foreign) end)
+    local out, status = h.corral("run", "--allow", "a.test:443", "--", "true")
+    assert.are.equal(0, status, out)
+    assert.is_nil(core.fs.lstat(left))
+    assert.is_truthy(core.fs.lstat(live))
+    assert.is_truthy(core.fs.lstat(foreign))
+  end)
+end)

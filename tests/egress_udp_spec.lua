@@ -63,6 +63,14 @@ describe("egress udp: the summary's words and the learned lines", function()
     assert.are.equal("failed udp:ntp.test:123 (upstream refused 10.1.2.3)",
       summary.line({ kind = "udp_closed", protocol = "udp", verdict = "allow", name = "ntp.test", port = 123,
         upstream = "10.1.2.3", bytes_down = 0, reason = "idle for 120 s; upstream: Connection refused" }))
+    -- no entry can open multicast: no option is offered for it (an address that is not
+    -- special is offered its entry: the evil.test line above, and this control)
+    assert.are.equal("denied udp:224.0.0.251:9553 (multicast, 224.0.0.0/4: never a destination)",
+      summary.line({ kind = "udp", protocol = "udp", verdict = "deny", ip = "224.0.0.251", port = 9553, by = "ruleset",
+        reason = "udp to 224.0.0.251 port 9553: 224.0.0.251 is not in the allowlist (refused by the ruleset)" }))
+    assert.are.equal("denied udp:203.0.113.9:9553 (no entry names it; --allow udp:203.0.113.9:9553 would)",
+      summary.line({ kind = "udp", protocol = "udp", verdict = "deny", ip = "203.0.113.9", port = 9553,
+        reason = "udp to 203.0.113.9 port 9553: 203.0.113.9 is not in the allowlist" }))
     -- controls: a flow that went as asked is not a line, nor one that was answered
     assert.is_nil(summary.line({ kind = "udp", protocol = "udp", verdict = "allow", name = "ntp.test", port = 123 }))
     assert.is_nil(summary.line({ kind = "udp_closed", protocol = "udp", verdict = "allow", name = "ntp.test",
@@ -219,6 +227,27 @@ describe("egress udp #root #netns", function()
       .. "udp:echo.test:" .. (ECHO + 1) .. " would)", 1, true), out)
     assert.truthy(out:find("denied udp:tcponly.test:" .. ECHO .. " (tcponly.test is allowed for TCP only; --allow "
       .. "udp:tcponly.test:" .. ECHO .. " would)", 1, true), out)
+  end)
+
+  it("refuses multicast at the ruleset and logs each; then echoes (control)", function()
+    -- marked for the relay, a multicast datagram was dropped by the kernel on its way
+    -- back in through lo, before the relay saw it: refused, but never logged
+    local before = server_log(ECHO)
+    local out, status, evs = run({
+      "u a-mcast4 224.0.0.251 " .. ECHO .. " 4",
+      "u a-mcast6 ff05::1 " .. ECHO .. " 6",
+      "u c-after echo.test " .. ECHO .. " 4",
+    })
+    assert.are.equal(0, status, out)
+    assert.matches("^none", line_of(out, "a-mcast4") or "", nil, out)
+    assert.matches("^none", line_of(out, "a-mcast6") or "", nil, out)
+    assert.matches("^echo", line_of(out, "c-after") or "", nil, out)
+    for _, ip in ipairs({ "224.0.0.251", "ff05::1" }) do
+      local e = find(evs, function(x) return x.kind == "udp" and x.ip == ip end)
+      assert.truthy(e and e.verdict == "deny" and e.by == "ruleset" and e.port == ECHO and e.count == 1,
+        ip .. ": " .. json.encode(evs))
+    end
+    assert.is_nil(server_log(ECHO):sub(#before + 1):find("a-mcast", 1, true))
   end)
 
   it("relays a QUIC-sized datagram to port 443 and never the same name's TCP (a udp: entry is UDP only)", function()
@@ -426,6 +455,63 @@ describe("egress udp: the plane under policy changes #root #netns", function()
     assert(ok, err)
     assert.is_nil(seen:find("link-unrouted", 1, true), seen)
     assert.truthy(seen:find("link-control", 1, true), seen)
+  end)
+
+  it("with a link, a cut flow's next datagram never takes the link's route; another entry's flow does (control)",
+    function()
+    -- The cut flow's conntrack entry stays established after the relay lets it go and the
+    -- ruleset stops marking its port; accepted as such, its datagrams would leave through
+    -- the link straight to the destination, past the relay and the log.
+    local n = h.own_pid() % 200 + 20
+    local peer = "corral-t-udpcut-" .. n
+    local gw, mine = "10.82." .. n .. ".1", "10.82." .. n .. ".2"
+    h.sh("ip netns del " .. peer .. " 2>/dev/null")
+    h.must("ip netns add " .. peer .. " && ip netns exec " .. peer .. " ip link set lo up")
+    local log = os.tmpname()
+    for _, port in ipairs({ 9557, 9558 }) do
+      h.must(string.format("ip netns exec %s socat UDP4-RECVFROM:%d,fork SYSTEM:'tee -a %s' >/dev/null 2>&1 &",
+        peer, port, log))
+    end
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "udp-cut" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local p
+    local ok, err = pcall(function()
+      p = assert(plane.new("udp-cut", { allow = { "udp:" .. gw .. ":9557", "udp:" .. gw .. ":9558" },
+        internal = { "10.82." .. n .. ".0/24" }, link = { peer_netns = "/run/netns/" .. peer, address = mine .. "/24",
+          gateway = gw, peer_address = gw .. "/24" } }))
+      loop.add(p)
+      assert(h.wait_for(function()
+        return select(2, h.sh("ip netns exec " .. peer .. " ss -lun | grep ':955[78] ' | wc -l | grep -q 2")) == 0
+      end, 5))
+      local s = assert(core.listen.in_netns(p.netns, "udp", "0.0.0.0", 0))
+      local function bounce(msg, port)
+        core.udp.send(s, msg, gw, port)
+        local back
+        pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
+        return back == msg
+      end
+      assert.is_true(bounce("cut-first", 9557))
+      local revoked, cut = egress.revoke("udp-cut", "udp:" .. gw .. ":9557", { cut = true })
+      assert.are.same({ 1, 1 }, { revoked, cut })
+      assert.is_false(bounce("cut-after", 9557)) -- attempt: the same socket, the same destination
+      assert.is_true(bounce("cut-control", 9558)) -- control, after it: the link and the relay still carry
+      p:read_refused()
+      s:close()
+    end)
+    if p then loop.remove(p); p:close() end
+    events.unsubscribe(collect)
+    h.sh("ip netns pids " .. peer .. " | xargs -r kill; ip netns del " .. peer)
+    local logged = h.read(log) or ""
+    os.remove(log)
+    assert(ok, err)
+    assert.is_nil(logged:find("cut-after", 1, true), logged)
+    assert.truthy(logged:find("cut-control", 1, true), logged)
+    local refused = false
+    for _, e in ipairs(seen) do
+      if e.kind == "udp" and e.by == "ruleset" and e.port == 9557 and e.verdict == "deny" then refused = true end
+    end
+    assert.is_true(refused, require("dkjson").encode(seen))
   end)
 
   it("200 plane create/destroy cycles with a UDP relay leave no fd, netns or table behind", function()

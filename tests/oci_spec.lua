@@ -516,6 +516,42 @@ for h in sys.argv[2:]: go(h)
     assert.are.same({}, left())
   end)
 
+  it("ends a run whose command, the container's pid 1, ignores a forwarded SIGTERM; one handling it exits itself",
+    function()
+    if not need_engine() then return end
+    -- Runs script under corral run, SIGTERMs corral once the script is up, and answers
+    -- corral's status, the seconds it took to end after the signal, and the containers left.
+    local function terminated(name, script)
+      local devnull = assert(io.open("/dev/null", "r+"))
+      local p = assert(core.spawn.start({ plain = true, path = h.host, argv = { h.host, "run", "--mechanism", "oci",
+        "--engine", engine().path, "--storage", root .. "/" .. name, "--", "/bin/sh", "-c", script },
+        env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
+      devnull:close()
+      local pid = p:pid()
+      local up = h.wait_for(function() return h.read(root .. "/" .. name .. "/up") end, 20)
+      local t0 = core.clock.monotime()
+      p:kill(15)
+      local code = p:wait(30)
+      local took = core.clock.monotime() - t0
+      if not code then p:kill(); p:wait() end
+      p:close()
+      assert.truthy(up, name .. ": the run never started")
+      return code, took, lines(oci.call({ "ps", "--all", "--format", "{{.Names}}", "--filter",
+        "label=corral.owner=" .. pid }))
+    end
+    -- attempt: sleep as pid 1 has no handler, so the signal the engine hands it is ignored
+    local code, took, left = terminated("term-ignored", "echo up > /storage/up; exec sleep 60")
+    assert.are.equal(128 + 15, code)
+    assert.is_true(took < oci.SIGNAL_GRACE + 10, "took " .. took .. " s")
+    assert.are.same({}, left)
+    -- control: a command that handles the signal ends as it chooses, before the grace
+    code, took, left = terminated("term-handled", "trap 'exit 7' TERM; echo up > /storage/up; " ..
+      "while :; do sleep 0.1; done")
+    assert.are.equal(7, code)
+    assert.is_true(took < oci.SIGNAL_GRACE, "took " .. took .. " s")
+    assert.are.same({}, left)
+  end)
+
   it("measures the engine's size option, the reason disk_quota is not claimed", function()
     if not need_engine() then return end
     local sb = box("dq")

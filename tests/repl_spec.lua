@@ -104,6 +104,32 @@ describe("core.unix", function()
   end)
 end)
 
+describe("core.unix.peer_in_own_userns", function()
+  it("is false for a peer in a user namespace beneath, true for one of its own (control)", function()
+    local d = tempdir()
+    local path = d .. "/u.sock"
+    local l = assert(core.unix.listen(path, tonumber("600", 8)))
+    defer(function() l:close() end)
+    -- attempt: a peer in a user namespace of its own (root there, mapped to our uid)
+    local child = assert(io.popen("unshare --user --map-root-user /usr/bin/python3 -c " .. h.quote(
+      "import socket, time; s = socket.socket(socket.AF_UNIX); s.connect(" .. string.format("%q", path) ..
+      "); time.sleep(3)") .. " 2>&1"))
+    local s
+    assert(h.wait_for(function() s = core.unix.accept(l, 1); return s ~= nil end, 5), "the peer did not connect")
+    local cred = assert(core.unix.peercred(s))
+    assert.are.equal(core.proc.geteuid(), cred.uid) -- its uid is ours all the same
+    assert.is_false(core.unix.peer_in_own_userns(s))
+    s:close()
+    child:close()
+    -- control, on the same listener: this process itself
+    local c = assert(core.unix.connect(path, 1))
+    local own = assert(core.unix.accept(l, 1))
+    assert.is_true(core.unix.peer_in_own_userns(own))
+    own:close()
+    c:close()
+  end)
+end)
+
 describe("REPL console on a terminal", function()
   it("help() lists every helper and help(name) explains one", function()
     local out, code = pty.repl("-i", { "help()\n", 'help("why")\n', "help(revoke)\n", 'help("nosuch")\n',

@@ -29,7 +29,7 @@
 #include "util.h"
 
 #define MAX_RULES                                                                                  \
-    96                   /* the plan builds 20, one per TCP port range, and with UDP 10 and one    \
+    96                   /* the plan builds 21, one per TCP port range, and with UDP 12 and one    \
                           * per UDP port range; the test hook one */
 #define MAX_READ 128     /* read-back beyond this is a mismatch anyway */
 #define BATCH_SIZE 65536 /* measured (strace): the apply batch is 3460 bytes */
@@ -262,6 +262,28 @@ static void ip6_daddr_link_local(struct builder *b)
     cmp(b, NFT_CMP_EQ, want, sizeof want);
 }
 
+/* `ip daddr 224.0.0.0/4` or `ip6 daddr ff00::/8`: multicast, its first byte masked to
+ * the prefix, as nft emits it. */
+static void daddr_multicast(struct builder *b, uint8_t nfproto)
+{
+    const uint8_t mask = nfproto == NFPROTO_IPV4 ? 0xf0 : 0xff;
+    const uint8_t want = nfproto == NFPROTO_IPV4 ? 0xe0 : 0xff, zero = 0;
+    meta_load(b, NFT_META_NFPROTO);
+    cmp_u8(b, nfproto);
+    payload(b, NFT_PAYLOAD_NETWORK_HEADER, nfproto == NFPROTO_IPV4 ? 16 : 24, 1);
+    if (mask != 0xff) {
+        struct nftnl_expr *e = expr_add(b, "bitwise");
+        if (!e) return;
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
+        if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 1) < 0 ||
+            nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, 1) < 0)
+            b->err = -ENOMEM;
+    }
+    cmp_u8(b, want);
+}
+
 /* `redirect to :port`. PROTO_MAX and the flag are written the way the kernel reports them
  * back (nft_redir_init sets both when only PROTO_MIN is given), so that the read-back
  * compares equal. */
@@ -427,6 +449,17 @@ static void build_udp_rules(struct builder *b, const struct corral_nft_plan *p, 
     ip6_daddr_link_local(b);
     verdict(b, NFT_RETURN);
 
+    /* Multicast is never relayed (never a destination: corral.egress.ranges), and
+     * marked it would be routed to lo and dropped there before the relay saw it, unlogged:
+     * left unmarked, filter_out records and refuses it. */
+    rule_begin(b, table, route);
+    daddr_multicast(b, NFPROTO_IPV4);
+    verdict(b, NFT_RETURN);
+
+    rule_begin(b, table, route);
+    daddr_multicast(b, NFPROTO_IPV6);
+    verdict(b, NFT_RETURN);
+
     rule_begin(b, table, route);
     l4proto(b, IPPROTO_UDP);
     dport(b, 53);
@@ -518,8 +551,20 @@ static int build_rules(const struct corral_nft_plan *p, const char *table, struc
         redirect(&b, p->acceptor_port);
     }
 
-    /* filter_out, policy drop */
+    /* filter_out, policy drop. A UDP flow's conntrack entry stays established after the
+     * flow ends (a cut, a revoke, a ruleset without its port), and with a link its next
+     * datagram, no longer marked for the relay, would take the link's route straight to
+     * the destination: established UDP is accepted only on lo, and on the link only with
+     * the host's mark (below), so such a datagram is refused and recorded like any other. */
     rule_begin(&b, table, filter);
+    ct_any(&b, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
+    meta_load(&b, NFT_META_L4PROTO);
+    cmp(&b, NFT_CMP_NEQ, &(uint8_t){IPPROTO_UDP}, sizeof(uint8_t));
+    verdict(&b, NF_ACCEPT);
+
+    rule_begin(&b, table, filter);
+    meta_load(&b, NFT_META_OIF);
+    cmp_u32(&b, LO_IFINDEX);
     ct_any(&b, NFT_CT_STATE, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED));
     verdict(&b, NF_ACCEPT);
 

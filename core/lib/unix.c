@@ -6,15 +6,21 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "unix.h"
 #include "util.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
 
 static int unix_addr(const char *path, struct sockaddr_un *sa)
 {
@@ -90,4 +96,30 @@ int corral_unix_peercred(int fd, pid_t *pid, uid_t *uid, gid_t *gid)
     *uid = cred.uid;
     *gid = cred.gid;
     return 0;
+}
+
+int corral_unix_peer_in_own_userns(int fd)
+{
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    int r = corral_unix_peercred(fd, &pid, &uid, &gid);
+    if (r < 0) return r;
+    /* 0: the peer's pid is not visible in our pid namespace */
+    if (pid <= 0) return -ESRCH;
+    _cleanup_close_ int pidfd = -1;
+    socklen_t len = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0) {
+        if (errno != ENOPROTOOPT) return -errno;
+        pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        if (pidfd < 0) return -errno;
+    }
+    if (fcntl(pidfd, F_SETFD, FD_CLOEXEC) < 0) return -errno;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+    struct stat peer, mine;
+    if (stat(path, &peer) < 0 || stat("/proc/self/ns/user", &mine) < 0) return -errno;
+    /* Still alive: the pid named the pinned process when its namespace was read. */
+    if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0) return -errno;
+    return peer.st_dev == mine.st_dev && peer.st_ino == mine.st_ino;
 }

@@ -28,4 +28,13 @@ int corral_unix_accept(int listen_fd, int send_timeout_ms);
  * caller's namespaces. Returns 0 or -errno. */
 int corral_unix_peercred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 
+/* Whether the process that connected fd's peer is in the caller's own user namespace:
+ * 1 yes, 0 no (a process of a user namespace beneath, such as a tenant whose ids map to
+ * the caller's own: the same uid is then no proof of being the caller), or -errno when
+ * that cannot be told (-ESRCH: the peer is gone). The peer is pinned by a pidfd
+ * (SO_PEERPIDFD; pidfd_open of SO_PEERCRED's pid on a kernel without it) that must still
+ * name a live process once its namespace is read, so a pid reused in between is never
+ * judged in its place. */
+int corral_unix_peer_in_own_userns(int fd);
+
 #endif

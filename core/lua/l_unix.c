@@ -7,6 +7,7 @@
  *   core.unix.connect(path[, timeout_s = 5])            -> fd
  *   core.unix.accept(fd[, send_timeout_s = 0])          -> fd | nil, msg, EAGAIN
  *   core.unix.peercred(fd)                              -> {pid =, uid =, gid =}
+ *   core.unix.peer_in_own_userns(fd)                    -> boolean
  */
 #include <errno.h>
 #include <sys/types.h>
@@ -69,12 +70,21 @@ static int l_peercred(lua_State *L)
     return 1;
 }
 
+static int l_peer_in_own_userns(lua_State *L)
+{
+    int r = corral_unix_peer_in_own_userns(corral_checkfd(L, 1));
+    if (r < 0) return corral_pushfail(L, "peer user namespace", r);
+    lua_pushboolean(L, r);
+    return 1;
+}
+
 int corral_open_unix(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"listen", l_listen},
                                    {"connect", l_connect},
                                    {"accept", l_accept},
                                    {"peercred", l_peercred},
+                                   {"peer_in_own_userns", l_peer_in_own_userns},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

@@ -11,7 +11,9 @@
 -- `close`, also on an error through `<close>`; the forwarded signals end the run the
 -- ordinary way) and, after a SIGKILL, swept by the next `register` or `list` once its
 -- pid is gone. Whoever connects is checked with SO_PEERCRED before a byte is read: only
--- the owner's uid and root are answered, anyone else gets one refusal line.
+-- the owner's uid and root are answered, anyone else gets one refusal line; the owner's
+-- uid only from this process's own user namespace (without root, a tenant's ids are the
+-- owner's too, from a user namespace beneath).
 --
 -- Requests: `{"op": OP, ...}` with OP one of `info`, `connections`, `decisions` (`n`),
 -- `ruleset`, `why` (`dest` "host:port"), `allow` (`entry`), `revoke` (`entry`, `cut`).
@@ -119,6 +121,16 @@ function Server:accept()
     refusal = "refused: " .. tostring(err)
   elseif cred.uid ~= uid and cred.uid ~= 0 then
     refusal = string.format("refused: uid %d is neither this sandbox's owner (uid %d) nor root", cred.uid, uid)
+  elseif cred.uid == uid and uid ~= 0 then
+    -- Without root a tenant's ids are the owner's own (its user namespace maps only
+    -- them), so the uid alone would let a tenant that reaches this socket widen its own
+    -- allowlist: the owner's processes are in this process's user namespace, a
+    -- tenant's in one beneath it.
+    local own, uerr = core.unix.peer_in_own_userns(fd)
+    if not own then
+      refusal = "refused: " .. (uerr and tostring(uerr) or string.format("uid %d connected from another user "
+        .. "namespace (a sandbox's tenant, whose ids are its owner's without root), not this sandbox's owner", uid))
+    end
   end
   local n = 0
   for _ in pairs(self.clients) do n = n + 1 end

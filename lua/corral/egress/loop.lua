@@ -362,10 +362,12 @@ end
 -- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
 -- core.signal.fd) to it, and calling each of opts.feeds' `on()` when its `fd` is
 -- readable (and once more after the process ended; `on` returns false at the feed's
--- end). Returns its code and how it ended,
--- or proc:wait's nil, msg, ETIMEDOUT while it still runs at the deadline.
+-- end). With opts.grace, the deadline also comes that many seconds after the first
+-- forwarded signal. Returns its code and how it ended, or proc:wait's nil, msg,
+-- ETIMEDOUT while it still runs at the deadline, then the forwarded signal's number
+-- when it was the grace, not the wall, that ran out.
 -- @tparam userdata proc a corral.process
--- @tparam[opt] table opts `{serve =, wall =, signals =, feeds = {{fd =, on =}, ...}}`
+-- @tparam[opt] table opts `{serve =, wall =, signals =, grace =, feeds = {{fd =, on =}, ...}}`
 function M.wait(proc, opts)
   opts = opts or {}
   local feeds = opts.feeds or {}
@@ -385,11 +387,14 @@ function M.wait(proc, opts)
   local function drain_feeds()
     for _, f in ipairs(feeds) do f.on() end
   end
+  local signalled
   while true do
     local left = deadline and deadline - core.clock.monotime()
     if left and left <= 0 then
       drain_feeds()
-      return proc:wait(0)
+      local code, msg, errno = proc:wait(0)
+      if code == nil and signalled then return nil, msg, errno, signalled end
+      return code, msg, errno
     end
     local timeout = left and math.min(left, 1) or 1
     local hit
@@ -401,7 +406,14 @@ function M.wait(proc, opts)
     end
     if signals_at and hit[signals_at] then
       local sig = core.signal.read(opts.signals)
-      if sig then proc:kill(sig) end
+      if sig then
+        proc:kill(sig)
+        if opts.grace and not signalled then
+          signalled = sig
+          local at = core.clock.monotime() + opts.grace
+          if not deadline or at < deadline then deadline = at end
+        end
+      end
     end
     for i, on in pairs(fed) do
       -- a feed at its end (false) is polled no more: a hung-up pipe is always readable

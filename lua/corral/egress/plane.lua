@@ -164,6 +164,18 @@ function M.new_netns()
   return nil, tostring(err) .. "; in a user namespace of the caller's own: " .. tostring(uerr), uerrno
 end
 
+--- The name of a plane's resolv.conf directory in /tmp, with its maker's pid: one whose
+-- process is gone (SIGKILLed before `close`) is removed by the next plane's maker.
+M.RESOLV_PATTERN = "^corral%-resolv%-(%d+)%-%w+$"
+
+local swept_resolv = false
+
+-- A directory of ours, never a link nor one another user made.
+local function remove_own_dir(path)
+  local st = core.fs.lstat(path)
+  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
+end
+
 --- Writes `RESOLV_CONF` to a file of the plane's own (mode 0644 in a 0711 directory of
 -- the host's /tmp, removed by `close`) and sets `self.resolv_conf` to its path, for the
 -- mechanism to bind over the tenant's /etc/resolv.conf: the runtime's /etc is the
@@ -173,7 +185,14 @@ end
 -- @return[2] nil
 -- @treturn[2] string why
 function Plane:write_resolv_conf()
-  local dir, err = core.fs.mkdtemp("/tmp/corral-resolv-")
+  if not swept_resolv then
+    swept_resolv = true
+    for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
+      local pid = name:match(M.RESOLV_PATTERN)
+      if pid and not core.fs.lstat("/proc/" .. pid) then remove_own_dir("/tmp/" .. name) end
+    end
+  end
+  local dir, err = core.fs.mkdtemp("/tmp/corral-resolv-" .. core.proc.getpid() .. "-")
   if not dir then return nil, err end
   self.resolv_dir = dir
   local ok, cerr = core.fs.chmod(dir, tonumber("711", 8))

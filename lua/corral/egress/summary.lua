@@ -5,6 +5,7 @@
 -- mapped back to its name by the acceptor.
 -- @module corral.egress.summary
 local events = require "corral.egress.events"
+local ranges = require "corral.egress.ranges"
 
 local M = {}
 
@@ -57,6 +58,9 @@ function M.line(ev)
       entry_for(ev))
   end
   if reason:find("not in the allowlist", 1, true) then
+    -- an address no entry can open (multicast, broadcast …): no option would change it
+    local what, cidr, fixed = ranges.classify(not ev.name and ev.ip or "")
+    if fixed then return string.format("denied %s (%s, %s: never a destination)", d, what, cidr) end
     return string.format("denied %s (no entry names it; --allow %s would)", d, entry_for(ev))
   end
   local other = reason:match("is allowed only for (%u+) %(")

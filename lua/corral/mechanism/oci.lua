@@ -455,6 +455,12 @@ function M.remove(name)
   return M.call({ "rm", "--force", name })
 end
 
+--- Seconds a run is given to end after a forwarded signal (Ctrl-C, SIGTERM) before it
+-- is ended as at its wall. The engine hands the signal to the container's first
+-- process, which is the command itself: as a pid namespace's init it ignores every
+-- signal it has no handler for, so a plain `sleep` would otherwise outlive them all.
+M.SIGNAL_GRACE = 3
+
 --- Seconds an exec in a started container is given, after its wall, for its processes
 -- to be found and killed before the whole container is removed instead.
 M.EXEC_GRACE = 5
@@ -686,10 +692,11 @@ function M.exec(sb, argv, opts)
   opts = opts or {}
   local run, err = spawn(sb, st, argv, opts, true)
   if not run then return nil, err end
-  local code = require("corral.egress.loop").wait(run.proc, { serve = st.plane ~= nil,
-    wall = sb.limits and sb.limits.wall, signals = opts.signals, feeds = { run.feed } })
+  local code, _, _, signalled = require("corral.egress.loop").wait(run.proc, { serve = st.plane ~= nil,
+    wall = sb.limits and sb.limits.wall, signals = opts.signals, grace = M.SIGNAL_GRACE, feeds = { run.feed } })
   if not code then
     finish(run, true)
+    if signalled then return { code = 128 + signalled, how = "killed" } end
     return { code = 128 + 9, how = "killed", limit = "wall" }
   end
   local result, cerr = classify(sb, run, code)
