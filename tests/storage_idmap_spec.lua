@@ -132,6 +132,36 @@ describe("operator-made storage and workspaces #root", function()
     assert.are.equal("a\n", out)
   end)
 
+  -- a write through a shared mapping keeps a setuid bit and a file capability: with the
+  -- program shown, the tenant could rewrite a setuid-root program any host user runs
+  local MMAP_WRITE = "/usr/bin/python3 -c 'import mmap, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); " ..
+    "m = mmap.mmap(fd, 4096); m[0:6] = b\"TENANT\"; m.flush()' "
+
+  it("a setuid or file-capability program in it is refused before anything runs; the bit removed, it runs " ..
+    "(control: the tenant's write through a shared mapping lands, the mode kept)", function()
+    local dir = operator_storage("setuid")
+    h.write(dir .. "/prog", string.rep("\0", 4096))
+    h.must("chmod 4755 " .. dir .. "/prog")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", MMAP_WRITE .. "/storage/prog")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-storage", out)
+    assert.matches(dir .. "/prog is setuid, setgid or has file capabilities", out, nil, true)
+    h.must("chmod 0755 " .. dir .. "/prog && setcap cap_setuid+ep " .. dir .. "/prog")
+    out, rc = run("--workspace", dir, "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-workspace", out)
+    assert.matches("has file capabilities", out)
+    assert.are.equal(string.rep("\0", 4096), h.read(dir .. "/prog"))
+    -- control: without the capability the same write through a mapping lands, the mode as it was
+    h.must("setcap -r " .. dir .. "/prog")
+    out, rc = run("--storage", dir, "--", "sh", "-c", MMAP_WRITE .. "/storage/prog && echo mapped-ok")
+    assert.are.equal(0, rc, out)
+    assert.matches("mapped%-ok", out)
+    assert.are.equal("TENANT", h.read(dir .. "/prog"):sub(1, 6))
+    local st = stat(dir .. "/prog")
+    assert.are.same({ 0, tonumber("755", 8) }, { st.uid, st.mode })
+  end)
+
   it("a workspace with a hard link to its owner's file outside is refused (control: without it)", function()
     local ws, outside = root .. "/ws", root .. "/elsewhere"
     assert(core.fs.mkdir(ws, tonumber("755", 8)))

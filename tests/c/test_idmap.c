@@ -4,7 +4,9 @@
  * that lands owned by root on the host (and may not, through the plain path); the tree
  * is nosuid and nodev, and read-only when asked; a filesystem without idmapped mounts
  * (ramfs) is refused with EINVAL; a hard link to a file outside the tree is found, one
- * inside it or of another owner is not. Nothing is left mounted, no fd is left open.
+ * inside it or of another owner is not; a setuid, setgid or file-capability program the
+ * tenant could rewrite is found, one it could not is not. Nothing is left mounted, no fd is left
+ * open.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -136,7 +139,7 @@ static void unsupported_filesystem(void)
 
 static void hard_links_out_of_the_tree(void)
 {
-    char first[PATH_MAX];
+    struct corral_idmap_findings f;
     CHECK(mkdir(at("links"), 0755) == 0);
     CHECK(mkdir(at("links/sub"), 0755) == 0);
     CHECK(mkdir(at("outside"), 0755) == 0);
@@ -150,14 +153,57 @@ static void hard_links_out_of_the_tree(void)
     int dir = open(at("links"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int tree = corral_idmap_tree(dir, -1, CORRAL_TREE_RDONLY); /* what a tenant would see */
     CHECK(tree >= 0);
-    CHECK(corral_idmap_foreign_links(tree, 0, 0, first, sizeof first) == 0 && first[0] == '\0');
+    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.links == 0 && f.link[0] == '\0');
     /* Attempt: a link to a root-owned file outside, deep in the tree. */
     CHECK(link(at("outside/victim"), at("links/sub/planted")) == 0);
-    CHECK(corral_idmap_foreign_links(tree, 0, 0, first, sizeof first) == 1);
-    CHECK(strcmp(first, "sub/planted") == 0);
+    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.links == 1);
+    CHECK(strcmp(f.link, "sub/planted") == 0);
     /* The same file's owner asked for as 4242 (theirs): one finding, not root's. */
-    CHECK(corral_idmap_foreign_links(tree, 4242, 4242, first, sizeof first) == 1);
-    CHECK(strcmp(first, "theirs") == 0);
+    CHECK(corral_idmap_scan(tree, 4242, 4242, &f) == 0 && f.links == 1);
+    CHECK(strcmp(f.link, "theirs") == 0);
+    CHECK(f.privileged == 0);
+    close(tree);
+    close(dir);
+}
+
+/* Programs that run with privileges on the host are found where the tenant could rewrite
+ * them (the owner's, or writable by the group or anyone), and only there. */
+static void privileged_programs(void)
+{
+    struct corral_idmap_findings f;
+    CHECK(mkdir(at("priv"), 0755) == 0);
+    CHECK(mkdir(at("priv/bin"), 0755) == 0);
+    /* Controls first: plain programs, a setgid file without group execute (mandatory
+     * locking, no privilege), and another owner's setuid program the tenant cannot write. */
+    touch("priv/bin/plain", 0755);
+    touch("priv/locking", 0644);
+    CHECK(chmod(at("priv/locking"), 02644) == 0);
+    touch("priv/theirs", 0755);
+    CHECK(chown(at("priv/theirs"), 4242, 4242) == 0 && chmod(at("priv/theirs"), 04755) == 0);
+    int dir = open(at("priv"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int tree = corral_idmap_tree(dir, -1, CORRAL_TREE_RDONLY);
+    CHECK(tree >= 0);
+    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 0 &&
+          f.privileged_path[0] == '\0');
+    /* Attempts: root's setuid program, a setgid one, another owner's that anyone may write,
+     * and one with a file capability (v2, cap_setuid), each found. */
+    touch("priv/bin/su", 0755);
+    CHECK(chmod(at("priv/bin/su"), 04755) == 0);
+    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(strcmp(f.privileged_path, "bin/su") == 0);
+    CHECK(chmod(at("priv/bin/su"), 02755) == 0);
+    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(chmod(at("priv/bin/su"), 0755) == 0 && chmod(at("priv/theirs"), 04757) == 0);
+    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(strcmp(f.privileged_path, "theirs") == 0);
+    CHECK(chmod(at("priv/theirs"), 0755) == 0);
+    unsigned char cap[20] = {0x01, 0x00, 0x00, 0x02,
+                             0x80}; /* VFS_CAP_REVISION_2 | effective; CAP_SETUID */
+    CHECK(setxattr(at("priv/bin/plain"), "security.capability", cap, sizeof cap, 0) == 0);
+    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(strcmp(f.privileged_path, "bin/plain") == 0);
+    /* Control: the same tree asked for as another owner holds nothing of its to rewrite. */
+    CHECK(corral_idmap_scan(tree, 5555, 5555, &f) == 0 && f.privileged == 0);
     close(tree);
     close(dir);
 }
@@ -178,6 +224,7 @@ int main(void)
     root_owned_directory_shown_as_h();
     unsupported_filesystem();
     hard_links_out_of_the_tree();
+    privileged_programs();
     CHECK(count_fds() == fds);
     CHECK(mounts() == mounted && mounted == 0);
     CHECK(corral_remove_tree(base) == 0);
