@@ -162,6 +162,37 @@ describe("operator-made storage and workspaces #root", function()
     assert.are.same({ 0, tonumber("755", 8) }, { st.uid, st.mode })
   end)
 
+  it("a directory another user made in advance under a root others may write is refused, not adopted, and " ..
+    "another sandbox's is too; control: root's there, and one corral makes", function()
+    assert(core.fs.chmod(root, tonumber("1777", 8)))
+    local squat = root .. "/job"
+    assert(core.fs.mkdir(squat, tonumber("777", 8)))
+    assert(core.fs.chown(squat, h.TEST_UID, h.TEST_UID))
+    local out, rc = run("--storage", squat, "--", "sh", "-c", "echo secret > /storage/result")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-storage", out)
+    assert.matches("owned by uid " .. h.TEST_UID .. ", in " .. root .. " (uid 0, mode 1777), which others may write",
+      out, nil, true)
+    assert.is_nil(core.fs.lstat(squat .. "/result"))
+    -- a directory of a host id (another sandbox's storage), even in a root only root writes
+    assert(core.fs.chmod(root, tonumber("755", 8)))
+    local theirs = operator_storage("theirs")
+    assert(core.fs.chown(theirs, 1500000000, 1500000000))
+    out, rc = run("--storage", theirs, "--", "sh", "-c", "echo secret > /storage/result")
+    assert.are.equal(2, rc, out)
+    assert.matches("another sandbox's host id", out)
+    assert.is_nil(core.fs.lstat(theirs .. "/result"))
+    -- controls: in the same shared root, a directory root made is shown; a new one corral makes
+    assert(core.fs.chmod(root, tonumber("1777", 8)))
+    local mine = operator_storage("provisioned")
+    out, rc = run("--storage", mine, "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    assert.are.equal(0, stat(mine .. "/ok").uid)
+    out, rc = run("--storage", root .. "/fresh", "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("ok\n", h.read(root .. "/fresh/ok"))
+  end)
+
   it("a workspace with a hard link to its owner's file outside is refused (control: without it)", function()
     local ws, outside = root .. "/ws", root .. "/elsewhere"
     assert(core.fs.mkdir(ws, tonumber("755", 8)))

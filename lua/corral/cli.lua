@@ -546,8 +546,10 @@ that id owns. One made by someone else (an operator's, owned by root; a reposito
 another user checked out) is shown, as root with native or bwrap, through an idmapped
 mount: the tenant's root owns inside what DIR's owner owns, and what it creates lands
 owned by that owner; nothing is chowned, the mount is nosuid,nodev. That hands the
-tenant the whole tree: it is refused inside the runtime (/etc, /usr …) and for a tree
-holding a hard link to a file outside it. Where no idmapped mount can be made (the
+tenant the whole tree: it is refused inside the runtime (/etc, /usr …), for a tree
+holding a hard link to a file outside it or a setuid, setgid or file-capability program
+(a write through a shared mapping keeps the bit), and for a storage in a root others may
+write (anyone could have made it) or owned by another sandbox's host id. Where no idmapped mount can be made (the
 filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, saying
 why, and such a workspace is writable only where its permissions let the host id
 write. --disk SIZE puts the storage on an ext4 filesystem of that size of its own (an

@@ -216,6 +216,37 @@ function M.check_root(root)
   return resolved
 end
 
+--- Whether `uid` is in the range corral's host ids take (see `host_id`).
+-- @tparam integer uid
+-- @treturn boolean
+function M.is_host_id(uid)
+  return uid >= 1000000000 and uid < 2000000000
+end
+
+-- Why a storage directory `owner` made (not the sandbox's host id) cannot be taken as an
+-- operator's, or nil. Shown through an idmapped mount, the tenant's files land as that
+-- owner's: only root, or the owner itself, may have put it there — its root is theirs and
+-- no one else may write it (a sticky root: no one else may replace their entries).
+-- Elsewhere anyone could have made it in advance (a --storage under a shared /tmp) and
+-- would own what the tenant writes; and a directory of another host id is another
+-- sandbox's storage (one a tenant made beneath its own, to be adopted by a sandbox there).
+local function unvouched(sb, path, owner)
+  if M.is_host_id(owner) then
+    return string.format("%s is owned by uid %d, another sandbox's host id: it belongs to that sandbox, not " ..
+      "to this one", path, owner)
+  end
+  local root = core.path.resolve(sb.storage_root)
+  local st = root and core.fs.lstat(root)
+  if not st then return sb.storage_root .. " cannot be examined" end
+  local others_write = st.mode & tonumber("022", 8) ~= 0
+  local sticky = st.mode & tonumber("1000", 8) ~= 0
+  if (st.uid == 0 or st.uid == owner) and (not others_write or (sticky and owner == st.uid)) then return nil end
+  return string.format("%s exists, owned by uid %d, in %s (uid %d, mode %o), which %s: anyone could have " ..
+    "made it, and the tenant's files would be theirs; an existing directory is taken from a root only root " ..
+    "or its owner may write (remove it to have corral make one)", path, owner, root, st.uid, st.mode,
+    others_write and "others may write" or "another user owns")
+end
+
 --- Creates the sandbox's storage directory owned by its host id, or accepts an existing
 -- one: one that id owns; or, made by someone else (an operator's provisioning, owned by
 -- root or anyone), where the mechanism takes detached trees and corral runs as root, shown
@@ -285,6 +316,8 @@ function M.prepare_storage(sb, opts)
   local userns, shown_as_is = nil, owner == id
   if owner ~= id and not (sb.limits and sb.limits.disk) then
     local why, kind
+    local suspect = core.proc.geteuid() == 0 and unvouched(sb, path, owner)
+    if suspect then return refuse(errors.invalid_argument("storage", suspect)) end
     if opts.trees and core.proc.geteuid() == 0 then
       userns, why, kind = require("corral.idmapped").mapping(lock, path, id)
     elseif core.proc.geteuid() ~= 0 then
