@@ -224,6 +224,36 @@ describe("operator-made storage and workspaces #root", function()
     assert.are.equal("after\n", h.read(dir .. "/after"))
   end)
 
+  it("a link a tenant put on the way to a later run's --learn or --log-json file, or a FIFO in its place, is " ..
+    "refused before anything runs; control: a file of its own beside them", function()
+    local dir = operator_storage("planted")
+    local victim = root .. "/victim"
+    assert(core.fs.mkdir(victim, tonumber("755", 8)))
+    assert(core.fs.mkdir(victim .. "/etc", tonumber("755", 8)))
+    h.write(victim .. "/etc/passwd", "VICTIM\n")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", h.attempt_then_control(
+      "ln -s " .. victim .. " /storage/sub && mkfifo /storage/decisions.json",
+      "echo after > /storage/after && echo plant-ok"))
+    assert.are.equal(0, rc, out)
+    assert.are.equal(0, h.after_attempt(out, "plant%-ok"), out) -- planting succeeds; the host's use must not
+    -- killed rather than hang the suite, should an open block on the FIFO
+    local function bounded(...)
+      return require("corral.shell").capture({ "timeout", "-s", "KILL", "60", h.host, "run", ... })
+    end
+    out, rc = bounded("--storage", dir, "--learn", dir .. "/sub/etc/passwd", "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-learn: .*/sub is a symbolic link inside the sandbox's storage", out)
+    assert.are.equal("VICTIM\n", h.read(victim .. "/etc/passwd"))
+    out, rc = bounded("--storage", dir, "--log-json", dir .. "/decisions.json", "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-log%-json: .* is not a regular file", out)
+    -- control: the same storage, a file of its own
+    out, rc = bounded("--storage", dir, "--learn", dir .. "/learned", "--log-json", dir .. "/log.json", "--", "true")
+    assert.are.equal(0, rc, out)
+    assert.matches("%-%-learn: 0 entries written", out)
+    assert.are.equal("file", stat(dir .. "/learned").type)
+  end)
+
   it("a temporary storage is removed without following a symlink planted to a host directory; " ..
     "control: its own file was written", function()
     local keep = root .. "/keep"

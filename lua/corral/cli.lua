@@ -157,7 +157,8 @@ function M.network_options(opts)
 end
 
 local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
-                           service_port = "--service-port", network = "--allow", log_json = "--log-json" }
+                           service_port = "--service-port", network = "--allow", log_json = "--log-json",
+                           learn = "--learn" }
 for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
