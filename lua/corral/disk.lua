@@ -27,7 +27,7 @@ function M.image_path(sb)
 end
 
 local function size_text(bytes)
-  for _, u in ipairs({ { "G", 1024 ^ 3 }, { "M", 1024 ^ 2 }, { "K", 1024 } }) do
+  for _, u in ipairs({ { "T", 1024 ^ 4 }, { "G", 1024 ^ 3 }, { "M", 1024 ^ 2 }, { "K", 1024 } }) do
     if bytes % u[2] == 0 then return string.format("%d%s", bytes // u[2], u[1]) end
   end
   return tostring(bytes)
@@ -95,6 +95,11 @@ function M.acquire(sb, uid)
     end
   end
   if not image then
+    if errno == core.errno.EFBIG then
+      return nil, errors.invalid_argument("limits.disk", string.format("%s is larger than the filesystem of %s " ..
+        "allows a file to be", size_text(want), sb.storage_root))
+    end
+    if errno == core.errno.EISDIR then errno = core.errno.EPERM end
     if errno == core.errno.EPERM or errno == core.errno.ELOOP then
       return nil, errors.invalid_argument("limits.disk", path .. " is not a disk image corral made (a regular file " ..
         "owned by uid " .. core.proc.geteuid() .. " that no one else may write); move it away")

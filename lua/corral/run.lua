@@ -237,9 +237,16 @@ function M.execute(req, hooks)
   -- the temporary storage comes last, so an invalid value leaves nothing behind
   local temp
   local function new_temp()
-    temp = assert(core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-"))
+    local made, merr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
+    if not made then
+      -- a full or read-only /tmp (inside `corral confine`) is the host's, not the arguments'
+      return nil, errors.cannot_enforce("filesystem_confinement", "cannot make a temporary storage in " ..
+        TEMP_DIR .. " (" .. tostring(merr) .. "); give " .. name("storage") .. " DIR")
+    end
+    temp = made
     core.fs.chmod(temp, tonumber("711", 8))
     root, id = temp, req.id or "tenant"
+    return true
   end
   local function remove_temp()
     if not temp then return end
@@ -248,7 +255,8 @@ function M.execute(req, hooks)
   end
   if not req.storage then
     resources.sweep(TEMP_DIR, TEMP_PATTERN, remove_own_tree)
-    new_temp()
+    local made, terr = new_temp()
+    if not made then return nil, terr end
   end
   local function describe()
     return corral.sandbox({ id = id, storage_root = root, workspace_path = req.workspace,
@@ -298,7 +306,9 @@ function M.execute(req, hooks)
   for _ = 1, 3 do
     if ok or not (temp and type(perr) == "table" and perr.held_by) then break end
     remove_temp()
-    new_temp()
+    temp = nil
+    local made, terr = new_temp()
+    if not made then release(false) return nil, terr end
     sb, err = describe()
     if not sb then release(false) return nil, renamed(err) end
     ok, perr = corral.provision(mech, sb)

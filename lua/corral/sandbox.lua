@@ -26,8 +26,9 @@ function M.parse_size(v)
   if type(v) ~= "string" then return nil end
   local n, unit = v:upper():match("^(%d+%.?%d*)%s*([KMGT]?)I?B?$")
   if not n then return nil end
-  local bytes = math.floor(tonumber(n) * UNITS[unit])
-  return bytes > 0 and bytes or nil
+  -- nil past what an integer holds (9000000T): no limit of that size can be set
+  local bytes = math.tointeger(math.floor(tonumber(n) * UNITS[unit]))
+  return bytes and bytes > 0 and bytes or nil
 end
 
 --- Parses a duration: seconds, or "30s", "5m", "1h", "250ms".
