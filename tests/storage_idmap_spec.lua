@@ -274,6 +274,16 @@ describe("operator-made storage and workspaces #root", function()
     end
     local st = stat("/etc")
     assert.are.same({ 0, tonumber("755", 8) }, { st.uid, st.mode })
+    -- nor is one made there, named directly or through a root that is a link into the runtime
+    local fresh = "corral-test-" .. core.proc.getpid()
+    h.must("ln -s /etc " .. root .. "/etc-link")
+    for _, p in ipairs({ "/etc/" .. fresh, root .. "/etc-link/" .. fresh, "/usr/" .. fresh }) do
+      local out, rc = run("--storage", p, "--", "true")
+      assert.are.equal(2, rc, p .. ": " .. out)
+      assert.matches("inside the runtime read set", out)
+    end
+    assert.is_nil(core.fs.lstat("/etc/" .. fresh))
+    assert.is_nil(core.fs.lstat("/usr/" .. fresh))
     local dir = operator_storage("beside")
     local out, rc = run("--storage", dir, "--", "sh", "-c", "echo ok > /storage/ok")
     assert.are.equal(0, rc, out)

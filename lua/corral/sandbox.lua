@@ -279,6 +279,12 @@ function M.prepare_storage(sb, opts)
   end
   local root_ok, root_err = M.check_root(sb.storage_root)
   if not root_ok then return nil, root_err end
+  -- nor one made there: /etc/x would be the tenant's, inside the runtime every sandbox reads
+  local resolved = (root_ok:gsub("/+$", "")) .. "/" .. sb.id
+  local outside, bwhy = core.rootplan.check_boundary(resolved)
+  if not outside then
+    return nil, errors.invalid_argument("storage", resolved .. " " .. bwhy .. ": it cannot be handed to a tenant")
+  end
   local unclaimed = require("corral.disk").unclaimed(sb)
   if unclaimed then return nil, unclaimed end
   local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
