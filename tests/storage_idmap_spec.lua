@@ -193,6 +193,23 @@ describe("operator-made storage and workspaces #root", function()
     assert.are.equal("ok\n", h.read(root .. "/fresh/ok"))
   end)
 
+  it("a directory anyone may write (/tmp) is no one's tree: as a workspace it is shown as it is, root's file " ..
+    "there closed (control: the tenant's own lands as its host id); as a storage it is refused", function()
+    local shared = root .. "/shared"
+    assert(core.fs.mkdir(shared, tonumber("755", 8)))
+    assert(core.fs.chmod(shared, tonumber("1777", 8)))
+    h.write(shared .. "/roots", "ROOT\n")
+    local out, rc = run("--workspace", shared, "--", "sh", "-c", h.attempt_then_control(
+      "echo pwned > /workspace/roots", "echo mine > /workspace/mine && echo ws-ok"))
+    assert.are.equal(0, rc, out)
+    h.assert_refused(h.after_attempt(out, "ws%-ok"), out)
+    assert.are.equal("ROOT\n", h.read(shared .. "/roots"))
+    assert.truthy(require("corral.sandbox").is_host_id(stat(shared .. "/mine").uid))
+    out, rc = run("--storage", shared, "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("is writable by everyone %(mode 1777%)", out)
+  end)
+
   it("a workspace with a hard link to its owner's file outside is refused (control: without it)", function()
     local ws, outside = root .. "/ws", root .. "/elsewhere"
     assert(core.fs.mkdir(ws, tonumber("755", 8)))

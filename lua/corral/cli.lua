@@ -550,7 +550,8 @@ owned by that owner; nothing is chowned, the mount is nosuid,nodev. That hands t
 tenant the whole tree: it is refused inside the runtime (/etc, /usr …), for a tree
 holding a hard link to a file outside it or a setuid, setgid or file-capability program
 (a write through a shared mapping keeps the bit), and for a storage in a root others may
-write (anyone could have made it) or owned by another sandbox's host id. Where no idmapped mount can be made (the
+write (anyone could have made it) or owned by another sandbox's host id. A directory
+anyone may write (--workspace /tmp) is no one's tree: it is shown as it is. Where no idmapped mount can be made (the
 filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, saying
 why, and such a workspace is writable only where its permissions let the host id
 write. --disk SIZE puts the storage on an ext4 filesystem of that size of its own (an

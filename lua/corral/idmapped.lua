@@ -7,9 +7,10 @@
 --
 -- What this hands over is the whole tree: everything in it the owner owns becomes the
 -- tenant's to change. So it is refused for a path inside the runtime or the kernel's
--- interfaces (a storage or workspace at /etc, /usr, /proc …), and for a tree holding a
--- hard link to a file outside it (a root-owned storage with a link to /etc/shadow would
--- hand the tenant /etc/shadow), or a setuid, setgid or file-capability program it could
+-- interfaces (a storage or workspace at /etc, /usr, /proc …), for a directory anyone may
+-- write (/tmp: root's files there belong to every program that made them), and for a
+-- tree holding a hard link to a file outside it (a root-owned storage with a link to
+-- /etc/shadow would hand the tenant /etc/shadow), or a setuid, setgid or file-capability program it could
 -- rewrite (a write through a shared mapping keeps the bit: a setuid-root program any host
 -- user then runs as root). The tenant itself cannot make either: link(2) across mounts
 -- fails with EXDEV, and its seccomp filter refuses the bits (it holds no CAP_SETFCAP).
@@ -31,7 +32,8 @@ local M = {}
 -- @return[2] nil
 -- @treturn[2] string why, a phrase
 -- @treturn[2] string "unavailable" (this host or filesystem cannot), "boundary" (a path
---   inside the runtime or the kernel's interfaces) or "refused" (a hard link out of it, or
+--   inside the runtime or the kernel's interfaces), "shared" (a directory anyone may
+--   write) or "refused" (a hard link out of it, or
 --   a privileged program the tenant could rewrite)
 function M.mapping(fd, path, host_id)
   if core.proc.geteuid() ~= 0 then return nil, "an idmapped mount needs corral to run as root", "unavailable" end
@@ -40,6 +42,13 @@ function M.mapping(fd, path, host_id)
     return nil, path .. " " .. why .. ": it cannot be handed to a tenant", "boundary"
   end
   local st = core.fs.lstat(fd)
+  -- a directory anyone may write (/tmp) is no one's tree: what its owner owns there (root's
+  -- files in /tmp, another run's temporary storage and its disk image) is not the owner's to
+  -- hand over
+  if st.mode & tonumber("002", 8) ~= 0 then
+    return nil, string.format("%s is writable by everyone (mode %o): a shared directory, not its owner's tree " ..
+      "to hand over", path, st.mode), "shared"
+  end
   local ns, err = core.idmap.userns(st.uid, host_id, st.gid, host_id)
   if not ns then return nil, tostring(err), "unavailable" end
   local tree, terr, terrno = core.idmap.tree(fd, ns, { rw = true })

@@ -333,7 +333,9 @@ function M.prepare_storage(sb, opts)
       why = string.format("the %s mechanism cannot show it through an idmapped mount (it binds the directory " ..
         "by its path%s)", opts.mechanism or "chosen", opts.mechanism == "oci" and "; its engine takes no idmap" or "")
     end
-    if kind == "refused" or kind == "boundary" then return refuse(errors.invalid_argument("storage", why)) end
+    if kind == "refused" or kind == "boundary" or kind == "shared" then
+      return refuse(errors.invalid_argument("storage", why))
+    end
     if not userns then
       return refuse(errors.invalid_argument("storage", string.format("%s exists and is owned by uid %d; a tenant " ..
         "storage must be created by corral or owned by the sandbox host id %d, and idmapped mounts are " ..
