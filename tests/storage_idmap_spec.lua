@@ -210,6 +210,36 @@ describe("operator-made storage and workspaces #root", function()
     assert.matches("is writable by everyone %(mode 1777%)", out)
   end)
 
+  it("no storage is shown inside another, either way round: the outer tenant would reach the inner one's files " ..
+    "and disk image; control: side by side, and a workspace holding the sandbox's own storage", function()
+    local outer = operator_storage("outer")
+    local out, rc = run("--storage", outer .. "/b", "--disk", "16M", "--", "sh", "-c", "echo inner > /storage/x")
+    assert.are.equal(0, rc, out)
+    local image = h.read(outer .. "/.b.disk")
+    out, rc = run("--storage", outer, "--", "sh", "-c", "cat /storage/.b.disk > /dev/null; " ..
+      "printf XXXX | dd of=/storage/.b.disk bs=1 seek=1080 conv=notrunc")
+    assert.are.equal(2, rc, out)
+    assert.matches(outer .. "/b is where another sandbox keeps its files", out, nil, true)
+    assert.are.equal(image, h.read(outer .. "/.b.disk"))
+    -- the other way round: the outer storage in use first, then one made inside it
+    h.must("rm -rf " .. outer .. "/b " .. outer .. "/.b.disk")
+    out, rc = run("--storage", outer, "--", "sh", "-c", "mkdir /storage/c")
+    assert.are.equal(0, rc, out)
+    for _, args in ipairs({ { outer .. "/c" }, { outer .. "/d", "--disk", "16M" } }) do
+      out, rc = run("--storage", table.unpack(args), "--", "true")
+      assert.are.equal(2, rc, out)
+      assert.matches("is inside " .. outer .. ", where another sandbox keeps its files", out, nil, true)
+    end
+    assert.is_nil(core.fs.lstat(outer .. "/.d.disk"))
+    -- controls: side by side; a workspace holding this sandbox's own storage
+    out, rc = run("--storage", root .. "/beside", "--disk", "16M", "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    local proj = operator_storage("proj")
+    out, rc = run("--storage", proj .. "/store", "--workspace", proj, "--", "sh", "-c", "echo w > /workspace/w")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("w\n", h.read(proj .. "/w"))
+  end)
+
   it("a workspace with a hard link to its owner's file outside is refused (control: without it)", function()
     local ws, outside = root .. "/ws", root .. "/elsewhere"
     assert(core.fs.mkdir(ws, tonumber("755", 8)))

@@ -81,6 +81,7 @@ struct walk {
     size_t n_files, cap_files;
     uid_t uid;
     gid_t gid;
+    const char *mark; /* a directory carrying it is another sandbox's storage; NULL: none */
     struct corral_idmap_findings *out;
 };
 
@@ -163,6 +164,11 @@ static int read_dir(struct walk *w, int root, const char *dir)
 {
     int fd = open_beneath(root, dir);
     if (fd < 0) return errno == EXDEV ? 0 : -errno; /* a mount point: not in the tree */
+    if (*dir && w->mark && fgetxattr(fd, w->mark, NULL, 0) >= 0) {
+        if (w->out->storages++ == 0) snprintf(w->out->storage, sizeof w->out->storage, "%s", dir);
+        close(fd);
+        return 0; /* what is in it is that sandbox's: not walked */
+    }
     DIR *d = fdopendir(fd);
     if (!d) {
         int err = -errno;
@@ -204,10 +210,11 @@ static int read_dir(struct walk *w, int root, const char *dir)
     return r;
 }
 
-int corral_idmap_scan(int fd, uid_t owner_uid, gid_t owner_gid, struct corral_idmap_findings *out)
+int corral_idmap_scan(int fd, uid_t owner_uid, gid_t owner_gid, const char *mark,
+                      struct corral_idmap_findings *out)
 {
     memset(out, 0, sizeof *out);
-    struct walk w = {.uid = owner_uid, .gid = owner_gid, .out = out};
+    struct walk w = {.uid = owner_uid, .gid = owner_gid, .mark = mark, .out = out};
     int r = push_dir(&w, "", "");
     while (r == 0 && w.next_dir < w.n_dirs) {
         char *dir = w.dirs[w.next_dir];

@@ -49,8 +49,10 @@ int corral_idmap_tree(int fd, int userns_fd, unsigned flags);
 struct corral_idmap_findings {
     int links;      /* regular files with a hard link outside the tree */
     int privileged; /* files that run with privileges and whose contents the tenant could change */
+    int storages;   /* directories carrying the mark: other sandboxes' storages */
     char link[CORRAL_IDMAP_PATH_MAX];
     char privileged_path[CORRAL_IDMAP_PATH_MAX];
+    char storage[CORRAL_IDMAP_PATH_MAX];
 };
 
 /*
@@ -66,10 +68,14 @@ struct corral_idmap_findings {
  *   or with a file capability) whose contents the tenant could change (owner_uid's, or
  *   writable through owner_gid or by anyone): a write through a shared mapping keeps the
  *   setuid bit and the capability, so the tenant could rewrite a setuid-root program
- *   that any host user then runs as root.
+ *   that any host user then runs as root;
+ * - with mark (an extended attribute name, or NULL), a directory beneath the top that
+ *   carries it (another sandbox's storage, see fs.h corral_mark_dir): the tenant could
+ *   reach that sandbox's files and the disk image beside them. It is not walked.
  *
  * Returns 0 with the findings in out, or -errno.
  */
-int corral_idmap_scan(int fd, uid_t owner_uid, gid_t owner_gid, struct corral_idmap_findings *out);
+int corral_idmap_scan(int fd, uid_t owner_uid, gid_t owner_gid, const char *mark,
+                      struct corral_idmap_findings *out);
 
 #endif

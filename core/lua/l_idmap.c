@@ -5,7 +5,8 @@
  *   userns(disk_uid, shown_uid, disk_gid, shown_gid) → fd | nil, msg, errno
  *   tree(fd[, userns][, {rw =, recursive =}]) → fd | nil, msg, errno (EINVAL with a
  *       userns: this filesystem cannot be idmapped)
- *   scan(fd, uid, gid) → {links =, link =, privileged =, privileged_path =} | nil, msg, errno
+ *   scan(fd, uid, gid[, mark]) → {links =, link =, privileged =, privileged_path =, storages =,
+ *       storage =} | nil, msg, errno
  */
 #include <errno.h>
 #include <limits.h>
@@ -53,10 +54,11 @@ static int l_scan(lua_State *L)
     int fd = corral_checkfd(L, 1);
     uid_t uid = check_id(L, 2);
     gid_t gid = check_id(L, 3);
+    const char *mark = luaL_optstring(L, 4, NULL);
     struct corral_idmap_findings f;
-    int r = corral_idmap_scan(fd, uid, gid, &f);
+    int r = corral_idmap_scan(fd, uid, gid, mark, &f);
     if (r < 0) return corral_pushfail(L, "tree scan", r);
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 6);
     lua_pushinteger(L, f.links);
     lua_setfield(L, -2, "links");
     lua_pushstring(L, f.link);
@@ -65,6 +67,10 @@ static int l_scan(lua_State *L)
     lua_setfield(L, -2, "privileged");
     lua_pushstring(L, f.privileged_path);
     lua_setfield(L, -2, "privileged_path");
+    lua_pushinteger(L, f.storages);
+    lua_setfield(L, -2, "storages");
+    lua_pushstring(L, f.storage);
+    lua_setfield(L, -2, "storage");
     return 1;
 }
 

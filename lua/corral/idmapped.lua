@@ -28,6 +28,7 @@ local M = {}
 -- @tparam userdata fd the directory (a corral.fd from core.fs.lock_dir or open_dir)
 -- @tparam string path its resolved path, for the boundary rule and the messages
 -- @tparam integer host_id the sandbox's host id (its tenant's root)
+-- @tparam[opt] string own the sandbox's own storage, which a workspace may hold
 -- @treturn[1] userdata the namespace (a corral.fd) for core.idmap.tree
 -- @return[2] nil
 -- @treturn[2] string why, a phrase
@@ -35,7 +36,7 @@ local M = {}
 --   inside the runtime or the kernel's interfaces), "shared" (a directory anyone may
 --   write) or "refused" (a hard link out of it, or
 --   a privileged program the tenant could rewrite)
-function M.mapping(fd, path, host_id)
+function M.mapping(fd, path, host_id, own)
   if core.proc.geteuid() ~= 0 then return nil, "an idmapped mount needs corral to run as root", "unavailable" end
   local inside, why = core.rootplan.check_boundary(path)
   if not inside then
@@ -64,7 +65,7 @@ function M.mapping(fd, path, host_id)
   local plain, perr = core.idmap.tree(fd)
   local found, first = nil, perr
   if plain then
-    found, first = core.idmap.scan(plain, st.uid, st.gid)
+    found, first = core.idmap.scan(plain, st.uid, st.gid, require("corral.sandbox").STORAGE_MARK)
     plain:close()
   end
   if not found then
@@ -76,6 +77,16 @@ function M.mapping(fd, path, host_id)
     ns:close()
     return nil, string.format("%s/%s is a hard link to a file outside it%s: through the idmapped mount the tenant " ..
       "could write that file (replace the link by a copy)", path, found.link, more(found.links)), "refused"
+  end
+  local function is_own(rel)
+    local a, b = own and core.fs.lstat(own), core.fs.lstat(path .. "/" .. rel)
+    return a and b and a.dev == b.dev and a.ino == b.ino
+  end
+  if found.storages > 1 or (found.storages == 1 and not is_own(found.storage)) then
+    ns:close()
+    return nil, string.format("%s/%s is where another sandbox keeps its files%s: through the idmapped mount the " ..
+      "tenant could reach them and the disk image beside them (keep them side by side)", path, found.storage,
+      found.storages > 1 and string.format(" (one of %d such directories)", found.storages) or ""), "refused"
   end
   if found.privileged > 0 then
     ns:close()

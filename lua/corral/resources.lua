@@ -81,7 +81,7 @@ local function acquire_workspace(sb, st)
   st.workspace = fd
   local id = sandbox.host_id(sb)
   if core.fs.lstat(fd).uid == id then return true end
-  local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id)
+  local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id, sandbox.storage_path(sb))
   if kind == "refused" then
     return nil, require("corral.errors").invalid_argument("workspace_path", why)
   end

@@ -12,6 +12,11 @@ local M = {}
 
 M.DEFAULT_STORAGE_ROOT = "/var/lib/corral/sandboxes"
 
+--- The mark corral sets, as root, on every storage it hands to a tenant (core.fs.mark: a
+-- trusted.* attribute no tenant can forge, read or strip), so that no storage is made
+-- inside another: that tenant could reach its files and the disk image beside them.
+M.STORAGE_MARK = "trusted.corral.storage"
+
 local FIELDS = { id = true, storage_root = true, workspace_path = true, service_port = true,
                  env = true, limits = true, network = true }
 local LIMITS = { memory = true, pids = true, cpu = true, fsize = true, nofile = true, wall = true, disk = true }
@@ -201,6 +206,19 @@ function M.host_id_holder(sb)
   return nil
 end
 
+--- The storage `dir` lies in (itself or a directory above it carrying `STORAGE_MARK`), or nil.
+-- @tparam string dir a resolved path
+-- @treturn string|nil
+function M.enclosing_storage(dir)
+  local p = dir
+  while true do
+    if core.fs.marked(p, M.STORAGE_MARK) then return p end
+    if p == "/" then return nil end
+    p = p:match("^(.*)/[^/]*$")
+    if p == "" then p = "/" end
+  end
+end
+
 --- Checks that a storage root exists and is a directory. corral creates the sandbox's
 -- own directory, never those above it: where tenant data lives is the operator's call,
 -- not a tree made as root at whatever path a typo names.
@@ -285,6 +303,11 @@ function M.prepare_storage(sb, opts)
   if not outside then
     return nil, errors.invalid_argument("storage", resolved .. " " .. bwhy .. ": it cannot be handed to a tenant")
   end
+  local enclosing = core.proc.geteuid() == 0 and M.enclosing_storage(root_ok)
+  if enclosing then
+    return nil, errors.invalid_argument("storage", string.format("%s is inside %s, where another sandbox keeps " ..
+      "its files: its tenant could reach this one's files and disk (keep them side by side)", resolved, enclosing))
+  end
   local unclaimed = require("corral.disk").unclaimed(sb)
   if unclaimed then return nil, unclaimed end
   local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
@@ -359,6 +382,16 @@ function M.prepare_storage(sb, opts)
       "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
     e.held_by = holder -- a caller with a throwaway storage may just take another path
     return refuse(e)
+  end
+  if core.proc.geteuid() == 0 then
+    -- a filesystem without trusted.* attributes keeps no mark; there nothing tells a
+    -- storage made inside this one from any other directory
+    local marked, merr, merrno = core.fs.mark(lock, M.STORAGE_MARK)
+    if not marked and merrno ~= core.errno.EOPNOTSUPP then
+      if userns then userns:close() end
+      return refuse(errors.cannot_enforce("filesystem_confinement", "cannot mark storage " .. path .. ": " ..
+        tostring(merr)))
+    end
   end
   return true, lock, userns
 end

@@ -153,13 +153,13 @@ static void hard_links_out_of_the_tree(void)
     int dir = open(at("links"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int tree = corral_idmap_tree(dir, -1, CORRAL_TREE_RDONLY); /* what a tenant would see */
     CHECK(tree >= 0);
-    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.links == 0 && f.link[0] == '\0');
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.links == 0 && f.link[0] == '\0');
     /* Attempt: a link to a root-owned file outside, deep in the tree. */
     CHECK(link(at("outside/victim"), at("links/sub/planted")) == 0);
-    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.links == 1);
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.links == 1);
     CHECK(strcmp(f.link, "sub/planted") == 0);
     /* The same file's owner asked for as 4242 (theirs): one finding, not root's. */
-    CHECK(corral_idmap_scan(tree, 4242, 4242, &f) == 0 && f.links == 1);
+    CHECK(corral_idmap_scan(tree, 4242, 4242, NULL, &f) == 0 && f.links == 1);
     CHECK(strcmp(f.link, "theirs") == 0);
     CHECK(f.privileged == 0);
     close(tree);
@@ -183,29 +183,57 @@ static void privileged_programs(void)
     int dir = open(at("priv"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int tree = corral_idmap_tree(dir, -1, CORRAL_TREE_RDONLY);
     CHECK(tree >= 0);
-    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 0 &&
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.privileged == 0 &&
           f.privileged_path[0] == '\0');
     /* Attempts: root's setuid program, a setgid one, another owner's that anyone may write,
      * and one with a file capability (v2, cap_setuid), each found. */
     touch("priv/bin/su", 0755);
     CHECK(chmod(at("priv/bin/su"), 04755) == 0);
-    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.privileged == 1);
     CHECK(strcmp(f.privileged_path, "bin/su") == 0);
     CHECK(chmod(at("priv/bin/su"), 02755) == 0);
-    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.privileged == 1);
     CHECK(chmod(at("priv/bin/su"), 0755) == 0 && chmod(at("priv/theirs"), 04757) == 0);
-    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.privileged == 1);
     CHECK(strcmp(f.privileged_path, "theirs") == 0);
     CHECK(chmod(at("priv/theirs"), 0755) == 0);
     unsigned char cap[20] = {0x01, 0x00, 0x00, 0x02,
                              0x80}; /* VFS_CAP_REVISION_2 | effective; CAP_SETUID */
     CHECK(setxattr(at("priv/bin/plain"), "security.capability", cap, sizeof cap, 0) == 0);
-    CHECK(corral_idmap_scan(tree, 0, 0, &f) == 0 && f.privileged == 1);
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.privileged == 1);
     CHECK(strcmp(f.privileged_path, "bin/plain") == 0);
     /* Control: the same tree asked for as another owner holds nothing of its to rewrite. */
-    CHECK(corral_idmap_scan(tree, 5555, 5555, &f) == 0 && f.privileged == 0);
+    CHECK(corral_idmap_scan(tree, 5555, 5555, NULL, &f) == 0 && f.privileged == 0);
     close(tree);
     close(dir);
+}
+
+/* A directory carrying the mark beneath the top is another sandbox's storage: found, and
+ * not walked; the top's own mark, and a tree without one, are no finding. */
+static void marked_storages_inside(void)
+{
+    static const char mark[] = "trusted.corral-test.storage";
+    struct corral_idmap_findings f;
+    CHECK(mkdir(at("outer"), 0755) == 0);
+    CHECK(mkdir(at("outer/data"), 0755) == 0);
+    CHECK(mkdir(at("outer/b"), 0700) == 0);
+    touch("outer/b/su", 04755); /* inside the other storage: not walked */
+    CHECK(chmod(at("outer/b/su"), 04755) == 0);
+    int top = open(at("outer"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int inner = open(at("outer/b"), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(corral_dir_marked(at("outer/b"), mark) == 0);
+    CHECK(corral_mark_dir(top, mark) == 0);
+    int tree = corral_idmap_tree(top, -1, CORRAL_TREE_RDONLY);
+    CHECK(tree >= 0);
+    /* Control: only the top carries it. */
+    CHECK(corral_idmap_scan(tree, 0, 0, mark, &f) == 0 && f.storages == 0 && f.privileged == 1);
+    CHECK(corral_mark_dir(inner, mark) == 0 && corral_dir_marked(at("outer/b"), mark) == 1);
+    CHECK(corral_idmap_scan(tree, 0, 0, mark, &f) == 0 && f.storages == 1 && f.privileged == 0);
+    CHECK(strcmp(f.storage, "b") == 0);
+    CHECK(corral_idmap_scan(tree, 0, 0, NULL, &f) == 0 && f.storages == 0);
+    close(tree);
+    close(inner);
+    close(top);
 }
 
 int main(void)
@@ -225,6 +253,7 @@ int main(void)
     unsupported_filesystem();
     hard_links_out_of_the_tree();
     privileged_programs();
+    marked_storages_inside();
     CHECK(count_fds() == fds);
     CHECK(mounts() == mounted && mounted == 0);
     CHECK(corral_remove_tree(base) == 0);
