@@ -211,7 +211,8 @@ describe("operator-made storage and workspaces #root", function()
   end)
 
   it("no storage is shown inside another, either way round: the outer tenant would reach the inner one's files " ..
-    "and disk image; control: side by side, and a workspace holding the sandbox's own storage", function()
+    "and disk image (a workspace holding one is shown as it is); control: side by side, and a workspace holding " ..
+    "the sandbox's own storage", function()
     local outer = operator_storage("outer")
     local out, rc = run("--storage", outer .. "/b", "--disk", "16M", "--", "sh", "-c", "echo inner > /storage/x")
     assert.are.equal(0, rc, out)
@@ -231,6 +232,14 @@ describe("operator-made storage and workspaces #root", function()
       assert.matches("is inside " .. outer .. ", where another sandbox keeps its files", out, nil, true)
     end
     assert.is_nil(core.fs.lstat(outer .. "/.d.disk"))
+    -- a directory holding it, as a workspace, is shown as it is: root's file there stays
+    -- closed (control: readable)
+    h.write(root .. "/notes", "NOTES\n")
+    out, rc = run("--workspace", root, "--", "sh", "-c", h.attempt_then_control("echo pwned >> /workspace/notes",
+      "cat /workspace/notes"))
+    assert.are.equal(0, rc, out)
+    h.assert_refused(h.after_attempt(out, "^NOTES\n"), out)
+    assert.are.equal("NOTES\n", h.read(root .. "/notes"))
     -- controls: side by side; a workspace holding this sandbox's own storage
     out, rc = run("--storage", root .. "/beside", "--disk", "16M", "--", "sh", "-c", "echo ok > /storage/ok")
     assert.are.equal(0, rc, out)

@@ -551,8 +551,9 @@ tenant the whole tree: it is refused inside the runtime (/etc, /usr …), for a 
 holding a hard link to a file outside it or a setuid, setgid or file-capability program
 (a write through a shared mapping keeps the bit), and for a storage in a root others may
 write (anyone could have made it) or owned by another sandbox's host id. A directory
-anyone may write (--workspace /tmp) is no one's tree: it is shown as it is. No
-storage is made or shown inside another (each is marked with a trusted.corral.storage
+anyone may write (--workspace /tmp), or holding another sandbox's storage, is not its
+owner's alone: as a workspace it is shown as it is, as a storage it is refused. No
+storage is made inside another either (each is marked with a trusted.corral.storage
 attribute no tenant can touch): the outer tenant would reach the inner one's files and
 disk. Where no idmapped mount can be made (the
 filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, saying

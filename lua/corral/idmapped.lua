@@ -34,7 +34,7 @@ local M = {}
 -- @treturn[2] string why, a phrase
 -- @treturn[2] string "unavailable" (this host or filesystem cannot), "boundary" (a path
 --   inside the runtime or the kernel's interfaces), "shared" (a directory anyone may
---   write) or "refused" (a hard link out of it, or
+--   write, or one where another sandbox keeps its files: not its owner's alone) or "refused" (a hard link out of it, or
 --   a privileged program the tenant could rewrite)
 function M.mapping(fd, path, host_id, own)
   if core.proc.geteuid() ~= 0 then return nil, "an idmapped mount needs corral to run as root", "unavailable" end
@@ -86,7 +86,7 @@ function M.mapping(fd, path, host_id, own)
     ns:close()
     return nil, string.format("%s/%s is where another sandbox keeps its files%s: through the idmapped mount the " ..
       "tenant could reach them and the disk image beside them (keep them side by side)", path, found.storage,
-      found.storages > 1 and string.format(" (one of %d such directories)", found.storages) or ""), "refused"
+      found.storages > 1 and string.format(" (one of %d such directories)", found.storages) or ""), "shared"
   end
   if found.privileged > 0 then
     ns:close()
