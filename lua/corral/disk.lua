@@ -80,6 +80,14 @@ end
 --   sandbox holds a clone), or nil and invalid_argument("limits.disk")/cannot_enforce("disk_quota")
 function M.acquire(sb, uid)
   local want, path = sb.limits.disk, M.image_path(sb)
+  -- in a root others may write, anyone may rename the images in it: one sandbox's disk
+  -- would be handed to another (sticky: only root renames root's)
+  local root = core.fs.lstat(sb.storage_root)
+  if root and root.mode & tonumber("022", 8) ~= 0 and root.mode & tonumber("1000", 8) == 0 then
+    return nil, errors.invalid_argument("limits.disk", string.format("%s (mode %o) lets others rename the disk " ..
+      "images in it, and hand one sandbox's disk to another: give a root only root may write (or make it sticky, " ..
+      "chmod +t)", sb.storage_root, root.mode))
+  end
   local image, size, errno, made
   image, size, errno = core.disk.open(path)
   if not image and errno == core.errno.ENOENT then
