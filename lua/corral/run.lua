@@ -237,11 +237,11 @@ function M.execute(req, hooks)
   -- the temporary storage comes last, so an invalid value leaves nothing behind
   local temp
   local function new_temp()
-    local made, merr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
+    local made, terr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
     if not made then
       -- a full or read-only /tmp (inside `corral confine`) is the host's, not the arguments'
       return nil, errors.cannot_enforce("filesystem_confinement", "cannot make a temporary storage in " ..
-        TEMP_DIR .. " (" .. tostring(merr) .. "); give " .. name("storage") .. " DIR")
+        TEMP_DIR .. " (" .. tostring(terr) .. "); give " .. name("storage") .. " DIR")
     end
     temp = made
     core.fs.chmod(temp, tonumber("711", 8))
