@@ -256,7 +256,8 @@ describe("corral CLI", function()
                             { "--nofile", "99999999" }, { "--workspace", "/nonexistent" }, { "--storage", "/" },
                             { "--allow", "*.com" }, { "--allow", "garbage" }, { "--resolve", "a=b" },
                             { "--allow", "udp:ntp.test" }, { "--allow", "udp:ntp.test:53" },
-                            { "--udp-idle", "0" }, { "--max-udp-flows", "0" } }) do
+                            { "--udp-idle", "0" }, { "--max-udp-flows", "0" }, { "--memory", "9000000T" },
+                            { "--disk", "9000000T" } }) do
       out, status = h.corral("run", case[1], case[2], "--", "true")
       assert.are.equal(2, status, case[1] .. " " .. case[2] .. ": " .. out)
       assert.truthy(out:find("invalid_argument: " .. case[1], 1, true), out)
@@ -264,6 +265,20 @@ describe("corral CLI", function()
     out, status = h.corral("run", "--memory", "64M", "--nofile", "256", "--", "true")
     assert.are.equal(0, status, out) -- control, after: good values run
     assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
+  end)
+
+  it("run without a writable /tmp for its temporary storage says so, naming --storage (exit 3); control: " ..
+    "--storage DIR runs #root", function()
+    local dir = h.tmpdir("rotmp")
+    os.execute("chmod 0711 " .. dir)
+    -- /tmp read-only in a mount namespace of its own, this test's directory beneath it still writable
+    local script = "mount --bind $1 $1 && mount --rbind /tmp /tmp && mount -o remount,bind,ro /tmp && " ..
+      "TMPDIR=$1 \"$0\" run -- true; echo status=$?; TMPDIR=$1 \"$0\" run --storage $1/s -- sh -c 'echo ran'"
+    local out = h.capture({ "unshare", "-m", "--propagation", "private", "sh", "-c", script, h.host, dir })
+    h.rmrf(dir)
+    assert.matches("cannot_enforce: filesystem_confinement: cannot make a temporary storage in /tmp .*" ..
+      "give %-%-storage DIR\nstatus=3\n", out)
+    assert.matches("status=3\nran\n$", out)
   end)
 
   it("run refuses a single-label --allow name with the reason, in a file too", function()

@@ -225,6 +225,25 @@ describe("corral host: additions", function()
     assert.are.equal("twin\t" .. source .. "\n", out)
   end)
 
+  it("finds the installed twins with a luac program beside it (PREFIX=/usr: /usr/bin/luac)", function()
+    local t = tempdir()
+    local luadir, twins = t .. "/share/lua/5.4", t .. "/lib/lua/5.4/corral/luac"
+    h.must("mkdir -p " .. h.quote(t .. "/bin") .. " " .. h.quote(luadir .. "/corral") .. " " .. h.quote(twins) ..
+      " " .. h.quote(t .. "/stage/corral") .. " && cp " .. Q .. " " .. h.quote(t .. "/bin/corral"))
+    local source = luadir .. "/corral/twin_test.lua"
+    h.write(source, "return 'source'")
+    h.must("sleep 0.01")
+    h.write(t .. "/stage/corral/twin_test.lua", "return 'twin'")
+    h.must("lua5.4 scripts/compile-lua " .. h.quote(twins) .. " " .. h.quote(t .. "/stage") .. " " ..
+      h.quote(luadir) .. " " .. h.quote(t .. "/stage/corral/twin_test.lua"))
+    local which = CLEAN .. h.quote(t .. "/bin/corral") .. " -e 'print(require \"corral.twin_test\")'"
+    local alone = run(which)
+    h.write(t .. "/bin/luac", "#!/bin/sh\n")
+    local beside = run(which)
+    assert.are.equal("twin\t" .. source .. "\n", alone)
+    assert.are.equal("twin\t" .. source .. "\n", beside)
+  end)
+
   it("records the resolved executable in the registry", function()
     local real = io.popen("readlink -f " .. Q):read("l")
     local out, _, code = run(CLEAN .. Q

@@ -132,6 +132,123 @@ describe("operator-made storage and workspaces #root", function()
     assert.are.equal("a\n", out)
   end)
 
+  -- a write through a shared mapping keeps a setuid bit and a file capability: with the
+  -- program shown, the tenant could rewrite a setuid-root program any host user runs
+  local MMAP_WRITE = "/usr/bin/python3 -c 'import mmap, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); " ..
+    "m = mmap.mmap(fd, 4096); m[0:6] = b\"TENANT\"; m.flush()' "
+
+  it("a setuid or file-capability program in it is refused before anything runs; the bit removed, it runs " ..
+    "(control: the tenant's write through a shared mapping lands, the mode kept)", function()
+    local dir = operator_storage("setuid")
+    h.write(dir .. "/prog", string.rep("\0", 4096))
+    h.must("chmod 4755 " .. dir .. "/prog")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", MMAP_WRITE .. "/storage/prog")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-storage", out)
+    assert.matches(dir .. "/prog is setuid, setgid or has file capabilities", out, nil, true)
+    h.must("chmod 0755 " .. dir .. "/prog && setcap cap_setuid+ep " .. dir .. "/prog")
+    out, rc = run("--workspace", dir, "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-workspace", out)
+    assert.matches("has file capabilities", out)
+    assert.are.equal(string.rep("\0", 4096), h.read(dir .. "/prog"))
+    -- control: without the capability the same write through a mapping lands, the mode as it was
+    h.must("setcap -r " .. dir .. "/prog")
+    out, rc = run("--storage", dir, "--", "sh", "-c", MMAP_WRITE .. "/storage/prog && echo mapped-ok")
+    assert.are.equal(0, rc, out)
+    assert.matches("mapped%-ok", out)
+    assert.are.equal("TENANT", h.read(dir .. "/prog"):sub(1, 6))
+    local st = stat(dir .. "/prog")
+    assert.are.same({ 0, tonumber("755", 8) }, { st.uid, st.mode })
+  end)
+
+  it("a directory another user made in advance under a root others may write is refused, not adopted, and " ..
+    "another sandbox's is too; control: root's there, and one corral makes", function()
+    assert(core.fs.chmod(root, tonumber("1777", 8)))
+    local squat = root .. "/job"
+    assert(core.fs.mkdir(squat, tonumber("777", 8)))
+    assert(core.fs.chown(squat, h.TEST_UID, h.TEST_UID))
+    local out, rc = run("--storage", squat, "--", "sh", "-c", "echo secret > /storage/result")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-storage", out)
+    assert.matches("owned by uid " .. h.TEST_UID .. ", in " .. root .. " (uid 0, mode 1777), which others may write",
+      out, nil, true)
+    assert.is_nil(core.fs.lstat(squat .. "/result"))
+    -- a directory of a host id (another sandbox's storage), even in a root only root writes
+    assert(core.fs.chmod(root, tonumber("755", 8)))
+    local theirs = operator_storage("theirs")
+    assert(core.fs.chown(theirs, 1500000000, 1500000000))
+    out, rc = run("--storage", theirs, "--", "sh", "-c", "echo secret > /storage/result")
+    assert.are.equal(2, rc, out)
+    assert.matches("another sandbox's host id", out)
+    assert.is_nil(core.fs.lstat(theirs .. "/result"))
+    -- controls: in the same shared root, a directory root made is shown; a new one corral makes
+    assert(core.fs.chmod(root, tonumber("1777", 8)))
+    local mine = operator_storage("provisioned")
+    out, rc = run("--storage", mine, "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    assert.are.equal(0, stat(mine .. "/ok").uid)
+    out, rc = run("--storage", root .. "/fresh", "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("ok\n", h.read(root .. "/fresh/ok"))
+  end)
+
+  it("a directory anyone may write (/tmp) is no one's tree: as a workspace it is shown as it is, root's file " ..
+    "there closed (control: the tenant's own lands as its host id); as a storage it is refused", function()
+    local shared = root .. "/shared"
+    assert(core.fs.mkdir(shared, tonumber("755", 8)))
+    assert(core.fs.chmod(shared, tonumber("1777", 8)))
+    h.write(shared .. "/roots", "ROOT\n")
+    local out, rc = run("--workspace", shared, "--", "sh", "-c", h.attempt_then_control(
+      "echo pwned > /workspace/roots", "echo mine > /workspace/mine && echo ws-ok"))
+    assert.are.equal(0, rc, out)
+    h.assert_refused(h.after_attempt(out, "ws%-ok"), out)
+    assert.are.equal("ROOT\n", h.read(shared .. "/roots"))
+    assert.truthy(require("corral.sandbox").is_host_id(stat(shared .. "/mine").uid))
+    out, rc = run("--storage", shared, "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("is writable by everyone %(mode 1777%)", out)
+  end)
+
+  it("no storage is shown inside another, either way round: the outer tenant would reach the inner one's files " ..
+    "and disk image (a workspace holding one is shown as it is); control: side by side, and a workspace holding " ..
+    "the sandbox's own storage", function()
+    local outer = operator_storage("outer")
+    local out, rc = run("--storage", outer .. "/b", "--disk", "16M", "--", "sh", "-c", "echo inner > /storage/x")
+    assert.are.equal(0, rc, out)
+    local image = h.read(outer .. "/.b.disk")
+    out, rc = run("--storage", outer, "--", "sh", "-c", "cat /storage/.b.disk > /dev/null; " ..
+      "printf XXXX | dd of=/storage/.b.disk bs=1 seek=1080 conv=notrunc")
+    assert.are.equal(2, rc, out)
+    assert.matches(outer .. "/b is where another sandbox keeps its files", out, nil, true)
+    assert.are.equal(image, h.read(outer .. "/.b.disk"))
+    -- the other way round: the outer storage in use first, then one made inside it
+    h.must("rm -rf " .. outer .. "/b " .. outer .. "/.b.disk")
+    out, rc = run("--storage", outer, "--", "sh", "-c", "mkdir /storage/c")
+    assert.are.equal(0, rc, out)
+    for _, args in ipairs({ { outer .. "/c" }, { outer .. "/d", "--disk", "16M" } }) do
+      out, rc = run("--storage", table.unpack(args), "--", "true")
+      assert.are.equal(2, rc, out)
+      assert.matches("is inside " .. outer .. ", where another sandbox keeps its files", out, nil, true)
+    end
+    assert.is_nil(core.fs.lstat(outer .. "/.d.disk"))
+    -- a directory holding it, as a workspace, is shown as it is: root's file there stays
+    -- closed (control: readable)
+    h.write(root .. "/notes", "NOTES\n")
+    out, rc = run("--workspace", root, "--", "sh", "-c", h.attempt_then_control("echo pwned >> /workspace/notes",
+      "cat /workspace/notes"))
+    assert.are.equal(0, rc, out)
+    h.assert_refused(h.after_attempt(out, "^NOTES\n"), out)
+    assert.are.equal("NOTES\n", h.read(root .. "/notes"))
+    -- controls: side by side; a workspace holding this sandbox's own storage
+    out, rc = run("--storage", root .. "/beside", "--disk", "16M", "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    local proj = operator_storage("proj")
+    out, rc = run("--storage", proj .. "/store", "--workspace", proj, "--", "sh", "-c", "echo w > /workspace/w")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("w\n", h.read(proj .. "/w"))
+  end)
+
   it("a workspace with a hard link to its owner's file outside is refused (control: without it)", function()
     local ws, outside = root .. "/ws", root .. "/elsewhere"
     assert(core.fs.mkdir(ws, tonumber("755", 8)))
@@ -163,6 +280,36 @@ describe("operator-made storage and workspaces #root", function()
     assert.are.equal("after\n", h.read(dir .. "/after"))
   end)
 
+  it("a link a tenant put on the way to a later run's --learn or --log-json file, or a FIFO in its place, is " ..
+    "refused before anything runs; control: a file of its own beside them", function()
+    local dir = operator_storage("planted")
+    local victim = root .. "/victim"
+    assert(core.fs.mkdir(victim, tonumber("755", 8)))
+    assert(core.fs.mkdir(victim .. "/etc", tonumber("755", 8)))
+    h.write(victim .. "/etc/passwd", "VICTIM\n")
+    local out, rc = run("--storage", dir, "--", "sh", "-c", h.attempt_then_control(
+      "ln -s " .. victim .. " /storage/sub && mkfifo /storage/decisions.json",
+      "echo after > /storage/after && echo plant-ok"))
+    assert.are.equal(0, rc, out)
+    assert.are.equal(0, h.after_attempt(out, "plant%-ok"), out) -- planting succeeds; the host's use must not
+    -- killed rather than hang the suite, should an open block on the FIFO
+    local function bounded(...)
+      return require("corral.shell").capture({ "timeout", "-s", "KILL", "60", h.host, "run", ... })
+    end
+    out, rc = bounded("--storage", dir, "--learn", dir .. "/sub/etc/passwd", "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-learn: .*/sub is a symbolic link inside the sandbox's storage", out)
+    assert.are.equal("VICTIM\n", h.read(victim .. "/etc/passwd"))
+    out, rc = bounded("--storage", dir, "--log-json", dir .. "/decisions.json", "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-log%-json: .* is not a regular file", out)
+    -- control: the same storage, a file of its own
+    out, rc = bounded("--storage", dir, "--learn", dir .. "/learned", "--log-json", dir .. "/log.json", "--", "true")
+    assert.are.equal(0, rc, out)
+    assert.matches("%-%-learn: 0 entries written", out)
+    assert.are.equal("file", stat(dir .. "/learned").type)
+  end)
+
   it("a temporary storage is removed without following a symlink planted to a host directory; " ..
     "control: its own file was written", function()
     local keep = root .. "/keep"
@@ -183,6 +330,16 @@ describe("operator-made storage and workspaces #root", function()
     end
     local st = stat("/etc")
     assert.are.same({ 0, tonumber("755", 8) }, { st.uid, st.mode })
+    -- nor is one made there, named directly or through a root that is a link into the runtime
+    local fresh = "corral-test-" .. core.proc.getpid()
+    h.must("ln -s /etc " .. root .. "/etc-link")
+    for _, p in ipairs({ "/etc/" .. fresh, root .. "/etc-link/" .. fresh, "/usr/" .. fresh }) do
+      local out, rc = run("--storage", p, "--", "true")
+      assert.are.equal(2, rc, p .. ": " .. out)
+      assert.matches("inside the runtime read set", out)
+    end
+    assert.is_nil(core.fs.lstat("/etc/" .. fresh))
+    assert.is_nil(core.fs.lstat("/usr/" .. fresh))
     local dir = operator_storage("beside")
     local out, rc = run("--storage", dir, "--", "sh", "-c", "echo ok > /storage/ok")
     assert.are.equal(0, rc, out)

@@ -389,7 +389,8 @@ static void setup_host(lua_State *L, const char *argv0)
     lua_setfield(L, -2, "cpath");
     lua_pop(L, 1);
     struct stat st;
-    if ((twins[0] == '\0' || stat(twins, &st) < 0) &&
+    /* only a directory: with PREFIX=/usr, <exedir>/luac is /usr/bin/luac, the compiler */
+    if ((twins[0] == '\0' || stat(twins, &st) < 0 || !S_ISDIR(st.st_mode)) &&
         snprintf(twins, sizeof twins, "%s/lib/lua/" LUA_VERSION_DIR "/corral/luac", root) >=
             (int)sizeof twins)
         return;

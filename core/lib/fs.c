@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -165,4 +166,16 @@ int corral_open_dir(const char *path)
                            .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
     int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
     return fd < 0 ? -errno : fd;
+}
+
+int corral_mark_dir(int fd, const char *name)
+{
+    if (fsetxattr(fd, name, "1", 1, 0) == 0) return 0;
+    return errno == ENOTSUP ? -EOPNOTSUPP : -errno;
+}
+
+int corral_dir_marked(const char *path, const char *name)
+{
+    if (lgetxattr(path, name, NULL, 0) >= 0) return 1;
+    return errno == ENODATA || errno == ENOTSUP ? 0 : -errno;
 }

@@ -32,4 +32,19 @@ int corral_access_as(const char *path, uid_t uid, gid_t gid, int mode);
  */
 int corral_open_dir(const char *path);
 
+/*
+ * A mark on a directory that only the host's root can set, read or remove: an extended
+ * attribute in the trusted namespace (CAP_SYS_ADMIN in the initial user namespace), so no
+ * tenant — root only of its own user namespace — can forge or strip it. corral marks each
+ * storage it hands to a tenant, so that none is made inside another (whose tenant could
+ * then reach it). name must begin "trusted.".
+ *
+ * corral_mark_dir sets it on the directory open at fd: 0, -EOPNOTSUPP where the
+ * filesystem keeps no such attribute, or -errno. corral_dir_marked asks it of the
+ * directory at path (a symlink there is not followed: it carries none): 1, 0 (absent, or
+ * no such attributes there), or -errno.
+ */
+int corral_mark_dir(int fd, const char *name);
+int corral_dir_marked(const char *path, const char *name);
+
 #endif

@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <limits.h>
 #include <linux/sched.h>
+#include <linux/types.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "idmap.h"
@@ -77,6 +80,11 @@ struct walk {
     size_t n_dirs, next_dir, cap_dirs;
     struct seen_file *files;
     size_t n_files, cap_files;
+    uid_t uid;
+    gid_t gid;
+    const char *mark;  /* a directory carrying it is another sandbox's storage; NULL: none */
+    int no_getxattrat; /* a kernel before 6.13 */
+    struct corral_idmap_findings *out;
 };
 
 static int push_dir(struct walk *w, const char *parent, const char *name)
@@ -128,10 +136,62 @@ static int open_beneath(int root, const char *dir)
     return (int)syscall(SYS_openat2, root, dir, &how, sizeof how);
 }
 
-static int read_dir(struct walk *w, int root, const char *dir, uid_t uid, gid_t gid)
+/* Whether the tenant could change the contents of this file through the idmap: its
+ * owner (it may chmod u+w), a writer through the group, or anyone. */
+static int tenant_writable(const struct walk *w, const struct stat *st)
+{
+    return st->st_uid == w->uid || (st->st_gid == w->gid && (st->st_mode & S_IWGRP)) ||
+           (st->st_mode & S_IWOTH);
+}
+
+#ifndef SYS_getxattrat
+#define SYS_getxattrat 464 /* Linux 6.13, the same number on every architecture */
+#endif
+
+struct xattr_args_compat {
+    __u64 value;
+    __u32 size;
+    __u32 flags;
+};
+
+/* 1 when the file runs with privileges on the host: setuid, setgid and group-executable,
+ * or a file capability; 0 when not; -errno. The capability is asked of the entry beside
+ * the directory's fd (the tree has no host path): getxattrat, or before Linux 6.13 the
+ * same through /proc/self/fd, which costs about as much again as the walk. */
+static int runs_privileged(struct walk *w, int dir_fd, const char *name, const struct stat *st)
+{
+    if ((st->st_mode & S_ISUID) || (st->st_mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+        return 1;
+    long r = -1;
+    if (!w->no_getxattrat) {
+        struct xattr_args_compat args = {0};
+        r = syscall(SYS_getxattrat, dir_fd, name, AT_SYMLINK_NOFOLLOW, "security.capability", &args,
+                    sizeof args);
+        if (r < 0 && errno == ENOSYS) w->no_getxattrat = 1;
+    }
+    if (w->no_getxattrat) {
+        char path[64 + NAME_MAX];
+        snprintf(path, sizeof path, "/proc/self/fd/%d/%s", dir_fd, name);
+        r = lgetxattr(path, "security.capability", NULL, 0);
+    }
+    if (r >= 0) return 1;
+    return errno == ENODATA || errno == ENOTSUP ? 0 : -errno;
+}
+
+static void note_first(char *first, const char *parent, const char *name)
+{
+    if (!*first) snprintf(first, CORRAL_IDMAP_PATH_MAX, "%s%s%s", parent, *parent ? "/" : "", name);
+}
+
+static int read_dir(struct walk *w, int root, const char *dir)
 {
     int fd = open_beneath(root, dir);
     if (fd < 0) return errno == EXDEV ? 0 : -errno; /* a mount point: not in the tree */
+    if (*dir && w->mark && fgetxattr(fd, w->mark, NULL, 0) >= 0) {
+        if (w->out->storages++ == 0) snprintf(w->out->storage, sizeof w->out->storage, "%s", dir);
+        close(fd);
+        return 0; /* what is in it is that sandbox's: not walked */
+    }
     DIR *d = fdopendir(fd);
     if (!d) {
         int err = -errno;
@@ -154,28 +214,37 @@ static int read_dir(struct walk *w, int root, const char *dir, uid_t uid, gid_t 
             if (errno != ENOENT) r = -errno;
             continue;
         }
-        if (S_ISDIR(st.st_mode))
+        if (S_ISDIR(st.st_mode)) {
             r = push_dir(w, dir, e->d_name);
-        else if (S_ISREG(st.st_mode) && st.st_nlink > 1 && (st.st_uid == uid || st.st_gid == gid))
+            continue;
+        }
+        if (!S_ISREG(st.st_mode)) continue;
+        if (st.st_nlink > 1 && (st.st_uid == w->uid || st.st_gid == w->gid))
             r = note_file(w, &st, dir, e->d_name);
+        if (r == 0 && tenant_writable(w, &st)) {
+            int p = runs_privileged(w, dirfd(d), e->d_name, &st);
+            if (p < 0) r = p;
+            if (p > 0 && w->out->privileged++ == 0)
+                note_first(w->out->privileged_path, dir, e->d_name);
+        }
     }
     if (r == 0 && errno) r = -errno; /* readdir's own failure, not the end */
     closedir(d);
     return r;
 }
 
-int corral_idmap_foreign_links(int fd, uid_t owner_uid, gid_t owner_gid, char *first, size_t len)
+int corral_idmap_scan(int fd, uid_t owner_uid, gid_t owner_gid, const char *mark,
+                      struct corral_idmap_findings *out)
 {
-    struct walk w = {0};
-    if (len) *first = '\0';
+    memset(out, 0, sizeof *out);
+    struct walk w = {.uid = owner_uid, .gid = owner_gid, .mark = mark, .out = out};
     int r = push_dir(&w, "", "");
     while (r == 0 && w.next_dir < w.n_dirs) {
         char *dir = w.dirs[w.next_dir];
-        r = read_dir(&w, fd, dir, owner_uid, owner_gid);
+        r = read_dir(&w, fd, dir);
         free(dir);
         w.dirs[w.next_dir++] = NULL;
     }
-    int foreign = 0;
     if (r == 0 && w.n_files) {
         /* Links of one file sit next to each other once sorted. */
         qsort(w.files, w.n_files, sizeof *w.files, by_identity);
@@ -184,8 +253,8 @@ int corral_idmap_foreign_links(int fd, uid_t owner_uid, gid_t owner_gid, char *f
             size_t j = i + 1;
             while (j < w.n_files && by_identity(&w.files[i], &w.files[j]) == 0)
                 j++;
-            if ((nlink_t)(j - i) < w.files[i].nlink && foreign++ == 0 && len)
-                snprintf(first, len, "%s", w.files[i].path);
+            if ((nlink_t)(j - i) < w.files[i].nlink && out->links++ == 0)
+                snprintf(out->link, sizeof out->link, "%s", w.files[i].path);
             i = j;
         }
     }
@@ -195,5 +264,5 @@ int corral_idmap_foreign_links(int fd, uid_t owner_uid, gid_t owner_gid, char *f
     for (size_t i = 0; i < w.n_files; i++)
         free(w.files[i].path);
     free(w.files);
-    return r < 0 ? r : foreign;
+    return r < 0 ? r : 0;
 }

@@ -41,17 +41,41 @@ enum {
  */
 int corral_idmap_tree(int fd, int userns_fd, unsigned flags);
 
+#define CORRAL_IDMAP_PATH_MAX 4096
+
+/* What a tree about to be shown through an idmap holds that would hand the tenant more
+ * than the tree (see corral_idmap_scan). Each first path is relative to the tree, ""
+ * when there is none. */
+struct corral_idmap_findings {
+    int links;      /* regular files with a hard link outside the tree */
+    int privileged; /* files that run with privileges and whose contents the tenant could change */
+    int storages;   /* directories carrying the mark: other sandboxes' storages */
+    char link[CORRAL_IDMAP_PATH_MAX];
+    char privileged_path[CORRAL_IDMAP_PATH_MAX];
+    char storage[CORRAL_IDMAP_PATH_MAX];
+};
+
 /*
- * Regular files in the tree at fd whose other links may lie outside it: a tree shown
- * through an idmap gives the tenant write access to what owner_uid (or group owner_gid)
- * owns, so a hard link planted in it to a file outside (an operator-made storage owned
- * by root holding a link to /etc/shadow) would hand the tenant that file. Walks the tree
- * without following a symlink or crossing a mount (what a non-recursive tree shows),
- * counts the links found inside for each file with st_nlink > 1 that owner_uid or
- * owner_gid owns, and reports those with fewer inside than st_nlink. Returns their
- * number (0: none), with one of their paths (relative to fd) in first (truncated to
- * len, "" when none), or -errno.
+ * Walks the tree at fd without following a symlink or crossing a mount (what a
+ * non-recursive tree shows). A tree shown through an idmap gives the tenant what
+ * owner_uid (or group owner_gid) owns, so two kinds of file in it would hand over more:
+ *
+ * - a hard link to a file outside (an operator-made storage owned by root holding a link
+ *   to /etc/shadow would hand the tenant that file): for each regular file with st_nlink
+ *   > 1 that owner_uid or owner_gid owns, the links found inside are counted, and those
+ *   with fewer than st_nlink are reported;
+ * - a file that runs with privileges on the host (setuid, setgid and group-executable,
+ *   or with a file capability) whose contents the tenant could change (owner_uid's, or
+ *   writable through owner_gid or by anyone): a write through a shared mapping keeps the
+ *   setuid bit and the capability, so the tenant could rewrite a setuid-root program
+ *   that any host user then runs as root;
+ * - with mark (an extended attribute name, or NULL), a directory beneath the top that
+ *   carries it (another sandbox's storage, see fs.h corral_mark_dir): the tenant could
+ *   reach that sandbox's files and the disk image beside them. It is not walked.
+ *
+ * Returns 0 with the findings in out, or -errno.
  */
-int corral_idmap_foreign_links(int fd, uid_t owner_uid, gid_t owner_gid, char *first, size_t len);
+int corral_idmap_scan(int fd, uid_t owner_uid, gid_t owner_gid, const char *mark,
+                      struct corral_idmap_findings *out);
 
 #endif

@@ -222,6 +222,34 @@ static int l_open_dir(lua_State *L)
     return 1;
 }
 
+/* core.fs.mark(fd, name) → true | nil, msg, errno (EOPNOTSUPP: the filesystem keeps no
+ * such attribute); core.fs.marked(path, name) → boolean | nil, msg, errno. The mark is a
+ * trusted.* extended attribute (fs.h). */
+static const char *check_mark(lua_State *L, int arg)
+{
+    const char *name = luaL_checkstring(L, arg);
+    luaL_argcheck(L, strncmp(name, "trusted.", 8) == 0, arg, "a mark is a trusted.* attribute");
+    return name;
+}
+
+static int l_mark(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    int r = corral_mark_dir(fd, check_mark(L, 2));
+    if (r < 0) return corral_pushfail(L, "mark", r);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int l_marked(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    int r = corral_dir_marked(path, check_mark(L, 2));
+    if (r < 0) return corral_pushfail(L, path, r);
+    lua_pushboolean(L, r);
+    return 1;
+}
+
 /* core.fs.statvfs(path) → {size =, available =} in bytes (available: what an unprivileged
  * writer may still take) | nil, msg, errno */
 static int l_statvfs(lua_State *L)
@@ -274,6 +302,8 @@ int corral_open_fs(lua_State *L)
                                    {"statvfs", l_statvfs},
                                    {"mkdtemp", l_mkdtemp},
                                    {"readlink", l_readlink},
+                                   {"mark", l_mark},
+                                   {"marked", l_marked},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

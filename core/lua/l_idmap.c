@@ -5,7 +5,8 @@
  *   userns(disk_uid, shown_uid, disk_gid, shown_gid) → fd | nil, msg, errno
  *   tree(fd[, userns][, {rw =, recursive =}]) → fd | nil, msg, errno (EINVAL with a
  *       userns: this filesystem cannot be idmapped)
- *   foreign_links(fd, uid, gid) → n, path | nil, msg, errno
+ *   scan(fd, uid, gid[, mark]) → {links =, link =, privileged =, privileged_path =, storages =,
+ *       storage =} | nil, msg, errno
  */
 #include <errno.h>
 #include <limits.h>
@@ -48,23 +49,35 @@ static int l_tree(lua_State *L)
     return 1;
 }
 
-static int l_foreign_links(lua_State *L)
+static int l_scan(lua_State *L)
 {
     int fd = corral_checkfd(L, 1);
     uid_t uid = check_id(L, 2);
     gid_t gid = check_id(L, 3);
-    char first[PATH_MAX];
-    int n = corral_idmap_foreign_links(fd, uid, gid, first, sizeof first);
-    if (n < 0) return corral_pushfail(L, "hard link scan", n);
-    lua_pushinteger(L, n);
-    lua_pushstring(L, first);
-    return 2;
+    const char *mark = luaL_optstring(L, 4, NULL);
+    struct corral_idmap_findings f;
+    int r = corral_idmap_scan(fd, uid, gid, mark, &f);
+    if (r < 0) return corral_pushfail(L, "tree scan", r);
+    lua_createtable(L, 0, 6);
+    lua_pushinteger(L, f.links);
+    lua_setfield(L, -2, "links");
+    lua_pushstring(L, f.link);
+    lua_setfield(L, -2, "link");
+    lua_pushinteger(L, f.privileged);
+    lua_setfield(L, -2, "privileged");
+    lua_pushstring(L, f.privileged_path);
+    lua_setfield(L, -2, "privileged_path");
+    lua_pushinteger(L, f.storages);
+    lua_setfield(L, -2, "storages");
+    lua_pushstring(L, f.storage);
+    lua_setfield(L, -2, "storage");
+    return 1;
 }
 
 int corral_open_idmap(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"userns", l_userns}, {"tree", l_tree}, {"foreign_links", l_foreign_links}, {NULL, NULL}};
+        {"userns", l_userns}, {"tree", l_tree}, {"scan", l_scan}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -157,7 +157,8 @@ function M.network_options(opts)
 end
 
 local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
-                           service_port = "--service-port", network = "--allow", log_json = "--log-json" }
+                           service_port = "--service-port", network = "--allow", log_json = "--log-json",
+                           learn = "--learn" }
 for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
@@ -546,8 +547,15 @@ that id owns. One made by someone else (an operator's, owned by root; a reposito
 another user checked out) is shown, as root with native or bwrap, through an idmapped
 mount: the tenant's root owns inside what DIR's owner owns, and what it creates lands
 owned by that owner; nothing is chowned, the mount is nosuid,nodev. That hands the
-tenant the whole tree: it is refused inside the runtime (/etc, /usr …) and for a tree
-holding a hard link to a file outside it. Where no idmapped mount can be made (the
+tenant the whole tree: it is refused inside the runtime (/etc, /usr …), for a tree
+holding a hard link to a file outside it or a setuid, setgid or file-capability program
+(a write through a shared mapping keeps the bit), and for a storage in a root others may
+write (anyone could have made it) or owned by another sandbox's host id. A directory
+anyone may write (--workspace /tmp), or holding another sandbox's storage, is not its
+owner's alone: as a workspace it is shown as it is, as a storage it is refused. No
+storage is made inside another either (each is marked with a trusted.corral.storage
+attribute no tenant can touch): the outer tenant would reach the inner one's files and
+disk. Where no idmapped mount can be made (the
 filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, saying
 why, and such a workspace is writable only where its permissions let the host id
 write. --disk SIZE puts the storage on an ext4 filesystem of that size of its own (an

@@ -27,7 +27,7 @@ function M.image_path(sb)
 end
 
 local function size_text(bytes)
-  for _, u in ipairs({ { "G", 1024 ^ 3 }, { "M", 1024 ^ 2 }, { "K", 1024 } }) do
+  for _, u in ipairs({ { "T", 1024 ^ 4 }, { "G", 1024 ^ 3 }, { "M", 1024 ^ 2 }, { "K", 1024 } }) do
     if bytes % u[2] == 0 then return string.format("%d%s", bytes // u[2], u[1]) end
   end
   return tostring(bytes)
@@ -80,6 +80,14 @@ end
 --   sandbox holds a clone), or nil and invalid_argument("limits.disk")/cannot_enforce("disk_quota")
 function M.acquire(sb, uid)
   local want, path = sb.limits.disk, M.image_path(sb)
+  -- in a root others may write, anyone may rename the images in it: one sandbox's disk
+  -- would be handed to another (sticky: only root renames root's)
+  local root = core.fs.lstat(sb.storage_root)
+  if root and root.mode & tonumber("022", 8) ~= 0 and root.mode & tonumber("1000", 8) == 0 then
+    return nil, errors.invalid_argument("limits.disk", string.format("%s (mode %o) lets others rename the disk " ..
+      "images in it, and hand one sandbox's disk to another: give a root only root may write (or make it sticky, " ..
+      "chmod +t)", sb.storage_root, root.mode))
+  end
   local image, size, errno, made
   image, size, errno = core.disk.open(path)
   if not image and errno == core.errno.ENOENT then
@@ -95,6 +103,11 @@ function M.acquire(sb, uid)
     end
   end
   if not image then
+    if errno == core.errno.EFBIG then
+      return nil, errors.invalid_argument("limits.disk", string.format("%s is larger than the filesystem of %s " ..
+        "allows a file to be", size_text(want), sb.storage_root))
+    end
+    if errno == core.errno.EISDIR then errno = core.errno.EPERM end
     if errno == core.errno.EPERM or errno == core.errno.ELOOP then
       return nil, errors.invalid_argument("limits.disk", path .. " is not a disk image corral made (a regular file " ..
         "owned by uid " .. core.proc.geteuid() .. " that no one else may write); move it away")

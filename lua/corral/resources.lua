@@ -73,15 +73,16 @@ end
 -- The workspace as a detached tree's source: the directory itself (no symlink on the
 -- way), shown through an idmapped mount when someone else owns it and one can be made.
 -- One holding a hard link out of it is refused (corral.idmapped); one inside the runtime,
--- or on a filesystem without idmapped mounts, is shown as it is: writable where its
--- permissions let the host id write.
+-- one anyone may write (/tmp) or holding another sandbox's storage, or one on a filesystem
+-- without idmapped mounts, is shown as it is: writable where its permissions let the host
+-- id write.
 local function acquire_workspace(sb, st)
   local fd, err = core.fs.open_dir(sb.workspace_path)
   if not fd then return nil, require("corral.errors").invalid_argument("workspace_path", tostring(err)) end
   st.workspace = fd
   local id = sandbox.host_id(sb)
   if core.fs.lstat(fd).uid == id then return true end
-  local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id)
+  local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id, sandbox.storage_path(sb))
   if kind == "refused" then
     return nil, require("corral.errors").invalid_argument("workspace_path", why)
   end

@@ -83,6 +83,48 @@ local function split_storage(storage, id, invalid, name)
   return dir, base
 end
 
+-- Why the host must not write `path` (a --learn or --log-json file), or nil. It may lie
+-- where the tenant writes — its storage, its workspace — and there a tenant of an earlier
+-- run may have put a symbolic link in its way (the host's write would land where it points:
+-- /etc/passwd truncated by --learn) or a FIFO (the host's open would block for ever). Each
+-- component is examined in turn: outside those trees a link is the operator's and is
+-- followed; inside, none is, and what the path names must be a regular file or missing.
+local function unsafe_host_file(path, sb)
+  local trees = {}
+  for _, dir in ipairs({ require("corral.sandbox").storage_path(sb), sb.workspace_path }) do
+    local st = core.fs.lstat(dir)
+    if st and st.type == "dir" then trees[#trees + 1] = st end
+  end
+  local function is_tree(st)
+    for _, t in ipairs(trees) do
+      if st.dev == t.dev and st.ino == t.ino then return true end
+    end
+    return false
+  end
+  if path == "-" or #trees == 0 then return nil end
+  local cur = path:sub(1, 1) == "/" and "" or (core.path.resolve(".") or ".")
+  local inside, st = false, nil
+  for comp in path:gmatch("[^/]+") do
+    local at = cur .. "/" .. comp
+    st = core.fs.lstat(at)
+    if not st then return nil end -- the rest does not exist yet: the write makes it, or fails
+    if st.type == "link" then
+      if inside then
+        return at .. " is a symbolic link inside the sandbox's storage or workspace (name the file itself)"
+      end
+      at = core.path.resolve(at)
+      st = at and core.fs.lstat(at)
+      if not st then return nil end
+    end
+    cur = at
+    inside = inside or (st.type == "dir" and is_tree(st))
+  end
+  if inside and st and st.type ~= "file" then
+    return path .. " is not a regular file (" .. st.type .. ") inside the sandbox's storage or workspace"
+  end
+  return nil
+end
+
 -- What the run says of the command's end, and the status it exits with.
 local function outcome(result, xerr, argv, say)
   if not result then
@@ -195,9 +237,16 @@ function M.execute(req, hooks)
   -- the temporary storage comes last, so an invalid value leaves nothing behind
   local temp
   local function new_temp()
-    temp = assert(core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-"))
+    local made, terr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
+    if not made then
+      -- a full or read-only /tmp (inside `corral confine`) is the host's, not the arguments'
+      return nil, errors.cannot_enforce("filesystem_confinement", "cannot make a temporary storage in " ..
+        TEMP_DIR .. " (" .. tostring(terr) .. "); give " .. name("storage") .. " DIR")
+    end
+    temp = made
     core.fs.chmod(temp, tonumber("711", 8))
     root, id = temp, req.id or "tenant"
+    return true
   end
   local function remove_temp()
     if not temp then return end
@@ -206,7 +255,8 @@ function M.execute(req, hooks)
   end
   if not req.storage then
     resources.sweep(TEMP_DIR, TEMP_PATTERN, remove_own_tree)
-    new_temp()
+    local made, terr = new_temp()
+    if not made then return nil, terr end
   end
   local function describe()
     return corral.sandbox({ id = id, storage_root = root, workspace_path = req.workspace,
@@ -214,6 +264,13 @@ function M.execute(req, hooks)
   end
   local sb, err = describe()
   if not sb then remove_temp() return nil, renamed(err) end
+  for _, key in ipairs({ "log_json", "learn" }) do
+    local why = req[key] and unsafe_host_file(req[key], sb)
+    if why then
+      remove_temp()
+      return invalid(key, why)
+    end
+  end
 
   local log, log_close
   if req.log_json then
@@ -249,7 +306,9 @@ function M.execute(req, hooks)
   for _ = 1, 3 do
     if ok or not (temp and type(perr) == "table" and perr.held_by) then break end
     remove_temp()
-    new_temp()
+    temp = nil
+    local made, terr = new_temp()
+    if not made then release(false) return nil, terr end
     sb, err = describe()
     if not sb then release(false) return nil, renamed(err) end
     ok, perr = corral.provision(mech, sb)

@@ -12,6 +12,11 @@ local M = {}
 
 M.DEFAULT_STORAGE_ROOT = "/var/lib/corral/sandboxes"
 
+--- The mark corral sets, as root, on every storage it hands to a tenant (core.fs.mark: a
+-- trusted.* attribute no tenant can forge, read or strip), so that no storage is made
+-- inside another: that tenant could reach its files and the disk image beside them.
+M.STORAGE_MARK = "trusted.corral.storage"
+
 local FIELDS = { id = true, storage_root = true, workspace_path = true, service_port = true,
                  env = true, limits = true, network = true }
 local LIMITS = { memory = true, pids = true, cpu = true, fsize = true, nofile = true, wall = true, disk = true }
@@ -26,8 +31,9 @@ function M.parse_size(v)
   if type(v) ~= "string" then return nil end
   local n, unit = v:upper():match("^(%d+%.?%d*)%s*([KMGT]?)I?B?$")
   if not n then return nil end
-  local bytes = math.floor(tonumber(n) * UNITS[unit])
-  return bytes > 0 and bytes or nil
+  -- nil past what an integer holds (9000000T): no limit of that size can be set
+  local bytes = math.tointeger(math.floor(tonumber(n) * UNITS[unit]))
+  return bytes and bytes > 0 and bytes or nil
 end
 
 --- Parses a duration: seconds, or "30s", "5m", "1h", "250ms".
@@ -200,6 +206,19 @@ function M.host_id_holder(sb)
   return nil
 end
 
+--- The storage `dir` lies in (itself or a directory above it carrying `STORAGE_MARK`), or nil.
+-- @tparam string dir a resolved path
+-- @treturn string|nil
+function M.enclosing_storage(dir)
+  local p = dir
+  while true do
+    if core.fs.marked(p, M.STORAGE_MARK) then return p end
+    if p == "/" then return nil end
+    p = p:match("^(.*)/[^/]*$")
+    if p == "" then p = "/" end
+  end
+end
+
 --- Checks that a storage root exists and is a directory. corral creates the sandbox's
 -- own directory, never those above it: where tenant data lives is the operator's call,
 -- not a tree made as root at whatever path a typo names.
@@ -214,6 +233,37 @@ function M.check_root(root)
   end
   if st.type ~= "dir" then return nil, errors.invalid_argument("storage_root", root .. " is not a directory") end
   return resolved
+end
+
+--- Whether `uid` is in the range corral's host ids take (see `host_id`).
+-- @tparam integer uid
+-- @treturn boolean
+function M.is_host_id(uid)
+  return uid >= 1000000000 and uid < 2000000000
+end
+
+-- Why a storage directory `owner` made (not the sandbox's host id) cannot be taken as an
+-- operator's, or nil. Shown through an idmapped mount, the tenant's files land as that
+-- owner's: only root, or the owner itself, may have put it there — its root is theirs and
+-- no one else may write it (a sticky root: no one else may replace their entries).
+-- Elsewhere anyone could have made it in advance (a --storage under a shared /tmp) and
+-- would own what the tenant writes; and a directory of another host id is another
+-- sandbox's storage (one a tenant made beneath its own, to be adopted by a sandbox there).
+local function unvouched(sb, path, owner)
+  if M.is_host_id(owner) then
+    return string.format("%s is owned by uid %d, another sandbox's host id: it belongs to that sandbox, not " ..
+      "to this one", path, owner)
+  end
+  local root = core.path.resolve(sb.storage_root)
+  local st = root and core.fs.lstat(root)
+  if not st then return sb.storage_root .. " cannot be examined" end
+  local others_write = st.mode & tonumber("022", 8) ~= 0
+  local sticky = st.mode & tonumber("1000", 8) ~= 0
+  if (st.uid == 0 or st.uid == owner) and (not others_write or (sticky and owner == st.uid)) then return nil end
+  return string.format("%s exists, owned by uid %d, in %s (uid %d, mode %o), which %s: anyone could have " ..
+    "made it, and the tenant's files would be theirs; an existing directory is taken from a root only root " ..
+    "or its owner may write (remove it to have corral make one)", path, owner, root, st.uid, st.mode,
+    others_write and "others may write" or "another user owns")
 end
 
 --- Creates the sandbox's storage directory owned by its host id, or accepts an existing
@@ -247,6 +297,17 @@ function M.prepare_storage(sb, opts)
   end
   local root_ok, root_err = M.check_root(sb.storage_root)
   if not root_ok then return nil, root_err end
+  -- nor one made there: /etc/x would be the tenant's, inside the runtime every sandbox reads
+  local resolved = (root_ok:gsub("/+$", "")) .. "/" .. sb.id
+  local outside, bwhy = core.rootplan.check_boundary(resolved)
+  if not outside then
+    return nil, errors.invalid_argument("storage", resolved .. " " .. bwhy .. ": it cannot be handed to a tenant")
+  end
+  local enclosing = core.proc.geteuid() == 0 and M.enclosing_storage(root_ok)
+  if enclosing then
+    return nil, errors.invalid_argument("storage", string.format("%s is inside %s, where another sandbox keeps " ..
+      "its files: its tenant could reach this one's files and disk (keep them side by side)", resolved, enclosing))
+  end
   local unclaimed = require("corral.disk").unclaimed(sb)
   if unclaimed then return nil, unclaimed end
   local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
@@ -285,6 +346,8 @@ function M.prepare_storage(sb, opts)
   local userns, shown_as_is = nil, owner == id
   if owner ~= id and not (sb.limits and sb.limits.disk) then
     local why, kind
+    local suspect = core.proc.geteuid() == 0 and unvouched(sb, path, owner)
+    if suspect then return refuse(errors.invalid_argument("storage", suspect)) end
     if opts.trees and core.proc.geteuid() == 0 then
       userns, why, kind = require("corral.idmapped").mapping(lock, path, id)
     elseif core.proc.geteuid() ~= 0 then
@@ -293,7 +356,9 @@ function M.prepare_storage(sb, opts)
       why = string.format("the %s mechanism cannot show it through an idmapped mount (it binds the directory " ..
         "by its path%s)", opts.mechanism or "chosen", opts.mechanism == "oci" and "; its engine takes no idmap" or "")
     end
-    if kind == "refused" or kind == "boundary" then return refuse(errors.invalid_argument("storage", why)) end
+    if kind == "refused" or kind == "boundary" or kind == "shared" then
+      return refuse(errors.invalid_argument("storage", why))
+    end
     if not userns then
       return refuse(errors.invalid_argument("storage", string.format("%s exists and is owned by uid %d; a tenant " ..
         "storage must be created by corral or owned by the sandbox host id %d, and idmapped mounts are " ..
@@ -317,6 +382,16 @@ function M.prepare_storage(sb, opts)
       "host id %d (derived from %s) is already held by %s; choose another sandbox id", id, path, holder))
     e.held_by = holder -- a caller with a throwaway storage may just take another path
     return refuse(e)
+  end
+  if core.proc.geteuid() == 0 then
+    -- a filesystem without trusted.* attributes keeps no mark; there nothing tells a
+    -- storage made inside this one from any other directory
+    local marked, merr, merrno = core.fs.mark(lock, M.STORAGE_MARK)
+    if not marked and merrno ~= core.errno.EOPNOTSUPP then
+      if userns then userns:close() end
+      return refuse(errors.cannot_enforce("filesystem_confinement", "cannot mark storage " .. path .. ": " ..
+        tostring(merr)))
+    end
   end
   return true, lock, userns
 end
