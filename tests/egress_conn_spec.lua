@@ -93,8 +93,8 @@ describe("egress connection options and the summary's words", function()
 end)
 
 describe("egress connections #root #netns", function()
-  local net, v4_server, tls_server
-  local V4_PORT, TLS_PORT = 9555, 9556
+  local net, v4_server, tls_server, banner_server
+  local V4_PORT, TLS_PORT, BANNER_PORT = 9555, 9556, 9557
 
   setup(function()
     net = internet.start()
@@ -115,11 +115,19 @@ describe("egress connections #root #netns", function()
     assert(h.wait_for(function()
       return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, V4_PORT)):match("^1")
     end, 5), "the IPv4-only server did not start")
+    -- a server that speaks first (as SMTP does) and then answers the client's line
+    out = h.sh(string.format("ip netns exec %s socat TCP4-LISTEN:%d,bind=%s,fork,reuseaddr " ..
+      "SYSTEM:'echo banner-first; read l; echo got-$l' >/dev/null 2>&1 & echo pid=$!", net.ns, BANNER_PORT, net.ip))
+    banner_server = out:match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, BANNER_PORT)):match("^1")
+    end, 5), "the banner server did not start")
   end)
 
   teardown(function()
     if v4_server then os.execute("kill " .. v4_server .. " 2>/dev/null") end
     if tls_server then os.execute("kill " .. tls_server .. " 2>/dev/null") end
+    if banner_server then os.execute("kill " .. banner_server .. " 2>/dev/null") end
     if net then internet.stop(net) end
   end)
 
@@ -292,6 +300,57 @@ describe("egress connections #root #netns", function()
     out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip, "--sni", "off" },
       "openssl s_client -connect " .. tls .. " -servername evil.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'")
     assert.matches("^1\n", out)
+  end)
+
+  it("a client silent past the wait still has its first request checked: a late wrong Host never arrives", function()
+    local log = net.dir .. "/late.jsonl"
+    local function late(host, path)
+      return string.format("(sleep 1; printf 'GET /%s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n'; sleep 1) " ..
+        "| nc -w 3 logger.test 9444; echo nc-rc=$?", path, host)
+    end
+    local out, status = run({ "--allow", "logger.test:9444", "--resolve", "logger.test=" .. net.ip,
+      "--log-json", log }, h.attempt_then_control(late("evil.test", "late-evil"),
+      late("logger.test", "late-good") .. "; sleep 0.5; echo control-done"))
+    assert.are.equal(0, status, out)
+    h.after_attempt(out, "control%-done")
+    assert.is_true(h.wait_for(function() return (h.read(net.dir .. "/tcp9444.log") or ""):find("late-good", 1, true) end, 3),
+      "the control's request never reached the server: " .. tostring(h.read(net.dir .. "/tcp9444.log")))
+    local seen = h.read(net.dir .. "/tcp9444.log")
+    assert.is_nil(seen:find("late-evil", 1, true), seen) -- the server never saw the late wrong Host
+    assert.is_nil(seen:find("evil.test", 1, true), seen)
+    assert.matches("Host: logger.test", seen, nil, true)  -- control: the late right one went through
+    local raw = h.read(log) or ""
+    assert.matches('"kind":"cut"', raw, nil, true)
+    assert.matches('"reason":"Host evil.test on a connection to logger.test"', raw, nil, true)
+    assert.matches("cut logger.test:9444 (Host evil.test on a connection to logger.test)", out, nil, true)
+  end)
+
+  it("a protocol whose server speaks first still works under --sni match, and its answer is checked", function()
+    -- The client sends nothing until it has the server's banner (past SNI_WAIT): its
+    -- upstream must be connected while its own bytes are held, then checked.
+    local function client(answer)
+      return "/usr/bin/python3 - '" .. answer .. "' <<'PY'\n" ..
+        "import socket, sys\n" ..
+        "s = socket.create_connection(('banner.test', " .. BANNER_PORT .. "), timeout=5)\n" ..
+        "f = s.makefile('rb')\n" ..
+        "banner = f.readline().decode().strip()\n" ..
+        "s.sendall(sys.argv[1].encode().decode('unicode_escape').encode())\n" ..
+        "try:\n    print(banner, f.readline().decode().strip() or 'no-answer')\n" ..
+        "except OSError as e:\n    print(banner, 'reset')\n" ..
+        "PY\n"
+    end
+    local log = net.dir .. "/banner.jsonl"
+    local out, status = run({ "--allow", "banner.test:" .. BANNER_PORT, "--resolve", "banner.test=" .. net.ip,
+      "--log-json", log },
+      h.attempt_then_control(client("GET / HTTP/1.1\\r\\nHost: evil.test\\r\\n\\r\\n"),
+        client("hello-after-banner\\n")))
+    assert.are.equal(0, status, out)
+    local _, control, attempt = h.after_attempt(out, "banner%-first got%-hello%-after%-banner")
+    -- the attempt had the banner, then named another host: cut before the server had it
+    assert.matches("^banner%-first ", attempt)
+    assert.is_nil(attempt:find("got-", 1, true), attempt)
+    assert.matches('"reason":"Host evil.test on a connection to banner.test"', h.read(log) or "", nil, true)
+    assert.matches("^banner%-first got%-hello%-after%-banner\n", control) -- control: the same, answered plainly
   end)
 
   it("--sni require refuses a connection that names no host; match lets it through", function()

@@ -94,6 +94,9 @@ struct conn {
     struct dir d[2];   /* d[0]: a to b; d[1]: b to a */
     enum state state;
     bool dead, in_ready;
+    bool held;        /* hold_a: a is not read until released */
+    bool held_queued; /* a HELD event waits for a peek */
+    bool a_ended;     /* a shut down its sending side (EPOLLRDHUP seen) */
     int idle_ms;
     int64_t last_ms;          /* last byte moved */
     int64_t connect_deadline; /* 0: none */
@@ -158,11 +161,12 @@ static void key_release(struct corral_relay *r, struct key_entry *k)
     }
 }
 
-/* Room for every event the live connections can still produce (at most two each), so
- * that queueing one never fails. */
+/* Room for every event the live connections can still produce (at most three each:
+ * CONNECTED, one HELD waiting for its peek, and the end), so that queueing one never
+ * fails. */
 static int reserve_events(struct corral_relay *r)
 {
-    size_t need = r->qlen + 2 * (r->live + 1);
+    size_t need = r->qlen + 3 * (r->live + 1);
     if (r->qhead && r->qhead + need > r->qcap) {
         memmove(r->q, r->q + r->qhead, r->qlen * sizeof *r->q);
         r->qhead = 0;
@@ -293,6 +297,7 @@ static int pump_dir(struct corral_relay *r, struct conn *c, int i, bool *progres
     int src = c->fd[i], dst = c->fd[1 - i];
     bool open = c->state == OPEN;
     if (!open && i == 1) return 0;
+    if (i == 0 && c->held) return 0; /* the client's bytes wait in its socket, unread */
 
     while (open && d->queued && c->wr[1 - i]) {
         ssize_t n =
@@ -484,6 +489,13 @@ static void handle(struct corral_relay *r, struct conn *c, int side, uint32_t ev
     }
     if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) c->rd[side] = true;
     if (ev & (EPOLLOUT | EPOLLHUP)) c->wr[side] = true;
+    if (side == 0 && c->held && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))) {
+        if (ev & (EPOLLRDHUP | EPOLLHUP)) c->a_ended = true;
+        if (!c->held_queued) {
+            c->held_queued = true;
+            push_event(r, c, CORRAL_RELAY_HELD, 0);
+        }
+    }
     pump(r, c);
 }
 
@@ -654,6 +666,7 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
     for (int i = 0; i < 2; i++)
         c->d[i].pipe[0] = c->d[i].pipe[1] = -1;
     c->state = state;
+    c->held = o && o->hold_a;
     c->idle_ms = o ? o->idle_ms : 0;
     c->last_ms = r->now_ms;
     c->connect_deadline =
@@ -846,9 +859,54 @@ int corral_relay_reset(struct corral_relay *r, uint64_t id)
         if (c->id != id || c->dead) continue;
         /* Both sides reset, so neither end mistakes a cut for a finished exchange. */
         abort_conn(r, c, -1, ECONNABORTED);
+        notify(r);
         return 0;
     }
     return -ENOENT;
+}
+
+static struct conn *live_conn(struct corral_relay *r, uint64_t id)
+{
+    for (struct conn *c = r->conns; c; c = c->next)
+        if (c->id == id && !c->dead) return c;
+    return NULL;
+}
+
+ssize_t corral_relay_peek(struct corral_relay *r, uint64_t id, void *buf, size_t max, int *ended)
+{
+    if (!r || (max && !buf)) return -EINVAL;
+    struct conn *c = live_conn(r, id);
+    if (!c) return -ENOENT;
+    if (!c->held) return -EINVAL;
+    c->held_queued = false;
+    if (ended) *ended = c->a_ended;
+    ssize_t n;
+    do
+        n = recv(c->fd[0], buf, max, MSG_PEEK | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n;
+}
+
+int corral_relay_release(struct corral_relay *r, uint64_t id)
+{
+    if (!r) return -EINVAL;
+    struct conn *c = live_conn(r, id);
+    if (!c) return -ENOENT;
+    if (!c->held) return 0;
+    c->held = false;
+    /* rd[0] kept what epoll last said of the client: its bytes are read from here */
+    pump(r, c);
+    notify(r);
+    return 0;
+}
+
+int corral_relay_timer_ms(const struct corral_relay *r, int64_t *ms)
+{
+    if (!r || !ms) return -EINVAL;
+    struct itimerspec its;
+    if (timerfd_gettime(r->timerfd, &its) < 0) return -errno;
+    *ms = (int64_t)its.it_value.tv_sec * 1000 + (its.it_value.tv_nsec + 999999) / 1000000;
+    return 0;
 }
 
 size_t corral_relay_count(const struct corral_relay *r, const char *key)

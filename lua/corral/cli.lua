@@ -474,7 +474,7 @@ local RUN_OPTIONS = {
       "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
     { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
-    { "sni", "value", "MODE", "match (default): reset a TLS SNI or HTTP Host naming another host; require, off" },
+    { "sni", "value", "MODE", "match (default): reset a TLS SNI or first HTTP Host naming another host; require, off" },
     { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE" },
   } },
   { "Output", {
@@ -507,10 +507,13 @@ permitted connections leave from the sandbox's netns through its link, on mark-c
 sockets, instead of from the host's. At the end of the run, what was denied and which
 connections failed upstream are summarised on stderr with the option that would change
 them. An --allow entry may be a URL (https://api.test is api.test:443). --sni match
-(the default) resets a connection to an allowed name whose TLS SNI or HTTP Host names
-another host (domain fronting); require also refuses one naming none. --learn FILE
-answers every name, denies and records every connection, and writes the suggested
-allowlist to FILE for --allow-file.
+(the default) resets a connection to an allowed name whose TLS SNI or first HTTP Host
+names another host; a client silent for half a second (a server-first protocol) is
+connected with its own bytes held until they are checked; require also refuses one
+naming none. It reads the first flight only: later requests on a kept-alive HTTP
+connection, and a Host inside TLS (domain fronting behind an allowed SNI), are not
+seen. --learn FILE answers every name, denies and records every connection, and writes
+the suggested allowlist to FILE for --allow-file.
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the

@@ -14,13 +14,25 @@
 -- it is for — the TLS ClientHello's server_name, or an HTTP request's Host (and an
 -- absolute or CONNECT target) — read with MSG_PEEK (`core.sni`), never consumed, never
 -- decrypted, at most one TLS record. A name other than the connection's is reset and
--- logged ("SNI evil.test on a connection to api.test": domain fronting, a shared CDN
--- address); so is a first flight against its grammar (a ClientHello split across
--- records, two Host headers). No name (TLS without SNI, a protocol that is neither,
--- a client that waits for the server to speak first, `SNI_WAIT` seconds of silence)
--- passes under "match" and is refused under "require"; "off" relays at once. Only then
--- is the upstream connected, and the relay splices the untouched bytes as before. Only
--- the first request of an HTTP connection is read.
+-- logged ("SNI evil.test on a connection to api.test": a client naming another tenant
+-- of a shared CDN address); so is a first flight against its grammar (a ClientHello
+-- split across records, two Host headers). No name (TLS without SNI, a protocol that is
+-- neither) passes under "match" and is refused under "require"; "off" relays at once.
+-- Only then is the upstream connected, and the relay splices the untouched bytes.
+--
+-- A client silent for `SNI_WAIT` seconds (a protocol whose server speaks first: SMTP,
+-- FTP, some databases) is refused under "require"; under "match" its upstream is
+-- connected and the server's bytes reach it, but nothing it sends is relayed until its
+-- first flight has been checked the same way (core.relay's hold): waiting is never a way
+-- past the check.
+--
+-- What it cannot see, by design (nothing is terminated or reassembled): the requests
+-- after the first on a kept-alive HTTP/1.1 connection (the relay splices them unread, so
+-- a second request may name another Host; the server's own virtual-host routing decides
+-- it), and anything inside TLS — an allowed SNI with another Host in the encrypted
+-- request (domain fronting through a CDN that routes by that inner Host) passes. The
+-- check binds the name a client announces in the clear to the address it connected to;
+-- it does not close domain fronting.
 -- @module corral.egress.acceptor
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -32,9 +44,9 @@ local loop = require "corral.egress.loop"
 
 local M = {}
 
---- How long (seconds) a connection may stay silent before it is relayed unchecked
--- (under `network.sni = "match"`: a protocol whose server speaks first) or refused
--- (under "require").
+--- How long (seconds) a connection may stay silent before its upstream is connected with
+-- the client's bytes held until checked (under `network.sni = "match"`: a protocol whose
+-- server speaks first) or it is refused (under "require").
 M.SNI_WAIT = 0.5
 
 --- The modes of `network.sni`, and the default.
@@ -246,9 +258,27 @@ function Acceptor:check(client, timed_out)
   self.n_held = self.n_held - 1
   if v ~= true then return deny(client, h.ctx, v) end
   if h.lowat then core.sni.lowat(client, 1) end
+  -- Nothing seen yet (only silence ends the wait with no bytes): the client's first
+  -- bytes, whenever they come, are still checked before any is relayed.
+  local guard = #data == 0 and h or nil
   local rok, err = pcall(self.relay, self, client, h.ctx, h.name, h.ip, h.port, h.port_key, h.verdict,
-    h.policy, h.env)
+    h.policy, h.env, guard)
   if not rok then deny_after_error(client, h.ctx, err) end
+end
+
+-- A connection relayed with its client held (see the module's comment) has sent more:
+-- release it once its first flight passes, cut it (logged with the reason) when not.
+function Acceptor:check_held(id, h)
+  local data, ended, errno = loop.peek(id)
+  if not data then
+    if errno == core.errno.EAGAIN then return end
+    error(ended)
+  end
+  local final = ended or #data >= core.sni.PEEK_MAX
+  local v = M.sni_verdict(data, h.name, self.sni, final)
+  if v == nil then return end
+  if v == true then return loop.release(id) end
+  loop.cut(id, v)
 end
 
 --- The earliest moment a held connection's wait ends (monotonic seconds), or nil.
@@ -260,8 +290,10 @@ function Acceptor:deadline()
   return d
 end
 
--- Resolves an allowed connection's name on the host and hands both ends to the relay.
-function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, env)
+-- Resolves an allowed connection's name on the host and hands both ends to the relay;
+-- with `guard` (the held state of a silent client) the client's bytes stay held until
+-- check_held passes them.
+function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, env, guard)
   local upstream = ip
   if name then
     local addrs, rerr = self:resolve(name)
@@ -288,7 +320,8 @@ function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, 
   local id, cerr = loop.connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
     port_key = port_key, attempt_delay = self.attempt_delay,
-    mark = self.link and self.mark or nil, netns = self.link and self.netns or nil },
+    mark = self.link and self.mark or nil, netns = self.link and self.netns or nil,
+    on_held = guard and function(cid) self:check_held(cid, guard) end or nil },
     { name = name, ip = (not name) and ip or nil, port = port }, ctx)
   if not id then return deny(client, ctx, "upstream: " .. tostring(cerr)) end
   -- the loop holds ctx from here: its end is logged as this decision, with its bytes

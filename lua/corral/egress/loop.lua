@@ -21,11 +21,13 @@ local M = {}
 
 local state
 -- By connection id: the decision logged at connect (logged again, with bytes, at the
--- end), why `recheck` cut it, and the key (sandbox) it is counted under.
-local pending, cuts, keys = {}, {}, {}
+-- end), why it was cut (`recheck`, `cut`), the key (sandbox) it is counted under, and
+-- what runs when its held client has sent more (`opts.on_held`).
+local pending, cuts, keys, on_held = {}, {}, {}, {}
 
 local Relays = {}
 Relays.__index = Relays
+local relay_events -- below: handles what the relay reports
 
 local function new_relays()
   return setmetatable({ relay = assert(core.relay.new()), dest_of = {}, by_key = {} }, Relays)
@@ -38,8 +40,8 @@ end
 --- As core.relay's add_connect; with `dest` (`{name =, ip =, port =}`, the decision's
 -- subject) the connection is remembered under that destination of sandbox opts.key.
 function Relays:add_connect(client, ip, port, opts, dest)
-  local id, err = self.relay:add_connect(client, ip, port, opts)
-  if not id then return nil, err end
+  local id, err, errno = self.relay:add_connect(client, ip, port, opts)
+  if not id then return nil, err, errno end
   if dest then
     local key, dk = opts.key, dest_key(dest)
     local dests = self.by_key[key]
@@ -111,15 +113,55 @@ end
 --- Relays an accepted client to ip:port (see core.relay's add_connect for opts). With
 -- `dest` (`{name =, ip =, port =}`, the decision's subject) the connection is remembered
 -- under that destination of sandbox `opts.key` for `recheck`; with `ctx` (the connect
--- event) its end is logged as the same decision with its byte counts.
+-- event) its end is logged as the same decision with its byte counts. With `opts.hold`,
+-- nothing the client sends is relayed until `release(id)`, and `opts.on_held(id)` runs
+-- (protected: an error cuts the connection) whenever it has sent more; see `peek`.
 -- @treturn[1] integer the connection id
 -- @return[2] nil
 -- @treturn[2] string why not
+-- @return[2] integer errno
 function M.connect(client, ip, port, opts, dest, ctx)
-  local id, err = M.get().relay:add_connect(client, ip, port, opts, dest)
-  if not id then return nil, err end
-  pending[id], keys[id] = ctx, opts.key
+  local handler = opts.on_held
+  if handler then
+    local o = {}
+    for k, v in pairs(opts) do o[k] = v end
+    o.on_held, o.hold = nil, true
+    opts = o
+  end
+  local id, err, errno = M.get().relay:add_connect(client, ip, port, opts, dest)
+  if not id then return nil, err, errno end
+  pending[id], keys[id], on_held[id] = ctx, opts.key, handler
   return id
+end
+
+--- What connection id's held client has sent so far, not consumed.
+-- @tparam integer id
+-- @treturn[1] string the bytes ("" when it sent nothing before its end)
+-- @treturn[1] boolean whether it has ended its side (nothing more will come)
+-- @return[2] nil
+-- @treturn[2] string why
+-- @treturn[2] integer errno (EAGAIN: nothing yet)
+function M.peek(id)
+  return M.get().relay.relay:peek(id)
+end
+
+--- Relays connection id's held client from its first byte on.
+function M.release(id)
+  on_held[id] = nil
+  return M.get().relay.relay:release(id)
+end
+
+--- Resets connection id both ways; its end is logged as a `cut` event (verdict deny)
+-- with `reason` and the bytes it had moved.
+-- @tparam integer id
+-- @tparam string reason
+-- @treturn boolean whether a live connection was cut
+function M.cut(id, reason)
+  if not state then return false end
+  on_held[id] = nil
+  if not state.relay.relay:reset(id) then return false end
+  cuts[id] = reason -- logged when the loop reads the reset's event
+  return true
 end
 
 --- Serves a plane (`corral.egress.plane`, or any table like it): each step polls what
@@ -141,22 +183,30 @@ end
 -- What the relay reports: the end of an allowed connection is the same decision, now
 -- with its byte counts (bytes = up + down), and why it failed when it did; a connection
 -- `recheck` reset is logged as `cut`, with the bytes it had moved.
-local function relay_events(loop)
+relay_events = function(loop)
   local evs = loop.relay.relay:run(0) or {}
   for _, ev in ipairs(evs) do
     local ctx = pending[ev.id]
+    local held = ev.kind == "held" and on_held[ev.id]
+    if held then
+      local ok, err = pcall(held, ev.id)
+      if not ok then
+        M.errors = M.errors + 1
+        M.cut(ev.id, "first flight check failed: " .. tostring(err):sub(1, 200))
+      end
+    end
     -- a raced connection is logged with the address that won it
     if ev.kind == "connected" and ctx and ctx.upstreams then ctx.upstream = ctx.upstreams[ev.addr] end
     if ev.kind == "closed" or ev.kind == "failed" then
       loop.relay:ended(ev.id)
-      pending[ev.id], keys[ev.id] = nil, nil
+      pending[ev.id], keys[ev.id], on_held[ev.id] = nil, nil, nil
       local cut = cuts[ev.id]
       cuts[ev.id] = nil
       if ctx then
         local bytes = (ev.up or 0) + (ev.down or 0)
         if cut then
           events.emit({ sandbox = ctx.sandbox, kind = "cut", name = ctx.name, ip = ctx.ip, port = ctx.port,
-            upstream = ctx.upstream, entry = ctx.entry, verdict = "deny", reason = "cut: " .. cut,
+            upstream = ctx.upstream, entry = ctx.entry, verdict = "deny", reason = cut,
             bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
         else
           events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
@@ -232,7 +282,8 @@ function M.recheck(id)
   table.sort(doomed, function(a, b) return a[1] < b[1] end)
   for _, c in ipairs(doomed) do
     if relays.relay:reset(c[1]) then
-      cuts[c[1]] = c[2]
+      on_held[c[1]] = nil
+      cuts[c[1]] = "cut: " .. c[2]
       n = n + 1
     end
   end
