@@ -85,6 +85,21 @@ describe("egress connection options and the summary's words", function()
         reason = "upstream: Connection refused (10.1.2.3)" }))
     assert.matches("%-%-internal", summary.line({ kind = "connect", verdict = "deny", name = "db.test", port = 5432,
       reason = "resolved into a refused range (10.0.0.5: private; list it in network.internal)" }))
+    -- this host out of fds is said as such, never as the upstream refusing
+    local loop = require "corral.egress.loop"
+    local errno = require("corral.core").errno
+    local emfile = loop.failure({ kind = "failed", err = errno.EMFILE, msg = "Too many open files" },
+      { upstreams = { "10.1.2.3", "10.1.2.4" } })
+    assert.matches("^corral is out of file descriptors %(connecting to 10%.1%.2%.3, 10%.1%.2%.4: Too many open files%)",
+      emfile)
+    assert.are.equal("failed api.test:443 (" .. emfile .. ")",
+      summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile }))
+    assert.is_nil(summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile })
+      :find("refused", 1, true))
+    assert.are.equal("upstream: Connection refused (10.1.2.3)", loop.failure({ kind = "failed",
+      err = errno.ECONNREFUSED, msg = "Connection refused" }, { upstream = "10.1.2.3" })) -- control
+    assert.matches("--max-connections sets the cap", summary.line({ kind = "connect", verdict = "deny",
+      name = "api.test", port = 443, reason = "connection cap reached (2)" }), nil, true)
     -- controls: what went as asked is not a line
     assert.is_nil(summary.line({ kind = "connect", verdict = "allow", name = "api.test", port = 443 }))
     assert.is_nil(summary.line({ kind = "closed", verdict = "allow", name = "api.test", port = 443 }))
@@ -191,6 +206,83 @@ describe("egress connections #root #netns", function()
     local _, _, attempt = h.after_attempt(out, "after%-the%-cap")
     assert.is_nil(attempt:match("^x\n"), out) -- the third connection echoed nothing
     assert.matches("connection cap reached %(2%)", out)
+  end)
+
+  it("2,000 concurrent connections through one sandbox, corral started at a soft fd limit of 1024", function()
+    -- an echo server of the test's own in the internet netns, counting connections open at once
+    local port, peak = 9558, net.dir .. "/peak"
+    h.write(net.dir .. "/echo2k.py", table.concat({
+      "import asyncio, sys",
+      "live = top = 0",
+      "async def serve(r, w):",
+      "    global live, top",
+      "    live += 1; top = max(top, live)",
+      "    open(sys.argv[2], 'w').write(str(top))",
+      "    try:",
+      "        while d := await r.read(4096):",
+      "            w.write(d); await w.drain()",
+      "    except OSError: pass",
+      "    live -= 1; w.close()",
+      "async def main():",
+      "    srv = await asyncio.start_server(serve, sys.argv[3], int(sys.argv[1]), backlog=4096)",
+      "    async with srv: await srv.serve_forever()",
+      "asyncio.run(main())", "" }, "\n"))
+    local srv = h.sh(string.format("ip netns exec %s sh -c " ..
+      "'ulimit -n 8192; exec /usr/bin/python3 %s/echo2k.py %d %s %s' " ..
+      ">/dev/null 2>&1 & echo pid=$!", net.ns, net.dir, port, peak, net.ip)):match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, port)):match("^1")
+    end, 5), "the echo server did not start")
+    -- the tenant's client: opens N connections one after another, each echoing once, keeps
+    -- them all open, then has each echo again
+    local client = "/usr/bin/python3 - echo2k.test " .. port .. " $N <<'PY'\n" ..
+      "import socket, sys\n" ..
+      "host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n" ..
+      "socks = []\n" ..
+      "try:\n" ..
+      "    for i in range(n):\n" ..
+      "        s = socket.create_connection((host, port), timeout=10)\n" ..
+      "        s.sendall(b'a%d;' % i)\n" ..
+      "        assert s.recv(64) == b'a%d;' % i\n" ..
+      "        socks.append(s)\n" ..
+      "except (OSError, AssertionError) as e:\n" ..
+      "    print('stopped at', len(socks), repr(e))\n" ..
+      "echoed = 0\n" ..
+      "for i, s in enumerate(socks):\n" ..
+      "    s.sendall(b'b%d;' % i)\n" ..
+      "    echoed += s.recv(64) == b'b%d;' % i\n" ..
+      "print('open', len(socks), 'echoed', echoed)\n" ..
+      "PY\n"
+    local function corral_at_1024(n, extra, nofile)
+      local argv = { h.host, "run", "--internal", net.cidr, "--allow", "echo2k.test:" .. port,
+        "--resolve", "echo2k.test=" .. net.ip }
+      if nofile ~= false then argv[#argv + 1] = "--nofile=4096" end
+      for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+      for _, a in ipairs({ "--", "sh", "-c", "echo tenant-soft=$(ulimit -Sn); N=" .. n .. "; " .. client }) do
+        argv[#argv + 1] = a
+      end
+      local words = {}
+      for i, a in ipairs(argv) do words[i] = h.quote(a) end
+      return h.sh("ulimit -Sn 1024 && exec " .. table.concat(words, " ") .. " 2>&1")
+    end
+    local ok, err = pcall(function()
+      local out, status = corral_at_1024(2000)
+      assert.are.equal(0, status, out)
+      assert.matches("open 2000 echoed 2000\n", out, nil, true)
+      assert.is_nil(out:find("stopped at", 1, true), out)
+      assert.are.equal("2000", h.read(peak)) -- the server had all 2,000 open at once
+      assert.is_nil(out:find("corral run:", 1, true), out) -- nothing denied, nothing lowered
+      -- corral raised its own fd limit, not the tenant's (--nofile aside, it starts as corral did)
+      assert.matches("tenant-soft=1024\n", (corral_at_1024(1, {}, false)), nil, true)
+      -- control: the cap counts connections held this way; the one past it is refused
+      out, status = corral_at_1024(501, { "--max-connections", "500" })
+      assert.are.equal(0, status, out)
+      assert.matches("stopped at 500", out, nil, true)
+      assert.matches("open 500 echoed 500\n", out, nil, true)
+      assert.matches("connection cap reached (500)", out, nil, true)
+    end)
+    if srv then os.execute("kill " .. srv .. " 2>/dev/null") end
+    assert(ok, err)
   end)
 
   it("summarises what it denied on stderr, naming the option; --verbose prints it at once", function()
@@ -313,7 +405,9 @@ describe("egress connections #root #netns", function()
       late("logger.test", "late-good") .. "; sleep 0.5; echo control-done"))
     assert.are.equal(0, status, out)
     h.after_attempt(out, "control%-done")
-    assert.is_true(h.wait_for(function() return (h.read(net.dir .. "/tcp9444.log") or ""):find("late-good", 1, true) end, 3),
+    assert.is_true(h.wait_for(function()
+      return (h.read(net.dir .. "/tcp9444.log") or ""):find("late-good", 1, true)
+    end, 3),
       "the control's request never reached the server: " .. tostring(h.read(net.dir .. "/tcp9444.log")))
     local seen = h.read(net.dir .. "/tcp9444.log")
     assert.is_nil(seen:find("late-evil", 1, true), seen) -- the server never saw the late wrong Host

@@ -7,6 +7,7 @@ local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local hostaddr = require "corral.egress.hostaddr"
+local summary = require "corral.egress.summary"
 local ranges = require "corral.egress.ranges"
 local h = require "helpers"
 
@@ -869,5 +870,54 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
     assert.are.equal("cut:c.test", by["cut:c.test"] and "cut:c.test")
     assert.is_nil(by["cut:b.test"])
     assert.are.equal(2 * #"b-1" + 2 * #"b-2", by["closed:b.test"].bytes) -- its end, with its bytes
+  end)
+  it("says when this process is out of fds, never blaming the upstream; with fds back it relays", function()
+    local srv, port = assert(core.sock.listen("127.0.0.1", 0))
+    local network = { allow = { "a.test:" .. port }, internal = { "127.0.0.0/8" },
+      resolve = { ["a.test"] = "127.0.0.1" } }
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "fd-sb" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local soft, hard = core.proc.nofile()
+    local fill = {}
+    local ok, err = pcall(with_plane, "fd-sb", network, function(p)
+      local c = assert(core.sock.connect_marked(assert(egress.address("fd-sb", "a.test")), port, 0, 2, p.netns))
+      assert(core.io.write(c, "x"))
+      -- the attempt: every fd this process may open is taken; the acceptor cannot accept
+      assert(core.proc.set_nofile(#h.sh("ls /proc/" .. core.proc.getpid() .. "/fd"):gsub("[^\n]", "") + 16))
+      repeat
+        local f = io.open("/dev/null")
+        fill[#fill + 1] = f
+      until not f
+      pump(function()
+        for _, ev in ipairs(seen) do if ev.kind == "connect" then return true end end
+      end, 1)
+      for _, f in ipairs(fill) do f:close() end
+      fill = {}
+      assert(core.proc.set_nofile(soft))
+      -- the control: with fds back, the same connection (still queued) is relayed
+      local up
+      pump(function() up = up or core.sock.accept(srv, 0); return up ~= nil end, 3)
+      assert.truthy(up, "the queued connection was not relayed once fds were back")
+      local got
+      pump(function() got = core.sock.recv(up, 16, 0); return got ~= nil end, 3)
+      assert.are.equal("x", got)
+      up:close()
+      c:close()
+    end)
+    for _, f in ipairs(fill) do f:close() end
+    core.proc.set_nofile(soft)
+    events.unsubscribe(collect)
+    srv:close()
+    assert(ok, err)
+    assert.is_true(hard >= soft)
+    local denied
+    for _, ev in ipairs(seen) do
+      assert.is_nil(tostring(ev.reason):find("refused", 1, true), tostring(ev.reason))
+      if ev.kind == "connect" and ev.verdict == "deny" then denied = denied or ev end
+    end
+    assert.truthy(denied, "no event said the process was out of fds")
+    assert.matches("^corral is out of file descriptors %(accept: Too many open files%)", denied.reason)
+    assert.matches("--max-connections", summary.line(denied), nil, true)
   end)
 end)

@@ -66,6 +66,7 @@ struct race {
     size_t flying;                 /* attempts in flight */
     int64_t next_ms;               /* when the next attempt starts; 0: none */
     int delay_ms, last_err;
+    int local_err; /* an address never tried for want of fds or memory here (EMFILE, …) */
     uint32_t mark;
     int netns_fd; /* a duplicate, closed with the race; -1: here */
     char *port_key;
@@ -402,6 +403,20 @@ static void connected(struct corral_relay *r, struct conn *c)
 
 static int prepare(int fd);
 
+/* A shortage on this host, not an answer from the address: it must not be reported as
+ * the upstream's refusal or silence. */
+static bool local_shortage(int err)
+{
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+/* Why a race failed: a shortage here that kept an address from being tried says more
+ * than the answers of the addresses that were. */
+static int race_error(const struct conn *c, int err)
+{
+    return c->race && c->race->local_err ? c->race->local_err : err;
+}
+
 /* Starts the next attempt of c's race; an address whose socket cannot even be made is
  * skipped (its error kept). Ends c as FAILED when nothing is left in flight or to try. */
 static void race_next(struct corral_relay *r, struct conn *c)
@@ -417,12 +432,16 @@ static void race_next(struct corral_relay *r, struct conn *c)
                                              &in_progress, NULL);
         if (fd < 0) {
             x->last_err = -fd;
+            if (local_shortage(-fd)) x->local_err = -fd;
             continue;
         }
         struct epoll_event ev = {.events = EPOLLOUT | EPOLLET,
                                  .data.u64 = (uint64_t)(uintptr_t)c | (uint64_t)(2 + i)};
-        if (prepare(fd) < 0 || epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            x->last_err = errno ? errno : EIO;
+        int err = prepare(fd);
+        if (!err && epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) err = -errno;
+        if (err) {
+            x->last_err = -err;
+            if (local_shortage(-err)) x->local_err = -err;
             corral_reset(fd);
             continue;
         }
@@ -433,7 +452,7 @@ static void race_next(struct corral_relay *r, struct conn *c)
         return;
     }
     x->next_ms = 0;
-    if (!x->flying) abort_conn(r, c, -1, x->last_err ? x->last_err : ECONNREFUSED);
+    if (!x->flying) abort_conn(r, c, -1, race_error(c, x->last_err ? x->last_err : ECONNREFUSED));
 }
 
 /* An event on attempt i of c's race: a failure starts the next attempt when none is
@@ -514,7 +533,7 @@ static void sweep(struct corral_relay *r)
         } else if (dl && dl <= r->now_ms) {
             /* Both reset on an idle timeout too: a peer must not take a cut stream for a
              * complete one. */
-            abort_conn(r, c, -1, ETIMEDOUT);
+            abort_conn(r, c, -1, race_error(c, ETIMEDOUT));
         } else if (dl && (!next || dl < next)) {
             next = dl;
         }

@@ -33,6 +33,8 @@ static void push_errno_constants(lua_State *L)
         {"EAGAIN", EAGAIN},
         {"EBADF", EBADF},
         {"ETIMEDOUT", ETIMEDOUT},
+        {"EMFILE", EMFILE},
+        {"ENFILE", ENFILE},
     };
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -158,6 +158,7 @@ for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
 RUN_OPTION_NAMES.engine = "--engine"
+RUN_OPTION_NAMES["network.max_connections"] = "--max-connections"
 
 --- Whether `cmd` cannot be run, as a shell says it: 127 "command not found", 126 and
 -- why; nil when it looks runnable.

@@ -183,6 +183,12 @@ function M.execute(req, hooks)
     ok, perr = corral.provision(mech, sb)
   end
   if not ok then release() return nil, renamed(perr) end
+  local asked = type(req.network) == "table" and req.network.max_connections
+  if asked then
+    -- the plane has raised this process's RLIMIT_NOFILE as far as it goes (corral.egress.fdlimit)
+    local cap, why = require("corral.egress.fdlimit").fit(asked)
+    if why then say(string.format("%s %d lowered to %d: %s", name("network.max_connections"), asked, cap, why)) end
+  end
   local _, addr = corral.address(mech, sb)
   if addr then say("service port " .. service_port .. " on " .. addr) end
   -- Visible to this user's REPL while it runs, gone when it ends (corral.control).

@@ -464,6 +464,42 @@ static void test_race(struct corral_relay *r)
     close(up);
 }
 
+/* Out of fds while racing: the address that could not be tried for want of an fd makes
+ * the failure EMFILE, not the timeout (or refusal) of the address that was tried. The
+ * control, with room for both: the same race ends on the connect timeout. */
+static void test_race_out_of_fds(struct corral_relay *r)
+{
+    socklen_t len;
+    struct sockaddr_storage addrs[2];
+    corral_sockaddr_from("203.0.113.9", 80, &addrs[0], &len); /* unanswered */
+    corral_sockaddr_from("203.0.113.9", 81, &addrs[1], &len);
+    struct corral_relay_race how = {
+        .addrs = addrs, .n = 2, .netns_fd = -1, .connect_timeout_ms = 300, .attempt_delay_ms = 50};
+    struct rlimit saved;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    for (int room = 0; room < 2; room++) {
+        int c = -1, a = -1;
+        uint64_t id = 0;
+        CHECK(tcp_pair(&c, &a) == 0);
+        /* every fd number below the limit taken, but one (two for the control) */
+        struct rlimit low = {(rlim_t)count_fds() + 8, saved.rlim_max};
+        CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+        int fill[64], n = 0;
+        while (n < 64 && (fill[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+            n++;
+        CHECK(n < 64 && errno == EMFILE && n >= 2);
+        close(fill[--n]);
+        if (room) close(fill[--n]);
+        CHECK(corral_relay_add_race(r, a, &how, NULL, &id) == 0);
+        const struct corral_relay_event *e = wait_event(r, id, CORRAL_RELAY_FAILED, 3000);
+        CHECK(e && e->err == (room ? ETIMEDOUT : EMFILE));
+        while (n > 0)
+            close(fill[--n]);
+        CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+        close(c);
+    }
+}
+
 /* Source port of the relay's upstream end for one add_connect under opts. */
 static int upstream_port(struct corral_relay *r, int up, const struct sockaddr_storage *ss,
                          socklen_t len, const struct corral_relay_opts *o)
@@ -925,6 +961,7 @@ int main(void)
     test_idle_timeout(r);
     test_connect(r);
     test_race(r);
+    test_race_out_of_fds(r);
     test_key_cap(r);
     test_reset_one(r);
     test_hold(r);

@@ -39,6 +39,7 @@ local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
+local fdlimit = require "corral.egress.fdlimit"
 local hostaddr = require "corral.egress.hostaddr"
 local loop = require "corral.egress.loop"
 
@@ -48,6 +49,9 @@ local M = {}
 -- the client's bytes held until checked (under `network.sni = "match"`: a protocol whose
 -- server speaks first) or it is refused (under "require").
 M.SNI_WAIT = 0.5
+
+--- How long (seconds) the listener rests after this process ran out of fds.
+M.FD_REST = 0.05
 
 --- The modes of `network.sni`, and the default.
 M.SNI_MODES = { off = true, match = true, require = true }
@@ -121,6 +125,11 @@ function M.new(netns, sandbox)
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
     attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or M.SNI_DEFAULT,
     held = {}, n_held = 0 }, Acceptor)
+  -- as many connections as this process's fds can hold (see corral.egress.fdlimit)
+  if self.max_connections then
+    self.asked_connections = self.max_connections
+    self.max_connections, self.cap_note = fdlimit.fit(self.max_connections)
+  end
   self.fd, self.port = core.listen.in_netns(netns, "tcp", "::", 0)
   if not self.fd then return nil, self.port end
   return self
@@ -158,8 +167,17 @@ end
 -- accept is this connection's RST and deny event, never an error in the loop.
 -- @tparam[opt] string port_key the sandbox's source-port slice (see core.relay)
 function Acceptor:accept(port_key)
-  local client = core.sock.accept(self.fd, 0)
-  if not client then return end
+  local client, msg, errno = core.sock.accept(self.fd, 0)
+  if not client then
+    if loop.out_of_fds(errno) then
+      -- The connection stays in the listen queue; the listener rests a moment rather
+      -- than wake the loop at once again for what it cannot take.
+      self.resting = core.clock.monotime() + M.FD_REST
+      events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", bytes = 0,
+        reason = loop.fd_shortage(msg) })
+    end
+    return
+  end
   local ctx = { sandbox = self.id, kind = "connect" }
   local ok, err = pcall(self.connect, self, client, ctx, port_key)
   if not ok then deny_after_error(client, ctx, err) end
@@ -184,7 +202,8 @@ function Acceptor:connect(client, ctx, port_key)
     policy, env)
   if verdict.verdict ~= "allow" then return deny(client, ctx, verdict.reason) end
   if loop.count(self.id) + self.n_held >= self.max_connections then
-    return deny(client, ctx, "connection cap reached (" .. self.max_connections .. ")")
+    return deny(client, ctx, "connection cap reached (" .. self.max_connections .. (self.cap_note and
+      (", lowered from " .. self.asked_connections .. ": " .. self.cap_note) or "") .. ")")
   end
   if name and self.sni ~= "off" then
     -- held until its first flight names its host (see the module's comment)
@@ -283,7 +302,7 @@ end
 
 --- The earliest moment a held connection's wait ends (monotonic seconds), or nil.
 function Acceptor:deadline()
-  local d
+  local d = self.resting
   for _, h in pairs(self.held) do
     if not d or h.deadline < d then d = h.deadline end
   end
@@ -332,8 +351,10 @@ end
 --- The fds the loop polls for this acceptor, with their handlers.
 -- @tparam[opt] string port_key passed to each `accept`
 function Acceptor:watch(port_key)
-  local w = { { fd = self.fd, on = function() self:accept(port_key) end } }
   local now = core.clock.monotime()
+  if self.resting and now >= self.resting then self.resting = nil end
+  local w = {}
+  if not self.resting then w[1] = { fd = self.fd, on = function() self:accept(port_key) end } end
   for client, h in pairs(self.held) do
     if now >= h.deadline then
       local ok, err = pcall(self.check, self, client, true)

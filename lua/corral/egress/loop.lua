@@ -211,7 +211,7 @@ relay_events = function(loop)
         else
           events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
             upstream = ctx.upstream, entry = ctx.entry, verdict = "allow",
-            reason = ev.kind == "failed" and M.failure(ev, ctx) or ctx.reason,
+            reason = (ev.kind == "failed" or M.out_of_fds(ev.err)) and M.failure(ev, ctx) or ctx.reason,
             bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
         end
       end
@@ -220,13 +220,34 @@ relay_events = function(loop)
   return #evs
 end
 
+--- Whether errno `err` is this host running out of file descriptors (EMFILE: this
+-- process's RLIMIT_NOFILE; ENFILE: the system's), which is no answer from any upstream.
+-- @tparam integer|nil err
+-- @treturn boolean
+function M.out_of_fds(err)
+  return err ~= nil and (err == core.errno.EMFILE or err == core.errno.ENFILE)
+end
+
+--- The words for this host out of file descriptors.
+-- @tparam string detail what failed and its error ("accept: Too many open files")
+-- @treturn string
+function M.fd_shortage(detail)
+  return string.format("corral is out of file descriptors (%s): raise its RLIMIT_NOFILE (ulimit -n) or "
+    .. "lower --max-connections", tostring(detail))
+end
+
 --- Why a connection's upstream never connected, in words: "upstream: Connection refused
--- (10.1.2.3)", naming every address that was tried.
--- @tparam table ev the relay's failed event (`err`, `msg`)
+-- (10.1.2.3)", naming every address that was tried; or why this host could not carry
+-- it (out of file descriptors), which no upstream is blamed for.
+-- @tparam table ev the relay's failed (or closed) event (`err`, `msg`)
 -- @tparam table ctx the connect decision (`upstream`, `upstreams`)
 -- @treturn string
 function M.failure(ev, ctx)
   local tried = ctx.upstreams and table.concat(ctx.upstreams, ", ") or ctx.upstream
+  if M.out_of_fds(ev.err) then
+    return M.fd_shortage((ev.kind == "failed" and "connecting to " .. tostring(tried) or "relaying") .. ": "
+      .. tostring(ev.msg or ev.err))
+  end
   return "upstream: " .. tostring(ev.msg or ev.err) .. (tried and (" (" .. tried .. ")") or "")
 end
 
