@@ -176,6 +176,39 @@ describe("egress connections #root #netns", function()
     assert.are.equal(net.ip, closed.upstream) -- the IPv4 address won the race
   end)
 
+  it("Happy Eyeballs with curl: a blackholed IPv6 address loses to IPv4 after its head start", function()
+    -- an HTTP server on both families; SYNs to the internet's IPv6 address on its port are
+    -- dropped (a table of the test netns's own, gone with it): that address never answers
+    local port, log = 9559, net.dir .. "/he.jsonl"
+    h.must(string.format("ip netns exec %s busybox httpd -p %d -h %s", net.ns, port, net.dir))
+    h.must(string.format("ip netns exec %s nft add table inet corral_t_he && ip netns exec %s nft add chain inet " ..
+      "corral_t_he in '{ type filter hook input priority 0; }' && ip netns exec %s nft add rule inet corral_t_he in " ..
+      "ip6 daddr %s tcp dport %d drop", net.ns, net.ns, net.ns, net.ip6, port))
+    local curl = "curl -sS --max-time %d -w ' time=%%{time_total}\\n' http://%s:" .. port .. "/index.html"
+    local out, status = run({ "--allow", "he.test:" .. port, "--allow", "v6hole.test:" .. port,
+      "--resolve", "v6hole.test=" .. net.ip6, "--resolve", "he.test=" .. net.ip6, "--resolve", "he.test=" .. net.ip,
+      "--log-json", log },
+      h.attempt_then_control(string.format(curl, 2, "v6hole.test"), string.format(curl, 5, "he.test")))
+    os.execute(string.format("ip netns exec %s nft delete table inet corral_t_he; " ..
+      "ip netns exec %s pkill -f 'busybox httpd -p %d'", net.ns, net.ns, port))
+    assert.are.equal(0, status, out)
+    local rc, control, attempt = h.after_attempt(out, "hello%-from%-the%-internet")
+    assert.are_not.equal(0, rc, out) -- the attempt: the IPv6 address alone never answers
+    assert.is_nil(attempt:find("hello-from-the-internet", 1, true), attempt)
+    assert.matches("failed v6hole.test:" .. port .. " (no answer before the sandbox ended " .. net.ip6 .. ")", out,
+      nil, true)
+    -- the control: the same IPv6 address first, then IPv4 after the 250 ms head start
+    local t = tonumber(control:match("hello%-from%-the%-internet\n time=([%d.]+)"))
+    assert.truthy(t, control)
+    assert.is_true(t >= 0.25, "IPv4 was tried before IPv6's head start ran out: " .. control)
+    local won
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do
+      local e = require("dkjson").decode(line)
+      if e and e.kind == "closed" and e.name == "he.test" then won = e.upstream end
+    end
+    assert.are.equal(net.ip, won) -- IPv4 won the race
+  end)
+
   it("--idle cuts a connection silent for longer; without it, or longer, it is kept", function()
     local echo = "(echo first; sleep 2.5; echo second) | nc -w 5 echo.test " .. net.echo_port .. "; echo nc-done"
     local common = { "--allow", "echo.test:" .. net.echo_port, "--resolve", "echo.test=" .. net.ip }

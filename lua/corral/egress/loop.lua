@@ -24,6 +24,7 @@ local state
 -- end), why it was cut (`recheck`, `cut`), the key (sandbox) it is counted under, and
 -- what runs when its held client has sent more (`opts.on_held`).
 local pending, cuts, keys, on_held = {}, {}, {}, {}
+local ending = {} -- ids reset because their sandbox's plane went away
 
 local Relays = {}
 Relays.__index = Relays
@@ -200,6 +201,8 @@ relay_events = function(loop)
     if ev.kind == "closed" or ev.kind == "failed" then
       loop.relay:ended(ev.id)
       pending[ev.id], keys[ev.id], on_held[ev.id] = nil, nil, nil
+      local gone = ending[ev.id]
+      ending[ev.id] = nil
       local cut = cuts[ev.id]
       cuts[ev.id] = nil
       if ctx then
@@ -211,7 +214,7 @@ relay_events = function(loop)
         else
           events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
             upstream = ctx.upstream, entry = ctx.entry, verdict = "allow",
-            reason = (ev.kind == "failed" or M.out_of_fds(ev.err)) and M.failure(ev, ctx) or ctx.reason,
+            reason = (ev.kind == "failed" or M.out_of_fds(ev.err)) and M.failure(ev, ctx, gone) or ctx.reason,
             bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
         end
       end
@@ -241,9 +244,13 @@ end
 -- it (out of file descriptors), which no upstream is blamed for.
 -- @tparam table ev the relay's failed (or closed) event (`err`, `msg`)
 -- @tparam table ctx the connect decision (`upstream`, `upstreams`)
+-- @tparam[opt] boolean gone the sandbox ended while it was still connecting
 -- @treturn string
-function M.failure(ev, ctx)
+function M.failure(ev, ctx, gone)
   local tried = ctx.upstreams and table.concat(ctx.upstreams, ", ") or ctx.upstream
+  if gone and ev.kind == "failed" then
+    return "upstream: no answer before the sandbox ended" .. (tried and (" (" .. tried .. ")") or "")
+  end
   if M.out_of_fds(ev.err) then
     return M.fd_shortage((ev.kind == "failed" and "connecting to " .. tostring(tried) or "relaying") .. ": "
       .. tostring(ev.msg or ev.err))
@@ -264,7 +271,10 @@ function M.remove(plane)
     if key == plane.id or key == inbound then open[#open + 1] = id end
   end
   table.sort(open)
-  for _, id in ipairs(open) do state.relay.relay:reset(id) end
+  for _, id in ipairs(open) do
+    ending[id] = true
+    state.relay.relay:reset(id)
+  end
   if #open > 0 then relay_events(state) end
 end
 
