@@ -70,6 +70,24 @@ describe("egress connection options and the summary's words", function()
     assert.is_table(network_spec.check({ sni = "require" }))
   end)
 
+  it("writes the --learn file mode 0600 whatever the umask, never through a link", function()
+    local learn = require "corral.egress.learn"
+    local core = require "corral.core"
+    local dir = h.tmpdir("learn")
+    h.must("ln -s learned " .. dir .. "/link")
+    local ok, err = learn.start(dir .. "/link").finish()
+    assert.is_nil(ok)
+    assert.matches("Too many levels of symbolic links", err, nil, true)
+    h.write(dir .. "/plain", "") -- the control for the mode: the umask's choice
+    local plain = core.fs.lstat(dir .. "/plain").mode
+    ok = learn.start(dir .. "/learned").finish()
+    assert.is_true(ok)
+    assert.are.equal(tonumber("600", 8), core.fs.lstat(dir .. "/learned").mode)
+    assert.are_not.equal(tonumber("600", 8), plain)
+    assert.matches("^# corral run %-%-learn", h.read(dir .. "/learned"))
+    h.rmrf(dir)
+  end)
+
   it("words each denial and failure with the option that changes it; allowed ones are not listed", function()
     assert.are.equal("denied api.test:9443 (port not allowed for api.test; --allow api.test:9443 would)",
       summary.line({ kind = "connect", verdict = "deny", name = "api.test", port = 9443,

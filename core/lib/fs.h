@@ -6,6 +6,7 @@
 #ifndef CORRAL_FS_H
 #define CORRAL_FS_H
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /*
@@ -23,5 +24,19 @@ int corral_remove_tree(const char *path);
  * Returns 1 (yes), 0 (no) or -errno when the child could not be run.
  */
 int corral_access_as(const char *path, uid_t uid, gid_t gid, int mode);
+
+/*
+ * Opens path for writing as a file private to this process's effective uid, checked on
+ * the fd it returns, so nothing can be swapped in between a check and the open:
+ *  - never through a symbolic link in the last component (O_NOFOLLOW: -ELOOP);
+ *  - never blocking on a FIFO (O_NONBLOCK: one without a reader is -ENXIO);
+ *  - created mode 0600 when absent (O_CREAT; the umask can only narrow it);
+ *  - then fstat: anything but a regular file is -EINVAL (a FIFO with a reader, a
+ *    device), a file another uid owns -EPERM; and the mode is set to 0600 (fchmod);
+ *  - with truncate, emptied (ftruncate) only once all of that holds; else O_APPEND.
+ * Returns the fd (O_CLOEXEC, blocking again) or -errno; *st (may be NULL) receives the
+ * fstat whenever the open itself succeeded, so a caller can say what was refused.
+ */
+int corral_open_private(const char *path, int truncate, struct stat *st);
 
 #endif

@@ -476,10 +476,10 @@ local RUN_OPTIONS = {
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
     { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
     { "sni", "value", "MODE", "match (default): reset a TLS SNI or first HTTP Host naming another host; require, off" },
-    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE" },
+    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE (0600)" },
   } },
   { "Output", {
-    { "log-json", "value", "FILE", "write every egress decision to FILE as a JSON line" },
+    { "log-json", "value", "FILE", "write every egress decision to FILE (yours, regular, 0600) as a JSON line" },
     { "verbose", "flag", nil, "print each denial or upstream failure as it first happens" },
   } },
 }

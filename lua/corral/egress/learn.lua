@@ -3,7 +3,8 @@
 -- then makes denied and recorded — name (or address), port and protocol. At the end the
 -- suggested allowlist is written to FILE, one entry per line with how often it was
 -- wanted, ready for `--allow-file FILE`: the way an operator builds the list for a new
--- job. Names asked for but never connected to are listed as comments.
+-- job. Names asked for but never connected to are listed as comments. FILE is written
+-- mode 0600 (see `start`).
 -- @module corral.egress.learn
 local events = require "corral.egress.events"
 local errors = require "corral.errors"
@@ -83,7 +84,9 @@ function M.start(path, opts)
     seen = seen,
     finish = function()
       events.unsubscribe(on)
-      local f, err = io.open(path, "w")
+      -- mode 0600 whatever the umask, like the log: it lists what the tenant asked for;
+      -- never through a link, never into a FIFO or another user's file
+      local f, err = core.fs.open_private(path, "w")
       if not f then return nil, err end
       f:write(M.render(seen))
       f:close()
