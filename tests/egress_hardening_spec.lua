@@ -871,6 +871,42 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
     assert.is_nil(by["cut:b.test"])
     assert.are.equal(2 * #"b-1" + 2 * #"b-2", by["closed:b.test"].bytes) -- its end, with its bytes
   end)
+  it("decides again after allow: a destination denied a moment ago is relayed once an entry names it", function()
+    local srv1, p1 = assert(core.sock.listen("127.0.0.1", 0))
+    local srv2, p2 = assert(core.sock.listen("127.0.0.1", 0))
+    local network = { allow = { "a.test:" .. p1, "b.test:" .. p2 }, internal = { "127.0.0.0/8" },
+      resolve = { ["a.test"] = "127.0.0.1", ["b.test"] = "127.0.0.1" } }
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "memo-sb" and ev.kind == "connect" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local ok, err = pcall(with_plane, "memo-sb", network, function(p)
+      local addr = assert(egress.address("memo-sb", "a.test"))
+      local function try()
+        local before = #seen
+        local c = assert(core.sock.connect_marked(addr, p2, 0, 2, p.netns))
+        local up
+        pump(function()
+          up = up or core.sock.accept(srv2, 0)
+          return up ~= nil or (#seen > before and seen[#seen].verdict == "deny")
+        end)
+        c:close()
+        if up then up:close() end
+        return up ~= nil
+      end
+      assert.is_false(try()) -- the attempt: a.test on b.test's port, twice (the second from memory)
+      assert.is_false(try())
+      assert.matches("allowed only on ports " .. p1, seen[#seen].reason, nil, true)
+      assert(egress.allow("memo-sb", "a.test:" .. p2))
+      seen = {}
+      assert.is_true(try()) -- the control: decided again under the new policy
+      assert.are.equal("allow", seen[#seen].verdict)
+    end)
+    events.unsubscribe(collect)
+    srv1:close()
+    srv2:close()
+    assert(ok, err)
+  end)
+
   it("says when this process is out of fds, never blaming the upstream; with fds back it relays", function()
     local srv, port = assert(core.sock.listen("127.0.0.1", 0))
     local network = { allow = { "a.test:" .. port }, internal = { "127.0.0.0/8" },

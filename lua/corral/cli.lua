@@ -474,7 +474,7 @@ local RUN_OPTIONS = {
     { "link", "value", "NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]",
       "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
-    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
+    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096, or what ulimit -Hn holds)" },
     { "sni", "value", "MODE", "match (default): reset a TLS SNI or first HTTP Host naming another host; require, off" },
     { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE (0600)" },
   } },

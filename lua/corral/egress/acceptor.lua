@@ -90,6 +90,9 @@ function M.host_env(link)
   return hostaddr.env(extra)
 end
 
+--- At most this many decisions are remembered per acceptor (see `Acceptor:decide`).
+M.MEMO_MAX = 4096
+
 --- The order a name's addresses are tried in (RFC 8305 section 4): IPv6 first, then the
 -- families alternate, each keeping the resolver's order; at most `max` of them.
 -- @tparam {string,...} addrs textual addresses
@@ -132,7 +135,60 @@ function M.new(netns, sandbox)
   end
   self.fd, self.port = core.listen.in_netns(netns, "tcp", "::", 0)
   if not self.fd then return nil, self.port end
+  -- any change of a policy (allow and revoke change it in place) forgets every decision
+  -- remembered (see memo)
+  if self.registry and self.registry.subscribe then
+    self.on_policy = self.registry:subscribe(function() self.memo = nil end)
+  end
   return self
+end
+
+-- The decision env (the host's own networks), the same table for as long as the host's
+-- set is (corral.egress.hostaddr reads it again after REFRESH seconds).
+function Acceptor:env()
+  local base = hostaddr.get() or false
+  if self.env_base ~= base or not self.env_cached then
+    self.env_cached, self.env_base = M.host_env(self.link), base
+  end
+  return self.env_cached
+end
+
+-- decision.decide and check_resolved are pure: their answers are remembered for as long
+-- as the policy is unchanged (the registry tells of every change, and set makes a new
+-- table, allow and revoke a new epoch) and the host's set is the same one. Measured
+-- here at ~28 and ~40 us a connection before (the host's 38 local networks and the
+-- special ranges walked each time). A decide hook is never remembered: it may answer
+-- differently each time.
+local function memo(self, policy, env)
+  local m = self.memo
+  if not m or m.policy ~= policy or m.epoch ~= policy.epoch or m.env ~= env or m.n >= M.MEMO_MAX then
+    m = { policy = policy, epoch = policy.epoch, env = env, n = 0, decided = {}, resolved = {} }
+    self.memo = m
+  end
+  return m
+end
+
+function Acceptor:decide(name, ip, port, policy, env)
+  local ctx = { sandbox = self.id, name = name, ip = (not name) and ip or nil, port = port }
+  if type(policy) ~= "table" or policy.decide ~= nil then return decision.decide(ctx, policy, env) end
+  local m = memo(self, policy, env)
+  local key = (name or ip) .. "\0" .. port
+  local v = m.decided[key]
+  if not v then
+    v = decision.decide(ctx, policy, env)
+    m.decided[key], m.n = v, m.n + 1
+  end
+  return v
+end
+
+function Acceptor:check_resolved(addr, policy, env)
+  local m = memo(self, policy, env)
+  local r = m.resolved[addr]
+  if not r then
+    r = table.pack(decision.check_resolved(addr, policy, env))
+    m.resolved[addr], m.n = r, m.n + 1
+  end
+  return r[1], r[2]
 end
 
 -- The host-side addresses for a permitted name: the operator's resolver, else the host's.
@@ -197,9 +253,8 @@ function Acceptor:connect(client, ctx, port_key)
   local name = self.synth:lookup(ip)
   ctx.name = name
   local policy = self.registry:get(self.id)
-  local env = M.host_env(self.link)
-  local verdict = decision.decide({ sandbox = self.id, name = name, ip = (not name) and ip or nil, port = port },
-    policy, env)
+  local env = self:env()
+  local verdict = self:decide(name, ip, port, policy, env)
   if verdict.verdict ~= "allow" then return deny(client, ctx, verdict.reason) end
   if loop.count(self.id) + self.n_held >= self.max_connections then
     return deny(client, ctx, "connection cap reached (" .. self.max_connections .. (self.cap_note and
@@ -323,7 +378,7 @@ function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, 
     -- the client itself would have tried them: one refusing address is not the name's end.
     local good_addrs, why = {}, nil
     for _, a in ipairs(addrs) do
-      local good, r = decision.check_resolved(a, policy, env)
+      local good, r = self:check_resolved(a, policy, env)
       if good then good_addrs[#good_addrs + 1] = a else why = a .. ": " .. tostring(r) end
     end
     if #good_addrs == 0 then return deny(client, ctx, "resolved into a refused range (" .. why .. ")") end
@@ -373,6 +428,10 @@ end
 function Acceptor:close()
   for client in pairs(self.held) do pcall(core.sock.reset, client) end
   self.held, self.n_held = {}, 0
+  if self.on_policy then
+    self.registry:unsubscribe(self.on_policy)
+    self.on_policy = nil
+  end
   if self.fd then self.fd:close(); self.fd = nil end
 end
 

@@ -333,8 +333,8 @@ end
 
 -- A raise in a handler is one bad event, never the host's end: it is logged as a deny
 -- (naming the sandbox when the handler belongs to one) and the loop carries on.
-local function run_handler(fn, sandbox)
-  local ok, err = xpcall(fn, debug.traceback)
+local function run_handler(fn, sandbox, ...)
+  local ok, err = xpcall(fn, debug.traceback, ...)
   if ok then return end
   M.errors = M.errors + 1
   pcall(events.emit, { sandbox = sandbox, kind = "error", verdict = "deny",
@@ -367,11 +367,13 @@ local function poll_all(fds, timeout)
   return ready
 end
 
+local function relay_ready() relay_events(M.get()) end
+
 --- Waits up to timeout seconds for work, handles it, and returns which of `extra` (a list
 -- of fds or objects with :fileno()) became readable, as a set of indices.
 function M.step(timeout, extra)
   local loop = M.get()
-  local fds, handlers, owners = { loop.relay.relay }, { function() relay_events(loop) end }, { false }
+  local fds, handlers, owners = { loop.relay.relay }, { relay_ready }, { false }
   local later = {}
   for plane in pairs(loop.planes) do
     for _, w in ipairs(plane:watch()) do
@@ -405,16 +407,20 @@ function M.step(timeout, extra)
   local ready = poll_all(fds, timeout)
   local now = core.clock.monotime()
   for plane in pairs(loop.planes) do
-    if plane.tick then run_handler(function() plane:tick(now) end, plane.id) end
+    if plane.tick then run_handler(plane.tick, plane.id, plane, now) end
   end
-  local hit = {}
+  local hit, handled = {}, false
   for _, i in ipairs(ready) do
     if i >= first_extra and i < first_later then
       hit[i - first_extra + 1] = true
     else
       run_handler(handlers[i], owners[i] or nil)
+      handled = handled or i > 1
     end
   end
+  -- What the handlers just started (an upstream connect to a near server, a released
+  -- client) is often ready already: relayed in this turn rather than the next.
+  if handled then run_handler(relay_ready) end
   events.tick()
   return hit
 end
