@@ -474,7 +474,7 @@ local RUN_OPTIONS = {
     { "link", "value", "NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]",
       "its own routed link: a veth into NETNS (under /run/netns, or a path)" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
-    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096, or what ulimit -Hn holds)" },
+    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096, or as ulimit -Hn allows)" },
     { "sni", "value", "MODE", "match (default): reset a TLS SNI or first HTTP Host naming another host; require, off" },
     { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE (0600)" },
   } },
@@ -502,8 +502,9 @@ names is reset at the connect (when every entry names its ports), and every othe
 connection is decided by the host, resolved on the host and relayed. A name's addresses
 are all tried (IPv6 first, then raced, as RFC 8305 asks) within the connect timeout;
 TCP keepalive runs on both legs, so a dead end is noticed either way. Each connection
-costs the host two sockets (about 7 KiB of kernel memory idle), under 1 KiB of its own
-and six fds, plus up to 512 KiB of pipe only while bytes wait in it. With --link,
+costs the host six fds, about 20 KiB of kernel memory (two sockets, two pipes, its NAT
+entry) and 2 KiB of corral's own, plus up to 512 KiB of pipe only while bytes wait in
+it; corral raises its own soft fd limit to the hard one. With --link,
 permitted connections leave from the sandbox's netns through its link, on mark-checked
 sockets, instead of from the host's. At the end of the run, what was denied and which
 connections failed upstream are summarised on stderr with the option that would change

@@ -391,13 +391,15 @@ function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, 
   -- which the ruleset's mark rules exempt from the redirect.
   -- The connection joins its destination's relay (`corral.egress.loop`), which is what
   -- `recheck` cuts when the policy stops allowing the destination.
-  local id, cerr = loop.connect(client, upstream, port, {
+  local id, cerr, cerrno = loop.connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
     port_key = port_key, attempt_delay = self.attempt_delay,
     mark = self.link and self.mark or nil, netns = self.link and self.netns or nil,
     on_held = guard and function(cid) self:check_held(cid, guard) end or nil },
     { name = name, ip = (not name) and ip or nil, port = port }, ctx)
-  if not id then return deny(client, ctx, "upstream: " .. tostring(cerr)) end
+  if not id then
+    return deny(client, ctx, loop.out_of_fds(cerrno) and loop.fd_shortage(cerr) or ("upstream: " .. tostring(cerr)))
+  end
   -- the loop holds ctx from here: its end is logged as this decision, with its bytes
   ctx.verdict, ctx.reason, ctx.entry, ctx.bytes = "allow", verdict.reason, verdict.entry, 0
   events.emit(ctx)
