@@ -140,6 +140,9 @@ $(BUILD)/tests/%: tests/c/%.c $(CTEST_HDR) $(HEADERS) $(LIBCORE)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(CFLAGS) -Itests/c -o $@ $< $(LIBCORE) $(EXT_LIBS)
 
+# The corpus replay includes the fuzz targets themselves (their checks run on every input).
+$(BUILD)/tests/test_fuzz_corpus: $(wildcard tests/fuzz/fuzz_*.c)
+
 test-c: $(CTEST_BIN)
 
 test: deps all test-c

@@ -70,6 +70,24 @@ describe("egress connection options and the summary's words", function()
     assert.is_table(network_spec.check({ sni = "require" }))
   end)
 
+  it("writes the --learn file mode 0600 whatever the umask, never through a link", function()
+    local learn = require "corral.egress.learn"
+    local core = require "corral.core"
+    local dir = h.tmpdir("learn")
+    h.must("ln -s learned " .. dir .. "/link")
+    local ok, err = learn.start(dir .. "/link").finish()
+    assert.is_nil(ok)
+    assert.matches("Too many levels of symbolic links", err, nil, true)
+    h.write(dir .. "/plain", "") -- the control for the mode: the umask's choice
+    local plain = core.fs.lstat(dir .. "/plain").mode
+    ok = learn.start(dir .. "/learned").finish()
+    assert.is_true(ok)
+    assert.are.equal(tonumber("600", 8), core.fs.lstat(dir .. "/learned").mode)
+    assert.are_not.equal(tonumber("600", 8), plain)
+    assert.matches("^# corral run %-%-learn", h.read(dir .. "/learned"))
+    h.rmrf(dir)
+  end)
+
   it("words each denial and failure with the option that changes it; allowed ones are not listed", function()
     assert.are.equal("denied api.test:9443 (port not allowed for api.test; --allow api.test:9443 would)",
       summary.line({ kind = "connect", verdict = "deny", name = "api.test", port = 9443,
@@ -85,6 +103,21 @@ describe("egress connection options and the summary's words", function()
         reason = "upstream: Connection refused (10.1.2.3)" }))
     assert.matches("%-%-internal", summary.line({ kind = "connect", verdict = "deny", name = "db.test", port = 5432,
       reason = "resolved into a refused range (10.0.0.5: private; list it in network.internal)" }))
+    -- this host out of fds is said as such, never as the upstream refusing
+    local loop = require "corral.egress.loop"
+    local errno = require("corral.core").errno
+    local emfile = loop.failure({ kind = "failed", err = errno.EMFILE, msg = "Too many open files" },
+      { upstreams = { "10.1.2.3", "10.1.2.4" } })
+    assert.matches("^corral is out of file descriptors %(connecting to 10%.1%.2%.3, 10%.1%.2%.4: Too many open files%)",
+      emfile)
+    assert.are.equal("failed api.test:443 (" .. emfile .. ")",
+      summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile }))
+    assert.is_nil(summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile })
+      :find("refused", 1, true))
+    assert.are.equal("upstream: Connection refused (10.1.2.3)", loop.failure({ kind = "failed",
+      err = errno.ECONNREFUSED, msg = "Connection refused" }, { upstream = "10.1.2.3" })) -- control
+    assert.matches("--max-connections sets the cap", summary.line({ kind = "connect", verdict = "deny",
+      name = "api.test", port = 443, reason = "connection cap reached (2)" }), nil, true)
     -- controls: what went as asked is not a line
     assert.is_nil(summary.line({ kind = "connect", verdict = "allow", name = "api.test", port = 443 }))
     assert.is_nil(summary.line({ kind = "closed", verdict = "allow", name = "api.test", port = 443 }))
@@ -93,8 +126,8 @@ describe("egress connection options and the summary's words", function()
 end)
 
 describe("egress connections #root #netns", function()
-  local net, v4_server, tls_server
-  local V4_PORT, TLS_PORT = 9555, 9556
+  local net, v4_server, tls_server, banner_server
+  local V4_PORT, TLS_PORT, BANNER_PORT = 9555, 9556, 9557
 
   setup(function()
     net = internet.start()
@@ -115,11 +148,19 @@ describe("egress connections #root #netns", function()
     assert(h.wait_for(function()
       return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, V4_PORT)):match("^1")
     end, 5), "the IPv4-only server did not start")
+    -- a server that speaks first (as SMTP does) and then answers the client's line
+    out = h.sh(string.format("ip netns exec %s socat TCP4-LISTEN:%d,bind=%s,fork,reuseaddr " ..
+      "SYSTEM:'echo banner-first; read l; echo got-$l' >/dev/null 2>&1 & echo pid=$!", net.ns, BANNER_PORT, net.ip))
+    banner_server = out:match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, BANNER_PORT)):match("^1")
+    end, 5), "the banner server did not start")
   end)
 
   teardown(function()
     if v4_server then os.execute("kill " .. v4_server .. " 2>/dev/null") end
     if tls_server then os.execute("kill " .. tls_server .. " 2>/dev/null") end
+    if banner_server then os.execute("kill " .. banner_server .. " 2>/dev/null") end
     if net then internet.stop(net) end
   end)
 
@@ -153,6 +194,39 @@ describe("egress connections #root #netns", function()
     assert.are.equal(net.ip, closed.upstream) -- the IPv4 address won the race
   end)
 
+  it("Happy Eyeballs with curl: a blackholed IPv6 address loses to IPv4 after its head start", function()
+    -- an HTTP server on both families; SYNs to the internet's IPv6 address on its port are
+    -- dropped (a table of the test netns's own, gone with it): that address never answers
+    local port, log = 9559, net.dir .. "/he.jsonl"
+    h.must(string.format("ip netns exec %s busybox httpd -p %d -h %s", net.ns, port, net.dir))
+    h.must(string.format("ip netns exec %s nft add table inet corral_t_he && ip netns exec %s nft add chain inet " ..
+      "corral_t_he in '{ type filter hook input priority 0; }' && ip netns exec %s nft add rule inet corral_t_he in " ..
+      "ip6 daddr %s tcp dport %d drop", net.ns, net.ns, net.ns, net.ip6, port))
+    local curl = "curl -sS --max-time %d -w ' time=%%{time_total}\\n' http://%s:" .. port .. "/index.html"
+    local out, status = run({ "--allow", "he.test:" .. port, "--allow", "v6hole.test:" .. port,
+      "--resolve", "v6hole.test=" .. net.ip6, "--resolve", "he.test=" .. net.ip6, "--resolve", "he.test=" .. net.ip,
+      "--log-json", log },
+      h.attempt_then_control(string.format(curl, 2, "v6hole.test"), string.format(curl, 5, "he.test")))
+    os.execute(string.format("ip netns exec %s nft delete table inet corral_t_he; " ..
+      "ip netns exec %s pkill -f 'busybox httpd -p %d'", net.ns, net.ns, port))
+    assert.are.equal(0, status, out)
+    local rc, control, attempt = h.after_attempt(out, "hello%-from%-the%-internet")
+    assert.are_not.equal(0, rc, out) -- the attempt: the IPv6 address alone never answers
+    assert.is_nil(attempt:find("hello-from-the-internet", 1, true), attempt)
+    assert.matches("failed v6hole.test:" .. port .. " (no answer before the sandbox ended " .. net.ip6 .. ")", out,
+      nil, true)
+    -- the control: the same IPv6 address first, then IPv4 after the 250 ms head start
+    local t = tonumber(control:match("hello%-from%-the%-internet\n time=([%d.]+)"))
+    assert.truthy(t, control)
+    assert.is_true(t >= 0.25, "IPv4 was tried before IPv6's head start ran out: " .. control)
+    local won
+    for line in (h.read(log) or ""):gmatch("[^\n]+") do
+      local e = require("dkjson").decode(line)
+      if e and e.kind == "closed" and e.name == "he.test" then won = e.upstream end
+    end
+    assert.are.equal(net.ip, won) -- IPv4 won the race
+  end)
+
   it("--idle cuts a connection silent for longer; without it, or longer, it is kept", function()
     local echo = "(echo first; sleep 2.5; echo second) | nc -w 5 echo.test " .. net.echo_port .. "; echo nc-done"
     local common = { "--allow", "echo.test:" .. net.echo_port, "--resolve", "echo.test=" .. net.ip }
@@ -183,6 +257,83 @@ describe("egress connections #root #netns", function()
     local _, _, attempt = h.after_attempt(out, "after%-the%-cap")
     assert.is_nil(attempt:match("^x\n"), out) -- the third connection echoed nothing
     assert.matches("connection cap reached %(2%)", out)
+  end)
+
+  it("2,000 concurrent connections through one sandbox, corral started at a soft fd limit of 1024", function()
+    -- an echo server of the test's own in the internet netns, counting connections open at once
+    local port, peak = 9558, net.dir .. "/peak"
+    h.write(net.dir .. "/echo2k.py", table.concat({
+      "import asyncio, sys",
+      "live = top = 0",
+      "async def serve(r, w):",
+      "    global live, top",
+      "    live += 1; top = max(top, live)",
+      "    open(sys.argv[2], 'w').write(str(top))",
+      "    try:",
+      "        while d := await r.read(4096):",
+      "            w.write(d); await w.drain()",
+      "    except OSError: pass",
+      "    live -= 1; w.close()",
+      "async def main():",
+      "    srv = await asyncio.start_server(serve, sys.argv[3], int(sys.argv[1]), backlog=4096)",
+      "    async with srv: await srv.serve_forever()",
+      "asyncio.run(main())", "" }, "\n"))
+    local srv = h.sh(string.format("ip netns exec %s sh -c " ..
+      "'ulimit -n 8192; exec /usr/bin/python3 %s/echo2k.py %d %s %s' " ..
+      ">/dev/null 2>&1 & echo pid=$!", net.ns, net.dir, port, peak, net.ip)):match("pid=(%d+)")
+    assert(h.wait_for(function()
+      return h.sh(string.format("ip netns exec %s ss -ltn | grep -c ':%d '", net.ns, port)):match("^1")
+    end, 5), "the echo server did not start")
+    -- the tenant's client: opens N connections one after another, each echoing once, keeps
+    -- them all open, then has each echo again
+    local client = "/usr/bin/python3 - echo2k.test " .. port .. " $N <<'PY'\n" ..
+      "import socket, sys\n" ..
+      "host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n" ..
+      "socks = []\n" ..
+      "try:\n" ..
+      "    for i in range(n):\n" ..
+      "        s = socket.create_connection((host, port), timeout=10)\n" ..
+      "        s.sendall(b'a%d;' % i)\n" ..
+      "        assert s.recv(64) == b'a%d;' % i\n" ..
+      "        socks.append(s)\n" ..
+      "except (OSError, AssertionError) as e:\n" ..
+      "    print('stopped at', len(socks), repr(e))\n" ..
+      "echoed = 0\n" ..
+      "for i, s in enumerate(socks):\n" ..
+      "    s.sendall(b'b%d;' % i)\n" ..
+      "    echoed += s.recv(64) == b'b%d;' % i\n" ..
+      "print('open', len(socks), 'echoed', echoed)\n" ..
+      "PY\n"
+    local function corral_at_1024(n, extra, nofile)
+      local argv = { h.host, "run", "--internal", net.cidr, "--allow", "echo2k.test:" .. port,
+        "--resolve", "echo2k.test=" .. net.ip }
+      if nofile ~= false then argv[#argv + 1] = "--nofile=4096" end
+      for _, a in ipairs(extra or {}) do argv[#argv + 1] = a end
+      for _, a in ipairs({ "--", "sh", "-c", "echo tenant-soft=$(ulimit -Sn); N=" .. n .. "; " .. client }) do
+        argv[#argv + 1] = a
+      end
+      local words = {}
+      for i, a in ipairs(argv) do words[i] = h.quote(a) end
+      return h.sh("ulimit -Sn 1024 && exec " .. table.concat(words, " ") .. " 2>&1")
+    end
+    local ok, err = pcall(function()
+      local out, status = corral_at_1024(2000)
+      assert.are.equal(0, status, out)
+      assert.matches("open 2000 echoed 2000\n", out, nil, true)
+      assert.is_nil(out:find("stopped at", 1, true), out)
+      assert.are.equal("2000", h.read(peak)) -- the server had all 2,000 open at once
+      assert.is_nil(out:find("corral run:", 1, true), out) -- nothing denied, nothing lowered
+      -- corral raised its own fd limit, not the tenant's (--nofile aside, it starts as corral did)
+      assert.matches("tenant-soft=1024\n", (corral_at_1024(1, {}, false)), nil, true)
+      -- control: the cap counts connections held this way; the one past it is refused
+      out, status = corral_at_1024(501, { "--max-connections", "500" })
+      assert.are.equal(0, status, out)
+      assert.matches("stopped at 500", out, nil, true)
+      assert.matches("open 500 echoed 500\n", out, nil, true)
+      assert.matches("connection cap reached (500)", out, nil, true)
+    end)
+    if srv then os.execute("kill " .. srv .. " 2>/dev/null") end
+    assert(ok, err)
   end)
 
   it("summarises what it denied on stderr, naming the option; --verbose prints it at once", function()
@@ -292,6 +443,59 @@ describe("egress connections #root #netns", function()
     out = run({ "--allow", tls, "--resolve", "api.test=" .. net.ip, "--sni", "off" },
       "openssl s_client -connect " .. tls .. " -servername evil.test </dev/null 2>&1 | grep -c 'BEGIN CERTIFICATE'")
     assert.matches("^1\n", out)
+  end)
+
+  it("a client silent past the wait still has its first request checked: a late wrong Host never arrives", function()
+    local log = net.dir .. "/late.jsonl"
+    local function late(host, path)
+      return string.format("(sleep 1; printf 'GET /%s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n'; sleep 1) " ..
+        "| nc -w 3 logger.test 9444; echo nc-rc=$?", path, host)
+    end
+    local out, status = run({ "--allow", "logger.test:9444", "--resolve", "logger.test=" .. net.ip,
+      "--log-json", log }, h.attempt_then_control(late("evil.test", "late-evil"),
+      late("logger.test", "late-good") .. "; sleep 0.5; echo control-done"))
+    assert.are.equal(0, status, out)
+    h.after_attempt(out, "control%-done")
+    assert.is_true(h.wait_for(function()
+      return (h.read(net.dir .. "/tcp9444.log") or ""):find("late-good", 1, true)
+    end, 3),
+      "the control's request never reached the server: " .. tostring(h.read(net.dir .. "/tcp9444.log")))
+    local seen = h.read(net.dir .. "/tcp9444.log")
+    assert.is_nil(seen:find("late-evil", 1, true), seen) -- the server never saw the late wrong Host
+    assert.is_nil(seen:find("evil.test", 1, true), seen)
+    assert.matches("Host: logger.test", seen, nil, true)  -- control: the late right one went through
+    local raw = h.read(log) or ""
+    assert.matches('"kind":"cut"', raw, nil, true)
+    assert.matches('"reason":"Host evil.test on a connection to logger.test"', raw, nil, true)
+    assert.matches("cut logger.test:9444 (Host evil.test on a connection to logger.test)", out, nil, true)
+  end)
+
+  it("a protocol whose server speaks first still works under --sni match, and its answer is checked", function()
+    -- The client sends nothing until it has the server's banner (past SNI_WAIT): its
+    -- upstream must be connected while its own bytes are held, then checked.
+    local function client(answer)
+      return "/usr/bin/python3 - '" .. answer .. "' <<'PY'\n" ..
+        "import socket, sys\n" ..
+        "s = socket.create_connection(('banner.test', " .. BANNER_PORT .. "), timeout=5)\n" ..
+        "f = s.makefile('rb')\n" ..
+        "banner = f.readline().decode().strip()\n" ..
+        "s.sendall(sys.argv[1].encode().decode('unicode_escape').encode())\n" ..
+        "try:\n    print(banner, f.readline().decode().strip() or 'no-answer')\n" ..
+        "except OSError as e:\n    print(banner, 'reset')\n" ..
+        "PY\n"
+    end
+    local log = net.dir .. "/banner.jsonl"
+    local out, status = run({ "--allow", "banner.test:" .. BANNER_PORT, "--resolve", "banner.test=" .. net.ip,
+      "--log-json", log },
+      h.attempt_then_control(client("GET / HTTP/1.1\\r\\nHost: evil.test\\r\\n\\r\\n"),
+        client("hello-after-banner\\n")))
+    assert.are.equal(0, status, out)
+    local _, control, attempt = h.after_attempt(out, "banner%-first got%-hello%-after%-banner")
+    -- the attempt had the banner, then named another host: cut before the server had it
+    assert.matches("^banner%-first ", attempt)
+    assert.is_nil(attempt:find("got-", 1, true), attempt)
+    assert.matches('"reason":"Host evil.test on a connection to banner.test"', h.read(log) or "", nil, true)
+    assert.matches("^banner%-first got%-hello%-after%-banner\n", control) -- control: the same, answered plainly
   end)
 
   it("--sni require refuses a connection that names no host; match lets it through", function()

@@ -7,6 +7,7 @@ local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local hostaddr = require "corral.egress.hostaddr"
+local summary = require "corral.egress.summary"
 local ranges = require "corral.egress.ranges"
 local h = require "helpers"
 
@@ -869,6 +870,91 @@ describe("egress hardening: the data plane from Lua #root #netns", function()
     assert.are.equal("cut:c.test", by["cut:c.test"] and "cut:c.test")
     assert.is_nil(by["cut:b.test"])
     assert.are.equal(2 * #"b-1" + 2 * #"b-2", by["closed:b.test"].bytes) -- its end, with its bytes
+  end)
+  it("decides again after allow: a destination denied a moment ago is relayed once an entry names it", function()
+    local srv1, p1 = assert(core.sock.listen("127.0.0.1", 0))
+    local srv2, p2 = assert(core.sock.listen("127.0.0.1", 0))
+    local network = { allow = { "a.test:" .. p1, "b.test:" .. p2 }, internal = { "127.0.0.0/8" },
+      resolve = { ["a.test"] = "127.0.0.1", ["b.test"] = "127.0.0.1" } }
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "memo-sb" and ev.kind == "connect" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local ok, err = pcall(with_plane, "memo-sb", network, function(p)
+      local addr = assert(egress.address("memo-sb", "a.test"))
+      local function try()
+        local before = #seen
+        local c = assert(core.sock.connect_marked(addr, p2, 0, 2, p.netns))
+        local up
+        pump(function()
+          up = up or core.sock.accept(srv2, 0)
+          return up ~= nil or (#seen > before and seen[#seen].verdict == "deny")
+        end)
+        c:close()
+        if up then up:close() end
+        return up ~= nil
+      end
+      assert.is_false(try()) -- the attempt: a.test on b.test's port, twice (the second from memory)
+      assert.is_false(try())
+      assert.matches("allowed only on ports " .. p1, seen[#seen].reason, nil, true)
+      assert(egress.allow("memo-sb", "a.test:" .. p2))
+      seen = {}
+      assert.is_true(try()) -- the control: decided again under the new policy
+      assert.are.equal("allow", seen[#seen].verdict)
+    end)
+    events.unsubscribe(collect)
+    srv1:close()
+    srv2:close()
+    assert(ok, err)
+  end)
+
+  it("says when this process is out of fds, never blaming the upstream; with fds back it relays", function()
+    local srv, port = assert(core.sock.listen("127.0.0.1", 0))
+    local network = { allow = { "a.test:" .. port }, internal = { "127.0.0.0/8" },
+      resolve = { ["a.test"] = "127.0.0.1" } }
+    local seen = {}
+    local function collect(ev) if ev.sandbox == "fd-sb" then seen[#seen + 1] = ev end end
+    events.subscribe(collect)
+    local soft, hard = core.proc.nofile()
+    local fill = {}
+    local ok, err = pcall(with_plane, "fd-sb", network, function(p)
+      local c = assert(core.sock.connect_marked(assert(egress.address("fd-sb", "a.test")), port, 0, 2, p.netns))
+      assert(core.io.write(c, "x"))
+      -- the attempt: every fd this process may open is taken; the acceptor cannot accept
+      assert(core.proc.set_nofile(#h.sh("ls /proc/" .. core.proc.getpid() .. "/fd"):gsub("[^\n]", "") + 16))
+      repeat
+        local f = io.open("/dev/null")
+        fill[#fill + 1] = f
+      until not f
+      pump(function()
+        for _, ev in ipairs(seen) do if ev.kind == "connect" then return true end end
+      end, 1)
+      for _, f in ipairs(fill) do f:close() end
+      fill = {}
+      assert(core.proc.set_nofile(soft))
+      -- the control: with fds back, the same connection (still queued) is relayed
+      local up
+      pump(function() up = up or core.sock.accept(srv, 0); return up ~= nil end, 3)
+      assert.truthy(up, "the queued connection was not relayed once fds were back")
+      local got
+      pump(function() got = core.sock.recv(up, 16, 0); return got ~= nil end, 3)
+      assert.are.equal("x", got)
+      up:close()
+      c:close()
+    end)
+    for _, f in ipairs(fill) do f:close() end
+    core.proc.set_nofile(soft)
+    events.unsubscribe(collect)
+    srv:close()
+    assert(ok, err)
+    assert.is_true(hard >= soft)
+    local denied
+    for _, ev in ipairs(seen) do
+      assert.is_nil(tostring(ev.reason):find("refused", 1, true), tostring(ev.reason))
+      if ev.kind == "connect" and ev.verdict == "deny" then denied = denied or ev end
+    end
+    assert.truthy(denied, "no event said the process was out of fds")
+    assert.matches("^corral is out of file descriptors %(accept: Too many open files%)", denied.reason)
+    assert.matches("--max-connections", summary.line(denied), nil, true)
   end)
 end)
 

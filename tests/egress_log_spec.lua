@@ -169,6 +169,52 @@ describe("egress log: the file", function()
     h.rmrf(dir)
   end)
 
+  it("refuses a FIFO (without blocking), a device and another user's file; its own file after each", function()
+    local dir = h.tmpdir("kinds")
+    local path = dir .. "/log.jsonl"
+    local function control(tag)
+      local writer, close = assert(events.json_lines_writer(path))
+      writer({ sandbox = tag, kind = "error", verdict = "deny" })
+      close()
+      assert.matches('"sandbox":"' .. tag .. '"', h.read(path), nil, true)
+      assert.are.equal(tonumber("600", 8), core.fs.lstat(path).mode)
+    end
+    h.must("mkfifo " .. dir .. "/fifo")
+    local t0 = core.clock.monotime()
+    local w, err = events.json_lines_writer(dir .. "/fifo") -- no reader: opening it would block
+    assert.is_nil(w)
+    assert.matches("FIFO", err)
+    assert.is_true(core.clock.monotime() - t0 < 1)
+    control("after-fifo")
+    -- a FIFO that has a reader opens, and is refused on the fd it gave
+    local reader = assert(io.popen("exec cat " .. dir .. "/fifo >/dev/null", "r"))
+    assert.is_true(h.wait_for(function() -- once cat has it open
+      w, err = events.json_lines_writer(dir .. "/fifo")
+      return w or not err:find("no reader", 1, true)
+    end, 3), err)
+    assert.is_nil(w)
+    assert.matches("a FIFO, not a regular file", err, nil, true)
+    core.fs.open_private(dir .. "/fifo") -- never blocks; any writer's close ends cat
+    reader:close()
+    w, err = events.json_lines_writer("/dev/null")
+    assert.is_nil(w)
+    assert.matches("a character device, not a regular file", err, nil, true)
+    control("after-device")
+    if core.proc.geteuid() == 0 then
+      local theirs = dir .. "/theirs.jsonl"
+      h.write(theirs, "")
+      assert(core.fs.chown(theirs, 65534, 65534))
+      assert(core.fs.chmod(theirs, tonumber("644", 8)))
+      w, err = events.json_lines_writer(theirs)
+      assert.is_nil(w)
+      assert.matches("owned by uid 65534", err, nil, true)
+      assert.are.equal(tonumber("644", 8), core.fs.lstat(theirs).mode) -- not touched
+      assert.are.equal("", h.read(theirs))
+      control("after-theirs")
+    end
+    h.rmrf(dir)
+  end)
+
 end)
 
 describe("egress log: the file under corral run #root #netns", function()

@@ -103,7 +103,8 @@ describe("egress #root #netns", function()
     assert.are.equal(before, logged(), "a denied connection reached the internet")
   end)
 
-  it("answers NXDOMAIN for names not allowed, REFUSED for their TXT/ANY, NODATA for an allowed one's", function()
+  it("answers NXDOMAIN for names not allowed, REFUSED for their TXT/ANY/SRV/CNAME, NODATA for an allowed one's",
+    function()
     local out = run([[
       dig +tries=1 +time=2 evil.test A | grep -o 'status: [A-Z]*'
       dig +tries=1 +time=2 example.com A | grep -o 'status: [A-Z]*'
@@ -111,6 +112,10 @@ describe("egress #root #netns", function()
       dig +tries=1 +time=2 evil.test ANY | grep -o 'status: [A-Z]*'
       dig +notcp +tries=1 +time=2 pypi.org TXT | grep -o 'status: [A-Z]*\|ANSWER: [0-9]*'
       dig +tries=1 +time=2 pypi.org HTTPS | grep -o 'status: [A-Z]*\|ANSWER: [0-9]*'
+      dig +tries=1 +time=2 evil.test SRV | grep -o 'status: [A-Z]*'
+      dig +tries=1 +time=2 evil.test CNAME | grep -o 'status: [A-Z]*'
+      dig +tries=1 +time=2 pypi.org SRV | grep -o 'status: [A-Z]*\|ANSWER: [0-9]*'
+      dig +tcp +tries=1 +time=2 pypi.org CNAME | grep -o 'status: [A-Z]*\|ANSWER: [0-9]*'
       dig +short +tries=1 +time=2 pypi.org A | head -1
       dig +tcp +short +tries=1 +time=2 api.example.com A | head -1]])
     local l = {}
@@ -120,8 +125,13 @@ describe("egress #root #netns", function()
     assert.are.equal("status: REFUSED", l[3], out)
     assert.are.equal("status: REFUSED", l[4], out)
     assert.are.same({ "status: NOERROR", "ANSWER: 0", "status: NOERROR", "ANSWER: 0" }, { l[5], l[6], l[7], l[8] }, out)
-    assert.matches("^198%.1[89]%.", l[9], nil, out) -- controls, after the attempts
-    assert.matches("^198%.1[89]%.", l[10], nil, out)
+    assert.are.equal("status: REFUSED", l[9], out)  -- SRV and CNAME of a name not allowed
+    assert.are.equal("status: REFUSED", l[10], out)
+    -- SRV and CNAME of an allowed name: NODATA (no such record here), over UDP and TCP
+    assert.are.same({ "status: NOERROR", "ANSWER: 0", "status: NOERROR", "ANSWER: 0" }, { l[11], l[12], l[13], l[14] },
+      out)
+    assert.matches("^198%.1[89]%.", l[15], nil, out) -- controls, after the attempts
+    assert.matches("^198%.1[89]%.", l[16], nil, out)
   end)
 
   it("names the sandbox's own responder in /etc/resolv.conf and resolves its hostname to loopback", function()

@@ -179,3 +179,33 @@ int corral_dir_marked(const char *path, const char *name)
     if (lgetxattr(path, name, NULL, 0) >= 0) return 1;
     return errno == ENODATA || errno == ENOTSUP ? 0 : -errno;
 }
+
+int corral_open_private(const char *path, int truncate, struct stat *st)
+{
+    struct stat local;
+    if (!st) st = &local;
+    int fd = open(
+        path, O_WRONLY | (truncate ? 0 : O_APPEND) | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+        0600);
+    if (fd < 0) return -errno;
+    int err = 0;
+    if (fstat(fd, st) < 0)
+        err = -errno;
+    else if (!S_ISREG(st->st_mode))
+        err = -EINVAL;
+    else if (st->st_uid != geteuid())
+        err = -EPERM;
+    else if ((st->st_mode & 07777) != 0600 && fchmod(fd, 0600) < 0)
+        err = -errno;
+    else if (truncate && ftruncate(fd, 0) < 0)
+        err = -errno;
+    else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) err = -errno;
+    }
+    if (err) {
+        close(fd);
+        return err;
+    }
+    return fd;
+}

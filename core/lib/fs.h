@@ -6,6 +6,7 @@
 #ifndef CORRAL_FS_H
 #define CORRAL_FS_H
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 /*
@@ -46,5 +47,19 @@ int corral_open_dir(const char *path);
  */
 int corral_mark_dir(int fd, const char *name);
 int corral_dir_marked(const char *path, const char *name);
+
+/*
+ * Opens path for writing as a file private to this process's effective uid, checked on
+ * the fd it returns, so nothing can be swapped in between a check and the open:
+ *  - never through a symbolic link in the last component (O_NOFOLLOW: -ELOOP);
+ *  - never blocking on a FIFO (O_NONBLOCK: one without a reader is -ENXIO);
+ *  - created mode 0600 when absent (O_CREAT; the umask can only narrow it);
+ *  - then fstat: anything but a regular file is -EINVAL (a FIFO with a reader, a
+ *    device), a file another uid owns -EPERM; and the mode is set to 0600 (fchmod);
+ *  - with truncate, emptied (ftruncate) only once all of that holds; else O_APPEND.
+ * Returns the fd (O_CLOEXEC, blocking again) or -errno; *st (may be NULL) receives the
+ * fstat whenever the open itself succeeded, so a caller can say what was refused.
+ */
+int corral_open_private(const char *path, int truncate, struct stat *st);
 
 #endif

@@ -66,6 +66,7 @@ struct race {
     size_t flying;                 /* attempts in flight */
     int64_t next_ms;               /* when the next attempt starts; 0: none */
     int delay_ms, last_err;
+    int local_err; /* an address never tried for want of fds or memory here (EMFILE, …) */
     uint32_t mark;
     int netns_fd; /* a duplicate, closed with the race; -1: here */
     char *port_key;
@@ -94,6 +95,9 @@ struct conn {
     struct dir d[2];   /* d[0]: a to b; d[1]: b to a */
     enum state state;
     bool dead, in_ready;
+    bool held;        /* hold_a: a is not read until released */
+    bool held_queued; /* a HELD event waits for a peek */
+    bool a_ended;     /* a shut down its sending side (EPOLLRDHUP seen) */
     int idle_ms;
     int64_t last_ms;          /* last byte moved */
     int64_t connect_deadline; /* 0: none */
@@ -158,11 +162,12 @@ static void key_release(struct corral_relay *r, struct key_entry *k)
     }
 }
 
-/* Room for every event the live connections can still produce (at most two each), so
- * that queueing one never fails. */
+/* Room for every event the live connections can still produce (at most three each:
+ * CONNECTED, one HELD waiting for its peek, and the end), so that queueing one never
+ * fails. */
 static int reserve_events(struct corral_relay *r)
 {
-    size_t need = r->qlen + 2 * (r->live + 1);
+    size_t need = r->qlen + 3 * (r->live + 1);
     if (r->qhead && r->qhead + need > r->qcap) {
         memmove(r->q, r->q + r->qhead, r->qlen * sizeof *r->q);
         r->qhead = 0;
@@ -293,6 +298,7 @@ static int pump_dir(struct corral_relay *r, struct conn *c, int i, bool *progres
     int src = c->fd[i], dst = c->fd[1 - i];
     bool open = c->state == OPEN;
     if (!open && i == 1) return 0;
+    if (i == 0 && c->held) return 0; /* the client's bytes wait in its socket, unread */
 
     while (open && d->queued && c->wr[1 - i]) {
         ssize_t n =
@@ -397,6 +403,20 @@ static void connected(struct corral_relay *r, struct conn *c)
 
 static int prepare(int fd);
 
+/* A shortage on this host, not an answer from the address: it must not be reported as
+ * the upstream's refusal or silence. */
+static bool local_shortage(int err)
+{
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+/* Why a race failed: a shortage here that kept an address from being tried says more
+ * than the answers of the addresses that were. */
+static int race_error(const struct conn *c, int err)
+{
+    return c->race && c->race->local_err ? c->race->local_err : err;
+}
+
 /* Starts the next attempt of c's race; an address whose socket cannot even be made is
  * skipped (its error kept). Ends c as FAILED when nothing is left in flight or to try. */
 static void race_next(struct corral_relay *r, struct conn *c)
@@ -412,12 +432,16 @@ static void race_next(struct corral_relay *r, struct conn *c)
                                              &in_progress, NULL);
         if (fd < 0) {
             x->last_err = -fd;
+            if (local_shortage(-fd)) x->local_err = -fd;
             continue;
         }
         struct epoll_event ev = {.events = EPOLLOUT | EPOLLET,
                                  .data.u64 = (uint64_t)(uintptr_t)c | (uint64_t)(2 + i)};
-        if (prepare(fd) < 0 || epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            x->last_err = errno ? errno : EIO;
+        int err = prepare(fd);
+        if (!err && epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) err = -errno;
+        if (err) {
+            x->last_err = -err;
+            if (local_shortage(-err)) x->local_err = -err;
             corral_reset(fd);
             continue;
         }
@@ -428,7 +452,7 @@ static void race_next(struct corral_relay *r, struct conn *c)
         return;
     }
     x->next_ms = 0;
-    if (!x->flying) abort_conn(r, c, -1, x->last_err ? x->last_err : ECONNREFUSED);
+    if (!x->flying) abort_conn(r, c, -1, race_error(c, x->last_err ? x->last_err : ECONNREFUSED));
 }
 
 /* An event on attempt i of c's race: a failure starts the next attempt when none is
@@ -484,6 +508,13 @@ static void handle(struct corral_relay *r, struct conn *c, int side, uint32_t ev
     }
     if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) c->rd[side] = true;
     if (ev & (EPOLLOUT | EPOLLHUP)) c->wr[side] = true;
+    if (side == 0 && c->held && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP))) {
+        if (ev & (EPOLLRDHUP | EPOLLHUP)) c->a_ended = true;
+        if (!c->held_queued) {
+            c->held_queued = true;
+            push_event(r, c, CORRAL_RELAY_HELD, 0);
+        }
+    }
     pump(r, c);
 }
 
@@ -502,7 +533,7 @@ static void sweep(struct corral_relay *r)
         } else if (dl && dl <= r->now_ms) {
             /* Both reset on an idle timeout too: a peer must not take a cut stream for a
              * complete one. */
-            abort_conn(r, c, -1, ETIMEDOUT);
+            abort_conn(r, c, -1, race_error(c, ETIMEDOUT));
         } else if (dl && (!next || dl < next)) {
             next = dl;
         }
@@ -654,6 +685,7 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
     for (int i = 0; i < 2; i++)
         c->d[i].pipe[0] = c->d[i].pipe[1] = -1;
     c->state = state;
+    c->held = o && o->hold_a;
     c->idle_ms = o ? o->idle_ms : 0;
     c->last_ms = r->now_ms;
     c->connect_deadline =
@@ -846,9 +878,54 @@ int corral_relay_reset(struct corral_relay *r, uint64_t id)
         if (c->id != id || c->dead) continue;
         /* Both sides reset, so neither end mistakes a cut for a finished exchange. */
         abort_conn(r, c, -1, ECONNABORTED);
+        notify(r);
         return 0;
     }
     return -ENOENT;
+}
+
+static struct conn *live_conn(struct corral_relay *r, uint64_t id)
+{
+    for (struct conn *c = r->conns; c; c = c->next)
+        if (c->id == id && !c->dead) return c;
+    return NULL;
+}
+
+ssize_t corral_relay_peek(struct corral_relay *r, uint64_t id, void *buf, size_t max, int *ended)
+{
+    if (!r || (max && !buf)) return -EINVAL;
+    struct conn *c = live_conn(r, id);
+    if (!c) return -ENOENT;
+    if (!c->held) return -EINVAL;
+    c->held_queued = false;
+    if (ended) *ended = c->a_ended;
+    ssize_t n;
+    do
+        n = recv(c->fd[0], buf, max, MSG_PEEK | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n;
+}
+
+int corral_relay_release(struct corral_relay *r, uint64_t id)
+{
+    if (!r) return -EINVAL;
+    struct conn *c = live_conn(r, id);
+    if (!c) return -ENOENT;
+    if (!c->held) return 0;
+    c->held = false;
+    /* rd[0] kept what epoll last said of the client: its bytes are read from here */
+    pump(r, c);
+    notify(r);
+    return 0;
+}
+
+int corral_relay_timer_ms(const struct corral_relay *r, int64_t *ms)
+{
+    if (!r || !ms) return -EINVAL;
+    struct itimerspec its;
+    if (timerfd_gettime(r->timerfd, &its) < 0) return -errno;
+    *ms = (int64_t)its.it_value.tv_sec * 1000 + (its.it_value.tv_nsec + 999999) / 1000000;
+    return 0;
 }
 
 size_t corral_relay_count(const struct corral_relay *r, const char *key)

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 struct corral_relay;
 
@@ -30,12 +31,17 @@ struct corral_relay_opts {
     const char *key; /* NULL: none; else counted under this key (e.g. a sandbox id) */
     int max_per_key; /* 0: no cap; else an add that would exceed it fails -EUSERS
                       * (a cap needs a key: -EINVAL without one) */
+    int hold_a;      /* nonzero: nothing is read from a (the client) until
+                      * corral_relay_release; b to a flows meanwhile, and run reports HELD
+                      * whenever a has new bytes (or its end) for the caller to peek */
 };
 
 enum corral_relay_kind {
     CORRAL_RELAY_CONNECTED = 1, /* an add_connect's upstream connected; now a pair */
     CORRAL_RELAY_CLOSED,        /* a pair ended; err 0 for a clean end both ways */
     CORRAL_RELAY_FAILED,        /* an add_connect never connected; the client was reset */
+    CORRAL_RELAY_HELD,          /* a held client (hold_a) has new bytes, or ended: peek them;
+                                 * reported once, then again only after a peek */
 };
 
 struct corral_relay_event {
@@ -132,6 +138,26 @@ int corral_relay_run(struct corral_relay *r, int timeout_ms, struct corral_relay
  * it had moved. Returns 0, or -ENOENT when no live connection has that id.
  */
 int corral_relay_reset(struct corral_relay *r, uint64_t id);
+
+/*
+ * What the held client of connection id has sent, not consumed (MSG_PEEK): up to max
+ * bytes into buf. Returns the count (0: nothing but its end), or -EAGAIN (nothing yet),
+ * -ENOENT (no live connection id), -EINVAL (not held). *ended (may be NULL) is set when
+ * the client has shut down its sending side, so no more will come. Rearms HELD.
+ */
+ssize_t corral_relay_peek(struct corral_relay *r, uint64_t id, void *buf, size_t max, int *ended);
+
+/*
+ * Lets connection id's client bytes through (the end of hold_a): they are relayed from
+ * the first one, as if never held. Returns 0 (also when it was not held), or -ENOENT.
+ */
+int corral_relay_release(struct corral_relay *r, uint64_t id);
+
+/*
+ * Milliseconds until the loop's timer (idle limits, connect timeouts, the next raced
+ * address) fires, as the kernel holds it; 0 when it is disarmed. Returns 0 or -errno.
+ */
+int corral_relay_timer_ms(const struct corral_relay *r, int64_t *ms);
 
 /* Live connections (connecting or relaying): all of them when key is NULL, else those
  * counted under key. */

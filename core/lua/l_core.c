@@ -35,6 +35,8 @@ static void push_errno_constants(lua_State *L)
         {"ETIMEDOUT", ETIMEDOUT},
         {"EFBIG", EFBIG},
         {"EISDIR", EISDIR},
+        {"EMFILE", EMFILE},
+        {"ENFILE", ENFILE},
     };
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

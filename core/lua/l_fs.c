@@ -277,6 +277,68 @@ static int l_mkdtemp(lua_State *L)
     return 1;
 }
 
+static int close_stream(lua_State *L)
+{
+    luaL_Stream *s = (luaL_Stream *)luaL_checkudata(L, 1, LUA_FILEHANDLE);
+    int ok = fclose(s->f) == 0;
+    return luaL_fileresult(L, ok, NULL);
+}
+
+static const char *kind_of(mode_t m)
+{
+    return S_ISFIFO(m)   ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISDIR(m)  ? "a directory"
+                         : "not a regular file";
+}
+
+/* core.fs.open_private(path [, "a" | "w"]) → a Lua file, appending ("a", the default) or
+ * emptied ("w") | nil, msg, errno: see corral_open_private (ELOOP a symbolic link, ENXIO
+ * a FIFO without a reader, EINVAL not a regular file, EPERM another user's file). The
+ * mode is then 0600. */
+static int l_open_private(lua_State *L)
+{
+    static const char *const modes[] = {"a", "w", NULL};
+    const char *path = corral_checkpath(L, 1);
+    int truncate = luaL_checkoption(L, 2, "a", modes);
+    luaL_Stream *s = (luaL_Stream *)lua_newuserdatauv(L, sizeof *s, 0);
+    s->f = NULL;
+    s->closef = NULL; /* closed until the file is open */
+    luaL_setmetatable(L, LUA_FILEHANDLE);
+    struct stat st;
+    int fd = corral_open_private(path, truncate, &st);
+    if (fd == -EINVAL) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s, not a regular file", path, kind_of(st.st_mode));
+        lua_pushinteger(L, EINVAL);
+        return 3;
+    }
+    if (fd == -EPERM) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: owned by uid %d, not by this process's (%d)", path, (int)st.st_uid,
+                        (int)geteuid());
+        lua_pushinteger(L, EPERM);
+        return 3;
+    }
+    if (fd == -ENXIO) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: a FIFO (or socket) with no reader, not a regular file", path);
+        lua_pushinteger(L, ENXIO);
+        return 3;
+    }
+    if (fd < 0) return corral_pushfail(L, path, fd);
+    s->f = fdopen(fd, truncate ? "w" : "a");
+    if (!s->f) {
+        int err = errno;
+        close(fd);
+        return corral_pushfail(L, path, err);
+    }
+    s->closef = close_stream;
+    return 1;
+}
+
 /* core.fs.readlink(path) → target, or nil, msg, errno (EINVAL: not a symlink). */
 static int l_readlink(lua_State *L)
 {
@@ -304,6 +366,7 @@ int corral_open_fs(lua_State *L)
                                    {"readlink", l_readlink},
                                    {"mark", l_mark},
                                    {"marked", l_marked},
+                                   {"open_private", l_open_private},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

@@ -1,14 +1,19 @@
 /*
  * core.proc: this process — who it is (getpid, geteuid, uname), its environment, the
- * execve that ends a launch spec, and where the `corral` executable is (the wrapper
- * every confined launch spec names).
+ * execve that ends a launch spec, where the `corral` executable is (the wrapper every
+ * confined launch spec names), and how many files it may open:
+ *
+ *   core.proc.nofile()            -> soft, hard (RLIMIT_NOFILE; math.huge: unlimited)
+ *   core.proc.set_nofile(soft)    -> true | nil, msg, errno (the hard limit unchanged)
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -166,6 +171,35 @@ static int l_exit_now(lua_State *L)
 /* core.proc.kill(pid, [sig]) → true: a signal (default SIGKILL) by pid, for the
  * processes of a watched child's tree, which the host holds no pidfd for. A process
  * stopped before it is signalled cannot exit, so its pid cannot be recycled. */
+static void push_rlim(lua_State *L, rlim_t v)
+{
+    if (v == RLIM_INFINITY || v > (rlim_t)LUA_MAXINTEGER)
+        lua_pushnumber(L, HUGE_VAL);
+    else
+        lua_pushinteger(L, (lua_Integer)v);
+}
+
+static int l_nofile(lua_State *L)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return corral_pushfail(L, "getrlimit", errno);
+    push_rlim(L, rl.rlim_cur);
+    push_rlim(L, rl.rlim_max);
+    return 2;
+}
+
+static int l_set_nofile(lua_State *L)
+{
+    lua_Integer soft = luaL_checkinteger(L, 1);
+    luaL_argcheck(L, soft >= 0, 1, "must be non-negative");
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) return corral_pushfail(L, "getrlimit", errno);
+    rl.rlim_cur = (rlim_t)soft;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0) return corral_pushfail(L, "setrlimit", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_kill_pid(lua_State *L)
 {
     lua_Integer pid = luaL_checkinteger(L, 1);
@@ -179,10 +213,12 @@ static int l_kill_pid(lua_State *L)
 int corral_open_proc(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"uname", l_uname},       {"getpid", l_getpid}, {"geteuid", l_geteuid},
-        {"environ", l_environ},   {"execve", l_execve}, {"host_executable", l_host_executable},
-        {"unsetenv", l_unsetenv}, {"exit", l_exit_now}, {"replace_environ", l_replace_environ},
-        {"kill", l_kill_pid},     {NULL, NULL}};
+        {"uname", l_uname},           {"getpid", l_getpid},
+        {"geteuid", l_geteuid},       {"environ", l_environ},
+        {"execve", l_execve},         {"host_executable", l_host_executable},
+        {"unsetenv", l_unsetenv},     {"exit", l_exit_now},
+        {"replace_environ", l_replace_environ}, {"kill", l_kill_pid},         {"nofile", l_nofile},
+        {"set_nofile", l_set_nofile}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -3,10 +3,18 @@
  *
  *   core.relay.new()                                   -> loop
  *   loop:fileno()                                      -> the epoll fd (readable: call run)
- *   loop:add_pair(fd_a, fd_b [, {idle=s, key=, max_per_key=}])          -> id
+ *   loop:add_pair(fd_a, fd_b [, {idle=s, key=, max_per_key=, hold=bool}])  -> id
  *   loop:add_connect(client_fd, ip, port [, {mark=, timeout=s, idle=s, key=, max_per_key=,
- *                                           netns=fd, attempt_delay=s}])
+ *                                           netns=fd, attempt_delay=s, hold=bool}])
  *                                                      -> id
+ *     hold: nothing the client sends is relayed until loop:release(id); upstream's bytes
+ *     reach it meanwhile, and run reports kind "held" when the client has sent more.
+ *   loop:peek(id [, max])                              -> bytes, ended | nil, msg, errno
+ *     what a held client sent, not consumed (EAGAIN: nothing yet); ended: it shut down
+ *     its side, nothing more will come
+ *   loop:release(id)                                   -> true | nil, msg, errno
+ *   loop:timer()                                       -> seconds until the loop's timer
+ *                                                         fires (0: disarmed)
  *     ip may be a list of addresses: they are raced (RFC 8305) in the order given, each
  *     attempt attempt_delay (default 0.25 s) ahead of the next; the connected event's
  *     addr is the index (from 1) of the one that connected.
@@ -20,7 +28,7 @@
  *
  * The fd userdata given to add_pair / add_connect are released into the loop (they read
  * as closed afterwards), whatever the result: on a failure the loop resets them, as a
- * deny does. kind is "connected", "closed" or "failed"; up counts bytes from a (the
+ * deny does. kind is "connected", "closed", "failed" or "held"; up counts bytes from a (the
  * client) to b (upstream), down the other way; err is 0 or an errno, msg its text. A key
  * is a string or an integer (the integer 5 and the string "5" are the same key).
  * add_connect's timeout defaults to 10 s (0: none); mark 0 (the default) sets no mark;
@@ -92,6 +100,11 @@ static void check_opts(lua_State *L, int arg, struct opts *p)
     if (lua_getfield(L, arg, "idle") != LUA_TNIL) {
         if (!lua_isnumber(L, -1)) luaL_argerror(L, arg, "idle must be a number of seconds");
         p->o.idle_ms = ms_of(L, arg, "idle", lua_tonumber(L, -1));
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, arg, "hold") != LUA_TNIL) {
+        if (!lua_isboolean(L, -1)) luaL_argerror(L, arg, "hold must be a boolean");
+        p->o.hold_a = lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
     if (lua_getfield(L, arg, "timeout") != LUA_TNIL) {
@@ -284,6 +297,8 @@ static const char *kind_name(int kind)
         return "connected";
     case CORRAL_RELAY_CLOSED:
         return "closed";
+    case CORRAL_RELAY_HELD:
+        return "held";
     default:
         return "failed";
     }
@@ -351,6 +366,39 @@ static int l_reset(lua_State *L)
     return 1;
 }
 
+static int l_peek(lua_State *L)
+{
+    struct corral_relay *r = checkrelay(L, 1);
+    lua_Integer id = luaL_checkinteger(L, 2);
+    lua_Integer max = luaL_optinteger(L, 3, 16384 + 5);
+    luaL_argcheck(L, max > 0 && max <= 65536, 3, "1 .. 65536 bytes");
+    luaL_Buffer b;
+    char *buf = luaL_buffinitsize(L, &b, (size_t)max);
+    int ended = 0;
+    ssize_t n = corral_relay_peek(r, (uint64_t)id, buf, (size_t)max, &ended);
+    if (n < 0) return corral_pushfail(L, "peek", (int)n);
+    luaL_pushresultsize(&b, (size_t)n);
+    lua_pushboolean(L, ended);
+    return 2;
+}
+
+static int l_release(lua_State *L)
+{
+    struct corral_relay *r = checkrelay(L, 1);
+    lua_Integer id = luaL_checkinteger(L, 2);
+    return corral_result(L, corral_relay_release(r, (uint64_t)id), "release");
+}
+
+static int l_timer(lua_State *L)
+{
+    struct corral_relay *r = checkrelay(L, 1);
+    int64_t ms = 0;
+    int err = corral_relay_timer_ms(r, &ms);
+    if (err < 0) return corral_pushfail(L, "timer", err);
+    lua_pushnumber(L, (lua_Number)ms / 1000);
+    return 1;
+}
+
 static int l_tostring(lua_State *L)
 {
     lrelay *l = torelay(L, 1);
@@ -378,6 +426,9 @@ int corral_open_relay(lua_State *L)
                                        {"count", l_count},
                                        {"close", l_close},
                                        {"reset", l_reset},
+                                       {"peek", l_peek},
+                                       {"release", l_release},
+                                       {"timer", l_timer},
                                        {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", l_close},
                                     {"__close", l_close},

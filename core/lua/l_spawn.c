@@ -238,6 +238,19 @@ static int l_spawn(lua_State *L)
                 rl[nrl++] =
                     (struct corral_rlimit){rlimit_names[i].resource, (rlim_t)lua_tointeger(L, -1),
                                            (rlim_t)lua_tointeger(L, -1)};
+            } else if (ty == LUA_TTABLE) {
+                int isc = 0, ism = 0;
+                lua_geti(L, -1, 1);
+                lua_geti(L, -2, 2);
+                lua_Integer cur = lua_tointegerx(L, -2, &isc), max = lua_tointegerx(L, -1, &ism);
+                lua_pop(L, 2);
+                if (!isc || !ism || cur < 0 || max < cur)
+                    return luaL_argerror(
+                        L, 1,
+                        lua_pushfstring(L, "rlimits.%s must be {cur, max}, cur <= max",
+                                        rlimit_names[i].name));
+                rl[nrl++] =
+                    (struct corral_rlimit){rlimit_names[i].resource, (rlim_t)cur, (rlim_t)max};
             } else if (ty != LUA_TNIL) {
                 return luaL_argerror(
                     L, 1, lua_pushfstring(L, "rlimits.%s must be a number", rlimit_names[i].name));

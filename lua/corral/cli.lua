@@ -163,6 +163,7 @@ for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" 
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
 RUN_OPTION_NAMES.engine = "--engine"
+RUN_OPTION_NAMES["network.max_connections"] = "--max-connections"
 
 -- The flag a refusal of the sandbox's network is about: the one given that made it
 -- (`--learn` alone makes one, as do `--resolve`, `--internal` and `--link`).
@@ -520,14 +521,14 @@ local RUN_OPTIONS = {
     { "link", "value", "NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]",
       "its own routed link: a veth into NETNS (under /run/netns, or a path); root only" },
     { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
-    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096)" },
+    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096, or as ulimit -Hn allows)" },
     { "udp-idle", "value", "DURATION", "end a UDP flow silent that long both ways (default 2m)" },
     { "max-udp-flows", "value", "N", "the sandbox's concurrent UDP flows (default 1024)" },
-    { "sni", "value", "MODE", "match (default): reset a TLS SNI or HTTP Host naming another host; require, off" },
-    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE" },
+    { "sni", "value", "MODE", "match (default): reset a TLS SNI or first HTTP Host naming another host; require, off" },
+    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE (0600)" },
   } },
   { "Output", {
-    { "log-json", "value", "FILE", "write every egress decision to FILE as a JSON line" },
+    { "log-json", "value", "FILE", "write every egress decision to FILE (yours, regular, 0600) as a JSON line" },
     { "verbose", "flag", nil, "print each denial or upstream failure as it first happens" },
   } },
 }
@@ -569,19 +570,22 @@ names is reset at the connect (when every entry names its ports), and every othe
 connection is decided by the host, resolved on the host and relayed. A name's addresses
 are all tried (IPv6 first, then raced, as RFC 8305 asks) within the connect timeout;
 TCP keepalive runs on both legs, so a dead end is noticed either way. Each connection
-costs the host two sockets (about 7 KiB of kernel memory idle), under 1 KiB of its own
-and six fds, plus up to 512 KiB of pipe only while bytes wait in it. With --link,
+costs the host six fds, about 20 KiB of kernel memory (two sockets, two pipes, its NAT
+entry) and 2 KiB of corral's own, plus up to 512 KiB of pipe only while bytes wait in
+it; corral raises its own soft fd limit to the hard one. With --link,
 permitted connections leave from the sandbox's netns through its link, on mark-checked
 sockets, instead of from the host's; it needs root (exit 3 without). Without root the
 rest holds the same: the sandbox's netns then belongs to a user namespace of the
-caller's own, beneath which the tenant's is made. At the end of the run, what was
-denied and which connections failed upstream are summarised on stderr with the
-option that would change them. An --allow entry may be a URL
-(https://api.test is api.test:443). --sni match
-(the default) resets a connection to an allowed name whose TLS SNI or HTTP Host names
-another host (domain fronting); require also refuses one naming none. --learn FILE
-answers every name, denies and records every connection, and writes the suggested
-allowlist to FILE for --allow-file.
+caller's own, beneath which the tenant's is made. At the end of the run, what was denied
+and which connections failed upstream are summarised on stderr with the option that
+would change them. An --allow entry may be a URL (https://api.test is api.test:443). --sni match
+(the default) resets a connection to an allowed name whose TLS SNI or first HTTP Host
+names another host; a client silent for half a second (a server-first protocol) is
+connected with its own bytes held until they are checked; require also refuses one
+naming none. It reads the first flight only: later requests on a kept-alive HTTP
+connection, and a Host inside TLS (domain fronting behind an allowed SNI), are not
+seen. --learn FILE answers every name, denies and records every connection, and writes
+the suggested allowlist to FILE for --allow-file.
 
 UDP leaves only for an entry that says so: --allow udp:ntp.test:123, udp:api.test:443
 (QUIC), with the same grammar after udp: and its ports required. Each flow (the

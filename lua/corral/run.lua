@@ -314,6 +314,12 @@ function M.execute(req, hooks)
     ok, perr = corral.provision(mech, sb)
   end
   if not ok then release(false) return nil, renamed(perr) end
+  local asked = type(req.network) == "table" and req.network.max_connections
+  if asked then
+    -- the plane has raised this process's RLIMIT_NOFILE as far as it goes (corral.egress.fdlimit)
+    local cap, why = require("corral.egress.fdlimit").fit(asked)
+    if why then say(string.format("%s %d lowered to %d: %s", name("network.max_connections"), asked, cap, why)) end
+  end
 
   -- A destroy that fails is reported by the mechanism's name, and the run exits
   -- EXIT.teardown whatever the command did: something of the sandbox may be left behind.

@@ -15,6 +15,7 @@ local core = require "corral.core"
 local sandbox = require "corral.sandbox"
 local hardening = require "corral.hardening"
 local resources = require "corral.resources"
+local fdlimit = require "corral.egress.fdlimit"
 
 local M = {}
 
@@ -52,7 +53,10 @@ function M.plan(sb, st)
     mounts = mounts, proc = true, dev = true, tmp_mib = M.TMP_MIB,
     cwd = "/storage", hostname = "corral", uid = id, gid = id,
     env = hardening.envp(sb.env),
-    rlimits = { core = 0, nofile = lim.nofile, fsize = lim.fsize, nproc = sandbox.default_nproc(sb) },
+    -- without --nofile, the limit the host started with, not the one its egress plane
+    -- raised for itself (corral.egress.fdlimit)
+    rlimits = { core = 0, nofile = lim.nofile or fdlimit.inherited(), fsize = lim.fsize,
+                nproc = sandbox.default_nproc(sb) },
     netns = st and st.plane and st.plane.netns,
     cgroup_procs = resources.cgroup_procs(st),
   }

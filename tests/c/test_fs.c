@@ -2,7 +2,8 @@
  * core/lib/fs.c against the real kernel: a tree is removed without ever following a
  * planted symlink (the link's target survives, the link and the tree are gone), and
  * access_as answers as the kernel does for another identity (a searchable chain says
- * yes, one directory without x for that identity says no).
+ * yes, one directory without x for that identity says no), and a private file is opened
+ * only when the fd it gave is this user's own regular file (then mode 0600).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -122,6 +123,54 @@ static void access_as_another_identity(void)
     CHECK(corral_access_as(at("shut/mine"), 0, 0, X_OK) == 1);
 }
 
+/* The private log open: refusals on the fd (a link, a FIFO with or without a reader, a
+ * device, another uid's file), each followed by the control on an own regular file. */
+static void open_private(void)
+{
+    struct stat st;
+    char own[2 * PATH_MAX]; /* at() reuses its buffers */
+    snprintf(own, sizeof own, "%s", at("own.log"));
+    mode_t old = umask(0277); /* a new file would be 0400 by the umask alone */
+    int fd = corral_open_private(own, 0, &st);
+    umask(old);
+    CHECK(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC) && !(fcntl(fd, F_GETFL) & O_NONBLOCK));
+    CHECK(fstat(fd, &st) == 0 && (st.st_mode & 07777) == 0600);
+    CHECK(write(fd, "a\n", 2) == 2);
+    close(fd);
+    CHECK(chmod(own, 0644) == 0);
+    CHECK(symlink("own.log", at("link.log")) == 0);
+    CHECK(corral_open_private(at("link.log"), 0, NULL) == -ELOOP);
+    CHECK(mkfifo(at("fifo"), 0600) == 0);
+    CHECK(corral_open_private(at("fifo"), 0, NULL) == -ENXIO); /* no reader: never blocks */
+    int rd = open(at("fifo"), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    CHECK(rd >= 0 && corral_open_private(at("fifo"), 0, &st) == -EINVAL && S_ISFIFO(st.st_mode));
+    close(rd);
+    CHECK(corral_open_private("/dev/null", 0, &st) == -EINVAL && S_ISCHR(st.st_mode));
+    if (geteuid() == 0) {
+        char theirs[2 * PATH_MAX];
+        snprintf(theirs, sizeof theirs, "%s", at("theirs.log"));
+        touch("theirs.log");
+        CHECK(chown(theirs, 65534, 65534) == 0 && chmod(theirs, 0644) == 0);
+        int w = open(theirs, O_WRONLY | O_CLOEXEC);
+        CHECK(w >= 0 && write(w, "keep", 4) == 4);
+        close(w);
+        CHECK(corral_open_private(theirs, 0, &st) == -EPERM && st.st_uid == 65534);
+        CHECK(corral_open_private(theirs, 1, &st) == -EPERM); /* refused before emptying */
+        CHECK(stat(theirs, &st) == 0 && (st.st_mode & 07777) == 0644 && st.st_size == 4);
+    }
+    fd = corral_open_private(own, 0, &st); /* the control: appended, mode tightened */
+    CHECK(fd >= 0 && write(fd, "b\n", 2) == 2);
+    close(fd);
+    char buf[8] = {0};
+    int r = open(own, O_RDONLY | O_CLOEXEC);
+    CHECK(r >= 0 && read(r, buf, sizeof buf) == 4 && memcmp(buf, "a\nb\n", 4) == 0);
+    close(r);
+    CHECK(stat(own, &st) == 0 && (st.st_mode & 07777) == 0600);
+    fd = corral_open_private(own, 1, &st); /* truncate: emptied, once it is checked */
+    CHECK(fd >= 0 && fstat(fd, &st) == 0 && st.st_size == 0);
+    if (fd >= 0) close(fd);
+}
+
 int main(void)
 {
     if (fixture_make("fs") < 0) return 1;
@@ -130,6 +179,7 @@ int main(void)
     removal_of_a_deep_tree();
     removal_of_a_wide_tree();
     if (geteuid() == 0) access_as_another_identity();
+    open_private();
     CHECK(corral_remove_tree(fixture_root) == 0); /* the verb under test, not fixture_remove */
     CHECK(access(fixture_root, F_OK) < 0 && errno == ENOENT);
     return DONE();

@@ -464,6 +464,42 @@ static void test_race(struct corral_relay *r)
     close(up);
 }
 
+/* Out of fds while racing: the address that could not be tried for want of an fd makes
+ * the failure EMFILE, not the timeout (or refusal) of the address that was tried. The
+ * control, with room for both: the same race ends on the connect timeout. */
+static void test_race_out_of_fds(struct corral_relay *r)
+{
+    socklen_t len;
+    struct sockaddr_storage addrs[2];
+    corral_sockaddr_from("203.0.113.9", 80, &addrs[0], &len); /* unanswered */
+    corral_sockaddr_from("203.0.113.9", 81, &addrs[1], &len);
+    struct corral_relay_race how = {
+        .addrs = addrs, .n = 2, .netns_fd = -1, .connect_timeout_ms = 300, .attempt_delay_ms = 50};
+    struct rlimit saved;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    for (int room = 0; room < 2; room++) {
+        int c = -1, a = -1;
+        uint64_t id = 0;
+        CHECK(tcp_pair(&c, &a) == 0);
+        /* every fd number below the limit taken, but one (two for the control) */
+        struct rlimit low = {(rlim_t)count_fds() + 8, saved.rlim_max};
+        CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+        int fill[64], n = 0;
+        while (n < 64 && (fill[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+            n++;
+        CHECK(n < 64 && errno == EMFILE && n >= 2);
+        close(fill[--n]);
+        if (room) close(fill[--n]);
+        CHECK(corral_relay_add_race(r, a, &how, NULL, &id) == 0);
+        const struct corral_relay_event *e = wait_event(r, id, CORRAL_RELAY_FAILED, 3000);
+        CHECK(e && e->err == (room ? ETIMEDOUT : EMFILE));
+        while (n > 0)
+            close(fill[--n]);
+        CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+        close(c);
+    }
+}
+
 /* Source port of the relay's upstream end for one add_connect under opts. */
 static int upstream_port(struct corral_relay *r, int up, const struct sockaddr_storage *ss,
                          socklen_t len, const struct corral_relay_opts *o)
@@ -540,6 +576,77 @@ static void test_reset_one(struct corral_relay *r)
     close_path(&p1);
     close_path(&p2);
     CHECK(wait_event(r, p2.id, CORRAL_RELAY_CLOSED, 2000) != NULL);
+}
+
+/* Nothing arrives on fd within ms while the loop runs (the loop's own turns included). */
+static int silent(struct corral_relay *r, int fd, int ms)
+{
+    char b[64];
+    return read_relayed(r, fd, b, sizeof b, 0, ms) == 0;
+}
+
+/* hold_a: the server's bytes reach the client, the client's wait unread until released;
+ * HELD is reported for each arrival after a peek; a held connection cut moves nothing. */
+static void test_hold(struct corral_relay *r)
+{
+    struct corral_relay_opts held = {.hold_a = 1};
+    struct path p = relayed(r, &held), cut = relayed(r, &held);
+    CHECK(p.add_err == 0 && cut.add_err == 0);
+    char buf[64] = {0};
+    int ended = -1;
+    CHECK(corral_relay_peek(r, p.id, buf, sizeof buf, &ended) == -EAGAIN && ended == 0);
+    CHECK(write(p.s, "banner\n", 7) == 7); /* upstream to client flows while held */
+    CHECK(read_relayed(r, p.c, buf, 7, 0, 2000) == 7 && memcmp(buf, "banner\n", 7) == 0);
+    CHECK(write(p.c, "abc", 3) == 3);
+    CHECK(wait_event(r, p.id, CORRAL_RELAY_HELD, 2000) != NULL);
+    CHECK(silent(r, p.s, 200)); /* the attempt: held bytes never reach the server */
+    CHECK(corral_relay_peek(r, p.id, buf, sizeof buf, &ended) == 3 && memcmp(buf, "abc", 3) == 0);
+    CHECK(ended == 0);
+    logged = 0; /* a second arrival after the peek is reported again */
+    CHECK(write(p.c, "de", 2) == 2);
+    CHECK(wait_event(r, p.id, CORRAL_RELAY_HELD, 2000) != NULL);
+    CHECK(corral_relay_peek(r, p.id, buf, sizeof buf, NULL) == 5 && memcmp(buf, "abcde", 5) == 0);
+    CHECK(corral_relay_release(r, p.id) == 0);
+    CHECK(read_relayed(r, p.s, buf, 5, 0, 2000) == 5 && memcmp(buf, "abcde", 5) == 0); /* control */
+    CHECK(corral_relay_peek(r, p.id, buf, sizeof buf, NULL) == -EINVAL); /* no longer held */
+    CHECK(write(p.c, "f", 1) == 1 && read_relayed(r, p.s, buf, 1, 0, 2000) == 1);
+
+    CHECK(write(cut.c, "evil", 4) == 4);
+    CHECK(wait_event(r, cut.id, CORRAL_RELAY_HELD, 2000) != NULL);
+    shutdown(cut.c, SHUT_WR);
+    run(r, 50);
+    CHECK(corral_relay_peek(r, cut.id, buf, sizeof buf, &ended) == 4 && ended == 1);
+    CHECK(corral_relay_reset(r, cut.id) == 0);
+    const struct corral_relay_event *e = wait_event(r, cut.id, CORRAL_RELAY_CLOSED, 2000);
+    CHECK(e && e->bytes_a_to_b == 0);
+    CHECK(read_relayed(r, cut.s, buf, sizeof buf, 1, 1000) == -ECONNRESET);
+    CHECK(corral_relay_peek(r, cut.id, buf, sizeof buf, NULL) == -ENOENT);
+    CHECK(corral_relay_release(r, cut.id) == -ENOENT);
+    close_path(&p);
+    close_path(&cut);
+    CHECK(wait_event(r, p.id, CORRAL_RELAY_CLOSED, 2000) != NULL);
+}
+
+/* No idle limit (idle_ms 0, the default) arms no timer at all, however long the
+ * connection lives; a limit arms it for that long (the control). */
+static void test_no_idle_no_timer(void)
+{
+    struct corral_relay *r = NULL;
+    CHECK(corral_relay_new(&r) == 0);
+    int64_t ms = -1;
+    struct path p = relayed(r, NULL);
+    CHECK(p.add_err == 0);
+    char buf[4];
+    CHECK(write(p.c, "x", 1) == 1 && read_relayed(r, p.s, buf, 1, 0, 2000) == 1);
+    CHECK(write(p.s, "y", 1) == 1 && read_relayed(r, p.c, buf, 1, 0, 2000) == 1);
+    CHECK(corral_relay_timer_ms(r, &ms) == 0 && ms == 0);
+    struct corral_relay_opts hour = {.idle_ms = 3600 * 1000};
+    struct path q = relayed(r, &hour);
+    CHECK(q.add_err == 0);
+    CHECK(corral_relay_timer_ms(r, &ms) == 0 && ms > 3590 * 1000 && ms <= 3600 * 1000);
+    close_path(&p);
+    close_path(&q);
+    corral_relay_free(r);
 }
 
 static void test_key_cap(struct corral_relay *r)
@@ -854,8 +961,10 @@ int main(void)
     test_idle_timeout(r);
     test_connect(r);
     test_race(r);
+    test_race_out_of_fds(r);
     test_key_cap(r);
     test_reset_one(r);
+    test_hold(r);
     test_port_slice(r);
     test_backpressure(r);
     test_loop_fd(r);
@@ -864,6 +973,7 @@ int main(void)
     CHECK(count_fds() == before);
 
     test_thousand();
+    test_no_idle_no_timer();
     test_free_resets_everything();
     test_mark_refused();
     CHECK(count_fds() == before);

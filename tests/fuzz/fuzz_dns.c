@@ -67,7 +67,7 @@ static void round_trip(const struct corral_dns_query *q, int rcode, const uint8_
     ASSERT(get16(out) == q->id);
     uint16_t flags = get16(out + 2);
     ASSERT((flags & CORRAL_DNS_FLAG_QR) && (flags & CORRAL_DNS_FLAG_AA));
-    ASSERT(!(flags & CORRAL_DNS_FLAG_RA) && (flags & CORRAL_DNS_FLAG_RCODE) == rcode);
+    ASSERT(!(flags & CORRAL_DNS_FLAG_RA) && (int)(flags & CORRAL_DNS_FLAG_RCODE) == rcode);
     ASSERT(!!(flags & CORRAL_DNS_FLAG_RD) == q->rd);
     ASSERT(get16(out + 4) == 1 && get16(out + 6) == (addr ? 1 : 0));
     if (addr) {
@@ -105,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         int n = corral_dns_build_answer(&q, out, sizeof out, rcode, NULL, 0, 0);
         ASSERT(n == CORRAL_DNS_HEADER_LEN && get16(out) == get16(data));
-        ASSERT(get16(out + 4) == 0 && (get16(out + 2) & CORRAL_DNS_FLAG_RCODE) == rcode);
+        ASSERT(get16(out + 4) == 0 && (int)(get16(out + 2) & CORRAL_DNS_FLAG_RCODE) == rcode);
         ASSERT(corral_dns_build_answer(&q, out, sizeof out, 0, v4, 4, 0) == -EINVAL);
         return 0;
     }

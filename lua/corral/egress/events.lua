@@ -329,57 +329,31 @@ function M.tick()
   end
 end
 
--- Opens a log for appending. `-` is standard output (never a file of that name). An
--- existing regular file is tightened to mode 0600 (what it records is the tenant's);
--- one that cannot be (another user's) is refused, as is a symbolic link. A FIFO or a
--- device (/dev/stdout) is used as it is. A new file is created mode 0600 whatever the
--- umask, and never exists with a wider mode: it is made inside a fresh 0700 directory
--- next to `path`, restricted, then renamed into place. (Between the check and the rename
--- another process could create `path`; the rename then replaces that file, never writes
--- into it.) Returns the file and whether it is standard output, or nil and why.
+-- Opens a log for appending. `-` is standard output (never a file of that name). Any
+-- other path is opened once, and checked on the fd it gave (core.fs.open_private: no
+-- name is looked up twice, so nothing can be swapped in between): a symbolic link, a
+-- FIFO (it would block the loop), a device or another user's file is refused; a regular
+-- file of this user's is set to mode 0600 (what it records is the tenant's), a new one
+-- is created so. Returns the file and whether it is standard output, or nil and why.
 local function open_log(path)
   if path == "-" then return io.stdout, true end
-  local st = core.fs.lstat(path)
-  if st then
-    if st.type == "link" then return nil, path .. ": a symbolic link (name the file itself)" end
-    if st.type == "file" and st.mode & tonumber("077", 8) ~= 0 then
-      local ok, err = core.fs.chmod(path, st.mode & tonumber("700", 8))
-      if not ok then
-        return nil, string.format("%s: mode %o lets others read what the tenant did, and it cannot be "
-          .. "tightened (%s)", path, st.mode, tostring(err))
-      end
-    end
-    return io.open(path, "a")
-  end
-  local dir = path:match("^(.*)/[^/]*$")
-  if dir == nil then dir = "." elseif dir == "" then dir = "/" end
-  local dst = core.fs.lstat(dir)
-  if not dst or dst.type ~= "dir" then
+  local f, err, errno = core.fs.open_private(path)
+  if f then return f end
+  if errno == core.errno.ELOOP then return nil, path .. ": a symbolic link (name the file itself)" end
+  if errno == core.errno.ENOENT then
+    local dir = path:match("^(.*)/[^/]*$")
+    if dir == nil then dir = "." elseif dir == "" then dir = "/" end
     return nil, string.format("%s: the directory %s does not exist", path, dir)
   end
-  local tmp, err = core.fs.mkdtemp(dir .. "/.corral-log-")
-  if not tmp then return nil, path .. ": " .. tostring(err) end
-  local inner = tmp .. "/log"
-  local f, ferr = io.open(inner, "a")
-  if f then
-    local ok, cerr = core.fs.chmod(inner, tonumber("600", 8))
-    if ok then ok, cerr = os.rename(inner, path) end
-    if not ok then
-      f:close()
-      f, ferr = nil, cerr
-      os.remove(inner)
-    end
-  end
-  os.remove(tmp)
-  if not f then return nil, path .. ": " .. tostring(ferr) end
-  return f
+  return nil, err
 end
 
 --- A subscriber that appends each event to a file as one JSON object per line (`encode`),
 -- flushed after each line so that a reader (`tail -f`, `jq`) sees it at once. At most
 -- `opts.rate` events of each class per sandbox per second are written (default
 -- `LOG_RATE`; a table sets each class; `rate = false` writes all), with `suppressed` lines
--- for the rest (see `limit`). The file is mode 0600 (see above); `-` is standard output.
+-- for the rest (see `limit`). The file is mode 0600, a regular file of this user's (see
+-- above); `-` is standard output.
 -- @tparam string path
 -- @tparam[opt] table opts `{rate = integer|table|false}`
 -- @treturn function the subscriber, and a function closing the file; or nil and the error

@@ -4,7 +4,8 @@
 -- a UDP flow as `udp:name:port`. At the end the
 -- suggested allowlist is written to FILE, one entry per line with how often it was
 -- wanted, ready for `--allow-file FILE`: the way an operator builds the list for a new
--- job. Names asked for but never connected to are listed as comments.
+-- job. Names asked for but never connected to are listed as comments. FILE is written
+-- mode 0600 (see `start`).
 -- @module corral.egress.learn
 local events = require "corral.egress.events"
 local errors = require "corral.errors"
@@ -81,7 +82,9 @@ function M.start(path, opts)
   if st and st.type == "link" then
     ferr = path .. ": a symbolic link (name the file itself)"
   else
-    file, ferr = io.open(path, "w")
+    -- mode 0600 whatever the umask, like the log: it lists what the tenant asked for;
+    -- never through a link, never into a FIFO or another user's file
+    file, ferr = core.fs.open_private(path, "w")
   end
   local seen = { wanted = {}, order = {}, names = {}, connected = {} }
   local function on(ev)

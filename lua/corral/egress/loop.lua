@@ -21,11 +21,14 @@ local M = {}
 
 local state
 -- By connection id: the decision logged at connect (logged again, with bytes, at the
--- end), why `recheck` cut it, and the key (sandbox) it is counted under.
-local pending, cuts, keys = {}, {}, {}
+-- end), why it was cut (`recheck`, `cut`), the key (sandbox) it is counted under, and
+-- what runs when its held client has sent more (`opts.on_held`).
+local pending, cuts, keys, on_held = {}, {}, {}, {}
+local ending = {} -- ids reset because their sandbox's plane went away
 
 local Relays = {}
 Relays.__index = Relays
+local relay_events -- below: handles what the relay reports
 
 local function new_relays()
   return setmetatable({ relay = assert(core.relay.new()), dest_of = {}, by_key = {} }, Relays)
@@ -38,8 +41,8 @@ end
 --- As core.relay's add_connect; with `dest` (`{name =, ip =, port =}`, the decision's
 -- subject) the connection is remembered under that destination of sandbox opts.key.
 function Relays:add_connect(client, ip, port, opts, dest)
-  local id, err = self.relay:add_connect(client, ip, port, opts)
-  if not id then return nil, err end
+  local id, err, errno = self.relay:add_connect(client, ip, port, opts)
+  if not id then return nil, err, errno end
   if dest then
     local key, dk = opts.key, dest_key(dest)
     local dests = self.by_key[key]
@@ -111,15 +114,55 @@ end
 --- Relays an accepted client to ip:port (see core.relay's add_connect for opts). With
 -- `dest` (`{name =, ip =, port =}`, the decision's subject) the connection is remembered
 -- under that destination of sandbox `opts.key` for `recheck`; with `ctx` (the connect
--- event) its end is logged as the same decision with its byte counts.
+-- event) its end is logged as the same decision with its byte counts. With `opts.hold`,
+-- nothing the client sends is relayed until `release(id)`, and `opts.on_held(id)` runs
+-- (protected: an error cuts the connection) whenever it has sent more; see `peek`.
 -- @treturn[1] integer the connection id
 -- @return[2] nil
 -- @treturn[2] string why not
+-- @return[2] integer errno
 function M.connect(client, ip, port, opts, dest, ctx)
-  local id, err = M.get().relay:add_connect(client, ip, port, opts, dest)
-  if not id then return nil, err end
-  pending[id], keys[id] = ctx, opts.key
+  local handler = opts.on_held
+  if handler then
+    local o = {}
+    for k, v in pairs(opts) do o[k] = v end
+    o.on_held, o.hold = nil, true
+    opts = o
+  end
+  local id, err, errno = M.get().relay:add_connect(client, ip, port, opts, dest)
+  if not id then return nil, err, errno end
+  pending[id], keys[id], on_held[id] = ctx, opts.key, handler
   return id
+end
+
+--- What connection id's held client has sent so far, not consumed.
+-- @tparam integer id
+-- @treturn[1] string the bytes ("" when it sent nothing before its end)
+-- @treturn[1] boolean whether it has ended its side (nothing more will come)
+-- @return[2] nil
+-- @treturn[2] string why
+-- @treturn[2] integer errno (EAGAIN: nothing yet)
+function M.peek(id)
+  return M.get().relay.relay:peek(id)
+end
+
+--- Relays connection id's held client from its first byte on.
+function M.release(id)
+  on_held[id] = nil
+  return M.get().relay.relay:release(id)
+end
+
+--- Resets connection id both ways; its end is logged as a `cut` event (verdict deny)
+-- with `reason` and the bytes it had moved.
+-- @tparam integer id
+-- @tparam string reason
+-- @treturn boolean whether a live connection was cut
+function M.cut(id, reason)
+  if not state then return false end
+  on_held[id] = nil
+  if not state.relay.relay:reset(id) then return false end
+  cuts[id] = reason -- logged when the loop reads the reset's event
+  return true
 end
 
 --- Serves a plane (`corral.egress.plane`, or any table like it): each step polls what
@@ -155,27 +198,37 @@ end
 -- What the relay reports: the end of an allowed connection is the same decision, now
 -- with its byte counts (bytes = up + down), and why it failed when it did; a connection
 -- `recheck` reset is logged as `cut`, with the bytes it had moved.
-local function relay_events(loop)
+relay_events = function(loop)
   local evs = loop.relay.relay:run(0) or {}
   for _, ev in ipairs(evs) do
     local ctx = pending[ev.id]
+    local held = ev.kind == "held" and on_held[ev.id]
+    if held then
+      local ok, err = pcall(held, ev.id)
+      if not ok then
+        M.errors = M.errors + 1
+        M.cut(ev.id, "first flight check failed: " .. tostring(err):sub(1, 200))
+      end
+    end
     -- a raced connection is logged with the address that won it
     if ev.kind == "connected" and ctx and ctx.upstreams then ctx.upstream = ctx.upstreams[ev.addr] end
     if ev.kind == "closed" or ev.kind == "failed" then
       loop.relay:ended(ev.id)
-      pending[ev.id], keys[ev.id] = nil, nil
+      pending[ev.id], keys[ev.id], on_held[ev.id] = nil, nil, nil
+      local gone = ending[ev.id]
+      ending[ev.id] = nil
       local cut = cuts[ev.id]
       cuts[ev.id] = nil
       if ctx then
         local bytes = (ev.up or 0) + (ev.down or 0)
         if cut then
           events.emit({ sandbox = ctx.sandbox, kind = "cut", name = ctx.name, ip = ctx.ip, port = ctx.port,
-            upstream = ctx.upstream, entry = ctx.entry, verdict = "deny", reason = "cut: " .. cut,
+            upstream = ctx.upstream, entry = ctx.entry, verdict = "deny", reason = cut,
             bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
         else
           events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
             upstream = ctx.upstream, entry = ctx.entry, verdict = "allow",
-            reason = ev.kind == "failed" and M.failure(ev, ctx) or ctx.reason,
+            reason = (ev.kind == "failed" or M.out_of_fds(ev.err)) and M.failure(ev, ctx, gone) or ctx.reason,
             bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
         end
       end
@@ -184,13 +237,38 @@ local function relay_events(loop)
   return #evs
 end
 
---- Why a connection's upstream never connected, in words: "upstream: Connection refused
--- (10.1.2.3)", naming every address that was tried.
--- @tparam table ev the relay's failed event (`err`, `msg`)
--- @tparam table ctx the connect decision (`upstream`, `upstreams`)
+--- Whether errno `err` is this host running out of file descriptors (EMFILE: this
+-- process's RLIMIT_NOFILE; ENFILE: the system's), which is no answer from any upstream.
+-- @tparam integer|nil err
+-- @treturn boolean
+function M.out_of_fds(err)
+  return err ~= nil and (err == core.errno.EMFILE or err == core.errno.ENFILE)
+end
+
+--- The words for this host out of file descriptors.
+-- @tparam string detail what failed and its error ("accept: Too many open files")
 -- @treturn string
-function M.failure(ev, ctx)
+function M.fd_shortage(detail)
+  return string.format("corral is out of file descriptors (%s): raise its RLIMIT_NOFILE (ulimit -n) or "
+    .. "lower --max-connections", tostring(detail))
+end
+
+--- Why a connection's upstream never connected, in words: "upstream: Connection refused
+-- (10.1.2.3)", naming every address that was tried; or why this host could not carry
+-- it (out of file descriptors), which no upstream is blamed for.
+-- @tparam table ev the relay's failed (or closed) event (`err`, `msg`)
+-- @tparam table ctx the connect decision (`upstream`, `upstreams`)
+-- @tparam[opt] boolean gone the sandbox ended while it was still connecting
+-- @treturn string
+function M.failure(ev, ctx, gone)
   local tried = ctx.upstreams and table.concat(ctx.upstreams, ", ") or ctx.upstream
+  if gone and ev.kind == "failed" then
+    return "upstream: no answer before the sandbox ended" .. (tried and (" (" .. tried .. ")") or "")
+  end
+  if M.out_of_fds(ev.err) then
+    return M.fd_shortage((ev.kind == "failed" and "connecting to " .. tostring(tried) or "relaying") .. ": "
+      .. tostring(ev.msg or ev.err))
+  end
   return "upstream: " .. tostring(ev.msg or ev.err) .. (tried and (" (" .. tried .. ")") or "")
 end
 
@@ -207,7 +285,10 @@ function M.remove(plane)
     if key == plane.id or key == inbound then open[#open + 1] = id end
   end
   table.sort(open)
-  for _, id in ipairs(open) do state.relay.relay:reset(id) end
+  for _, id in ipairs(open) do
+    ending[id] = true
+    state.relay.relay:reset(id)
+  end
   if #open > 0 then relay_events(state) end
 end
 
@@ -246,7 +327,8 @@ function M.recheck(id)
   table.sort(doomed, function(a, b) return a[1] < b[1] end)
   for _, c in ipairs(doomed) do
     if relays.relay:reset(c[1]) then
-      cuts[c[1]] = c[2]
+      on_held[c[1]] = nil
+      cuts[c[1]] = "cut: " .. c[2]
       n = n + 1
     end
   end
@@ -265,8 +347,8 @@ end
 
 -- A raise in a handler is one bad event, never the host's end: it is logged as a deny
 -- (naming the sandbox when the handler belongs to one) and the loop carries on.
-local function run_handler(fn, sandbox)
-  local ok, err = xpcall(fn, debug.traceback)
+local function run_handler(fn, sandbox, ...)
+  local ok, err = xpcall(fn, debug.traceback, ...)
   if ok then return end
   M.errors = M.errors + 1
   pcall(events.emit, { sandbox = sandbox, kind = "error", verdict = "deny",
@@ -299,11 +381,13 @@ local function poll_all(fds, timeout)
   return ready
 end
 
+local function relay_ready() relay_events(M.get()) end
+
 --- Waits up to timeout seconds for work, handles it, and returns which of `extra` (a list
 -- of fds or objects with :fileno()) became readable, as a set of indices.
 function M.step(timeout, extra)
   local loop = M.get()
-  local fds, handlers, owners = { loop.relay.relay }, { function() relay_events(loop) end }, { false }
+  local fds, handlers, owners = { loop.relay.relay }, { relay_ready }, { false }
   local later = {}
   for plane in pairs(loop.planes) do
     for _, w in ipairs(plane:watch()) do
@@ -337,16 +421,20 @@ function M.step(timeout, extra)
   local ready = poll_all(fds, timeout)
   local now = core.clock.monotime()
   for plane in pairs(loop.planes) do
-    if plane.tick then run_handler(function() plane:tick(now) end, plane.id) end
+    if plane.tick then run_handler(plane.tick, plane.id, plane, now) end
   end
-  local hit = {}
+  local hit, handled = {}, false
   for _, i in ipairs(ready) do
     if i >= first_extra and i < first_later then
       hit[i - first_extra + 1] = true
     else
       run_handler(handlers[i], owners[i] or nil)
+      handled = handled or i > 1
     end
   end
+  -- What the handlers just started (an upstream connect to a near server, a released
+  -- client) is often ready already: relayed in this turn rather than the next.
+  if handled then run_handler(relay_ready) end
   events.tick()
   return hit
 end

@@ -32,6 +32,9 @@ end
 -- @treturn string|nil
 function M.line(ev)
   local reason = tostring(ev.reason or "")
+  if reason:find("^corral is out of file descriptors") then
+    return ev.port and string.format("failed %s (%s)", dest(ev), reason) or reason
+  end
   if ev.kind == "failed" then
     local why, tried = reason:match("^upstream: (.-) %((.*)%)$")
     why = (why or reason:gsub("^upstream: ", "")):lower()
@@ -73,6 +76,9 @@ function M.line(ev)
       (reason:gsub("list it in network%.internal", "list it with --internal")))
   end
   if ev.kind == "cut" then return string.format("cut %s (%s)", d, reason) end
+  if reason:find("^connection cap reached") then
+    return string.format("denied %s (%s; --max-connections sets the cap)", d, reason)
+  end
   return string.format("denied %s (%s)", d, reason)
 end
 

@@ -278,7 +278,11 @@ local function root_flags(sb, st, root, eng)
   if lim.pids then add("--pids-limit", tostring(lim.pids)) end
   local ulimits = {}
   for k, v in pairs(eng.conf.ulimits or {}) do ulimits[k] = v end
-  for k, v in pairs(root.rlimits) do ulimits[k] = v .. ":" .. v end
+  -- a table is a limit the host only hands down as it found it (corral.egress.fdlimit):
+  -- the engine's own explicit ulimit stands for a container
+  for k, v in pairs(root.rlimits) do
+    if type(v) == "number" then ulimits[k] = v .. ":" .. v end
+  end
   local names = {}
   for k in pairs(ulimits) do names[#names + 1] = k end
   table.sort(names)
