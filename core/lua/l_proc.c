@@ -212,13 +212,19 @@ static int l_kill_pid(lua_State *L)
 
 int corral_open_proc(lua_State *L)
 {
-    static const luaL_Reg fns[] = {
-        {"uname", l_uname},           {"getpid", l_getpid},
-        {"geteuid", l_geteuid},       {"environ", l_environ},
-        {"execve", l_execve},         {"host_executable", l_host_executable},
-        {"unsetenv", l_unsetenv},     {"exit", l_exit_now},
-        {"replace_environ", l_replace_environ}, {"kill", l_kill_pid},         {"nofile", l_nofile},
-        {"set_nofile", l_set_nofile}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"uname", l_uname},
+                                   {"getpid", l_getpid},
+                                   {"geteuid", l_geteuid},
+                                   {"environ", l_environ},
+                                   {"execve", l_execve},
+                                   {"host_executable", l_host_executable},
+                                   {"unsetenv", l_unsetenv},
+                                   {"exit", l_exit_now},
+                                   {"replace_environ", l_replace_environ},
+                                   {"kill", l_kill_pid},
+                                   {"nofile", l_nofile},
+                                   {"set_nofile", l_set_nofile},
+                                   {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }
