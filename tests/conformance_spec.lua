@@ -40,7 +40,6 @@ describe("conformance census #root", function()
       -- both build a disk of their own for limits.disk (corral.disk)
       assert.are.equal("held", outcomes["res.disk"])
       assert.are.equal(name == "native" and "unavailable" or "held", outcomes["proc.tiocsti"])
-      assert.truthy(report.seconds < 60, string.format("the suite took %.1f s", report.seconds))
     end)
   end
 end)

@@ -559,12 +559,20 @@ describe("egress hardening, end to end #root #netns", function()
         $other =~ /far-side/ ? 0 : 1, time - $t0']], P, P2)
     -- other.test:P puts port P among the redirected ones, so far.test:P reaches the
     -- acceptor, which denies and logs it (a port no entry names is reset at the SYN).
-    local out, status = run({ "--allow", "far.test:" .. P2, "--allow", "other.test:" .. P,
-      "--resolve", "far.test=" .. far_ip, "--internal", cidr, "--log-json", log }, script)
-    local text = h.read(log) or ""
+    -- The flood and the connections must share one second of the log's budget for the
+    -- test to show anything: on a machine too busy for that, the run is tried again (at
+    -- most three times), never judged on a window it did not fill.
+    local out, status, text, answered, allowed, denied, seconds
+    for _ = 1, 3 do
+      os.remove(log)
+      out, status = run({ "--allow", "far.test:" .. P2, "--allow", "other.test:" .. P,
+        "--resolve", "far.test=" .. far_ip, "--internal", cidr, "--log-json", log }, script)
+      text = h.read(log) or ""
+      answered, allowed, denied, seconds = out:match("answered=(%d+) allowed=(%d) denied=(%d) seconds=([%d.]+)")
+      if status ~= 0 or not seconds or tonumber(seconds) < 1 then break end
+    end
     h.rmrf(dir)
     assert.are.equal(0, status, out)
-    local answered, allowed, denied, seconds = out:match("answered=(%d+) allowed=(%d) denied=(%d) seconds=([%d.]+)")
     assert.are.equal("400", answered, out)  -- control: the flood was answered in full
     assert.are.equal("1", allowed, out)     -- the allowed connection was relayed, the denied one refused
     assert.are.equal("1", denied, out)
