@@ -1,6 +1,5 @@
 -- corral.hardening: which variables may reach a tenant. Each refusal is listed beside
 -- look-alikes that must pass, so a pattern that refused everything would fail here.
-local core = require "corral.core"
 local hardening = require "corral.hardening"
 
 describe("tenant environment refusals", function()
