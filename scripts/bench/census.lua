@@ -117,9 +117,15 @@ function M.run_private(script, args)
     end
   end
   os.execute("mkdir -p /run/corral")
+  -- The host and its tree, held open before the tmpfs mounts and bound back over their
+  -- own paths when those lie under /tmp or /run/corral (a checkout in /tmp), so the
+  -- private /tmp hides the host's scratch files, not corral itself.
   local inner = { "unshare", "--pid", "--fork", "--mount-proc", "--net", "--propagation", "private",
-    "sh", "-c", "ip link set lo up && mount -t tmpfs -o mode=1777 corral-bench-tmp /tmp && " ..
-    "mount -t tmpfs -o mode=0755 corral-bench-run /run/corral && exec \"$@\"", "sh",
+    "sh", "-c", "exec 9<\"$1\" && ip link set lo up && " ..
+    "mount -t tmpfs -o mode=1777 corral-bench-tmp /tmp && " ..
+    "mount -t tmpfs -o mode=0755 corral-bench-run /run/corral && " ..
+    "case \"$1\" in /tmp/*|/run/corral/*) mkdir -p \"$1\" && mount --no-canonicalize --bind /proc/self/fd/9 \"$1\";; esac && " ..
+    "shift && exec \"$@\" 9<&-", "sh", M.ROOT,
     M.HOST, M.ROOT .. "/" .. script, "--inside" }
   for _, a in ipairs(args) do inner[#inner + 1] = a end
   local p = assert(io.popen(shell.join(inner), "r"))
