@@ -124,7 +124,8 @@ function M.run_private(script, args)
     "sh", "-c", "exec 9<\"$1\" && ip link set lo up && " ..
     "mount -t tmpfs -o mode=1777 corral-bench-tmp /tmp && " ..
     "mount -t tmpfs -o mode=0755 corral-bench-run /run/corral && " ..
-    "case \"$1\" in /tmp/*|/run/corral/*) mkdir -p \"$1\" && mount --no-canonicalize --bind /proc/self/fd/9 \"$1\";; esac && " ..
+    "case \"$1\" in /tmp/*|/run/corral/*) " ..
+    "mkdir -p \"$1\" && mount --no-canonicalize --bind /proc/self/fd/9 \"$1\";; esac && " ..
     "shift && exec \"$@\" 9<&-", "sh", M.ROOT,
     M.HOST, M.ROOT .. "/" .. script, "--inside" }
   for _, a in ipairs(args) do inner[#inner + 1] = a end
