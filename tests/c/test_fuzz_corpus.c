@@ -88,7 +88,7 @@ int main(void)
 {
     int sni = replay("sni", fuzz_sni_one);
     int dns = replay("dns", fuzz_dns_one);
-    printf("replayed %d SNI and %d DNS corpus inputs\n", sni, dns);
+    NOTE("replayed %d SNI and %d DNS corpus inputs\n", sni, dns);
     CHECK(sni >= 9); /* the corpora as committed: an empty or missing one is a failure */
     CHECK(dns >= 30);
     return DONE();
