@@ -359,13 +359,56 @@ describe("egress udp: the plane under policy changes #root #netns", function()
     return false
   end
 
-  -- Sends msg from the tenant's socket s to ip:port; answers whether it came back.
-  local function echoes(s, ip, msg)
-    local sent = core.udp.send(s, msg, ip, echo_port)
+  -- Sends msg from the tenant's socket s to ip:port (the echo server's unless given);
+  -- answers whether it came back.
+  local function echoes(s, ip, msg, port)
+    local sent = core.udp.send(s, msg, ip, port or echo_port)
     if not sent then return false end
     local back
     pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
     return back == msg
+  end
+
+  -- The far end of a sandbox's link: a netns of its own, corral-t-NAME-N on
+  -- 10.SUBNET.N.0/24 (gw .1, the sandbox .2), a socat on each of ports appending every
+  -- datagram it receives to one log.
+  local function link_peer(name, subnet, ports)
+    local n = h.own_pid() % 200 + 20
+    local prefix = "10." .. subnet .. "." .. n
+    local peer = { ns = "corral-t-" .. name .. "-" .. n, gw = prefix .. ".1", mine = prefix .. ".2",
+      cidr = prefix .. ".0/24", ports = ports, log = os.tmpname() }
+    h.sh("ip netns del " .. peer.ns .. " 2>/dev/null")
+    h.must("ip netns add " .. peer.ns .. " && ip netns exec " .. peer.ns .. " ip link set lo up")
+    for _, port in ipairs(ports) do
+      h.must(string.format("ip netns exec %s socat UDP4-RECVFROM:%d,fork SYSTEM:'tee -a %s' >/dev/null 2>&1 &",
+        peer.ns, port, peer.log))
+    end
+    return peer
+  end
+
+  -- A network allowing allow, linked to peer.
+  local function linked(peer, allow)
+    return { allow = allow, internal = { peer.cidr }, link = { peer_netns = "/run/netns/" .. peer.ns,
+      address = peer.mine .. "/24", gateway = peer.gw, peer_address = peer.gw .. "/24" } }
+  end
+
+  local function peer_listening(peer)
+    assert(h.wait_for(function()
+      for _, port in ipairs(peer.ports) do
+        if select(2, h.sh("ip netns exec " .. peer.ns .. " ss -lun | grep -q ':" .. port .. " '")) ~= 0 then
+          return false
+        end
+      end
+      return true
+    end, 5), "the link peer's servers did not start")
+  end
+
+  -- Ends peer (its servers, its netns); answers what its servers received.
+  local function peer_stop(peer)
+    h.sh("ip netns pids " .. peer.ns .. " | xargs -r kill; ip netns del " .. peer.ns)
+    local received = h.read(peer.log) or ""
+    os.remove(peer.log)
+    return received
   end
 
   local function network(allow)
@@ -416,42 +459,23 @@ describe("egress udp: the plane under policy changes #root #netns", function()
   end)
 
   it("with a link, relays from it on a marked socket; a datagram whose mark route is gone never leaves", function()
-    local n = h.own_pid() % 200 + 20
-    local peer = "corral-t-udplink-" .. n
-    local gw, mine = "10.81." .. n .. ".1", "10.81." .. n .. ".2"
-    h.sh("ip netns del " .. peer .. " 2>/dev/null")
-    h.must("ip netns add " .. peer .. " && ip netns exec " .. peer .. " ip link set lo up")
-    local log = os.tmpname()
-    h.must(string.format("ip netns exec %s socat UDP4-RECVFROM:9557,fork SYSTEM:'tee -a %s' >/dev/null 2>&1 &",
-      peer, log))
+    local peer = link_peer("udplink", 81, { 9557 })
     local p
     local ok, err = pcall(function()
-      p = assert(plane.new("udp-link", { allow = { "udp:" .. gw .. ":9557" }, internal = { "10.81." .. n .. ".0/24" },
-        link = { peer_netns = "/run/netns/" .. peer, address = mine .. "/24", gateway = gw,
-          peer_address = gw .. "/24" } }))
+      p = assert(plane.new("udp-link", linked(peer, { "udp:" .. peer.gw .. ":9557" })))
       loop.add(p)
-      assert(h.wait_for(function()
-        return select(2, h.sh("ip netns exec " .. peer .. " ss -lun | grep -q ':9557 '")) == 0
-      end, 5))
+      peer_listening(peer)
       local s = assert(core.listen.in_netns(p.netns, "udp", "0.0.0.0", 0))
-      local function bounce(msg)
-        core.udp.send(s, msg, gw, 9557)
-        local back
-        pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
-        return back == msg
-      end
       -- attempt: the mark's route gone, the marked datagram would take the link's route
       local nsx = "nsenter --net=/proc/" .. core.proc.getpid() .. "/fd/" .. p.netns:fileno() .. " "
       h.must(nsx .. "ip rule del fwmark 43 lookup 43")
-      assert.is_false(bounce("link-unrouted"))
+      assert.is_false(echoes(s, peer.gw, "link-unrouted", 9557))
       h.must(nsx .. "ip rule add fwmark 43 lookup 43 pref 100")
-      assert.is_true(bounce("link-control")) -- control: through the relay, out of the link
+      assert.is_true(echoes(s, peer.gw, "link-control", 9557)) -- control: through the relay, out of the link
       s:close()
     end)
     if p then loop.remove(p); p:close() end
-    h.sh("ip netns pids " .. peer .. " | xargs -r kill; ip netns del " .. peer)
-    local seen = h.read(log) or ""
-    os.remove(log)
+    local seen = peer_stop(peer)
     assert(ok, err)
     assert.is_nil(seen:find("link-unrouted", 1, true), seen)
     assert.truthy(seen:find("link-control", 1, true), seen)
@@ -462,48 +486,28 @@ describe("egress udp: the plane under policy changes #root #netns", function()
     -- The cut flow's conntrack entry stays established after the relay lets it go and the
     -- ruleset stops marking its port; accepted as such, its datagrams would leave through
     -- the link straight to the destination, past the relay and the log.
-    local n = h.own_pid() % 200 + 20
-    local peer = "corral-t-udpcut-" .. n
-    local gw, mine = "10.82." .. n .. ".1", "10.82." .. n .. ".2"
-    h.sh("ip netns del " .. peer .. " 2>/dev/null")
-    h.must("ip netns add " .. peer .. " && ip netns exec " .. peer .. " ip link set lo up")
-    local log = os.tmpname()
-    for _, port in ipairs({ 9557, 9558 }) do
-      h.must(string.format("ip netns exec %s socat UDP4-RECVFROM:%d,fork SYSTEM:'tee -a %s' >/dev/null 2>&1 &",
-        peer, port, log))
-    end
+    local peer = link_peer("udpcut", 82, { 9557, 9558 })
+    local gw = peer.gw
     local seen = {}
     local function collect(ev) if ev.sandbox == "udp-cut" then seen[#seen + 1] = ev end end
     events.subscribe(collect)
     local p
     local ok, err = pcall(function()
-      p = assert(plane.new("udp-cut", { allow = { "udp:" .. gw .. ":9557", "udp:" .. gw .. ":9558" },
-        internal = { "10.82." .. n .. ".0/24" }, link = { peer_netns = "/run/netns/" .. peer, address = mine .. "/24",
-          gateway = gw, peer_address = gw .. "/24" } }))
+      p = assert(plane.new("udp-cut", linked(peer, { "udp:" .. gw .. ":9557", "udp:" .. gw .. ":9558" })))
       loop.add(p)
-      assert(h.wait_for(function()
-        return select(2, h.sh("ip netns exec " .. peer .. " ss -lun | grep ':955[78] ' | wc -l | grep -q 2")) == 0
-      end, 5))
+      peer_listening(peer)
       local s = assert(core.listen.in_netns(p.netns, "udp", "0.0.0.0", 0))
-      local function bounce(msg, port)
-        core.udp.send(s, msg, gw, port)
-        local back
-        pump(function() back = core.udp.recv(s); return back ~= nil end, 1.5)
-        return back == msg
-      end
-      assert.is_true(bounce("cut-first", 9557))
+      assert.is_true(echoes(s, gw, "cut-first", 9557))
       local revoked, cut = egress.revoke("udp-cut", "udp:" .. gw .. ":9557", { cut = true })
       assert.are.same({ 1, 1 }, { revoked, cut })
-      assert.is_false(bounce("cut-after", 9557)) -- attempt: the same socket, the same destination
-      assert.is_true(bounce("cut-control", 9558)) -- control, after it: the link and the relay still carry
+      assert.is_false(echoes(s, gw, "cut-after", 9557)) -- attempt: the same socket, the same destination
+      assert.is_true(echoes(s, gw, "cut-control", 9558)) -- control, after it: the link and the relay still carry
       p:read_refused()
       s:close()
     end)
     if p then loop.remove(p); p:close() end
     events.unsubscribe(collect)
-    h.sh("ip netns pids " .. peer .. " | xargs -r kill; ip netns del " .. peer)
-    local logged = h.read(log) or ""
-    os.remove(log)
+    local logged = peer_stop(peer)
     assert(ok, err)
     assert.is_nil(logged:find("cut-after", 1, true), logged)
     assert.truthy(logged:find("cut-control", 1, true), logged)

@@ -187,6 +187,33 @@ static void payload(struct builder *b, uint32_t base, uint32_t offset, uint32_t 
     nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
 }
 
+/* `REG_1 &= mask` (xor 0, as nft emits a prefix or a bit-set match); len at most 16. */
+static void mask_reg1(struct builder *b, const void *mask, uint32_t len)
+{
+    static const uint8_t zero[16];
+    if (len > sizeof zero) {
+        b->err = -EINVAL;
+        return;
+    }
+    struct nftnl_expr *e = expr_add(b, "bitwise");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, len);
+    if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, len) < 0 ||
+        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, len) < 0)
+        b->err = -ENOMEM;
+}
+
+/* `REG_1 = data` (an immediate, the operand of a statement such as redir or tproxy) */
+static void load_imm(struct builder *b, const void *data, uint32_t len)
+{
+    struct nftnl_expr *e = expr_add(b, "immediate");
+    if (!e) return;
+    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
+    if (nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, data, len) < 0) b->err = -ENOMEM;
+}
+
 static void verdict(struct builder *b, int v)
 {
     struct nftnl_expr *e = expr_add(b, "immediate");
@@ -247,18 +274,11 @@ static void ip6_daddr_loopback(struct builder *b)
 /* `ip6 daddr fe80::/10`: the first two bytes masked to ten bits, as nft emits a prefix. */
 static void ip6_daddr_link_local(struct builder *b)
 {
-    static const uint8_t mask[2] = {0xff, 0xc0}, want[2] = {0xfe, 0x80}, zero[2] = {0, 0};
+    static const uint8_t mask[2] = {0xff, 0xc0}, want[2] = {0xfe, 0x80};
     meta_load(b, NFT_META_NFPROTO);
     cmp_u8(b, NFPROTO_IPV6);
     payload(b, NFT_PAYLOAD_NETWORK_HEADER, 24, sizeof want);
-    struct nftnl_expr *e = expr_add(b, "bitwise");
-    if (!e) return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof mask);
-    if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, mask, sizeof mask) < 0 ||
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, zero, sizeof zero) < 0)
-        b->err = -ENOMEM;
+    mask_reg1(b, mask, sizeof mask);
     cmp(b, NFT_CMP_EQ, want, sizeof want);
 }
 
@@ -267,20 +287,11 @@ static void ip6_daddr_link_local(struct builder *b)
 static void daddr_multicast(struct builder *b, uint8_t nfproto)
 {
     const uint8_t mask = nfproto == NFPROTO_IPV4 ? 0xf0 : 0xff;
-    const uint8_t want = nfproto == NFPROTO_IPV4 ? 0xe0 : 0xff, zero = 0;
+    const uint8_t want = nfproto == NFPROTO_IPV4 ? 0xe0 : 0xff;
     meta_load(b, NFT_META_NFPROTO);
     cmp_u8(b, nfproto);
     payload(b, NFT_PAYLOAD_NETWORK_HEADER, nfproto == NFPROTO_IPV4 ? 16 : 24, 1);
-    if (mask != 0xff) {
-        struct nftnl_expr *e = expr_add(b, "bitwise");
-        if (!e) return;
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
-        if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 1) < 0 ||
-            nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, 1) < 0)
-            b->err = -ENOMEM;
-    }
+    if (mask != 0xff) mask_reg1(b, &mask, 1);
     cmp_u8(b, want);
 }
 
@@ -290,11 +301,8 @@ static void daddr_multicast(struct builder *b, uint8_t nfproto)
 static void redirect(struct builder *b, uint16_t port)
 {
     uint16_t be = htons(port);
-    struct nftnl_expr *e = expr_add(b, "immediate");
-    if (!e) return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-    if (nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &be, sizeof be) < 0) b->err = -ENOMEM;
-    e = expr_add(b, "redir");
+    load_imm(b, &be, sizeof be);
+    struct nftnl_expr *e = expr_add(b, "redir");
     if (!e) return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN, NFT_REG_1);
     nftnl_expr_set_u32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX, NFT_REG_1);
@@ -309,25 +317,15 @@ static void ct_any(struct builder *b, uint32_t key, uint32_t mask)
     if (!e) return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, key);
     nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, NFT_REG_1);
-    e = expr_add(b, "bitwise");
-    if (!e) return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, sizeof mask);
-    if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, sizeof mask) < 0 ||
-        nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, sizeof zero) < 0)
-        b->err = -ENOMEM;
+    mask_reg1(b, &mask, sizeof mask);
     cmp(b, NFT_CMP_NEQ, &zero, sizeof zero);
 }
 
 /* `meta mark set V` */
 static void set_mark(struct builder *b, uint32_t v)
 {
-    struct nftnl_expr *e = expr_add(b, "immediate");
-    if (!e) return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-    if (nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &v, sizeof v) < 0) b->err = -ENOMEM;
-    e = expr_add(b, "meta");
+    load_imm(b, &v, sizeof v);
+    struct nftnl_expr *e = expr_add(b, "meta");
     if (!e) return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_META_KEY, NFT_META_MARK);
     nftnl_expr_set_u32(e, NFTNL_EXPR_META_SREG, NFT_REG_1);
@@ -340,11 +338,8 @@ static void tproxy(struct builder *b, uint32_t nfproto, uint16_t port)
     uint16_t be = htons(port);
     meta_load(b, NFT_META_NFPROTO);
     cmp_u8(b, (uint8_t)nfproto);
-    struct nftnl_expr *e = expr_add(b, "immediate");
-    if (!e) return;
-    nftnl_expr_set_u32(e, NFTNL_EXPR_IMM_DREG, NFT_REG_1);
-    if (nftnl_expr_set(e, NFTNL_EXPR_IMM_DATA, &be, sizeof be) < 0) b->err = -ENOMEM;
-    e = expr_add(b, "tproxy");
+    load_imm(b, &be, sizeof be);
+    struct nftnl_expr *e = expr_add(b, "tproxy");
     if (!e) return;
     nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_FAMILY, nfproto);
     nftnl_expr_set_u32(e, NFTNL_EXPR_TPROXY_REG_PORT, NFT_REG_1);
@@ -389,21 +384,14 @@ static const struct refused_set *refused_set(uint32_t nfproto, uint8_t proto)
  * @refusedudpF …`) every datagram: each one is refused. */
 static void record_refusal(struct builder *b, const char *table, uint32_t nfproto, uint8_t proto)
 {
-    static const uint8_t mask = 0x12, syn = 0x02, zero = 0;
+    static const uint8_t mask = 0x12, syn = 0x02;
     const struct refused_set *set = refused_set(nfproto, proto);
     struct nftnl_expr *e;
     rule_begin(b, table, CORRAL_NFT_FILTER_CHAIN);
     l4proto(b, proto);
     if (proto == IPPROTO_TCP) {
         payload(b, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
-        e = expr_add(b, "bitwise");
-        if (!e) return;
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
-        nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
-        if (nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 1) < 0 ||
-            nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &zero, 1) < 0)
-            b->err = -ENOMEM;
+        mask_reg1(b, &mask, 1);
         cmp(b, NFT_CMP_EQ, &syn, 1);
     }
     meta_load(b, NFT_META_NFPROTO);

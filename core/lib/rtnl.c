@@ -174,17 +174,27 @@ int corral_rtnl_link_del(int netns_fd, const char *ifname)
     return link_change_in(netns_fd, RTM_DELLINK, ifname, 0);
 }
 
-static int default_route(struct mnl_socket *nl, int family, int oif)
+/* A new default route (dst_len 0) that corral installs (RTPROT_STATIC), its attributes
+ * still to add. */
+static struct nlmsghdr *put_default_route(char *buf, int family, unsigned char table,
+                                          unsigned char type, unsigned char scope)
 {
-    char buf[NL_REQ_SIZE];
     struct nlmsghdr *nlh = put_request(buf, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL);
     struct rtmsg *rtm = mnl_nlmsg_put_extra_header(nlh, sizeof *rtm);
     rtm->rtm_family = (unsigned char)family;
     rtm->rtm_dst_len = 0;
-    rtm->rtm_table = RT_TABLE_MAIN;
+    rtm->rtm_table = table;
     rtm->rtm_protocol = RTPROT_STATIC;
-    rtm->rtm_type = RTN_UNICAST;
-    rtm->rtm_scope = family == AF_INET ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
+    rtm->rtm_type = type;
+    rtm->rtm_scope = scope;
+    return nlh;
+}
+
+static int default_route(struct mnl_socket *nl, int family, int oif)
+{
+    char buf[NL_REQ_SIZE];
+    struct nlmsghdr *nlh = put_default_route(buf, family, RT_TABLE_MAIN, RTN_UNICAST,
+                                             family == AF_INET ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE);
     mnl_attr_put_u32(nlh, RTA_OIF, (uint32_t)oif);
     if (family == AF_INET) {
         /* Without a preferred source the scope-link route through lo picks no address
@@ -288,14 +298,8 @@ int corral_rtnl_default_via(int netns_fd, int family, const void *gateway, const
     if (err) return err;
     int oif = link_index(nl, ifname);
     if (oif < 0) return oif;
-    struct nlmsghdr *nlh = put_request(buf, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL);
-    struct rtmsg *rtm = mnl_nlmsg_put_extra_header(nlh, sizeof *rtm);
-    rtm->rtm_family = (unsigned char)family;
-    rtm->rtm_dst_len = 0;
-    rtm->rtm_table = RT_TABLE_MAIN;
-    rtm->rtm_protocol = RTPROT_STATIC;
-    rtm->rtm_type = RTN_UNICAST;
-    rtm->rtm_scope = RT_SCOPE_UNIVERSE;
+    struct nlmsghdr *nlh =
+        put_default_route(buf, family, RT_TABLE_MAIN, RTN_UNICAST, RT_SCOPE_UNIVERSE);
     mnl_attr_put(nlh, RTA_GATEWAY, family == AF_INET ? 4 : 16, gateway);
     mnl_attr_put_u32(nlh, RTA_OIF, (uint32_t)oif);
     return corral_netlink_talk(nl, nlh, NULL, NULL);
@@ -321,14 +325,8 @@ static int mark_rule(struct mnl_socket *nl, int family, uint32_t mark, uint32_t 
 static int local_default(struct mnl_socket *nl, int family, uint32_t table, int lo)
 {
     char buf[NL_REQ_SIZE];
-    struct nlmsghdr *nlh = put_request(buf, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL);
-    struct rtmsg *rtm = mnl_nlmsg_put_extra_header(nlh, sizeof *rtm);
-    rtm->rtm_family = (unsigned char)family;
-    rtm->rtm_dst_len = 0;
-    rtm->rtm_table = RT_TABLE_UNSPEC;
-    rtm->rtm_protocol = RTPROT_STATIC;
-    rtm->rtm_type = RTN_LOCAL;
-    rtm->rtm_scope = RT_SCOPE_HOST;
+    struct nlmsghdr *nlh =
+        put_default_route(buf, family, RT_TABLE_UNSPEC, RTN_LOCAL, RT_SCOPE_HOST);
     mnl_attr_put_u32(nlh, RTA_TABLE, table);
     mnl_attr_put_u32(nlh, RTA_OIF, (uint32_t)lo);
     return corral_netlink_talk(nl, nlh, NULL, NULL);

@@ -132,6 +132,17 @@ corral_fd *corral_newfd(lua_State *L)
     return f;
 }
 
+int corral_newpipe(lua_State *L, corral_fd **rd, corral_fd **wr)
+{
+    *rd = corral_newfd(L);
+    *wr = corral_newfd(L);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0) return -errno;
+    (*rd)->fd = fds[0];
+    (*wr)->fd = fds[1];
+    return 0;
+}
+
 int corral_open_fd(lua_State *L)
 {
     static const luaL_Reg methods[] = {

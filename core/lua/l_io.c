@@ -87,12 +87,9 @@ static int l_write(lua_State *L)
  * end (a helper's daemon inheriting a child's stderr). */
 static int l_pipe(lua_State *L)
 {
-    corral_fd *rd = corral_newfd(L);
-    corral_fd *wr = corral_newfd(L);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0) return corral_pushfail(L, "pipe", errno);
-    rd->fd = fds[0];
-    wr->fd = fds[1];
+    corral_fd *rd, *wr;
+    int err = corral_newpipe(L, &rd, &wr);
+    if (err) return corral_pushfail(L, "pipe", err);
     int flags = fcntl(rd->fd, F_GETFL);
     if (flags < 0 || fcntl(rd->fd, F_SETFL, flags | O_NONBLOCK) < 0)
         return corral_pushfail(L, "pipe", errno); /* both fds close with their userdata */

@@ -455,12 +455,9 @@ static int l_fork(lua_State *L)
     p->pid = -1;
     p->pidfd = -1;
     luaL_setmetatable(L, PROC_TYPE);
-    corral_fd *rd = corral_newfd(L);
-    corral_fd *wr = corral_newfd(L);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) < 0) return corral_pushfail(L, "pipe", errno);
-    rd->fd = fds[0];
-    wr->fd = fds[1];
+    corral_fd *rd, *wr;
+    int err = corral_newpipe(L, &rd, &wr);
+    if (err) return corral_pushfail(L, "pipe", err);
     pid_t parent = getpid();
     fflush(NULL); /* Lua's io buffers are stdio's: a copy in the child is written twice */
     pid_t pid = fork();

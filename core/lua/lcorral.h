@@ -32,6 +32,10 @@ int corral_result(lua_State *L, int rc, const char *what);
 /* Allocates a closed fd userdata (fd = -1) with its metatable; the caller stores the fd. */
 corral_fd *corral_newfd(lua_State *L);
 
+/* Pushes two fd userdata, then fills them with a CLOEXEC pipe: *rd the read end (pushed
+ * first), *wr the write end. Returns 0, or -errno with both left closed. */
+int corral_newpipe(lua_State *L, corral_fd **rd, corral_fd **wr);
+
 /* Checks that argument arg is an open corral.fd and returns its descriptor. */
 int corral_checkfd(lua_State *L, int arg);
 

@@ -6,12 +6,18 @@ local core = require "corral.core"
 
 local M = {}
 
--- /proc/PID/stat's fields after the command name (which may hold spaces and parens).
-local function stat_fields(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
+-- The text of /proc/PID/NAME, or nil once the process is gone.
+local function proc_file(pid, name)
+  local f = io.open("/proc/" .. pid .. "/" .. name)
   if not f then return nil end
   local s = f:read("a")
   f:close()
+  return s
+end
+
+-- /proc/PID/stat's fields after the command name (which may hold spaces and parens).
+local function stat_fields(pid)
+  local s = proc_file(pid, "stat")
   local rest = s and s:match("%) (.*)$")
   if not rest then return nil end
   local out = {}
@@ -53,10 +59,7 @@ end
 local USER_HZ = 100
 
 local function rss_bytes(pid)
-  local f = io.open("/proc/" .. pid .. "/status")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
+  local s = proc_file(pid, "status")
   local kb = s and s:match("\nVmRSS:%s*(%d+) kB")
   return kb and tonumber(kb) * 1024
 end

@@ -14,18 +14,13 @@
 local core = require "corral.core"
 local shell = require "corral.shell"
 local json = require "dkjson"
+package.path = (core.proc.host_executable():match("^(.*)/build/[^/]+$") or ".") .. "/scripts/bench/?.lua;" ..
+  package.path
+local census = require "census"
 
 local T, ROUNDS, CONNS = tonumber(arg[1]) or 3, tonumber(arg[2]) or 3, tonumber(arg[3]) or 10000
-local HOST = core.proc.host_executable()
+local HOST, slurp = census.HOST, census.slurp
 local IPERF_PORT, HTTP_PORT = 5201, 8080
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
 
 local function wait_for(path, seconds)
   local deadline = core.clock.monotime() + seconds

@@ -16,21 +16,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "disk.h"
 #include "fs.h"
 
 #define SIZE (16u << 20)
-
-static char base[PATH_MAX];
-
-static const char *at(const char *rel)
-{
-    static char bufs[4][2 * PATH_MAX];
-    static int n;
-    char *b = bufs[n++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", base, rel);
-    return b;
-}
 
 /* The loop device's backing file as sysfs shows it ("" once it is detached). */
 static void backing_file(int loop, char *out, size_t len)
@@ -127,15 +117,11 @@ int main(void)
         printf("%s: skipped (needs root, /dev/loop-control and mkfs.ext4)\n", __FILE__);
         return 0;
     }
-    snprintf(base, sizeof base, "/tmp/corral-test-disk-XXXXXX");
-    if (!mkdtemp(base)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (fixture_make("disk") < 0) return 1;
     int fds = count_fds();
     refusals();
     a_disk_of_its_own();
     CHECK(count_fds() == fds);
-    CHECK(corral_remove_tree(base) == 0);
+    CHECK(corral_remove_tree(fixture_root) == 0);
     return DONE();
 }

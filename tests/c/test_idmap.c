@@ -28,21 +28,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "fs.h"
 #include "idmap.h"
 
 #define H 1700000001u
-
-static char base[PATH_MAX];
-
-static const char *at(const char *rel)
-{
-    static char bufs[4][2 * PATH_MAX];
-    static int n;
-    char *b = bufs[n++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", base, rel);
-    return b;
-}
 
 static void touch(const char *rel, mode_t mode)
 {
@@ -59,7 +49,7 @@ static int mounts(void)
     char line[4096];
     int n = 0;
     while (f && fgets(line, sizeof line, f))
-        n += strstr(line, base) != NULL;
+        n += strstr(line, fixture_root) != NULL;
     if (f) fclose(f);
     return n;
 }
@@ -271,12 +261,8 @@ int main(void)
         printf("%s: skipped (idmapped mounts need root)\n", __FILE__);
         return 0;
     }
-    snprintf(base, sizeof base, "/tmp/corral-test-idmap-XXXXXX");
-    if (!mkdtemp(base)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    CHECK(chmod(base, 0755) == 0);
+    if (fixture_make("idmap") < 0) return 1;
+    CHECK(chmod(fixture_root, 0755) == 0);
     int fds = count_fds(), mounted = mounts();
     root_owned_directory_shown_as_h();
     unsupported_filesystem();
@@ -285,6 +271,6 @@ int main(void)
     marked_storages_inside();
     CHECK(count_fds() == fds);
     CHECK(mounts() == mounted && mounted == 0);
-    CHECK(corral_remove_tree(base) == 0);
+    CHECK(corral_remove_tree(fixture_root) == 0);
     return DONE();
 }
