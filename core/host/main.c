@@ -908,8 +908,8 @@ static int l_host_exec_confined(lua_State *L)
 
 static int open_host(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"repl", l_host_repl}, {"exec_confined", l_host_exec_confined},
-                                   {NULL, NULL}};
+    static const luaL_Reg fns[] = {
+        {"repl", l_host_repl}, {"exec_confined", l_host_exec_confined}, {NULL, NULL}};
     luaL_newlib(L, fns);
     return 1;
 }
