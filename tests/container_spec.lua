@@ -11,8 +11,8 @@ local oci = require "corral.mechanism.oci"
 local shell = require "corral.shell"
 local h = require "helpers"
 
--- The build tree: build/corral finds its modules in ../lua.
-local tree = h.host:match("^(.*)/[^/]+/[^/]+$")
+-- the checkout the host is built in (build/corral, or build/asan/corral for `make asan`)
+local tree = h.host:match("^(.*)/build/") or h.host:match("^(.*)/[^/]+/[^/]+$")
 
 local img
 -- The argv running `script` under sh in a fresh container with `flags` added to the

@@ -31,7 +31,7 @@ local shell = require "corral.shell"
 local M = {}
 
 M.HOST = core.proc.host_executable()
-M.ROOT = M.HOST:match("^(.*)/build/[^/]+$") or "."
+M.ROOT = M.HOST:match("^(.*)/build/") or "." -- build/corral, or build/asan/corral
 
 M.COUNTERS = { "processes", "netns", "nsfs mounts", "mounts", "cgroups", "nft tables", "driver fds",
   "temp dirs", "registrations" }
