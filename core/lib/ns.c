@@ -213,7 +213,7 @@ static int run_on_thread(struct thread_job *job)
     return job->rc;
 }
 
-static int job_child(void *arg)
+CORRAL_OWN_STACK static int job_child(void *arg)
 {
     struct thread_job *job = arg;
     job->rc = enter_and_run(job);

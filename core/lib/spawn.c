@@ -37,6 +37,7 @@
 #include "ns.h"
 #include "reaper.h"
 #include "spawn.h"
+#include "util.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -90,7 +91,7 @@ struct report {
     int32_t err;
 };
 
-__attribute__((noreturn)) static void child_fail(int fd, enum step step, int err)
+CORRAL_OWN_STACK __attribute__((noreturn)) static void child_fail(int fd, enum step step, int err)
 {
     struct report r = {step, err < 0 ? -err : err};
     ssize_t n = write(fd, &r, sizeof r);
@@ -99,8 +100,8 @@ __attribute__((noreturn)) static void child_fail(int fd, enum step step, int err
 }
 
 /* The tenant itself (pid 2): restore the signal mask and exec. */
-__attribute__((noreturn)) static void tenant_exec(const struct corral_spawn_plan *p, int fd,
-                                                  const sigset_t *old)
+CORRAL_OWN_STACK __attribute__((noreturn)) static void
+tenant_exec(const struct corral_spawn_plan *p, int fd, const sigset_t *old)
 {
     sigprocmask(SIG_SETMASK, old, NULL);
     execve(p->path, p->argv, p->envp);
@@ -109,7 +110,8 @@ __attribute__((noreturn)) static void tenant_exec(const struct corral_spawn_plan
 
 /* Stays as the init of the pid namespace: forks the command (pid 2), passes a failed exec
  * up to the spawner, then reaps and forwards signals until the command exits. */
-__attribute__((noreturn)) static void init_run(const struct corral_spawn_plan *p, int errfd)
+CORRAL_OWN_STACK __attribute__((noreturn)) static void init_run(const struct corral_spawn_plan *p,
+                                                                int errfd)
 {
     sigset_t mask, old;
     corral_reaper_block(&mask, &old);
@@ -256,8 +258,8 @@ static int keep_net_admin(void)
  * inherited, and exec. A netns owned by a user namespace of the caller's own
  * (corral_ns_new_net_in_userns) is joined from inside that user namespace (owner_fd), so
  * the helper's user namespace is made beneath it and holds nothing over the netns. */
-__attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan *p, int errfd,
-                                                 int parent_pidfd, int owner_fd)
+CORRAL_OWN_STACK __attribute__((noreturn)) static void
+plain_exec(const struct corral_spawn_plan *p, int errfd, int parent_pidfd, int owner_fd)
 {
     if (owner_fd >= 0 && setns(owner_fd, CLONE_NEWUSER) < 0) child_fail(errfd, STEP_JOIN, errno);
     if (p->netns_fd >= 0 && setns(p->netns_fd, CLONE_NEWNET) < 0)
@@ -289,9 +291,10 @@ __attribute__((noreturn)) static void plain_exec(const struct corral_spawn_plan 
     child_fail(errfd, STEP_EXEC, errno);
 }
 
-__attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p, int errfd,
-                                                 int syncfd, void *empty_caps, int parent_pidfd,
-                                                 int owner_fd)
+CORRAL_OWN_STACK __attribute__((noreturn)) static void child_main(const struct corral_spawn_plan *p,
+                                                                  int errfd, int syncfd,
+                                                                  void *empty_caps,
+                                                                  int parent_pidfd, int owner_fd)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
@@ -425,7 +428,7 @@ struct owner_clone {
     const char *failed; /* the step err belongs to */
 };
 
-static int owner_clone_run(void *arg)
+CORRAL_OWN_STACK static int owner_clone_run(void *arg)
 {
     struct owner_clone *o = arg;
     o->pid = -1;

@@ -32,6 +32,7 @@
 #include "ns.h"
 #include "landlock.h"
 #include "tier.h"
+#include "util.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -84,7 +85,7 @@ struct report {
     int32_t step, err;
 };
 
-__attribute__((noreturn)) static void child_fail(int fd, enum step step, int err)
+CORRAL_OWN_STACK __attribute__((noreturn)) static void child_fail(int fd, enum step step, int err)
 {
     struct report r = {step, err < 0 ? -err : err};
     ssize_t w = write(fd, &r, sizeof r);
@@ -148,9 +149,9 @@ static int recv_fd(int sock)
  * not keep over its own netns (docs/architecture.md, invariant 4): empty_caps drops
  * them all, whatever the policy kept of the caller's own.
  */
-__attribute__((noreturn)) static void child_main(const struct corral_tier_plan *p, int errfd,
-                                                 int sock, pid_t parent, int owner_fd,
-                                                 void *empty_caps)
+CORRAL_OWN_STACK __attribute__((noreturn)) static void child_main(const struct corral_tier_plan *p,
+                                                                  int errfd, int sock, pid_t parent,
+                                                                  int owner_fd, void *empty_caps)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(CORRAL_EXIT_NOTFOUND);
