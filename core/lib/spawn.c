@@ -285,6 +285,7 @@ plain_exec(const struct corral_spawn_plan *p, int errfd, int parent_pidfd, int o
         rearm_death_signal(parent_pidfd);
     }
     if (p->cwd && chdir(p->cwd) < 0) child_fail(errfd, STEP_CWD, errno);
+    if (p->plain_session && setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
     set_stdio_and_fds(p, errfd);
     if (p->plain_pidns) init_run(p, errfd);
     execve(p->path, p->argv, p->envp);

@@ -62,6 +62,10 @@ struct corral_spawn_plan {
                             helper, so every process the helper makes dies with that init: a
                             helper's own die-with-parent comes too late when the spawner is
                             killed during the helper's start */
+    int plain_session;   /* with plain: a new session (setsid), so a terminal's Ctrl-C, sent to
+                            the caller's process group, does not reach the helper: the caller
+                            decides what it forwards. Its stdin may still be the terminal (no
+                            job control applies to a session's non-controlling terminal) */
     int plain_net_admin; /* with plain and a netns owned by a user namespace of the caller's
                             own: CAP_NET_ADMIN there kept across exec (ambient), for a host
                             tool that reads the netns's ruleset (`nft list ruleset`); a

@@ -146,6 +146,7 @@ static int l_spawn(lua_State *L)
     plan.plain = opt_bool(L, 1, "plain");
     plan.plain_ids = opt_bool(L, 1, "plain_ids");
     plan.plain_pidns = opt_bool(L, 1, "plain_pidns");
+    plan.plain_session = opt_bool(L, 1, "new_session");
     plan.plain_net_admin = opt_bool(L, 1, "net_admin");
     plan.netns_fd = -1;
     plan.join_pidfd = -1;

@@ -448,14 +448,16 @@ end
 
 --- Waits for a sandbox process: serving the loop meanwhile (opts.serve), up to
 -- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
--- core.signal.fd) to it, and calling each of opts.feeds' `on()` when its `fd` is
+-- core.signal.fd) to it, or handing each to opts.deliver(sig), which answers false
+-- while it cannot deliver yet (it is asked again a tenth of a second later, in order,
+-- until the process ends), and calling each of opts.feeds' `on()` when its `fd` is
 -- readable (and once more after the process ended; `on` returns false at the feed's
 -- end). With opts.grace, the deadline also comes that many seconds after the first
 -- forwarded signal. Returns its code and how it ended, or proc:wait's nil, msg,
 -- ETIMEDOUT while it still runs at the deadline, then the forwarded signal's number
 -- when it was the grace, not the wall, that ran out.
 -- @tparam userdata proc a corral.process
--- @tparam[opt] table opts `{serve =, wall =, signals =, grace =, feeds = {{fd =, on =}, ...}}`
+-- @tparam[opt] table opts `{serve =, wall =, signals =, deliver =, grace =, feeds = {{fd =, on =}, ...}}`
 function M.wait(proc, opts)
   opts = opts or {}
   local feeds = opts.feeds or {}
@@ -475,7 +477,11 @@ function M.wait(proc, opts)
   local function drain_feeds()
     for _, f in ipairs(feeds) do f.on() end
   end
-  local signalled
+  local deliver = opts.deliver or function(sig)
+    proc:kill(sig)
+    return true
+  end
+  local signalled, undelivered = nil, {}
   while true do
     local left = deadline and deadline - core.clock.monotime()
     if left and left <= 0 then
@@ -484,7 +490,7 @@ function M.wait(proc, opts)
       if code == nil and signalled then return nil, msg, errno, signalled end
       return code, msg, errno
     end
-    local timeout = left and math.min(left, 1) or 1
+    local timeout = math.min(left or 1, undelivered[1] and 0.1 or 1)
     local hit
     if serve then
       hit = M.step(timeout, extra)
@@ -495,7 +501,7 @@ function M.wait(proc, opts)
     if signals_at and hit[signals_at] then
       local sig = core.signal.read(opts.signals)
       if sig then
-        proc:kill(sig)
+        undelivered[#undelivered + 1] = sig
         if opts.grace and not signalled then
           signalled = sig
           local at = core.clock.monotime() + opts.grace
@@ -503,6 +509,7 @@ function M.wait(proc, opts)
         end
       end
     end
+    while undelivered[1] and deliver(undelivered[1]) do table.remove(undelivered, 1) end
     for i, on in pairs(fed) do
       -- a feed at its end (false) is polled no more: a hung-up pipe is always readable
       if hit[i] and on() == false then fed[i], extra[i] = nil, proc end

@@ -150,8 +150,8 @@ function M.call(args)
   local out_path = dir .. "/out"
   local out, err_f = io.open(out_path, "w"), io.open(out_path .. ".err", "w")
   local devnull = io.open("/dev/null")
-  local proc, serr = core.spawn.start({ plain = true, path = eng.path, argv = full, env = ENGINE_ENV, cwd = dir,
-    stdin = devnull, stdout = out, stderr = err_f })
+  local proc, serr = core.spawn.start({ plain = true, new_session = true, path = eng.path, argv = full,
+    env = ENGINE_ENV, cwd = dir, stdin = devnull, stdout = out, stderr = err_f })
   devnull:close()
   out:close()
   err_f:close()
@@ -333,7 +333,10 @@ local function command(sb, st, argv, opts, dir)
   local img, ierr = M.image(root)
   if not img then return nil, ierr end
   local name = container_name(sb)
-  local args = { "run", "--rm", "--name", name, "--env-file", env }
+  -- The engine's client forwards no signal (--sig-proxy=false): corral delivers them
+  -- itself (see `deliver`), since a client signalled before its proxy is up exits 0
+  -- and leaves the container running.
+  local args = { "run", "--rm", "--sig-proxy=false", "--name", name, "--env-file", env }
   table.move(interactive, 1, #interactive, #args + 1, args)
   local flags = root_flags(sb, st, root, eng)
   table.move(flags, 1, #flags, #args + 1, args)
@@ -415,8 +418,10 @@ local function spawn(sb, st, argv, opts, capture)
   end
   local feed = capture and stderr_feed(out or opts.stderr)
   local oom0 = oom_kills()
-  local proc, err = core.spawn.start({ plain = true, path = full[1], argv = full, env = ENGINE_ENV, cwd = dir,
-    stdin = opts.stdin, stdout = out or opts.stdout, stderr = feed and feed.wr or out or opts.stderr })
+  -- A session of its own: a terminal's Ctrl-C reaches corral alone, which delivers it.
+  local proc, err = core.spawn.start({ plain = true, new_session = true, path = full[1], argv = full,
+    env = ENGINE_ENV, cwd = dir, stdin = opts.stdin, stdout = out or opts.stdout,
+    stderr = feed and feed.wr or out or opts.stderr })
   if feed then feed.wr:close() end
   if not proc then
     if feed then feed.fd:close() end
@@ -544,6 +549,14 @@ local function end_exec(run, deadline)
     run.proc:wait(0.1)
   end
   if run.proc:running() then M.remove(run.name) end
+end
+
+-- Hands signal sig to a run's container, through the engine (`kill --signal`). False
+-- while the engine refuses: until its client has started the container, the engine
+-- holds it as created, not running, and the signal waits.
+local function deliver(run, sig)
+  local _, err = M.call({ "kill", "--signal", tostring(sig), run.name })
+  return err == nil
 end
 
 -- Ends a run: at its wall (`kill`), its exec's processes, or its container, are killed;
@@ -697,7 +710,8 @@ function M.exec(sb, argv, opts)
   local run, err = spawn(sb, st, argv, opts, true)
   if not run then return nil, err end
   local code, _, _, signalled = require("corral.egress.loop").wait(run.proc, { serve = st.plane ~= nil,
-    wall = sb.limits and sb.limits.wall, signals = opts.signals, grace = M.SIGNAL_GRACE, feeds = { run.feed } })
+    wall = sb.limits and sb.limits.wall, signals = opts.signals, grace = M.SIGNAL_GRACE, feeds = { run.feed },
+    deliver = not run.joined and function(sig) return deliver(run, sig) end or nil })
   if not code then
     finish(run, true)
     if signalled then return { code = 128 + signalled, how = "killed" } end
