@@ -180,11 +180,10 @@ describe("egress log: the file", function()
       assert.are.equal(tonumber("600", 8), core.fs.lstat(path).mode)
     end
     h.must("mkfifo " .. dir .. "/fifo")
-    local t0 = core.clock.monotime()
-    local w, err = events.json_lines_writer(dir .. "/fifo") -- no reader: opening it would block
+    -- no reader: a blocking open would never return, and the test would hang here
+    local w, err = events.json_lines_writer(dir .. "/fifo")
     assert.is_nil(w)
     assert.matches("FIFO", err)
-    assert.is_true(core.clock.monotime() - t0 < 1)
     control("after-fifo")
     -- a FIFO that has a reader opens, and is refused on the fd it gave
     local reader = assert(io.popen("exec cat " .. dir .. "/fifo >/dev/null", "r"))

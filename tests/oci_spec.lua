@@ -520,8 +520,7 @@ for h in sys.argv[2:]: go(h)
   -- is up (how.at_once: at once, while the engine is still starting the container;
   -- how.group: the whole group that signal how.times times, as a terminal's Ctrl-C
   -- does), then SIGTERMs it (through how.engine, when given), and
-  -- answers corral's status, the seconds it took to end after the SIGTERM, and the
-  -- containers left.
+  -- answers corral's status and the containers left.
   local function signalled_run(name, script, how)
     how = how or {}
     local devnull = assert(io.open("/dev/null", "r+"))
@@ -538,14 +537,12 @@ for h in sys.argv[2:]: go(h)
       up = h.wait_for(function() return #lines(h.read(root .. "/" .. name .. "/got") or "") >= n end, 20)
       os.execute("sleep 1") -- a second delivery would be in by now
     end
-    local t0 = core.clock.monotime()
     p:kill(15)
-    local code = p:wait(30)
-    local took = core.clock.monotime() - t0
+    local code = p:wait(30) -- past the grace: corral's status tells how it ended
     if not code then p:kill(); p:wait() end
     p:close()
     assert.truthy(up, name .. ": the run never started")
-    return code, took, lines(oci.call({ "ps", "--all", "--format", "{{.Names}}", "--filter",
+    return code, lines(oci.call({ "ps", "--all", "--format", "{{.Names}}", "--filter",
       "label=corral.owner=" .. pid }))
   end
 
@@ -553,15 +550,13 @@ for h in sys.argv[2:]: go(h)
     function()
     if not need_engine() then return end
     -- attempt: sleep as pid 1 has no handler, so the signal the engine hands it is ignored
-    local code, took, left = signalled_run("term-ignored", "echo up > /storage/up; exec sleep 60")
+    local code, left = signalled_run("term-ignored", "echo up > /storage/up; exec sleep 60")
     assert.are.equal(128 + 15, code)
-    assert.is_true(took < oci.SIGNAL_GRACE + 10, "took " .. took .. " s")
     assert.are.same({}, left)
-    -- control: a command that handles the signal ends as it chooses, before the grace
-    code, took, left = signalled_run("term-handled", "trap 'exit 7' TERM; echo up > /storage/up; " ..
+    -- control: a command that handles the signal ends as it chooses (7), not at the grace
+    code, left = signalled_run("term-handled", "trap 'exit 7' TERM; echo up > /storage/up; " ..
       "while :; do sleep 0.1; done")
     assert.are.equal(7, code)
-    assert.is_true(took < oci.SIGNAL_GRACE, "took " .. took .. " s")
     assert.are.same({}, left)
   end)
 
@@ -570,11 +565,10 @@ for h in sys.argv[2:]: go(h)
   it("ends a run signalled while the engine is still starting it, with no container left", function()
     if not need_engine() then return end
     for i = 1, 3 do
-      local code, took, left = signalled_run("term-early-" .. i, "trap 'exit 7' TERM; while :; do sleep 0.1; done",
+      local code, left = signalled_run("term-early-" .. i, "trap 'exit 7' TERM; while :; do sleep 0.1; done",
         { at_once = true })
       -- the handler may not be set yet when the signal comes: then the grace ends it
       assert.is_true(code == 7 or code == 128 + 15, "status " .. tostring(code))
-      assert.is_true(took < oci.SIGNAL_GRACE + 10, "took " .. took .. " s")
       assert.are.same({}, left)
     end
   end)
@@ -589,10 +583,9 @@ for h in sys.argv[2:]: go(h)
       engine().path .. " \"$@\" & trap 'exit 0' TERM INT\nwait $!\n")
     core.fs.chmod(wrapper, tonumber("755", 8))
     local script = "trap 'exit 7' TERM; echo up > /storage/up; while :; do sleep 0.1; done"
-    local code, took, left = signalled_run("term-no-proxy", script, { engine = wrapper })
+    local code, left = signalled_run("term-no-proxy", script, { engine = wrapper })
     for _, name in ipairs(left) do oci.remove(name) end
     assert.are.equal(7, code)
-    assert.is_true(took < oci.SIGNAL_GRACE, "took " .. took .. " s")
     assert.are.same({}, left)
   end)
 
@@ -600,14 +593,14 @@ for h in sys.argv[2:]: go(h)
     if not need_engine() then return end
     local script = "trap 'echo x >> /storage/got' INT; trap 'exit 7' TERM; echo up > /storage/up; " ..
       "while :; do sleep 0.1; done"
-    local code, _, left = signalled_run("int-group", script, { group = "INT" })
+    local code, left = signalled_run("int-group", script, { group = "INT" })
     assert.are.equal(7, code)
     assert.are.same({}, left)
     -- attempt: the engine's client, in corral's group when it was started, forwards no
     -- second one of its own
     assert.are.same({ "x" }, lines(h.read(root .. "/int-group/got")))
     -- control: the handler counts each SIGINT the command gets (two sent, two counted)
-    code, _, left = signalled_run("int-twice", script, { group = "INT", times = 2 })
+    code, left = signalled_run("int-twice", script, { group = "INT", times = 2 })
     assert.are.equal(7, code)
     assert.are.same({}, left)
     assert.are.same({ "x", "x" }, lines(h.read(root .. "/int-twice/got")))

@@ -209,16 +209,13 @@ for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
       for _, p in ipairs(mech.cgroup_paths(s)) do if p:find("/pids/", 1, true) then dir = p end end
       local current = tonumber(h.read(dir .. "/pids.current") or "")
       local refused = tonumber((h.read(dir .. "/pids.events") or ""):match("max (%d+)"))
-      -- the host forks freely meanwhile: 20 shells in well under the 5 s bound
-      local t0 = corral.core.clock.monotime()
+      -- the host forks freely meanwhile: none of 20 shells is refused
       for _ = 1, 20 do assert.matches("ok", h.sh("echo ok")) end
-      local host_s = corral.core.clock.monotime() - t0
       corral.destroy(mech, s)
       -- control: the bomb did reach the cap (the kernel counted refused forks) …
       assert.truthy(refused and refused > 0, "the bomb never reached the cap")
       -- … and never went past it
       assert.truthy(current and current <= 24, "pids.current " .. tostring(current))
-      assert.truthy(host_s < 5, "host forks took " .. host_s .. " s")
     end)
 
     it("kills a memory hog at its cap, and a smaller allocation succeeds after it", function()

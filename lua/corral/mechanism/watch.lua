@@ -63,15 +63,20 @@ local function kill_tree(pid)
 end
 
 -- Sends sig to the child, its tree and (SIGKILL) its cgroup; only while the child is
--- unreaped, since until then its pid, and the tree found from it, is its own.
+-- unreaped, since until then its pid, and the tree found from it, is its own. A
+-- forwarded signal goes to what the mechanism started, where the command is, and to the
+-- child itself only when it started nothing: a child ended by it could not report the
+-- status a command that handled the signal chose.
 local function signal_all(child, cg, sig)
   if sig == 9 then
     if cg then cg:kill() end
     kill_tree(child:pid())
-  else
-    for _, pid in ipairs(descendants(child:pid())) do core.proc.kill(pid, sig) end
+    child:kill(sig)
+    return
   end
-  child:kill(sig)
+  local tree = descendants(child:pid())
+  for _, pid in ipairs(tree) do core.proc.kill(pid, sig) end
+  if #tree == 0 then child:kill(sig) end
 end
 
 local function child_main(mech, sb, argv, opts, cg, pipe)
