@@ -20,6 +20,7 @@
 -- Answers: `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`.
 -- @module corral.control
 local core = require "corral.core"
+local file = require "corral.file"
 local resources = require "corral.resources"
 local runtime_dir = require "corral.runtime_dir"
 
@@ -323,19 +324,13 @@ end
 -- ---- what a run answers ---------------------------------------------------------------
 
 local function read_number(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return tonumber(s:match("^%s*(%d+)"))
+  local s = file.read(path)
+  return s and tonumber(s:match("^%s*(%d+)"))
 end
 
 local function read_key(path, key)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return tonumber(s:match("%f[%w]" .. key .. " (%d+)"))
+  local s = file.read(path)
+  return s and tonumber(s:match("%f[%w]" .. key .. " (%d+)"))
 end
 
 --- What a sandbox's cgroup directories report now: memory, pids and CPU use (nil where

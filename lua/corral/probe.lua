@@ -5,6 +5,7 @@
 -- and those that hold for the boot and host state (corral.probe_cache).
 -- @module corral.probe
 local core = require "corral.core"
+local file = require "corral.file"
 local probe_cache = require "corral.probe_cache"
 local shell = require "corral.shell"
 
@@ -67,9 +68,7 @@ local function run_captured(plan)
   local code = proc:wait(10)
   if not code then proc:kill(); code = proc:wait() end
   proc:close()
-  local f = io.open(out_path)
-  local text = f and f:read("a") or ""
-  if f then f:close() end
+  local text = file.read(out_path) or ""
   drop()
   return text, code
 end

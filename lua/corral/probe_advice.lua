@@ -22,12 +22,7 @@ local shell = require "corral.shell"
 
 local M = {}
 
-local function read(path)
-  local f = io.open(path, "r")
-  local s = f and f:read("a")
-  if f then f:close() end
-  return s
-end
+local read = require("corral.file").read
 
 local function trim(s) return (tostring(s or ""):gsub("%s+$", "")) end
 

@@ -14,6 +14,7 @@
 -- `corral.runtime_dir` (0700, the caller's own), mode 0600, replaced by rename.
 -- @module corral.probe_cache
 local core = require "corral.core"
+local file = require "corral.file"
 local runtime_dir = require "corral.runtime_dir"
 
 local M = {}
@@ -43,13 +44,8 @@ local STATUS_FIELDS = { Uid = true, Gid = true, Groups = true, CapEff = true, Ca
 -- The programs a probe runs; a new or replaced one may change its answer.
 local PROGRAMS = { "/bin/sh", "/bin/cat", "/usr/bin/unshare", "/usr/bin/bwrap", "/usr/sbin/nft" }
 
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return "-" end
-  local s = f:read("a") or ""
-  f:close()
-  return s
-end
+-- A file's content for the key ("-" when it cannot be read).
+local function slurp(path) return file.read(path) or "-" end
 
 local function identity(path)
   local st = path and core.fs.lstat(path)

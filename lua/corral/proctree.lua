@@ -3,16 +3,13 @@
 -- cgroup to read it from (corral.control).
 -- @module corral.proctree
 local core = require "corral.core"
+local file = require "corral.file"
 
 local M = {}
 
 -- The text of /proc/PID/NAME, or nil once the process is gone.
 local function proc_file(pid, name)
-  local f = io.open("/proc/" .. pid .. "/" .. name)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
+  return (file.read("/proc/" .. pid .. "/" .. name))
 end
 
 -- /proc/PID/stat's fields after the command name (which may hold spaces and parens).

@@ -5,6 +5,7 @@
 -- can name `..` or a sibling.
 -- @module corral.sandbox
 local core = require "corral.core"
+local file = require "corral.file"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
 
@@ -62,9 +63,7 @@ function M.default_nproc(sb)
   -- the host's user namespace; measured inside podman with its --ulimit nproc=1024:1024,
   -- every run failed at "spawn: rlimits: Operation not permitted"), and it is already the
   -- stricter cap.
-  local f = io.open("/proc/self/limits")
-  local hard = f and tonumber(f:read("a"):match("\nMax processes%s+%S+%s+(%d+)"))
-  if f then f:close() end
+  local hard = tonumber((file.read("/proc/self/limits") or ""):match("\nMax processes%s+%S+%s+(%d+)"))
   return hard and hard < want and hard or want
 end
 
@@ -190,9 +189,7 @@ function M.host_id_holder(sb)
       local st = core.fs.lstat("/proc/" .. name)
       if st and st.uid == id then
         -- a zombie holds nothing
-        local f = io.open("/proc/" .. name .. "/stat")
-        local state = f and (f:read("a") or ""):match("%) (%a)")
-        if f then f:close() end
+        local state = (file.read("/proc/" .. name .. "/stat") or ""):match("%) (%a)")
         if state and state ~= "Z" and state ~= "X" then return "process " .. name end
       end
     end

@@ -11,6 +11,7 @@
 -- namespace (network_restriction).
 -- @module corral.conformance.cross_sandbox
 local core = require "corral.core"
+local file = require "corral.file"
 
 local FS = { "filesystem_confinement" }
 local NET = { "network_restriction" }
@@ -90,9 +91,7 @@ except OSError as e:
 local function host_pid_of(token)
   for _, name in ipairs(core.fs.listdir("/proc") or {}) do
     if name:match("^%d+$") then
-      local f = io.open("/proc/" .. name .. "/cmdline", "rb")
-      local cmd = f and f:read("a") or ""
-      if f then f:close() end
+      local cmd = file.read("/proc/" .. name .. "/cmdline") or ""
       if cmd:find(token, 1, true) and cmd:find("target.py", 1, true) then return tonumber(name) end
     end
   end

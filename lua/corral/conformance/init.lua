@@ -28,13 +28,7 @@ local function scratch_dir()
   return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
 end
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_file = require("corral.file").read
 
 --- A random hex token (from the kernel's generator).
 -- @treturn string 24 hex digits

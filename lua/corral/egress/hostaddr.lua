@@ -38,13 +38,7 @@ M.FIB_TRIE, M.IPV6_ROUTE, M.IF_INET6 = "/proc/net/fib_trie", "/proc/net/ipv6_rou
 
 local RTF_LOCAL = 0x80000000
 
-local function read(path)
-  local f, err = io.open(path, "r")
-  if not f then return nil, err end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = require("corral.file").read
 
 local function hex_bytes(h)
   return (h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end))

@@ -36,6 +36,7 @@
 -- and explicit nofile and nproc ulimits (its default nofile exceeds the hard limit).
 -- @module corral.mechanism.oci
 local core = require "corral.core"
+local file = require "corral.file"
 local errors = require "corral.errors"
 local shell = require "corral.shell"
 local sandbox = require "corral.sandbox"
@@ -112,13 +113,8 @@ local function write_private(path, text)
   return path
 end
 
-local function read_all(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+-- What the engine wrote to path ("" when it wrote nothing).
+local function read_all(path) return file.read(path) or "" end
 
 -- A private directory (0700, in corral's root-only one) for one engine call: its working
 -- directory, and its files (output, env file). conmon writes files such as `oom` into
@@ -347,10 +343,7 @@ end
 
 -- The kernel's count of OOM kills since boot (/proc/vmstat oom_kill).
 local function oom_kills()
-  local f = io.open("/proc/vmstat")
-  local n = f and tonumber(f:read("a"):match("\noom_kill (%d+)")) or 0
-  if f then f:close() end
-  return n
+  return tonumber((file.read("/proc/vmstat") or ""):match("\noom_kill (%d+)")) or 0
 end
 
 -- How much of the engine client's stderr a run keeps, for the error of a failed run.
@@ -475,9 +468,7 @@ M.SIGNAL_GRACE = 3
 M.EXEC_GRACE = 5
 
 local function parent_of(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  local stat = f and f:read("a")
-  if f then f:close() end
+  local stat = file.read("/proc/" .. pid .. "/stat")
   return stat and tonumber(stat:match("%) %a (%d+)"))
 end
 
