@@ -21,6 +21,7 @@
 #include "envblock.h"
 #include "lcorral.h"
 #include "path.h"
+#include "procscan.h"
 
 static int push_if_executable(lua_State *L, const char *candidate)
 {
@@ -210,6 +211,23 @@ static int l_kill_pid(lua_State *L)
     return 1;
 }
 
+/* proc.find_owned(uid) → the pid of a live process running as uid, or nil (nil, msg,
+ * errno when /proc cannot be read). */
+static int l_find_owned(lua_State *L)
+{
+    lua_Integer uid = luaL_checkinteger(L, 1);
+    if (uid < 0 || uid > 0xfffffffe) return luaL_argerror(L, 1, "must be a uid");
+    pid_t pid;
+    int r = corral_proc_find_owned((uid_t)uid, &pid);
+    if (r < 0) return corral_pushfail(L, "/proc", -r);
+    if (r == 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushinteger(L, pid);
+    return 1;
+}
+
 int corral_open_proc(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"uname", l_uname},
@@ -222,6 +240,7 @@ int corral_open_proc(lua_State *L)
                                    {"exit", l_exit_now},
                                    {"replace_environ", l_replace_environ},
                                    {"kill", l_kill_pid},
+                                   {"find_owned", l_find_owned},
                                    {"nofile", l_nofile},
                                    {"set_nofile", l_set_nofile},
                                    {NULL, NULL}};

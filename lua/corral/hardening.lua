@@ -18,21 +18,52 @@ local FRAGMENTS = {
   "PASS", "_PWD", "PGPASS",
 }
 
--- Values that are credentials whatever the variable is called (Lua patterns).
+-- Each fragment's position in FRAGMENTS under its first three letters (every fragment
+-- has three or more): a name is checked by one lookup at each of its positions instead
+-- of one search per fragment (35 searches a name cost ~0.3 ms a run for a shell's
+-- environment, every variable of which `corral run` checks).
+local BY_TRIGRAM = {}
+for i, f in ipairs(FRAGMENTS) do
+  assert(#f >= 3, f)
+  local t = f:sub(1, 3)
+  BY_TRIGRAM[t] = BY_TRIGRAM[t] or {}
+  table.insert(BY_TRIGRAM[t], i)
+end
+
+-- The fragment an upper-case name contains (the first in FRAGMENTS' order), or nil.
+local function forbidden_fragment(upper)
+  local best
+  for i = 1, #upper - 2 do
+    local list = BY_TRIGRAM[upper:sub(i, i + 2)]
+    if list then
+      for _, k in ipairs(list) do
+        local f = FRAGMENTS[k]
+        if (not best or k < best) and upper:sub(i, i + #f - 1) == f then best = k end
+      end
+    end
+  end
+  return best and FRAGMENTS[best]
+end
+
+-- Values that are credentials whatever the variable is called: a Lua pattern, what it
+-- is, and a plain text no match can be without (searched in the value, or in its lower
+-- case for `lower`). The text is found by memchr-speed search; only a value holding it
+-- meets the pattern, which Lua tries at every position (measured: the eleven patterns
+-- over a shell's 37 variables cost ~0.8 ms a run, ~0.1 ms behind the texts).
 local VALUE_SHAPES = {
-  { "[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]%s*=%s*[^;%s]", "a Password= in a connection string" },
-  { "[;%s][Pp][Ww][Dd]%s*=%s*[^;%s]", "a PWD= in a connection string" },
-  { "^[Pp][Ww][Dd]%s*=%s*[^;%s]", "a PWD= in a connection string" },
+  { "[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]%s*=%s*[^;%s]", "a Password= in a connection string", lower = "password" },
+  { "[;%s][Pp][Ww][Dd]%s*=%s*[^;%s]", "a PWD= in a connection string", lower = "pwd" },
+  { "^[Pp][Ww][Dd]%s*=%s*[^;%s]", "a PWD= in a connection string", lower = "pwd" },
   { "%f[%w]AKIA[0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]" ..
-    "[0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]", "an AWS access key id" },
-  { "%f[%w]gh[pousr]_[%w]+", "a GitHub token" },
-  { "%f[%w]github_pat_[%w_]+", "a GitHub token" },
-  { "%f[%w]glpat%-[%w_-]+", "a GitLab token" },
-  { "%f[%w]sk%-ant%-[%w_-]+", "an Anthropic API key" },
+    "[0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]", "an AWS access key id", text = "AKIA" },
+  { "%f[%w]gh[pousr]_[%w]+", "a GitHub token", text = "_" },
+  { "%f[%w]github_pat_[%w_]+", "a GitHub token", text = "github_pat_" },
+  { "%f[%w]glpat%-[%w_-]+", "a GitLab token", text = "glpat-" },
+  { "%f[%w]sk%-ant%-[%w_-]+", "an Anthropic API key", text = "sk-ant-" },
   { "%f[%w]sk%-[%w_-]+[%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w][%w]",
-    "an API secret key (sk-…)" },
-  { "%f[%w]xox[abposr]%-[%w-]+", "a Slack token" },
-  { "%-%-%-%-%-BEGIN[%u ]*PRIVATE KEY%-%-%-%-%-", "a private key" },
+    "an API secret key (sk-…)", text = "sk-" },
+  { "%f[%w]xox[abposr]%-[%w-]+", "a Slack token", text = "xox" },
+  { "%-%-%-%-%-BEGIN[%u ]*PRIVATE KEY%-%-%-%-%-", "a private key", text = "-----BEGIN" },
 }
 
 -- A read-only view: a tenant profile cannot be handed a shorter list by accident.
@@ -83,18 +114,22 @@ end
 -- @tparam string value
 -- @treturn nil|string the reason
 function M.refusal(name, value)
-  local upper = name:upper()
-  for _, f in ipairs(FRAGMENTS) do
-    if upper:find(f, 1, true) then
-      return "name contains the forbidden fragment " .. f
-    end
-  end
+  local f = forbidden_fragment(name:upper())
+  if f then return "name contains the forbidden fragment " .. f end
   -- scheme://user:password@host or scheme://token@host: a credential in the value.
   if url_userinfo(value) then
     return "value carries credentials in a URL's user information"
   end
+  local lower
   for _, shape in ipairs(VALUE_SHAPES) do
-    if value:find(shape[1]) then return "value carries " .. shape[2] end
+    local gate
+    if shape.lower then
+      lower = lower or value:lower()
+      gate = lower:find(shape.lower, 1, true)
+    else
+      gate = value:find(shape.text, 1, true)
+    end
+    if gate and value:find(shape[1]) then return "value carries " .. shape[2] end
   end
   return nil
 end

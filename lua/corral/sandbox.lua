@@ -184,16 +184,9 @@ end
 function M.host_id_holder(sb)
   local id = M.host_id(sb)
   if id == core.proc.geteuid() then return nil end -- unprivileged: always the caller's own id
-  for _, name in ipairs(core.fs.listdir("/proc") or {}) do
-    if name:match("^%d+$") then
-      local st = core.fs.lstat("/proc/" .. name)
-      if st and st.uid == id then
-        -- a zombie holds nothing
-        local state = (file.read("/proc/" .. name .. "/stat") or ""):match("%) (%a)")
-        if state and state ~= "Z" and state ~= "X" then return "process " .. name end
-      end
-    end
-  end
+  -- a zombie holds nothing (core.proc.find_owned passes over it)
+  local pid = core.proc.find_owned(id)
+  if pid then return "process " .. pid end
   for _, name in ipairs(core.fs.listdir(sb.storage_root) or {}) do
     if name ~= sb.id then
       local st = core.fs.lstat(sb.storage_root .. "/" .. name)
