@@ -6,9 +6,6 @@ local errors = require "corral.errors"
 
 local M = {}
 
---- One line for `corral help`.
-M.SUMMARY = "run one step at the highest tier this host earns (S0/S1/S2) and print its receipt"
-
 --- The usage text.
 M.USAGE = [[corral step --grants FILE.lua [--tier S1] [--timeout SECONDS] [--json] [--receipts FILE] -- CMD ARGS...
 corral step --s2 FILE.lua [--grants FILE.lua] [--fuel N] [--memory BYTES] [--timeout SECONDS]
