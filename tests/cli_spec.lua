@@ -143,10 +143,14 @@ describe("corral CLI", function()
   end)
 
   local bad = {
-    { { "confine", "--", "true" }, "permit_path" },
-    { { "confine", "--permit", "relative", "--", "true" }, "absolute" },
-    { { "confine", "--permit", "/etc/passwd", "--", "true" }, "Not a directory" },
-    { { "confine", "--permit", "/nonexistent/x", "--", "true" }, "No such file" },
+    -- each error names the flag the user typed, never corral.confinement's field
+    { { "confine", "--", "true" }, "%-%-permit: is required" },
+    { { "confine", "--permit", "relative", "--", "true" }, "%-%-permit: must be absolute" },
+    { { "confine", "--permit", "/etc/passwd", "--", "true" }, "%-%-permit: .*Not a directory" },
+    { { "confine", "--permit", "/nonexistent/x", "--", "true" }, "%-%-permit: .*No such file" },
+    { { "confine", "--permit", "/tmp", "--extra", "", "--", "true" }, "%-%-extra %(#1%): is empty" },
+    { { "confine", "--permit", "/tmp", "--cd", "rel", "--", "true" }, "%-%-cd: must be absolute" },
+    { { "confine", "--permit", "/tmp", "--", "" }, "CMD: must be a non%-empty string" },
     { { "confine", "--bogus", "x", "--permit", "/tmp", "--", "true" }, "%-%-bogus: unknown option" },
     { { "confine", "--permit", "/tmp" }, "CMD" },
     { { "confine", "--permit", "/", "--", "true" }, "would confine nothing" },

@@ -337,6 +337,15 @@ local CONFINE_OPTIONS = {
   } },
 }
 
+-- The confine flag a corral.confinement argument came from: the error names what the
+-- user typed (`--permit`), never the Lua field (`permit_path`).
+local CONFINE_FLAGS = { permit_path = "--permit", cd = "--cd", layers = "--layers", cmd = "CMD" }
+local function confine_flag(argument)
+  local n = argument:match("^permit_extra_subpaths%[(%d+)%]$")
+  if n then return "--extra (#" .. n .. ")" end
+  return CONFINE_FLAGS[argument] or argument
+end
+
 command("confine", "confine a trusted process to one directory (control-plane profile)",
   [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
 
@@ -383,7 +392,7 @@ the command's status (127 when it is not found, 126 when it cannot be executed).
       env = core.proc.environ(), layers = opts.layers,
     })
     if not spec then
-      if type(err) == "table" and err.argument == "layers" then err.argument = "--layers" end
+      if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
       return fail("confine", err)
     end
     if spec.layers and #spec.layers < 2 then
