@@ -134,6 +134,22 @@ describe("egress #root #netns", function()
     assert.matches("^198%.1[89]%.", l[16], nil, out)
   end)
 
+  -- glibc answers an AI_ADDRCONFIG lookup for IPv4 only when some interface holds an IPv4
+  -- address other than 127.0.0.1: the sandbox's lo holds 127.0.0.2 for it.
+  it("answers an IPv4-only lookup with AI_ADDRCONFIG (getent ahostsv4, Python) as a plain one", function()
+    local out, status = run("ip -4 addr show lo | grep -c 'inet 127.0.0.2/'; getent ahostsv4 pypi.org | head -1; " ..
+      "/usr/bin/python3 -c 'import socket; print(socket.getaddrinfo(\"pypi.org\", 443, socket.AF_INET, 0, 0, " ..
+      "socket.AI_ADDRCONFIG)[0][4][0])'; getent ahosts pypi.org | head -1")
+    assert.are.equal(0, status, out)
+    local l = {}
+    for line in out:gmatch("[^\n]+") do l[#l + 1] = line end
+    assert.are.equal("1", l[1], out)
+    assert.matches("^198%.1[89]%.%d+%.%d+%s+STREAM pypi%.org", l[2], nil, out)
+    assert.matches("^198%.1[89]%.%d+%.%d+$", l[3], nil, out)
+    -- control: the lookup for either family, which never depended on it, still comes first as IPv4
+    assert.matches("^198%.1[89]%.%d+%.%d+%s+STREAM pypi%.org", l[4], nil, out)
+  end)
+
   it("names the sandbox's own responder in /etc/resolv.conf and resolves its hostname to loopback", function()
     local mechanisms = { "native" }
     if h.sh("command -v bwrap"):match("bwrap") then mechanisms[2] = "bwrap" end

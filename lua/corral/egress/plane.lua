@@ -36,6 +36,15 @@ Plane.__index = Plane
 
 M.MARK = core.nft.DEFAULT_MARK
 
+--- Addresses lo holds besides 127.0.0.1, the sandbox's own: glibc's getaddrinfo with
+-- AI_ADDRCONFIG for IPv4 (`getent ahostsv4`, Python's and Perl's IPv4 lookups, Node's
+-- `family: 4`) answers "not found" unless an interface holds an IPv4 address other than
+-- 127.0.0.1, and a sandbox's only interface is lo. 127.0.0.2 is loopback already. No
+-- IPv6 one is added: a global IPv6 address would make every client try IPv6 first (RFC
+-- 6724 ordering), where today IPv4 comes first; an IPv6-only lookup with AI_ADDRCONFIG
+-- fails as on any IPv4-only host.
+M.ADDRCONFIG_ADDRESSES = { { "127.0.0.2", 32 } }
+
 --- The tenant's hostname under the built-in mechanisms (native and bwrap set it): the
 -- responder answers it with the sandbox's loopback.
 M.HOSTNAME = "corral"
@@ -100,6 +109,10 @@ function M.new(id, network)
   else
     ok, err, errno = core.rtnl.lo_default_routes(self.netns)
     if not ok then return fail("lo and default routes", err, errno) end
+    for _, a in ipairs(M.ADDRCONFIG_ADDRESSES) do
+      ok, err, errno = core.rtnl.addr(self.netns, "lo", a[1], a[2])
+      if not ok then return fail("lo address " .. a[1], err, errno) end
+    end
   end
   local what
   self.responder, what, err = responder.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
