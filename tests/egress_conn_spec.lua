@@ -104,6 +104,15 @@ describe("egress connection options and the summary's words", function()
         reason = "upstream: Connection refused (10.1.2.3)" }))
     assert.matches("%-%-internal", summary.line({ kind = "connect", verdict = "deny", name = "db.test", port = 5432,
       reason = "resolved into a refused range (10.0.0.5: private; list it in network.internal)" }))
+    -- the policy's own field names never reach the summary: the flags that set them do
+    local host_line = summary.line({ kind = "connect", verdict = "deny", name = "v6.test", port = 18082,
+      reason = "::1 is an address of this host; only network.internal listing ::1 allows it" })
+    assert.matches("only %-%-internal listing ::1 allows it", host_line)
+    assert.is_nil(host_line:find("network.", 1, true))
+    local sni_line = summary.line({ kind = "connect", verdict = "deny", name = "api.test", port = 443,
+      reason = "TLS ClientHello on a connection to api.test names no host (network.sni = \"require\")" })
+    assert.matches("(--sni require)", sni_line, nil, true)
+    assert.is_nil(sni_line:find("network.", 1, true))
     -- this host out of fds is said as such, never as the upstream refusing
     local loop = require "corral.egress.loop"
     local errno = require("corral.core").errno

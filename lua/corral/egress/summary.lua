@@ -71,9 +71,11 @@ function M.line(ev)
     return string.format("denied %s (%s is allowed for %s only; --allow %s would)", d, ev.name or ev.ip, other,
       entry_for(ev))
   end
-  if reason:find("network.internal", 1, true) or reason:find("refused range", 1, true) then
-    return string.format("denied %s (%s; --internal CIDR admits a private range)", d,
-      (reason:gsub("list it in network%.internal", "list it with --internal")))
+  -- the policy's reasons name its fields; the summary names the flags that set them
+  reason = reason:gsub("list it in network%.internal", "list it with --internal")
+    :gsub("network%.internal listing", "--internal listing"):gsub('%(network%.sni = "require"%)', "(--sni require)")
+  if reason:find("--internal", 1, true) or reason:find("refused range", 1, true) then
+    return string.format("denied %s (%s; --internal CIDR admits a private range, ADDR/32 one address)", d, reason)
   end
   if ev.kind == "cut" then return string.format("cut %s (%s)", d, reason) end
   if reason:find("^connection cap reached") then
