@@ -60,6 +60,18 @@ describe("egress connection options and the summary's words", function()
       v("GET / HTTP/1.1\r\nHost: api.test\r\nHost: evil.test\r\n\r\n", "api.test", "match"))
     assert.matches("does not follow its grammar",
       v("GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", "api.test", "match"))
+    -- a Host that is the address the client dialled names that same destination, in
+    -- any spelling; another address is refused (the attempt), both before their controls
+    local v4 = "GET / HTTP/1.1\r\nHost: 198.18.95.150:18083\r\n\r\n"
+    local v6 = "GET / HTTP/1.1\r\nHost: [64:FF9B:1:0::c612:5f96]:18083\r\n\r\n"
+    assert.are.equal("Host 198.18.95.151 on a connection to api.test",
+      v((v4:gsub("150", "151")), "api.test", "match", false, "198.18.95.150"))
+    assert.are.equal("Host 64:ff9b:1::c612:5f97 on a connection to api.test",
+      v("GET / HTTP/1.1\r\nHost: [64:ff9b:1::c612:5f97]\r\n\r\n", "api.test", "match", false,
+        "64:ff9b:1::c612:5f96"))
+    assert.matches("does not follow its grammar", v("GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", "api.test", "match"))
+    assert.is_true(v(v4, "api.test", "match", false, "198.18.95.150"))
+    assert.is_true(v(v6, "api.test", "match", false, "64:ff9b:1::c612:5f96"))
     -- no name: through under match, refused under require
     assert.is_true(v("SSH-2.0-OpenSSH_9.2\r\n", "api.test", "match"))
     assert.matches("neither TLS nor HTTP", v("SSH-2.0-OpenSSH_9.2\r\n", "api.test", "require"))

@@ -149,18 +149,47 @@ static int http_start(const uint8_t *buf, size_t len)
     return prefix ? -EAGAIN : 0;
 }
 
-/* host[:port] from p..p+n into out (an IP literal in brackets, user information or a
- * port that is not digits: -EBADMSG). */
+/* An IPv6 literal's text (inside its brackets): hex digits, ':' and the dots of an
+ * embedded IPv4 address, copied lowercased. Whether it is an address is the caller's to
+ * judge (a Host naming the address the client dialled is that destination). */
+static int set_ip6_literal(struct corral_sni *out, const uint8_t *p, size_t n)
+{
+    if (n < 2 || n > 45) return -EBADMSG; /* INET6_ADDRSTRLEN - 1 */
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = p[i] >= 'A' && p[i] <= 'F' ? (uint8_t)(p[i] + 32) : p[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == ':' || c == '.'))
+            return -EBADMSG;
+        out->name[i] = (char)c;
+    }
+    out->name[n] = '\0';
+    out->name_len = n;
+    return 0;
+}
+
+static int digits(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+/* host[:port] or [IPv6]:port from p..p+n into out (user information, or a port that is
+ * not digits: -EBADMSG). */
 static int authority(const uint8_t *p, size_t n, struct corral_sni *out)
 {
     size_t h = 0;
-    if (n && p[0] == '[') return -EBADMSG;
+    if (n && p[0] == '[') {
+        const uint8_t *close = memchr(p, ']', n);
+        if (close == NULL) return -EBADMSG;
+        size_t end = (size_t)(close - p);
+        if (end + 1 < n && (p[end + 1] != ':' || !digits(p + end + 2, n - end - 2))) return -EBADMSG;
+        return set_ip6_literal(out, p + 1, end - 1);
+    }
     while (h < n && p[h] != ':') {
         if (p[h] == '@') return -EBADMSG;
         h++;
     }
-    for (size_t i = h + 1; i < n; i++)
-        if (p[i] < '0' || p[i] > '9') return -EBADMSG;
+    if (h < n && !digits(p + h + 1, n - h - 1)) return -EBADMSG;
     return set_name(out, p, h);
 }
 

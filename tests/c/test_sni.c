@@ -111,6 +111,17 @@ static void test_http(void)
     CHECK(parse(conn, strlen(conn), &s) == 0 && strcmp(s.name, "evil.test") == 0);
     const char *port = "GET / HTTP/1.1\r\nHost: api.test:80x\r\n\r\n";
     CHECK(parse(port, strlen(port), &s) == -EBADMSG);
+    /* an IPv6 literal Host, with and without a port; unclosed or a bad port refused */
+    const char *v6 = "GET / HTTP/1.1\r\nHost: [64:FF9B:1::c612:5f96]:8080\r\n\r\n";
+    CHECK(parse(v6, strlen(v6), &s) == 0 && strcmp(s.name, "64:ff9b:1::c612:5f96") == 0);
+    const char *v6bare = "GET / HTTP/1.1\r\nHost: [::1]\r\n\r\n";
+    CHECK(parse(v6bare, strlen(v6bare), &s) == 0 && strcmp(s.name, "::1") == 0);
+    const char *v6open = "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n";
+    CHECK(parse(v6open, strlen(v6open), &s) == -EBADMSG);
+    const char *v6port = "GET / HTTP/1.1\r\nHost: [::1]:8x\r\n\r\n";
+    CHECK(parse(v6port, strlen(v6port), &s) == -EBADMSG);
+    const char *v6name = "GET / HTTP/1.1\r\nHost: [evil.test]\r\n\r\n";
+    CHECK(parse(v6name, strlen(v6name), &s) == -EBADMSG);
     CHECK(parse("GE", 2, &s) == -EAGAIN);
     CHECK(parse("GET", 3, &s) == -EAGAIN);
 }

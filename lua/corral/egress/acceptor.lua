@@ -271,14 +271,24 @@ function Acceptor:connect(client, ctx, port_key)
   return self:relay(client, ctx, name, ip, port, port_key, verdict, policy, env)
 end
 
+-- Whether text is an IP address equal to ip (both parsed: a literal may be written
+-- uncompressed or in capitals).
+local function same_address(text, ip)
+  local _, a = core.inet.parse(text)
+  local _, b = core.inet.parse(ip)
+  return a ~= nil and a == b
+end
+
 --- What the first flight `data` says of the connection held for `name`: nil to keep
 -- waiting, true to relay it, or a string: why it is refused.
 -- @tparam string data what the client sent so far (peeked)
 -- @tparam string name the name the connection's address was given to
 -- @tparam string mode "match" or "require"
 -- @tparam boolean final no more will be waited for (silence, or the peek bound)
+-- @tparam[opt] string dialed the address the client connected to: a Host that is this
+--   address (`curl http://198.18.0.7/`, `http://[64:ff9b:1::…]/`) names the same destination
 -- @treturn nil|true|string
-function M.sni_verdict(data, name, mode, final)
+function M.sni_verdict(data, name, mode, final, dialed)
   local kind, seen, extra = core.sni.parse(data)
   if not kind and seen == "more" and not final then return nil end
   if not kind and seen == "more" then
@@ -294,7 +304,7 @@ function M.sni_verdict(data, name, mode, final)
   end
   local what = kind == "tls" and "SNI" or "Host"
   if seen then
-    if seen == name then return true end
+    if seen == name or (dialed and same_address(seen, dialed)) then return true end
     return string.format("%s %s on a connection to %s", what, seen, name)
   end
   if mode == "require" then
@@ -317,7 +327,7 @@ function Acceptor:check(client, timed_out)
   -- decide now on what there is
   local stalled = not again and h.last ~= nil and #data <= #h.last
   local final = timed_out or stalled or #data >= core.sni.PEEK_MAX
-  local ok, v = pcall(M.sni_verdict, data, h.name, self.sni, final)
+  local ok, v = pcall(M.sni_verdict, data, h.name, self.sni, final, h.ip)
   if not ok then v = "first flight unreadable: " .. tostring(v):sub(1, 200) end
   if v == nil then
     -- wake again only once more than this has arrived
@@ -349,7 +359,7 @@ function Acceptor:check_held(id, h)
     error(ended)
   end
   local final = ended or #data >= core.sni.PEEK_MAX
-  local v = M.sni_verdict(data, h.name, self.sni, final)
+  local v = M.sni_verdict(data, h.name, self.sni, final, h.ip)
   if v == nil then return end
   if v == true then return loop.release(id) end
   loop.cut(id, v)
