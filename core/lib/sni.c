@@ -182,7 +182,8 @@ static int authority(const uint8_t *p, size_t n, struct corral_sni *out)
         const uint8_t *close = memchr(p, ']', n);
         if (close == NULL) return -EBADMSG;
         size_t end = (size_t)(close - p);
-        if (end + 1 < n && (p[end + 1] != ':' || !digits(p + end + 2, n - end - 2))) return -EBADMSG;
+        if (end + 1 < n && (p[end + 1] != ':' || !digits(p + end + 2, n - end - 2)))
+            return -EBADMSG;
         return set_ip6_literal(out, p + 1, end - 1);
     }
     while (h < n && p[h] != ':') {
