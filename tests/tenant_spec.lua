@@ -373,10 +373,6 @@ describe("corral run cleans up #root", function()
     local info = corral.core.cgroup.info()
     return info.paths.pids or info.paths.unified
   end
-  local function corral_dirs(base)
-    return h.sh("ls -d " .. base .. "/corral-* 2>/dev/null | sort")
-  end
-
   -- `corral run --pids 16 --storage DIR -- sh -c script` in a session of its own; once the
   -- command has written /storage/up, corral is sent sig. Answers corral's status and the
   -- storage directory, where the command's handlers leave their evidence.
@@ -389,13 +385,20 @@ describe("corral run cleans up #root", function()
       argv = { h.host, "run", "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c", script },
       env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
     devnull:close()
+    local pid = p:pid()
     local up = h.wait_for(function() return h.read(dir .. "/up") end, 20)
+    local cgroups_of = "ls -d " .. own_pids_cgroup() .. "/corral-" .. pid .. "-* 2>/dev/null"
+    local running = h.sh(cgroups_of)
     p:kill(sig)
     local code = p:wait(30) -- past the grace: corral's status tells how it ended
     if not code then p:kill(); p:wait() end
     p:close()
     assert.truthy(up, name .. ": the command never started")
-    return code, dir, function() h.rmrf(root) end
+    -- the cgroups this corral made (corral-<pid>-<n>), there while it ran: others' runs
+    -- come and go beside them
+    assert.are_not.equal("", running, name .. ": no cgroup of the run's own to check")
+    local cgroups = h.sh(cgroups_of)
+    return code, dir, function() h.rmrf(root) end, cgroups
   end
 
   local function sandbox_processes(tag)
@@ -404,24 +407,23 @@ describe("corral run cleans up #root", function()
 
   it("ends a run whose command ignores a forwarded SIGTERM with 143, leaving nothing; " ..
     "control: a command that handles it exits with its own status", function()
-    local base = own_pids_cgroup()
-    local before = corral_dirs(base)
     -- attempt: SIGTERM ignored by the shell and the sleep it starts; only the grace ends it
-    local code, _, clean = signalled_run("ignored", "trap '' TERM; echo up > /storage/up; sleep 31.41", 15)
+    local code, _, clean, cgroups = signalled_run("ignored", "trap '' TERM; echo up > /storage/up; sleep 31.41",
+      15)
     clean()
     assert.are.equal(128 + 15, code)
     assert.are.equal("", sandbox_processes("31.41"))
-    assert.are.equal(before, corral_dirs(base))
+    assert.are.equal("", cgroups)
     -- control: the handler runs and its status is the run's
     local dir
-    code, dir, clean = signalled_run("handled", "trap 'echo handled > /storage/handled; exit 7' TERM; " ..
-      "echo up > /storage/up; sleep 31.42 & wait", 15)
+    code, dir, clean, cgroups = signalled_run("handled",
+      "trap 'echo handled > /storage/handled; exit 7' TERM; echo up > /storage/up; sleep 31.42 & wait", 15)
     local handled = h.read(dir .. "/handled")
     clean()
     assert.are.equal(7, code)
     assert.are.equal("handled\n", handled)
     assert.are.equal("", sandbox_processes("31.42"))
-    assert.are.equal(before, corral_dirs(base))
+    assert.are.equal("", cgroups)
   end)
 
   it("forwards Ctrl-C to the command's whole job, as a terminal does: a shell's own child gets it; " ..
