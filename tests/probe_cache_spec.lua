@@ -141,3 +141,65 @@ describe("the probe cache #root", function()
     assert.truthy(core.fs.lstat(FILE))
   end)
 end)
+
+describe("corral probe under a signal #root", function()
+  local tmp
+  before_each(function() tmp = h.tmpdir("probe-signal") end)
+  after_each(function()
+    h.rmrf(tmp)
+    os.remove(FILE)
+  end)
+
+  -- `corral probe --fresh` with TMPDIR=tmp; with sig, that signal is pending (blocked,
+  -- sent to itself) before the probe command holds its own, so it is there when the
+  -- first probe ends.
+  local function probe_with(sig)
+    local script = "local core = require 'corral.core'\n" ..
+      (sig and ("local pending = core.signal.fd({ 'INT', 'TERM', 'HUP' })\n" ..
+                "core.proc.kill(core.proc.getpid(), " .. sig .. ")\n") or "") ..
+      "os.exit(require('corral.cli').main({ 'probe', '--fresh' }))"
+    return h.capture({ "env", "TMPDIR=" .. tmp, h.host, "-e", script })
+  end
+
+  it("stops after the current probe on a held signal, exits 128+N, keeps nothing and leaves no scratch; " ..
+    "control: unsignalled, every probe reports and what holds is kept", function()
+    for _, sig in ipairs({ 2, 15, 1 }) do
+      local out, status = probe_with(sig)
+      assert.are.equal(128 + sig, status, out)
+      assert.matches("stopped by signal " .. sig .. " after 0 of %d+ probes", out)
+      assert.is_nil(out:find("absent", 1, true), out) -- no verdict from the interrupted probe
+      assert.are.same({}, core.fs.listdir(tmp))
+      assert.is_nil((h.read(FILE) or ""):find("\nholds\t", 1, true), "an interrupted probe's result was kept")
+    end
+    local out, status = probe_with(nil)
+    assert.are.equal(0, status, out)
+    assert.matches("\nbwrap%s+holds", out)
+    assert.are.same({}, core.fs.listdir(tmp))
+    assert.truthy((h.read(FILE) or ""):find("\nholds\tuser_namespaces\t", 1, true), "nothing was kept")
+  end)
+
+  it("sweeps the scratch a killed probe left, by its dead pid, on the next probe and the next run; " ..
+    "never a live pid's, nor another user's", function()
+    local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a pid that has exited
+    local function make(name, owner)
+      local dir = tmp .. "/" .. name
+      assert(os.execute("mkdir " .. dir .. " && dd if=/dev/zero of=" .. dir .. "/probe.disk bs=1M count=1 2>/dev/null"))
+      if owner then assert(os.execute("chown -R " .. owner .. " " .. dir)) end
+      return dir
+    end
+    local stale = make("corral-probe-" .. dead .. "-aB3dE9")
+    local live = make("corral-probe-" .. core.proc.getpid() .. "-aB3dE9")
+    local others = make("corral-probe-" .. dead .. "-xY7zQ1", h.TEST_UID)
+    local out, status = h.capture({ "env", "TMPDIR=" .. tmp, h.host, "probe", "--fresh" })
+    assert.are.equal(0, status, out)
+    assert.is_nil(core.fs.lstat(stale), "the dead pid's scratch was not swept")
+    assert.truthy(core.fs.lstat(live), "a live pid's scratch was removed")
+    assert.truthy(core.fs.lstat(others), "another user's directory was removed")
+    -- the next run sweeps too (its gate, even with every result kept)
+    stale = make("corral-probe-" .. dead .. "-cD4eF0")
+    out, status = h.capture({ "env", "TMPDIR=" .. tmp, h.host, "run", "--", "true" })
+    assert.are.equal(0, status, out)
+    assert.is_nil(core.fs.lstat(stale), "corral run did not sweep the dead pid's scratch")
+    assert.truthy(core.fs.lstat(live), "a live pid's scratch was removed")
+  end)
+end)

@@ -373,21 +373,75 @@ describe("corral run cleans up #root", function()
     local info = corral.core.cgroup.info()
     return info.paths.pids or info.paths.unified
   end
-  local function corral_dirs(base)
-    return h.sh("ls -d " .. base .. "/corral-* 2>/dev/null | sort")
+  -- `corral run --pids 16 --storage DIR -- sh -c script` in a session of its own; once the
+  -- command has written /storage/up, corral is sent sig. Answers corral's status and the
+  -- storage directory, where the command's handlers leave their evidence.
+  local function signalled_run(name, script, sig)
+    local root = h.tmpdir("signalled")
+    os.execute("chmod 0711 " .. root)
+    local dir = root .. "/" .. name
+    local devnull = assert(io.open("/dev/null", "r+"))
+    local p = assert(corral.core.spawn.start({ plain = true, new_session = true, path = h.host,
+      argv = { h.host, "run", "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c", script },
+      env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
+    devnull:close()
+    local pid = p:pid()
+    local up = h.wait_for(function() return h.read(dir .. "/up") end, 20)
+    local cgroups_of = "ls -d " .. own_pids_cgroup() .. "/corral-" .. pid .. "-* 2>/dev/null"
+    local running = h.sh(cgroups_of)
+    p:kill(sig)
+    local code = p:wait(30) -- past the grace: corral's status tells how it ended
+    if not code then p:kill(); p:wait() end
+    p:close()
+    assert.truthy(up, name .. ": the command never started")
+    -- the cgroups this corral made (corral-<pid>-<n>), there while it ran: others' runs
+    -- come and go beside them
+    assert.are_not.equal("", running, name .. ": no cgroup of the run's own to check")
+    local cgroups = h.sh(cgroups_of)
+    return code, dir, function() h.rmrf(root) end, cgroups
   end
 
-  it("forwards SIGTERM to the tenant and still removes its cgroup", function()
-    local base = own_pids_cgroup()
-    local before = corral_dirs(base)
-    local out = h.sh(h.host .. [[ run --pids 16 -- sh -c 'trap "echo got-TERM; exit 7" TERM; sleep 30 & wait' \
-      > "$1" 2>&1 & p=$!; sleep 0.7; s=$(date +%s%N); kill -TERM $p; wait $p; echo "rc=$?"
-      echo "ms=$(( ($(date +%s%N) - s) / 1000000 ))"]], os.tmpname())
-    assert.matches("rc=7", out)
-    -- measured: with the host's signal mask inherited, the tenant ignored the forwarded
-    -- SIGTERM until its own 30 s ran out
-    assert.truthy(tonumber(out:match("ms=(%d+)")) < 5000, out)
-    assert.are.equal(before, corral_dirs(base))
+  local function sandbox_processes(tag)
+    return h.sh("pgrep -f " .. h.quote("^sleep " .. tag .. "$") .. " || true")
+  end
+
+  it("ends a run whose command ignores a forwarded SIGTERM with 143, leaving nothing; " ..
+    "control: a command that handles it exits with its own status", function()
+    -- attempt: SIGTERM ignored by the shell and the sleep it starts; only the grace ends it
+    local code, _, clean, cgroups = signalled_run("ignored", "trap '' TERM; echo up > /storage/up; sleep 31.41",
+      15)
+    clean()
+    assert.are.equal(128 + 15, code)
+    assert.are.equal("", sandbox_processes("31.41"))
+    assert.are.equal("", cgroups)
+    -- control: the handler runs and its status is the run's
+    local dir
+    code, dir, clean, cgroups = signalled_run("handled",
+      "trap 'echo handled > /storage/handled; exit 7' TERM; echo up > /storage/up; sleep 31.42 & wait", 15)
+    local handled = h.read(dir .. "/handled")
+    clean()
+    assert.are.equal(7, code)
+    assert.are.equal("handled\n", handled)
+    assert.are.equal("", sandbox_processes("31.42"))
+    assert.are.equal("", cgroups)
+  end)
+
+  it("forwards Ctrl-C to the command's whole job, as a terminal does: a shell's own child gets it; " ..
+    "control: unsignalled, the same shells run to their end", function()
+    -- attempt: the outer shell defers SIGINT while its child runs; told by pid alone, the
+    -- inner shell never hears it and only the grace would end the run
+    local inner = [[trap 'echo inner-got-INT > /storage/inner; exit 5' INT; echo up > /storage/up; ]] ..
+      [[while :; do sleep 0.1; done]]
+    local code, dir, clean = signalled_run("job", "sh -c " .. h.quote(inner) ..
+      "; echo \"outer=$?\" > /storage/outer", 2)
+    local got = h.read(dir .. "/inner")
+    clean()
+    assert.are.equal("inner-got-INT\n", got)
+    assert.are.equal(128 + 2, code)
+    -- control: the same command, unsignalled, runs to its end
+    local out, status = h.corral("run", "--", "/bin/sh", "-c", "sh -c 'exit 5'; echo \"outer=$?\"")
+    assert.are.equal(0, status, out)
+    assert.matches("outer=5", out)
   end)
 
   it("sweeps empty cgroups a killed corral left, never a live one's", function()

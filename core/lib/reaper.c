@@ -28,7 +28,22 @@ int corral_status_code(int wstatus)
     return CORRAL_EXIT_SETUP;
 }
 
-int corral_reaper_wait(pid_t child, const sigset_t *mask)
+/* What a terminal sends its foreground job: the whole group gets it, as a shell's child
+ * does under Ctrl-C. dash running `sleep 4; echo after`, told by pid alone, defers
+ * SIGINT until its sleep returns (measured: 4.0 s; the group: 0.3 s). */
+static int is_terminal_signal(int sig)
+{
+    return sig == SIGHUP || sig == SIGINT || sig == SIGQUIT || sig == SIGTERM || sig == SIGWINCH;
+}
+
+static void forward(pid_t child, int sig, int to_group)
+{
+    /* the group is gone (every member exited) or was never made: the child alone */
+    if (to_group && is_terminal_signal(sig) && kill(-child, sig) == 0) return;
+    kill(child, sig);
+}
+
+static int reaper_wait(pid_t child, const sigset_t *mask, int to_group)
 {
     for (;;) {
         /* Reap first: the child may have exited before we started waiting. */
@@ -44,6 +59,16 @@ int corral_reaper_wait(pid_t child, const sigset_t *mask)
             if (errno == EINTR) continue;
             return CORRAL_EXIT_SETUP;
         }
-        if (sig != SIGCHLD) kill(child, sig);
+        if (sig != SIGCHLD) forward(child, sig, to_group);
     }
+}
+
+int corral_reaper_wait(pid_t child, const sigset_t *mask)
+{
+    return reaper_wait(child, mask, 0);
+}
+
+int corral_reaper_wait_job(pid_t child, const sigset_t *mask)
+{
+    return reaper_wait(child, mask, 1);
 }

@@ -18,6 +18,11 @@ void corral_reaper_block(sigset_t *mask, sigset_t *old);
  * else; returns its exit status, or 128+N when signal N killed it. */
 int corral_reaper_wait(pid_t child, const sigset_t *mask);
 
+/* As corral_reaper_wait, for a child that leads its own process group (a job): HUP, INT,
+ * QUIT, TERM and WINCH go to the whole group, as a terminal sends them to its foreground
+ * job; USR1 and USR2 to the child alone. */
+int corral_reaper_wait_job(pid_t child, const sigset_t *mask);
+
 /* The status convention: exit code, or 128+signal. */
 int corral_status_code(int wstatus);
 

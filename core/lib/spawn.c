@@ -99,10 +99,12 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void child_fail(int fd, enum s
     _exit(CORRAL_SPAWN_EXEC_FAILED);
 }
 
-/* The tenant itself (pid 2): restore the signal mask and exec. */
+/* The tenant itself (pid 2): a process group of its own (a job, which the init signals
+ * as a terminal does), the signal mask restored, and exec. */
 CORRAL_OWN_STACK __attribute__((noreturn)) static void
 tenant_exec(const struct corral_spawn_plan *p, int fd, const sigset_t *old)
 {
+    setpgid(0, 0);
     sigprocmask(SIG_SETMASK, old, NULL);
     execve(p->path, p->argv, p->envp);
     child_fail(fd, STEP_EXEC, errno);
@@ -124,6 +126,9 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void init_run(const struct cor
         tenant_exec(p, execp[1], &old);
     }
     close(execp[1]);
+    /* Made from both sides, so the group exists before any signal is forwarded to it;
+     * after the tenant's exec this one fails (EACCES), harmlessly. */
+    setpgid(tenant, tenant);
     /* EOF means the tenant's exec succeeded (the pipe closed on exec); a report means
      * it failed, and is forwarded to the spawner so the failure is the spawn's. */
     struct report rep;
@@ -142,7 +147,7 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void init_run(const struct cor
     close(execp[0]);
     close(errfd);
     syscall(SYS_close_range, 3, ~0U, 0);
-    _exit(corral_reaper_wait(tenant, &mask));
+    _exit(corral_reaper_wait_job(tenant, &mask));
 }
 
 /*

@@ -480,13 +480,27 @@ Each capability runs a control that must succeed and then the breach that must b
 denied. Prints capability, holds/absent, the detail measured, and what it gates.
 Results that hold are kept for the boot and host state (in the caller's runtime
 directory) and marked "(probed at HH:MM:SS)"; any change of that state, and any launch
-whose enforcement step fails, probes again; --fresh does it now.]],
+whose enforcement step fails, probes again; --fresh does it now. Ctrl-C, SIGTERM or
+SIGHUP stop it after the current probe, whose result is dropped, and it exits 128+N.]],
   function(argv)
     local opts, rest = M.parse(argv, option_spec(PROBE_OPTIONS))
     if not opts then return fail("probe", rest) end
     local probe = require "corral.probe"
     if opts.fresh then probe.reset() end
-    local results = probe.probe()
+    -- held while probing, so that a signal never kills a probe before it removes its
+    -- scratch files, nor is taken for its verdict (Lua's "interrupted!" in a probe)
+    local STOP = { "INT", "TERM", "HUP" }
+    local held = core.signal.fd(STOP)
+    local results, sig = probe.probe({ signals = held })
+    if held then
+      held:close()
+      core.signal.unblock(STOP)
+    end
+    if sig then
+      io.stderr:write(string.format("corral probe: stopped by signal %d after %d of %d probes; " ..
+        "the one it interrupted was not kept\n", sig, #results, #probe.names()))
+      return 128 + sig
+    end
     if opts.json then
       io.write(json().encode(results), "\n")
       return 0

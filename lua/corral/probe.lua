@@ -12,6 +12,8 @@ local shell = require "corral.shell"
 local M = {}
 
 local cache = {}
+local check -- (name, signals) → result; M.check's body
+local swept = false -- whether this process has swept the scratch of dead ones
 -- what the probe cache held when this process first asked (nil: not read yet)
 local kept
 
@@ -25,12 +27,32 @@ end
 -- A private scratch directory for a probe. Without $TMPDIR and with /tmp read-only (a
 -- `corral confine` nested in another, whose /tmp is the runtime's), the working
 -- directory: there the confined process starts, inside its boundary.
+-- Named with the creator's pid, so that one a killed probe left is found and removed
+-- (M.sweep) by the next process that probes or runs.
 local function mkscratch()
-  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-")
+  local pid = core.proc.getpid()
+  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-" .. pid .. "-")
   if dir or os.getenv("TMPDIR") then return dir, err end
   local cwd = core.path.resolve(".")
   if not cwd then return nil, err end
-  return core.fs.mkdtemp(cwd .. "/.corral-probe-")
+  M.sweep(cwd, "^%.corral%-probe%-(%d+)%-%w+$")
+  return core.fs.mkdtemp(cwd .. "/.corral-probe-" .. pid .. "-")
+end
+
+-- A scratch directory of ours; never a link, nor a tree another user made.
+local function remove_own_tree(path)
+  local st = core.fs.lstat(path)
+  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
+end
+
+--- Removes the scratch directories (`corral-probe-<pid>-*`) of probing processes that are
+-- gone: a probe SIGKILLed mid-way (a `corral run` killed in its gate) leaves its own.
+-- @tparam[opt] string dir where to look (default: $TMPDIR, or /tmp)
+-- @tparam[opt] string pattern a name pattern capturing the creator's pid
+-- @treturn integer how many were removed
+function M.sweep(dir, pattern)
+  return require("corral.resources").sweep(dir or scratch_dir(), pattern or "^corral%-probe%-(%d+)%-%w+$",
+    remove_own_tree)
 end
 
 -- A file for a probe child's output, in a private directory of its own (never a
@@ -398,8 +420,20 @@ local probes = {
 -- @treturn table `{name =, holds =, detail =, gates =}`, and `advice` (corral.probe_advice's
 --   missing pieces) when it does not hold for a reason a setting would change
 function M.check(name)
+  return check(name)
+end
+
+-- One probe; with `signals` (a core.signal.fd the caller holds), a signal that arrived
+-- while it ran spoils its result (a terminal's Ctrl-C reaches the probe's own children
+-- too): `{name =, interrupted = N}` is returned, and nothing is cached or kept.
+check = function(name, signals)
   if cache[name] then return cache[name] end
   kept = kept or probe_cache.load()
+  if not swept then
+    -- once a process, before its first probe or gate: what a killed one left goes
+    swept = true
+    M.sweep()
+  end
   for _, p in ipairs(probes) do
     if p.name == name then
       local k = kept[name]
@@ -409,6 +443,8 @@ function M.check(name)
         return cache[name]
       end
       local ok, holds, detail, extra = pcall(p.run)
+      local sig = signals and core.signal.read(signals)
+      if sig then return { name = name, interrupted = sig, gates = p.gates } end
       if not ok then holds, detail = false, "probe error: " .. tostring(holds) end
       local advice
       if not holds then
@@ -429,10 +465,18 @@ function M.check(name)
 end
 
 --- Runs every probe (cached) and returns the results in a stable order.
--- @treturn {table,...}
-function M.probe()
+-- @tparam[opt] table opts `signals`: a core.signal.fd the caller holds (INT, TERM, HUP);
+--   when one arrives, probing stops after the current probe, whose result is dropped
+-- @treturn {table,...} the results
+-- @treturn[opt] integer the signal that stopped it (the results are those before it)
+function M.probe(opts)
+  local signals = opts and opts.signals
   local out = {}
-  for i, p in ipairs(probes) do out[i] = M.check(p.name) end
+  for i, p in ipairs(probes) do
+    local r = check(p.name, signals)
+    if r.interrupted then return out, r.interrupted end
+    out[i] = r
+  end
   return out
 end
 

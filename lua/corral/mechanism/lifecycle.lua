@@ -12,6 +12,12 @@ local resources = require "corral.resources"
 
 local M = {}
 
+--- Seconds a command is given to end after the first forwarded signal (Ctrl-C, SIGTERM,
+-- SIGHUP) before its whole sandbox is killed and the run ends with 128 + that signal:
+-- a command that ignores the signal, or defers it, cannot hold `corral run` open.
+-- The same as corral.mechanism.oci's and corral.mechanism.watch's.
+M.SIGNAL_GRACE = 3
+
 --- What a sandbox under a built-in mechanism requires, in the order the gate asks.
 -- @tparam table sb
 -- @tparam {string,...} needs the mechanism's own requirements
@@ -85,13 +91,22 @@ function M.build(mech, spawn, storage)
     if failed then return failed end
     if not proc then return nil, err end
     local st = state[sb.id]
-    local code, how = require("corral.egress.loop").wait(proc, { serve = st.plane ~= nil,
-      wall = sb.limits and sb.limits.wall, signals = opts and opts.signals })
+    local code, how, _, signalled = require("corral.egress.loop").wait(proc, { serve = st.plane ~= nil,
+      wall = sb.limits and sb.limits.wall, signals = opts and opts.signals, grace = M.SIGNAL_GRACE })
     local timed_out = false
     if not code then
-      timed_out = true
+      -- SIGKILL to its init (native: the pid namespace ends with it; bwrap: its
+      -- --die-with-parent), and the cgroup emptied too unless a started process shares it
       proc:kill()
+      if st.cgroup and not (st.process and st.process:running()) then st.cgroup:kill() end
       code, how = proc:wait()
+      -- the grace after a forwarded signal ran out: the run ends as that signal would
+      -- have ended it, not as at its wall
+      if signalled then
+        code, how = 128 + signalled, "killed"
+      else
+        timed_out = true
+      end
     end
     return classify(st, proc, code, how, timed_out)
   end
