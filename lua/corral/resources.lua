@@ -72,10 +72,10 @@ end
 
 -- The workspace as a detached tree's source: the directory itself (no symlink on the
 -- way), shown through an idmapped mount when someone else owns it and one can be made.
--- One holding a hard link out of it is refused (corral.idmapped); one inside the runtime,
--- one anyone may write (/tmp) or holding another sandbox's storage, or one on a filesystem
--- without idmapped mounts, is shown as it is: writable where its permissions let the host
--- id write.
+-- One holding a hard link out of it or another sandbox's storage is refused
+-- (corral.idmapped); one inside the runtime, one anyone may write (/tmp), or one on a
+-- filesystem without idmapped mounts, is shown as it is: writable where its permissions
+-- let the host id write (another storage there stays its own host id's, mode 0700).
 local function acquire_workspace(sb, st)
   local fd, err = core.fs.open_dir(sb.workspace_path)
   if not fd then return nil, require("corral.errors").invalid_argument("workspace_path", tostring(err)) end
@@ -83,7 +83,7 @@ local function acquire_workspace(sb, st)
   local id = sandbox.host_id(sb)
   if core.fs.lstat(fd).uid == id then return true end
   local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id, sandbox.storage_path(sb))
-  if kind == "refused" then
+  if kind == "refused" or kind == "storage" then
     return nil, require("corral.errors").invalid_argument("workspace_path", why)
   end
   st.workspace_userns = userns
