@@ -325,6 +325,8 @@ end
 -- @treturn[1] userdata the lock (a corral.fd on the directory; close it to release)
 -- @treturn[1] userdata|nil the idmapped mount's user namespace, when the directory is
 --   shown through one
+-- @treturn[1] boolean|nil whether this call made the directory (a caller refusing the run
+--   afterwards removes it)
 -- @return[2] nil and invalid_argument/cannot_enforce
 function M.prepare_storage(sb, opts)
   opts = opts or {}
@@ -379,8 +381,10 @@ function M.prepare_storage(sb, opts)
     end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot lock storage: " .. tostring(lerr))
   end
+  -- a refused run leaves nothing it made: the directory is still empty here
   local function refuse(e)
     lock:close()
+    if made then os.remove(path) end
     return nil, e
   end
   local owner = core.fs.lstat(lock).uid
@@ -434,7 +438,7 @@ function M.prepare_storage(sb, opts)
         tostring(merr)))
     end
   end
-  return true, lock, userns
+  return true, lock, userns, made
 end
 
 --- The unprivileged host id a sandbox's root maps to: FNV-1a of the storage path, in
