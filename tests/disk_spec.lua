@@ -80,7 +80,7 @@ describe("a disk of its own #root", function()
     assert.matches("%-%-disk: must be a size like", out)
     out, rc = h.corral("run", "--storage", root .. "/huge", "--disk", "100T", "--", "true")
     assert.are.equal(2, rc, out)
-    assert.matches("%-%-disk: 100T is larger than the filesystem of .* allows", out)
+    assert.matches("%-%-disk: 100T is more than the filesystem of .* has free", out)
     assert.is_nil(corral.core.fs.lstat(root .. "/.huge.disk"))
     out, rc = h.corral("run", "--mechanism", "oci", "--disk", "16M", "--", "true")
     assert.are.equal(3, rc, out)
@@ -101,6 +101,91 @@ describe("a disk of its own #root", function()
     assert.are.equal(0, rc, out)
     local blocks = tonumber(out:match("\n%S+%s+(%d+)"))
     assert.truthy(blocks and blocks > 8 * 1024 and blocks <= 16 * 1024, out)
+  end)
+
+  it("refuses a disk larger than the free space of the filesystem holding it, naming both sizes, and makes " ..
+    "nothing; control: one that fits", function()
+    local free = assert(core.fs.statvfs(root)).available
+    local gib = free // (1024 * 1024 * 1024) + 2
+    local out, rc = h.corral("run", "--storage", root .. "/big", "--disk", gib .. "G", "--", "true")
+    assert.are.equal(2, rc, out)
+    assert.matches("%-%-disk: " .. gib .. "G is more than the filesystem of " .. root:gsub("%p", "%%%0") ..
+      " has free %(%d[%d.]*G%)", out)
+    assert.are.same({}, core.fs.listdir(root))
+    out, rc = h.corral("run", "--storage", root .. "/big", "--disk", "16M", "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+  end)
+
+  it("an image without a filesystem (a run killed while making it) is refused, naming --disk and what to do; " ..
+    "control: removed, the next run makes it afresh", function()
+    -- what a run killed between creating and formatting its image left, before images were
+    -- made under a temporary name: a zero-filled image of the right size in place
+    local box, image = root .. "/k5", root .. "/.k5.disk"
+    h.must("truncate -s 16M " .. image .. " && chmod 600 " .. image)
+    for _ = 1, 2 do -- and it stays so: the refusal changes nothing
+      local out, rc = h.corral("run", "--storage", box, "--disk", "16M", "--", "true")
+      assert.are.equal(2, rc, out)
+      assert.matches("%-%-disk: this storage's disk %(" .. image:gsub("%p", "%%%0") .. "%) holds no filesystem", out)
+      assert.truthy(out:find("rm " .. image, 1, true), out)
+    end
+    assert.is_nil(core.fs.lstat(box))
+    os.remove(image)
+    local out, rc = h.corral("run", "--storage", box, "--disk", "16M", "--", "sh", "-c", "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    assert.are.equal(16 * 1024 * 1024, core.fs.lstat(image).size)
+  end)
+
+  it("a new image is made under a temporary name; one a dead run left is swept, one of a live process stays",
+    function()
+    -- a dead process's pid: the shell that printed it has exited
+    local dead = math.tointeger(tonumber((h.sh("echo $$"))))
+    assert.is_nil(core.fs.lstat("/proc/" .. dead))
+    local left = string.format("%s/.k6.disk-%d.new", root, dead)
+    local live = string.format("%s/.k7.disk-%d.new", root, h.own_pid())
+    for _, p in ipairs({ left, live }) do h.must("truncate -s 16M " .. p .. " && chmod 600 " .. p) end
+    local out, rc = h.corral("run", "--storage", root .. "/k6", "--disk", "16M", "--", "sh", "-c",
+      "echo ok > /storage/ok")
+    assert.are.equal(0, rc, out)
+    assert.is_nil(core.fs.lstat(left))
+    assert.are.equal("file", core.fs.lstat(live).type)
+    local names = core.fs.listdir(root)
+    table.sort(names)
+    assert.are.same({ ".k6.disk", ".k7.disk-" .. h.own_pid() .. ".new", "k6" }, names)
+  end)
+
+  it("a run refused before its command starts leaves nothing it made; a storage and image there before stay; " ..
+    "control: the same storage runs", function()
+    -- refused after the storage and its disk were made: a workspace with a hard link out of it
+    -- (exit 2), a --link to a file that is no network namespace (exit 3)
+    local ws, nsfile = root .. "/ws", root .. "/nsfile"
+    assert(core.fs.mkdir(ws, tonumber("755", 8)))
+    h.write(nsfile, "")
+    h.must("ln " .. nsfile .. " " .. ws .. "/link && chown -R 4242:4242 " .. ws)
+    local refusals = {
+      { 2, "--workspace", ws },
+      { 3, "--link", nsfile .. ",10.0.0.2/24,10.0.0.1" },
+    }
+    for _, r in ipairs(refusals) do
+      for _, disk in ipairs({ { "--disk", "16M" }, {} }) do
+        local out, rc = h.corral("run", "--storage", root .. "/n2", r[2], r[3], disk[1] or "--", disk[2] or "true",
+          disk[1] and "--" or nil, disk[1] and "true" or nil)
+        assert.are.equal(r[1], rc, r[2] .. ": " .. out)
+        assert.is_nil(core.fs.lstat(root .. "/n2"), out)
+        assert.is_nil(core.fs.lstat(root .. "/.n2.disk"), out)
+      end
+    end
+    -- a storage and its disk kept from an earlier run stay, with their files
+    local out, rc = h.corral("run", "--storage", root .. "/n2", "--disk", "16M", "--", "sh", "-c",
+      "echo kept > /storage/kept")
+    assert.are.equal(0, rc, out)
+    for _, r in ipairs(refusals) do
+      out, rc = h.corral("run", "--storage", root .. "/n2", "--disk", "16M", r[2], r[3], "--", "true")
+      assert.are.equal(r[1], rc, out)
+      assert.are.equal("dir", core.fs.lstat(root .. "/n2").type)
+    end
+    out, rc = h.corral("run", "--storage", root .. "/n2", "--disk", "16M", "--", "cat", "/storage/kept")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("kept\n", out)
   end)
 
   it("refuses a root others may write, where anyone could swap two sandboxes' images; control: made sticky",

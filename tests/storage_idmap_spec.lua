@@ -210,7 +210,7 @@ describe("operator-made storage and workspaces #root", function()
   end)
 
   it("no storage is shown inside another, either way round: the outer tenant would reach the inner one's files " ..
-    "and disk image (a workspace holding one is shown as it is); control: side by side, and a workspace holding " ..
+    "and disk image (nor is a workspace holding one); control: side by side, and a workspace holding " ..
     "the sandbox's own storage", function()
     local outer = operator_storage("outer")
     local out, rc = run("--storage", outer .. "/b", "--disk", "16M", "--", "sh", "-c", "echo inner > /storage/x")
@@ -231,14 +231,13 @@ describe("operator-made storage and workspaces #root", function()
       assert.matches("is inside " .. outer .. ", where another sandbox keeps its files", out, nil, true)
     end
     assert.is_nil(core.fs.lstat(outer .. "/.d.disk"))
-    -- a directory holding it, as a workspace, is shown as it is: root's file there stays
-    -- closed (control: readable)
-    h.write(root .. "/notes", "NOTES\n")
-    out, rc = run("--workspace", root, "--", "sh", "-c", h.attempt_then_control("echo pwned >> /workspace/notes",
-      "cat /workspace/notes"))
-    assert.are.equal(0, rc, out)
-    h.assert_refused(h.after_attempt(out, "^NOTES\n"), out)
-    assert.are.equal("NOTES\n", h.read(root .. "/notes"))
+    -- nor a directory holding it, as a workspace: idmapped, its tenant would own the other's
+    for _, mech in ipairs(MECHS) do
+      if mech ~= "bwrap" or has_bwrap() then
+        out, rc = run("--mechanism", mech, "--workspace", root, "--", "true")
+        assert_refused_flag(out, rc, "--workspace", outer .. " is where another sandbox keeps its files")
+      end
+    end
     -- controls: side by side; a workspace holding this sandbox's own storage
     out, rc = run("--storage", root .. "/beside", "--disk", "16M", "--", "sh", "-c", "echo ok > /storage/ok")
     assert.are.equal(0, rc, out)
@@ -246,6 +245,72 @@ describe("operator-made storage and workspaces #root", function()
     out, rc = run("--storage", proj .. "/store", "--workspace", proj, "--", "sh", "-c", "echo w > /workspace/w")
     assert.are.equal(0, rc, out)
     assert.are.equal("w\n", h.read(proj .. "/w"))
+  end)
+
+  it("a workspace that is or lies inside another sandbox's storage is refused under each mechanism, its " ..
+    "0600 file unread and nothing planted; control: a plain directory", function()
+    local other = root .. "/other"
+    local out, rc = run("--storage", other, "--", "sh", "-c",
+      "echo SECRET > /storage/secret && chmod 600 /storage/secret && mkdir /storage/sub")
+    assert.are.equal(0, rc, out)
+    for _, mech in ipairs(MECHS) do
+      if mech ~= "bwrap" or has_bwrap() then
+        for _, ws in ipairs({ other, other .. "/sub" }) do
+          out, rc = run("--mechanism", mech, "--workspace", ws, "--", "sh", "-c",
+            "cat /workspace/secret /workspace/../secret; echo planted > /workspace/planted")
+          assert_refused_flag(out, rc, "--workspace", "where another sandbox keeps its files")
+          assert.is_nil(out:find("SECRET", 1, true), out)
+          assert.is_nil(core.fs.lstat(ws .. "/planted"))
+        end
+        local plain = root .. "/plain-" .. mech
+        assert(core.fs.mkdir(plain, tonumber("755", 8)))
+        out, rc = run("--mechanism", mech, "--workspace", plain, "--", "sh", "-c", "echo w > /workspace/w")
+        assert.are.equal(0, rc, out)
+        assert.are.equal("w\n", h.read(plain .. "/w"))
+      end
+    end
+    -- the other sandbox's files are as it left them
+    out, rc = run("--storage", other, "--", "sh", "-c", "cat /storage/secret; ls /storage")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("SECRET\nsecret\nsub\n", out)
+  end)
+
+  it("a workspace that is, lies in or holds a kernel interface filesystem is refused, judged by the filesystem " ..
+    "not only its path; control: a plain directory", function()
+    -- a proc and a sysfs mounted where no path rule names them
+    local procdir, holder = root .. "/p", root .. "/holder"
+    assert(core.fs.mkdir(procdir, tonumber("755", 8)))
+    assert(core.fs.mkdir(holder, tonumber("755", 8)))
+    assert(core.fs.mkdir(holder .. "/sys", tonumber("755", 8)))
+    h.must("mount -t proc proc " .. procdir)
+    h.defer(finally, function() os.execute("umount " .. procdir) end)
+    h.must("mount -t sysfs sysfs " .. holder .. "/sys")
+    h.defer(finally, function() os.execute("umount " .. holder .. "/sys") end)
+    local cases = { "/proc", "/proc/1", "/sys", "/sys/fs/cgroup", "/dev", "/", procdir, procdir .. "/1", holder }
+    for _, mech in ipairs(MECHS) do
+      if mech ~= "bwrap" or has_bwrap() then
+        for _, ws in ipairs(cases) do
+          local out, rc = run("--mechanism", mech, "--workspace", ws, "--", "sh", "-c",
+            "ls /workspace; cat /workspace/1/cmdline /workspace/sys/kernel/uevent_seqnum")
+          assert.are.equal(2, rc, ws .. ": " .. out)
+          assert.matches("^corral run: invalid_argument: %-%-workspace: ", out)
+          assert.is_nil(out:find("\n.", 1), out) -- one line: nothing ran
+        end
+        local out, rc = run("--mechanism", mech, "--workspace", root, "--", "sh", "-c", "ls /workspace")
+        assert.are.equal(2, rc, out) -- it holds them still
+        local plain = root .. "/plain-" .. mech
+        assert(core.fs.mkdir(plain, tonumber("755", 8)))
+        out, rc = run("--mechanism", mech, "--workspace", plain, "--", "sh", "-c",
+          "echo w > /workspace/w && ls /workspace")
+        assert.are.equal(0, rc, out)
+        assert.are.equal("w\n", out)
+      end
+    end
+    for _, ws in ipairs({ procdir, holder }) do
+      local out = run("--workspace", ws, "--", "true")
+      assert.truthy(out:find(ws == procdir and "is on proc, a kernel interface filesystem" or
+        holder .. "/sys (sysfs), a kernel interface filesystem", 1, true), out)
+    end
   end)
 
   it("a workspace with a hard link to its owner's file outside is refused (control: without it)", function()

@@ -266,10 +266,13 @@ while n < 100000 and libc.inotify_init1(0) >= 0:
 print("tenant-instances", n, "errno", ctypes.get_errno(), flush=True)
 time.sleep(3)
 ]]
-        h.write(root .. "/grab.py", grab)
-        os.execute("chmod 0644 " .. root .. "/grab.py")
+        -- a workspace of its own: root holds other sandboxes' storages, which no workspace may
+        local ws = root .. "/ws"
+        assert(corral.core.fs.mkdir(ws, tonumber("755", 8)))
+        h.write(ws .. "/grab.py", grab)
+        os.execute("chmod 0644 " .. ws .. "/grab.py")
         local out_path = root .. "/grab.out"
-        local pid = h.sh(h.host .. " run --nofile 4096 --workspace " .. root .. " -- /usr/bin/python3 " ..
+        local pid = h.sh(h.host .. " run --nofile 4096 --workspace " .. ws .. " -- /usr/bin/python3 " ..
           "/workspace/grab.py >" .. out_path .. " 2>&1 & echo $!"):match("%d+")
         assert(h.wait_for(function() return (h.read(out_path) or ""):find("tenant%-instances") ~= nil end, 10),
           "control: the tenant never reported")

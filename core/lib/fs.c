@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -208,4 +209,27 @@ int corral_open_private(const char *path, int truncate, struct stat *st)
         return err;
     }
     return fd;
+}
+
+/* The magic numbers of linux/magic.h, spelled out: not every libc's headers carry all. */
+static const struct {
+    unsigned long magic;
+    const char *name;
+} kernel_fs[] = {
+    {0x9fa0, "proc"},         {0x62656572, "sysfs"},       {0x1cd1, "devpts"},
+    {0x64626720, "debugfs"},  {0x74726163, "tracefs"},     {0x73636673, "securityfs"},
+    {0x27e0eb, "cgroup"},     {0x63677270, "cgroup2"},     {0xcafe4a11, "bpf"},
+    {0x62656570, "configfs"}, {0xde5e81e4, "efivarfs"},    {0x6165676c, "pstore"},
+    {0x65735543, "fusectl"},  {0x42494e4d, "binfmt_misc"}, {0x19800202, "mqueue"},
+    {0x6e736673, "nsfs"},     {0xf97cff8c, "selinuxfs"},   {0x43415d53, "smackfs"},
+};
+
+int corral_kernel_fs(const char *path, const char **name)
+{
+    struct statfs sf;
+    *name = NULL;
+    if (statfs(path, &sf) < 0) return -errno;
+    for (size_t i = 0; i < sizeof kernel_fs / sizeof kernel_fs[0]; i++)
+        if ((unsigned long)sf.f_type == kernel_fs[i].magic) *name = kernel_fs[i].name;
+    return 0;
 }

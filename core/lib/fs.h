@@ -62,4 +62,13 @@ int corral_dir_marked(const char *path, const char *name);
  */
 int corral_open_private(const char *path, int truncate, struct stat *st);
 
+/*
+ * The kernel interface filesystem path lies on (statfs f_type, the symlink in the last
+ * component followed): "proc", "sysfs", "cgroup2" … for one of the pseudo-filesystems
+ * through which the kernel shows or takes the host's state, NULL for anything else (a
+ * disk, tmpfs, overlay). devtmpfs shares tmpfs's magic and is not told apart here.
+ * Returns 0 with *name set, or -errno.
+ */
+int corral_kernel_fs(const char *path, const char **name);
+
 #endif

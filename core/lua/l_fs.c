@@ -265,6 +265,20 @@ static int l_statvfs(lua_State *L)
     return 1;
 }
 
+/* core.fs.kernel_fs(path) → "proc", "sysfs" … (corral_kernel_fs) or false | nil, msg, errno */
+static int l_kernel_fs(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    const char *name;
+    int r = corral_kernel_fs(path, &name);
+    if (r < 0) return corral_pushfail(L, path, r);
+    if (name)
+        lua_pushstring(L, name);
+    else
+        lua_pushboolean(L, 0);
+    return 1;
+}
+
 /* core.fs.mkdtemp(prefix) → a new private directory (mode 0700) "<prefix>XXXXXX". */
 static int l_mkdtemp(lua_State *L)
 {
@@ -389,6 +403,7 @@ int corral_open_fs(lua_State *L)
                                    {"lock_dir", l_lock_dir},
                                    {"open_dir", l_open_dir},
                                    {"statvfs", l_statvfs},
+                                   {"kernel_fs", l_kernel_fs},
                                    {"mkdtemp", l_mkdtemp},
                                    {"readlink", l_readlink},
                                    {"read", l_read},

@@ -576,8 +576,10 @@ tenant the whole tree: it is refused inside the runtime (/etc, /usr …), for a 
 holding a hard link to a file outside it or a setuid, setgid or file-capability program
 (a write through a shared mapping keeps the bit), and for a storage in a root others may
 write (anyone could have made it) or owned by another sandbox's host id. A directory
-anyone may write (--workspace /tmp), or holding another sandbox's storage, is not its
-owner's alone: as a workspace it is shown as it is, as a storage it is refused. No
+anyone may write (--workspace /tmp) is not its owner's alone: as a workspace it is shown
+as it is, as a storage it is refused. A workspace that is, lies inside or (idmapped)
+holds another sandbox's storage is refused, and one that is, lies on or holds a kernel
+interface filesystem (/proc, /sys, /dev, cgroup …, judged by the filesystem's type). No
 storage is made inside another either (each is marked with a trusted.corral.storage
 attribute no tenant can touch): the outer tenant would reach the inner one's files and
 disk. Where no idmapped mount can be made (the
@@ -585,7 +587,9 @@ filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, 
 why, and such a workspace is writable only where its permissions let the host id
 write. --disk SIZE puts the storage on an ext4 filesystem of that size of its own (an
 image DIR's parent keeps as .ID.disk, made once and kept with the storage; as root,
-native or bwrap): a write past it fails with ENOSPC.
+native or bwrap): a write past it fails with ENOSPC. It must fit in the free space of
+the filesystem that holds it (a kept one: what it may still grow). A run refused before
+its command starts leaves no storage directory or image it made.
 
 Egress (--allow ENTRY: name, *.suffix, IP or CIDR, [IPv6], each with :port, :a-b or
 :80,443, or no port for any): any program, any TCP port, no proxy variables. The tenant's DNS gets

@@ -4,7 +4,8 @@
 --
 -- The filesystem is an ext4 image beside the storage directory (`ROOT/.ID.disk`: a name
 -- no sandbox id can take), sparse, formatted once with its root owned by the sandbox's
--- host id, and kept with the storage: the next run of the same storage mounts it again.
+-- host id (under a temporary name, renamed into place once formatted), and kept with the
+-- storage: the next run of the same storage mounts it again.
 -- It is attached to a loop device that detaches itself (core.disk) and mounted as a
 -- detached tree that no host path names; each spawn moves a clone of that tree to
 -- /storage. Nothing is left once the sandbox is destroyed: no mount, no loop device.
@@ -73,11 +74,55 @@ function M.format(path, uid)
   return true
 end
 
+-- An image being made: beside the image, named by the making process, renamed into place
+-- only once formatted, so a run killed while making it leaves no image without a
+-- filesystem in its place (swept once that process is gone).
+local function temporary_path(path) return path .. "-" .. core.proc.getpid() .. ".new" end
+local TEMPORARY_PATTERN = "^%..+%.disk%-(%d+)%.new$"
+
+local function remove_own_file(path)
+  local st = core.fs.lstat(path)
+  return st and st.type == "file" and st.uid == core.proc.geteuid() and os.remove(path)
+end
+
+-- Whether the image open at `image` starts like an ext4 filesystem (its superblock's magic).
+local function has_filesystem(image)
+  local f = io.open("/proc/self/fd/" .. image:fileno(), "rb")
+  if not f then return false end
+  f:seek("set", 1024 + 56)
+  local magic = f:read(2)
+  f:close()
+  return magic == "\x53\xef"
+end
+
+-- Refusal of a disk the host's free space cannot hold: past it the tenant's writes would
+-- fail on the host's filesystem (an I/O error inside, the host's disk full), not with
+-- ENOSPC on its own. `growth`: what the image may still take on the host.
+local function too_large(sb, want, growth)
+  local fs = core.fs.statvfs(sb.storage_root)
+  if not fs or growth <= fs.available then return nil end
+  local function approx(bytes)
+    local t = size_text(bytes)
+    if t:match("^%d+$") or t:match("K$") then t = string.format("%.1fG", bytes / 1024 ^ 3) end
+    return t
+  end
+  return errors.invalid_argument("limits.disk", string.format("%s is more than the filesystem of %s has free " ..
+    "(%s): the image could not grow to its size%s (free space there, or give a smaller size)", size_text(want),
+    sb.storage_root, approx(fs.available), growth < want and string.format(" (it may still take %s)",
+    approx(growth)) or ""))
+end
+
 --- Opens (or creates and formats) a sandbox's disk image and mounts it as a detached tree.
+-- A new image is made and formatted under a temporary name and renamed into place once
+-- formatted; it must fit in the free space of the filesystem that holds it, and a kept
+-- one must be able to grow to its size there (what it already takes is counted).
 -- @tparam table sb a validated sandbox with `limits.disk`
 -- @tparam integer uid the host id its root belongs to
--- @treturn userdata the mount (a corral.fd: closing it releases the disk once no
---   sandbox holds a clone), or nil and invalid_argument("limits.disk")/cannot_enforce("disk_quota")
+-- @treturn[1] userdata the mount (a corral.fd: closing it releases the disk once no
+--   sandbox holds a clone)
+-- @treturn[1] nil
+-- @treturn[1] boolean whether the image was made by this call
+-- @return[2] nil and invalid_argument("limits.disk")/cannot_enforce("disk_quota")
 function M.acquire(sb, uid)
   local want, path = sb.limits.disk, M.image_path(sb)
   -- in a root others may write, anyone may rename the images in it: one sandbox's disk
@@ -88,18 +133,28 @@ function M.acquire(sb, uid)
       "images in it, and hand one sandbox's disk to another: give a root only root may write (or make it sticky, " ..
       "chmod +t)", sb.storage_root, root.mode))
   end
+  require("corral.resources").sweep(sb.storage_root, TEMPORARY_PATTERN, remove_own_file)
   local image, size, errno, made
   image, size, errno = core.disk.open(path)
   if not image and errno == core.errno.ENOENT then
-    image, size, errno = core.disk.open(path, want)
-    made = image ~= nil
+    local e = too_large(sb, want, want)
+    if e then return nil, e end
+    local temp = temporary_path(path)
+    remove_own_file(temp) -- an earlier process of this pid's
+    image, size, errno = core.disk.open(temp, want)
     if image then
-      local ok, why = M.format(path, uid)
+      local ok, why = M.format(temp, uid)
+      if ok then
+        ok, why = os.rename(temp, path)
+      else
+        why = "cannot format " .. temp .. ": " .. why
+      end
       if not ok then
         image:close()
-        os.remove(path)
-        return nil, errors.cannot_enforce("disk_quota", "cannot format " .. path .. ": " .. why)
+        os.remove(temp)
+        return nil, errors.cannot_enforce("disk_quota", why)
       end
+      made = true
     end
   end
   if not image then
@@ -114,19 +169,40 @@ function M.acquire(sb, uid)
     end
     return nil, errors.cannot_enforce("disk_quota", "cannot open " .. tostring(size))
   end
-  if size ~= want then
+  local function refuse(e)
     image:close()
-    return nil, errors.invalid_argument("limits.disk", string.format("this storage's disk (%s) is %s, not %s: a " ..
-      "disk keeps the size it was made with (give %s, or remove the image to start afresh)",
-      path, size_text(size), size_text(want), size_text(size)))
+    return nil, e
   end
-  local mount, dev = core.disk.attach(image)
+  if size ~= want then
+    return refuse(errors.invalid_argument("limits.disk", string.format("this storage's disk (%s) is %s, not %s: a " ..
+      "disk keeps the size it was made with (give %s, or remove the image to start afresh)",
+      path, size_text(size), size_text(want), size_text(size))))
+  end
+  if not made then
+    if not has_filesystem(image) then
+      return refuse(errors.invalid_argument("limits.disk", string.format("this storage's disk (%s) holds no " ..
+        "filesystem (a run killed while making it, before this version of corral, left it so; it held no files " ..
+        "yet): remove it (rm %s) and the next run makes it afresh", path, path)))
+    end
+    local st = core.fs.lstat(image)
+    local e = st and too_large(sb, want, math.max(0, want - st.allocated))
+    if e then return refuse(e) end
+  end
+  local mount, dev, aerrno = core.disk.attach(image)
   image:close()
-  if not mount then return nil, errors.cannot_enforce("disk_quota", tostring(dev)) end
+  if not mount then
+    if made then os.remove(path) end
+    if not made and aerrno == core.errno.EINVAL then
+      return nil, errors.invalid_argument("limits.disk", string.format("this storage's disk (%s) cannot be " ..
+        "mounted (%s): check it with e2fsck -f %s, or remove it to start afresh (its files are lost)", path,
+        tostring(dev), path))
+    end
+    return nil, errors.cannot_enforce("disk_quota", tostring(dev))
+  end
   -- mke2fs's lost+found is root's, which the tenant's root is not: one directory it could
   -- neither use nor remove (e2fsck makes it again when it needs one)
   if made then os.remove("/proc/self/fd/" .. mount:fileno() .. "/lost+found") end
-  return mount
+  return mount, nil, made
 end
 
 --- An error when the storage has a disk image but the sandbox asks for none: its data is

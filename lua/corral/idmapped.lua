@@ -35,8 +35,8 @@ local M = {}
 -- @treturn[2] string why, a phrase
 -- @treturn[2] string "unavailable" (this host or filesystem cannot), "boundary" (a path
 --   inside the runtime or the kernel's interfaces), "shared" (a directory anyone may
---   write, or one where another sandbox keeps its files: not its owner's alone) or "refused" (a hard link out of it, or
---   a privileged program the tenant could rewrite)
+--   write: not its owner's alone), "storage" (it holds another sandbox's storage) or
+--   "refused" (a hard link out of it, or a privileged program the tenant could rewrite)
 function M.mapping(fd, path, host_id, own)
   if core.proc.geteuid() ~= 0 then return nil, "an idmapped mount needs corral to run as root", "unavailable" end
   local inside, why = core.rootplan.check_boundary(path)
@@ -87,7 +87,7 @@ function M.mapping(fd, path, host_id, own)
     ns:close()
     return nil, string.format("%s/%s is where another sandbox keeps its files%s: through the idmapped mount the " ..
       "tenant could reach them and the disk image beside them (keep them side by side)", path, found.storage,
-      found.storages > 1 and string.format(" (one of %d such directories)", found.storages) or ""), "shared"
+      found.storages > 1 and string.format(" (one of %d such directories)", found.storages) or ""), "storage"
   end
   if found.privileged > 0 then
     ns:close()

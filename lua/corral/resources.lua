@@ -72,10 +72,10 @@ end
 
 -- The workspace as a detached tree's source: the directory itself (no symlink on the
 -- way), shown through an idmapped mount when someone else owns it and one can be made.
--- One holding a hard link out of it is refused (corral.idmapped); one inside the runtime,
--- one anyone may write (/tmp) or holding another sandbox's storage, or one on a filesystem
--- without idmapped mounts, is shown as it is: writable where its permissions let the host
--- id write.
+-- One holding a hard link out of it or another sandbox's storage is refused
+-- (corral.idmapped); one inside the runtime, one anyone may write (/tmp), or one on a
+-- filesystem without idmapped mounts, is shown as it is: writable where its permissions
+-- let the host id write (another storage there stays its own host id's, mode 0700).
 local function acquire_workspace(sb, st)
   local fd, err = core.fs.open_dir(sb.workspace_path)
   if not fd then return nil, require("corral.errors").invalid_argument("workspace_path", tostring(err)) end
@@ -83,7 +83,7 @@ local function acquire_workspace(sb, st)
   local id = sandbox.host_id(sb)
   if core.fs.lstat(fd).uid == id then return true end
   local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id, sandbox.storage_path(sb))
-  if kind == "refused" then
+  if kind == "refused" or kind == "storage" then
     return nil, require("corral.errors").invalid_argument("workspace_path", why)
   end
   st.workspace_userns = userns
@@ -99,46 +99,39 @@ end
 function M.acquire(sb, opts)
   opts = opts or {}
   local trees = opts.trees and core.proc.geteuid() == 0
-  local ok, lock, userns = sandbox.prepare_storage(sb, opts)
+  local ok, lock, userns, made_storage = sandbox.prepare_storage(sb, opts)
   if not ok then return nil, lock end
-  local err
+  local err, made_image
   local st = { status = "provisioned", storage_lock = lock, storage_userns = userns, trees = trees }
+  -- a run refused before its command starts leaves nothing it made: the storage directory
+  -- and disk image made here are removed (ones that were there before stay)
+  local function refuse(e)
+    M.release(st)
+    if made_image then os.remove(require("corral.disk").image_path(sb)) end
+    if made_storage then os.remove(sandbox.storage_path(sb)) end
+    return nil, e
+  end
   if sb.limits and sb.limits.disk then
-    st.disk, err = require("corral.disk").acquire(sb, sandbox.host_id(sb))
-    if not st.disk then
-      M.release(st)
-      return nil, err
-    end
+    st.disk, err, made_image = require("corral.disk").acquire(sb, sandbox.host_id(sb))
+    if not st.disk then return refuse(err) end
   end
   if trees and sb.workspace_path then
     ok, err = acquire_workspace(sb, st)
-    if not ok then
-      M.release(st)
-      return nil, err
-    end
+    if not ok then return refuse(err) end
   end
   -- swept on every provision, so a SIGKILLed run's cgroup need not wait for one with limits
   if core.proc.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
   st.cgroup, err = limits.cgroup(sb)
-  if err then
-    M.release(st)
-    return nil, err
-  end
+  if err then return refuse(err) end
   if M.needs_plane(sb) then
     st.plane, err = require("corral.egress.plane").new(sb.id, sb.network)
-    if not st.plane then
-      M.release(st)
-      return nil, err
-    end
+    if not st.plane then return refuse(err) end
     -- source-port slices by storage path, unique per sandbox (the id is not)
     st.plane.port_key = sandbox.storage_path(sb)
     require("corral.egress.loop").add(st.plane)
     if sb.service_port then
       ok, err = st.plane:serve(sb.service_port)
-      if not ok then
-        M.release(st)
-        return nil, err
-      end
+      if not ok then return refuse(err) end
     end
   end
   return st

@@ -146,6 +146,8 @@ function M.new(t)
     end
     local r, err = core.path.resolve(t.workspace_path)
     if not r then return bad("workspace_path", err) end
+    local why = M.unfit_workspace(r, M.storage_path(sb))
+    if why then return bad("workspace_path", why) end
     sb.workspace_path = r
   end
   if t.service_port ~= nil then
@@ -207,6 +209,55 @@ function M.enclosing_storage(dir)
     p = p:match("^(.*)/[^/]*$")
     if p == "" then p = "/" end
   end
+end
+
+-- The kernel's interface filesystems as /proc/self/mountinfo names them (core.fs.kernel_fs
+-- tells the same ones by their magic, all but devtmpfs, which shares tmpfs's).
+local KERNEL_FS = { proc = true, sysfs = true, devtmpfs = true, devpts = true, debugfs = true, tracefs = true,
+  securityfs = true, cgroup = true, cgroup2 = true, bpf = true, configfs = true, efivarfs = true, pstore = true,
+  fusectl = true, binfmt_misc = true, mqueue = true, nsfs = true, selinuxfs = true, smackfs = true }
+
+-- A mount of a kernel interface filesystem at or beneath `dir`: its mount point and type, or nil.
+local function kernel_mount_beneath(dir)
+  local text = require("corral.file").read("/proc/self/mountinfo") or ""
+  local prefix = dir == "/" and "/" or dir .. "/"
+  for line in text:gmatch("[^\n]+") do
+    local at, fstype = line:match("^%S+ %S+ %S+ %S+ (%S+) .- %- (%S+) ")
+    if at then
+      at = at:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end)
+      if KERNEL_FS[fstype] and (at == dir or at:sub(1, #prefix) == prefix) then return at, fstype end
+    end
+  end
+  return nil
+end
+
+--- Why a resolved directory cannot be a sandbox's workspace, or nil. A workspace is bound
+-- read-write and, shown as it is, with every mount beneath it: one that is, lies in or
+-- holds a kernel interface filesystem (/proc, /sys, /dev, cgroup …) would show the tenant
+-- the host's processes and devices, judged by the filesystem itself, not its path alone.
+-- And one that is or lies inside another sandbox's storage (`STORAGE_MARK`) would hand the
+-- tenant that sandbox's files (through an idmapped mount, as that sandbox's owner).
+-- @tparam string dir a resolved path
+-- @tparam[opt] string own the sandbox's own storage directory, which it may lie in
+-- @treturn string|nil why, a phrase
+function M.unfit_workspace(dir, own)
+  local _, bwhy, kind = core.rootplan.check_boundary(dir)
+  if kind == "root" or kind == "system" then return dir .. " " .. bwhy .. ": the host's kernel interfaces" end
+  local fs = core.fs.kernel_fs(dir)
+  if fs then return string.format("%s is on %s, a kernel interface filesystem: the tenant would see the host " ..
+    "through it", dir, fs) end
+  local at, fstype = kernel_mount_beneath(dir)
+  if at then return string.format("%s holds %s (%s), a kernel interface filesystem: the tenant would see the " ..
+    "host through it", dir, at, fstype) end
+  local storage = core.proc.geteuid() == 0 and M.enclosing_storage(dir)
+  if storage then
+    local a, b = own and core.fs.lstat(own), core.fs.lstat(storage)
+    if not (a and b and a.dev == b.dev and a.ino == b.ino) then
+      return string.format("%s is %swhere another sandbox keeps its files: its tenant's files would be this " ..
+        "one's (give a directory of its own)", dir, storage == dir and "" or "inside " .. storage .. ", ")
+    end
+  end
+  return nil
 end
 
 --- Checks that a storage root exists and is a directory. corral creates the sandbox's
@@ -274,6 +325,8 @@ end
 -- @treturn[1] userdata the lock (a corral.fd on the directory; close it to release)
 -- @treturn[1] userdata|nil the idmapped mount's user namespace, when the directory is
 --   shown through one
+-- @treturn[1] boolean|nil whether this call made the directory (a caller refusing the run
+--   afterwards removes it)
 -- @return[2] nil and invalid_argument/cannot_enforce
 function M.prepare_storage(sb, opts)
   opts = opts or {}
@@ -328,8 +381,10 @@ function M.prepare_storage(sb, opts)
     end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot lock storage: " .. tostring(lerr))
   end
+  -- a refused run leaves nothing it made: the directory is still empty here
   local function refuse(e)
     lock:close()
+    if made then os.remove(path) end
     return nil, e
   end
   local owner = core.fs.lstat(lock).uid
@@ -346,7 +401,7 @@ function M.prepare_storage(sb, opts)
       why = string.format("the %s mechanism cannot show it through an idmapped mount (it binds the directory " ..
         "by its path%s)", opts.mechanism or "chosen", opts.mechanism == "oci" and "; its engine takes no idmap" or "")
     end
-    if kind == "refused" or kind == "boundary" or kind == "shared" then
+    if kind == "refused" or kind == "boundary" or kind == "shared" or kind == "storage" then
       return refuse(errors.invalid_argument("storage", why))
     end
     if not userns then
@@ -383,7 +438,7 @@ function M.prepare_storage(sb, opts)
         tostring(merr)))
     end
   end
-  return true, lock, userns
+  return true, lock, userns, made
 end
 
 --- The unprivileged host id a sandbox's root maps to: FNV-1a of the storage path, in
