@@ -271,6 +271,150 @@ describe("corral CLI", function()
     assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
   end)
 
+  -- A refusal of a value, and then, in the same test, the value beside it that runs.
+  local function refused_then_runs(flag, wrong, good, control_argv, expect)
+    local out, status = h.corral("run", flag, wrong, "--", "sh", "-c", "echo command-ran")
+    assert.are.equal(2, status, flag .. " " .. wrong .. ": " .. out)
+    assert.truthy(out:find("invalid_argument: " .. flag .. ":", 1, true), out)
+    assert.is_nil(out:find("command-ran", 1, true), out) -- refused before anything ran
+    local argv = { "run", flag, good, "--" }
+    for _, a in ipairs(control_argv or { "sh", "-c", "echo command-ran" }) do argv[#argv + 1] = a end
+    local refusal = out
+    out, status = h.corral(table.unpack(argv))
+    assert.are.equal(0, status, flag .. " " .. good .. ": " .. out)
+    assert.matches(expect or "command%-ran", out)
+    return refusal
+  end
+
+  it("run refuses --cpu below the kernel's least CPU quota up front; control: 0.01 runs", function()
+    -- below 0.00001 the quota was 0 and no limit was set at all; up to 0.0099 the cgroup refused it late (exit 3)
+    for _, wrong in ipairs({ "0.0000001", "0.00001", "0.0099", "0", "1025" }) do
+      assert.matches("%-%-cpu: must be a number of cores from 0%.01 %(the kernel's least CPU quota%) to 1024",
+        refused_then_runs("--cpu", wrong, "0.01"))
+    end
+  end)
+
+  for _, mechanism in ipairs({ "native", "bwrap" }) do
+    it("run under " .. mechanism .. " takes --pids from what a sandbox needs to start to kernel.pid_max, " ..
+      "naming the range; controls: both ends run", function()
+      local pid_max = math.tointeger(tonumber(h.read("/proc/sys/kernel/pid_max")))
+      local range = "%-%-pids: must be an integer from 4 %(what a sandbox needs to start its command%) to " ..
+        pid_max .. " %(kernel%.pid_max%)"
+      for _, case in ipairs({ { "1", "4" }, { "3", "4" }, { tostring(pid_max + 1), tostring(pid_max) },
+                              { "4194305", tostring(pid_max) }, { "99999999", "4" } }) do
+        local out, status = h.corral("run", "--mechanism", mechanism, "--pids", case[1], "--", "sh", "-c", "echo ran")
+        assert.are.equal(2, status, case[1] .. ": " .. out)
+        assert.matches(range, out)
+        assert.is_nil(out:find("ran", 1, true), out)
+        out, status = h.corral("run", "--mechanism", mechanism, "--pids", case[2], "--", "/bin/true")
+        assert.are.equal(0, status, case[2] .. ": " .. out)
+        assert.are.equal("", out)
+      end
+    end)
+  end
+
+  it("run refuses --nofile above the hard RLIMIT_NOFILE it runs with, naming it; control: that limit " ..
+    "runs and the tenant has it", function()
+    -- under a hard limit of 512 the tenant cannot be given 513: no process of it may raise a hard limit
+    local script = '"$0" run --nofile 513 -- sh -c "echo ran"; echo status=$?; ' ..
+      '"$0" run --nofile 512 -- sh -c "ulimit -Hn; ulimit -Sn"; echo status=$?'
+    local out = h.capture({ "sh", "-c", "ulimit -n 512 && " .. script, h.host })
+    assert.matches("^corral run: invalid_argument: %-%-nofile: must be an integer from 16 to 512, got 513 %(at " ..
+      "most the hard RLIMIT_NOFILE corral runs with, `ulimit %-Hn`, which a sandbox cannot raise%)\nstatus=2\n", out)
+    assert.matches("\nstatus=2\n512\n512\nstatus=0\n$", out)
+  end)
+
+  it("run checks --learn FILE before anything runs: empty, a directory, a symbolic link; control: a file " ..
+    "is written", function()
+    local dir = h.tmpdir("cli-learn")
+    assert(os.execute("ln -s " .. dir .. "/elsewhere " .. dir .. "/link && mkdir " .. dir .. "/sub"))
+    for _, case in ipairs({ { "", '"": name a file' }, { dir .. "/sub", "a directory, not a regular file" },
+                            { dir .. "/sub/", "name a file" }, { dir .. "/link", "a symbolic link" },
+                            { dir .. "/none/f", "the directory " .. dir .. "/none does not exist" } }) do
+      local out, status = h.corral("run", "--learn", case[1], "--", "sh", "-c", "echo command-ran")
+      assert.are.equal(2, status, case[1] .. ": " .. out)
+      assert.truthy(out:find("invalid_argument: --learn: ", 1, true), out)
+      assert.truthy(out:find(case[2], 1, true), out)
+      assert.is_nil(out:find("command-ran", 1, true), out)
+      assert.is_nil(out:find("not written", 1, true), out)
+      -- control: a file in that directory is checked, the command runs and the list is written
+      out, status = h.corral("run", "--learn", dir .. "/sub/list", "--", "sh", "-c", "echo command-ran")
+      assert.are.equal(0, status, out)
+      assert.matches("command%-ran\ncorral run: %-%-learn: 0 entries written to ", out)
+      assert.matches("^# corral run %-%-learn", h.read(dir .. "/sub/list"))
+      os.remove(dir .. "/sub/list")
+    end
+    assert.is_nil(h.sh("test -e " .. dir .. "/elsewhere && echo made"):match("made")) -- never through the link
+    h.rmrf(dir)
+  end)
+
+  it("run refuses a directory as --allow-file and an empty CMD with exit 2, no traceback; controls run",
+    function()
+    local dir = h.tmpdir("cli-allowdir")
+    local out, status = h.corral("run", "--allow-file", dir, "--", "true")
+    assert.are.equal(2, status, out)
+    assert.are.equal("corral run: invalid_argument: --allow-file: " .. dir .. ": Is a directory\n", out)
+    h.write(dir .. "/list", "a.test:443")
+    out, status = h.corral("run", "--allow-file", dir .. "/list", "--", "sh", "-c", "echo command-ran")
+    h.rmrf(dir)
+    assert.are.equal(0, status, out)
+    assert.matches("command%-ran", out)
+    for _, mechanism in ipairs({ "native", "bwrap" }) do
+      out, status = h.corral("run", "--mechanism", mechanism, "--", "")
+      assert.are.equal(2, status, out)
+      assert.are.equal("corral run: invalid_argument: CMD: the command to run is missing or empty\n", out)
+      out, status = h.corral("run", "--mechanism", mechanism, "--", "sh", "-c", "echo command-ran")
+      assert.are.equal(0, status, out)
+      assert.are.equal("command-ran\n", out)
+    end
+  end)
+
+  it("run names the flag in a refusal and quotes the value as given, never rewriting it", function()
+    local out, status = h.corral("run", "--id", "valid id", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches('^corral run: invalid_argument: %-%-id: must be [^\n]*; got "valid id"\n$', out)
+    out, status = h.corral("run", "--id", "valid-id", "--", "true")
+    assert.are.equal(0, status, out)
+    out, status = h.corral("run", "--storage", "/x/.idea", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.truthy(out:find("invalid_argument: --storage: /x does not exist", 1, true), out)
+    assert.is_nil(out:find("--storageea", 1, true), out)
+    -- where the parent exists the last component is the id, refused as written
+    local dir = h.tmpdir("cli-idea")
+    os.execute("chmod 0711 " .. dir)
+    out, status = h.corral("run", "--storage", dir .. "/.idea", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches('^corral run: invalid_argument: %-%-storage: must be [^\n]*; got "%.idea"\n$', out)
+    out, status = h.corral("run", "--storage", dir .. "/idea", "--", "true")
+    h.rmrf(dir)
+    assert.are.equal(0, status, out)
+    out, status = h.corral("run", "--mechanism", "nonesuch", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("^corral run: invalid_argument: %-%-mechanism: no built%-in mechanism nonesuch", out)
+    out, status = h.corral("run", "--mechanism", "native", "--", "true")
+    assert.are.equal(0, status, out)
+  end)
+
+  it("run takes counts in plain decimal and sizes in whole bytes or with a unit; controls run", function()
+    refused_then_runs("--pids", "0x10", "16")
+    refused_then_runs("--pids", " 5", "16")
+    refused_then_runs("--pids", "1e3", "1000")
+    refused_then_runs("--cpu", "0x10", "0.5")
+    refused_then_runs("--cpu", "1e0", ".5")
+    refused_then_runs("--nofile", "0x10", "64", { "sh", "-c", "ulimit -n" }, "^64\n$")
+    -- 1.5 bytes was taken as 1; a unit's fraction is whole bytes (ulimit -f counts 512-byte blocks)
+    refused_then_runs("--fsize", "1.5", "1.5K", { "sh", "-c", "ulimit -f" }, "^3\n$")
+    refused_then_runs("--service-port", "0x50", "80", nil, "service port 80 on 127%.0%.0%.1:%d+")
+    for _, flag in ipairs({ "--max-connections", "--max-udp-flows" }) do
+      local out, status = h.corral("run", "--allow", "a.test", flag, "0x10", "--", "sh", "-c", "echo command-ran")
+      assert.are.equal(2, status, out)
+      assert.truthy(out:find("invalid_argument: " .. flag .. ': "0x10": a positive integer, in decimal', 1, true), out)
+      out, status = h.corral("run", "--allow", "a.test", flag, "16", "--", "sh", "-c", "echo command-ran")
+      assert.are.equal(0, status, out)
+      assert.matches("command%-ran", out)
+    end
+  end)
+
   it("run without a writable /tmp for its temporary storage says so, naming --storage (exit 3); control: " ..
     "--storage DIR runs #root", function()
     local dir = h.tmpdir("rotmp")

@@ -103,22 +103,19 @@ function M.network_options(opts)
   end
   if opts["allow-file"] then
     local file = opts["allow-file"]
-    local f, ferr, ferrno = io.open(file)
-    if not f then return nil, errors.invalid_argument("--allow-file", ferr, ferrno) end
+    -- read whole, so that a directory (which io.open opens) is an error, not a raise from lines()
+    local text, ferr, ferrno = core.fs.read(file)
+    if not text then return nil, errors.invalid_argument("--allow-file", ferr, ferrno) end
     local n = 0
-    for line in f:lines() do
+    for line in (text:sub(-1) == "\n" and text or text .. "\n"):gmatch("([^\n]*)\n") do
       n = n + 1
       line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
       if line ~= "" then
         local why = check_entry(line)
-        if why then
-          f:close()
-          return invalid("--allow-file", "%s:%d: %s", file, n, why)
-        end
+        if why then return invalid("--allow-file", "%s:%d: %s", file, n, why) end
         allow[#allow + 1] = line
       end
     end
-    f:close()
   end
   for _, c in ipairs(opts.internal or {}) do
     local ok, why = allowlist.parse_cidr(c)
@@ -158,7 +155,7 @@ end
 
 local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
                            service_port = "--service-port", network = "--allow", log_json = "--log-json",
-                           learn = "--learn" }
+                           learn = "--learn", mechanism = "--mechanism", argv = "CMD" }
 for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
   RUN_OPTION_NAMES["limits." .. k] = "--" .. k
 end
@@ -525,11 +522,11 @@ local RUN_OPTIONS = {
   } },
   { "Limits", {
     { "memory", "value", "SIZE", "memory cap, e.g. 256M (exit 121 when it ends the command)" },
-    { "pids", "value", "N", "at most N processes and threads, e.g. 64" },
-    { "cpu", "value", "CORES", "CPU bandwidth in cores, e.g. 0.5" },
+    { "pids", "value", "N", "at most N processes and threads, 4 to kernel.pid_max, e.g. 64" },
+    { "cpu", "value", "CORES", "CPU bandwidth in cores, 0.01 to 1024, e.g. 0.5" },
     { "wall", "value", "DURATION", "wall-clock limit, e.g. 30s (exit 124 when it ends the command)" },
     { "fsize", "value", "SIZE", "largest file the command may write, e.g. 1G" },
-    { "nofile", "value", "N", "at most N open files, e.g. 256" },
+    { "nofile", "value", "N", "at most N open files, 16 to corral's hard ulimit -n, e.g. 256" },
     { "disk", "value", "SIZE", "the storage on a disk of its own of SIZE, e.g. 1G, kept beside DIR (as root)" },
   } },
   { "Environment", {

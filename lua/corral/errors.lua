@@ -1,7 +1,10 @@
 --- Structured errors: every policy refusal corral returns is built here.
 --
 -- A refusal is `nil, err`, `err` a table `{code =, capability? =, argument? =, detail =,
--- errno? =}` with a `__tostring`. The stable codes: `cannot_enforce` (this host cannot
+-- errno? =, detail_format? =}` with a `__tostring`; `detail_format`, when the detail names
+-- the argument, is the detail with `%s` in its place, so that a caller that renames the
+-- argument (`limits.memory` is `--memory`) rebuilds the detail, and never rewrites the
+-- text of a value it quotes. The stable codes: `cannot_enforce` (this host cannot
 -- build a protection the call requires; never answered with a weaker result),
 -- `invalid_argument`, `refused_env`.
 -- @module corral.errors

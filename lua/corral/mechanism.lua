@@ -233,10 +233,11 @@ function M.gate(mech, sb)
       local ok = false
       for _, c in ipairs(flag.needs) do ok = ok or named[c] == true end
       if not ok then
+        local format = string.format("mechanism %s lists %s in neither its constructed_capabilities (built " ..
+          "by itself) nor its required_capabilities (applied by the host around it), so %%s cannot be honoured",
+          (M.label(mech):gsub("%%", "%%%%")), table.concat(flag.needs, " or "))
         return nil, errors.new("cannot_enforce", { capability = flag.needs[1], argument = flag.field,
-          detail = string.format("mechanism %s lists %s in neither its constructed_capabilities (built " ..
-            "by itself) nor its required_capabilities (applied by the host around it), so %s cannot be honoured",
-            M.label(mech), table.concat(flag.needs, " or "), flag.field) })
+          detail = string.format(format, flag.field), detail_format = format })
       end
     end
   end

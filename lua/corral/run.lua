@@ -48,20 +48,27 @@ end
 -- makes its scratch files; the run's `--env` names are kept too.
 M.KEEP_ENV = { "PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR" }
 
--- Sizes and durations as given (corral.sandbox parses them), counts to integers, cpu to a number.
+-- Sizes and durations as given (corral.sandbox parses them), counts to integers, cpu to a
+-- number; each written in plain decimal (tonumber would take "0x10" and " 5").
 local function convert_limits(given, invalid)
+  local sandbox = require "corral.sandbox"
   local limits = {}
   given = given or {}
   for _, k in ipairs({ "memory", "fsize", "wall", "disk" }) do limits[k] = given[k] end
   for _, k in ipairs({ "pids", "nofile" }) do
     if given[k] then
-      limits[k] = math.tointeger(tonumber(given[k]))
-      if not limits[k] then return invalid("limits." .. k, "must be an integer") end
+      limits[k] = sandbox.parse_integer(given[k])
+      if not limits[k] then
+        return invalid("limits." .. k, string.format("must be a whole number in decimal, got %q", tostring(given[k])))
+      end
     end
   end
   if given.cpu then
-    limits.cpu = tonumber(given.cpu)
-    if not limits.cpu then return invalid("limits.cpu", "must be a number of cores") end
+    limits.cpu = sandbox.parse_decimal(given.cpu)
+    if not limits.cpu then
+      return invalid("limits.cpu", string.format("must be a number of cores in decimal (e.g. 0.5), got %q",
+        tostring(given.cpu)))
+    end
   end
   return limits
 end
@@ -179,14 +186,22 @@ function M.execute(req, hooks)
   local names = hooks.names or {}
   local function name(key) return names[key] or key end
   local function invalid(key, detail) return nil, errors.invalid_argument(name(key), detail) end
+  -- The error in the caller's words: its argument renamed, and a detail that names the
+  -- argument (the gate's: "so limits.memory cannot be honoured") rebuilt from its
+  -- detail_format; never a substitution inside the detail, which quotes the user's value.
   local function renamed(err)
     if type(err) ~= "table" or not err.argument then return err end
     local key = err.argument
     if key == "id" or key == "storage" or key == "storage_root" then key = req.storage and "storage" or "id" end
     if not names[key] then return err end
-    -- a gate refusal names the field in its detail too (limits.memory is --memory)
-    local detail = err.detail:gsub(err.argument:gsub("%p", "%%%0"), (names[key]:gsub("%%", "%%%%")))
-    return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail })
+    local detail = err.detail_format and string.format(err.detail_format, names[key]) or err.detail
+    return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail,
+                                  errno = err.errno })
+  end
+
+  local argv = req.argv
+  if type(argv) ~= "table" or type(argv[1]) ~= "string" or argv[1] == "" then
+    return invalid("argv", "the command to run is missing or empty")
   end
 
   local held <close> = hold_signals()
@@ -212,7 +227,7 @@ function M.execute(req, hooks)
       "before the mechanism is loaded: " .. tostring(cerr))
   end
   local mech, merr = corral.mechanism.load(req.mechanism or "native")
-  if not mech then return nil, merr end
+  if not mech then return nil, renamed(merr) end
   if req.engine then
     if type(mech.engine) ~= "function" then return invalid("engine", "only the oci mechanism drives an engine") end
     local _, why = mech.engine(req.engine)
@@ -230,8 +245,11 @@ function M.execute(req, hooks)
   end
   local service_port
   if req.service_port then
-    service_port = math.tointeger(tonumber(req.service_port))
-    if not service_port then return invalid("service_port", "must be a port number") end
+    service_port = require("corral.sandbox").parse_integer(req.service_port)
+    if not service_port then
+      return invalid("service_port", string.format("must be a port number in decimal, got %q",
+        tostring(req.service_port)))
+    end
   end
 
   -- the temporary storage comes last, so an invalid value leaves nothing behind

@@ -24,7 +24,7 @@ local LIMITS = { memory = true, pids = true, cpu = true, fsize = true, nofile = 
 
 local UNITS = { [""] = 1, K = 1024, M = 1024 ^ 2, G = 1024 ^ 3, T = 1024 ^ 4 }
 
---- Parses a size: a number of bytes, or "256M", "1G", "512K".
+--- Parses a size: a whole number of bytes, or one with a unit: "256M", "1.5G", "512K".
 -- @param v number or string
 -- @treturn integer|nil bytes
 function M.parse_size(v)
@@ -32,9 +32,29 @@ function M.parse_size(v)
   if type(v) ~= "string" then return nil end
   local n, unit = v:upper():match("^(%d+%.?%d*)%s*([KMGT]?)I?B?$")
   if not n then return nil end
+  -- a fraction of a unit is rounded down to whole bytes; a fraction of a byte is a mistake
+  if unit == "" and not n:match("^%d+$") then return nil end
   -- nil past what an integer holds (9000000T): no limit of that size can be set
   local bytes = math.tointeger(math.floor(tonumber(n) * UNITS[unit]))
   return bytes and bytes > 0 and bytes or nil
+end
+
+--- Parses a whole number written in plain decimal ("64"; not "0x40", " 64", "6.4e1").
+-- @param v integer or string
+-- @treturn integer|nil
+function M.parse_integer(v)
+  if math.type(v) == "integer" then return v end
+  if type(v) ~= "string" or not v:match("^%d+$") then return nil end
+  return math.tointeger(tonumber(v))
+end
+
+--- Parses a number written in plain decimal, a fraction allowed ("0.5", "2", ".25").
+-- @param v number or string
+-- @treturn number|nil
+function M.parse_decimal(v)
+  if type(v) == "number" then return v end
+  if type(v) ~= "string" or not (v:match("^%d+%.?%d*$") or v:match("^%.%d+$")) then return nil end
+  return tonumber(v)
 end
 
 --- Parses a duration: seconds, or "30s", "5m", "1h", "250ms".
@@ -69,11 +89,41 @@ end
 
 --- The kernel's ceiling for RLIMIT_NOFILE (fs.nr_open), or nil when unreadable.
 function M.nr_open()
-  local f = io.open("/proc/sys/fs/nr_open")
-  local n = f and tonumber(f:read("l"))
-  if f then f:close() end
-  return n
+  return math.tointeger(tonumber(file.read("/proc/sys/fs/nr_open") or ""))
 end
+
+--- The largest `limits.nofile` a sandbox can be given: the hard RLIMIT_NOFILE this
+-- process holds, within fs.nr_open. Raising a hard limit needs CAP_SYS_RESOURCE in the
+-- host's user namespace, which the spawn no longer holds once it is inside the tenant's
+-- (native), and which root in a container often lacks (bwrap and oci then fail too:
+-- measured at `ulimit -Hn` 20000, --nofile 20001 ended every mechanism at setrlimit, EPERM).
+-- @treturn integer|nil the ceiling, nil when neither is known
+-- @treturn string what bounds it
+function M.nofile_ceiling()
+  local _, hard = core.proc.nofile()
+  local nr_open = M.nr_open()
+  if math.type(hard) == "integer" and (not nr_open or hard <= nr_open) then
+    return hard, "the hard RLIMIT_NOFILE corral runs with, `ulimit -Hn`, which a sandbox cannot raise"
+  end
+  return nr_open, "fs.nr_open"
+end
+
+--- The fewest processes a sandbox starts its command with under every built-in
+-- mechanism: measured with `corral run --mechanism M --pids N -- /bin/true`, native
+-- needs 2 (at 1: "spawn: fork tenant", EAGAIN) and bwrap 4 (at 3: "bwrap: Can't fork for
+-- pid 1"; at 2: "Creating new namespace failed").
+M.MIN_PIDS = 4
+
+--- The kernel's pid_max: no more processes than that can exist at once, so no larger
+-- --pids means anything (and above 4194304 the cgroup refuses it), or nil when unreadable.
+-- @treturn integer|nil
+function M.pid_max()
+  return math.tointeger(tonumber(file.read("/proc/sys/kernel/pid_max") or ""))
+end
+
+--- The smallest CPU bandwidth, in cores: the kernel's least CFS quota is 1000 us, of
+-- corral's 100000 us period (below it cpu.max refuses the write, EINVAL).
+M.MIN_CPU = 0.01
 
 local function bad(field, detail)
   return nil, errors.invalid_argument(field, detail)
@@ -96,21 +146,27 @@ local function check_limits(l)
       if k == "memory" and out[k] < 4 * 1024 * 1024 then
         return bad("limits.memory", "must be at least 4M for anything to start, got " .. tostring(v))
       end
-    elseif k == "pids" or k == "nofile" then
-      if math.type(v) ~= "integer" or v < 1 then
-        return bad("limits." .. k, "must be a positive integer, got " .. tostring(v))
+    elseif k == "pids" then
+      -- fewer and no sandbox starts; more than pid_max cannot exist at once
+      local top = M.pid_max()
+      if math.type(v) ~= "integer" or v < M.MIN_PIDS or (top and v > top) then
+        return bad("limits.pids", string.format("must be an integer from %d (what a sandbox needs to start its " ..
+          "command) to %s (kernel.pid_max), got %s", M.MIN_PIDS, top or "pid_max", tostring(v)))
       end
-      -- above fs.nr_open the spawn's setrlimit fails with EPERM, a bad argument and not a
+      out[k] = v
+    elseif k == "nofile" then
+      -- above the ceiling the spawn's setrlimit fails with EPERM, a bad argument and not a
       -- protection missing; below 16 the sandbox's init cannot start the command
-      if k == "nofile" and v < 16 then return bad("limits.nofile", "must be at least 16, got " .. v) end
-      local nr_open = k == "nofile" and M.nr_open()
-      if nr_open and v > nr_open then
-        return bad("limits.nofile", string.format("must be at most %d (fs.nr_open), got %d", nr_open, v))
+      local top, why = M.nofile_ceiling()
+      if math.type(v) ~= "integer" or v < 16 or (top and v > top) then
+        return bad("limits.nofile", string.format("must be an integer from 16 to %s, got %s (at most %s)",
+          top or "fs.nr_open", tostring(v), why or "fs.nr_open"))
       end
       out[k] = v
     elseif k == "cpu" then
-      if type(v) ~= "number" or v <= 0 or v > 1024 then
-        return bad("limits.cpu", "must be a number of cores > 0 (0.5 = half a core), got " .. tostring(v))
+      if type(v) ~= "number" or v ~= v or v < M.MIN_CPU or v > 1024 then
+        return bad("limits.cpu", string.format("must be a number of cores from %g (the kernel's least CPU " ..
+          "quota) to 1024 (0.5 = half a core), got %s", M.MIN_CPU, tostring(v)))
       end
       out[k] = v
     elseif k == "wall" then

@@ -19,17 +19,33 @@ local function host(ev)
   return h
 end
 
---- Checks that FILE can be written at the end (its directory exists).
+--- Checks, before anything runs, that FILE can be written at the end as `start` opens
+-- it: a name in an existing directory, and no symbolic link, nothing but a regular file
+-- and no other user's file there already.
 -- @tparam string path
 -- @treturn[1] true
 -- @return[2] nil
 -- @treturn[2] table invalid_argument on --learn
 function M.check(path)
+  local function refuse(why) return nil, errors.invalid_argument("--learn", why) end
+  if path == "" or path:sub(-1) == "/" then return refuse('"' .. path .. '": name a file') end
   local dir = path:match("^(.*)/[^/]*$") or "."
   if dir == "" then dir = "/" end
   local st = core.fs.lstat(dir)
-  if not st or st.type ~= "dir" then
-    return nil, errors.invalid_argument("--learn", path .. ": the directory " .. dir .. " does not exist")
+  if st and st.type == "link" then
+    local real = core.path.resolve(dir)
+    st = real and core.fs.lstat(real)
+  end
+  if not st or st.type ~= "dir" then return refuse(path .. ": the directory " .. dir .. " does not exist") end
+  st = core.fs.lstat(path)
+  if not st then return true end
+  if st.type == "link" then return refuse(path .. ": a symbolic link (name the file itself)") end
+  if st.type ~= "file" then
+    return refuse(path .. ": " .. (st.type == "dir" and "a directory" or "a FIFO, socket or device") ..
+      ", not a regular file")
+  end
+  if st.uid ~= core.proc.geteuid() then
+    return refuse(string.format("%s: owned by uid %d, not by this process's (%d)", path, st.uid, core.proc.geteuid()))
   end
   return true
 end

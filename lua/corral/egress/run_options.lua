@@ -4,6 +4,8 @@
 -- `corral.egress.learn`), --udp-idle and --max-udp-flows (see `corral.egress.udp`).
 -- @module corral.egress.run_options
 local errors = require "corral.errors"
+-- a count in plain decimal ("64"; tonumber would take "0x40" and " 64")
+local parse_integer = require("corral.sandbox").parse_integer
 
 local M = {}
 
@@ -53,9 +55,9 @@ function M.apply(network, opts)
     network.udp_idle = v
   end
   if max_udp ~= nil then
-    local v = math.tointeger(tonumber(max_udp))
+    local v = parse_integer(max_udp)
     if not v or v < 1 then
-      return nil, errors.invalid_argument("--max-udp-flows", '"' .. max_udp .. '": a positive integer')
+      return nil, errors.invalid_argument("--max-udp-flows", '"' .. max_udp .. '": a positive integer, in decimal')
     end
     network.max_udp_flows = v
   end
@@ -72,9 +74,9 @@ function M.apply(network, opts)
     network.idle = v
   end
   if max ~= nil then
-    local v = math.tointeger(tonumber(max))
+    local v = parse_integer(max)
     if not v or v < 1 then
-      return nil, errors.invalid_argument("--max-connections", '"' .. max .. '": a positive integer')
+      return nil, errors.invalid_argument("--max-connections", '"' .. max .. '": a positive integer, in decimal')
     end
     network.max_connections = v
   end

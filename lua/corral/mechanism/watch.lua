@@ -160,7 +160,8 @@ function M.exec(mech, sb, argv, opts, signals)
   if report and report.error then
     local e = report.error
     if e.code and errors.codes[e.code] then
-      return nil, errors.new(e.code, { argument = e.argument, capability = e.capability, detail = e.detail })
+      return nil, errors.new(e.code, { argument = e.argument, capability = e.capability, detail = e.detail,
+                                       detail_format = e.detail_format })
     end
     return nil, errors.invalid_argument("mechanism " .. label, tostring(e.detail))
   end
