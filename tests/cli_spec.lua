@@ -455,6 +455,18 @@ describe("corral CLI", function()
       out, status = h.corral("run", "--mechanism", mechanism, "--", "/etc")
       assert.are.equal(126, status, out)
       assert.are.equal("corral run: /etc: Permission denied\n", out)
+      -- what only the sandbox can judge (a workspace's files, its /tmp): the same statuses
+      local ws = h.tmpdir("cli-ws")
+      h.write(ws .. "/plain", "data\n")
+      h.write(ws .. "/badinterp", "#!/nonexistent/interpreter\n")
+      os.execute("chmod 0755 " .. ws .. " " .. ws .. "/badinterp")
+      local statuses = {}
+      for _, cmd in ipairs({ "/workspace/missing", "/workspace/plain", "/workspace/badinterp", "/tmp" }) do
+        local _, st = h.corral("run", "--mechanism", mechanism, "--workspace", ws, "--", cmd)
+        statuses[#statuses + 1] = st
+      end
+      h.rmrf(ws)
+      assert.are.same({ 127, 126, 127, 126 }, statuses)
       -- controls: a command that exits 127 itself says nothing of the kind, and one that
       -- exists only inside the sandbox (its storage, on its PATH or by a relative path) runs
       out, status = h.corral("run", "--mechanism", mechanism, "--", "sh", "-c", "exit 127")

@@ -71,7 +71,10 @@ function M.args(root, argv, seccomp_fd)
   if seccomp_fd then add("--seccomp", tostring(seccomp_fd)) end
   -- the environment is the spawn's (exactly the tenant's), not --setenv: bwrap's command
   -- line is /proc/1/cmdline inside, where the values would show
-  add("--")
+  -- The command is exec'd by the tenant's own /bin/sh: a command that cannot be run
+  -- exits 127 (not found) or 126 (not executable) as under native, where bubblewrap's
+  -- own execvp would exit 1 for both. sh replaces itself: the command keeps its pid.
+  add("--", "/bin/sh", "-c", 'exec "$0" "$@"')
   for _, v in ipairs(argv) do a[#a + 1] = v end
   return a
 end
