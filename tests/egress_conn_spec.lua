@@ -258,12 +258,26 @@ describe("egress connections #root #netns", function()
       for _, a in ipairs(extra) do args[#args + 1] = a end
       return run(args, echo)
     end
-    local cut = with({ "--idle", "1s" })
+    -- the log says why each connection closed: the idle timer, or its ends
+    local log = net.dir .. "/idle.jsonl"
+    local function closed_reason()
+      local reason
+      for line in (h.read(log) or ""):gmatch("[^\n]+") do
+        local e = require("dkjson").decode(line)
+        if e and e.kind == "closed" and e.name == "echo.test" then reason = e.reason end
+      end
+      os.remove(log)
+      return reason
+    end
+    os.remove(log)
+    local cut = with({ "--idle", "1s", "--log-json", log })
     assert.matches("first", cut)
     assert.matches("nc%-done", cut)
     assert.is_nil(cut:find("second", 1, true), cut) -- cut after a second of silence
-    local kept = with({ "--idle", "10s" })               -- controls: a longer limit, and none
+    assert.are.equal("idle for 1 s", closed_reason())
+    local kept = with({ "--idle", "10s", "--log-json", log }) -- controls: a longer limit, and none
     assert.is_true(h.in_order(kept, { "first", "second", "nc%-done" }), kept)
+    assert.matches("allowed by echo%.test", closed_reason())
     local default = with({})
     assert.is_true(h.in_order(default, { "first", "second", "nc%-done" }), default)
   end)

@@ -25,6 +25,7 @@ local state
 -- what runs when its held client has sent more (`opts.on_held`).
 local pending, cuts, keys, on_held = {}, {}, {}, {}
 local ending = {} -- ids reset because their sandbox's plane went away
+local idle_of = {} -- by connection id: its idle timeout (seconds), to say so when it ran out
 
 local Relays = {}
 Relays.__index = Relays
@@ -131,7 +132,7 @@ function M.connect(client, ip, port, opts, dest, ctx)
   end
   local id, err, errno = M.get().relay:add_connect(client, ip, port, opts, dest)
   if not id then return nil, err, errno end
-  pending[id], keys[id], on_held[id] = ctx, opts.key, handler
+  pending[id], keys[id], on_held[id], idle_of[id] = ctx, opts.key, handler, opts.idle
   return id
 end
 
@@ -185,7 +186,7 @@ local abandoned = {}
 -- events.
 function M.forget()
   if state then abandoned[#abandoned + 1] = state end
-  state, pending, cuts, keys = nil, {}, {}, {}
+  state, pending, cuts, keys, idle_of = nil, {}, {}, {}, {}
 end
 
 --- The planes currently served, for the REPL.
@@ -214,7 +215,8 @@ relay_events = function(loop)
     if ev.kind == "connected" and ctx and ctx.upstreams then ctx.upstream = ctx.upstreams[ev.addr] end
     if ev.kind == "closed" or ev.kind == "failed" then
       loop.relay:ended(ev.id)
-      pending[ev.id], keys[ev.id], on_held[ev.id] = nil, nil, nil
+      local idle = idle_of[ev.id]
+      pending[ev.id], keys[ev.id], on_held[ev.id], idle_of[ev.id] = nil, nil, nil, nil
       local gone = ending[ev.id]
       ending[ev.id] = nil
       local cut = cuts[ev.id]
@@ -228,7 +230,10 @@ relay_events = function(loop)
         else
           events.emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
             upstream = ctx.upstream, entry = ctx.entry, verdict = "allow",
-            reason = (ev.kind == "failed" or M.out_of_fds(ev.err)) and M.failure(ev, ctx, gone) or ctx.reason,
+            reason = (ev.kind == "failed" or M.out_of_fds(ev.err)) and M.failure(ev, ctx, gone)
+              -- the relay's idle timer, not either end, closed it (as a UDP flow's is said)
+              or (ev.kind == "closed" and ev.err == core.errno.ETIMEDOUT and (idle or 0) > 0 and
+                string.format("idle for %g s", idle)) or ctx.reason,
             bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
         end
       end
