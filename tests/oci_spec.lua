@@ -634,6 +634,76 @@ for h in sys.argv[2:]: go(h)
     assert.matches("tests/oci_spec.lua", oci.OMITTED.disk_quota)
   end)
 
+  it("mounts a workspace whose path holds a comma as that directory, never the option it spells", function()
+    if not need_engine() then return end
+    local base = h.tmpdir("oci-comma")
+    finally(function() h.rmrf(base) end)
+    core.fs.chmod(base, tonumber("755", 8))
+    local other = base .. "/other"
+    assert(core.fs.mkdir(other, tonumber("755", 8)))
+    h.write(other .. "/theirs", "not-for-the-tenant\n")
+    -- attempt: read as CSV unquoted, ",src=OTHER" would mount OTHER at /workspace
+    local ws = base .. "/b,src=" .. other
+    h.must("mkdir -p " .. h.quote(ws) .. " && chmod -R 755 " .. h.quote(base .. "/b,src="))
+    h.write(ws .. "/mine", "given\n")
+    local out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--workspace", ws,
+      "--", "/bin/sh", "-c", "ls /workspace")
+    assert.are.equal(0, status, out)
+    assert.are.equal("mine\n", out)
+    -- control: a workspace without a comma is mounted the same way
+    out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--workspace", other,
+      "--", "/bin/sh", "-c", "ls /workspace")
+    assert.are.equal(0, status, out)
+    assert.are.equal("theirs\n", out)
+  end)
+
+  it("removes the container when its reader goes away (the client dies of SIGPIPE)", function()
+    if not need_engine() then return end
+    local rd, wr = core.io.pipe()
+    local devnull = assert(io.open("/dev/null", "r+"))
+    local p = assert(core.spawn.start({ plain = true, new_session = true, path = h.host, argv = { h.host, "run",
+      "--mechanism", "oci", "--engine", engine().path, "--", "/bin/sh", "-c", "while :; do echo line; sleep 0.1; done" },
+      env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = wr, stderr = devnull }))
+    wr:close()
+    devnull:close()
+    local pid = p:pid()
+    local first
+    for _ = 1, 200 do
+      first = core.io.read(rd, 64)
+      if first then break end
+      os.execute("sleep 0.1")
+    end
+    rd:close() -- what `| head -1` does once it has its line
+    local code, how = p:wait(60)
+    if not code then p:kill(); p:wait() end
+    p:close()
+    assert.truthy(first and first:find("line", 1, true), "the run never printed")
+    assert.are.same({ 128 + 13, "exited" }, { code, how }) -- the command's client, killed by SIGPIPE
+    assert.are.same({}, lines(oci.call({ "ps", "--all", "--format", "{{.Names}}", "--filter",
+      "label=corral.owner=" .. pid })))
+  end)
+
+  it("says 127 and 126 for a command that cannot run, as native does; the stdin corral was given closed", function()
+    if not need_engine() then return end
+    local ws = h.tmpdir("oci-exec")
+    finally(function() h.rmrf(ws) end)
+    core.fs.chmod(ws, tonumber("755", 8))
+    h.write(ws .. "/badinterp", "#!/nonexistent/interpreter\n")
+    core.fs.chmod(ws .. "/badinterp", tonumber("755", 8))
+    local statuses = {}
+    for _, cmd in ipairs({ "/workspace/missing", "/workspace/badinterp", "/tmp", "no-such-command-corral" }) do
+      local _, st = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--workspace", ws, "--", cmd)
+      statuses[#statuses + 1] = st
+    end
+    assert.are.same({ 127, 127, 126, 127 }, statuses)
+    -- control, and a closed stdin: the command runs and reads an empty one (it hung when
+    -- corral's own signalfd took fd 0 and became the engine client's stdin)
+    local out, status = h.sh("timeout 60 " .. h.quote(h.host) .. " run --mechanism oci --engine " ..
+      h.quote(engine().path) .. " -- /bin/sh -c 'cat; echo read-all' <&-")
+    assert.are.equal(0, status, out)
+    assert.matches("read%-all", out)
+  end)
+
   it("runs through corral run --mechanism oci --engine podman", function()
     if not need_engine() then return end
     local out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--storage",

@@ -1008,10 +1008,21 @@ static int confined_wants_help(int argc, char **argv)
     return 0;
 }
 
+/* A standard fd the caller closed (`corral run -- cat <&-`) would be the next fd corral
+ * opens (its signalfd became the engine client's stdin, which then hung): each closed
+ * one is opened on /dev/null first, the lowest free fd being that one. */
+static void open_closed_std_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) return;
+}
+
 int main(int argc, char **argv)
 {
     lua_State *L;
     int status, code;
+
+    open_closed_std_fds();
 
     /* On every confined launch: no Lua state, nothing loaded. */
     if (argc > 1 && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))

@@ -26,12 +26,16 @@ end
 -- so that one arriving while storage is made or the sandbox provisioned is acted on
 -- once that step returns (never a death that leaves them behind), and forwarded to the
 -- sandbox while the command runs; unblocked when the run returns, since the caller may
--- live on (a script, the REPL).
+-- live on (a script, the REPL). One still pending then was meant for a sandbox that is
+-- gone: it is read off first, or unblocking would deliver it and this process would die
+-- of it after the teardown, its command's status lost (a second SIGTERM sent while an
+-- engine call of the teardown ran did so).
 local FORWARDED = { "INT", "TERM", "HUP" }
 
 local function hold_signals()
   return setmetatable({ fd = core.signal.fd(FORWARDED) }, { __close = function(self)
     if not self.fd then return end
+    while core.signal.read(self.fd) do end
     self.fd:close()
     self.fd = nil
     core.signal.unblock(FORWARDED)

@@ -424,6 +424,17 @@ function parse_destination(s)
         .. "the entry could never be used; for a service on the host, give it a name (--allow NAME:PORT "
         .. "--resolve NAME=ADDR) or allow the address it listens on")
     end
+    if not is_net then
+      -- an address no connection reaches (multicast, broadcast, unspecified, corral's own
+      -- synthetic ranges): refused like the loopback, the entry could never be used
+      -- (corral.egress.ranges, loaded by now: it needs this module loaded first)
+      local what, cidr, fixed = require("corral.egress.ranges").classify(inet.format(bytes))
+      if fixed then
+        local synthetic = cidr:find("^198%.18%.") or cidr:find("^64:ff9b:1:")
+        return bad(s, string.format("%s (%s) is never a destination, so the entry could never be used%s", what,
+          cidr, synthetic and "; allow the name the sandbox's DNS gave that address instead" or ""))
+      end
+    end
     e.kind = is_net and "network" or "address"
     e.bytes, e.prefix = bytes, prefix
     e.family = #bytes == 4 and "inet" or "inet6"

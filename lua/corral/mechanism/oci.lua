@@ -247,6 +247,18 @@ function M.reductions()
   return r
 end
 
+-- One bind's --mount value. The engine reads it as a CSV record (podman and docker both),
+-- so a path holding a comma would otherwise add options of its own (`DIR,src=/var/log`
+-- mounted /var/log): each field that needs it is quoted, its quotes doubled.
+local function mount_value(src, dest, ro)
+  local function field(k, v)
+    local f = k .. "=" .. v
+    if f:find('[,"\r\n]') then f = '"' .. f:gsub('"', '""') .. '"' end
+    return f
+  end
+  return table.concat({ "type=bind", field("src", src), field("dst", dest), ro and "ro=true" or nil }, ",")
+end
+
 -- The engine flags that build sb's root (everything between `run` and the image).
 local function root_flags(sb, st, root, eng)
   local a = {}
@@ -255,17 +267,20 @@ local function root_flags(sb, st, root, eng)
       "--user", root.uid .. ":" .. root.gid, "--hostname", root.hostname, "--workdir", root.cwd,
       "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
       "--security-opt", "seccomp=" .. profile_path(),
-      "--tmpfs", string.format("/tmp:rw,nosuid,nodev,size=%dm,mode=1777", root.tmp_mib))
+      "--tmpfs", string.format("/tmp:rw,nosuid,nodev,size=%dm,mode=1777", root.tmp_mib),
+      -- the engine would also copy all the tenant prints into a log file on the host, with
+      -- no bound (conmon's k8s-file: 192 MB for a 200 MB print); the attached streams stay
+      "--log-driver", "none")
   if eng.kind == "podman" then add("--read-only-tmpfs=false", "--pull", "never") end
   if not M.config.image then
     for _, m in ipairs(root.mounts) do
       if m.type == "bind" and (not m.optional or core.fs.lstat(m.src)) then
-        add("--mount", string.format("type=bind,src=%s,dst=%s%s", m.src, m.dest, m.rw and "" or ",ro=true"))
+        add("--mount", mount_value(m.src, m.dest, not m.rw))
       end
     end
   else
     for _, m in ipairs(root.mounts) do
-      if m.type == "bind" and m.rw then add("--mount", string.format("type=bind,src=%s,dst=%s", m.src, m.dest)) end
+      if m.type == "bind" and m.rw then add("--mount", mount_value(m.src, m.dest, false)) end
     end
   end
   local lim = sb.limits or {}
@@ -337,6 +352,11 @@ local function command(sb, st, argv, opts, dir)
   local flags = root_flags(sb, st, root, eng)
   table.move(flags, 1, #flags, #args + 1, args)
   args[#args + 1] = img
+  -- In corral's own image the command is exec'd by the tenant's /bin/sh, so one that
+  -- cannot run exits 127 or 126 as under native (runc's own failure is status 1, or the
+  -- engine's 125); sh replaces itself, the command stays the container's first process.
+  -- An operator's image need not hold a shell: the command is its first process as given.
+  if not M.config.image then table.move({ "/bin/sh", "-c", 'exec "$0" "$@"' }, 1, 3, #args + 1, args) end
   table.move(argv, 1, #argv, #args + 1, args)
   return argv_of(eng, args), name, false
 end
@@ -700,7 +720,7 @@ function M.exec(sb, argv, opts)
   opts = opts or {}
   local run, err = spawn(sb, st, argv, opts, true)
   if not run then return nil, err end
-  local code, _, _, signalled = require("corral.egress.loop").wait(run.proc, { serve = st.plane ~= nil,
+  local code, how, _, signalled = require("corral.egress.loop").wait(run.proc, { serve = st.plane ~= nil,
     wall = sb.limits and sb.limits.wall, signals = opts.signals, grace = M.SIGNAL_GRACE, feeds = { run.feed },
     deliver = not run.joined and function(sig) return deliver(run, sig) end or nil })
   if not code then
@@ -709,7 +729,9 @@ function M.exec(sb, argv, opts)
     return { code = 128 + 9, how = "killed", limit = "wall" }
   end
   local result, cerr = classify(sb, run, code)
-  finish(run, false)
+  -- The client itself killed by a signal (SIGPIPE when the reader of its output went
+  -- away: `corral run … | head -1`) left its container running: it goes too.
+  finish(run, how == "killed")
   return result, cerr
 end
 
