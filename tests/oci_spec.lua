@@ -661,8 +661,9 @@ for h in sys.argv[2:]: go(h)
     if not need_engine() then return end
     local rd, wr = core.io.pipe()
     local devnull = assert(io.open("/dev/null", "r+"))
-    local p = assert(core.spawn.start({ plain = true, new_session = true, path = h.host, argv = { h.host, "run",
-      "--mechanism", "oci", "--engine", engine().path, "--", "/bin/sh", "-c", "while :; do echo line; sleep 0.1; done" },
+    local argv = { h.host, "run", "--mechanism", "oci", "--engine", engine().path, "--", "/bin/sh", "-c",
+      "while :; do echo line; sleep 0.1; done" }
+    local p = assert(core.spawn.start({ plain = true, new_session = true, path = h.host, argv = argv,
       env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = wr, stderr = devnull }))
     wr:close()
     devnull:close()
@@ -683,7 +684,7 @@ for h in sys.argv[2:]: go(h)
       "label=corral.owner=" .. pid })))
   end)
 
-  it("says 127 and 126 for a command that cannot run, as native does; the stdin corral was given closed", function()
+  it("says 127 and 126 for a command that cannot run, as native does; a closed stdin reads empty", function()
     if not need_engine() then return end
     local ws = h.tmpdir("oci-exec")
     finally(function() h.rmrf(ws) end)
