@@ -330,7 +330,8 @@ describe("corral CLI", function()
     assert(os.execute("ln -s " .. dir .. "/elsewhere " .. dir .. "/link && mkdir " .. dir .. "/sub"))
     for _, case in ipairs({ { "", '"": name a file' }, { dir .. "/sub", "a directory, not a regular file" },
                             { dir .. "/sub/", "name a file" }, { dir .. "/link", "a symbolic link" },
-                            { dir .. "/none/f", "the directory " .. dir .. "/none does not exist" } }) do
+                            { dir .. "/none/f", "the directory " .. dir .. "/none does not exist" },
+                            { "-", '"-": name a file' } }) do
       local out, status = h.corral("run", "--learn", case[1], "--", "sh", "-c", "echo command-ran")
       assert.are.equal(2, status, case[1] .. ": " .. out)
       assert.truthy(out:find("invalid_argument: --learn: ", 1, true), out)

@@ -29,6 +29,9 @@ end
 function M.check(path)
   local function refuse(why) return nil, errors.invalid_argument("--learn", why) end
   if path == "" or path:sub(-1) == "/" then return refuse('"' .. path .. '": name a file') end
+  -- not standard output (as --log-json - is): the file is written once the run ends, and
+  -- would be mixed into what the command printed there
+  if path == "-" then return refuse('"-": name a file (written when the run ends; ./- for a file named "-")') end
   local dir = path:match("^(.*)/[^/]*$") or "."
   if dir == "" then dir = "/" end
   local st = core.fs.lstat(dir)
