@@ -379,13 +379,14 @@ describe("corral run cleans up #root", function()
   -- `corral run --pids 16 --storage DIR -- sh -c script` in a session of its own; once the
   -- command has written /storage/up, corral is sent sig. Answers corral's status and the
   -- storage directory, where the command's handlers leave their evidence.
-  local function signalled_run(name, script, sig)
+  local function signalled_run(name, script, sig, mechanism)
     local root = h.tmpdir("signalled")
     os.execute("chmod 0711 " .. root)
     local dir = root .. "/" .. name
     local devnull = assert(io.open("/dev/null", "r+"))
     local p = assert(corral.core.spawn.start({ plain = true, new_session = true, path = h.host,
-      argv = { h.host, "run", "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c", script },
+      argv = { h.host, "run", "--mechanism", mechanism or "native", "--pids", "16", "--storage", dir, "--",
+        "/bin/sh", "-c", script },
       env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
     devnull:close()
     local pid = p:pid()
@@ -408,26 +409,30 @@ describe("corral run cleans up #root", function()
     return h.sh("pgrep -f " .. h.quote("^sleep " .. tag .. "$") .. " || true")
   end
 
-  it("ends a run whose command ignores a forwarded SIGTERM with 143, leaving nothing; " ..
-    "control: a command that handles it exits with its own status", function()
-    -- attempt: SIGTERM ignored by the shell and the sleep it starts; only the grace ends it
-    local code, _, clean, cgroups = signalled_run("ignored", "trap '' TERM; echo up > /storage/up; sleep 31.41",
-      15)
-    clean()
-    assert.are.equal(128 + 15, code)
-    assert.are.equal("", sandbox_processes("31.41"))
-    assert.are.equal("", cgroups)
-    -- control: the handler runs and its status is the run's
-    local dir
-    code, dir, clean, cgroups = signalled_run("handled",
-      "trap 'echo handled > /storage/handled; exit 7' TERM; echo up > /storage/up; sleep 31.42 & wait", 15)
-    local handled = h.read(dir .. "/handled")
-    clean()
-    assert.are.equal(7, code)
-    assert.are.equal("handled\n", handled)
-    assert.are.equal("", sandbox_processes("31.42"))
-    assert.are.equal("", cgroups)
-  end)
+  for _, mechanism in ipairs({ "native", "bwrap" }) do
+    it("ends a run whose command ignores a forwarded SIGTERM with 143, leaving nothing; " ..
+      "control: a command that handles it exits with its own status (" .. mechanism .. ")", function()
+      -- attempt: SIGTERM ignored by the shell and the sleep it starts; only the grace ends it
+      local code, _, clean, cgroups = signalled_run("ignored", "trap '' TERM; echo up > /storage/up; sleep 31.41",
+        15, mechanism)
+      clean()
+      assert.are.equal(128 + 15, code)
+      assert.are.equal("", sandbox_processes("31.41"))
+      assert.are.equal("", cgroups)
+      -- control: the handler runs and its status is the run's (under bwrap, the signal
+      -- goes to the command, not to bubblewrap, which would die of it first)
+      local dir
+      code, dir, clean, cgroups = signalled_run("handled",
+        "trap 'echo handled > /storage/handled; exit 7' TERM; echo up > /storage/up; sleep 31.42 & wait", 15,
+        mechanism)
+      local handled = h.read(dir .. "/handled")
+      clean()
+      assert.are.equal(7, code)
+      assert.are.equal("handled\n", handled)
+      assert.are.equal("", sandbox_processes("31.42"))
+      assert.are.equal("", cgroups)
+    end)
+  end
 
   it("forwards Ctrl-C to the command's whole job, as a terminal does: a shell's own child gets it; " ..
     "control: unsignalled, the same shells run to their end", function()

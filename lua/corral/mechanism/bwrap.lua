@@ -12,7 +12,9 @@
 -- @module corral.mechanism.bwrap
 local core = require "corral.core"
 local errors = require "corral.errors"
+local file = require "corral.file"
 local lifecycle = require "corral.mechanism.lifecycle"
+local proctree = require "corral.proctree"
 local resources = require "corral.resources"
 local tenant_root = require "corral.tenant_root"
 
@@ -187,7 +189,9 @@ local function spawn(sb, st, argv, opts)
     end
   end
   local as_root = core.proc.geteuid() == 0
-  local proc, err, errno = core.spawn.start({ plain = true, plain_ids = as_root, plain_pidns = as_root,
+  -- a session of its own: a terminal's Ctrl-C reaches corral, which hands it to the command
+  local proc, err, errno = core.spawn.start({ plain = true, new_session = true, plain_ids = as_root,
+    plain_pidns = as_root,
     uid = root.uid, gid = root.gid, path = bwrap, argv = full, env = root.env, rlimits = root.rlimits,
     netns = root.netns, cgroup_procs = root.cgroup_procs, keep_fds = { prog }, attach = attach,
     stdout = opts.stdout, stderr = opts.stderr })
@@ -198,6 +202,22 @@ local function spawn(sb, st, argv, opts)
 end
 
 -- bubblewrap opens the storage by its path as the host id: the directories above must let it
-lifecycle.build(M, spawn, { trees = true, by_path = true })
+-- A forwarded signal goes to the command bubblewrap started and what runs beneath it:
+-- sent to bubblewrap, it dies of it at once and takes the sandbox with it, before a
+-- handler in the command could run. The command is the first process beneath the spawned
+-- one that is not bubblewrap's (or corral's own init for it); until it runs, false.
+local function deliver(proc, sig)
+  for _, pid in ipairs(proctree.descendants(proc:pid())) do
+    local comm = file.read("/proc/" .. pid .. "/comm")
+    if comm and comm ~= "bwrap\n" and comm ~= "corral-init\n" then
+      core.proc.kill(pid, sig)
+      for _, below in ipairs(proctree.descendants(pid)) do core.proc.kill(below, sig) end
+      return true
+    end
+  end
+  return false
+end
+
+lifecycle.build(M, spawn, { trees = true, by_path = true }, deliver)
 
 return M

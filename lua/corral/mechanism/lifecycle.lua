@@ -37,8 +37,11 @@ end
 -- @tparam function spawn `spawn(sb, st, argv, opts)` → process; or nil, error; or nil,
 --   nil, result when the sandbox was built but the command could not run
 -- @tparam[opt] table storage how it reaches the storage (corral.resources.acquire's opts)
+-- @tparam[opt] function deliver `deliver(proc, sig)` → true once it has handed a forwarded
+--   signal to the command the spawned process runs (false: not yet, asked again); by
+--   default the signal goes to the spawned process itself
 -- @treturn table mech
-function M.build(mech, spawn, storage)
+function M.build(mech, spawn, storage, deliver)
   local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
 
   local function spawn_with_output(sb, argv, opts)
@@ -92,7 +95,8 @@ function M.build(mech, spawn, storage)
     if not proc then return nil, err end
     local st = state[sb.id]
     local code, how, _, signalled = require("corral.egress.loop").wait(proc, { serve = st.plane ~= nil,
-      wall = sb.limits and sb.limits.wall, signals = opts and opts.signals, grace = M.SIGNAL_GRACE })
+      wall = sb.limits and sb.limits.wall, signals = opts and opts.signals, grace = M.SIGNAL_GRACE,
+      deliver = deliver and function(sig) return deliver(proc, sig) end or nil })
     local timed_out = false
     if not code then
       -- SIGKILL to its init (native: the pid namespace ends with it; bwrap: its
