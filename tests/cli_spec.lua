@@ -62,6 +62,17 @@ describe("corral CLI", function()
     out, status = h.corral("run", "--helpme", "--", "true")
     assert.are.equal(2, status, out)
     assert.matches("%-%-helpme: unknown option", out)
+    -- a short dash word before the command is an unknown option too, never a command
+    -- named -x; probe takes no operand; controls: a command's own dash words are its own
+    out, status = h.corral("run", "-x", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("%-x: unknown option", out)
+    out, status = h.corral("probe", "extra")
+    assert.are.equal(2, status, out)
+    assert.matches("extra: corral probe takes no operand", out)
+    out, status = h.corral("run", "ls", "-d", "/")
+    assert.are.equal(0, status, out)
+    assert.are.equal("/\n", out)
   end)
 
   it("help run lists its options one per line, grouped, each with its meaning", function()

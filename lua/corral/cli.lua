@@ -46,7 +46,10 @@ function M.parse(argv, spec)
     end
     local name, inline = a:match("^%-%-([%w-]+)=(.*)$")
     name = name or a:match("^%-%-([%w-]+)$")
-    if not name then
+    if not name and #rest == 0 and a:match("^%-.") then
+      -- before any operand, a dash word is an option, never a command named "-x"
+      return nil, errors.invalid_argument(a, "unknown option (options are --long; a command goes after --)")
+    elseif not name then
       rest[#rest + 1] = a
     else
       local kind = spec[name]
@@ -482,6 +485,7 @@ SIGHUP stop it after the current probe, whose result is dropped, and it exits 12
   function(argv)
     local opts, rest = M.parse(argv, option_spec(PROBE_OPTIONS))
     if not opts then return fail("probe", rest) end
+    if rest[1] then return fail("probe", errors.invalid_argument(rest[1], "corral probe takes no operand")) end
     local probe = require "corral.probe"
     if opts.fresh then probe.reset() end
     -- held while probing, so that a signal never kills a probe before it removes its
