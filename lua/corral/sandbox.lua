@@ -324,6 +324,9 @@ end
 function M.check_root(root)
   local resolved = core.path.resolve(root)
   local st = resolved and core.fs.lstat(resolved)
+  if not st and core.fs.lstat(root) then
+    return nil, errors.invalid_argument("storage_root", root .. " is not a directory")
+  end
   if not st then
     return nil, errors.invalid_argument("storage_root", root .. " does not exist; corral creates only the " ..
       "sandbox's own directory beneath it (create it first, e.g. mkdir -m 0711 " .. root .. ")")
@@ -420,6 +423,10 @@ function M.prepare_storage(sb, opts)
     return cannot(err, errno)
   else
     local st = core.fs.lstat(path)
+    if st and st.type == "link" then
+      -- never followed: where it points could change between the checks and the mount
+      return nil, errors.invalid_argument("storage", path .. " is a symbolic link; give the directory itself")
+    end
     if not st or st.type ~= "dir" then
       return nil, errors.invalid_argument("storage", path .. " exists and is not a directory")
     end
