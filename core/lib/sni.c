@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <arpa/inet.h>
 
 #include "sni.h"
 
@@ -149,19 +150,21 @@ static int http_start(const uint8_t *buf, size_t len)
     return prefix ? -EAGAIN : 0;
 }
 
-/* An IPv6 literal's text (inside its brackets): hex digits, ':' and the dots of an
- * embedded IPv4 address, copied lowercased. Whether it is an address is the caller's to
- * judge (a Host naming the address the client dialled is that destination). */
+/* An IPv6 literal (inside its brackets), copied lowercased once inet_pton takes it:
+ * whether it is the address the client dialled is the caller's to judge. */
 static int set_ip6_literal(struct corral_sni *out, const uint8_t *p, size_t n)
 {
-    if (n < 2 || n > 45) return -EBADMSG; /* INET6_ADDRSTRLEN - 1 */
+    if (n < 2 || n >= INET6_ADDRSTRLEN) return -EBADMSG;
     for (size_t i = 0; i < n; i++) {
         uint8_t c = p[i] >= 'A' && p[i] <= 'F' ? (uint8_t)(p[i] + 32) : p[i];
+        /* only what an address is written with: a NUL would cut inet_pton's view short */
         if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == ':' || c == '.'))
             return -EBADMSG;
         out->name[i] = (char)c;
     }
     out->name[n] = '\0';
+    struct in6_addr a;
+    if (inet_pton(AF_INET6, out->name, &a) != 1) return -EBADMSG;
     out->name_len = n;
     return 0;
 }

@@ -3,13 +3,15 @@
  * is the first flight a hostile tenant could send on a connection to an allowed name.
  * Besides the sanitizers' verdict, it checks:
  *  - the result is one of 0, -EAGAIN, -EBADMSG, and a name is only ever reported with 0;
- *  - a name is a NUL-terminated lowercase hostname of 1-255 bytes with no trailing dot;
+ *  - a name is a NUL-terminated lowercase hostname of 1-255 bytes with no trailing dot,
+ *    or (an HTTP Host in brackets) a valid IPv6 address in lowercase;
  *  - TLS is decided on the whole record: no strict prefix of an input read as TLS with
  *    0 is itself read as 0 (the check never answers on part of a ClientHello);
  *  - an HTTP head is decided at its blank line: a prefix that ends before it is -EAGAIN
  *    or -EBADMSG, never a name.
  * Built and run by scripts/run-fuzz.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -26,6 +28,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check_name(const struct corral_sni *s)
 {
     ASSERT(s->name_len <= CORRAL_SNI_NAME_MAX && strlen(s->name) == s->name_len);
+    struct in6_addr a;
+    if (memchr(s->name, ':', s->name_len)) {
+        /* an HTTP Host's [IPv6] literal: a valid address, in lowercase */
+        ASSERT(s->kind == CORRAL_SNI_HTTP && inet_pton(AF_INET6, s->name, &a) == 1);
+        for (size_t i = 0; i < s->name_len; i++)
+            ASSERT(s->name[i] < 'A' || s->name[i] > 'Z');
+        return;
+    }
     if (s->name_len) ASSERT(s->name[s->name_len - 1] != '.');
     for (size_t i = 0; i < s->name_len; i++) {
         char c = s->name[i];
