@@ -620,7 +620,8 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, c
 {
     if (o->layer_ns && build_root(o) < 0) return CORRAL_EXIT_SETUP;
     if (chdir(o->cd) < 0) {
-        diag(errno, "cannot enter --cd %s", o->cd);
+        /* the spec always passes --cd: by default the --permit directory itself */
+        diag(errno, "cannot enter the working directory %s (--cd; by default --permit)", o->cd);
         return CORRAL_EXIT_SETUP;
     }
     if (o->layer_landlock && apply_landlock(o) < 0) return CORRAL_EXIT_SETUP;
