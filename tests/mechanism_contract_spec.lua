@@ -134,8 +134,9 @@ function M.required_capabilities(sb) return (sb.limits.memory and { "resource_li
 
   it("forwards SIGTERM, cleans up and exits 143 without a traceback; control: an undisturbed run exits 0", function()
     local mech = custom(dir)
-    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) ..
+    local p, pid, fifo = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) ..
       " -- 'sleep 20'; echo rc=$?")
+    os.remove(fifo) -- the child never waits on it
     assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
     os.execute("kill -TERM " .. pid)
     p:read("a")
@@ -159,7 +160,8 @@ function M.required_capabilities(sb) return (sb.limits.memory and { "resource_li
     local mech = custom(dir)
     -- Only corral gets the signal: the command hears of it through the forwarding alone
     -- (the watched child's 3 s grace kill would also end it, but not within 2 s).
-    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'sleep 20'")
+    local p, pid, fifo = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'sleep 20'")
+    os.remove(fifo) -- the child never waits on it
     assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
     os.execute("sleep 0.3") -- past provision, into the command
     os.execute("kill -INT " .. pid)
@@ -195,8 +197,9 @@ function M.provision(sb) os.execute("sleep 1.5"); state[sb.id] = "provisioned"; 
 ]])
     local marker = dir .. "/ran"
     -- the temporary storage is made just before provision
-    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'touch " ..
+    local p, pid, fifo = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'touch " ..
       marker .. "'")
+    os.remove(fifo) -- the child never waits on it
     assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
     os.execute("kill -TERM " .. pid)
     local out = p:read("a")
