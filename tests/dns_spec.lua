@@ -91,7 +91,7 @@ describe("core.dns codec", function()
 end)
 
 describe("core.dns with real dig", function()
-  local tmp, proc, pid, port, fifo
+  local tmp, proc, pid, port
   local cwd = assert(core.path.resolve("."))
 
   -- One process per datagram (socat ...,fork): read the query, decide as the real
@@ -134,7 +134,7 @@ if r then io.write(r) io.flush() end
     for _ = 1, 10 do
       port = h.free_port()
       -- h.child keeps socat our child (its shell execs it), so that teardown reaps it
-      proc, pid, fifo = h.child(string.format("exec socat UDP4-RECVFROM:%d,bind=127.0.0.1,fork %s 2>%s",
+      proc, pid = h.child(string.format("exec socat UDP4-RECVFROM:%d,bind=127.0.0.1,fork %s 2>%s",
         port, exec, h.quote(tmp .. "/socat.log")))
       local listening = h.wait_for(function()
         if h.sh("ss -Hnul " .. h.quote("sport = :" .. port)):match("127%.0%.0%.1:" .. port) then return true end
@@ -143,7 +143,6 @@ if r then io.write(r) io.flush() end
       if listening then return end
       os.execute("kill " .. pid .. " 2>/dev/null")
       proc:close()
-      os.remove(fifo)
       pid, proc = nil, nil
     end
     error("could not start socat on a loopback port")
@@ -153,7 +152,6 @@ if r then io.write(r) io.flush() end
     if pid then
       os.execute("kill " .. pid .. " 2>/dev/null")
       proc:close()
-      os.remove(fifo)
     end
     h.rmrf(tmp)
   end)

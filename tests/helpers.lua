@@ -157,13 +157,19 @@ function M.own_pid()
   return pid
 end
 
---- Starts `sh -c script` with stderr on the pipe too and $F (exported) a fresh fifo
--- it may read to wait for release(). Returns the pipe, the shell's pid and the fifo.
+--- Starts `sh -c script` with stderr on the pipe too and, when the script names $F, $F
+-- (exported) a fresh fifo it may read to wait for release(), which removes it. Returns
+-- the pipe, the shell's pid and the fifo (nil when the script names none: nothing to
+-- leave in /tmp).
 function M.child(script)
-  local f = os.tmpname()
-  os.remove(f)
-  assert(os.execute("mkfifo -m 600 " .. f))
-  local p = assert(io.popen("exec 2>&1; F=" .. f .. "; export F; echo $$; " .. script))
+  local f, env = nil, ""
+  if script:find("$F", 1, true) then
+    f = os.tmpname()
+    os.remove(f)
+    assert(os.execute("mkfifo -m 600 " .. f))
+    env = "F=" .. f .. "; export F; "
+  end
+  local p = assert(io.popen("exec 2>&1; " .. env .. "echo $$; " .. script))
   return p, math.tointeger(tonumber(p:read("l"))), f
 end
 

@@ -49,9 +49,8 @@ local function forwarded(mech, dir, sig)
   local mark, up = dir .. "/handled-" .. sig, dir .. "/up-" .. sig
   local command = "trap " .. h.quote("touch " .. mark .. "; exit 7") .. " " .. sig .. "; touch " .. up ..
     "; sleep 20 & wait"
-  local p, pid, fifo = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- " ..
+  local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- " ..
     h.quote(command))
-  os.remove(fifo)
   assert.truthy(h.wait_for(function() return corral.core.fs.lstat(up) end, 10), "the command never started")
   os.execute("kill -" .. sig .. " " .. pid)
   p:read("a")
@@ -134,9 +133,8 @@ function M.required_capabilities(sb) return (sb.limits.memory and { "resource_li
 
   it("forwards SIGTERM, cleans up and exits 143 without a traceback; control: an undisturbed run exits 0", function()
     local mech = custom(dir)
-    local p, pid, fifo = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) ..
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) ..
       " -- 'sleep 20'; echo rc=$?")
-    os.remove(fifo) -- the child never waits on it
     assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
     os.execute("kill -TERM " .. pid)
     p:read("a")
@@ -160,8 +158,7 @@ function M.required_capabilities(sb) return (sb.limits.memory and { "resource_li
     local mech = custom(dir)
     -- Only corral gets the signal: the command hears of it through the forwarding alone
     -- (the watched child's 3 s grace kill would also end it, but not within 2 s).
-    local p, pid, fifo = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'sleep 20'")
-    os.remove(fifo) -- the child never waits on it
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'sleep 20'")
     assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
     os.execute("sleep 0.3") -- past provision, into the command
     os.execute("kill -INT " .. pid)
@@ -197,9 +194,8 @@ function M.provision(sb) os.execute("sleep 1.5"); state[sb.id] = "provisioned"; 
 ]])
     local marker = dir .. "/ran"
     -- the temporary storage is made just before provision
-    local p, pid, fifo = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'touch " ..
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- 'touch " ..
       marker .. "'")
-    os.remove(fifo) -- the child never waits on it
     assert.truthy(h.wait_for(function() return temp_storages(pid) == 1 end, 5), "the run never started")
     os.execute("kill -TERM " .. pid)
     local out = p:read("a")
