@@ -343,12 +343,13 @@ describe("the oci mechanism #root #oci", function()
 
   it("ends a run at limits.wall: the container is removed before its command goes on", function()
     if not need_engine() then return end
-    -- the limit covers the engine's own start too (a few hundred ms, more on a busy
-    -- machine): 2 s leaves the quick command room, and the slow one overruns it
-    local sb = box("wall", { limits = { wall = 2 } })
+    -- the limit covers the engine's own start too (a few hundred ms, over 2 s on a busy
+    -- machine, where a 2 s wall once ended the quick control): 5 s leaves the quick
+    -- command room, the slow one overruns it, and its line is due before the check
+    local sb = box("wall", { limits = { wall = 5 } })
     assert(corral.provision(oci, sb))
-    local r = exec(sb, "sleep 4; echo late > /storage/late")
-    core.io.poll({}, 3)
+    local r = exec(sb, "sleep 8; echo late > /storage/late")
+    core.io.poll({}, 4)
     local r2, _, out2 = exec(sb, "echo quick > /storage/quick && cat /storage/quick")
     corral.destroy(oci, sb)
     assert.are.equal("wall", r.limit)
