@@ -109,7 +109,7 @@ describe("corral CLI", function()
   it("confine prints a spec naming the wrapper, and --json the same as JSON", function()
     local out, status = h.corral("confine", "--permit", box, "--", "sh", "-c", "true")
     assert.are.equal(0, status, out)
-    assert.matches("cmd:%s+" .. h.host:gsub("%p", "%%%0"), out)
+    assert.matches("cmd:%s+" .. h.wrapper:gsub("%p", "%%%0"), out)
     assert.matches("layers: ns, landlock", out)
     assert.matches("values not shown", out)
     out, status = h.capture({ "env", "ANTHROPIC_API_KEY=sk-never-printed", h.host, "confine", "--json",
@@ -117,7 +117,7 @@ describe("corral CLI", function()
     assert.are.equal(0, status, out)
     assert.is_nil(out:find("sk-never-printed", 1, true))
     local spec = json.decode(out)
-    assert.are.equal(h.host, spec.cmd)
+    assert.are.equal(h.wrapper, spec.cmd)
     assert.are.equal("exec-confined", spec.args[1])
     assert.are.equal(box, spec.cd)
     assert.truthy(#spec.env_names > 0)
@@ -186,14 +186,33 @@ describe("corral CLI", function()
       { "exec-confined", "--permit", "/", "--", "true" },
       { "exec-confined", "--permit", box, "--extra", "/sys", "--", "true" },
     }
-    for _, argv in ipairs(cases) do
-      local out, status = h.corral(table.unpack(argv))
-      assert.are.equal(125, status, table.concat(argv, " ") .. ": " .. out)
-      assert.matches("corral exec%-confined:", out)
+    -- the host's `exec-confined`, then the wrapper program beside it (with and without
+    -- the leading word a spec's arguments carry)
+    for _, program in ipairs({ { h.host }, { h.wrapper }, { h.wrapper, drop_word = true } }) do
+      for _, argv in ipairs(cases) do
+        local line = table.move(argv, program.drop_word and 2 or 1, #argv, 2, { program[1] })
+        local out, status = h.capture(line)
+        assert.are.equal(125, status, table.concat(line, " ") .. ": " .. out)
+        assert.matches("corral exec%-confined:", out)
+      end
+      local line = { program[1], "exec-confined", "--permit", box, "--", "sh", "-c", "echo ran" }
+      if program.drop_word then table.remove(line, 2) end
+      local out, status = h.capture(line) -- control
+      assert.are.equal(0, status, out)
+      assert.matches("ran", out)
     end
-    local out, status = h.corral("exec-confined", "--permit", box, "--", "sh", "-c", "echo ran") -- control
-    assert.are.equal(0, status, out)
-    assert.matches("ran", out)
+  end)
+
+  it("the wrapper program's usage is the host's", function()
+    for _, flag in ipairs({ "--help", "-h" }) do
+      local out, status = h.capture({ h.wrapper, flag })
+      assert.are.equal(0, status, out)
+      assert.matches("^corral exec%-confined %-%-permit DIR", out)
+    end
+    -- control: a --help that is --permit's value is a directory, refused as one
+    local out, status = h.capture({ h.wrapper, "--permit", "--help", "--", "true" })
+    assert.are.equal(125, status, out)
+    assert.matches("corral exec%-confined: %-%-permit", out)
   end)
 
   -- (an operator-made storage elsewhere is shown through an idmapped mount:

@@ -44,7 +44,7 @@ describe("confine (control-plane profile) #root", function()
 
   it("returns a spec whose cmd is the wrapper, never the command itself", function()
     local spec = confine("true")
-    assert.are.equal(h.host, spec.cmd)
+    assert.are.equal(h.wrapper, spec.cmd)
     assert.are.equal("exec-confined", spec.args[1])
     assert.are.same({ "ns", "landlock" }, spec.layers)
     assert.are.equal(box, spec.cd)
@@ -221,23 +221,27 @@ describe("confine (control-plane profile) #root", function()
     assert.is_nil(out:find(SECRET, 1, true))
   end)
 
-  for _, layer in ipairs({ "ns", "landlock", "bwrap", "bwrap,landlock" }) do
-    it("holds with the " .. layer .. " layer alone (sibling, .. and /proc/self/root, then the control)",
-      function()
-        local out, status = h.capture({ h.host, "exec-confined", "--layers", layer, "--permit", box,
+  -- Through the host's `exec-confined` and through the wrapper program beside it (the
+  -- same code, linked without the Lua host): each must hold alike.
+  for _, program in ipairs({ { "corral exec-confined", h.host }, { "corral-exec-confined", h.wrapper } }) do
+    for _, layer in ipairs({ "ns", "landlock", "bwrap", "bwrap,landlock" }) do
+      it(program[1] .. " holds with the " .. layer .. " layer alone (sibling, .. and /proc/self/root, " ..
+        "then the control)", function()
+        local out, status = h.capture({ program[2], "exec-confined", "--layers", layer, "--permit", box,
           "--", "/bin/sh", "-c", h.attempt_then_control('cat "$1/secret"; cat ../sibling/secret; ' ..
           'cat "/proc/self/root$1/secret"', CONTROL .. 'echo control-ok'), "sh", sib })
         assert.are.equal(0, status, out)
         h.assert_refused(h.after_attempt(out, "control%-ok"), out)
         assert.is_nil(out:find(SECRET, 1, true))
       end)
+    end
   end
 
   it("keeps credential stores in /etc unreadable while the rest of /etc reads", function()
     -- Each layer on its own, then both: the namespace layer covers the files, Landlock
     -- alone grants /etc around them, bubblewrap binds over them.
     for _, layers in ipairs({ "ns,landlock", "ns", "landlock", "bwrap" }) do
-      local out, status = h.capture({ h.host, "exec-confined", "--layers", layers, "--permit", box, "--",
+      local out, status = h.capture({ h.wrapper, "exec-confined", "--layers", layers, "--permit", box, "--",
         "/bin/sh", "-c", h.attempt_then_control(
         'for f in /etc/shadow /etc/gshadow; do [ -e $f ] || continue; head -c 5 $f && echo " LEAKED $f"; done; ' ..
         'ls /etc/ssl/private/ 2>/dev/null | head -1', 'head -c 5 /etc/passwd && echo " passwd-read"') })

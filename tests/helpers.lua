@@ -7,6 +7,9 @@ local assert = require "luassert" -- busted's assert: this module is not loaded 
 local M = {}
 
 M.host = os.getenv("CORRAL_HOST") or (os.getenv("PWD") .. "/build/corral")
+-- The wrapper program a `corral confine` spec names: built beside the host
+-- (core/wrapper), else the host's own `exec-confined` (an asan build has only the host).
+M.wrapper = core.path.resolve_executable(M.host:gsub("[^/]*$", "") .. "corral-exec-confined") or M.host
 
 --- A fresh private directory, resolved (so it compares equal to what corral resolves).
 function M.tmpdir(tag)

@@ -8,6 +8,7 @@
 -- (docs/architecture.md, invariant 1).
 -- @module corral.confinement
 local core = require "corral.core"
+local confine_wrapper = require "corral.confine_wrapper"
 local errors = require "corral.errors"
 local probe = require "corral.probe"
 
@@ -233,7 +234,7 @@ local function linux_spec(cmd, args, o)
   wargs[#wargs + 1] = "--"
   wargs[#wargs + 1] = resolved
   for _, a in ipairs(args) do wargs[#wargs + 1] = a end
-  return { cmd = host, args = wargs, env = o.env, cd = o.cd, layers = layers }
+  return { cmd = confine_wrapper.beside(host), args = wargs, env = o.env, cd = o.cd, layers = layers }
 end
 
 --- The macOS launch spec: `sandbox-exec -p <profile> <resolved cmd> args…`, public so
@@ -284,10 +285,12 @@ end
 function M.exec(spec)
   local envp = {}
   for i, pair in ipairs(spec.env) do envp[i] = pair[1] .. "=" .. pair[2] end
-  -- In the corral host whose wrapper the spec names, become that wrapper here: the same
-  -- arguments, environment and directory, one start-up fewer (core/host/main.c).
+  -- In the corral host whose wrapper the spec names (itself, or the wrapper program beside
+  -- it: the same code), become that wrapper here: the same arguments, environment and
+  -- directory, one start-up fewer (core/host/main.c).
   local ok, host = pcall(require, "corral.host")
-  if ok and spec.args[1] == "exec-confined" and spec.cmd == core.proc.host_executable() then
+  local self = ok and core.proc.host_executable()
+  if self and spec.args[1] == "exec-confined" and (spec.cmd == self or spec.cmd == confine_wrapper.beside(self)) then
     return host.exec_confined(spec.args, envp, spec.cd)
   end
   local argv = { spec.cmd }

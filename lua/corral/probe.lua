@@ -103,8 +103,9 @@ local function capture_spawn(argv)
 end
 
 local function probe_layer(layer)
-  local host, why = core.proc.host_executable()
-  if not host then return false, why end
+  -- the program a confine spec names, so that what was probed is what launches
+  local wrapper, why = require("corral.confine_wrapper").path()
+  if not wrapper then return false, why end
   local dir, err = mkscratch()
   if not dir then return false, err end
   local secret = dir .. "/outside/secret"
@@ -114,7 +115,7 @@ local function probe_layer(layer)
   if f then
     f:write("secret\n")
     f:close()
-    out, status = capture_spawn({ host, "exec-confined", "--layers", layer,
+    out, status = capture_spawn({ wrapper, "exec-confined", "--layers", layer,
       "--permit", dir .. "/box", "--", "/bin/sh", "-c", LAYER_SCRIPT, "sh", secret })
   else
     out, status = "cannot prepare " .. dir, -1

@@ -75,6 +75,7 @@ function M.key()
   add("lsm", slurp("/sys/kernel/security/lsm"))
   add("landlock", core.landlock.abi() or "-")
   add("host", identity(core.proc.host_executable()))
+  add("wrapper", identity(require("corral.confine_wrapper").path()))
   -- the core: linked into the host (whose identity is above), else the C module a stock
   -- interpreter loads
   add("core", package.preload["corral.core"] and "host" or
