@@ -51,7 +51,7 @@ end
 -- @tparam[opt] string pattern a name pattern capturing the creator's pid
 -- @treturn integer how many were removed
 function M.sweep(dir, pattern)
-  return require("corral.resources").sweep(dir or scratch_dir(), pattern or "^corral%-probe%-(%d+)%-%w+$",
+  return require("corral.leftovers").sweep(dir or scratch_dir(), pattern or "^corral%-probe%-(%d+)%-%w+$",
     remove_own_tree)
 end
 

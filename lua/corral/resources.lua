@@ -7,20 +7,8 @@ local limits = require "corral.limits"
 
 local M = {}
 
---- Removes what SIGKILLed corral processes left in `dir`: entries matching `pattern`
--- (first capture: the creator's pid) whose creator is gone, when `remove` takes them.
--- @tparam string dir
--- @tparam string pattern
--- @tparam function remove `remove(path)` → truthy when removed
--- @treturn integer how many were removed
-function M.sweep(dir, pattern, remove)
-  local removed = 0
-  for _, name in ipairs(core.fs.listdir(dir) or {}) do
-    local pid = name:match(pattern)
-    if pid and not core.fs.lstat("/proc/" .. pid) and remove(dir .. "/" .. name) then removed = removed + 1 end
-  end
-  return removed
-end
+--- Removes what SIGKILLed corral processes left in `dir` (corral.leftovers).
+M.sweep = require("corral.leftovers").sweep
 
 -- rmdir fails with EBUSY on a cgroup holding a process or a child, so a populated one
 -- is never touched.
