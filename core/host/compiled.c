@@ -1,32 +1,63 @@
 /* The searcher for compiled twins (compiled.h). */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 
 #include "compiled.h"
 
 #define COMPILED_DIR_KEY "corral.compiled"
+/* A twin larger than this is not one `make` wrote. */
+#define TWIN_MAX (16 << 20)
 
 static int newer_or_same(const struct timespec *a, const struct timespec *b)
 {
     return a->tv_sec > b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec >= b->tv_nsec);
 }
 
-/* Whether the twin's first line, "#<source path>", names `source`: the chunk inside
- * carries that path as its name, which a tree moved after the build would get wrong. */
-static int stands_for(const char *twin, const char *source)
+/* The twin's whole content, read through one descriptor (the file searcher's
+ * fopen/freopen pair cost ~10 system calls a module: measured 23 modules, ~0.3 ms), or
+ * NULL when it is missing, older than the source or unreadable. The caller frees it. */
+static char *read_twin(const char *twin, const char *source, size_t *len)
 {
-    char line[PATH_MAX + 2];
-    FILE *f = fopen(twin, "re");
-    if (f == NULL) return 0;
-    int ok = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    if (!ok || line[0] != '#') return 0;
-    line[strcspn(line, "\n")] = '\0';
-    return strcmp(line + 1, source) == 0;
+    struct stat ts, ss;
+    int fd = open(twin, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    char *buf = NULL;
+    if (fstat(fd, &ts) == 0 && S_ISREG(ts.st_mode) && ts.st_size > 0 && ts.st_size <= TWIN_MAX &&
+        stat(source, &ss) == 0 && newer_or_same(&ts.st_mtim, &ss.st_mtim))
+        buf = malloc((size_t)ts.st_size);
+    size_t got = 0;
+    while (buf != NULL && got < (size_t)ts.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)ts.st_size - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            free(buf);
+            buf = NULL;
+        } else {
+            got += (size_t)n;
+        }
+    }
+    close(fd);
+    *len = got;
+    return buf;
+}
+
+/* The length of the twin's first line, "#<source path>\n", when it names `source`: the
+ * chunk after it carries that path as its name, which a tree moved after the build would
+ * get wrong. 0 otherwise. */
+static size_t stands_for(const char *buf, size_t len, const char *source)
+{
+    size_t n = strlen(source);
+    if (len < n + 2 || buf[0] != '#' || memcmp(buf + 1, source, n) != 0 || buf[n + 1] != '\n')
+        return 0;
+    return n + 2;
 }
 
 /* package.searchers entry: (name) → loader, source path; or nothing, and the file
@@ -45,13 +76,17 @@ static int search_compiled(lua_State *L)
     const char *source = lua_tostring(L, -1);
     if (source == NULL) return 0;
     char twin[PATH_MAX];
-    struct stat ts, ss;
     if (snprintf(twin, sizeof twin, "%s/%s.luac", dir, name) >= (int)sizeof twin) return 0;
-    if (stat(twin, &ts) < 0 || stat(source, &ss) < 0 || !newer_or_same(&ts.st_mtim, &ss.st_mtim))
-        return 0;
-    if (!stands_for(twin, source)) return 0;
-    if (luaL_loadfilex(L, twin, "b") != LUA_OK) return 0;
-    lua_pushvalue(L, -2); /* the loader's second argument is the source, as from a file */
+    size_t len;
+    char *buf = read_twin(twin, source, &len);
+    if (buf == NULL) return 0;
+    size_t skip = stands_for(buf, len, source);
+    lua_pushfstring(L, "@%s", twin);
+    int status = skip == 0 ? LUA_ERRFILE
+                           : luaL_loadbufferx(L, buf + skip, len - skip, lua_tostring(L, -1), "b");
+    free(buf);
+    if (status != LUA_OK) return 0;
+    lua_pushvalue(L, -3); /* the loader's second argument is the source, as from a file */
     return 2;
 }
 

@@ -1017,6 +1017,19 @@ static void open_closed_std_fds(void)
         if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) return;
 }
 
+/* The allocator lua_close runs under: every finalizer and to-be-closed variable still
+ * runs (a cgroup's __gc removes it, a spawn's ends its process), and what they allocate is
+ * real, but the blocks lua_close frees are left to the process's end, which comes right
+ * after. Freeing the whole heap object by object was measured at ~0.3 ms of a
+ * `corral run -- /bin/true`. */
+static void *exit_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    (void)ud;
+    (void)osize;
+    if (nsize == 0) return NULL;
+    return realloc(ptr, nsize);
+}
+
 int main(int argc, char **argv)
 {
     lua_State *L;
@@ -1040,6 +1053,7 @@ int main(int argc, char **argv)
     status = lua_pcall(L, 2, 1, 0);
     code = status == LUA_OK ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
     report(L, status);
+    lua_setallocf(L, exit_alloc, NULL);
     lua_close(L);
     return code;
 }
