@@ -53,12 +53,16 @@ static_or_dyn = $(if $(filter /%,$(shell $(CC) -print-file-name=lib$(1).a)),$(sh
 HOST_STATIC ?= 1
 ifeq ($(HOST_STATIC),1)
 HOST_EXT = $(foreach l,$(LUA_LIBNAME) cap seccomp nftnl,$(call static_or_dyn,$(l))) -lmnl -lpthread
+# readline (and the terminfo library it needs) too: only the REPL uses it, yet mapping
+# and relocating both cost every start ~0.15-0.25 ms here (`corral -e ''`, 400 runs)
+READLINE_LIBS = $(call static_or_dyn,readline) $(call static_or_dyn,tinfo)
 else
 HOST_EXT = -l$(LUA_LIBNAME) $(EXT_LIBS)
+READLINE_LIBS = -lreadline
 endif
 HOST_LIBS = $(call libflag,$(LUA_LIBDIR)) $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(MNL_LIBDIR)) \
             $(call libflag,$(NFTNL_LIBDIR)) $(call libflag,$(SECCOMP_LIBDIR)) \
-            $(HOST_EXT) $(if $(HAVE_READLINE),-lreadline) -ldl -lm
+            $(HOST_EXT) $(if $(HAVE_READLINE),$(READLINE_LIBS)) -ldl -lm
 
 LIB_SRC  := $(sort $(wildcard core/lib/*.c))
 BIND_SRC := $(sort $(wildcard core/lua/*.c))

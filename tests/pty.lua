@@ -52,10 +52,11 @@ function M.line_at(out, s)
   return ("\n" .. out):find("\n" .. s .. "\n", 1, true) or out:find("> " .. s .. "\n", 1, true)
 end
 
---- Whether the host was linked with readline (history, completion).
+--- Whether the host was linked with readline (history, completion): the host says so
+-- (statically linked, it would not show in ldd).
 function M.has_readline()
-  local out = M.run("ldd " .. h.quote(h.host))
-  return out:find("libreadline", 1, true) ~= nil
+  local out = M.run(h.quote(h.host) .. " -e 'print(require(\"corral.host\").readline)'")
+  return out:find("true", 1, true) ~= nil
 end
 
 return M

@@ -911,6 +911,13 @@ static int open_host(lua_State *L)
     static const luaL_Reg fns[] = {
         {"repl", l_host_repl}, {"exec_confined", l_host_exec_confined}, {NULL, NULL}};
     luaL_newlib(L, fns);
+    /* Whether the REPL has line editing, history and completion (linked with readline). */
+#ifdef CORRAL_USE_READLINE
+    lua_pushboolean(L, 1);
+#else
+    lua_pushboolean(L, 0);
+#endif
+    lua_setfield(L, -2, "readline");
     return 1;
 }
 
