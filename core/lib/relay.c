@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,24 +402,6 @@ static void connected(struct corral_relay *r, struct conn *c)
 }
 
 static int prepare(int fd);
-static void race_event(struct corral_relay *r, struct conn *c, size_t i, uint32_t ev);
-static void handle(struct corral_relay *r, struct conn *c, int side, uint32_t ev);
-
-/* Whether c's upstream fd has connected already: to a server over loopback or a near
- * link the handshake usually ends within connect(2) although it answers EINPROGRESS.
- * Such a connection is relayed at once, its client's first flight (often waiting in its
- * socket already: the SNI check peeked it) spliced upstream before the caller's loop
- * takes another turn, not after it. The client's readiness is read in the same call, as
- * epoll would report it: no pipe is made for a client that has sent nothing. An error or
- * a hang-up is left to the event epoll reports. */
-static bool connect_done(struct conn *c, int fd)
-{
-    struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = c->fd[0], .events = POLLIN}};
-    if (poll(p, 2, 0) < 1 || (p[0].revents & (POLLOUT | POLLERR | POLLHUP)) != POLLOUT)
-        return false;
-    if (p[1].revents & (POLLIN | POLLHUP)) c->rd[0] = true;
-    return true;
-}
 
 /* A shortage on this host, not an answer from the address: it must not be reported as
  * the upstream's refusal or silence. */
@@ -468,7 +449,6 @@ static void race_next(struct corral_relay *r, struct conn *c)
         x->flying++;
         x->next_ms = x->next < x->n ? r->now_ms + x->delay_ms : 0;
         arm_for(r, c);
-        if (connect_done(c, fd)) race_event(r, c, i, EPOLLOUT);
         return;
     }
     x->next_ms = 0;
@@ -730,7 +710,6 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
         race_next(r, c); /* a failure here is a FAILED event, as for any connect */
     } else {
         arm_for(r, c);
-        if (state == CONNECTING && connect_done(c, b)) handle(r, c, 1, EPOLLOUT);
     }
     return 0;
 
