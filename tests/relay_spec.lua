@@ -323,6 +323,31 @@ describe("core.relay", function()
     for _, fd in ipairs(keep) do fd:close() end
   end)
 
+  it("relays while poll waits; poll returns for another fd, or for an event that waits for run", function()
+    local loop <close> = relay.new()
+    local c, a = pair()
+    local b, s = pair()
+    local id = assert(loop:add_pair(a, b))
+    local x, y = pair() -- an fd of the caller's
+    assert.equal(5, core.sock.send(c, "hello"))
+    -- nothing but the relay's own work: the bytes cross inside poll, which returns
+    -- empty at its timeout, run never called
+    assert.same({}, loop:poll({ loop, y }, 0.2))
+    assert.equal("hello", (core.sock.recv(s, 64, 0)))
+    -- the caller's fd readable: its index
+    assert.equal(1, core.sock.send(x, "!"))
+    assert.same({ 2 }, loop:poll({ loop, y }, 5))
+    assert.equal("!", (core.sock.recv(y, 1, 0)))
+    -- both ends closed: the closed event waits for run, and poll says so by the loop's index
+    c:close()
+    s:close()
+    assert.same({ 1 }, loop:poll({ loop, y }, 5))
+    local e = assert(loop:run(0))[1]
+    assert.same({ id = id, kind = "closed", up = 5, down = 0, err = 0 }, e)
+    x:close()
+    y:close()
+  end)
+
   it("is done with close: idempotent, and a closed loop is an argument error", function()
     local loop = relay.new()
     local c, a = pair()

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -869,6 +870,33 @@ int corral_relay_run(struct corral_relay *r, int timeout_ms, struct corral_relay
     if (!r->qlen) r->qhead = 0;
     notify(r);
     return (int)k;
+}
+
+int corral_relay_poll(struct corral_relay *r, struct pollfd *pfd, size_t n, int timeout_ms)
+{
+    if (!r || (n && !pfd)) return -EINVAL;
+    int64_t until = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+    size_t self = n;
+    for (size_t i = 0; i < n; i++) {
+        pfd[i].events = POLLIN;
+        if (pfd[i].fd == r->epfd) self = i;
+    }
+    for (;;) {
+        int wait = -1;
+        if (until >= 0) {
+            int64_t left = until - mono_ms();
+            wait = left > 0 ? (int)left : 0;
+        }
+        int k = poll(pfd, (nfds_t)n, wait);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -errno;
+        if (k != 1 || self == n || !pfd[self].revents || r->qlen) return k;
+        int err = corral_relay_run(r, 0, NULL, 0); /* events stay queued for the caller */
+        if (err < 0) return err;
+        if (r->qlen) return 1;
+        pfd[self].revents = 0;
+        if (until >= 0 && mono_ms() >= until) return 0;
+    }
 }
 
 int corral_relay_reset(struct corral_relay *r, uint64_t id)

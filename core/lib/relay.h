@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -131,6 +132,18 @@ int corral_relay_add_race(struct corral_relay *r, int client_fd,
  */
 int corral_relay_run(struct corral_relay *r, int timeout_ms, struct corral_relay_event *events,
                      size_t max);
+
+/*
+ * Polls n fds for input (pfd's events are set to POLLIN; one of them may be the relay's
+ * own fd) and, while the relay's fd is the only one ready and no event is queued for the
+ * caller, does the relay's work (as corral_relay_run without taking events) and polls
+ * again, up to timeout_ms in all (-1: no limit). The bytes of a relayed exchange thus
+ * cross without a turn of the caller's loop, which is woken only for what it must see:
+ * one of its own fds, an event, the end of the wait. Sets each revents; returns how many
+ * are ready (the relay's fd among them when events are queued; 0 at the end of the
+ * wait), or -errno.
+ */
+int corral_relay_poll(struct corral_relay *r, struct pollfd *pfd, size_t n, int timeout_ms);
 
 /*
  * Resets the live connection id on both sides (RST), as an operator's cut: the run then

@@ -20,6 +20,11 @@
  *     addr is the index (from 1) of the one that connected.
  *   loop:run([timeout_s])                              -> {{id=, kind=, up=, down=, err=,
  *                                                           msg=}, …}
+ *   loop:poll(list, timeout_s)                         -> list of the indices readable
+ *     as core.io.poll (at most 256 entries; the loop itself may be one of them), but the
+ *     loop's own connections are relayed meanwhile (corral_relay_poll): it returns once
+ *     another entry is readable, an event waits for run (the loop's entry is then
+ *     readable) or timeout_s (negative: none) has passed
  *   loop:count([key])                                  -> live connections
  *   loop:close()                                       (also __gc and __close)
  *   core.relay.EUSERS                                  the errno of a per-key refusal
@@ -343,6 +348,36 @@ static int l_run(lua_State *L)
     return 1;
 }
 
+#define POLL_MAX 256
+
+static int l_poll(lua_State *L)
+{
+    struct corral_relay *r = checkrelay(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    double t = luaL_optnumber(L, 3, -1);
+    lua_Integer n = luaL_len(L, 2);
+    if (n > POLL_MAX) return luaL_argerror(L, 2, "too many fds");
+    struct pollfd pfd[POLL_MAX];
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, 2, i);
+        if (corral_getfd(L, -1, &pfd[i - 1].fd) < 0)
+            return luaL_argerror(L, 2, lua_pushfstring(L, "entry %d: expected an fd", (int)i));
+        lua_pop(L, 1);
+    }
+    int ms = t < 0 ? -1 : t > 86400 ? 86400000 : (int)(t * 1000);
+    int k = corral_relay_poll(r, pfd, (size_t)n, ms);
+    if (k < 0) return corral_pushfail(L, "poll", -k);
+    lua_createtable(L, k, 0);
+    int j = 0;
+    for (lua_Integer i = 0; i < n; i++) {
+        if (pfd[i].revents) {
+            lua_pushinteger(L, i + 1);
+            lua_rawseti(L, -2, ++j);
+        }
+    }
+    return 1;
+}
+
 static int l_count(lua_State *L)
 {
     struct corral_relay *r = checkrelay(L, 1);
@@ -419,17 +454,11 @@ static int l_walltime(lua_State *L)
 
 int corral_open_relay(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"fileno", l_fileno},
-                                       {"add_pair", l_add_pair},
-                                       {"add_connect", l_add_connect},
-                                       {"run", l_run},
-                                       {"count", l_count},
-                                       {"close", l_close},
-                                       {"reset", l_reset},
-                                       {"peek", l_peek},
-                                       {"release", l_release},
-                                       {"timer", l_timer},
-                                       {NULL, NULL}};
+    static const luaL_Reg methods[] = {
+        {"fileno", l_fileno},   {"add_pair", l_add_pair}, {"add_connect", l_add_connect},
+        {"run", l_run},         {"poll", l_poll},         {"count", l_count},
+        {"close", l_close},     {"reset", l_reset},       {"peek", l_peek},
+        {"release", l_release}, {"timer", l_timer},       {NULL, NULL}};
     static const luaL_Reg meta[] = {{"__gc", l_close},
                                     {"__close", l_close},
                                     {"__tostring", l_tostring},

@@ -97,7 +97,9 @@ end
 local Server = {}
 Server.__index = Server
 
---- The fds the egress loop polls for this server: its listener and each client.
+--- The fds the egress loop polls for this server: its listener and each client. Every
+-- change of them says so (`corral.egress.loop.changed`).
+Server.watch_notifies = true
 function Server:watch()
   local w = {}
   if self.fd then w[1] = { fd = self.fd, on = function() self:accept() end } end
@@ -110,6 +112,7 @@ end
 function Server:drop(c)
   self.clients[c] = nil
   c.fd:close()
+  require("corral.egress.loop").changed()
 end
 
 function Server:accept()
@@ -141,12 +144,14 @@ function Server:accept()
     -- EPIPE instead of reading why.
     if send_all(fd, encode({ ok = false, error = refusal })) and n < M.CLIENTS_MAX then
       self.clients[{ fd = fd, refused = true }] = true
+      require("corral.egress.loop").changed()
     else
       fd:close()
     end
     return
   end
   self.clients[{ fd = fd, buf = "" }] = true
+  require("corral.egress.loop").changed()
 end
 
 function Server:read(c)

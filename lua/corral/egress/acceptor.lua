@@ -229,6 +229,7 @@ function Acceptor:accept(port_key)
       -- The connection stays in the listen queue; the listener rests a moment rather
       -- than wake the loop at once again for what it cannot take.
       self.resting = core.clock.monotime() + M.FD_REST
+      loop.changed()
       events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", bytes = 0,
         reason = loop.fd_shortage(msg) })
     end
@@ -266,7 +267,14 @@ function Acceptor:connect(client, ctx, port_key)
       verdict = verdict, policy = policy, env = env, deadline = core.clock.monotime() + M.SNI_WAIT, seen = 0 }
     self.n_held = self.n_held + 1
     -- a client that spoke at once (TLS, HTTP) is usually read already: no loop turn
-    return self:check(client)
+    self:check(client)
+    local h = self.held[client]
+    if h then
+      -- the loop polls it from now on
+      h.polled = true
+      loop.changed()
+    end
+    return
   end
   return self:relay(client, ctx, name, ip, port, port_key, verdict, policy, env)
 end
@@ -340,6 +348,7 @@ function Acceptor:check(client, timed_out)
   end
   self.held[client] = nil
   self.n_held = self.n_held - 1
+  if h.polled then loop.changed() end
   if v ~= true then return deny(client, h.ctx, v) end
   if h.lowat then core.sni.lowat(client, 1) end
   -- Nothing seen yet (only silence ends the wait with no bytes): the client's first
@@ -415,7 +424,8 @@ function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, 
   events.emit(ctx)
 end
 
---- The fds the loop polls for this acceptor, with their handlers.
+--- The fds the loop polls for this acceptor, with their handlers. It changes only with
+-- `corral.egress.loop.changed`, or at `deadline` (a held connection's wait, the rest).
 -- @tparam[opt] string port_key passed to each `accept`
 function Acceptor:watch(port_key)
   local now = core.clock.monotime()
@@ -426,7 +436,10 @@ function Acceptor:watch(port_key)
     if now >= h.deadline then
       local ok, err = pcall(self.check, self, client, true)
       if not ok then
-        if self.held[client] then self.held[client], self.n_held = nil, self.n_held - 1 end
+        if self.held[client] then
+          self.held[client], self.n_held = nil, self.n_held - 1
+          loop.changed()
+        end
         deny_after_error(client, h.ctx, err)
       end
     else
@@ -440,6 +453,7 @@ end
 function Acceptor:close()
   for client in pairs(self.held) do pcall(core.sock.reset, client) end
   self.held, self.n_held = {}, 0
+  loop.changed()
   if self.on_policy then
     self.registry:unsubscribe(self.on_policy)
     self.on_policy = nil
@@ -492,6 +506,7 @@ end
 --- Closes the listener; idempotent.
 function Service:close()
   if self.fd then self.fd:close(); self.fd = nil end
+  loop.changed()
 end
 
 return M

@@ -128,27 +128,40 @@ function M.unsubscribe(fn)
   return false
 end
 
-local function scalar(v)
-  local t = type(v)
-  return t == "string" or t == "number" or t == "boolean"
+local SCALAR = { string = true, number = true, boolean = true }
+
+-- The text form of each address logged, by what the event carried: a request logs its
+-- few addresses several times (measured: the log's normalisation was ~30 % of the Lua
+-- work of a request through `corral run --allow`, scripts/bench/egress-curl). Forgotten
+-- all at once past ADDRESS_MEMO_MAX.
+local ADDRESS_MEMO_MAX = 1024
+local address_memo, address_memo_n = {}, 0
+
+local function address_text(ip)
+  local t = address_memo[ip]
+  if t then return t end
+  t = allowlist().address_text(ip) or string.format("%q", ip)
+  if address_memo_n >= ADDRESS_MEMO_MAX then address_memo, address_memo_n = {}, 0 end
+  address_memo[ip], address_memo_n = t, address_memo_n + 1
+  return t
 end
+
+local registry -- corral.egress.registry, loaded at the first event that names a sandbox
 
 local function normalize(event)
   local ev = {}
   for k, v in pairs(event) do
-    if type(k) == "string" and scalar(v) then ev[k] = v end
+    if SCALAR[type(v)] and type(k) == "string" then ev[k] = v end
   end
   local sb = event.sandbox
   if type(sb) == "table" then ev.sandbox = sb.id end
-  for _, k in ipairs({ "ip", "upstream" }) do
-    if type(ev[k]) == "string" then
-      ev[k] = allowlist().address_text(ev[k]) or string.format("%q", ev[k])
-    end
-  end
+  if type(ev.ip) == "string" then ev.ip = address_text(ev.ip) end
+  if type(ev.upstream) == "string" then ev.upstream = address_text(ev.upstream) end
   ev.time = ev.time or M.now()
   if ev.epoch == nil and type(ev.sandbox) == "string" then
     -- loaded here, not at the top: the registry's modules must never wait on this one
-    local epoch = require("corral.egress.registry").process:epoch(ev.sandbox)
+    registry = registry or require "corral.egress.registry"
+    local epoch = registry.process:epoch(ev.sandbox)
     if epoch > 0 then ev.epoch = epoch end
   end
   return ev

@@ -470,7 +470,9 @@ function Plane:attach_link(link)
 end
 
 --- The fds the loop polls for this plane, with their handlers: the responder's, the
--- acceptor's and the service's (each part that is still open).
+-- acceptor's and the service's (each part that is still open). Each part says when its
+-- list changes (`corral.egress.loop.changed`): the loop polls the list as built until then.
+Plane.watch_notifies = true
 function Plane:watch()
   local w = {}
   local function add(list) table.move(list, 1, #list, #w + 1, w) end
@@ -482,9 +484,13 @@ function Plane:watch()
 end
 
 --- When the loop must look at the plane again at the latest (a held connection's wait
--- ends; see `corral.egress.acceptor`), monotonic seconds, or nil.
+-- ends, see `corral.egress.acceptor`; a DNS-over-TCP connection's silence, see
+-- `corral.egress.responder`), monotonic seconds, or nil.
 function Plane:deadline()
-  return self.acceptor and self.acceptor:deadline()
+  local a = self.acceptor and self.acceptor:deadline()
+  local r = self.responder and self.responder:deadline()
+  if a and r then return math.min(a, r) end
+  return a or r
 end
 
 --- Decides a destination again with the sandbox's current policy, as the acceptor (or

@@ -23,6 +23,7 @@ local core = require "corral.core"
 local allowlist = require "corral.egress.allowlist"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
+local loop = require "corral.egress.loop"
 
 local M = {}
 local Responder = {}
@@ -241,6 +242,7 @@ function Responder:tcp_drop(conn)
   if self.tcp_dns[conn] then
     self.tcp_dns[conn] = nil
     conn:close()
+    loop.changed()
   end
 end
 
@@ -262,6 +264,7 @@ function Responder:tcp_accept()
   local now = core.clock.monotime()
   if self:tcp_reap(now) >= M.TCP_DNS_MAX then c:close() return end
   self.tcp_dns[c] = { buf = "", last = now, served = 0 }
+  loop.changed()
 end
 
 -- DNS over TCP: each message a 2-byte length, then the message. Queries pipelined on one
@@ -299,8 +302,20 @@ function Responder:tcp_count()
   return n
 end
 
+--- When the first DNS-over-TCP connection falls silent for too long (monotonic seconds),
+-- or nil: the loop looks at `watch` again then, which closes it.
+function Responder:deadline()
+  local d
+  for _, st in pairs(self.tcp_dns) do
+    local at = st.last + M.TCP_DNS_IDLE
+    if not d or at < d then d = at end
+  end
+  return d
+end
+
 --- The fds the loop polls for this responder, with their handlers (a connection's
--- entry is marked `conn`, so the loop polls the listeners first).
+-- entry is marked `conn`, so the loop polls the listeners first). It changes only with
+-- `corral.egress.loop.changed`, or at `deadline`.
 function Responder:watch()
   local w = {
     { fd = self.udp, on = function() self:udp_ready() end },
@@ -320,6 +335,7 @@ function Responder:close()
   for _, k in ipairs({ "tcp", "udp" }) do
     if self[k] then self[k]:close(); self[k] = nil end
   end
+  loop.changed()
 end
 
 return M

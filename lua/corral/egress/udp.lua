@@ -26,6 +26,7 @@
 local core = require "corral.core"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
+local loop = require "corral.egress.loop"
 
 local M = {}
 local Udp = {}
@@ -215,6 +216,7 @@ function Udp:close()
   pcall(self.run, self)
   self.relay:close()
   self.relay = nil
+  loop.changed()
 end
 
 return M
