@@ -51,6 +51,34 @@ describe("corral.core", function()
     rd:close()
   end)
 
+  it("writes to a reader gone as EPIPE, never SIGPIPE: a pipe, and a socket its peer reset", function()
+    -- in a child host, so that a SIGPIPE ends it, not this suite; each write first reaches
+    -- a reader (the control), then the reader goes
+    local out, status = h.capture({ h.host, "-e", [[
+      local core = require "corral.core"
+      local rd, wr = assert(core.io.pipe())
+      assert(core.io.write(wr, "x") == 1)
+      rd:close()
+      local n, _, errno = core.io.write(wr, "x")
+      print("pipe", n, errno == core.errno.EPIPE)
+      local lfd, port = assert(core.sock.listen("127.0.0.1", 0))
+      local c = assert(core.sock.connect("127.0.0.1", port, 1))
+      local s = assert(core.sock.accept(lfd, 1))
+      assert(core.io.write(c, "x") == 1)
+      s:close() -- with the byte unread: a reset
+      for _ = 1, 20 do
+        n, _, errno = core.io.write(c, "x")
+        if not n then break end
+        core.io.poll({}, 0.01)
+      end
+      print("socket", n, errno == core.errno.EPIPE or errno == core.errno.ECONNRESET)
+      print("alive")]] })
+    assert.are.equal(0, status, out)
+    assert.matches("pipe\tnil\ttrue\n", out, 1, true)
+    assert.matches("socket\tnil\ttrue\n", out, 1, true)
+    assert.matches("alive", out)
+  end)
+
   it("exports the errno numbers and the egress mark the Lua side compares with", function()
     assert.are.equal(17, core.errno.EEXIST) -- Linux's errno.h
     assert.are.equal(11, core.errno.EAGAIN)

@@ -28,6 +28,7 @@
 
 #include "relay.h"
 #include "sock.h"
+#include "util.h"
 
 /* epoll data of the loop's own fds; a connection's is its address | side (malloc
  * aligns to 16, and no address is below 4096): 0 the client, 1 upstream, 2 + i the
@@ -363,7 +364,22 @@ static int pump_dir(struct corral_relay *r, struct conn *c, int i, bool *progres
     return 0;
 }
 
+static bool pump_turns(struct corral_relay *r, struct conn *c);
+
+/* splice takes no MSG_NOSIGNAL: a splice into a socket whose peer has closed and reset
+ * (a server ending a test the way iperf3's does) fails with EPIPE and raises SIGPIPE,
+ * which would end the host and every sandbox it relays for. The pumping runs under
+ * corral_sigpipe_hold, and the connection ends as any reset one does
+ * (tests/c/test_relay.c, test_epipe_survived). */
 static void pump(struct corral_relay *r, struct conn *c)
+{
+    struct corral_sigpipe_guard g;
+    corral_sigpipe_hold(&g);
+    corral_sigpipe_release(&g, pump_turns(r, c));
+}
+
+/* Pumps c until it makes no progress or its turns run out; true when a write met EPIPE. */
+static bool pump_turns(struct corral_relay *r, struct conn *c)
 {
     for (int turn = 0;; turn++) {
         if (turn == TURN_BUDGET) {
@@ -372,7 +388,7 @@ static void pump(struct corral_relay *r, struct conn *c)
                 c->ready_next = r->ready;
                 r->ready = c;
             }
-            return;
+            return false;
         }
         bool progress = false;
         for (int i = 0; i < 2; i++) {
@@ -380,7 +396,7 @@ static void pump(struct corral_relay *r, struct conn *c)
             int err = pump_dir(r, c, i, &progress, &bad);
             if (err < 0) {
                 abort_conn(r, c, bad, -err);
-                return;
+                return err == -EPIPE;
             }
         }
         if (!progress) break;
@@ -390,6 +406,7 @@ static void pump(struct corral_relay *r, struct conn *c)
         drop_fd(r, &c->fd[1], false);
         finish(r, c, CORRAL_RELAY_CLOSED, 0);
     }
+    return false;
 }
 
 static void connected(struct corral_relay *r, struct conn *c)

@@ -10,6 +10,7 @@
 #define CORRAL_UTIL_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -69,5 +70,20 @@ int corral_poll_fd(int fd, short events, int timeout_ms);
  * test on resolved paths: "/a/bc" is not beneath "/a/b", and every absolute path is
  * beneath "/". */
 int corral_is_beneath(const char *path, const char *dir);
+
+/* A write to a pipe or socket whose reader is gone fails with EPIPE and raises SIGPIPE,
+ * whose default action would end the host, every sandbox it serves, over one tenant's
+ * closed connection; splice and write take no MSG_NOSIGNAL. Such writes run between
+ * these two: SIGPIPE blocked in the calling thread, then a SIGPIPE the writes raised
+ * (raised: one of them failed with EPIPE) taken back before the mask is restored. The
+ * mask is the thread's, and only for that while: nothing the host starts inherits it. */
+struct corral_sigpipe_guard {
+    sigset_t old;
+};
+void corral_sigpipe_hold(struct corral_sigpipe_guard *g);
+void corral_sigpipe_release(struct corral_sigpipe_guard *g, int raised);
+
+/* write(2) between those two: -1 with errno EPIPE where the reader is gone, no signal. */
+ssize_t corral_write_nosigpipe(int fd, const void *buf, size_t len);
 
 #endif

@@ -37,6 +37,8 @@ static void push_errno_constants(lua_State *L)
         {"EISDIR", EISDIR},
         {"EMFILE", EMFILE},
         {"ENFILE", ENFILE},
+        {"EPIPE", EPIPE},
+        {"ECONNRESET", ECONNRESET},
     };
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

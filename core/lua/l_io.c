@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "lcorral.h"
+#include "util.h"
 
 #define MAX_POLL 256
 
@@ -70,13 +71,17 @@ static int l_read(lua_State *L)
     return 1;
 }
 
-/* core.io.write(fd, data) → bytes written | nil, msg, errno */
+/* core.io.write(fd, data) → bytes written | nil, msg, errno. A reader gone is EPIPE, never
+ * SIGPIPE: the loop writes tenants' sockets (a DNS answer over TCP), and a tenant that
+ * resets one must not end the host (a socket is written with MSG_NOSIGNAL, anything else
+ * through corral_write_nosigpipe). */
 static int l_write(lua_State *L)
 {
     int fd = corral_checkfd(L, 1);
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
-    ssize_t n = write(fd, data, len);
+    ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == ENOTSOCK) n = corral_write_nosigpipe(fd, data, len);
     if (n < 0) return corral_pushfail(L, "write", errno);
     lua_pushinteger(L, n);
     return 1;

@@ -268,6 +268,33 @@ static void test_reset_propagates(struct corral_relay *r)
     close_path(&p);
 }
 
+/* A server that closes its side, then resets, while the client still sends (iperf3's end
+ * of a test): the relay's splice into the reset socket fails with EPIPE, and splice, which
+ * takes no MSG_NOSIGNAL, raises SIGPIPE, whose default action ended the whole host. The
+ * connection must end as any reset does, and the relay carry on (the control). */
+static void test_epipe_survived(struct corral_relay *r)
+{
+    char buf[8];
+    int ended = 0;
+    for (int round = 0; round < 20; round++) {
+        struct path p = relayed(r, NULL);
+        CHECK(p.add_err == 0);
+        CHECK(shutdown(p.s, SHUT_WR) == 0);
+        CHECK(read_relayed(r, p.c, buf, sizeof buf, 1, 2000) == 0); /* the server's end, relayed */
+        CHECK(write(p.c, "x", 1) == 1); /* waits, unrelayed, while the server resets */
+        corral_reset(p.s);
+        p.s = -1;
+        ended += wait_event(r, p.id, CORRAL_RELAY_CLOSED, 2000) != NULL;
+        close_path(&p);
+    }
+    CHECK(ended == 20);
+    struct path ok = relayed(r, NULL);
+    CHECK(ok.add_err == 0);
+    CHECK(write(ok.c, "y", 1) == 1 && read_relayed(r, ok.s, buf, 1, 0, 2000) == 1 && buf[0] == 'y');
+    close_path(&ok);
+    CHECK(wait_event(r, ok.id, CORRAL_RELAY_CLOSED, 2000) != NULL);
+}
+
 static void test_idle_timeout(struct corral_relay *r)
 {
     struct corral_relay_opts o = {.idle_ms = 250, .key = NULL, .max_per_key = 0};
@@ -958,6 +985,7 @@ int main(void)
     test_bytes_both_ways(r);
     test_half_close(r);
     test_reset_propagates(r);
+    test_epipe_survived(r);
     test_idle_timeout(r);
     test_connect(r);
     test_race(r);

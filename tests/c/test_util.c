@@ -1,10 +1,12 @@
 /*
  * core/lib/util.c: the containment test (with "/" and near-miss prefixes), one-write
- * files against real files, and poll that a signal does not cut short.
+ * files against real files, poll that a signal does not cut short, and a write to a
+ * reader gone that raises no SIGPIPE.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,10 +92,45 @@ static void test_poll_fd(void)
     close(p[1]);
 }
 
+static int sigpipe_blocked(void)
+{
+    sigset_t now;
+    pthread_sigmask(SIG_BLOCK, NULL, &now);
+    return sigismember(&now, SIGPIPE);
+}
+
+/* A write to a pipe whose reader is gone: EPIPE, no signal (SIGPIPE's default action
+ * would end this test process), nothing left pending, the mask as it was. Control: the
+ * same write while the reader is there succeeds. */
+static void test_write_nosigpipe(void)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    CHECK(corral_write_nosigpipe(p[1], "x", 1) == 1); /* control */
+    close(p[0]);
+    errno = 0;
+    CHECK(corral_write_nosigpipe(p[1], "x", 1) == -1 && errno == EPIPE);
+    sigset_t pending;
+    CHECK(sigpending(&pending) == 0 && !sigismember(&pending, SIGPIPE));
+    CHECK(!sigpipe_blocked());
+    /* a caller that blocks SIGPIPE itself keeps its block */
+    sigset_t pipe_only, old;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+    CHECK(corral_write_nosigpipe(p[1], "x", 1) == -1 && errno == EPIPE);
+    CHECK(sigpipe_blocked());
+    const struct timespec none = {0, 0};
+    sigtimedwait(&pipe_only, NULL, &none); /* its own SIGPIPE, taken by itself */
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(p[1]);
+}
+
 int main(void)
 {
     test_is_beneath();
     test_write_file();
     test_poll_fd();
+    test_write_nosigpipe();
     return DONE();
 }
