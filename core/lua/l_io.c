@@ -12,47 +12,51 @@
 #include "lcorral.h"
 #include "util.h"
 
-#define MAX_POLL 256
-
-/* The fd of list entry i (at idx); raises naming the entry when it holds none. */
-static int fd_at(lua_State *L, int idx, lua_Integer i)
+int corral_check_poll_list(lua_State *L, int arg, struct pollfd *pfd)
 {
-    int fd;
-    if (corral_getfd(L, idx, &fd) < 0)
-        luaL_argerror(L, 1,
-                      lua_pushfstring(L,
-                                      "entry %d: expected an fd, a corral.fd or a corral object "
-                                      "with an fd (a process, a relay loop, a tier step)",
-                                      (int)i));
-    return fd;
-}
-
-/* core.io.poll(list, timeout_s) → list of indices that are readable (or hung up). */
-static int l_poll(lua_State *L)
-{
-    luaL_checktype(L, 1, LUA_TTABLE);
-    double t = luaL_optnumber(L, 2, -1);
-    lua_Integer n = luaL_len(L, 1);
-    if (n > MAX_POLL) return luaL_argerror(L, 1, "too many fds");
-    struct pollfd pfd[MAX_POLL];
+    luaL_checktype(L, arg, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, arg);
+    if (n > CORRAL_POLL_MAX) luaL_argerror(L, arg, "too many fds");
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, 1, i);
-        pfd[i - 1] = (struct pollfd){.fd = fd_at(L, -1, i), .events = POLLIN};
+        lua_geti(L, arg, i);
+        if (corral_getfd(L, -1, &pfd[i - 1].fd) < 0)
+            luaL_argerror(L, arg,
+                          lua_pushfstring(L,
+                                          "entry %d: expected an fd, a corral.fd or a corral "
+                                          "object with an fd (a process, a relay loop, a tier "
+                                          "step)",
+                                          (int)i));
+        pfd[i - 1].events = POLLIN;
+        pfd[i - 1].revents = 0;
         lua_pop(L, 1);
     }
-    int r;
-    do
-        r = poll(pfd, (nfds_t)n, t < 0 ? -1 : (int)(t * 1000));
-    while (r < 0 && errno == EINTR);
-    if (r < 0) return corral_pushfail(L, "poll", errno);
+    return (int)n;
+}
+
+void corral_push_ready(lua_State *L, const struct pollfd *pfd, int n)
+{
     lua_newtable(L);
     int k = 0;
-    for (lua_Integer i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         if (pfd[i].revents) {
             lua_pushinteger(L, i + 1);
             lua_rawseti(L, -2, ++k);
         }
     }
+}
+
+/* core.io.poll(list, timeout_s) → list of indices that are readable (or hung up). */
+static int l_poll(lua_State *L)
+{
+    struct pollfd pfd[CORRAL_POLL_MAX];
+    int n = corral_check_poll_list(L, 1, pfd);
+    double t = luaL_optnumber(L, 2, -1);
+    int r;
+    do
+        r = poll(pfd, (nfds_t)n, t < 0 ? -1 : (int)(t * 1000));
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return corral_pushfail(L, "poll", errno);
+    corral_push_ready(L, pfd, n);
     return 1;
 }
 

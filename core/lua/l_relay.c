@@ -348,33 +348,16 @@ static int l_run(lua_State *L)
     return 1;
 }
 
-#define POLL_MAX 256
-
 static int l_poll(lua_State *L)
 {
     struct corral_relay *r = checkrelay(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
+    struct pollfd pfd[CORRAL_POLL_MAX];
+    int n = corral_check_poll_list(L, 2, pfd);
     double t = luaL_optnumber(L, 3, -1);
-    lua_Integer n = luaL_len(L, 2);
-    if (n > POLL_MAX) return luaL_argerror(L, 2, "too many fds");
-    struct pollfd pfd[POLL_MAX];
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, 2, i);
-        if (corral_getfd(L, -1, &pfd[i - 1].fd) < 0)
-            return luaL_argerror(L, 2, lua_pushfstring(L, "entry %d: expected an fd", (int)i));
-        lua_pop(L, 1);
-    }
     int ms = t < 0 ? -1 : t > 86400 ? 86400000 : (int)(t * 1000);
     int k = corral_relay_poll(r, pfd, (size_t)n, ms);
     if (k < 0) return corral_pushfail(L, "poll", -k);
-    lua_createtable(L, k, 0);
-    int j = 0;
-    for (lua_Integer i = 0; i < n; i++) {
-        if (pfd[i].revents) {
-            lua_pushinteger(L, i + 1);
-            lua_rawseti(L, -2, ++j);
-        }
-    }
+    corral_push_ready(L, pfd, n);
     return 1;
 }
 

@@ -53,6 +53,16 @@ void corral_set_fd_reader(lua_State *L, const corral_fd_reader *reader);
  * when it is closed). Returns 0, or -1 when the value holds no fd (the caller raises). */
 int corral_getfd(lua_State *L, int idx, int *fd);
 
+/* A poll list for core.io.poll and a relay loop's poll: the fds of the list (a table,
+ * argument arg, at most CORRAL_POLL_MAX entries, each as corral_getfd reads it) into pfd,
+ * each asked for POLLIN; returns how many. Raises naming the argument and the entry. */
+#define CORRAL_POLL_MAX 256
+struct pollfd;
+int corral_check_poll_list(lua_State *L, int arg, struct pollfd *pfd);
+
+/* Pushes the list of the indices (from 1) of pfd's n entries that reported an event. */
+void corral_push_ready(lua_State *L, const struct pollfd *pfd, int n);
+
 /* Checks that argument arg is a string without embedded NUL bytes. */
 const char *corral_checkpath(lua_State *L, int arg);
 
