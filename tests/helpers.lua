@@ -9,7 +9,8 @@ local M = {}
 M.host = os.getenv("CORRAL_HOST") or (os.getenv("PWD") .. "/build/corral")
 -- The wrapper program a `corral confine` spec names: built beside the host
 -- (core/wrapper), else the host's own `exec-confined` (an asan build has only the host).
-M.wrapper = core.path.resolve_executable(M.host:gsub("[^/]*$", "") .. "corral-exec-confined") or M.host
+M.wrapper = M.host:gsub("[^/]*$", "") .. "corral-exec-confined"
+if not os.execute("test -x " .. shell.quote(M.wrapper)) then M.wrapper = M.host end
 
 --- A fresh private directory, resolved (so it compares equal to what corral resolves).
 function M.tmpdir(tag)

@@ -15,7 +15,11 @@ M.NAME = "corral-exec-confined"
 -- @tparam string host the corral executable's absolute path
 -- @treturn string the program to run with `exec-confined …` arguments
 function M.beside(host)
-  return core.path.resolve_executable(host:gsub("[^/]*$", "") .. M.NAME) or host
+  -- resolve_executable hands back a path with a slash unchanged when nothing is there
+  local program = core.path.resolve_executable(host:gsub("[^/]*$", "") .. M.NAME)
+  local st = program and core.fs.lstat(program)
+  if st and st.type == "file" and st.mode & tonumber("111", 8) ~= 0 then return program end
+  return host
 end
 
 --- The wrapper program of this process's host.
