@@ -158,6 +158,30 @@ describe("confine (control-plane profile) #root", function()
     assert.matches("ran", out2)
   end)
 
+  it("names the wrapper program beside the host, and the host itself where there is none", function()
+    -- a host of its own (its modules found at <exe dir>/../lua), first alone: its spec
+    -- names it, and that spec confines; then with the wrapper program copied beside it
+    local tree = root .. "/tree"
+    assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host .. " " .. tree .. "/build/corral && ln -s " ..
+      h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
+    local host = tree .. "/build/corral"
+    local function spec_cmd()
+      local out, status = h.capture({ host, "confine", "--json", "--permit", box, "--", "true" })
+      assert.are.equal(0, status, out)
+      return require("dkjson").decode(out).cmd
+    end
+    assert.are.equal(host, spec_cmd())
+    local out, status = h.capture({ host, "confine", "--exec", "--permit", box, "--", "sh", "-c",
+      h.attempt_then_control("cat " .. sib .. "/secret", CONTROL .. "echo control-ok"), "sh" })
+    h.assert_refused(h.after_attempt(out, "control%-ok"), out)
+    assert.is_nil(out:find(SECRET, 1, true), out)
+    assert.are.equal(0, status, out)
+    if h.wrapper ~= h.host then
+      assert(os.execute("cp " .. h.wrapper .. " " .. tree .. "/build/corral-exec-confined"))
+      assert.are.equal(tree .. "/build/corral-exec-confined", spec_cmd())
+    end
+  end)
+
   it("survives the wrapper invoked again inside with a wider --permit", function()
     assert(os.execute("cp " .. h.host .. " " .. box .. "/corral"))
     assert(os.execute("mkdir " .. box .. "/sub"))
