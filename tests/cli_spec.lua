@@ -188,7 +188,11 @@ describe("corral CLI", function()
     }
     -- the host's `exec-confined`, then the wrapper program beside it (with and without
     -- the leading word a spec's arguments carry)
-    for _, program in ipairs({ { h.host }, { h.wrapper }, { h.wrapper, drop_word = true } }) do
+    local programs = { { h.host } }
+    if h.wrapper ~= h.host then -- built beside the host (not by `make asan`)
+      programs[2], programs[3] = { h.wrapper }, { h.wrapper, drop_word = true }
+    end
+    for _, program in ipairs(programs) do
       for _, argv in ipairs(cases) do
         local line = table.move(argv, program.drop_word and 2 or 1, #argv, 2, { program[1] })
         local out, status = h.capture(line)
@@ -204,6 +208,7 @@ describe("corral CLI", function()
   end)
 
   it("the wrapper program's usage is the host's", function()
+    if h.wrapper == h.host then return pending("no corral-exec-confined beside " .. h.host) end
     for _, flag in ipairs({ "--help", "-h" }) do
       local out, status = h.capture({ h.wrapper, flag })
       assert.are.equal(0, status, out)
