@@ -165,6 +165,7 @@ describe("confine (control-plane profile) #root", function()
     assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host .. " " .. tree .. "/build/corral && ln -s " ..
       h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
     local host = tree .. "/build/corral"
+    h.defer(finally, function() h.forget_probe_cache(host) end) -- it keeps a cache file of its own
     local function spec_cmd()
       local out, status = h.capture({ host, "confine", "--json", "--permit", box, "--", "true" })
       assert.are.equal(0, status, out)

@@ -206,6 +206,14 @@ function M.defer(finally, fn)
   finally(run_deferred)
 end
 
+--- Removes the probe cache file another corral executable (a copy, an install) keeps:
+-- each keeps its own (corral.probe_cache), which a test that ran one must not leave.
+function M.forget_probe_cache(host)
+  local out = M.capture({ host, "-e", "print(require('corral.probe_cache').path())" })
+  local path = out:match("^(/%S+/probes%-%x+)\n")
+  if path then os.remove(path) end
+end
+
 --- Waits until cond() is true, for at most `seconds`.
 function M.wait_for(cond, seconds)
   local deadline = os.time() + (seconds or 5)

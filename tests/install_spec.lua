@@ -60,6 +60,7 @@ describe("installed under /usr/local #root", function()
 
   teardown(function()
     if root then
+      h.forget_probe_cache(BIN) -- the installed corral keeps a cache file of its own
       h.capture({ "make", "-s", "uninstall", "BUILD=" .. BUILD, "PREFIX=" .. PREFIX })
       h.rmrf(root)
     end

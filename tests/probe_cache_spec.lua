@@ -178,6 +178,29 @@ describe("corral probe under a signal #root", function()
     assert.truthy((h.read(FILE) or ""):find("\nholds\tuser_namespaces\t", 1, true), "nothing was kept")
   end)
 
+  it("keeps one file per corral executable: another build's probing leaves this one's alone", function()
+    -- a host of its own path (its modules found at <exe dir>/../lua), as a second checkout
+    -- or an install beside this build would be
+    local tree = h.tmpdir("other-build")
+    h.must("mkdir -p " .. tree .. "/build && cp " .. h.quote(h.host) .. " " .. tree .. "/build/corral && ln -s " ..
+      h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua")
+    local other = tree .. "/build/corral"
+    corral_probe()
+    local mine = assert(h.read(FILE))
+    local out = h.capture({ other, "-e", "print(require('corral.probe_cache').path())" })
+    local theirs = out:match("^(%S+)\n")
+    assert.is_truthy(theirs, out)
+    assert.are_not.equal(FILE, theirs)
+    local status
+    out, status = h.capture({ other, "probe" })
+    local kept = h.read(theirs)
+    os.remove(theirs)
+    h.rmrf(tree)
+    assert.are.equal(0, status, out)
+    assert.truthy((kept or ""):find("\nholds\t", 1, true), "the other build kept nothing") -- it did probe
+    assert.are.equal(mine, h.read(FILE)) -- and this build's file is as it was
+  end)
+
   it("sweeps the scratch a killed probe left, by its dead pid, on the next probe and the next run; " ..
     "never a live pid's, nor another user's", function()
     local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a pid that has exited

@@ -22,7 +22,10 @@ local M = {}
 --- The first line of the file; a change to the format changes it.
 M.FORMAT = "corral probe cache 1"
 
---- The file's name in the runtime directory.
+--- The file's name in the runtime directory: this, then `-` and 12 hex digits of the
+-- corral executable's path, so that two builds or installs on one machine (a checkout
+-- and /usr/local, a LuaRocks tree) each keep their own file instead of replacing the
+-- other's at every call (their keys differ: the host's identity is in it).
 M.NAME = "probes"
 
 -- Read once at load, like the runtime directory: corral may clear its environment.
@@ -123,7 +126,8 @@ end
 function M.path()
   local dir, err = runtime_dir.dir()
   if not dir then return nil, err end
-  return dir .. "/" .. M.NAME
+  local host = core.proc.host_executable() or "-"
+  return dir .. "/" .. M.NAME .. "-" .. core.digest.sha256(host):sub(1, 12)
 end
 
 --- The results kept for this host state.
