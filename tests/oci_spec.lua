@@ -600,9 +600,12 @@ for h in sys.argv[2:]: go(h)
     -- attempt: the engine's client, in corral's group when it was started, forwards no
     -- second one of its own
     assert.are.same({ "x" }, lines(h.read(root .. "/int-group/got")))
-    -- control: the handler counts each SIGINT the command gets (two sent, two counted)
+    -- control: the handler counts each SIGINT the command gets (two sent, two counted).
+    -- Its end is either the TERM handler's 7 or, when the two deliveries and their pauses
+    -- outlast the 3 s grace that runs from the first forwarded signal (a loaded CI run
+    -- did), the grace's 128 + SIGINT: what is measured here is the count
     code, left = signalled_run("int-twice", script, { group = "INT", times = 2 })
-    assert.are.equal(7, code)
+    assert.is_true(code == 7 or code == 128 + 2, "status " .. tostring(code))
     assert.are.same({}, left)
     assert.are.same({ "x", "x" }, lines(h.read(root .. "/int-twice/got")))
   end)
