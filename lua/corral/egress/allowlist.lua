@@ -112,26 +112,19 @@ local function numeric_label(label)
   return label:match("^%d+$") or label:match("^0x%x*$")
 end
 
--- normalize_name's answers by the name asked, at most NAME_MEMO_MAX of them (then
--- forgotten all at once): it is pure, and the DNS answer, the decision and the log each
--- ask it again of the same few names, label by label (measured: ~9 % of the Lua work of a
--- request through `corral run --allow`, scripts/bench/egress-curl).
-local NAME_MEMO_MAX = 1024
-local name_memo, name_memo_n = {}, 0
-
+-- normalize_name's answers, remembered (corral.memo; at most 1,024 names): it is pure,
+-- and the DNS answer, the decision and the log each ask it again of the same few names,
+-- label by label (measured: ~9 % of the Lua work of a request through `corral run
+-- --allow`, scripts/bench/egress-curl).
 local normalize_name
+local remembered_name = require("corral.memo").bounded(function(name) return normalize_name(name) end, 1024)
 
 --- Normalises a hostname: ASCII lowercase, one trailing dot dropped, then checked.
 -- @tparam string name
 -- @treturn string the normalised name, or nil and the reason
 function M.normalize_name(name)
   if type(name) ~= "string" then return nil, "not a string" end
-  local m = name_memo[name]
-  if m then return m[1], m[2] end
-  local a, b = normalize_name(name)
-  if name_memo_n >= NAME_MEMO_MAX then name_memo, name_memo_n = {}, 0 end
-  name_memo[name], name_memo_n = { a, b }, name_memo_n + 1
-  return a, b
+  return remembered_name(name)
 end
 
 normalize_name = function(name)

@@ -130,21 +130,13 @@ end
 
 local SCALAR = { string = true, number = true, boolean = true }
 
--- The text form of each address logged, by what the event carried: a request logs its
--- few addresses several times (measured: the log's normalisation was ~30 % of the Lua
--- work of a request through `corral run --allow`, scripts/bench/egress-curl). Forgotten
--- all at once past ADDRESS_MEMO_MAX.
-local ADDRESS_MEMO_MAX = 1024
-local address_memo, address_memo_n = {}, 0
-
-local function address_text(ip)
-  local t = address_memo[ip]
-  if t then return t end
-  t = allowlist().address_text(ip) or string.format("%q", ip)
-  if address_memo_n >= ADDRESS_MEMO_MAX then address_memo, address_memo_n = {}, 0 end
-  address_memo[ip], address_memo_n = t, address_memo_n + 1
-  return t
-end
+-- The text form of each address logged, remembered (corral.memo; at most 1,024): a
+-- request logs its few addresses several times (measured: the log's normalisation was
+-- ~30 % of the Lua work of a request through `corral run --allow`,
+-- scripts/bench/egress-curl).
+local address_text = require("corral.memo").bounded(function(ip)
+  return allowlist().address_text(ip) or string.format("%q", ip)
+end, 1024)
 
 local registry -- corral.egress.registry, loaded at the first event that names a sandbox
 
