@@ -254,20 +254,23 @@ describe("corral host: additions", function()
 
   it("finds lua/ beside its build directory when run from another directory", function()
     -- The layout is rebuilt around a copy so that any CORRAL_HOST (build/asan/corral too)
-    -- is tested as build/corral with lua/ beside build/.
+    -- is tested as build/corral with lua/ beside build/. Its lua/ also holds a module no
+    -- installed tree has, so the control holds with corral installed under /usr/local too.
     local tree = tempdir()
-    assert.is_true(os.execute("mkdir -p " .. h.quote(tree .. "/build") .. " && cp " .. Q .. " "
-      .. h.quote(tree .. "/build/corral") .. " && ln -s " .. h.quote(cwd .. "/lua") .. " "
-      .. h.quote(tree .. "/lua")))
+    assert.is_true(os.execute("mkdir -p " .. h.quote(tree .. "/build") .. " "
+      .. h.quote(tree .. "/lua") .. " && cp " .. Q .. " " .. h.quote(tree .. "/build/corral")
+      .. " && ln -s " .. h.quote(cwd .. "/lua/corral") .. " " .. h.quote(tree .. "/lua/corral")))
+    h.write(tree .. "/lua/host_spec_beside.lua", 'return "beside"\n')
     local env = "cd /tmp && " .. CLEAN .. "-u LUA_PATH -u LUA_PATH_5_4 "
-    -- control: from /tmp a stock interpreter does not find corral.cli
-    local _, _, code = run(env .. "lua5.4 -e 'require \"corral.cli\"'")
+    -- control: from /tmp a stock interpreter does not find the tree's own module
+    local _, _, code = run(env .. "lua5.4 -e 'require \"host_spec_beside\"'")
     assert.is_not.equal(0, code)
     local out
-    out, _, code = run(env .. h.quote(tree .. "/build/corral") .. " -e 'require \"corral.cli\";"
+    out, _, code = run(env .. h.quote(tree .. "/build/corral") .. " -e 'print((require \"host_spec_beside\"));"
       .. " print(package.searchpath(\"corral.cli\", package.path))'")
     assert.are.equal(0, code)
-    assert.matches("/lua/corral/cli%.lua\n$", out)
+    -- the tree's own modules come first, before any installed corral
+    assert.are.equal("beside\n" .. tree .. "/lua/corral/cli.lua\n", out)
   end)
 
   it("finds modules of an installed tree (PREFIX/bin -> PREFIX/share/lua/5.4)", function()
