@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/select.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,30 +26,15 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#ifdef CORRAL_USE_READLINE
-#include <readline/readline.h>
-#include <readline/history.h>
-#endif
-
 #include "compiled.h"
 #include "confine.h"
+#include "console.h"
 
-#define CORRAL_VERSION "0.1"
-#define CORRAL_PROGNAME "corral"
-#define CORRAL_PROMPT "corral> "
-#define CORRAL_PROMPT2 "corral>> "
-#define CORRAL_HISTORY_LINES 1000
 #define LUA_VERSION_DIR LUA_VERSION_MAJOR "." LUA_VERSION_MINOR
 #define LUA_INIT_VAR "LUA_INIT"
 #define LUA_INIT_VERSIONED LUA_INIT_VAR "_" LUA_VERSION_MAJOR "_" LUA_VERSION_MINOR
 /* loadlib.c's LUA_IGMARK: `-l mod-suffix` requires "mod-suffix" into global "mod". */
 #define IGNORE_MARK '-'
-/* The syntax error of a chunk that merely stops early ends with this mark (lua.c). */
-#define EOF_MARK "<eof>"
-/* Registry key of the loaded corral.repl module while a REPL runs. */
-#define REPL_MODULE "corral.repl"
-/* Candidates offered for one Tab, at most. */
-#define COMPLETIONS_MAX 256
 
 int luaopen_corral_core(lua_State *L);
 static int open_host(lua_State *L);
@@ -63,26 +47,21 @@ enum {
     ARGS_NOENV = 1 << 4,       /* -E */
 };
 
-/* Reading results besides a Lua status. */
-enum { INPUT_EOF = -1, INPUT_INTERRUPTED = -2 };
-
-static const char *progname = CORRAL_PROGNAME;
+const char *host_progname = CORRAL_PROGNAME;
 static lua_State *signal_L;
-static volatile sig_atomic_t input_interrupted;
-static char *history_path;
 
-static void print_message(const char *prefix, const char *msg)
+void host_print_message(const char *prefix, const char *msg)
 {
     if (prefix != NULL) fprintf(stderr, "%s: ", prefix);
     fprintf(stderr, "%s\n", msg);
     fflush(stderr);
 }
 
-static int report(lua_State *L, int status)
+int host_report(lua_State *L, int status)
 {
     if (status != LUA_OK) {
         const char *msg = lua_tostring(L, -1);
-        print_message(progname, msg != NULL ? msg : "(error object is not a string)");
+        host_print_message(host_progname, msg != NULL ? msg : "(error object is not a string)");
         lua_pop(L, 1);
     }
     return status;
@@ -91,9 +70,9 @@ static int report(lua_State *L, int status)
 static void print_usage(const char *bad)
 {
     if (bad[1] == 'e' || bad[1] == 'l')
-        fprintf(stderr, "%s: '%s' needs argument\n", progname, bad);
+        fprintf(stderr, "%s: '%s' needs argument\n", host_progname, bad);
     else
-        fprintf(stderr, "%s: unrecognized option '%s'\n", progname, bad);
+        fprintf(stderr, "%s: unrecognized option '%s'\n", host_progname, bad);
     fputs("usage: " CORRAL_PROGNAME " [options] [script [args]]\n"
           "       " CORRAL_PROGNAME " <command> [args]   (`" CORRAL_PROGNAME
           " help` lists the commands)\n"
@@ -134,12 +113,6 @@ static void on_sigint_running(int sig)
     lua_sethook(signal_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
 
-static void on_sigint_reading(int sig)
-{
-    (void)sig;
-    input_interrupted = 1;
-}
-
 static int message_handler(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
@@ -153,7 +126,7 @@ static int message_handler(lua_State *L)
 
 /* Calls the function below narg arguments with the traceback handler and Ctrl-C armed;
  * the previous SIGINT disposition (default, or the REPL's reader) comes back after. */
-static int docall(lua_State *L, int narg, int nres)
+int host_docall(lua_State *L, int narg, int nres)
 {
     int base = lua_gettop(L) - narg;
     struct sigaction sa, old;
@@ -178,8 +151,8 @@ static int docall(lua_State *L, int narg, int nres)
 
 static int dochunk(lua_State *L, int status)
 {
-    if (status == LUA_OK) status = docall(L, 0, 0);
-    return report(L, status);
+    if (status == LUA_OK) status = host_docall(L, 0, 0);
+    return host_report(L, status);
 }
 
 static int dostring(lua_State *L, const char *s, const char *chunkname)
@@ -200,11 +173,11 @@ static int dolibrary(lua_State *L, const char *spec)
     lua_pushlstring(L, spec, globlen);
     lua_getglobal(L, "require");
     lua_pushstring(L, modname);
-    status = docall(L, 1, 1);
+    status = host_docall(L, 1, 1);
     if (status == LUA_OK)
         lua_setglobal(L, lua_tostring(L, -2));
     else
-        report(L, status);
+        host_report(L, status);
     lua_pop(L, 1);
     return status;
 }
@@ -313,9 +286,9 @@ static int handle_script(lua_State *L, char **argv, int script)
     status = luaL_loadfile(L, fname);
     if (status == LUA_OK) {
         int n = push_script_args(L);
-        status = docall(L, n, LUA_MULTRET);
+        status = host_docall(L, n, LUA_MULTRET);
     }
-    return report(L, status);
+    return host_report(L, status);
 }
 
 static int handle_luainit(lua_State *L)
@@ -421,11 +394,11 @@ static int is_command(lua_State *L, const char *name, int *failed)
     if (strchr(name, '/') != NULL || looks_like_script(name)) return 0;
     lua_getglobal(L, "require");
     lua_pushliteral(L, "corral.cli");
-    status = docall(L, 1, 1);
+    status = host_docall(L, 1, 1);
     if (status == LUA_OK) {
         lua_getfield(L, -1, "is_command");
         lua_pushstring(L, name);
-        status = docall(L, 1, 1);
+        status = host_docall(L, 1, 1);
         lua_remove(L, -2);
     }
     if (status != LUA_OK) {
@@ -433,7 +406,7 @@ static int is_command(lua_State *L, const char *name, int *failed)
             lua_pop(L, 1);
             return 0;
         }
-        report(L, status);
+        host_report(L, status);
         *failed = 1;
         return 0;
     }
@@ -449,8 +422,8 @@ static int run_command(lua_State *L, int argc, char **argv)
 
     lua_getglobal(L, "require");
     lua_pushliteral(L, "corral.cli");
-    status = docall(L, 1, 1);
-    if (status != LUA_OK) return report(L, status), EXIT_FAILURE;
+    status = host_docall(L, 1, 1);
+    if (status != LUA_OK) return host_report(L, status), EXIT_FAILURE;
     lua_getfield(L, -1, "main");
     lua_remove(L, -2);
     lua_createtable(L, argc - 1, 0);
@@ -458,8 +431,8 @@ static int run_command(lua_State *L, int argc, char **argv)
         lua_pushstring(L, argv[i]);
         lua_rawseti(L, -2, i);
     }
-    status = docall(L, 1, 1);
-    if (status != LUA_OK) return report(L, status), EXIT_FAILURE;
+    status = host_docall(L, 1, 1);
+    if (status != LUA_OK) return host_report(L, status), EXIT_FAILURE;
     if (lua_isinteger(L, -1)) {
         lua_Integer code = lua_tointeger(L, -1);
         lua_pop(L, 1);
@@ -470,378 +443,10 @@ static int run_command(lua_State *L, int argc, char **argv)
         lua_pop(L, 1);
         return ok ? EXIT_SUCCESS : EXIT_FAILURE;
     }
-    print_message(progname,
-                  lua_pushfstring(L, "corral.cli.main returned a %s value", luaL_typename(L, -1)));
+    host_print_message(host_progname, lua_pushfstring(L, "corral.cli.main returned a %s value",
+                                                      luaL_typename(L, -1)));
     lua_pop(L, 2);
     return EXIT_FAILURE;
-}
-
-/* ---- REPL ------------------------------------------------------------------------- */
-
-/* Pushes field `name` of the REPL module (corral.repl), or nil when it did not load. */
-static int repl_field(lua_State *L, const char *name)
-{
-    if (lua_getfield(L, LUA_REGISTRYINDEX, REPL_MODULE) != LUA_TTABLE) return lua_type(L, -1);
-    lua_getfield(L, -1, name);
-    lua_remove(L, -2);
-    return lua_type(L, -1);
-}
-
-static void history_open(void)
-{
-    const char *env = getenv("CORRAL_HISTORY");
-    const char *home = getenv("HOME");
-
-    if (env != NULL) {
-        if (env[0] == '\0') return;
-        history_path = strdup(env);
-    } else if (home != NULL && home[0] != '\0') {
-        size_t n = strlen(home) + sizeof "/.corral_history";
-        history_path = malloc(n);
-        if (history_path != NULL) snprintf(history_path, n, "%s/.corral_history", home);
-    }
-#ifdef CORRAL_USE_READLINE
-    if (history_path != NULL) {
-        /* append_history does not create the file; failures only cost the history. */
-        int fd = open(history_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (fd >= 0) close(fd);
-        read_history(history_path);
-        history_truncate_file(history_path, CORRAL_HISTORY_LINES);
-    }
-#endif
-}
-
-static void history_save(const char *line)
-{
-    if (line[0] == '\0') return;
-#ifdef CORRAL_USE_READLINE
-    add_history(line);
-    /* One entry at a time, so a session that ends in os.exit keeps its lines. */
-    if (history_path != NULL) append_history(1, history_path);
-#endif
-}
-
-#ifdef CORRAL_USE_READLINE
-static int use_readline;
-static char *rl_line;
-static int rl_line_done;
-
-static void on_readline_line(char *line)
-{
-    rl_line = line;
-    rl_line_done = 1;
-    rl_callback_handler_remove();
-}
-
-/*
- * readline's callback interface around pselect, so that a Ctrl-C at the prompt wakes the
- * wait (SIGINT is blocked except inside pselect, so it cannot slip in between the check
- * and the wait) and the line is dropped with readline's state cleaned up. Blocking
- * readline() would restart its read after our handler ran. Shown by tests/host_spec.lua
- * ("Ctrl-C at the prompt discards the pending input").
- */
-static int readline_read(const char *prompt, char **line)
-{
-    sigset_t block, orig;
-    int fd = fileno(rl_instream != NULL ? rl_instream : stdin);
-    int result = 1;
-
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigprocmask(SIG_BLOCK, &block, &orig);
-    input_interrupted = 0;
-    rl_line = NULL;
-    rl_line_done = 0;
-    rl_callback_handler_install(prompt, on_readline_line);
-    while (!rl_line_done) {
-        fd_set in;
-        FD_ZERO(&in);
-        FD_SET(fd, &in);
-        if (pselect(fd + 1, &in, NULL, NULL, NULL, &orig) < 0) {
-            if (errno == EINTR && !input_interrupted) continue;
-            if (errno == EINTR) {
-                rl_free_line_state();
-                rl_callback_sigcleanup();
-                result = INPUT_INTERRUPTED;
-            } else {
-                result = INPUT_EOF;
-            }
-            rl_callback_handler_remove();
-            fputc('\n', stdout);
-            fflush(stdout);
-            break;
-        }
-        rl_callback_read_char();
-    }
-    sigprocmask(SIG_SETMASK, &orig, NULL);
-    if (result == 1 && rl_line == NULL) result = INPUT_EOF;
-    if (result == 1) *line = rl_line;
-    return result;
-}
-
-static lua_State *completion_L;
-static char *completion_list[COMPLETIONS_MAX + 1];
-static int completion_next;
-
-/* Runs protected: the candidates corral.repl.complete(text) returns, copied into
- * completion_list (malloc'ed, NULL-terminated). */
-static int collect_completions(lua_State *L)
-{
-    const char *text = lua_touserdata(L, 1);
-    int n = 0;
-    if (repl_field(L, "complete") != LUA_TFUNCTION) return 0;
-    lua_pushstring(L, text);
-    lua_call(L, 1, 1);
-    if (!lua_istable(L, -1)) return 0;
-    for (lua_Integer i = 1; n < COMPLETIONS_MAX; i++) {
-        if (lua_geti(L, -1, i) != LUA_TSTRING) break;
-        char *copy = strdup(lua_tostring(L, -1));
-        lua_pop(L, 1);
-        if (copy == NULL) break;
-        completion_list[n++] = copy;
-    }
-    return 0;
-}
-
-static char *completion_generator(const char *text, int state)
-{
-    (void)text;
-    if (state == 0) completion_next = 0;
-    if (completion_list[completion_next] == NULL) return NULL;
-    char *match = completion_list[completion_next];
-    completion_list[completion_next++] = NULL; /* readline frees what it is given */
-    return match;
-}
-
-/* Names and fields from the Lua state; a word that looks like a path (a '/', or a
- * leading '.' or '~') is left to readline's file-name completion. A Lua error only
- * means no candidates: it must never unwind through readline. */
-static char **complete(const char *text, int start, int end)
-{
-    (void)start;
-    (void)end;
-    rl_attempted_completion_over = 0;
-    if (strchr(text, '/') != NULL || text[0] == '.' || text[0] == '~') return NULL;
-    for (int i = 0; completion_list[i] != NULL; i++) {
-        free(completion_list[i]);
-        completion_list[i] = NULL;
-    }
-    lua_State *L = completion_L;
-    int top = lua_gettop(L);
-    lua_pushcfunction(L, collect_completions);
-    lua_pushlightuserdata(L, (void *)text);
-    if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);
-    lua_settop(L, top);
-    rl_attempted_completion_over = 1; /* a Lua word: no file names mixed in */
-    return rl_completion_matches(text, completion_generator);
-}
-#endif
-
-static int plain_read(const char *prompt, char **line)
-{
-    size_t cap = 0;
-    ssize_t n;
-
-    input_interrupted = 0;
-    fputs(prompt, stdout);
-    fflush(stdout);
-    *line = NULL;
-    n = getline(line, &cap, stdin);
-    if (n >= 0) return 1;
-    free(*line);
-    *line = NULL;
-    if (errno == EINTR && input_interrupted) {
-        clearerr(stdin);
-        fputc('\n', stdout);
-        fflush(stdout);
-        return INPUT_INTERRUPTED;
-    }
-    return INPUT_EOF;
-}
-
-/* One line, malloc'ed, without its newline: 1, INPUT_EOF or INPUT_INTERRUPTED. */
-static int read_line(lua_State *L, int firstline, char **line)
-{
-    const char *prompt;
-    int r;
-    size_t n;
-
-    lua_getglobal(L, firstline ? "_PROMPT" : "_PROMPT2");
-    prompt = lua_tostring(L, -1);
-    if (prompt == NULL) prompt = firstline ? CORRAL_PROMPT : CORRAL_PROMPT2;
-#ifdef CORRAL_USE_READLINE
-    if (use_readline)
-        r = readline_read(prompt, line);
-    else
-#endif
-        r = plain_read(prompt, line);
-    lua_pop(L, 1);
-    if (r == 1) {
-        n = strlen(*line);
-        if (n > 0 && (*line)[n - 1] == '\n') (*line)[n - 1] = '\0';
-    }
-    return r;
-}
-
-static int incomplete(lua_State *L, int status)
-{
-    if (status == LUA_ERRSYNTAX) {
-        size_t len;
-        const char *msg = lua_tolstring(L, -1, &len);
-        size_t marklen = sizeof EOF_MARK - 1;
-        if (len >= marklen && strcmp(msg + len - marklen, EOF_MARK) == 0) {
-            lua_pop(L, 1);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/*
- * Reads one chunk into a function on an otherwise empty stack (or an error message):
- * first as `return <line>;` so expressions print, then as statements, reading more
- * lines while the only error is an early <eof>.
- */
-static int load_input(lua_State *L)
-{
-    char *line;
-    const char *retline;
-    int r, status;
-
-    lua_settop(L, 0);
-    r = read_line(L, 1, &line);
-    if (r != 1) return r;
-    lua_pushstring(L, line);
-    retline = lua_pushfstring(L, "return %s;", line);
-    free(line);
-    if (luaL_loadbuffer(L, retline, strlen(retline), "=stdin") == LUA_OK) {
-        history_save(lua_tostring(L, 1));
-        lua_remove(L, 2);
-        lua_remove(L, 1);
-        return LUA_OK;
-    }
-    lua_settop(L, 1);
-    for (;;) {
-        size_t len;
-        const char *src = lua_tolstring(L, 1, &len);
-        status = luaL_loadbuffer(L, src, len, "=stdin");
-        if (!incomplete(L, status)) break;
-        r = read_line(L, 0, &line);
-        if (r == INPUT_INTERRUPTED) return r;
-        if (r == INPUT_EOF) {
-            /* Report why the unfinished chunk cannot run; the next read sees the EOF. */
-            status = luaL_loadbuffer(L, src, len, "=stdin");
-            break;
-        }
-        lua_pushliteral(L, "\n");
-        lua_pushstring(L, line);
-        free(line);
-        lua_concat(L, 3);
-    }
-    history_save(lua_tostring(L, 1));
-    lua_remove(L, 1);
-    return status;
-}
-
-/* Results go through corral.repl.print (tables shown as tables), or the global print
- * when that module is not there. */
-static void print_results(lua_State *L)
-{
-    int n = lua_gettop(L);
-    if (n > 0) {
-        luaL_checkstack(L, LUA_MINSTACK, "too many results to print");
-        if (repl_field(L, "print") != LUA_TFUNCTION) {
-            lua_pop(L, 1);
-            lua_getglobal(L, "print");
-        }
-        lua_insert(L, 1);
-        if (lua_pcall(L, n, 0, 0) != LUA_OK)
-            print_message(progname,
-                          lua_pushfstring(L, "error calling 'print' (%s)", lua_tostring(L, -1)));
-    }
-}
-
-/* Binds global `name` = require(module); a failure is one warning line, not fatal. */
-static void require_global(lua_State *L, const char *name, const char *module)
-{
-    lua_getglobal(L, "require");
-    lua_pushstring(L, module);
-    if (docall(L, 1, 1) == LUA_OK) {
-        lua_setglobal(L, name);
-        return;
-    }
-    const char *msg = lua_tostring(L, -1);
-    size_t firstline = msg != NULL ? strcspn(msg, "\n") : 0;
-    fprintf(stderr, "corral: warning: require \"%s\" failed: %.*s\n", module, (int)firstline,
-            msg != NULL ? msg : "");
-    fflush(stderr);
-    lua_pop(L, 1);
-}
-
-static void repl(lua_State *L)
-{
-    const char *saved_progname = progname;
-    struct sigaction sa, old;
-    int status;
-
-    progname = NULL;
-#ifdef CORRAL_USE_READLINE
-    use_readline = isatty(STDIN_FILENO);
-    if (use_readline) {
-        rl_readline_name = CORRAL_PROGNAME;
-        /* Ctrl-C is ours: readline_read decides what it means at the prompt. */
-        rl_catch_signals = 0;
-        using_history();
-        stifle_history(CORRAL_HISTORY_LINES);
-        completion_L = L;
-        rl_attempted_completion_function = complete;
-        /* `corral.sand` and `t.k` are one word; '.' and ':' stay inside it. */
-        rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(,[]+*%^#";
-        rl_completion_append_character = '\0';
-    }
-#endif
-    history_open();
-
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint_reading;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
-
-    fputs(CORRAL_PROGNAME " " CORRAL_VERSION " — " LUA_VERSION "; `corral` and `core` are loaded\n",
-          stdout);
-    fflush(stdout);
-    require_global(L, "corral", "corral");
-    require_global(L, "core", "corral.core");
-    require_global(L, "conformance", "corral.conformance"); /* conformance("native") */
-    /* help(), sandboxes(), why(…), step{…} … as globals, and the printer and completer
-     * above. */
-    lua_getglobal(L, "require");
-    lua_pushliteral(L, REPL_MODULE);
-    if (docall(L, 1, 1) != LUA_OK) {
-        report(L, LUA_ERRRUN);
-    } else if (lua_istable(L, -1)) {
-        lua_pushvalue(L, -1);
-        lua_setfield(L, LUA_REGISTRYINDEX, REPL_MODULE);
-        if (lua_getfield(L, -1, "install") == LUA_TFUNCTION && docall(L, 0, 0) != LUA_OK)
-            report(L, LUA_ERRRUN);
-    }
-    lua_settop(L, 0);
-
-    while ((status = load_input(L)) != INPUT_EOF) {
-        if (status == INPUT_INTERRUPTED) continue;
-        if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
-        if (status == LUA_OK)
-            print_results(L);
-        else
-            report(L, status);
-    }
-    lua_settop(L, 0);
-    lua_pushnil(L);
-    lua_setfield(L, LUA_REGISTRYINDEX, REPL_MODULE);
-    sigaction(SIGINT, &old, NULL);
-    free(history_path);
-    history_path = NULL;
-    progname = saved_progname;
 }
 
 /* corral.host.repl(): the REPL, from Lua (`corral attach` opens it once it has chosen
@@ -849,7 +454,7 @@ static void repl(lua_State *L)
 static int l_host_repl(lua_State *L)
 {
     lua_settop(L, 0);
-    repl(L);
+    corral_console_run(L);
     return 0;
 }
 
@@ -983,10 +588,10 @@ static int pmain(lua_State *L)
     if (!run_args(L, argv, script > 0 ? script : argc)) return push_exit(L, EXIT_FAILURE);
     if (script > 0 && handle_script(L, argv, script) != LUA_OK) return push_exit(L, EXIT_FAILURE);
     if (args & ARGS_INTERACTIVE) {
-        repl(L);
+        corral_console_run(L);
     } else if (script == 0 && !(args & (ARGS_EXEC | ARGS_VERSION))) {
         if (isatty(STDIN_FILENO))
-            repl(L);
+            corral_console_run(L);
         else if (dochunk(L, luaL_loadfile(L, NULL)) != LUA_OK)
             return push_exit(L, EXIT_FAILURE);
     }
@@ -1050,7 +655,7 @@ int main(int argc, char **argv)
 
     L = luaL_newstate();
     if (L == NULL) {
-        print_message(progname, "cannot create state: not enough memory");
+        host_print_message(host_progname, "cannot create state: not enough memory");
         return EXIT_FAILURE;
     }
     lua_gc(L, LUA_GCSTOP);
@@ -1059,7 +664,7 @@ int main(int argc, char **argv)
     lua_pushlightuserdata(L, argv);
     status = lua_pcall(L, 2, 1, 0);
     code = status == LUA_OK ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
-    report(L, status);
+    host_report(L, status);
     lua_setallocf(L, exit_alloc, NULL);
     lua_close(L);
     return code;
