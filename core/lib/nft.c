@@ -25,7 +25,7 @@
 #include <libnftnl/table.h>
 
 #include "nft.h"
-#include "rtnl.h"
+#include "netlink.h"
 #include "util.h"
 
 #define MAX_RULES                                                                                  \

@@ -1,45 +1,17 @@
 /*
- * Netlink sockets in another network namespace, and the rtnetlink verbs a sandbox netns
- * needs: loopback up with default routes through it, veth pairs, addresses, link up and
- * delete.
+ * The rtnetlink verbs a sandbox netns needs: loopback up with default routes through it,
+ * veth pairs, addresses, link up and delete, the mark rule of UDP relaying.
  *
- * Every verb takes the target netns as an fd (open("/proc/PID/ns/net") or
- * /run/netns/NAME). The netlink socket is created on a short-lived thread that setns()es
- * into the target and exits; a netlink socket stays bound to the netns it was created in,
- * so the calling thread never changes namespace. All functions return 0 (or a value) or
- * -errno.
+ * Every verb takes the target netns as an fd (corral_netns_open, netlink.h) and talks
+ * through a netlink socket opened there (corral_netlink_open_in), so the calling thread
+ * never changes namespace. All functions return 0 (or a value) or -errno.
  */
 #ifndef CORRAL_RTNL_H
 #define CORRAL_RTNL_H
 
 #include <stdint.h>
-#include <libmnl/libmnl.h>
 
-/* A netlink socket closed at the end of its scope (core/lib only, see util.h). */
-static inline void corral_netlink_closep(struct mnl_socket **nl)
-{
-    if (*nl) mnl_socket_close(*nl);
-}
-#define _cleanup_nl_ __attribute__((cleanup(corral_netlink_closep)))
-
-/*
- * Opens a netlink socket of protocol `bus` (NETLINK_ROUTE, NETLINK_NETFILTER, …) inside
- * the netns `netns_fd`, bound with an automatic port id, CLOEXEC. Before returning it
- * checks (SIOCGSKNS) that the socket belongs to that netns. *out is set only on success.
- */
-int corral_netlink_open_in(int netns_fd, int bus, struct mnl_socket **out);
-
-/*
- * Sends one request (its nlmsg_seq is assigned here) and reads replies until the ack or
- * the end of a dump; `cb` (may be NULL) sees every data message. A callback that returns
- * MNL_CB_ERROR must set errno. An interrupted dump (NLM_F_DUMP_INTR) returns -EINTR and
- * leaves the socket unusable for further requests.
- */
-int corral_netlink_talk(struct mnl_socket *nl, struct nlmsghdr *nlh, mnl_cb_t cb, void *data);
-
-/* Opens `path` read-only and CLOEXEC and checks that it is a network namespace (-EINVAL if
- * not). Returns the fd. */
-int corral_netns_open(const char *path);
+#include "netlink.h"
 
 /* The ifindex of `ifname` in the netns, or -ENODEV. */
 int corral_rtnl_link_index(int netns_fd, const char *ifname);
