@@ -152,7 +152,7 @@ function M.decide(ctx, policy)
     c.sandbox = id
   end
   local v = decision.decide(c, policy, hostaddr.env())
-  local ev = { sandbox = id, kind = "connect", verdict = v.verdict, reason = v.reason, entry = v.entry,
+  local ev = { sandbox = id, kind = "connect", verdict = v.verdict, reason = v.reason, entry = v.entry, by = v.by,
     bytes_up = 0, bytes_down = 0, bytes = 0 }
   if type(ctx) == "table" then
     ev.name, ev.ip, ev.port, ev.family = ctx.name, ctx.ip, ctx.port, ctx.family
