@@ -309,7 +309,7 @@ describe("synthetic addresses", function()
     assert.are.equal(a1, inet.format(b1))
     assert.is_true(synthetic.is_synthetic(a1))
     assert.are.equal("pypi.org", s:lookup(a1))
-    assert.are.equal("pypi.org", s:lookup(b1))
+    assert.is_nil(s:lookup(b1)) -- lookups take text: packed bytes are not an address there
     assert.are.equal("pypi.org", s:lookup("::ffff:" .. a1))
     assert.are.equal("files.pythonhosted.org", s:lookup(a2))
     -- an address in the range that was never given out, and one outside it
@@ -344,7 +344,7 @@ describe("synthetic addresses", function()
       assert.is_true(inet.in_cidr(b, net, 15))
       local last = b:byte(4)
       assert.is_true(last ~= 0 and last ~= 255, text)
-      assert.are.equal(name, s:lookup(b))
+      assert.are.equal(name, s:lookup(text))
     end
     assert.are.equal(5000, s:count())
   end)

@@ -146,7 +146,7 @@ local function host_set(env)
 end
 
 --- Decides one connection.
--- @tparam table ctx `{sandbox =, name? =, ip? =, port =, family? =, protocol? = "tcp"|"udp"}`
+-- @tparam table ctx `{sandbox =, name? =, ip? = address text, port =, family? =, protocol? = "tcp"|"udp"}`
 -- @tparam table policy `{allowlist? = allowlist or list of strings, decide? = function,
 -- budget? = integer, internal? = list of CIDRs}` (nil: deny)
 -- @tparam[opt] table env `{host = the host's local networks (corral.egress.hostaddr.get()),
@@ -169,13 +169,12 @@ function M.decide(ctx, policy, env)
     if not name then return deny(string.format("bad name %s: %s", describe(ctx.name), why)) end
     q.name, dest = name, name
   elseif ctx.ip ~= nil then
-    local bytes, why = allowlist.address(ctx.ip)
-    if not bytes then return deny(why) end
-    dest = allowlist.address_text(bytes)
-    if synthetic.is_synthetic(bytes) then
+    dest = allowlist.address_text(ctx.ip)
+    if not dest then return deny(select(2, allowlist.parse_address(ctx.ip))) end
+    if synthetic.is_synthetic(dest) then
       return deny(string.format("%s is a synthetic address that no name maps to", dest))
     end
-    q.ip = bytes
+    q.ip = dest
   else
     return deny("no destination: neither a name nor an address")
   end
@@ -244,7 +243,7 @@ end
 
 --- Checks a host-side resolution of an allowed name against the special ranges, the
 -- host's own addresses and the policy's `internal` list (see `corral.egress.ranges.check`).
--- @tparam string ip text or bytes
+-- @tparam string ip address text
 -- @tparam[opt] table policy
 -- @tparam[opt] table env as for `decide`
 -- @treturn[1] boolean true
