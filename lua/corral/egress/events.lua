@@ -4,10 +4,10 @@
 -- reason =, bytes =}` plus any other scalar fields the emitter adds (`entry`, `upstream`,
 -- `answer`, `qtype`, `bytes_up`, `bytes_down`, `count`, …). `emit` copies it: scalar
 -- fields only, `sandbox` as its id when given a sandbox table, `ip` (and `upstream`),
--- always given as text, in canonical text (quoted when not an address), `time` defaulting to now (seconds since the epoch, with
--- microseconds: `now`) and `epoch` to its sandbox's policy epoch now (see
--- `corral.egress.registry`; absent for a sandbox without a policy). Subscribers are
--- called in order, each protected: a subscriber that raises is counted (`failures`),
+-- always given as text, in canonical text (quoted when not an address), `time`
+-- defaulting to now (seconds since the epoch, with microseconds: `now`) and `epoch` to
+-- its sandbox's policy epoch now (see `corral.egress.registry`; absent for a sandbox
+-- without a policy). Subscribers are called in order, each protected: a subscriber that raises is counted (`failures`),
 -- never stops the others, and never reaches the caller of `emit`, whose decision stands.
 --
 -- The fields, by kind (a Lua event lacks a field that does not apply; its JSON line
