@@ -183,7 +183,7 @@ end
 
 --- The name a synthetic address of this sandbox was given to.
 -- @param sb sandbox or id
--- @tparam string ip text or bytes
+-- @tparam string ip address text
 -- @treturn string|nil
 function M.lookup(sb, ip)
   local policy = M.registry:get(sandbox_id(sb))
