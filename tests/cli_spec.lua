@@ -359,6 +359,67 @@ describe("corral CLI", function()
     assert.matches("\nstatus=2\n512\n512\nstatus=0\n$", out)
   end)
 
+  it("run refuses network flags that cannot mean what they say, naming them (exit 2); controls: the same flags " ..
+    "where they apply run", function()
+    local core = require "corral.core"
+    local dir = h.tmpdir("cli-combo")
+    local before = h.sh("ls /tmp | grep -c '^corral-run-'")
+    h.write(dir .. "/list", "a.test:443\n")
+    local learn = dir .. "/learned"
+    -- {argv, the flag refused, what its message names besides it}
+    local cases = {
+      { { "--learn", learn, "--allow", "a.test:443" }, "--learn", "with --allow" },
+      { { "--learn", learn, "--allow-file", dir .. "/list" }, "--learn", "with --allow-file" },
+      { { "--internal", "10.0.0.0/8" }, "--internal", "give --allow too" },
+      { { "--resolve", "a.test=192.0.2.1" }, "--resolve", "give --allow too" },
+      { { "--sni", "require" }, "--sni", "give --allow too" },
+      { { "--allow", "a.test:443", "--udp-idle", "30s" }, "--udp-idle", "no --allow entry is udp:" },
+      { { "--allow", "a.test:443", "--max-udp-flows", "8" }, "--max-udp-flows", "no --allow entry is udp:" },
+      { { "--allow", "udp:a.test:123", "--idle", "10m" }, "--idle", "every --allow entry is udp:" },
+      { { "--allow", "udp:a.test:123", "--max-connections", "8" }, "--max-connections", "every --allow entry is udp:" },
+      { { "--allow", "udp:a.test:123", "--sni", "require" }, "--sni", "every --allow entry is udp:" },
+      { { "--allow", "192.0.2.1:443", "--sni", "require" }, "--sni", "no --allow entry names a host" },
+      { { "--allow-file", dir .. "/list", "--udp-idle", "30s" }, "--udp-idle", "no --allow-file entry is udp:" },
+      { { "--log-json", dir .. "/log" }, "--log-json", "give --allow, --learn or --service-port" },
+      { { "--verbose" }, "--verbose", "give --allow or --learn" },
+    }
+    if core.proc.geteuid() == 0 then
+      h.must("ip netns add corral-t-combo 2>/dev/null || true")
+      cases[#cases + 1] = { { "--link", "corral-t-combo,10.0.0.2/24,10.0.0.1" }, "--link", "give --allow too" }
+    end
+    for _, case in ipairs(cases) do
+      local argv = { "run" }
+      for _, a in ipairs(case[1]) do argv[#argv + 1] = a end
+      for _, a in ipairs({ "--", "sh", "-c", "echo command-ran" }) do argv[#argv + 1] = a end
+      local out, status = h.corral(table.unpack(argv))
+      local said = table.concat(case[1], " ") .. ": " .. out
+      assert.are.equal(2, status, said)
+      assert.truthy(out:find("invalid_argument: " .. case[2] .. ": ", 1, true), said)
+      assert.truthy(out:find(case[3], 1, true), said)
+      assert.is_nil(out:find("command-ran", 1, true), said)
+    end
+    if core.proc.geteuid() == 0 then h.must("ip netns del corral-t-combo") end
+    assert.is_nil(core.fs.lstat(learn)) -- nothing written by a refused --learn
+    assert.is_nil(core.fs.lstat(dir .. "/log"))
+    -- controls, after: each flag beside what it applies to runs
+    local out, status = h.corral("run", "--allow", "a.test:443", "--allow", "udp:b.test:123", "--udp-idle", "30s",
+      "--max-udp-flows", "8", "--idle", "10m", "--max-connections", "8", "--sni", "require", "--internal",
+      "10.0.0.0/8", "--resolve", "a.test=192.0.2.1", "--log-json", dir .. "/log", "--verbose", "--",
+      "sh", "-c", "echo command-ran")
+    assert.are.equal(0, status, out)
+    assert.matches("command%-ran", out)
+    -- --learn keeps the flags the list will run with, but not --allow
+    out, status = h.corral("run", "--learn", learn, "--internal", "10.0.0.0/8", "--resolve", "a.test=192.0.2.1",
+      "--sni", "off", "--udp-idle", "30s", "--", "sh", "-c", "echo command-ran")
+    assert.are.equal(0, status, out)
+    assert.matches("command%-ran", out)
+    assert.matches("^# corral run %-%-learn", h.read(learn))
+    out, status = h.corral("run", "--service-port", "8080", "--log-json", dir .. "/log2", "--", "true")
+    assert.are.equal(0, status, out)
+    assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
+    h.rmrf(dir)
+  end)
+
   it("run checks --learn FILE before anything runs: empty, a directory, a symbolic link; control: a file " ..
     "is written", function()
     local dir = h.tmpdir("cli-learn")
@@ -441,11 +502,12 @@ describe("corral CLI", function()
     -- 1.5 bytes was taken as 1; a unit's fraction is whole bytes (ulimit -f counts 512-byte blocks)
     refused_then_runs("--fsize", "1.5", "1.5K", { "sh", "-c", "ulimit -f" }, "^3\n$")
     refused_then_runs("--service-port", "0x50", "80", nil, "service port 80 on 127%.0%.0%.1:%d+")
-    for _, flag in ipairs({ "--max-connections", "--max-udp-flows" }) do
-      local out, status = h.corral("run", "--allow", "a.test", flag, "0x10", "--", "sh", "-c", "echo command-ran")
+    -- each beside an entry it applies to (--max-udp-flows: a udp: entry)
+    for flag, entry in pairs({ ["--max-connections"] = "a.test", ["--max-udp-flows"] = "udp:a.test:123" }) do
+      local out, status = h.corral("run", "--allow", entry, flag, "0x10", "--", "sh", "-c", "echo command-ran")
       assert.are.equal(2, status, out)
       assert.truthy(out:find("invalid_argument: " .. flag .. ': "0x10": a positive integer, in decimal', 1, true), out)
-      out, status = h.corral("run", "--allow", "a.test", flag, "16", "--", "sh", "-c", "echo command-ran")
+      out, status = h.corral("run", "--allow", entry, flag, "16", "--", "sh", "-c", "echo command-ran")
       assert.are.equal(0, status, out)
       assert.matches("command%-ran", out)
     end

@@ -156,19 +156,21 @@ describe("a disk of its own #root", function()
   it("a run refused before its command starts leaves nothing it made; a storage and image there before stay; " ..
     "control: the same storage runs", function()
     -- refused after the storage and its disk were made: a workspace with a hard link out of it
-    -- (exit 2), a --link to a file that is no network namespace (exit 3)
+    -- (exit 2), a --link to a file that is no network namespace (exit 3; beside the --allow a link needs)
     local ws, nsfile = root .. "/ws", root .. "/nsfile"
     assert(core.fs.mkdir(ws, tonumber("755", 8)))
     h.write(nsfile, "")
     h.must("ln " .. nsfile .. " " .. ws .. "/link && chown -R 4242:4242 " .. ws)
     local refusals = {
       { 2, "--workspace", ws },
-      { 3, "--link", nsfile .. ",10.0.0.2/24,10.0.0.1" },
+      { 3, "--link", nsfile .. ",10.0.0.2/24,10.0.0.1", "--allow", "a.test:443" },
     }
     for _, r in ipairs(refusals) do
       for _, disk in ipairs({ { "--disk", "16M" }, {} }) do
-        local out, rc = h.corral("run", "--storage", root .. "/n2", r[2], r[3], disk[1] or "--", disk[2] or "true",
-          disk[1] and "--" or nil, disk[1] and "true" or nil)
+        local argv = { "run", "--storage", root .. "/n2", table.unpack(r, 2) }
+        for _, a in ipairs(disk) do argv[#argv + 1] = a end
+        for _, a in ipairs({ "--", "true" }) do argv[#argv + 1] = a end
+        local out, rc = h.corral(table.unpack(argv))
         assert.are.equal(r[1], rc, r[2] .. ": " .. out)
         assert.is_nil(core.fs.lstat(root .. "/n2"), out)
         assert.is_nil(core.fs.lstat(root .. "/.n2.disk"), out)
@@ -179,7 +181,9 @@ describe("a disk of its own #root", function()
       "echo kept > /storage/kept")
     assert.are.equal(0, rc, out)
     for _, r in ipairs(refusals) do
-      out, rc = h.corral("run", "--storage", root .. "/n2", "--disk", "16M", r[2], r[3], "--", "true")
+      local argv = { "run", "--storage", root .. "/n2", "--disk", "16M", table.unpack(r, 2) }
+      for _, a in ipairs({ "--", "true" }) do argv[#argv + 1] = a end
+      out, rc = h.corral(table.unpack(argv))
       assert.are.equal(r[1], rc, out)
       assert.are.equal("dir", core.fs.lstat(root .. "/n2").type)
     end

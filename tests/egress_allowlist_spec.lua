@@ -6,6 +6,8 @@ local core = require "corral.core"
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
 local ranges = require "corral.egress.ranges"
+local decision = require "corral.egress.decision"
+local synthetic = require "corral.egress.synthetic"
 
 local inet = core.inet
 
@@ -67,25 +69,50 @@ describe("core.inet", function()
   end)
 end)
 
-describe("allowlist.address", function()
-  it("reads 4 bytes as binary, 16 characters of valid text as text, and folds mapped addresses", function()
-    assert.are.equal("\192\0\2\1", allowlist.address("192.0.2.1"))
-    assert.are.equal("\192\0\2\1", allowlist.address("\192\0\2\1"))
-    assert.are.equal("\192\0\2\1", allowlist.address("::ffff:192.0.2.1"))
-    assert.are.equal("\192\0\2\1", allowlist.address(("\0"):rep(10) .. "\255\255\192\0\2\1"))
-    -- 16 characters that are an IPv6 text: read as text, not as 16 bytes
+describe("allowlist addresses: text and packed, never confused", function()
+  it("reads text as text whatever its length, and packed bytes only when asked to", function()
+    assert.are.equal("\192\0\2\1", allowlist.parse_address("192.0.2.1"))
+    assert.are.equal("\192\0\2\1", allowlist.parse_address("::ffff:192.0.2.1"))
+    assert.are.equal("\192\0\2\1", allowlist.packed_address("\192\0\2\1"))
+    assert.are.equal("\192\0\2\1", allowlist.packed_address(("\0"):rep(10) .. "\255\255\192\0\2\1"))
+    assert.are.equal("2001:db8::1", allowlist.packed_text(select(2, inet.parse("2001:db8::1"))))
+    -- host names of 4 and 16 characters are not addresses (they read as 104.111.115.116
+    -- and 6170:692e:… when any 4- or 16-byte string was taken for bytes)
+    for _, name in ipairs({ "host", "api.example.test", "\192\0\2\1", ("\0"):rep(16) }) do
+      local none, why = allowlist.parse_address(name)
+      assert.is_nil(none, name)
+      assert.matches("not an IP address", why)
+      assert.is_nil(allowlist.address_text(name))
+    end
+    -- a 4-character IPv6 text is IPv6, bare or bracketed (not 49.58.58.49)
+    assert.are.equal("1::1", allowlist.address_text("1::1"))
+    assert.are.equal("1::1", allowlist.address_text("[1::1]"))
     local t = "2001:db8::1:2:3a"
     assert.are.equal(16, #t)
     assert.are.equal("2001:db8::1:2:3a", allowlist.address_text(t))
-    -- 16 bytes that are not text: binary
-    local b = select(2, inet.parse("2001:db8::1"))
-    assert.are.equal("2001:db8::1", allowlist.address_text(b))
-    -- a 4-character IPv6 text needs brackets; bare, it is 4 bytes
-    assert.are.equal("1::1", allowlist.address_text("[1::1]"))
-    assert.are.equal("49.58.58.49", allowlist.address_text("1::1"))
-    local none, why = allowlist.address("pypi.org")
-    assert.is_nil(none)
-    assert.matches("not an IP address", why)
+    -- packed: exactly 4 or 16 bytes
+    assert.is_nil(allowlist.packed_address("\1\2\3"))
+    assert.is_nil(allowlist.packed_text("192.0.2.1"))
+    assert.is_nil(allowlist.address) -- one reader for both was the confusion: gone
+  end)
+
+  it("matches and checks a name-shaped string as no address at all (attempt, then control)", function()
+    local al = assert(allowlist.parse({ "104.111.115.116:443", "[6170:692e:6578:616d:706c:652e:7465:7374]:443",
+      "49.58.58.49:443" }))
+    assert.is_nil(al:match({ ip = "host", port = 443 }))
+    assert.is_nil(al:match({ ip = "api.example.test", port = 443 }))
+    assert.is_nil(al:match({ ip = "1::1", port = 443 }))
+    assert.truthy(al:match({ ip = "104.111.115.116", port = 443 })) -- control
+    assert.is_nil(ranges.check("host"))
+    assert.is_nil(ranges.classify("host"))
+    assert.is_true(ranges.check("104.111.115.116")) -- control
+    assert.is_false(synthetic.is_synthetic("\198\18\0\7"))
+    assert.is_true(synthetic.is_synthetic("198.18.0.7")) -- control
+    local v = decision.decide({ sandbox = "s", ip = "host", port = 443 }, { allowlist = al })
+    assert.are.equal("deny", v.verdict)
+    assert.matches('not an IP address: "host"', v.reason)
+    v = decision.decide({ sandbox = "s", ip = "104.111.115.116", port = 443 }, { allowlist = al }, { host = {} })
+    assert.are.equal("allow", v.verdict) -- control
   end)
 end)
 
@@ -298,9 +325,9 @@ describe("allowlist matching", function()
     { { ip = "192.0.2.10", port = 22 }, "192.0.2.10:22" },
     { { ip = "192.0.2.11", port = 22 }, false },
     { { ip = "192.0.2.10", port = 23 }, false },
-    { { ip = "\192\0\2\10", port = 22 }, "192.0.2.10:22" }, -- bytes
+    { { ip = "\192\0\2\10", port = 22 }, false }, -- bytes are not text
     { { ip = "::ffff:192.0.2.10", port = 22 }, "192.0.2.10:22" }, -- v4-mapped as IPv4
-    { { ip = "\0\0\0\0\0\0\0\0\0\0\255\255\192\0\2\10", port = 22 }, "192.0.2.10:22" },
+    { { ip = "\0\0\0\0\0\0\0\0\0\0\255\255\192\0\2\10", port = 22 }, false },
     { { ip = "198.51.100.77", port = 8050 }, "198.51.100.0/24:8000-8100" },
     { { ip = "198.51.101.77", port = 8050 }, false },
     { { ip = "198.51.100.77", port = 8101 }, false },
@@ -456,7 +483,7 @@ describe("special ranges", function()
   end)
 
   it("refuses the metadata address, its IPv4-mapped and NAT64 forms, even under link-local", function()
-    for _, ip in ipairs({ "169.254.169.254", "::ffff:169.254.169.254", "\169\254\169\254",
+    for _, ip in ipairs({ "169.254.169.254", "::ffff:169.254.169.254", "::ffff:a9fe:a9fe",
                           "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1", "fd00:ec2::254", "100.100.100.200" }) do
       local ok, why = ranges.check(ip, { "169.254.0.0/16", "fd00::/8", "100.64.0.0/10" })
       assert.is_nil(ok, ip)

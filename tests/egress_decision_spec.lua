@@ -269,26 +269,32 @@ describe("decision: decide hook", function()
 end)
 
 describe("decision: resolvable", function()
-  it("answers names on the list, what a hook-only policy's hook allows, nothing otherwise", function()
+  it("answers names on the list; with a hook alone every valid name, the hook never asked", function()
     local p = policy({ "pypi.org:443", "*.example.com" })
     assert.is_true(decision.resolvable("PyPI.org.", p))
     assert.is_true(decision.resolvable("a.example.com", p))
     assert.is_nil(decision.resolvable("example.com", p))
     assert.is_nil(decision.resolvable("evil.test", p))
-    -- hook-only: the hook is asked at DNS time (no port), and its refusal is the answer
+    -- hook-only: the hook decides connections (with their port), never names at DNS time
     local seen = {}
     local hook = { sandbox = "s", decide = function(ctx)
-      seen[#seen + 1] = ctx.phase .. ":" .. ctx.name .. ":" .. tostring(ctx.port)
-      return ctx.name == "pypi.org", "only pypi"
+      seen[#seen + 1] = ctx
+      return ctx.name == "pypi.org" and ctx.port == 443, "pypi on 443"
     end }
-    local ok, why = decision.resolvable("evil.test", hook)
-    assert.is_nil(ok)
-    assert.are.equal("only pypi", why)
-    assert.is_true(decision.resolvable("PyPI.org", hook)) -- control
-    assert.are.same({ "dns:evil.test:nil", "dns:pypi.org:nil" }, seen)
-    assert.is_nil(decision.resolvable("evil_test", { decide = function() return false end }))
+    assert.is_true(decision.resolvable("evil.test", hook))
+    assert.is_true(decision.resolvable("PyPI.org", hook))
+    assert.are.same({}, seen)
+    -- an invalid name is still refused, and so is everything without a policy
+    assert.is_nil(decision.resolvable("evil_test", { decide = function() return true end }))
     assert.is_nil(decision.resolvable("pypi.org", {}))
     assert.is_nil(decision.resolvable("pypi.org", nil))
+    -- the connection is where the hook answers: refused first, then its control
+    assert.are.equal("deny", decision.decide({ sandbox = "s", name = "evil.test", port = 443 }, hook).verdict)
+    assert.are.equal("deny", decision.decide({ sandbox = "s", name = "pypi.org", port = 80 }, hook).verdict)
+    local v = decision.decide({ sandbox = "s", name = "pypi.org", port = 443 }, hook)
+    assert.are.same({ "allow", "hook", "pypi on 443" }, { v.verdict, v.by, v.reason })
+    assert.are.equal(3, #seen)
+    for _, ctx in ipairs(seen) do assert.is_number(ctx.port) end
   end)
 end)
 
@@ -303,7 +309,7 @@ describe("synthetic addresses", function()
     assert.are.equal(a1, inet.format(b1))
     assert.is_true(synthetic.is_synthetic(a1))
     assert.are.equal("pypi.org", s:lookup(a1))
-    assert.are.equal("pypi.org", s:lookup(b1))
+    assert.is_nil(s:lookup(b1)) -- lookups take text: packed bytes are not an address there
     assert.are.equal("pypi.org", s:lookup("::ffff:" .. a1))
     assert.are.equal("files.pythonhosted.org", s:lookup(a2))
     -- an address in the range that was never given out, and one outside it
@@ -338,7 +344,7 @@ describe("synthetic addresses", function()
       assert.is_true(inet.in_cidr(b, net, 15))
       local last = b:byte(4)
       assert.is_true(last ~= 0 and last ~= 255, text)
-      assert.are.equal(name, s:lookup(b))
+      assert.are.equal(name, s:lookup(text))
     end
     assert.are.equal(5000, s:count())
   end)

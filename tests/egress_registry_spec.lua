@@ -219,8 +219,12 @@ describe("corral.egress facade and events", function()
     assert.are.equal(4, #egress.recent(100))
   end)
 
-  it("normalises addresses to text and drops non-scalar fields", function()
-    events.emit({ sandbox = { id = "n" }, ip = "\192\0\2\1", upstream = "::ffff:192.0.2.9", port = 1,
+  it("normalises addresses to canonical text, never reads text as bytes, drops non-scalar fields", function()
+    events.emit({ sandbox = { id = "n" }, ip = "host", upstream = "::ffff:192.0.2.9", port = 1, verdict = "deny" })
+    assert.are.equal('"host"', egress.recent(1)[1].ip) -- not 104.111.115.116
+    events.emit({ sandbox = { id = "n" }, ip = "1::1", port = 1, verdict = "deny" })
+    assert.are.equal("1::1", egress.recent(1)[1].ip) -- not 49.58.58.49
+    events.emit({ sandbox = { id = "n" }, ip = "::ffff:192.0.2.1", upstream = "::ffff:192.0.2.9", port = 1,
                   verdict = "deny", junk = {} })
     local ev = egress.recent(1)[1]
     assert.are.equal("n", ev.sandbox)

@@ -291,6 +291,25 @@ describe("REPL on live sandboxes #root", function()
     assert.is_nil(nosuch:find("attached", 1, true))
   end)
 
+  it("why() reads a host of 4 or 16 characters as a name, never as a packed address", function()
+    local pid = background_run("--id", "repl-why", "--allow", "pypi.org:443", "--", "sleep", "30")
+    local out, code = pty.repl("attach repl-why", {
+      'print("A", why("host:443").reason)\n',
+      'print("B", why("api.example.test:443").reason)\n',
+      'print("C", allow("api.example.test:443").allowed)\n', 1,
+      'local w = why("api.example.test:443"); print("D", w.verdict, w.entry, w.dns)\n',
+      'print("E", why("104.111.115.116:443").reason)\n', -- control: an address stays one
+      "os.exit(0)\n" })
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("attached to repl-why@" .. pid, 1, true), out)
+    assert.truthy(out:find("\nA\thost port 443: host is not in the allowlist", 1, true), out)
+    assert.truthy(out:find("\nB\tapi.example.test port 443: api.example.test is not in the allowlist", 1, true), out)
+    assert.truthy(out:find("\nC\tapi.example.test:443", 1, true), out)
+    assert.truthy(out:find("\nD\tallow\tapi.example.test:443\tanswered (a synthetic address)", 1, true), out)
+    assert.truthy(out:find("\nE\t104.111.115.116 port 443: 104.111.115.116 is not in the allowlist", 1, true), out)
+    assert.is_nil(out:find("6170:692e", 1, true), out)
+  end)
+
   it("refuses a peer of another uid (SO_PEERCRED), answers the owner on the same socket", function()
     local pid, _, sock = background_run("--id", "repl-cred", "--", "sleep", "30")
     -- With the directory and the file modes out of the way (a hard link to the socket in

@@ -550,7 +550,8 @@ local RUN_OPTIONS = {
     { "udp-idle", "value", "DURATION", "end a UDP flow silent that long both ways (default 2m)" },
     { "max-udp-flows", "value", "N", "the sandbox's concurrent UDP flows (default 1024)" },
     { "sni", "value", "MODE", "match (default): reset a TLS SNI or first HTTP Host naming another host; require, off" },
-    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE (0600)" },
+    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE (0600); "
+      .. "not with --allow" },
   } },
   { "Output", {
     { "log-json", "value", "FILE", "write every egress decision to FILE (yours, regular, 0600) as a JSON line" },
@@ -616,6 +617,13 @@ connection, and a Host inside TLS (domain fronting behind an allowed SNI), are n
 seen. --learn FILE answers every name, denies and records every connection, and writes
 the suggested allowlist to FILE for --allow-file.
 
+A flag that cannot apply is refused (exit 2), naming it: --internal, --resolve, --link,
+--idle, --max-connections and --sni without an --allow entry; --idle, --max-connections
+and --sni when every entry is udp:, --sni when none names a host; --udp-idle and
+--max-udp-flows without a udp: entry; --log-json and --verbose with no egress at all.
+--learn takes them (so that the same command line runs again with --allow-file FILE),
+but not --allow: what that lets through would be relayed and never recorded.
+
 UDP leaves only for an entry that says so: --allow udp:ntp.test:123, udp:api.test:443
 (QUIC), with the same grammar after udp: and its ports required. Each flow (the
 tenant's address and port, and the destination) is decided on its first datagram as a
@@ -637,8 +645,11 @@ numbers itself: corral's own say so on stderr.]],
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
     local network, nerr = M.network_options(opts)
     if nerr then return fail("run", nerr) end
-    network, nerr = require("corral.egress.run_options").apply(network, opts)
+    local run_options = require "corral.egress.run_options"
+    network, nerr = run_options.apply(network, opts)
     if nerr then return fail("run", nerr) end
+    local meant, cerr = run_options.combination(network, opts)
+    if not meant then return fail("run", cerr) end
     if opts.learn then
       local _, lerr = require("corral.egress.learn").check(opts.learn)
       if lerr then return fail("run", lerr) end

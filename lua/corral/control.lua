@@ -386,7 +386,8 @@ function M.parse_dest(dest)
   if not host then host, port = dest:match("^([^:]+):(%d+)$") end
   port = math.tointeger(tonumber(port))
   if not host or not port then return nil, dest .. ": give host:port, [v6]:port or a.b.c.d:port" end
-  if require("corral.egress.allowlist").address(host) then return { ip = host, port = port } end
+  -- the user's text: never read as packed bytes ("host" is not 104.111.115.116)
+  if require("corral.egress.allowlist").parse_address(host) then return { ip = host, port = port } end
   return { name = host, port = port }
 end
 
@@ -439,7 +440,7 @@ function M.run_ops(mech, sb, run)
     if not q then return nil, err end
     q.sandbox = sb.id
     local v = egress().registry:decide(q)
-    local out = { verdict = v.verdict, reason = v.reason, by = v.by, entry = v.entry and v.entry.text }
+    local out = { verdict = v.verdict, reason = v.reason, by = v.by, entry = v.entry }
     if q.name then
       local ok, why = egress().resolvable(sb.id, q.name)
       out.dns = ok and "answered (a synthetic address)" or ("NXDOMAIN: " .. tostring(why))

@@ -62,9 +62,11 @@ Acceptor.__index = Acceptor
 local Service = {}
 Service.__index = Service
 
-local function deny(client, ctx, reason)
+-- `by` names what refused (docs/boundary.md, "Egress events"): the decision's own
+-- (`allowlist`, `hook`, `policy`), else the host's checks after it, `policy`.
+local function deny(client, ctx, reason, by)
   core.sock.reset(client)
-  ctx.verdict, ctx.reason, ctx.bytes = "deny", reason, 0
+  ctx.verdict, ctx.reason, ctx.bytes, ctx.by = "deny", reason, 0, by or "policy"
   events.emit(ctx)
 end
 
@@ -73,7 +75,7 @@ end
 local function deny_after_error(client, ctx, err)
   pcall(core.sock.reset, client)
   pcall(function() client:close() end)
-  ctx.verdict, ctx.reason, ctx.bytes = "deny", "internal error: " .. tostring(err):sub(1, 200), 0
+  ctx.verdict, ctx.reason, ctx.bytes, ctx.by = "deny", "internal error: " .. tostring(err):sub(1, 200), 0, "policy"
   pcall(events.emit, ctx)
 end
 
@@ -230,7 +232,7 @@ function Acceptor:accept(port_key)
       -- than wake the loop at once again for what it cannot take.
       self.resting = core.clock.monotime() + M.FD_REST
       loop.changed()
-      events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", bytes = 0,
+      events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", bytes = 0, by = "policy",
         reason = loop.fd_shortage(msg) })
     end
     return
@@ -256,7 +258,10 @@ function Acceptor:connect(client, ctx, port_key)
   local policy = self.registry:get(self.id)
   local env = self:env()
   local verdict = self:decide(name, ip, port, policy, env)
-  if verdict.verdict ~= "allow" then return deny(client, ctx, verdict.reason) end
+  if verdict.verdict ~= "allow" then
+    ctx.entry = verdict.entry
+    return deny(client, ctx, verdict.reason, verdict.by)
+  end
   if loop.count(self.id) + self.n_held >= self.max_connections then
     return deny(client, ctx, "connection cap reached (" .. self.max_connections .. (self.cap_note and
       (", lowered from " .. self.asked_connections .. ": " .. self.cap_note) or "") .. ")")
@@ -420,7 +425,7 @@ function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, 
     return deny(client, ctx, loop.out_of_fds(cerrno) and loop.fd_shortage(cerr) or ("upstream: " .. tostring(cerr)))
   end
   -- the loop holds ctx from here: its end is logged as this decision, with its bytes
-  ctx.verdict, ctx.reason, ctx.entry, ctx.bytes = "allow", verdict.reason, verdict.entry, 0
+  ctx.verdict, ctx.reason, ctx.entry, ctx.bytes, ctx.by = "allow", verdict.reason, verdict.entry, 0, verdict.by
   events.emit(ctx)
 end
 

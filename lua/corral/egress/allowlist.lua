@@ -71,35 +71,52 @@ local function bad(entry, reason)
   return nil, errors.invalid_argument(M.ARGUMENT, string.format('"%s": %s', tostring(entry), reason))
 end
 
---- Reads an IP address given as text or as network-order bytes. 4 bytes are binary; 16
--- are text if they parse as an address (no allocated unicast address spells valid text);
--- a 4-character IPv6 text must be bracketed. IPv4-mapped comes back as IPv4.
--- @tparam string ip
+-- Addresses come in two forms that must never be confused: text, which is what a user,
+-- a log, a resolver and the kernel's textual answers (SO_ORIGINAL_DST, the UDP relay)
+-- give, and packed bytes (network order), which only the core's binary interfaces give
+-- (the ruleset's record, a DNS answer). A string is text unless the caller says it is
+-- packed: "host" and "api.example.test" are four and sixteen characters, never
+-- 104.111.115.116 or 6170:692e:…, and "1::1" is an IPv6 address, never 49.58.58.49.
+
+--- Reads an IP address written as text (`192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`).
+-- Never bytes, whatever the length. IPv4-mapped comes back as IPv4.
+-- @tparam string text
 -- @treturn string 4 or 16 bytes and the family (`"inet"`/`"inet6"`); or nil and why not
-function M.address(ip)
-  if type(ip) ~= "string" then return nil, "not an IP address: " .. tostring(ip) end
-  local bytes
-  if #ip == 4 then
-    bytes = ip
-  else
-    local fam, b, v4 = inet.parse(ip)
-    if fam then
-      bytes = v4 or b
-    elseif #ip == 16 then
-      bytes = ip
-    else
-      return nil, string.format("not an IP address: %q", ip)
-    end
+function M.parse_address(text)
+  if type(text) ~= "string" then return nil, "not an IP address: " .. tostring(text) end
+  local fam, b, v4 = inet.parse(text)
+  if not fam then return nil, string.format("not an IP address: %q", text) end
+  local bytes = v4 or b
+  bytes = inet.unmap(bytes) or bytes
+  return bytes, #bytes == 4 and "inet" or "inet6"
+end
+
+--- Reads a packed address: exactly 4 or 16 bytes in network order, as the core's binary
+-- interfaces give it. Only for bytes the program itself holds, never for a user's string.
+-- IPv4-mapped comes back as IPv4.
+-- @tparam string bytes
+-- @treturn string 4 or 16 bytes and the family; or nil and why not
+function M.packed_address(bytes)
+  if type(bytes) ~= "string" or (#bytes ~= 4 and #bytes ~= 16) then
+    return nil, "not a packed IP address (4 or 16 bytes): " .. tostring(bytes)
   end
   bytes = inet.unmap(bytes) or bytes
   return bytes, #bytes == 4 and "inet" or "inet6"
 end
 
---- The text form of an address (text or bytes, as `address`); IPv6 without brackets.
--- @tparam string ip
+--- The canonical text of an address written as text; IPv6 without brackets.
+-- @tparam string text
 -- @treturn string|nil
-function M.address_text(ip)
-  local b = M.address(ip)
+function M.address_text(text)
+  local b = M.parse_address(text)
+  return b and inet.format(b)
+end
+
+--- The text of a packed address (see `packed_address`).
+-- @tparam string bytes
+-- @treturn string|nil
+function M.packed_text(bytes)
+  local b = M.packed_address(bytes)
   return b and inet.format(b)
 end
 
@@ -640,7 +657,7 @@ end
 -- address or network of its family; the name first. `port = nil` asks for any port,
 -- `proto = nil` for either protocol (what the DNS responder asks); `"tcp"` or `"udp"`
 -- only the entries of that protocol.
--- @tparam table q `{name =, ip =, port =, proto =}`
+-- @tparam table q `{name =, ip = address text, port =, proto =}`
 -- @treturn table|nil the first entry that matches
 function Allowlist:match(q)
   local idx = self.index or build_index(self)
@@ -652,14 +669,14 @@ function Allowlist:match(q)
     if e then return e end
   end
   if q.ip ~= nil then
-    local bytes = M.address(q.ip)
+    local bytes = M.parse_address(q.ip)
     if bytes then return match_ip(idx, bytes, port, proto) end
   end
   return nil
 end
 
 --- Every entry that matches a destination, in list order (`match` returns the first).
--- @tparam table q `{name =, ip =, port =, proto =}`
+-- @tparam table q `{name =, ip = address text, port =, proto =}`
 -- @treturn {table,...}
 function Allowlist:match_all(q)
   local out = {}
@@ -671,7 +688,7 @@ end
 
 --- Whether one entry matches a destination (as `match`, without the index).
 -- @tparam table e an entry
--- @tparam table q `{name =, ip =, port =, proto =}`
+-- @tparam table q `{name =, ip = address text, port =, proto =}`
 -- @treturn boolean
 function M.matches(e, q)
   if q.port ~= nil and math.type(q.port) ~= "integer" then return false end
@@ -682,7 +699,7 @@ function M.matches(e, q)
     if e.kind == "name" then return name == e.name end
     return #name > #e.suffix + 1 and name:sub(-#e.suffix - 1) == "." .. e.suffix
   end
-  local b = q.ip ~= nil and M.address(q.ip)
+  local b = q.ip ~= nil and M.parse_address(q.ip)
   return b and #b == #e.bytes and inet.in_cidr(b, e.bytes, e.prefix) or false
 end
 

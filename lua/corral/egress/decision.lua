@@ -16,12 +16,14 @@
 --    `10.20.0.0/16:5432`, inside 10/8, does reach 10.20.x. (A name's destination is
 --    checked the same way, without entries, once the host has resolved it:
 --    `check_resolved`.)
--- 4. With a `decide` hook, the hook is asked. **With an allowlist, the hook can only
---    narrow:** it is asked only about connections the list allows, so no hook bug can
---    open what the operator did not write down. **Without an allowlist, the hook is the
---    sole authority** (`network = {decide = fn}` is an allowlist written as code),
---    but a bare IP it allows has passed step 3 with no entry: a hook alone
---    cannot open a private, loopback or metadata address by IP.
+-- 4. With a `decide` hook, the hook is asked, once per connection (or UDP flow), always
+--    with a port: it is never asked at DNS time (`resolvable`). **With an allowlist,
+--    the hook can only narrow:** it is asked only about connections the list allows, so
+--    no hook bug can open what the operator did not write down. **Without an
+--    allowlist, the hook is the sole authority** (`network = {decide = fn}` is an
+--    allowlist written as code): every valid name then resolves to a synthetic address
+--    and the hook decides the connection; a bare IP it allows has passed step 3 with
+--    no entry, so a hook alone cannot open a private, loopback or metadata address by IP.
 -- 5. Neither list nor hook: refused.
 --
 -- The protocol is `ctx.protocol` ("tcp" when absent, or "udp" for a datagram flow), and
@@ -144,7 +146,7 @@ local function host_set(env)
 end
 
 --- Decides one connection.
--- @tparam table ctx `{sandbox =, name? =, ip? =, port =, family? =, protocol? = "tcp"|"udp"}`
+-- @tparam table ctx `{sandbox =, name? =, ip? = address text, port =, family? =, protocol? = "tcp"|"udp"}`
 -- @tparam table policy `{allowlist? = allowlist or list of strings, decide? = function,
 -- budget? = integer, internal? = list of CIDRs}` (nil: deny)
 -- @tparam[opt] table env `{host = the host's local networks (corral.egress.hostaddr.get()),
@@ -167,13 +169,12 @@ function M.decide(ctx, policy, env)
     if not name then return deny(string.format("bad name %s: %s", describe(ctx.name), why)) end
     q.name, dest = name, name
   elseif ctx.ip ~= nil then
-    local bytes, why = allowlist.address(ctx.ip)
-    if not bytes then return deny(why) end
-    dest = allowlist.address_text(bytes)
-    if synthetic.is_synthetic(bytes) then
+    dest = allowlist.address_text(ctx.ip)
+    if not dest then return deny(select(2, allowlist.parse_address(ctx.ip))) end
+    if synthetic.is_synthetic(dest) then
       return deny(string.format("%s is a synthetic address that no name maps to", dest))
     end
-    q.ip = bytes
+    q.ip = dest
   else
     return deny("no destination: neither a name nor an address")
   end
@@ -214,9 +215,10 @@ function M.decide(ctx, policy, env)
 end
 
 --- Whether the DNS responder should answer a name with a synthetic address: with an
--- allowlist, when a name entry matches it on some port; with only a hook, when the hook
--- allows `{sandbox =, name =, phase = "dns"}` (no port: none is known at DNS time),
--- and it is asked again about each connection. Names never leave the host either way.
+-- allowlist, when a name entry matches it on some port; with only a decide hook, every
+-- valid hostname. The hook is never asked at DNS time: no port is known there, and the
+-- hook's contract is one call per connection with its port (see the module's comment
+-- and docs/boundary.md). Names never leave the host either way.
 -- @tparam string name
 -- @tparam table policy as for `decide` (nil: no)
 -- @treturn[1] boolean true
@@ -235,18 +237,13 @@ function M.resolvable(name, policy)
     if al:match({ name = n }) then return true end
     return nil, n .. " is not in the allowlist"
   end
-  if type(policy.decide) == "function" then
-    local ok, reason = M.run_hook(policy.decide, { sandbox = policy.sandbox, name = n, phase = "dns" },
-      policy.budget)
-    if ok then return true end
-    return nil, reason
-  end
+  if type(policy.decide) == "function" then return true end
   return nil, "no allowlist and no decide hook"
 end
 
 --- Checks a host-side resolution of an allowed name against the special ranges, the
 -- host's own addresses and the policy's `internal` list (see `corral.egress.ranges.check`).
--- @tparam string ip text or bytes
+-- @tparam string ip address text
 -- @tparam[opt] table policy
 -- @tparam[opt] table env as for `decide`
 -- @treturn[1] boolean true

@@ -3,11 +3,11 @@
 -- An event is a flat table: `{time =, sandbox =, kind =, name =, ip =, port =, verdict =,
 -- reason =, bytes =}` plus any other scalar fields the emitter adds (`entry`, `upstream`,
 -- `answer`, `qtype`, `bytes_up`, `bytes_down`, `count`, …). `emit` copies it: scalar
--- fields only, `sandbox` as its id when given a sandbox table, `ip` (and `upstream`) as
--- address text when given bytes, `time` defaulting to now (seconds since the epoch, with
--- microseconds: `now`) and `epoch` to its sandbox's policy epoch now (see
--- `corral.egress.registry`; absent for a sandbox without a policy). Subscribers are
--- called in order, each protected: a subscriber that raises is counted (`failures`),
+-- fields only, `sandbox` as its id when given a sandbox table, `ip` (and `upstream`),
+-- always given as text, in canonical text (quoted when not an address), `time`
+-- defaulting to now (seconds since the epoch, with microseconds: `now`) and `epoch` to
+-- its sandbox's policy epoch now (see `corral.egress.registry`; absent for a sandbox
+-- without a policy). Subscribers are called in order, each protected: a subscriber that raises is counted (`failures`),
 -- never stops the others, and never reaches the caller of `emit`, whose decision stands.
 --
 -- The fields, by kind (a Lua event lacks a field that does not apply; its JSON line

@@ -156,10 +156,10 @@ end
 
 --- The entry of a set that contains an address, if any.
 -- @tparam table set from `get`
--- @tparam string ip text or bytes
+-- @tparam string ip address text
 -- @treturn table|nil
 function M.contains(set, ip)
-  local b = allowlist.address(ip)
+  local b = allowlist.parse_address(ip)
   if not b then return nil end
   for _, n in ipairs(set or {}) do
     if #n.bytes == #b and inet.in_cidr(b, n.bytes, n.prefix) then return n end

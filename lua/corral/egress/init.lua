@@ -152,7 +152,7 @@ function M.decide(ctx, policy)
     c.sandbox = id
   end
   local v = decision.decide(c, policy, hostaddr.env())
-  local ev = { sandbox = id, kind = "connect", verdict = v.verdict, reason = v.reason, entry = v.entry,
+  local ev = { sandbox = id, kind = "connect", verdict = v.verdict, reason = v.reason, entry = v.entry, by = v.by,
     bytes_up = 0, bytes_down = 0, bytes = 0 }
   if type(ctx) == "table" then
     ev.name, ev.ip, ev.port, ev.family = ctx.name, ctx.ip, ctx.port, ctx.family
@@ -183,7 +183,7 @@ end
 
 --- The name a synthetic address of this sandbox was given to.
 -- @param sb sandbox or id
--- @tparam string ip text or bytes
+-- @tparam string ip address text
 -- @treturn string|nil
 function M.lookup(sb, ip)
   local policy = M.registry:get(sandbox_id(sb))

@@ -22,6 +22,7 @@
 -- @module corral.egress.plane
 local core = require "corral.core"
 local errors = require "corral.errors"
+local allowlist = require "corral.egress.allowlist"
 local events = require "corral.egress.events"
 local decision = require "corral.egress.decision"
 local network_spec = require "corral.egress.network_spec"
@@ -383,21 +384,23 @@ function Plane:read_refused()
   local policy, env = self.registry:get(self.id), nil
   local itemised = 0
   for _, r in ipairs(list) do
+    -- the ruleset's record holds packed addresses: text from here on
+    local ip = allowlist.packed_text(r.ip) or "?"
     local udp_refusal = r.proto == "udp"
-    local key = (r.proto or "tcp") .. r.ip .. r.port
+    local key = (r.proto or "tcp") .. ip .. r.port
     local n = r.count - (seen[key] or 0)
     seen[key] = r.count
     if n > 0 then
       itemised = itemised + n
-      local name = self.synth:lookup(r.ip)
+      local name = self.synth:lookup(ip)
       env = env or acceptor.host_env(self.link)
-      local v = decision.decide({ sandbox = self.id, name = name, ip = (not name) and r.ip or nil, port = r.port,
+      local v = decision.decide({ sandbox = self.id, name = name, ip = (not name) and ip or nil, port = r.port,
         protocol = r.proto }, policy, env)
       local why = v.verdict == "deny" and v.reason
         or ("port " .. r.port .. " was not open to the " .. (udp_refusal and "UDP relay" or "acceptor")
           .. " when it came (the policy changed since)")
       events.emit({ sandbox = self.id, kind = udp_refusal and "udp" or "connect", protocol = r.proto, name = name,
-        ip = r.ip, port = r.port, verdict = "deny", by = "ruleset", count = n, bytes = 0,
+        ip = ip, port = r.port, verdict = "deny", by = "ruleset", count = n, bytes = 0,
         reason = why .. (udp_refusal and " (refused by the ruleset)" or " (refused at the SYN by the ruleset)") })
     end
   end

@@ -107,13 +107,13 @@ local function most_specific(bytes)
 end
 
 --- Describes an address's special range, if any.
--- @tparam string ip text or bytes
+-- @tparam string ip address text
 -- @treturn[1] string what the range is
 -- @treturn[1] string the range (CIDR)
 -- @treturn[1] boolean whether `network.internal` can never unlock it
 -- @treturn[2] nil an ordinary address (or not an address)
 function M.classify(ip)
-  local b = allowlist.address(ip)
+  local b = allowlist.parse_address(ip)
   local r = b and most_specific(b)
   if not r then return nil end
   return r[2], r[1], r.fixed == true
@@ -221,7 +221,7 @@ end
 
 --- Checks a destination the host would connect to for a tenant: an address an allowed
 -- name resolved to on the host, or an IP the tenant connected to that an IP entry allows.
--- @tparam string ip text or bytes (IPv4-mapped addresses are checked as IPv4)
+-- @tparam string ip address text (IPv4-mapped addresses are checked as IPv4)
 -- @tparam[opt] {string,...} internal the `network.internal` list (or its `parse_internal`)
 -- @tparam[opt] table opts `{entries = {entry,...}, host = {{bytes =, prefix =},...}}`:
 --   `entries`, the allowlist entries (from `corral.egress.allowlist`) that matched an IP
@@ -234,13 +234,13 @@ end
 -- @return[2] nil
 -- @treturn[2] string why not (the address, its range, and how to allow it if one can)
 function M.check(ip, internal, opts)
-  local bytes, why = allowlist.address(ip)
+  local bytes, why = allowlist.parse_address(ip)
   if not bytes then return nil, why end
   local nets, err = M.parse_internal(internal)
   if not nets then return nil, tostring(err) end
   local ok, reason, entry = check(bytes, nets, opts or {}, 0)
   if ok then return true, nil, entry end
-  if #bytes == 4 and #ip ~= 4 and (inet.parse(ip) == "inet6" or (#ip == 16 and not inet.parse(ip))) then
+  if #bytes == 4 and inet.parse(ip) == "inet6" then
     reason = string.format("::ffff:%s is IPv4-mapped: %s", inet.format(bytes), reason)
   end
   return nil, reason

@@ -183,13 +183,15 @@ function Responder:answer(query)
 end
 
 local LOOPBACK = { [core.dns.A] = "\127\0\0\1", [core.dns.AAAA] = string.rep("\0", 15) .. "\1" }
+local LOOPBACK_TEXT = { [core.dns.A] = "127.0.0.1", [core.dns.AAAA] = "::1" }
 
 -- The sandbox's own hostname: its loopback address for A and AAAA (NODATA for AAAA
 -- without an IPv6 route, and for any other type), logged as allowed.
 function Responder:answer_hostname(query, q)
   local addr = LOOPBACK[q.qtype]
   if q.qtype == core.dns.AAAA and self.ipv4_only then addr = nil end
-  events.emit({ sandbox = self.id, kind = "dns", name = M.printable(q.name), ip = addr, qtype = q.qtype,
+  events.emit({ sandbox = self.id, kind = "dns", name = M.printable(q.name), ip = addr and LOOPBACK_TEXT[q.qtype],
+    qtype = q.qtype,
     answer = addr and "answered" or "nodata", verdict = "allow", bytes = 0,
     reason = "the sandbox's own hostname (its loopback)" })
   return core.dns.answer(query, core.dns.NOERROR, addr, M.TTL)

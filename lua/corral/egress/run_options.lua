@@ -1,9 +1,12 @@
 --- `corral run`'s connection options, read into the `network` table: --idle (how long a
 -- connection may move no byte; none by default), --max-connections (per sandbox),
 -- --sni (match, require or off: see `corral.egress.acceptor`), --learn (see
--- `corral.egress.learn`), --udp-idle and --max-udp-flows (see `corral.egress.udp`).
+-- `corral.egress.learn`), --udp-idle and --max-udp-flows (see `corral.egress.udp`);
+-- and the combinations of `corral run`'s network flags that cannot mean what they say,
+-- each refused naming the flags (`combination`).
 -- @module corral.egress.run_options
 local errors = require "corral.errors"
+local allowlist = require "corral.egress.allowlist"
 -- a count in plain decimal ("64"; tonumber would take "0x40" and " 64")
 local parse_integer = require("corral.sandbox").parse_integer
 
@@ -26,6 +29,83 @@ function M.duration(text)
   local v = tonumber(n) * k
   if v > 86400 * 365 then return nil, string.format('"%s": at most a year', text) end
   return v
+end
+
+local function given(v)
+  if type(v) == "table" then return #v > 0 end
+  return v ~= nil and v ~= false
+end
+
+-- What the allowlist holds: TCP entries, TCP entries naming a host, UDP entries.
+local function holds(allow)
+  local k = { tcp = false, tcp_name = false, udp = false }
+  for _, text in ipairs(allow or {}) do
+    local e = allowlist.parse_entry(text)
+    if e and e.proto == "udp" then
+      k.udp = true
+    elseif e then
+      k.tcp = true
+      k.tcp_name = k.tcp_name or e.kind == "name" or e.kind == "wildcard"
+    end
+  end
+  return k
+end
+
+local NO_NETWORK = "applies to allowed destinations: give --allow too (without it the sandbox has no network)"
+
+--- Refuses the network flags given together that cannot mean what they say: a flag
+-- accepted and then ignored is a run the operator did not ask for. --learn takes the
+-- other flags (--internal, --resolve, --sni …) so that the same command line runs again
+-- with --allow-file FILE, but not --allow: what that lets through is relayed and never
+-- recorded, so FILE would not be the list the command needs.
+-- @tparam table|nil network the table from `corral.cli.network_options`
+-- @tparam table opts parsed options
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table invalid_argument naming the flag, its detail the other
+function M.combination(network, opts)
+  local function refuse(flag, why) return nil, errors.invalid_argument(flag, why) end
+  local allowed = network ~= nil and #(network.allow or {}) > 0
+  local from = given(opts.allow) and "--allow" or "--allow-file"
+  if opts.learn and allowed then
+    return refuse("--learn", "with " .. from .. ": what " .. from .. " lets through is relayed and never "
+      .. "recorded, so FILE would not be the list the command needs; run --learn without it, then "
+      .. "--allow-file FILE")
+  end
+  if not allowed and not opts.learn then
+    for _, f in ipairs({ "internal", "resolve", "link", "idle", "max-connections", "sni", "udp-idle",
+                         "max-udp-flows" }) do
+      if given(opts[f]) then return refuse("--" .. f, NO_NETWORK) end
+    end
+    if not given(opts["service-port"]) and given(opts["log-json"]) then
+      return refuse("--log-json", "records egress decisions, and the sandbox has none: give --allow, --learn "
+        .. "or --service-port too")
+    end
+    if given(opts.verbose) then
+      return refuse("--verbose", "prints egress denials as they happen, and the sandbox has no egress: give "
+        .. "--allow or --learn too")
+    end
+    return true
+  end
+  if opts.learn then return true end
+  local k = holds(network.allow)
+  for _, f in ipairs({ "idle", "max-connections", "sni" }) do
+    if given(opts[f]) and not k.tcp then
+      return refuse("--" .. f, "applies to TCP connections, and every " .. from .. " entry is udp: (give a "
+        .. "TCP entry, or drop --" .. f .. ")")
+    end
+  end
+  if given(opts.sni) and not k.tcp_name then
+    return refuse("--sni", "checks the host a connection to an allowed name announces, and no " .. from
+      .. " entry names a host (a connection to an address has no name to check)")
+  end
+  for _, f in ipairs({ "udp-idle", "max-udp-flows" }) do
+    if given(opts[f]) and not k.udp then
+      return refuse("--" .. f, "applies to UDP flows, and no " .. from .. " entry is udp: (e.g. --allow "
+        .. "udp:ntp.example.com:123)")
+    end
+  end
+  return true
 end
 
 --- Adds --idle and --max-connections to `network` (the table from the egress options).

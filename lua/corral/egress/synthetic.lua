@@ -78,11 +78,11 @@ local function as_v4(bytes)
   return nil
 end
 
---- Whether an address (text or bytes) lies in either synthetic network, allocated or not.
+--- Whether an address (text) lies in either synthetic network, allocated or not.
 -- @tparam string ip
 -- @treturn boolean
 function M.is_synthetic(ip)
-  local b = allowlist.address(ip)
+  local b = allowlist.parse_address(ip)
   if not b then return false end
   if #b == 4 then return inet.in_cidr(b, V4_NET, 15) end
   return inet.in_cidr(b, V6_NET, 48)
@@ -138,12 +138,12 @@ function Allocator:address(name, family)
   return inet.format(b), b
 end
 
---- The name a synthetic address was given to (text or bytes, either family; an
--- IPv4-mapped form of a synthetic IPv4 address too).
+--- The name a synthetic address was given to (text, either family; an IPv4-mapped form
+-- of a synthetic IPv4 address too).
 -- @tparam string ip
 -- @treturn string|nil the name, or nil for any other address
 function Allocator:lookup(ip)
-  local b = allowlist.address(ip)
+  local b = allowlist.parse_address(ip)
   b = b and as_v4(b)
   local slot = b and bytes_slot(b)
   return slot and self.by_slot[slot]

@@ -77,10 +77,11 @@ local function flow_event(self, ev, name)
   return { sandbox = self.id, kind = "udp", protocol = "udp", name = name, ip = ev.dst, port = ev.dport, bytes = 0 }
 end
 
-function Udp:deny(ev, ctx, reason)
+-- `by` as a connection's (corral.egress.acceptor): the decision's, else `policy`.
+function Udp:deny(ev, ctx, reason, by)
   self.relay:deny(ev.id, M.DENY_HOLD)
   self.denied[ev.id] = true
-  ctx.verdict, ctx.reason = "deny", reason
+  ctx.verdict, ctx.reason, ctx.by = "deny", reason, by or "policy"
   events.emit(ctx)
 end
 
@@ -95,8 +96,10 @@ function Udp:decide(ev)
   local env = self.host_env()
   local v = decision.decide({ sandbox = self.id, name = name, ip = (not name) and ev.dst or nil, port = ev.dport,
     protocol = "udp" }, policy, env)
-  ctx.by = v.by
-  if v.verdict ~= "allow" then return self:deny(ev, ctx, v.reason) end
+  if v.verdict ~= "allow" then
+    ctx.entry = v.entry
+    return self:deny(ev, ctx, v.reason, v.by)
+  end
   if self.relay:count() >= self.max_flows then
     return self:deny(ev, ctx, string.format("UDP flow cap reached (%d; --max-udp-flows)", self.max_flows))
   end
@@ -116,7 +119,7 @@ function Udp:decide(ev)
   if not used then
     return self:deny(ev, ctx, "upstream: " .. tostring(uerr) .. " (" .. table.concat(addrs, ", ") .. ")")
   end
-  ctx.verdict, ctx.reason, ctx.entry, ctx.upstream = "allow", v.reason, v.entry, addrs[used]
+  ctx.verdict, ctx.reason, ctx.entry, ctx.upstream, ctx.by = "allow", v.reason, v.entry, addrs[used], v.by
   self.flows[ev.id] = { ctx = ctx, dest = { name = name, ip = (not name) and ev.dst or nil, port = ev.dport,
     protocol = "udp" } }
   events.emit(ctx)
@@ -149,12 +152,12 @@ function Udp:run()
       if not ok then
         pcall(self.relay.deny, self.relay, ev.id, M.DENY_HOLD)
         events.emit({ sandbox = self.id, kind = "udp", protocol = "udp", ip = ev.dst, port = ev.dport, bytes = 0,
-          verdict = "deny", reason = "internal error: " .. tostring(err):sub(1, 200) })
+          verdict = "deny", by = "policy", reason = "internal error: " .. tostring(err):sub(1, 200) })
       end
     elseif ev.kind == "end" then
       self:ended(ev)
     else
-      events.emit({ sandbox = self.id, kind = "udp", protocol = "udp", verdict = "deny", bytes = 0,
+      events.emit({ sandbox = self.id, kind = "udp", protocol = "udp", verdict = "deny", bytes = 0, by = "policy",
         count = ev.dropped, reason = string.format("%d datagrams of new UDP flows dropped: the sandbox's flow "
           .. "table is full (%d flows, allowed or recently denied)", ev.dropped, self.max_flows + M.DENIED_ROOM) })
     end
