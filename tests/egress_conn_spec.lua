@@ -299,7 +299,9 @@ describe("egress connections #root #netns", function()
     -- corral needs ~6 fds a connection (12,000 + its own) and the server 8,192: a hard
     -- limit below that cannot hold 2,000, whatever corral does
     local hard = tonumber(h.sh("ulimit -Hn"):match("%d+")) or math.huge
-    if hard < 13000 then return pending("the hard fd limit here is " .. hard .. ", below the 13,000 that 2,000 need") end
+    if hard < 13000 then
+      return pending("the hard fd limit here is " .. hard .. ", below the 13,000 that 2,000 need")
+    end
     -- an echo server of the test's own in the internet netns, counting connections open at once
     local port, peak = 9558, net.dir .. "/peak"
     h.write(net.dir .. "/echo2k.py", table.concat({
