@@ -12,6 +12,7 @@
 -- @module corral.disk
 local core = require "corral.core"
 local errors = require "corral.errors"
+local leftovers = require "corral.leftovers"
 
 local M = {}
 
@@ -133,7 +134,7 @@ function M.acquire(sb, uid)
       "images in it, and hand one sandbox's disk to another: give a root only root may write (or make it sticky, " ..
       "chmod +t)", sb.storage_root, root.mode))
   end
-  require("corral.resources").sweep(sb.storage_root, TEMPORARY_PATTERN, remove_own_file)
+  leftovers.sweep(sb.storage_root, TEMPORARY_PATTERN, remove_own_file)
   local image, size, errno, made
   image, size, errno = core.disk.open(path)
   if not image and errno == core.errno.ENOENT then

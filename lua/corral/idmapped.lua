@@ -19,6 +19,7 @@
 -- cold).
 -- @module corral.idmapped
 local core = require "corral.core"
+local storage_mark = require "corral.storage_mark"
 
 local M = {}
 
@@ -66,7 +67,7 @@ function M.mapping(fd, path, host_id, own)
   local plain, perr = core.idmap.tree(fd)
   local found, first = nil, perr
   if plain then
-    found, first = core.idmap.scan(plain, st.uid, st.gid, require("corral.sandbox").STORAGE_MARK)
+    found, first = core.idmap.scan(plain, st.uid, st.gid, storage_mark.MARK)
     plain:close()
   end
   if not found then

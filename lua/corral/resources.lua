@@ -3,6 +3,7 @@
 -- @module corral.resources
 local core = require "corral.core"
 local sandbox = require "corral.sandbox"
+local storage = require "corral.storage"
 local limits = require "corral.limits"
 
 local M = {}
@@ -80,14 +81,14 @@ end
 
 --- Creates the storage, the cgroup and the plane a sandbox asks for, and its disk.
 -- @tparam table sb
--- @tparam[opt] table opts how the mechanism reaches the storage (corral.sandbox.prepare_storage):
+-- @tparam[opt] table opts how the mechanism reaches the storage (corral.storage.prepare):
 --   `trees` (it moves detached trees into the tenant's root: then, as root, the storage and
 --   workspace are shown through `tree`), `by_path`, `mechanism`
 -- @treturn table state `{status =, cgroup =, plane =, …}`, or nil and an error (nothing held)
 function M.acquire(sb, opts)
   opts = opts or {}
   local trees = opts.trees and core.proc.geteuid() == 0
-  local ok, lock, userns, made_storage = sandbox.prepare_storage(sb, opts)
+  local ok, lock, userns, made_storage = storage.prepare(sb, opts)
   if not ok then return nil, lock end
   local err, made_image
   local st = { status = "provisioned", storage_lock = lock, storage_userns = userns, trees = trees }
