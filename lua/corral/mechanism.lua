@@ -39,9 +39,10 @@ M.BUILTIN = { native = "corral.mechanism.native", bwrap = "corral.mechanism.bwra
 -- @tparam table mech
 -- @treturn boolean
 function M.is_builtin(mech)
-  -- by its own name first: requiring every built-in to compare would load them all
+  -- by its own name first: only the built-in of that name is loaded to compare
   local module = type(mech) == "table" and M.BUILTIN[mech.name]
-  return module ~= nil and rawequal(package.loaded[module], mech)
+  if not module then return false end
+  return rawequal(require(module), mech)
 end
 
 --- Checks a table against the behaviour.

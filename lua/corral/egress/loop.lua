@@ -15,6 +15,7 @@
 -- allows, while the others carry on. Its tables are its own: others call its functions.
 -- @module corral.egress.loop
 local core = require "corral.core"
+local turns = require "corral.egress.turns"
 
 -- Loaded when first used: a run without a plane or a log (most) never emits an event,
 -- and loading the module cost ~0.13 ms of each `corral run`.
@@ -506,8 +507,8 @@ function M.step(timeout, extra)
   -- What the handlers just started (an upstream connect to a near server, a released
   -- client) is often ready already: relayed in this turn rather than the next.
   if handled then run_handler(relay_ready) end
-  -- its rate limiters exist only once something loaded it (a plane, a log)
-  if package.loaded["corral.egress.events"] then events().tick() end
+  -- the event log's rate limiters, once something loaded it (a plane, a log)
+  turns.run()
   return hit
 end
 
