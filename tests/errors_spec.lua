@@ -2,7 +2,7 @@
 -- ENOENT from EACCES without parsing text.
 local core = require "corral.core"
 local errors = require "corral.errors"
-local cli = require "corral.cli"
+local run_options = require "corral.egress.run_options"
 
 describe("corral.errors", function()
   it("keeps the errno of the system call that refused, and prints as before", function()
@@ -16,7 +16,7 @@ describe("corral.errors", function()
   end)
 
   it("reaches the caller of the CLI's option checks", function()
-    local _, err = cli.network_options({ ["allow-file"] = "/nonexistent/allow-list" })
+    local _, err = run_options.network({ ["allow-file"] = "/nonexistent/allow-list" })
     assert.are.equal("--allow-file", err.argument)
     assert.are.equal(core.errno.ENOENT, err.errno)
     -- control: a readable file is accepted
@@ -25,7 +25,7 @@ describe("corral.errors", function()
     local out = assert(io.open(path, "w"))
     out:write("api.test:443\n")
     out:close()
-    local net, nerr = cli.network_options({ ["allow-file"] = path })
+    local net, nerr = run_options.network({ ["allow-file"] = path })
     core.fs.remove_tree(dir)
     assert.is_nil(nerr)
     assert.truthy(net)

@@ -80,82 +80,6 @@ function M.parse(argv, spec)
   return opts, rest
 end
 
---- The `network` table from run's egress options, or nil when none was given.
--- @tparam table opts parsed options
--- @treturn table|nil network, or nil and an error naming the option
-function M.network_options(opts)
-  if #(opts.allow or {}) == 0 and not opts["allow-file"] and #(opts.internal or {}) == 0 and
-     #(opts.resolve or {}) == 0 and not opts.link and not opts["service-port"] and not opts.learn then
-    return nil
-  end
-  -- every value is checked here, so a refusal names its option and nothing starts
-  local allowlist = require "corral.egress.allowlist"
-  local function invalid(option, fmt, ...)
-    return nil, errors.invalid_argument(option, string.format(fmt, ...))
-  end
-  -- the grammar's own refusals (single-label names, loopback, URL paths …), by option
-  local function check_entry(e)
-    local _, aerr = allowlist.parse_entry(e)
-    if aerr then return aerr.detail end
-  end
-  local allow = {}
-  for _, e in ipairs(opts.allow or {}) do
-    local why = check_entry(e)
-    if why then return invalid("--allow", "%s", why) end
-    allow[#allow + 1] = e
-  end
-  if opts["allow-file"] then
-    local file = opts["allow-file"]
-    -- read whole, so that a directory (which io.open opens) is an error, not a raise from lines()
-    local text, ferr, ferrno = core.fs.read(file)
-    if not text then return nil, errors.invalid_argument("--allow-file", ferr, ferrno) end
-    local n = 0
-    for line in (text:sub(-1) == "\n" and text or text .. "\n"):gmatch("([^\n]*)\n") do
-      n = n + 1
-      line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
-      if line ~= "" then
-        local why = check_entry(line)
-        if why then return invalid("--allow-file", "%s:%d: %s", file, n, why) end
-        allow[#allow + 1] = line
-      end
-    end
-  end
-  for _, c in ipairs(opts.internal or {}) do
-    local ok, why = allowlist.parse_cidr(c)
-    if not ok then return invalid("--internal", '"%s": %s (write a CIDR, e.g. 10.20.0.0/16)', c, why) end
-  end
-  local resolve
-  for _, r in ipairs(opts.resolve or {}) do
-    local name, addr = r:match("^([^=]*)=(.*)$")
-    if not name or name == "" or addr == "" then
-      return invalid("--resolve", '"%s": expected NAME=ADDR (e.g. pypi.org=192.0.2.10)', r)
-    end
-    local n, why = allowlist.normalize_name(name)
-    if not n then return invalid("--resolve", '"%s": %s is not a hostname: %s', r, name, why) end
-    local text = addr:match("^%[(.*)%]$") or addr
-    if not core.inet.parse(text) then
-      return invalid("--resolve", '"%s": %s is not an IP address (NAME=ADDR, e.g. pypi.org=192.0.2.10)', r, addr)
-    end
-    resolve = resolve or {}
-    resolve[n] = resolve[n] or {}
-    table.insert(resolve[n], text)
-  end
-  local link
-  if opts.link then
-    local ns, addr, gw, peer = opts.link:match("^([^,]+),([^,]+),([^,]+),?([^,]*)$")
-    if not ns then
-      return nil, errors.invalid_argument("--link", opts.link .. ": expected NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]")
-    end
-    link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
-             peer_address = peer ~= "" and peer or nil }
-    if not core.fs.lstat(link.peer_netns) then
-      return nil, errors.invalid_argument("--link", link.peer_netns .. ": no such network namespace")
-    end
-  end
-  if #allow == 0 and #(opts.internal or {}) == 0 and not resolve and not link then return nil end
-  return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
-end
-
 local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
                            service_port = "--service-port", network = "--allow", log_json = "--log-json",
                            learn = "--learn", mechanism = "--mechanism", argv = "CMD" }
@@ -643,9 +567,9 @@ numbers itself: corral's own say so on stderr.]],
     local opts, rest = M.parse(argv, option_spec(RUN_OPTIONS))
     if not opts then return fail("run", rest) end
     if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
-    local network, nerr = M.network_options(opts)
-    if nerr then return fail("run", nerr) end
     local run_options = require "corral.egress.run_options"
+    local network, nerr = run_options.network(opts)
+    if nerr then return fail("run", nerr) end
     network, nerr = run_options.apply(network, opts)
     if nerr then return fail("run", nerr) end
     local meant, cerr = run_options.combination(network, opts)

@@ -1,16 +1,94 @@
---- `corral run`'s connection options, read into the `network` table: --idle (how long a
+--- `corral run`'s network flags, read into the `network` table: the destinations
+-- (--allow, --allow-file, --internal, --resolve, --link: `network`), --idle (how long a
 -- connection may move no byte; none by default), --max-connections (per sandbox),
 -- --sni (match, require or off: see `corral.egress.acceptor`), --learn (see
 -- `corral.egress.learn`), --udp-idle and --max-udp-flows (see `corral.egress.udp`);
 -- and the combinations of `corral run`'s network flags that cannot mean what they say,
 -- each refused naming the flags (`combination`).
 -- @module corral.egress.run_options
+local core = require "corral.core"
 local errors = require "corral.errors"
+local address = require "corral.egress.address"
 local allowlist = require "corral.egress.allowlist"
 -- a count in plain decimal ("64"; tonumber would take "0x40" and " 64")
 local parse_integer = require("corral.sandbox").parse_integer
 
 local M = {}
+
+--- The `network` table from run's egress options, or nil when none was given.
+-- @tparam table opts parsed options
+-- @treturn table|nil network, or nil and an error naming the option
+function M.network(opts)
+  if #(opts.allow or {}) == 0 and not opts["allow-file"] and #(opts.internal or {}) == 0 and
+     #(opts.resolve or {}) == 0 and not opts.link and not opts["service-port"] and not opts.learn then
+    return nil
+  end
+  -- every value is checked here, so a refusal names its option and nothing starts
+  local function invalid(option, fmt, ...)
+    return nil, errors.invalid_argument(option, string.format(fmt, ...))
+  end
+  -- the grammar's own refusals (single-label names, loopback, URL paths …), by option
+  local function check_entry(e)
+    local _, aerr = allowlist.parse_entry(e)
+    if aerr then return aerr.detail end
+  end
+  local allow = {}
+  for _, e in ipairs(opts.allow or {}) do
+    local why = check_entry(e)
+    if why then return invalid("--allow", "%s", why) end
+    allow[#allow + 1] = e
+  end
+  if opts["allow-file"] then
+    local file = opts["allow-file"]
+    -- read whole, so that a directory (which io.open opens) is an error, not a raise from lines()
+    local text, ferr, ferrno = core.fs.read(file)
+    if not text then return nil, errors.invalid_argument("--allow-file", ferr, ferrno) end
+    local n = 0
+    for line in (text:sub(-1) == "\n" and text or text .. "\n"):gmatch("([^\n]*)\n") do
+      n = n + 1
+      line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
+      if line ~= "" then
+        local why = check_entry(line)
+        if why then return invalid("--allow-file", "%s:%d: %s", file, n, why) end
+        allow[#allow + 1] = line
+      end
+    end
+  end
+  for _, c in ipairs(opts.internal or {}) do
+    local ok, why = address.parse_cidr(c)
+    if not ok then return invalid("--internal", '"%s": %s (write a CIDR, e.g. 10.20.0.0/16)', c, why) end
+  end
+  local resolve
+  for _, r in ipairs(opts.resolve or {}) do
+    local name, addr = r:match("^([^=]*)=(.*)$")
+    if not name or name == "" or addr == "" then
+      return invalid("--resolve", '"%s": expected NAME=ADDR (e.g. pypi.org=192.0.2.10)', r)
+    end
+    local n, why = address.normalize_name(name)
+    if not n then return invalid("--resolve", '"%s": %s is not a hostname: %s', r, name, why) end
+    local text = addr:match("^%[(.*)%]$") or addr
+    if not core.inet.parse(text) then
+      return invalid("--resolve", '"%s": %s is not an IP address (NAME=ADDR, e.g. pypi.org=192.0.2.10)', r, addr)
+    end
+    resolve = resolve or {}
+    resolve[n] = resolve[n] or {}
+    table.insert(resolve[n], text)
+  end
+  local link
+  if opts.link then
+    local ns, addr, gw, peer = opts.link:match("^([^,]+),([^,]+),([^,]+),?([^,]*)$")
+    if not ns then
+      return nil, errors.invalid_argument("--link", opts.link .. ": expected NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]")
+    end
+    link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
+             peer_address = peer ~= "" and peer or nil }
+    if not core.fs.lstat(link.peer_netns) then
+      return nil, errors.invalid_argument("--link", link.peer_netns .. ": no such network namespace")
+    end
+  end
+  if #allow == 0 and #(opts.internal or {}) == 0 and not resolve and not link then return nil end
+  return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
+end
 
 local UNIT = { [""] = 1, s = 1, m = 60, h = 3600, d = 86400 }
 
@@ -58,7 +136,7 @@ local NO_NETWORK = "applies to allowed destinations: give --allow too (without i
 -- other flags (--internal, --resolve, --sni …) so that the same command line runs again
 -- with --allow-file FILE, but not --allow: what that lets through is relayed and never
 -- recorded, so FILE would not be the list the command needs.
--- @tparam table|nil network the table from `corral.cli.network_options`
+-- @tparam table|nil network the table from `network`
 -- @tparam table opts parsed options
 -- @treturn[1] true
 -- @return[2] nil
