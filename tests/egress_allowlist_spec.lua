@@ -5,6 +5,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local ranges = require "corral.egress.ranges"
 local decision = require "corral.egress.decision"
 local synthetic = require "corral.egress.synthetic"
@@ -71,28 +72,28 @@ end)
 
 describe("allowlist addresses: text and packed, never confused", function()
   it("reads text as text whatever its length, and packed bytes only when asked to", function()
-    assert.are.equal("\192\0\2\1", allowlist.parse_address("192.0.2.1"))
-    assert.are.equal("\192\0\2\1", allowlist.parse_address("::ffff:192.0.2.1"))
-    assert.are.equal("\192\0\2\1", allowlist.packed_address("\192\0\2\1"))
-    assert.are.equal("\192\0\2\1", allowlist.packed_address(("\0"):rep(10) .. "\255\255\192\0\2\1"))
-    assert.are.equal("2001:db8::1", allowlist.packed_text(select(2, inet.parse("2001:db8::1"))))
+    assert.are.equal("\192\0\2\1", address.parse_address("192.0.2.1"))
+    assert.are.equal("\192\0\2\1", address.parse_address("::ffff:192.0.2.1"))
+    assert.are.equal("\192\0\2\1", address.packed_address("\192\0\2\1"))
+    assert.are.equal("\192\0\2\1", address.packed_address(("\0"):rep(10) .. "\255\255\192\0\2\1"))
+    assert.are.equal("2001:db8::1", address.packed_text(select(2, inet.parse("2001:db8::1"))))
     -- host names of 4 and 16 characters are not addresses (they read as 104.111.115.116
     -- and 6170:692e:… when any 4- or 16-byte string was taken for bytes)
     for _, name in ipairs({ "host", "api.example.test", "\192\0\2\1", ("\0"):rep(16) }) do
-      local none, why = allowlist.parse_address(name)
+      local none, why = address.parse_address(name)
       assert.is_nil(none, name)
       assert.matches("not an IP address", why)
-      assert.is_nil(allowlist.address_text(name))
+      assert.is_nil(address.address_text(name))
     end
     -- a 4-character IPv6 text is IPv6, bare or bracketed (not 49.58.58.49)
-    assert.are.equal("1::1", allowlist.address_text("1::1"))
-    assert.are.equal("1::1", allowlist.address_text("[1::1]"))
+    assert.are.equal("1::1", address.address_text("1::1"))
+    assert.are.equal("1::1", address.address_text("[1::1]"))
     local t = "2001:db8::1:2:3a"
     assert.are.equal(16, #t)
-    assert.are.equal("2001:db8::1:2:3a", allowlist.address_text(t))
+    assert.are.equal("2001:db8::1:2:3a", address.address_text(t))
     -- packed: exactly 4 or 16 bytes
-    assert.is_nil(allowlist.packed_address("\1\2\3"))
-    assert.is_nil(allowlist.packed_text("192.0.2.1"))
+    assert.is_nil(address.packed_address("\1\2\3"))
+    assert.is_nil(address.packed_text("192.0.2.1"))
     assert.is_nil(allowlist.address) -- one reader for both was the confusion: gone
   end)
 

@@ -4,6 +4,7 @@
 -- paired, in the same test, with a control that succeeds under the same setup.
 local core = require "corral.core"
 local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local hostaddr = require "corral.egress.hostaddr"
@@ -12,7 +13,7 @@ local ranges = require "corral.egress.ranges"
 local h = require "helpers"
 
 local function net(cidr)
-  local b, p = assert(allowlist.parse_cidr(cidr))
+  local b, p = assert(address.parse_cidr(cidr))
   return { bytes = b, prefix = p, text = cidr }
 end
 
@@ -190,28 +191,28 @@ describe("egress hardening: option and entry messages", function()
   end)
 
   it("refuses --resolve NAME=notanip at once, naming the option and the value", function()
-    local cli = require "corral.cli"
-    local net0, err = cli.network_options({ resolve = { "a.test=notanip" } })
+    local run_options = require "corral.egress.run_options"
+    local net0, err = run_options.network({ resolve = { "a.test=notanip" } })
     assert.is_nil(net0)
     assert.are.equal("--resolve", err.argument)
     assert.matches("notanip", err.detail)
     for _, bad in ipairs({ "a.test", "=1.2.3.4", "a_b.test=1.2.3.4", "a.test=1.2.3.4:80" }) do
-      local n, e = cli.network_options({ resolve = { bad } })
+      local n, e = run_options.network({ resolve = { bad } })
       assert.is_nil(n, bad)
       assert.are.equal("--resolve", e.argument)
     end
-    local ok = assert(cli.network_options({ resolve = { "A.Test.=192.0.2.1", "a.test=[2001:db8::1]" } }))
+    local ok = assert(run_options.network({ resolve = { "A.Test.=192.0.2.1", "a.test=[2001:db8::1]" } }))
     assert.are.same({ "192.0.2.1", "2001:db8::1" }, ok.resolve["a.test"]) -- control
-    local _, aerr = cli.network_options({ allow = { "1.2.3.4:80:90" } })
+    local _, aerr = run_options.network({ allow = { "1.2.3.4:80:90" } })
     assert.are.equal("--allow", aerr.argument)
-    local _, ierr = cli.network_options({ internal = { "10.0.0.1/8" } })
+    local _, ierr = run_options.network({ internal = { "10.0.0.1/8" } })
     assert.are.equal("--internal", ierr.argument)
-    assert.is_table(cli.network_options({ allow = { "1.2.3.4:80,90" }, internal = { "10.0.0.0/8" } }))
+    assert.is_table(run_options.network({ allow = { "1.2.3.4:80,90" }, internal = { "10.0.0.0/8" } }))
     local dir = h.tmpdir("allowfile")
     h.write(dir .. "/list", "# comment\npypi.org:443\n\n1.2.3.4:80:90\n")
-    local _, ferr = cli.network_options({ ["allow-file"] = dir .. "/list" })
+    local _, ferr = run_options.network({ ["allow-file"] = dir .. "/list" })
     h.write(dir .. "/good", "# comment\npypi.org:443\n1.2.3.4:80,90 # ports\n")
-    local good = cli.network_options({ ["allow-file"] = dir .. "/good" })
+    local good = run_options.network({ ["allow-file"] = dir .. "/good" })
     h.rmrf(dir)
     assert.are.equal("--allow-file", ferr.argument)
     assert.matches("/list:4: ", ferr.detail, nil, true)

@@ -387,7 +387,7 @@ function M.parse_dest(dest)
   port = math.tointeger(tonumber(port))
   if not host or not port then return nil, dest .. ": give host:port, [v6]:port or a.b.c.d:port" end
   -- the user's text: never read as packed bytes ("host" is not 104.111.115.116)
-  if require("corral.egress.allowlist").parse_address(host) then return { ip = host, port = port } end
+  if require("corral.egress.address").parse_address(host) then return { ip = host, port = port } end
   return { name = host, port = port }
 end
 

@@ -36,7 +36,7 @@
 -- @module corral.egress.acceptor
 local core = require "corral.core"
 local errors = require "corral.errors"
-local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local fdlimit = require "corral.egress.fdlimit"
@@ -86,7 +86,7 @@ end
 function M.host_env(link)
   local extra = {}
   if link and link.address then
-    local b, p = allowlist.parse_cidr((link.address:gsub("/%d+$", "")))
+    local b, p = address.parse_cidr((link.address:gsub("/%d+$", "")))
     if b then extra[1] = { bytes = b, prefix = p, text = link.address } end
   end
   return hostaddr.env(extra)

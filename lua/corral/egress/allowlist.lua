@@ -59,8 +59,11 @@
 -- @module corral.egress.allowlist
 local core = require "corral.core"
 local errors = require "corral.errors"
+local address = require "corral.egress.address"
+local egress_ranges = require "corral.egress.ranges"
 
 local inet = core.inet
+local host_text, parse_net = address.host_text, address.parse_net
 
 local M = {}
 
@@ -69,109 +72,6 @@ M.ARGUMENT = "network.allow"
 
 local function bad(entry, reason)
   return nil, errors.invalid_argument(M.ARGUMENT, string.format('"%s": %s', tostring(entry), reason))
-end
-
--- Addresses come in two forms that must never be confused: text, which is what a user,
--- a log, a resolver and the kernel's textual answers (SO_ORIGINAL_DST, the UDP relay)
--- give, and packed bytes (network order), which only the core's binary interfaces give
--- (the ruleset's record, a DNS answer). A string is text unless the caller says it is
--- packed: "host" and "api.example.test" are four and sixteen characters, never
--- 104.111.115.116 or 6170:692e:…, and "1::1" is an IPv6 address, never 49.58.58.49.
-
---- Reads an IP address written as text (`192.0.2.1`, `2001:db8::1`, `[2001:db8::1]`).
--- Never bytes, whatever the length. IPv4-mapped comes back as IPv4.
--- @tparam string text
--- @treturn string 4 or 16 bytes and the family (`"inet"`/`"inet6"`); or nil and why not
-function M.parse_address(text)
-  if type(text) ~= "string" then return nil, "not an IP address: " .. tostring(text) end
-  local fam, b, v4 = inet.parse(text)
-  if not fam then return nil, string.format("not an IP address: %q", text) end
-  local bytes = v4 or b
-  bytes = inet.unmap(bytes) or bytes
-  return bytes, #bytes == 4 and "inet" or "inet6"
-end
-
---- Reads a packed address: exactly 4 or 16 bytes in network order, as the core's binary
--- interfaces give it. Only for bytes the program itself holds, never for a user's string.
--- IPv4-mapped comes back as IPv4.
--- @tparam string bytes
--- @treturn string 4 or 16 bytes and the family; or nil and why not
-function M.packed_address(bytes)
-  if type(bytes) ~= "string" or (#bytes ~= 4 and #bytes ~= 16) then
-    return nil, "not a packed IP address (4 or 16 bytes): " .. tostring(bytes)
-  end
-  bytes = inet.unmap(bytes) or bytes
-  return bytes, #bytes == 4 and "inet" or "inet6"
-end
-
---- The canonical text of an address written as text; IPv6 without brackets.
--- @tparam string text
--- @treturn string|nil
-function M.address_text(text)
-  local b = M.parse_address(text)
-  return b and inet.format(b)
-end
-
---- The text of a packed address (see `packed_address`).
--- @tparam string bytes
--- @treturn string|nil
-function M.packed_text(bytes)
-  local b = M.packed_address(bytes)
-  return b and inet.format(b)
-end
-
-local function host_text(bytes)
-  local t = inet.format(bytes)
-  return #bytes == 16 and "[" .. t .. "]" or t
-end
-
-local function numeric_label(label)
-  return label:match("^%d+$") or label:match("^0x%x*$")
-end
-
--- normalize_name's answers, remembered (corral.memo; at most 1,024 names): it is pure,
--- and the DNS answer, the decision and the log each ask it again of the same few names,
--- label by label (measured: ~9 % of the Lua work of a request through `corral run
--- --allow`, scripts/bench/egress-curl).
-local normalize_name
-local remembered_name = require("corral.memo").bounded(function(name) return normalize_name(name) end, 1024)
-
---- Normalises a hostname: ASCII lowercase, one trailing dot dropped, then checked.
--- @tparam string name
--- @treturn string the normalised name, or nil and the reason
-function M.normalize_name(name)
-  if type(name) ~= "string" then return nil, "not a string" end
-  return remembered_name(name)
-end
-
-normalize_name = function(name)
-  if name:find("[\128-\255]") then
-    return nil, "non-ASCII name: write its A-label (punycode) form, e.g. xn--bcher-kva.example for "
-      .. "b\195\188cher.example"
-  end
-  local n = name:lower()
-  if n:sub(-1) == "." then n = n:sub(1, -2) end
-  if n == "" then return nil, "empty name" end
-  if #n > 253 then return nil, "name longer than 253 characters" end
-  local labels = {}
-  for label in (n .. "."):gmatch("([^.]*)%.") do
-    if label == "" then return nil, "empty label (two dots, or a leading dot)" end
-    if #label > 63 then return nil, string.format("label longer than 63 characters: %s", label) end
-    if label:find("_", 1, true) then
-      return nil, string.format("underscore in label %q: not a hostname", label)
-    end
-    local c = label:match("[^a-z0-9-]")
-    if c then return nil, string.format("character %q is not allowed in a hostname", c) end
-    if label:sub(1, 1) == "-" or label:sub(-1) == "-" then
-      return nil, string.format("label %q starts or ends with '-'", label)
-    end
-    labels[#labels + 1] = label
-  end
-  if numeric_label(labels[#labels]) then
-    return nil, string.format("last label %q is numeric: resolvers read such a name as an IPv4 address; "
-      .. "write an address as four decimal parts (10.0.0.1)", labels[#labels])
-  end
-  return n, #labels
 end
 
 local function parse_ports(text)
@@ -218,55 +118,6 @@ end
 -- @treturn string
 function M.ports_text(entry)
   return entry.ports and ports_text(entry.ports) or "any"
-end
-
--- An IPv4-mapped network of prefix >= 96 is the IPv4 network it maps.
-local function fold_network(bytes, prefix)
-  local v4 = inet.unmap(bytes)
-  if v4 and prefix >= 96 then return v4, prefix - 96 end
-  return bytes, prefix
-end
-
--- "addr" or "addr/len", IPv4 or IPv6 text; returns bytes, prefix, is_network or nil, reason.
-local function parse_net(addr, len)
-  local family, bytes = inet.parse(addr)
-  if not family then
-    if addr:match("^[%d.]+$") then
-      return nil, "not a valid IPv4 address (four decimal parts 0-255, no leading zeros)"
-    end
-    return nil, "not a valid IP address"
-  end
-  local bits = #bytes * 8
-  if len == nil then
-    local b, p = fold_network(bytes, bits)
-    return b, p, false
-  end
-  if not len:match("^%d%d?%d?$") then return nil, string.format("bad prefix length %q", len) end
-  local prefix = tonumber(len)
-  if prefix > bits then
-    return nil, string.format("prefix length /%d is longer than the %d bits of an %s address", prefix, bits,
-      family == "inet" and "IPv4" or "IPv6")
-  end
-  local net = inet.mask(bytes, prefix)
-  if net ~= bytes then
-    return nil, string.format("host bits set after /%d: the network is %s/%d", prefix, host_text(net), prefix)
-  end
-  local b, p = fold_network(bytes, prefix)
-  return b, p, true
-end
-
---- Parses a CIDR or an address as written in `network.internal` (no port; brackets optional).
--- @tparam string text
--- @treturn string network bytes (IPv4-mapped folded) and the prefix; or nil and the reason
-function M.parse_cidr(text)
-  if type(text) ~= "string" then return nil, "not a string" end
-  local addr, len = text:match("^(.-)/(.*)$")
-  if not addr then addr = text end
-  local inner = addr:match("^%[(.*)%]$")
-  if inner and not inner:find(":", 1, true) then return nil, "brackets are for IPv6 addresses" end
-  local bytes, prefix = parse_net(addr, len)
-  if not bytes then return nil, prefix end
-  return bytes, prefix
 end
 
 local function canonical(e)
@@ -414,7 +265,7 @@ function parse_destination(s)
       -- not IPv6: a port list written with ':' instead of ','
       local head, tail = s:match("^([^:]*):(.*)$")
       local dest = head:match("^(.-)/") or head
-      if tail:match("^[%d,:-]*$") and head ~= "" and (inet.parse(dest) == "inet" or M.normalize_name(dest)
+      if tail:match("^[%d,:-]*$") and head ~= "" and (inet.parse(dest) == "inet" or address.normalize_name(dest)
           or dest:match("^%*%.")) then
         return bad(s, string.format("more than one ':' after %s: ports are separated by ',' (%s:%s)",
           head, head, (tail:gsub(":+", ","))))
@@ -455,8 +306,7 @@ function parse_destination(s)
     if not is_net then
       -- an address no connection reaches (multicast, broadcast, unspecified, corral's own
       -- synthetic ranges): refused like the loopback, the entry could never be used
-      -- (corral.egress.ranges, loaded by now: it needs this module loaded first)
-      local what, cidr, fixed = require("corral.egress.ranges").classify(inet.format(bytes))
+      local what, cidr, fixed = egress_ranges.classify(inet.format(bytes))
       if fixed then
         local synthetic = cidr:find("^198%.18%.") or cidr:find("^64:ff9b:1:")
         return bad(s, string.format("%s (%s) is never a destination, so the entry could never be used%s", what,
@@ -470,7 +320,7 @@ function parse_destination(s)
   elseif host == "*" or host == "*." then
     return bad(s, "a wildcard needs a domain: *.example.com")
   elseif host:sub(1, 2) == "*." then
-    local suffix, nlabels = M.normalize_name(host:sub(3))
+    local suffix, nlabels = address.normalize_name(host:sub(3))
     if not suffix then return bad(s, nlabels) end
     if nlabels < 2 then
       return bad(s, string.format("a wildcard over the single label %q would match a whole top-level "
@@ -480,7 +330,7 @@ function parse_destination(s)
   elseif host:find("*", 1, true) then
     return bad(s, "'*' is only allowed as the whole first label: *.example.com")
   else
-    local name, why = M.normalize_name(host)
+    local name, why = address.normalize_name(host)
     if not name then return bad(s, why) end
     if name == "localhost" or name:match("%.localhost$") then
       return bad(s, "localhost is the sandbox's own loopback: connections to it never leave the sandbox, so "
@@ -664,12 +514,12 @@ function Allowlist:match(q)
   local port, proto = q.port, q.proto
   if port ~= nil and math.type(port) ~= "integer" then return nil end
   if q.name ~= nil then
-    local name = M.normalize_name(q.name)
+    local name = address.normalize_name(q.name)
     local e = name and match_name(idx, name, port, proto)
     if e then return e end
   end
   if q.ip ~= nil then
-    local bytes = M.parse_address(q.ip)
+    local bytes = address.parse_address(q.ip)
     if bytes then return match_ip(idx, bytes, port, proto) end
   end
   return nil
@@ -694,12 +544,12 @@ function M.matches(e, q)
   if q.port ~= nil and math.type(q.port) ~= "integer" then return false end
   if not port_ok(e, q.port) or not proto_ok(e, q.proto) then return false end
   if e.kind == "name" or e.kind == "wildcard" then
-    local name = q.name ~= nil and M.normalize_name(q.name)
+    local name = q.name ~= nil and address.normalize_name(q.name)
     if not name then return false end
     if e.kind == "name" then return name == e.name end
     return #name > #e.suffix + 1 and name:sub(-#e.suffix - 1) == "." .. e.suffix
   end
-  local b = q.ip ~= nil and M.parse_address(q.ip)
+  local b = q.ip ~= nil and address.parse_address(q.ip)
   return b and #b == #e.bytes and inet.in_cidr(b, e.bytes, e.prefix) or false
 end
 

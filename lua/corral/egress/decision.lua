@@ -43,6 +43,7 @@
 -- against its mistakes, not against a hook that removes the count hook itself.
 -- @module corral.egress.decision
 local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local ranges = require "corral.egress.ranges"
 local synthetic = require "corral.egress.synthetic"
 
@@ -165,12 +166,12 @@ function M.decide(ctx, policy, env)
 
   local q, dest = { port = port, proto = proto }
   if ctx.name ~= nil then
-    local name, why = allowlist.normalize_name(ctx.name)
+    local name, why = address.normalize_name(ctx.name)
     if not name then return deny(string.format("bad name %s: %s", describe(ctx.name), why)) end
     q.name, dest = name, name
   elseif ctx.ip ~= nil then
-    dest = allowlist.address_text(ctx.ip)
-    if not dest then return deny(select(2, allowlist.parse_address(ctx.ip))) end
+    dest = address.address_text(ctx.ip)
+    if not dest then return deny(select(2, address.parse_address(ctx.ip))) end
     if synthetic.is_synthetic(dest) then
       return deny(string.format("%s is a synthetic address that no name maps to", dest))
     end
@@ -225,7 +226,7 @@ end
 -- @return[2] nil
 -- @treturn[2] string why not
 function M.resolvable(name, policy)
-  local n, why = allowlist.normalize_name(name)
+  local n, why = address.normalize_name(name)
   if not n then return nil, why end
   if type(policy) ~= "table" then return nil, "no egress policy for this sandbox" end
   local al = policy.allowlist

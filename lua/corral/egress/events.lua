@@ -61,10 +61,10 @@
 -- is created so, an existing one is tightened to it; the path `-` is standard output).
 -- @module corral.egress.events
 local core = require "corral.core"
+local address = require "corral.egress.address"
 -- Loaded when the first event is formatted: the loop loads this module in every run,
 -- most of which emit nothing.
 local function json() return require "dkjson" end
-local function allowlist() return require "corral.egress.allowlist" end
 
 local M = {}
 
@@ -135,7 +135,7 @@ local SCALAR = { string = true, number = true, boolean = true }
 -- ~30 % of the Lua work of a request through `corral run --allow`,
 -- scripts/bench/egress-curl).
 local address_text = require("corral.memo").bounded(function(ip)
-  return allowlist().address_text(ip) or string.format("%q", ip)
+  return address.address_text(ip) or string.format("%q", ip)
 end, 1024)
 
 local registry -- corral.egress.registry, loaded at the first event that names a sandbox
@@ -385,5 +385,8 @@ function M.json_lines_writer(path, opts)
   end
   return sub, close
 end
+
+-- the limiters' summaries are written at the end of each turn of the egress loop
+require("corral.egress.turns").subscribe(M.tick)
 
 return M

@@ -24,7 +24,7 @@
 -- two files, bounded by the size of the host's routing table.
 -- @module corral.egress.hostaddr
 local core = require "corral.core"
-local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 
 local inet = core.inet
 
@@ -159,7 +159,7 @@ end
 -- @tparam string ip address text
 -- @treturn table|nil
 function M.contains(set, ip)
-  local b = allowlist.parse_address(ip)
+  local b = address.parse_address(ip)
   if not b then return nil end
   for _, n in ipairs(set or {}) do
     if #n.bytes == #b and inet.in_cidr(b, n.bytes, n.prefix) then return n end

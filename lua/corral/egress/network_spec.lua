@@ -6,6 +6,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local ranges = require "corral.egress.ranges"
 
 local M = {}
@@ -49,7 +50,7 @@ function M.resolve_table(t)
   local out = {}
   local function rbad(detail) return nil, errors.invalid_argument("network.resolve", detail) end
   for k, v in pairs(t) do
-    local name, why = allowlist.normalize_name(k)
+    local name, why = address.normalize_name(k)
     if not name then return rbad(string.format("%s: %s", tostring(k), why)) end
     local list = type(v) == "string" and { v } or v
     if type(list) ~= "table" or #list == 0 then

@@ -22,7 +22,7 @@
 -- @module corral.egress.plane
 local core = require "corral.core"
 local errors = require "corral.errors"
-local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local events = require "corral.egress.events"
 local decision = require "corral.egress.decision"
 local network_spec = require "corral.egress.network_spec"
@@ -385,7 +385,7 @@ function Plane:read_refused()
   local itemised = 0
   for _, r in ipairs(list) do
     -- the ruleset's record holds packed addresses: text from here on
-    local ip = allowlist.packed_text(r.ip) or "?"
+    local ip = address.packed_text(r.ip) or "?"
     local udp_refusal = r.proto == "udp"
     local key = (r.proto or "tcp") .. ip .. r.port
     local n = r.count - (seen[key] or 0)

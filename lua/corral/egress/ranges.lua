@@ -42,7 +42,7 @@
 -- @module corral.egress.ranges
 local core = require "corral.core"
 local errors = require "corral.errors"
-local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local synthetic = require "corral.egress.synthetic"
 
 local inet = core.inet
@@ -93,7 +93,7 @@ M.SPECIAL = {
 }
 
 for _, r in ipairs(M.SPECIAL) do
-  r.bytes, r.prefix = assert(allowlist.parse_cidr(r[1]))
+  r.bytes, r.prefix = assert(address.parse_cidr(r[1]))
 end
 
 local function most_specific(bytes)
@@ -113,7 +113,7 @@ end
 -- @treturn[1] boolean whether `network.internal` can never unlock it
 -- @treturn[2] nil an ordinary address (or not an address)
 function M.classify(ip)
-  local b = allowlist.parse_address(ip)
+  local b = address.parse_address(ip)
   local r = b and most_specific(b)
   if not r then return nil end
   return r[2], r[1], r.fixed == true
@@ -135,7 +135,7 @@ function M.parse_internal(list)
     return nil, errors.invalid_argument(M.ARGUMENT, "must be a list of CIDRs, got " .. type(list))
   end
   for i = 1, #list do
-    local b, p = allowlist.parse_cidr(list[i])
+    local b, p = address.parse_cidr(list[i])
     if not b then
       return nil, errors.invalid_argument(M.ARGUMENT, string.format('"%s": %s', tostring(list[i]), p))
     end
@@ -234,7 +234,7 @@ end
 -- @return[2] nil
 -- @treturn[2] string why not (the address, its range, and how to allow it if one can)
 function M.check(ip, internal, opts)
-  local bytes, why = allowlist.parse_address(ip)
+  local bytes, why = address.parse_address(ip)
   if not bytes then return nil, why end
   local nets, err = M.parse_internal(internal)
   if not nets then return nil, tostring(err) end

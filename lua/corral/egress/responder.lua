@@ -21,6 +21,7 @@
 -- @module corral.egress.responder
 local core = require "corral.core"
 local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local loop = require "corral.egress.loop"
@@ -102,7 +103,7 @@ end
 -- @treturn string
 function M.entry_of(name, policy)
   local al = type(policy) == "table" and policy.allowlist
-  local n = allowlist.normalize_name(name)
+  local n = address.normalize_name(name)
   if n and al and allowlist.is_allowlist(al) then
     local e = al:match({ name = n })
     if e then return e.text end
@@ -127,7 +128,7 @@ function Responder:answer(query)
     return core.dns.answer(query, rcode)
   end
   local name = q.name
-  if q.hostname and self.hostname and q.qclass == 1 and allowlist.normalize_name(name) == self.hostname then
+  if q.hostname and self.hostname and q.qclass == 1 and address.normalize_name(name) == self.hostname then
     return self:answer_hostname(query, q)
   end
   local policy = self.registry:get(self.id)

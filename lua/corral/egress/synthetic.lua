@@ -28,7 +28,7 @@
 -- @module corral.egress.synthetic
 local core = require "corral.core"
 local errors = require "corral.errors"
-local allowlist = require "corral.egress.allowlist"
+local address = require "corral.egress.address"
 
 local inet = core.inet
 
@@ -45,9 +45,9 @@ M.DEFAULT_LIMIT = 65536
 --- Number of usable addresses (and the largest limit).
 M.CAPACITY = 512 * 254
 
-local V4_NET = assert(allowlist.parse_cidr(M.V4_CIDR))
-local V6_NET = assert(allowlist.parse_cidr(M.V6_CIDR))
-local V6_EMBED = assert(allowlist.parse_cidr("64:ff9b:1::/96"))
+local V4_NET = assert(address.parse_cidr(M.V4_CIDR))
+local V6_NET = assert(address.parse_cidr(M.V6_CIDR))
+local V6_EMBED = assert(address.parse_cidr("64:ff9b:1::/96"))
 
 local function fnv1a(s)
   local h = 0xcbf29ce484222325
@@ -82,7 +82,7 @@ end
 -- @tparam string ip
 -- @treturn boolean
 function M.is_synthetic(ip)
-  local b = allowlist.parse_address(ip)
+  local b = address.parse_address(ip)
   if not b then return false end
   if #b == 4 then return inet.in_cidr(b, V4_NET, 15) end
   return inet.in_cidr(b, V6_NET, 48)
@@ -118,7 +118,7 @@ function Allocator:address(name, family)
   if family ~= "inet" and family ~= "inet6" then
     error("address: family must be \"inet\" or \"inet6\", got " .. tostring(family), 2)
   end
-  local n, why = allowlist.normalize_name(name)
+  local n, why = address.normalize_name(name)
   if not n then return nil, errors.invalid_argument("name", string.format('"%s": %s', tostring(name), why)) end
   local slot = self.by_name[n]
   if not slot then
@@ -143,7 +143,7 @@ end
 -- @tparam string ip
 -- @treturn string|nil the name, or nil for any other address
 function Allocator:lookup(ip)
-  local b = allowlist.parse_address(ip)
+  local b = address.parse_address(ip)
   b = b and as_v4(b)
   local slot = b and bytes_slot(b)
   return slot and self.by_slot[slot]
