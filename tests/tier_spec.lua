@@ -5,6 +5,7 @@
 local core = require "corral.core"
 local json = require "dkjson"
 local h = require "helpers"
+local join = require("corral.shell").join
 local policy = require "corral.tier.policy"
 local probe = require "corral.tier.probe"
 local receipt = require "corral.tier.receipt"
@@ -742,19 +743,66 @@ describe("corral step #root", function()
   before_each(function() dir = h.tmpdir("step") end)
   after_each(function() h.rmrf(dir) end)
 
-  it("runs a command, passes its status through and prints a JSON receipt", function()
+  it("runs a command, passes its status through and prints a JSON receipt alone on stdout", function()
     if not s1_or_pending() then return end
     h.write(dir .. "/grants.lua", "return { read = { '/usr/share' } }")
-    local out, status = h.corral("step", "--grants", dir .. "/grants.lua", "--json", "--receipts", dir .. "/r",
-      "--", "/bin/sh", "-c", "echo hello; exit 5")
+    local step = { h.host, "step", "--grants", dir .. "/grants.lua", "--json", "--receipts", dir .. "/r", "--",
+      "/bin/sh", "-c", "echo hello; exit 5" }
+    local out, status = h.sh(join(step) .. " 2>" .. h.quote(dir .. "/err"))
     assert.are.equal(5, status, out)
-    local first, line = out:match("^(.-)\n(.*)$")
-    assert.are.equal("hello", first)
-    local rec = json.decode(line)
+    -- stdout is one JSON document, what `| jq` reads; the command's stdout went to stderr
+    local rec, pos = json.decode(out)
+    assert.is_table(rec, out)
+    assert.are.equal("\n", out:sub(pos), out)
+    assert.are.equal("hello\n", h.read(dir .. "/err"))
     assert.are.equal("S1", rec.tier)
     assert.are.equal(5, rec.exit)
     assert.are.same({ "/usr/share" }, rec.grants.read)
     assert.are.equal(rec.commitment, json.decode(h.read(dir .. "/r")).commitment)
+    -- without --json the command's stdout stays on stdout, the receipt after it
+    out, status = h.sh(join({ h.host, "step", "--grants", dir .. "/grants.lua", "--", "/bin/sh", "-c",
+      "echo hello; exit 5" }) .. " 2>/dev/null")
+    assert.are.equal(5, status, out)
+    assert.truthy(h.in_order(out, { "hello\n", "tier ", "exit        5" }, true), out)
+  end)
+
+  it("runs --s2 under the README's grants, read = {\"/etc\"}: the child shows a directory outside them denied",
+    function()
+      if not s1_or_pending() then return end
+      h.write(dir .. "/grants.lua", 'return { read = { "/etc" } }')
+      h.write(dir .. "/code.lua", 'return #read_file("/etc/hostname") > 0, 6 * 7')
+      local out, status = h.corral("step", "--s2", dir .. "/code.lua", "--grants", dir .. "/grants.lua", "--json")
+      assert.are.equal(0, status, out)
+      local rec = assert(json.decode(out), out)
+      assert.are.same({ true, 42 }, rec.result)
+      assert.matches("read of /: denied %(errno 13%), its fork: denied %(errno 1%), a granted read after them: ok",
+        rec.s2.confined)
+      -- without the grant, /etc is still the directory shown denied
+      out, status = h.corral("step", "--s2", dir .. "/code.lua", "--json")
+      assert.are.equal(1, status, out)
+      rec = assert(json.decode(out), out)
+      assert.matches("read of /etc: denied %(errno 13%)", rec.s2.confined)
+      -- everything granted leaves no directory to show denied: refused, never run unchecked
+      h.write(dir .. "/all.lua", 'return { read = { "/" } }')
+      out, status = h.corral("step", "--s2", dir .. "/code.lua", "--grants", dir .. "/all.lua")
+      assert.are.equal(3, status, out)
+      assert.matches("cannot show its confinement", out)
+    end)
+
+  it("seals the status it exits with in the S2 receipt: 1 when the code is stopped, 0 when it returns", function()
+    if not s1_or_pending() then return end
+    h.write(dir .. "/bad.lua", 'error("stop here")')
+    local out, status = h.corral("step", "--s2", dir .. "/bad.lua", "--json", "--receipts", dir .. "/r")
+    assert.are.equal(1, status, out)
+    local rec = assert(json.decode(out), out)
+    assert.are.equal(1, rec.exit)
+    assert.are.equal("error", rec.failure.kind)
+    assert.are.equal(1, json.decode(h.read(dir .. "/r")).exit)
+    -- the control: the code that returns exits 0 and says so
+    h.write(dir .. "/ok.lua", "return 1")
+    out, status = h.corral("step", "--s2", dir .. "/ok.lua")
+    assert.are.equal(0, status, out)
+    assert.matches("\nexit +0\n", out)
   end)
 
   it("runs at S0 with no mechanism when the probe is weakened, and --tier S1 refuses", function()

@@ -21,9 +21,12 @@ tier the host earns by probe: S1 (Landlock + seccomp) where the probe holds, els
 the clock or randomness are refused: a native process cannot lose them. --s2 runs the
 Lua in FILE.lua at S2: a fresh Lua state with --fuel instructions (default 1e8) and a
 --memory cap (default 64 MiB), in a child confined at S1; the code may read files
-granted `read` through read_file(path). Prints the receipt (--json: one JSON line);
---receipts appends that line to FILE.
-Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped);
+granted `read` through read_file(path). Prints the receipt after the command's output;
+--json prints it as one JSON line, the only thing on stdout (the command's stdout goes
+to stderr, so `| jq` reads the receipt); --receipts appends that line to FILE and leaves
+the command's stdout where it was.
+Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped),
+the receipt's `exit`;
 2 an invalid argument; 3 a protection this host cannot enforce.]]
 
 -- Names the CLI flag a refusal came from.
@@ -119,7 +122,10 @@ function M.run(argv, parse, fail)
     end
     if #rest == 0 then return fail("step", errors.invalid_argument("CMD", "missing (after --)")) end
     io.stdout:flush()
-    result, rec = tier.step({ cmd = rest, grants = grants, min_tier = opts.tier, timeout = values.timeout })
+    -- with --json, stdout carries the receipt alone (`| jq` reads one document), so the
+    -- command's stdout goes where its stderr goes
+    result, rec = tier.step({ cmd = rest, grants = grants, min_tier = opts.tier, timeout = values.timeout,
+      stdout = opts.json and io.stderr or nil })
   end
   if not result then
     local from = errors.is(rec) and (rec.argument or rec.capability) or ""
@@ -151,8 +157,7 @@ function M.run(argv, parse, fail)
     end
     print_receipt(rec)
   end
-  if opts.s2 then return result.ok and 0 or 1 end
-  return result.exit
+  return rec.exit
 end
 
 return M
