@@ -544,6 +544,46 @@ describe("S2: Lua in a fresh state (core.vm)", function()
     host_unaffected()
   end)
 
+  it("counts fuel exactly: fuel_used instructions run, one fewer stops at that count", function()
+    for _, code in ipairs({ "return 1", "local x = 0 for i = 1, 5003 do x = x + i end return x",
+      "local s = 0 for i = 1, 700 do s = s + #tostring(i) end return s" }) do
+      local ok, _, st = eval(code)
+      assert.is_true(ok, code)
+      local used = st.fuel_used
+      assert.is_true(used > 0, code)
+      local eok, _, est = eval(code, { fuel = used })
+      assert.is_true(eok, code)
+      assert.are.equal(used, est.fuel_used, code)
+      local sok, f, sst = eval(code, { fuel = used - 1 })
+      assert.is_false(sok, code)
+      assert.are.equal("fuel", f.kind, code)
+      assert.are.equal(used - 1, sst.fuel_used, code)
+    end
+    -- each iteration of the same loop costs the same: nothing is charged by the thousand
+    local function loop(n)
+      local _, _, st = eval("local x = 0 for i = 1, " .. n .. " do x = x + i end")
+      return st.fuel_used
+    end
+    assert.are.equal(loop(11) - loop(10), loop(1001) - loop(1000))
+    assert.is_true(loop(11) > loop(10))
+  end)
+
+  it("charges what coroutines run, however short each one is", function()
+    local body = "for i = 1, 500 do end"
+    local _, _, plain = eval("for j = 1, 100 do (function() " .. body .. " end)() end")
+    local _, _, co = eval("for j = 1, 100 do coroutine.wrap(function() " .. body .. " end)() end")
+    local _, _, created = eval("for j = 1, 100 do coroutine.resume(coroutine.create(function() " .. body ..
+      " end)) end")
+    assert.is_true(plain.fuel_used > 100 * 500, plain.fuel_used)
+    assert.is_true(co.fuel_used >= plain.fuel_used, co.fuel_used .. " < " .. plain.fuel_used)
+    assert.is_true(created.fuel_used >= plain.fuel_used, created.fuel_used .. " < " .. plain.fuel_used)
+    -- and the fuel those instructions need stops them
+    local ok, f = eval("for j = 1, 100 do coroutine.wrap(function() " .. body .. " end)() end",
+      { fuel = plain.fuel_used // 2 })
+    assert.is_false(ok)
+    assert.are.equal("fuel", f.kind)
+  end)
+
   it("fails an allocation past the memory cap inside the state, not the host", function()
     local ok, f, st = eval("local t = {} for i = 1, 1e8 do t[i] = i end", { memory = 8 << 20 })
     assert.is_false(ok)
@@ -715,7 +755,8 @@ describe("S2 through a confined child #root", function()
   it("refuses its result where the child's own check finds it unconfined (the runner run bare)", function()
     local host = core.path.resolve_file(core.proc.host_executable())
     local input, output = io.tmpfile(), io.tmpfile()
-    input:write(json.encode({ code = "return 1", fuel = 1000000, memory = 16 << 20, granted = host }))
+    input:write(json.encode({ code = "return 1", fuel = 1000000, memory = 16 << 20, granted = host,
+      denied = "/etc" }))
     input:seek("set")
     local res = assert(core.tier.run({ path = host, argv = { host, "-e", tier.S2_RUNNER }, env = {}, cwd = "/",
       timeout = 10, stdin = input, stdout = output, stderr = output }))
@@ -724,7 +765,7 @@ describe("S2 through a confined child #root", function()
     input:close()
     output:close()
     assert.are.equal(0, res.status)
-    local confined, seen = tier.s2_confined(out.attested)
+    local confined, seen = tier.s2_confined(out.attested, "/etc")
     assert.is_false(confined)
     assert.matches("read of /etc: allowed", seen)
     -- the control: the same runner's result came back, so only its check told the two apart
@@ -864,6 +905,8 @@ describe("corral step #root", function()
     local rec = json.decode(out)
     assert.are.equal("S2", rec.tier)
     assert.are.same({ 5 }, { rec.result[1] })
+    -- a small program's fuel is counted by the instruction, not charged by the thousand
+    assert.is_true(rec.s2.fuel_used > 0 and rec.s2.fuel_used < 1000, tostring(rec.s2.fuel_used))
     h.write(dir .. "/loop.lua", "while true do end")
     out, status = h.corral("step", "--s2", dir .. "/loop.lua", "--fuel", "100000")
     assert.are.equal(1, status, out)
