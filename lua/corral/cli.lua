@@ -13,11 +13,9 @@ local M = {}
 
 local EXIT_USAGE, EXIT_CANNOT = core.exit.USAGE, core.exit.CANNOT
 
--- dkjson is the declared dependency; only --json output needs it.
+-- JSON in a stable key order (dkjson, the declared dependency); only --json needs it.
 local function json()
-  local ok, dkjson = pcall(require, "dkjson")
-  if not ok then error("JSON output needs dkjson (Debian: lua-dkjson)") end
-  return dkjson
+  return require "corral.json"
 end
 
 local function fail(cmd, err)

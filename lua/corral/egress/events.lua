@@ -63,7 +63,7 @@
 local core = require "corral.core"
 -- Loaded when the first event is formatted: the loop loads this module in every run,
 -- most of which emit nothing.
-local function json() return require "dkjson" end
+local function json() return require "corral.json" end
 local function allowlist() return require "corral.egress.allowlist" end
 
 local M = {}

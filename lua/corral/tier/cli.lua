@@ -135,7 +135,7 @@ function M.run(argv, parse, fail)
   end
   if opts.s2 and result.ok then
     -- a JSON array, nil as null, so that positions survive
-    local json = require "dkjson"
+    local json = require "corral.json"
     rec.result = setmetatable({}, { __jsontype = "array" })
     for i = 1, result.values.n do
       local v = result.values[i]
