@@ -29,6 +29,10 @@ Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped)
 the receipt's `exit`;
 2 an invalid argument; 3 a protection this host cannot enforce.]]
 
+--- The flags `corral step` accepts (corral.cli.parse's spec).
+M.SPEC = { grants = "value", s2 = "value", json = "flag", receipts = "value", tier = "value", timeout = "value",
+  fuel = "value", memory = "value" }
+
 -- Names the CLI flag a refusal came from.
 local function as_flag(err, flag)
   if not errors.is(err) then return err end
@@ -92,8 +96,7 @@ end
 -- @tparam function fail corral.cli's refusal printer (returns the exit status)
 -- @treturn integer exit status
 function M.run(argv, parse, fail)
-  local opts, rest = parse(argv, { grants = "value", s2 = "value", json = "flag", receipts = "value",
-    tier = "value", timeout = "value", fuel = "value", memory = "value" })
+  local opts, rest = parse(argv, M.SPEC)
   if not opts then return fail("step", rest) end
   local grants, gerr = load_grants(opts.grants)
   if not grants then return fail("step", gerr) end
