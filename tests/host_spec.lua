@@ -63,6 +63,7 @@ describe("corral host: lua.c command line", function()
     assert.are.equal(2, code)
     assert.are.equal("", out)
     assert.matches("^corral: unrecognized option '%-%-verison'; did you mean '%-%-version'%?\n", err)
+    local _
     _, err, code = run(CLEAN .. Q .. " --hepl")
     assert.are.equal(2, code)
     assert.matches("did you mean '%-%-help'%?", err)

@@ -50,7 +50,7 @@ struct vm {
     long long fuel, spent; /* spent: instructions charged, each one that ran */
     int fuel_out;
     lua_State *main;
-    int main_period;    /* the main thread's hook count */
+    int main_period; /* the main thread's hook count */
     int calibrating, calibrated_at;
     const char *calibration; /* the binary chunk, held on the caller's stack */
     size_t calibration_len;
@@ -110,7 +110,8 @@ static void fuel_hook(lua_State *L, lua_Debug *ar)
     if (!v->fuel_out) {
         v->spent += lua_gethookcount(L);
         if (v->spent <= v->fuel) {
-            if (L == v->main && v->fuel - v->spent < HOOK_STEP) set_period(L, v, v->fuel - v->spent + 1);
+            if (L == v->main && v->fuel - v->spent < HOOK_STEP)
+                set_period(L, v, v->fuel - v->spent + 1);
             return;
         }
         v->spent--; /* the instruction about to run does not */
@@ -173,7 +174,8 @@ static const char *calibration_chunk(lua_State *O, size_t *len)
         const char *text = lua_tolstring(O, -1, &tlen);
         if (luaL_loadbufferx(O, text, tlen, "=calibration", "t") != LUA_OK) lua_error(O);
         struct dump d = {0};
-        if (lua_dump(O, dump_writer, &d, 0) != 0 || !d.started) luaL_error(O, "calibration: no dump");
+        if (lua_dump(O, dump_writer, &d, 0) != 0 || !d.started)
+            luaL_error(O, "calibration: no dump");
         luaL_pushresult(&d.b);
         lua_replace(O, -3); /* over the text */
         lua_pop(O, 1);
