@@ -78,6 +78,27 @@ local function shape(objects)
   return table.concat(lines, "\n")
 end
 
+-- The shape of a's objects, each with only the keys the same object of b has too: where
+-- two runs' contents differ (a result cached or probed afresh), their order must not.
+local function common_shape(a, b)
+  local in_b = {}
+  for _, o in ipairs(b) do
+    in_b[o.path] = {}
+    for _, k in ipairs(o.keys) do in_b[o.path][k] = true end
+  end
+  local out = {}
+  for _, o in ipairs(a) do
+    if in_b[o.path] then
+      local keys = {}
+      for _, k in ipairs(o.keys) do
+        if in_b[o.path][k] then keys[#keys + 1] = k end
+      end
+      out[#out + 1] = { path = o.path, keys = keys }
+    end
+  end
+  return shape(out)
+end
+
 local function is_sorted(keys)
   for i = 2, #keys do
     if keys[i - 1] >= keys[i] then return false end
@@ -130,8 +151,9 @@ describe("JSON the CLI prints has a stable key order", function()
     local a, status = h.corral("probe", "--json")
     assert.are.equal(0, status, a)
     local b = h.corral("probe", "--json")
-    local oa = object_keys(a)
-    assert.are.equal(shape(oa), shape(object_keys(b)))
+    local oa, ob = object_keys(a), object_keys(b)
+    assert.is_true(#oa > 5, a)
+    assert.are.equal(common_shape(oa, ob), common_shape(ob, oa))
     local nested = 0
     for _, o in ipairs(oa) do
       assert.is_true(is_sorted(o.keys), o.path .. ": " .. table.concat(o.keys, ","))
