@@ -181,3 +181,157 @@ describe("docs/boundary.md", function()
     assert.matches("# corral's published contract", out)
   end)
 end)
+
+-- The CLI's own tables (corral.cli.commands, describe) against what the documents say.
+describe("the documents follow the CLI's parser", function()
+  local cli = require "corral.cli"
+
+  -- The row of boundary.md's command table for `corral NAME`, or nil.
+  local function boundary_row(text, name)
+    for line in text:gmatch("[^\n]+") do
+      local first = line:match("^| `corral ([%w-]+)[^`]*` |")
+      if first == name then return line end
+    end
+    return nil
+  end
+
+  -- Whether `flag` appears as a flag (backticked, alone or with its value) in text.
+  local function names_flag(text, flag)
+    local p = "`" .. flag:gsub("%p", "%%%0")
+    return text:find(p .. "`") ~= nil or text:find(p .. " ") ~= nil
+  end
+
+  it("every subcommand has its entry in man/corral.1 and a page of its own", function()
+    local man = h.read("man/corral.1")
+    local section = assert(man:match("\n%.SH COMMANDS\n(.-)\n%.SH "), "man/corral.1 has no COMMANDS section")
+    local names = cli.commands()
+    assert.truthy(#names >= 8, "control: the commands were read")
+    for _, name in ipairs(names) do
+      local roff = name:gsub("%-", "\\-")
+      assert.truthy(section:find(".TP\n.B " .. roff .. "\n", 1, true), "man/corral.1 COMMANDS lacks " .. name)
+      assert.truthy(io.open("man/corral-" .. name .. ".1"), "no man/corral-" .. name .. ".1")
+    end
+  end)
+
+  it("every flag the parser accepts is in docs/boundary.md's command table", function()
+    local text = h.read("docs/boundary.md")
+    local checked = 0
+    for _, name in ipairs(cli.commands()) do
+      local flags = cli.describe(name).flags
+      if #flags > 0 then
+        local row = boundary_row(text, name)
+        assert.truthy(row, "docs/boundary.md's command table has no row for corral " .. name)
+        for _, flag in ipairs(flags) do
+          checked = checked + 1
+          assert.truthy(names_flag(row, flag), "docs/boundary.md: corral " .. name .. " lacks " .. flag)
+        end
+      end
+    end
+    assert.truthy(checked > 30, "control: the flags were read (" .. checked .. ")")
+  end)
+
+  it("finds a flag missing from a row (control)", function()
+    local row = "| `corral probe` | `--json`, `--tier S1` |"
+    assert.is_true(names_flag(row, "--json"))
+    assert.is_true(names_flag(row, "--tier"))
+    assert.is_false(names_flag(row, "--fresh"))
+    assert.is_false(names_flag(row, "--js"))
+  end)
+
+  -- The value a documented call `corral.a.b(` / `require("corral.m").f(` reaches, and its text.
+  local function documented_calls(text)
+    local out = {}
+    for span in text:gmatch("`([^`\n]+)`") do
+      local name = span:match("^(corral%.[%w_.]+)%s*[%({]")
+      if name then
+        out[#out + 1] = { text = span, root = "corral", path = name:sub(#"corral." + 1) }
+      else
+        local mod, path = span:match('^require%s*%(?%s*"(corral[%w_.]*)"%s*%)?%.([%w_.]+)%s*[%({]')
+        if mod then out[#out + 1] = { text = span, root = mod, path = path } end
+      end
+    end
+    return out
+  end
+
+  local function reaches(call)
+    local v = require(call.root)
+    for part in call.path:gmatch("[^.]+") do
+      if type(v) ~= "table" then return nil end
+      v = v[part]
+    end
+    return v
+  end
+
+  local function callable(v)
+    local mt = getmetatable(v)
+    return type(v) == "function" or (type(mt) == "table" and type(mt.__call) == "function")
+  end
+
+  it("every documented call corral.X.Y(...) is a function of require \"corral\" (the REPL's corral)", function()
+    local n = 0
+    for _, file in ipairs(docs()) do
+      for _, call in ipairs(documented_calls(h.read(file))) do
+        n = n + 1
+        assert.truthy(callable(reaches(call)), file .. ": `" .. call.text .. "` is not a function of " ..
+          call.root .. " with that shape")
+      end
+    end
+    assert.truthy(n >= 5, "control: the calls were found (" .. n .. ")")
+  end)
+
+  it("catches a call whose shape is wrong (control)", function()
+    local calls = documented_calls("`corral.probe.names()` and `corral.probe()` and " ..
+      '`require("corral.probe").names()`')
+    assert.are.equal(3, #calls)
+    assert.is_false(callable(reaches(calls[1])))
+    assert.is_true(callable(reaches(calls[2])))
+    assert.is_true(callable(reaches(calls[3])))
+  end)
+
+  -- The words of a synopsis outside [...]: what it requires.
+  local function required_words(synopsis)
+    local depth, words, word = 0, {}, ""
+    for c in (synopsis .. " "):gmatch(".") do
+      if c == "[" then depth = depth + 1 elseif c == "]" then depth = depth - 1 end
+      if c:match("%s") or c == "[" or c == "]" then
+        if depth == 0 and word ~= "" then words[#words + 1] = word end
+        word = ""
+      elseif depth == 0 then
+        word = word .. c
+      end
+    end
+    return words
+  end
+
+  it("a required flag or operand left out is refused naming it as the CLI spells it, never a Lua field", function()
+    local tried = 0
+    for _, name in ipairs(cli.commands()) do
+      local d = cli.describe(name)
+      local synopsis = d.usage:match("^[^\n]*")
+      local known, needs_flag, has_cmd = {}, false, false
+      for _, f in ipairs(d.flags) do known[f] = true end
+      for _, w in ipairs(required_words(synopsis)) do
+        if w:match("^%-%-%a") then needs_flag = true end
+        if w:match("^%u+$") then known[w] = true end
+        if w == "CMD" then has_cmd = true end
+      end
+      -- exec-confined's flags are parsed in C, before any Lua state (core/host/confine.c)
+      if name ~= "exec-confined" and #required_words(synopsis) > 2 then
+        local attempts = { {} }
+        -- with its operand given, what is refused is the missing flag (nothing runs without it)
+        if needs_flag and has_cmd then attempts[2] = { "--", "/bin/true" } end
+        for _, extra in ipairs(attempts) do
+          tried = tried + 1
+          local out, status = h.corral(name, table.unpack(extra))
+          assert.are.equal(2, status, name .. ": " .. out)
+          local named = out:match("invalid_argument: (.-): ")
+          assert.truthy(named, name .. ": " .. out)
+          assert.truthy(known[named] or known[named:match("^(%-%-[%w-]+)")],
+            "corral " .. name .. " " .. table.concat(extra, " ") .. " names '" .. named ..
+            "', not one of its flags or operands: " .. out)
+        end
+      end
+    end
+    assert.truthy(tried >= 6, "control: the commands were tried (" .. tried .. ")")
+  end)
+end)

@@ -5,6 +5,7 @@
 local core = require "corral.core"
 local json = require "dkjson"
 local h = require "helpers"
+local join = require("corral.shell").join
 local policy = require "corral.tier.policy"
 local probe = require "corral.tier.probe"
 local receipt = require "corral.tier.receipt"
@@ -543,6 +544,46 @@ describe("S2: Lua in a fresh state (core.vm)", function()
     host_unaffected()
   end)
 
+  it("counts fuel exactly: fuel_used instructions run, one fewer stops at that count", function()
+    for _, code in ipairs({ "return 1", "local x = 0 for i = 1, 5003 do x = x + i end return x",
+      "local s = 0 for i = 1, 700 do s = s + #tostring(i) end return s" }) do
+      local ok, _, st = eval(code)
+      assert.is_true(ok, code)
+      local used = st.fuel_used
+      assert.is_true(used > 0, code)
+      local eok, _, est = eval(code, { fuel = used })
+      assert.is_true(eok, code)
+      assert.are.equal(used, est.fuel_used, code)
+      local sok, f, sst = eval(code, { fuel = used - 1 })
+      assert.is_false(sok, code)
+      assert.are.equal("fuel", f.kind, code)
+      assert.are.equal(used - 1, sst.fuel_used, code)
+    end
+    -- each iteration of the same loop costs the same: nothing is charged by the thousand
+    local function loop(n)
+      local _, _, st = eval("local x = 0 for i = 1, " .. n .. " do x = x + i end")
+      return st.fuel_used
+    end
+    assert.are.equal(loop(11) - loop(10), loop(1001) - loop(1000))
+    assert.is_true(loop(11) > loop(10))
+  end)
+
+  it("charges what coroutines run, however short each one is", function()
+    local body = "for i = 1, 500 do end"
+    local _, _, plain = eval("for j = 1, 100 do (function() " .. body .. " end)() end")
+    local _, _, co = eval("for j = 1, 100 do coroutine.wrap(function() " .. body .. " end)() end")
+    local _, _, created = eval("for j = 1, 100 do coroutine.resume(coroutine.create(function() " .. body ..
+      " end)) end")
+    assert.is_true(plain.fuel_used > 100 * 500, plain.fuel_used)
+    assert.is_true(co.fuel_used >= plain.fuel_used, co.fuel_used .. " < " .. plain.fuel_used)
+    assert.is_true(created.fuel_used >= plain.fuel_used, created.fuel_used .. " < " .. plain.fuel_used)
+    -- and the fuel those instructions need stops them
+    local ok, f = eval("for j = 1, 100 do coroutine.wrap(function() " .. body .. " end)() end",
+      { fuel = plain.fuel_used // 2 })
+    assert.is_false(ok)
+    assert.are.equal("fuel", f.kind)
+  end)
+
   it("fails an allocation past the memory cap inside the state, not the host", function()
     local ok, f, st = eval("local t = {} for i = 1, 1e8 do t[i] = i end", { memory = 8 << 20 })
     assert.is_false(ok)
@@ -714,7 +755,8 @@ describe("S2 through a confined child #root", function()
   it("refuses its result where the child's own check finds it unconfined (the runner run bare)", function()
     local host = core.path.resolve_file(core.proc.host_executable())
     local input, output = io.tmpfile(), io.tmpfile()
-    input:write(json.encode({ code = "return 1", fuel = 1000000, memory = 16 << 20, granted = host }))
+    input:write(json.encode({ code = "return 1", fuel = 1000000, memory = 16 << 20, granted = host,
+      denied = "/etc" }))
     input:seek("set")
     local res = assert(core.tier.run({ path = host, argv = { host, "-e", tier.S2_RUNNER }, env = {}, cwd = "/",
       timeout = 10, stdin = input, stdout = output, stderr = output }))
@@ -723,7 +765,7 @@ describe("S2 through a confined child #root", function()
     input:close()
     output:close()
     assert.are.equal(0, res.status)
-    local confined, seen = tier.s2_confined(out.attested)
+    local confined, seen = tier.s2_confined(out.attested, "/etc")
     assert.is_false(confined)
     assert.matches("read of /etc: allowed", seen)
     -- the control: the same runner's result came back, so only its check told the two apart
@@ -742,19 +784,66 @@ describe("corral step #root", function()
   before_each(function() dir = h.tmpdir("step") end)
   after_each(function() h.rmrf(dir) end)
 
-  it("runs a command, passes its status through and prints a JSON receipt", function()
+  it("runs a command, passes its status through and prints a JSON receipt alone on stdout", function()
     if not s1_or_pending() then return end
     h.write(dir .. "/grants.lua", "return { read = { '/usr/share' } }")
-    local out, status = h.corral("step", "--grants", dir .. "/grants.lua", "--json", "--receipts", dir .. "/r",
-      "--", "/bin/sh", "-c", "echo hello; exit 5")
+    local step = { h.host, "step", "--grants", dir .. "/grants.lua", "--json", "--receipts", dir .. "/r", "--",
+      "/bin/sh", "-c", "echo hello; exit 5" }
+    local out, status = h.sh(join(step) .. " 2>" .. h.quote(dir .. "/err"))
     assert.are.equal(5, status, out)
-    local first, line = out:match("^(.-)\n(.*)$")
-    assert.are.equal("hello", first)
-    local rec = json.decode(line)
+    -- stdout is one JSON document, what `| jq` reads; the command's stdout went to stderr
+    local rec, pos = json.decode(out)
+    assert.is_table(rec, out)
+    assert.are.equal("\n", out:sub(pos), out)
+    assert.are.equal("hello\n", h.read(dir .. "/err"))
     assert.are.equal("S1", rec.tier)
     assert.are.equal(5, rec.exit)
     assert.are.same({ "/usr/share" }, rec.grants.read)
     assert.are.equal(rec.commitment, json.decode(h.read(dir .. "/r")).commitment)
+    -- without --json the command's stdout stays on stdout, the receipt after it
+    out, status = h.sh(join({ h.host, "step", "--grants", dir .. "/grants.lua", "--", "/bin/sh", "-c",
+      "echo hello; exit 5" }) .. " 2>/dev/null")
+    assert.are.equal(5, status, out)
+    assert.truthy(h.in_order(out, { "hello\n", "tier ", "exit        5" }, true), out)
+  end)
+
+  it("runs --s2 under the README's grants, read = {\"/etc\"}: the child shows a directory outside them denied",
+    function()
+      if not s1_or_pending() then return end
+      h.write(dir .. "/grants.lua", 'return { read = { "/etc" } }')
+      h.write(dir .. "/code.lua", 'return #read_file("/etc/hostname") > 0, 6 * 7')
+      local out, status = h.corral("step", "--s2", dir .. "/code.lua", "--grants", dir .. "/grants.lua", "--json")
+      assert.are.equal(0, status, out)
+      local rec = assert(json.decode(out), out)
+      assert.are.same({ true, 42 }, rec.result)
+      assert.matches("read of /: denied %(errno 13%), its fork: denied %(errno 1%), a granted read after them: ok",
+        rec.s2.confined)
+      -- without the grant, /etc is still the directory shown denied
+      out, status = h.corral("step", "--s2", dir .. "/code.lua", "--json")
+      assert.are.equal(1, status, out)
+      rec = assert(json.decode(out), out)
+      assert.matches("read of /etc: denied %(errno 13%)", rec.s2.confined)
+      -- everything granted leaves no directory to show denied: refused, never run unchecked
+      h.write(dir .. "/all.lua", 'return { read = { "/" } }')
+      out, status = h.corral("step", "--s2", dir .. "/code.lua", "--grants", dir .. "/all.lua")
+      assert.are.equal(3, status, out)
+      assert.matches("cannot show its confinement", out)
+    end)
+
+  it("seals the status it exits with in the S2 receipt: 1 when the code is stopped, 0 when it returns", function()
+    if not s1_or_pending() then return end
+    h.write(dir .. "/bad.lua", 'error("stop here")')
+    local out, status = h.corral("step", "--s2", dir .. "/bad.lua", "--json", "--receipts", dir .. "/r")
+    assert.are.equal(1, status, out)
+    local rec = assert(json.decode(out), out)
+    assert.are.equal(1, rec.exit)
+    assert.are.equal("error", rec.failure.kind)
+    assert.are.equal(1, json.decode(h.read(dir .. "/r")).exit)
+    -- the control: the code that returns exits 0 and says so
+    h.write(dir .. "/ok.lua", "return 1")
+    out, status = h.corral("step", "--s2", dir .. "/ok.lua")
+    assert.are.equal(0, status, out)
+    assert.matches("\nexit +0\n", out)
   end)
 
   it("runs at S0 with no mechanism when the probe is weakened, and --tier S1 refuses", function()
@@ -816,6 +905,8 @@ describe("corral step #root", function()
     local rec = json.decode(out)
     assert.are.equal("S2", rec.tier)
     assert.are.same({ 5 }, { rec.result[1] })
+    -- a small program's fuel is counted by the instruction, not charged by the thousand
+    assert.is_true(rec.s2.fuel_used > 0 and rec.s2.fuel_used < 1000, tostring(rec.s2.fuel_used))
     h.write(dir .. "/loop.lua", "while true do end")
     out, status = h.corral("step", "--s2", dir .. "/loop.lua", "--fuel", "100000")
     assert.are.equal(1, status, out)

@@ -29,6 +29,7 @@
 #include "compiled.h"
 #include "confine.h"
 #include "console.h"
+#include "exitcodes.h"
 
 #define LUA_VERSION_DIR LUA_VERSION_MAJOR "." LUA_VERSION_MINOR
 #define LUA_INIT_VAR "LUA_INIT"
@@ -67,10 +68,49 @@ int host_report(lua_State *L, int status)
     return status;
 }
 
+/* Optimal string alignment distance, as corral.cli.suggest measures a mistyped command;
+ * words past 31 characters are never close. */
+static int edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 31 || lb > 31) return 99;
+    int d[32][32];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+/* The long option the host knows that `bad` is a slip of (one or two edits), or NULL. */
+static const char *closest_long_option(const char *bad)
+{
+    static const char *const known[] = {"--version", "--help"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        int d = edit_distance(bad, known[i]);
+        if (d > 0 && d <= 2) return known[i];
+    }
+    return NULL;
+}
+
 static void print_usage(const char *bad)
 {
+    const char *close = closest_long_option(bad);
     if (bad[1] == 'e' || bad[1] == 'l')
         fprintf(stderr, "%s: '%s' needs argument\n", host_progname, bad);
+    else if (close)
+        fprintf(stderr, "%s: unrecognized option '%s'; did you mean '%s'?\n", host_progname, bad,
+                close);
     else
         fprintf(stderr, "%s: unrecognized option '%s'\n", host_progname, bad);
     fputs("usage: " CORRAL_PROGNAME " [options] [script [args]]\n"
@@ -556,7 +596,7 @@ static int pmain(lua_State *L)
     luaL_checkversion(L);
     if ((args & ARGS_ERROR) && !wants) {
         print_usage(argv[script]);
-        return push_exit(L, EXIT_FAILURE);
+        return push_exit(L, CORRAL_EXIT_USAGE); /* a usage error, as an unknown command's */
     }
     if ((args & ARGS_VERSION) || wants == 'v') print_version();
     if (wants == 'v') return push_exit(L, EXIT_SUCCESS);

@@ -14,6 +14,13 @@
  * the chunk cannot swallow the stop. One C call can outlast both (a pathological
  * string.find inside one instruction): the S2 child's wall-clock timeout covers that.
  *
+ * Fuel is exact: `fuel` instructions run, the next one raises, and fuel_used is what
+ * ran. The main thread's hook fires every HOOK_STEP instructions (the trap on every
+ * instruction is the cost; the hook's own call is another 2x on a tight loop); what it
+ * ran since its last charge is read at the end by running a calibration chunk of known
+ * instructions until the hook fires. A coroutine's countdown is its own and dies with
+ * it, so coroutines are charged on every instruction.
+ *
  * The environment: base (without dofile, loadfile, collectgarbage; load takes text
  * only), string (without string.dump), table, math, utf8, coroutine; no io, os,
  * package, debug. What grants allow comes through checked functions: read_file(path)
@@ -33,14 +40,20 @@
 #include "lcorral.h"
 #include "util.h"
 
-#define HOOK_STEP 1000 /* instructions between two fuel charges */
+#define HOOK_STEP 1000 /* instructions between two fuel charges of the main thread */
 #define MAX_READ_GRANTS 64
+#define CALIBRATION "corral.vm.calibration"
 
 struct vm {
     size_t used, cap, peak;
     int mem_hit;
-    long long fuel, spent;
+    long long fuel, spent; /* spent: instructions charged, each one that ran */
     int fuel_out;
+    lua_State *main;
+    int main_period; /* the main thread's hook count */
+    int calibrating, calibrated_at;
+    const char *calibration; /* the binary chunk, held on the caller's stack */
+    size_t calibration_len;
     int clock;
     char *read[MAX_READ_GRANTS]; /* resolved, malloc'd */
     size_t n_read;
@@ -76,18 +89,122 @@ static struct vm *vm_of(lua_State *L)
     return ud;
 }
 
+static void fuel_hook(lua_State *L, lua_Debug *ar);
+
+static void set_period(lua_State *L, struct vm *v, long long count)
+{
+    int c = count < HOOK_STEP ? (int)count : HOOK_STEP;
+    if (L == v->main) v->main_period = c;
+    lua_sethook(L, fuel_hook, LUA_MASKCOUNT, c);
+}
+
+/* Fires as the period's last instruction is about to run: the period is charged with
+ * it. The main thread's last period ends on the instruction past the fuel, exactly. */
 static void fuel_hook(lua_State *L, lua_Debug *ar)
 {
-    (void)ar;
     struct vm *v = vm_of(L);
+    if (v->calibrating) {
+        if (!v->calibrated_at && lua_getinfo(L, "l", ar)) v->calibrated_at = ar->currentline;
+        return;
+    }
     if (!v->fuel_out) {
         v->spent += lua_gethookcount(L);
-        if (v->spent < v->fuel) return;
+        if (v->spent <= v->fuel) {
+            if (L == v->main && v->fuel - v->spent < HOOK_STEP)
+                set_period(L, v, v->fuel - v->spent + 1);
+            return;
+        }
+        v->spent--; /* the instruction about to run does not */
         v->fuel_out = 1;
         /* From now on every instruction, in every coroutine, raises again. */
-        lua_sethook(L, fuel_hook, LUA_MASKCOUNT, 1);
+        set_period(L, v, 1);
     }
     luaL_error(L, "fuel exhausted");
+}
+
+/* coroutine.create and coroutine.wrap: the original (upvalue 1), then the new
+ * thread's hook charges each instruction. */
+static int sb_cocreate(lua_State *L)
+{
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    lua_State *co = lua_tothread(L, -1);
+    if (!co && lua_getupvalue(L, -1, 1)) { /* wrap's function keeps its thread there */
+        co = lua_tothread(L, -1);
+        lua_pop(L, 1);
+    }
+    if (co) lua_sethook(co, fuel_hook, LUA_MASKCOUNT, 1);
+    return 1;
+}
+
+struct dump {
+    int started;
+    luaL_Buffer b;
+};
+
+/* The buffer starts at the first write: lua_dump reads the function at the top first. */
+static int dump_writer(lua_State *L, const void *p, size_t size, void *ud)
+{
+    struct dump *d = ud;
+    if (!d->started) {
+        d->started = 1;
+        luaL_buffinit(L, &d->b);
+    }
+    luaL_addlstring(&d->b, p, size);
+    return 0;
+}
+
+/* The calibration chunk, "local a" then `a = 1` on each following line: one
+ * instruction a line (LOADNIL, then LOADI), so the line the hook fires on is the
+ * number of instructions it ran. Compiled once in the caller's state and kept there
+ * as a binary chunk (with its lines): loading it is ~10x cheaper than compiling it
+ * in every fresh state. Pushes the chunk onto O. */
+static const char *calibration_chunk(lua_State *O, size_t *len)
+{
+    if (lua_getfield(O, LUA_REGISTRYINDEX, CALIBRATION) != LUA_TSTRING) {
+        lua_pop(O, 1);
+        luaL_Buffer b;
+        luaL_buffinit(O, &b);
+        luaL_addstring(&b, "local a");
+        for (int i = 0; i < HOOK_STEP; i++)
+            luaL_addstring(&b, "\na = 1");
+        luaL_pushresult(&b);
+        size_t tlen;
+        const char *text = lua_tolstring(O, -1, &tlen);
+        if (luaL_loadbufferx(O, text, tlen, "=calibration", "t") != LUA_OK) lua_error(O);
+        struct dump d = {0};
+        if (lua_dump(O, dump_writer, &d, 0) != 0 || !d.started)
+            luaL_error(O, "calibration: no dump");
+        luaL_pushresult(&d.b);
+        lua_replace(O, -3); /* over the text */
+        lua_pop(O, 1);
+        lua_pushvalue(O, -1);
+        lua_setfield(O, LUA_REGISTRYINDEX, CALIBRATION);
+    }
+    return lua_tolstring(O, -1, len);
+}
+
+static int load_calibration(lua_State *L, const struct vm *v)
+{
+    if (luaL_loadbufferx(L, v->calibration, v->calibration_len, "=calibration", "b") != LUA_OK)
+        return lua_error(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, CALIBRATION);
+    return 0;
+}
+
+/* What the main thread ran since its last charge: period minus the instructions it
+ * takes for its countdown to reach the hook. */
+static long long uncharged(lua_State *S, struct vm *v)
+{
+    v->calibrating = 1;
+    v->calibrated_at = 0;
+    lua_getfield(S, LUA_REGISTRYINDEX, CALIBRATION);
+    int status = lua_pcall(S, 0, 0, 0);
+    if (status != LUA_OK) lua_pop(S, 1);
+    v->calibrating = 0;
+    if (status != LUA_OK || v->calibrated_at < 1 || v->calibrated_at > v->main_period) return 0;
+    return v->main_period - v->calibrated_at;
 }
 
 /* Whether resolved path lies beneath (or is) a granted one. */
@@ -217,6 +334,14 @@ static int setup(lua_State *L)
         lua_pushcfunction(L, sb_read_file);
         lua_setfield(L, -2, "read_file");
     }
+    lua_getfield(L, -1, "coroutine");
+    static const char *const makers[] = {"create", "wrap"};
+    for (size_t i = 0; i < 2; i++) {
+        lua_getfield(L, -1, makers[i]);
+        lua_pushcclosure(L, sb_cocreate, 1);
+        lua_setfield(L, -2, makers[i]);
+    }
+    lua_pop(L, 1);
     if (v->clock) {
         lua_pushcfunction(L, sb_clock);
         lua_setfield(L, -2, "clock");
@@ -225,7 +350,7 @@ static int setup(lua_State *L)
     }
     lua_pushliteral(L, "");
     lua_setfield(L, LUA_REGISTRYINDEX, "corral.vm.output");
-    return 0;
+    return load_calibration(L, v);
 }
 
 /* Copies a scalar at index i of S onto O; 0 when it is not one. */
@@ -286,7 +411,7 @@ static int copy_value(lua_State *S, int i, lua_State *O)
 static void push_stats(lua_State *O, lua_State *S, const struct vm *v)
 {
     lua_createtable(O, 0, 3);
-    lua_pushinteger(O, v->spent); /* charged HOOK_STEP instructions at a time */
+    lua_pushinteger(O, v->spent);
     lua_setfield(O, -2, "fuel_used");
     lua_pushinteger(O, (lua_Integer)v->peak);
     lua_setfield(O, -2, "memory_peak");
@@ -362,6 +487,7 @@ static int l_eval(lua_State *O)
      * raises below (the strdup'd grants are released before any raising call). */
     struct vm *v = lua_newuserdatauv(O, sizeof *v, 0);
     memset(v, 0, sizeof *v);
+    v->calibration = calibration_chunk(O, &v->calibration_len);
     read_opts(O, v);
     lua_State *S = lua_newstate(vm_alloc, v);
     if (!S) {
@@ -373,9 +499,12 @@ static int l_eval(lua_State *O)
     lua_pushcfunction(S, setup);
     int status = lua_pcall(S, 0, 0, 0);
     if (status == LUA_OK) {
-        lua_sethook(S, fuel_hook, LUA_MASKCOUNT, v->fuel < HOOK_STEP ? (int)v->fuel : HOOK_STEP);
+        v->main = S;
         status = luaL_loadbufferx(S, code, len, "=step", "t");
+        set_period(S, v, v->fuel + 1);
         if (status == LUA_OK) status = lua_pcall(S, 0, LUA_MULTRET, 0);
+        /* calibrated on top of the results, which it leaves in place */
+        v->spent += uncharged(S, v);
     }
     vm_release(v);
     int nret;

@@ -13,11 +13,9 @@ local M = {}
 
 local EXIT_USAGE, EXIT_CANNOT = core.exit.USAGE, core.exit.CANNOT
 
--- dkjson is the declared dependency; only --json output needs it.
+-- JSON in a stable key order (dkjson, the declared dependency); only --json needs it.
 local function json()
-  local ok, dkjson = pcall(require, "dkjson")
-  if not ok then error("JSON output needs dkjson (Debian: lua-dkjson)") end
-  return dkjson
+  return require "corral.json"
 end
 
 local function fail(cmd, err)
@@ -158,9 +156,10 @@ local function options_text(groups)
 end
 
 -- Registers a subcommand with its synopsis and option groups (see option_spec).
--- usage may be a function returning it, for a command whose module a run need not load.
-local function command(name, summary, usage, fn, options)
-  commands[name] = { summary = summary, usage = usage, run = fn, options = options }
+-- usage may be a function returning it, for a command whose module a run need not load;
+-- so may `spec`, the parser's spec of a command whose module parses its own flags.
+local function command(name, summary, usage, fn, options, spec)
+  commands[name] = { summary = summary, usage = usage, run = fn, options = options, spec = spec }
   order[#order + 1] = name
 end
 
@@ -371,7 +370,10 @@ against a symlink silently never matches).]],
     if #rest > 0 then return fail("sbpl", errors.invalid_argument(rest[1], "unexpected argument")) end
     local spec, err = require("corral.confinement").sandbox_exec_spec({ "/bin/sh" },
       { permit_path = opts.permit, permit_extra_subpaths = opts.extra })
-    if not spec then return fail("sbpl", err) end
+    if not spec then
+      if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
+      return fail("sbpl", err)
+    end
     io.write(spec.profile)
     if spec.profile:sub(-1) ~= "\n" then io.write("\n") end
     return 0
@@ -594,7 +596,8 @@ numbers itself: corral's own say so on stderr.]],
 -- every other command (a `corral run`) is spared ~0.4 ms of loading them.
 command("step", "run one step at the highest tier this host earns (S0/S1/S2) and print its receipt",
   function() return require("corral.tier.cli").USAGE end,
-  function(argv) return require("corral.tier.cli").run(argv, M.parse, fail) end)
+  function(argv) return require("corral.tier.cli").run(argv, M.parse, fail) end, nil,
+  function() return require("corral.tier.cli").SPEC end)
 
 command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
   [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers L] -- CMD ARGS...
@@ -611,7 +614,7 @@ Every layer named in --layers must be built or nothing runs (exit 125).]],
 command("conformance", "run the conformance suite against a mechanism (held / breached / unavailable / void)",
   function() return require("corral.conformance.cli").USAGE end, function(argv)
     return require("corral.conformance.cli").run(argv, { parse = M.parse, fail = fail, json = json })
-  end)
+  end, nil, function() return require("corral.conformance.cli").SPEC end)
 
 command("attach", "open the REPL on a live sandbox (its helpers default to it)",
   [[corral attach ID
@@ -626,6 +629,25 @@ sandboxes() lists them. Its helpers (help() lists them) then default to that san
 -- @treturn boolean
 function M.is_command(name)
   return commands[name] ~= nil
+end
+
+--- The subcommands, in the order `corral help` lists them.
+-- @treturn {string,...}
+function M.commands()
+  return table.move(order, 1, #order, 1, {})
+end
+
+--- A subcommand's usage text and the flags its parser accepts.
+-- @tparam string name
+-- @treturn table `{usage = text, flags = {"--name", ...} sorted}`, or nil for no such command
+function M.describe(name)
+  local c = commands[name]
+  if not c then return nil end
+  local spec = c.options and option_spec(c.options) or (c.spec and c.spec()) or {}
+  local flags = {}
+  for k in pairs(spec) do flags[#flags + 1] = "--" .. k end
+  table.sort(flags)
+  return { usage = type(c.usage) == "function" and c.usage() or c.usage, flags = flags }
 end
 
 -- Whether the words before `--` ask for help (`-h` or `--help`).

@@ -42,7 +42,7 @@ local serial = 0
 
 -- dkjson and the egress modules are loaded when a client first asks: most runs are
 -- never asked, and loading them costs a run's start-up some milliseconds.
-local function json() return require "dkjson" end
+local function json() return require "corral.json" end
 
 --- The runtime directory of this user's registrations (corral.runtime_dir).
 -- @treturn[1] string the path

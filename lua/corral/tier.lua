@@ -179,10 +179,11 @@ local S2_RUNNER = [[
 local json = require "dkjson"
 local core = require "corral.core"
 local req = json.decode(io.read("a"))
--- The child shows its own confinement before it evaluates anything: a read of /etc
--- (not granted) and a fork must be denied, then a granted read must succeed.
+-- The child shows its own confinement before it evaluates anything: a read of a
+-- directory outside its grants (req.denied) and a fork must be denied, then a granted
+-- read must succeed.
 local function attest()
-  local f, _, rerr = io.open("/etc")
+  local f, _, rerr = io.open(req.denied)
   if f then f:close() end
   local forked, _, ferr = core.tier.attempt("fork")
   local g = io.open(req.granted, "rb")
@@ -212,18 +213,33 @@ io.write(json.encode({ ok = ok, values = values, failure = not ok and r or nil, 
 -- run it bare to see its own check fail.
 M.S2_RUNNER = S2_RUNNER
 
---- Whether an S2 child's own check shows it confined: the read of /etc denied by
--- Landlock (EACCES), the fork denied by seccomp (EPERM), the granted read after them.
+--- Whether an S2 child's own check shows it confined: the read of a directory outside
+-- its grants denied by Landlock (EACCES), the fork denied by seccomp (EPERM), the
+-- granted read after them.
 -- @tparam table attested the child's `attested` table
+-- @tparam string denied the directory the child was asked to read
 -- @treturn boolean, and a sentence saying what was seen
-function M.s2_confined(attested)
+function M.s2_confined(attested, denied)
   if type(attested) ~= "table" then return false, "the child reported no check of its confinement" end
   local ok = attested.read == tostring(core.errno.EACCES) and attested.fork == tostring(core.errno.EPERM) and
     attested.control == true
-  return ok, string.format("the child's read of /etc: %s, its fork: %s, a granted read after them: %s",
-    attested.read == "allowed" and "allowed" or "denied (errno " .. tostring(attested.read) .. ")",
+  return ok, string.format("the child's read of %s: %s, its fork: %s, a granted read after them: %s",
+    tostring(denied), attested.read == "allowed" and "allowed" or "denied (errno " .. tostring(attested.read) .. ")",
     attested.fork == "allowed" and "allowed" or "denied (errno " .. tostring(attested.fork) .. ")",
     attested.control and "ok" or "failed")
+end
+
+-- Directories the S2 child may be asked to show denied, in order of preference.
+local DENIED_CANDIDATES = { "/etc", "/" }
+
+-- A directory outside every path the child's policy lets it read, and readable by any
+-- user, so that only Landlock can refuse it (not its mode once capabilities are dropped).
+local function outside_grants(readable)
+  for _, d in ipairs(DENIED_CANDIDATES) do
+    local st = core.fs.lstat(d)
+    if st and st.type == "dir" and st.mode & 5 == 5 and not policy.covered(d, readable) then return d end
+  end
+  return nil
 end
 
 local function unwrap(w)
@@ -282,10 +298,17 @@ function M.s2(spec)
   local pol = policy.derive(g, { name = "lua/" .. _VERSION:match("%d+%.%d+") .. "+" .. earned.mechanism,
     tier = "S2" }, { host }, extra_read)
   pol.limits = { fuel = fuel, memory = memory }
+  local readable = { host, table.unpack(extra_read) }
+  for _, list in ipairs({ g.read, policy.runtime_dirs() }) do table.move(list, 1, #list, #readable + 1, readable) end
+  local denied = outside_grants(readable)
+  if not denied then
+    return nil, errors.cannot_enforce("tier S2", "grants.read covers every directory its child could show " ..
+      "denied (" .. table.concat(DENIED_CANDIDATES, ", ") .. "), so the child cannot show its confinement")
+  end
   local json = require "dkjson"
   local input, output = io.tmpfile(), io.tmpfile()
   input:write(json.encode({ code = spec.code, fuel = fuel, memory = memory, read = g.read, clock = g.clock,
-    granted = host }))
+    granted = host, denied = denied }))
   input:seek("set")
   local devnull = assert(io.open("/dev/null", "w"))
   local plan = { path = host, argv = { host, "-e", S2_RUNNER }, env = {}, cwd = "/",
@@ -300,7 +323,7 @@ function M.s2(spec)
   local out = json.decode(text)
   local result
   -- defence in depth is claimed only where the child showed it (invariant 1)
-  local confined, seen = M.s2_confined(type(out) == "table" and out.attested)
+  local confined, seen = M.s2_confined(type(out) == "table" and out.attested, denied)
   if type(out) == "table" and not confined then
     return nil, errors.cannot_enforce("tier S2", "its child is not confined at S1: " .. seen)
   end
@@ -321,6 +344,8 @@ function M.s2(spec)
   rec.s2 = { fuel = fuel, memory = memory, fuel_used = stats.fuel_used, memory_peak = stats.memory_peak,
              output = stats.output, confined = confined and seen or nil }
   if result.failure then rec.failure = result.failure end
+  -- the step's own status, the one `corral step` exits with, not its runner's
+  rec.s2.child_exit, rec.exit = res.status, result.ok and 0 or 1
   if spec.receipts then
     local ok, aerr = receipt.append(rec, spec.receipts)
     if not ok then return nil, errors.invalid_argument("receipts", tostring(aerr)) end

@@ -12,6 +12,9 @@ held, breached, unavailable (with the reason) or void (the control failed). Grou
 filesystem credentials process privilege resources network egress cross_sandbox.
 Exits 1 when anything is breached.]]
 
+--- The flags `corral conformance` accepts (corral.cli.parse's spec).
+M.SPEC = { mechanism = "value", only = "value", json = "flag" }
+
 local function census_lines(report, groups)
   local lines = {}
   for _, g in ipairs(groups) do
@@ -56,7 +59,7 @@ function M.run(argv, cli)
       return 0
     end
   end
-  local opts, rest = cli.parse(argv, { mechanism = "value", only = "value", json = "flag" })
+  local opts, rest = cli.parse(argv, M.SPEC)
   if not opts then return cli.fail("conformance", rest) end
   if #rest > 0 then
     return cli.fail("conformance", errors.invalid_argument(rest[1], "unexpected argument"))

@@ -64,7 +64,7 @@ local core = require "corral.core"
 local address = require "corral.egress.address"
 -- Loaded when the first event is formatted: the loop loads this module in every run,
 -- most of which emit nothing.
-local function json() return require "dkjson" end
+local function json() return require "corral.json" end
 
 local M = {}
 

@@ -21,10 +21,17 @@ tier the host earns by probe: S1 (Landlock + seccomp) where the probe holds, els
 the clock or randomness are refused: a native process cannot lose them. --s2 runs the
 Lua in FILE.lua at S2: a fresh Lua state with --fuel instructions (default 1e8) and a
 --memory cap (default 64 MiB), in a child confined at S1; the code may read files
-granted `read` through read_file(path). Prints the receipt (--json: one JSON line);
---receipts appends that line to FILE.
-Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped);
+granted `read` through read_file(path). Prints the receipt after the command's output;
+--json prints it as one JSON line, the only thing on stdout (the command's stdout goes
+to stderr, so `| jq` reads the receipt); --receipts appends that line to FILE and leaves
+the command's stdout where it was.
+Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped),
+the receipt's `exit`;
 2 an invalid argument; 3 a protection this host cannot enforce.]]
+
+--- The flags `corral step` accepts (corral.cli.parse's spec).
+M.SPEC = { grants = "value", s2 = "value", json = "flag", receipts = "value", tier = "value", timeout = "value",
+  fuel = "value", memory = "value" }
 
 -- Names the CLI flag a refusal came from.
 local function as_flag(err, flag)
@@ -89,8 +96,7 @@ end
 -- @tparam function fail corral.cli's refusal printer (returns the exit status)
 -- @treturn integer exit status
 function M.run(argv, parse, fail)
-  local opts, rest = parse(argv, { grants = "value", s2 = "value", json = "flag", receipts = "value",
-    tier = "value", timeout = "value", fuel = "value", memory = "value" })
+  local opts, rest = parse(argv, M.SPEC)
   if not opts then return fail("step", rest) end
   local grants, gerr = load_grants(opts.grants)
   if not grants then return fail("step", gerr) end
@@ -119,7 +125,10 @@ function M.run(argv, parse, fail)
     end
     if #rest == 0 then return fail("step", errors.invalid_argument("CMD", "missing (after --)")) end
     io.stdout:flush()
-    result, rec = tier.step({ cmd = rest, grants = grants, min_tier = opts.tier, timeout = values.timeout })
+    -- with --json, stdout carries the receipt alone (`| jq` reads one document), so the
+    -- command's stdout goes where its stderr goes
+    result, rec = tier.step({ cmd = rest, grants = grants, min_tier = opts.tier, timeout = values.timeout,
+      stdout = opts.json and io.stderr or nil })
   end
   if not result then
     local from = errors.is(rec) and (rec.argument or rec.capability) or ""
@@ -129,7 +138,7 @@ function M.run(argv, parse, fail)
   end
   if opts.s2 and result.ok then
     -- a JSON array, nil as null, so that positions survive
-    local json = require "dkjson"
+    local json = require "corral.json"
     rec.result = setmetatable({}, { __jsontype = "array" })
     for i = 1, result.values.n do
       local v = result.values[i]
@@ -151,8 +160,7 @@ function M.run(argv, parse, fail)
     end
     print_receipt(rec)
   end
-  if opts.s2 then return result.ok and 0 or 1 end
-  return result.exit
+  return rec.exit
 end
 
 return M

@@ -6,7 +6,7 @@
 -- server core's share of its package at load (2 × 225 W TDP over 2 × 24 cores is 9.4 W);
 -- the receipt carries the model so that a reader can rescale.
 -- @module corral.tier.receipt
-local json = require "dkjson"
+local json = require "corral.json"
 
 local M = {}
 

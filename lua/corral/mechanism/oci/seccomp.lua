@@ -78,7 +78,7 @@ end
 -- @treturn string
 function M.json()
   -- In a fixed key order: the file is named by its content.
-  return require("dkjson").encode(M.profile(), { keyorder = { "defaultAction", "syscalls", "names", "action",
+  return require("corral.json").encode(M.profile(), { keyorder = { "defaultAction", "syscalls", "names", "action",
     "errnoRet", "args", "index", "value", "valueTwo", "op" } })
 end
 
