@@ -105,3 +105,85 @@ describe("a name the host's /etc/hosts lists #root #netns", function()
     end
   end)
 end)
+
+-- A DNS server on 127.0.0.1:53 of the test's network namespace: every name answers
+-- 127.0.0.1 (A) or nothing (AAAA) at once, except slow.test, whose queries are held
+-- (and "slow-asked" written into DIR) until DIR/release exists, or 60 s have passed.
+local SLOW_DNS = [==[
+import os, select, socket, sys, time
+d = sys.argv[1]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 53))
+open(d + "/dns-ready", "w").close()
+held, cap = [], time.time() + 60
+def answer(q):
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode()); i += 1 + q[i]
+    qtype = int.from_bytes(q[i + 1:i + 3], "big")
+    question = q[12:i + 5]
+    a = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04\x7f\x00\x00\x01" if qtype == 1 else b""
+    return q[:2] + b"\x81\x80\x00\x01" + (b"\x00\x01" if a else b"\x00\x00") + b"\x00\x00\x00\x00" + question + a, \
+        ".".join(labels)
+while time.time() < cap + 5:
+    if select.select([s], [], [], 0.05)[0]:
+        q, peer = s.recvfrom(512)
+        reply, name = answer(q)
+        if name == "slow.test":
+            open(d + "/slow-asked", "w").close()
+            held.append((reply, peer))
+        else:
+            s.sendto(reply, peer)
+    if held and (os.path.exists(d + "/release") or time.time() > cap):
+        for reply, peer in held: s.sendto(reply, peer)
+        held = []
+]==]
+
+describe("the host's lookup of a permitted name #root #netns", function()
+  it("never holds another connection of the loop while it waits for a slow resolver", function()
+    local dir = h.tmpdir("slow-dns")
+    h.defer(finally, function() h.rmrf(dir) end)
+    assert(os.execute("chmod 0777 " .. h.quote(dir)))
+    h.write(dir .. "/dns.py", SLOW_DNS)
+    h.write(dir .. "/index.html", "hello-from-loopback\n")
+    -- the host process's own resolver: the slow server, waited for up to 30 s (glibc's most)
+    h.write(dir .. "/resolv.conf", "nameserver 127.0.0.1\noptions timeout:30 attempts:1\n")
+    h.write(dir .. "/nsswitch.conf", "hosts: files dns\n")
+    local port = 8080
+    -- the tenant starts the slow lookup, waits until the server holds it, then connects
+    -- to fast.test: that must complete while slow.test is still unanswered (ordering,
+    -- never a timing), and slow.test only after the tenant releases it
+    local tenant = [[
+      curl -sS --max-time 60 http://slow.test:PORT/index.html > /tmp/slow.out 2>&1 &
+      i=0; while [ ! -e /workspace/slow-asked ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+      [ -e /workspace/slow-asked ] && echo slow-pending
+      curl -sS --max-time 8 http://fast.test:PORT/index.html && echo fast-done
+      [ -s /tmp/slow.out ] && echo slow-answered-early
+      touch /workspace/release
+      wait
+      cat /tmp/slow.out; echo slow-done]]
+    tenant = tenant:gsub("PORT", tostring(port))
+    local script = [[
+      set -e
+      ip link set lo up
+      mount --bind "$D/resolv.conf" /etc/resolv.conf
+      mount --bind "$D/nsswitch.conf" /etc/nsswitch.conf
+      /usr/bin/python3 "$D/dns.py" "$D" & dns=$!
+      (cd "$D" && exec busybox httpd -f -p 127.0.0.1:$PORT) & web=$!
+      trap 'kill $dns $web 2>/dev/null' EXIT
+      i=0; while [ ! -e "$D/dns-ready" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+      echo "host: $(getent hosts fast.test)"
+      set +e
+      "$CORRAL" run --internal 127.0.0.0/8 --allow slow.test:$PORT --allow fast.test:$PORT \
+        --workspace "$D" -- sh -c "$TENANT"
+      echo "status=$?"]]
+    local out = h.capture({ "env", "D=" .. dir, "PORT=" .. port, "CORRAL=" .. h.host, "TENANT=" .. tenant,
+      "unshare", "-m", "-n", "sh", "-c", script })
+    -- the premise: the host process's resolver is the test's server
+    assert.matches("host: 127%.0%.0%.1%s+fast%.test\n", out)
+    assert.matches("status=0", out, nil, true)
+    assert.is_nil(out:find("slow-answered-early", 1, true), out)
+    assert.is_true(h.in_order(out, { "slow-pending\n", "hello-from-loopback\nfast-done\n",
+      "hello-from-loopback\nslow-done\n" }, true), out)
+  end)
+end)
