@@ -131,7 +131,6 @@ int corral_lookup_pool_fd(const struct corral_lookup_pool *p)
     return p ? p->efd : -1;
 }
 
-
 /* Makes j's thread detached, with every signal blocked (the loop's thread takes them). */
 static int start_thread(struct job *j)
 {
@@ -151,7 +150,7 @@ static int start_thread(struct job *j)
 int corral_lookup_submit(struct corral_lookup_pool *p, const char *name, size_t max, uint64_t *id)
 {
     size_t len = strlen(name);
-    if (len >= sizeof ((struct job *)0)->name) return -ENAMETOOLONG;
+    if (len >= sizeof((struct job *)0)->name) return -ENAMETOOLONG;
     struct job *j = calloc(1, sizeof *j);
     if (!j) return -ENOMEM;
     memcpy(j->name, name, len + 1);

@@ -123,7 +123,7 @@ static int l_lookup_host(lua_State *L)
 
 int corral_open_lookup(lua_State *L)
 {
-    static const luaL_Reg methods[] = {{"submit", l_pool_submit}, {"collect", l_pool_collect},
+    static const luaL_Reg methods[] = {{"submit", l_pool_submit},   {"collect", l_pool_collect},
                                        {"running", l_pool_running}, {"fileno", l_pool_fileno},
                                        {"close", l_pool_close},     {NULL, NULL}};
     static const luaL_Reg meta[] = {
