@@ -1037,31 +1037,32 @@ print("control", resolves(), flush=True)
   end)
 end)
 
-describe("egress hardening: a SIGKILLed run's resolv.conf #root", function()
-  local function resolv_dirs(pid)
+describe("egress hardening: a SIGKILLed run's name files #root", function()
+  local function names_dirs(pid)
     local out = {}
     for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
-      if name:match("^corral%-resolv%-" .. pid .. "%-") then out[#out + 1] = "/tmp/" .. name end
+      if name:match("^corral%-names%-" .. pid .. "%-") then out[#out + 1] = "/tmp/" .. name end
     end
     return out
   end
 
-  it("is removed by the next run's plane; a live run's and one not of ours stay (control)", function()
-    -- a run killed before it could close its plane
+  it("are removed by the next run's; a live run's and one not of ours stay (control)", function()
+    -- a run killed before it could remove its name files
     local p = assert(io.popen(h.quote(h.host) .. " run --allow a.test:443 -- sleep 30 >/dev/null 2>&1 & echo $!"))
     local pid = tonumber(p:read("l"))
     p:close()
-    assert(h.wait_for(function() return #resolv_dirs(pid) == 1 end, 10), "the run made no resolv.conf")
-    local left = resolv_dirs(pid)[1]
+    assert(h.wait_for(function() return #names_dirs(pid) == 1 end, 10), "the run made no name files")
+    local left = names_dirs(pid)[1]
     h.must("kill -9 " .. pid)
     assert(h.wait_for(function() return not core.fs.lstat("/proc/" .. pid) end, 5))
     assert.is_truthy(core.fs.lstat(left .. "/resolv.conf")) -- what the kill left
     -- a live process's directory, and one another user made under a dead pid's name
-    local live = assert(core.fs.mkdtemp("/tmp/corral-resolv-" .. core.proc.getpid() .. "-"))
-    local foreign = "/tmp/corral-resolv-" .. pid .. "-foreign"
+    local live = assert(core.fs.mkdtemp("/tmp/corral-names-" .. core.proc.getpid() .. "-"))
+    local foreign = "/tmp/corral-names-" .. pid .. "-foreign"
     h.must("mkdir " .. foreign .. " && chown 65534:65534 " .. foreign)
     h.defer(finally, function() os.remove(live); os.remove(foreign) end)
-    local out, status = h.corral("run", "--allow", "a.test:443", "--", "true")
+    -- a run without an allowlist sweeps them too: every sandbox has name files
+    local out, status = h.corral("run", "--", "true")
     assert.are.equal(0, status, out)
     assert.is_nil(core.fs.lstat(left))
     assert.is_truthy(core.fs.lstat(live))

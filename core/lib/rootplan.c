@@ -62,6 +62,13 @@ static const char *const network_files[] = {
     "/etc/resolv.conf", "/etc/hosts",     "/etc/host.conf", "/etc/gai.conf",
     "/etc/services",    "/etc/protocols", "/etc/ssl/certs", "/etc/ca-certificates.conf"};
 
+/* The name-service files a tenant sandbox is given of its own, over the runtime's: with
+ * the host's, a name its /etc/hosts lists (or a hosts: source of its nsswitch.conf)
+ * would resolve without reaching the sandbox's own DNS responder. Their text is
+ * lua/corral/name_files.lua's. */
+static const char *const name_files[] = {"/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf",
+                                         "/etc/host.conf"};
+
 #define DATA_DEVICES "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"
 static const char *const device_paths[] = {DATA_DEVICES, "/dev/tty"};
 static const char *const data_device_paths[] = {DATA_DEVICES};
@@ -78,6 +85,7 @@ LIST_ACCESSOR(corral_rootplan_runtime, runtime_paths)
 LIST_ACCESSOR(corral_rootplan_programs, program_paths)
 LIST_ACCESSOR(corral_rootplan_startup_files, startup_files)
 LIST_ACCESSOR(corral_rootplan_network_files, network_files)
+LIST_ACCESSOR(corral_rootplan_name_files, name_files)
 LIST_ACCESSOR(corral_rootplan_masked, masked_paths)
 LIST_ACCESSOR(corral_rootplan_system, system_paths)
 LIST_ACCESSOR(corral_rootplan_devices, device_paths)

@@ -23,6 +23,11 @@ const char *const *corral_rootplan_programs(size_t *n);
 const char *const *corral_rootplan_startup_files(size_t *n);
 const char *const *corral_rootplan_network_files(size_t *n);
 
+/* The name-service files a tenant sandbox sees of its own over the runtime's /etc (its
+ * hosts file, resolv.conf, nsswitch.conf, host.conf), so every name it looks up reaches
+ * its own responder. */
+const char *const *corral_rootplan_name_files(size_t *n);
+
 /* Credential stores inside the runtime read set, covered in a confined root (an empty
  * directory over a directory, /dev/null over a file) or left out of its Landlock grant. */
 const char *const *corral_rootplan_masked(size_t *n);

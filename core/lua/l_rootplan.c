@@ -4,6 +4,7 @@
  *
  *   runtime_paths() -> {path, ...}   masked_paths() -> {...}   system_paths() -> {...}
  *   program_paths()   startup_files()   network_files()   data_devices() -> {...}
+ *   name_files() -> {...}
  *   check_boundary(resolved) -> true | nil, reason, kind
  */
 #include <limits.h>
@@ -23,6 +24,7 @@ static const struct list {
     {"startup_files", corral_rootplan_startup_files},
     {"network_files", corral_rootplan_network_files},
     {"data_devices", corral_rootplan_data_devices},
+    {"name_files", corral_rootplan_name_files},
 };
 
 static int l_list(lua_State *L)

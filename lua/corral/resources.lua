@@ -1,10 +1,12 @@
 --- What the host holds for a sandbox, whatever mechanism builds it: storage, cgroup,
--- egress plane. One acquisition and one release, so a half-built provision is undone.
+-- its own name files (corral.name_files), egress plane. One acquisition and one release,
+-- so a half-built provision is undone.
 -- @module corral.resources
 local core = require "corral.core"
 local sandbox = require "corral.sandbox"
 local storage = require "corral.storage"
 local limits = require "corral.limits"
+local name_files = require "corral.name_files"
 
 local M = {}
 
@@ -41,6 +43,10 @@ function M.release(st)
     require("corral.egress.loop").remove(st.plane)
     st.plane:close()
     st.plane = nil
+  end
+  if st.names then
+    name_files.remove(st.names)
+    st.names = nil
   end
   if st.cgroup then
     local ok, err, errno = st.cgroup:destroy()
@@ -112,6 +118,11 @@ function M.acquire(sb, opts)
   if core.proc.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
   st.cgroup, err = limits.cgroup(sb)
   if err then return refuse(err) end
+  st.names, err = name_files.write(name_files.HOSTNAME)
+  if not st.names then
+    return refuse(require("corral.errors").cannot_enforce("filesystem_confinement", "the sandbox's own name " ..
+      "files (/etc/hosts, resolv.conf, nsswitch.conf): " .. tostring(err)))
+  end
   if M.needs_plane(sb) then
     st.plane, err = require("corral.egress.plane").new(sb.id, sb.network)
     if not st.plane then return refuse(err) end

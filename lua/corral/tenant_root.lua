@@ -2,7 +2,8 @@
 -- plain table each mechanism renders (native: a `core.spawn.start` plan; bwrap: argv).
 --
 -- Fields: `mounts` (in order: merged-/usr symlinks, then binds: the runtime read-only,
--- optional where this host lacks a path; storage at /storage, workspace at /workspace,
+-- optional where this host lacks a path; the sandbox's own name files over the runtime's
+-- (`own`: corral.name_files); storage at /storage, workspace at /workspace,
 -- both read-write, and named by `tree` when the renderer must show the tree
 -- corral.resources.tree makes instead of the path: an idmapped directory, a disk),
 -- `proc`, `dev`, `tmp_mib`, `cwd`, `hostname`, `uid`/`gid` (the unprivileged host
@@ -16,6 +17,7 @@ local sandbox = require "corral.sandbox"
 local hardening = require "corral.hardening"
 local resources = require "corral.resources"
 local fdlimit = require "corral.egress.fdlimit"
+local name_files = require "corral.name_files"
 
 local M = {}
 
@@ -36,9 +38,14 @@ function M.plan(sb, st)
       mounts[#mounts + 1] = { type = "bind", src = p, dest = p, optional = true }
     end
   end
-  -- egress: the sandbox's own resolver over the runtime's /etc/resolv.conf (corral.egress.plane)
-  local resolv = st and st.plane and st.plane.resolv_conf
-  if resolv then mounts[#mounts + 1] = { type = "bind", src = resolv, dest = "/etc/resolv.conf" } end
+  -- the sandbox's own hosts file, resolver and nsswitch.conf over the runtime's
+  -- (corral.name_files); `own`: bound whatever image shows the runtime
+  local names = st and st.names
+  if names then
+    for _, dest in ipairs(core.rootplan.name_files()) do
+      mounts[#mounts + 1] = { type = "bind", src = assert(names.files[dest], dest), dest = dest, own = true }
+    end
+  end
   -- as root, native and bwrap show these as trees this process makes (corral.resources.tree)
   local trees = st and st.trees
   mounts[#mounts + 1] = { type = "bind", src = sandbox.storage_path(sb), dest = "/storage", rw = true,
@@ -51,7 +58,7 @@ function M.plan(sb, st)
   local id = sandbox.host_id(sb)
   return {
     mounts = mounts, proc = true, dev = true, tmp_mib = M.TMP_MIB,
-    cwd = "/storage", hostname = "corral", uid = id, gid = id,
+    cwd = "/storage", hostname = name_files.HOSTNAME, uid = id, gid = id,
     env = hardening.envp(sb.env),
     -- without --nofile, the limit the host started with, not the one its egress plane
     -- raised for itself (corral.egress.fdlimit)

@@ -53,6 +53,14 @@ M.SNI_WAIT = 0.5
 --- How long (seconds) the listener rests after this process ran out of fds.
 M.FD_REST = 0.05
 
+--- How long (seconds) a connection waits for the host's lookup of its name, and how
+-- many of one sandbox's lookups may be under way at once (`core.lookup`: each on a
+-- thread of its own, never on the loop that serves every sandbox; the process as a
+-- whole runs at most `core.lookup.THREADS_MAX`). A lookup past either is that
+-- connection's deny.
+M.LOOKUP_TIMEOUT = 10
+M.LOOKUPS_MAX = 16
+
 --- The modes of `network.sni`, and the default.
 M.SNI_MODES = { off = true, match = true, require = true }
 M.SNI_DEFAULT = "match"
@@ -129,7 +137,7 @@ function M.new(netns, sandbox)
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
     attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or M.SNI_DEFAULT,
-    held = {}, n_held = 0 }, Acceptor)
+    held = {}, n_held = 0, resolving = {}, n_resolving = 0 }, Acceptor)
   -- as many connections as this process's fds can hold (see corral.egress.fdlimit)
   if self.max_connections then
     self.asked_connections = self.max_connections
@@ -209,6 +217,15 @@ function Acceptor:resolve(name)
     v, err = core.lookup.host(name)
     if not v then return nil, err end
   end
+  return M.addresses(v)
+end
+
+--- A resolver's answer as a non-empty list of strings, or nil and why.
+-- @param v a string, a list of strings, or anything a resolver returned
+-- @treturn[1] {string,...}
+-- @return[2] nil
+-- @treturn[2] string why
+function M.addresses(v)
   if type(v) == "string" then v = { v } end
   if type(v) ~= "table" or #v == 0 then
     return nil, "the resolver answered " .. (type(v) == "table" and "no address" or type(v))
@@ -262,7 +279,7 @@ function Acceptor:connect(client, ctx, port_key)
     ctx.entry = verdict.entry
     return deny(client, ctx, verdict.reason, verdict.by)
   end
-  if loop.count(self.id) + self.n_held >= self.max_connections then
+  if loop.count(self.id) + self.n_held + self.n_resolving >= self.max_connections then
     return deny(client, ctx, "connection cap reached (" .. self.max_connections .. (self.cap_note and
       (", lowered from " .. self.asked_connections .. ": " .. self.cap_note) or "") .. ")")
   end
@@ -379,22 +396,90 @@ function Acceptor:check_held(id, h)
   loop.cut(id, v)
 end
 
---- The earliest moment a held connection's wait ends (monotonic seconds), or nil.
+--- The earliest moment a held connection's wait, or a lookup's, ends (monotonic
+-- seconds), or nil.
 function Acceptor:deadline()
   local d = self.resting
   for _, h in pairs(self.held) do
     if not d or h.deadline < d then d = h.deadline end
+  end
+  for _, w in pairs(self.resolving) do
+    if not d or w.deadline < d then d = w.deadline end
   end
   return d
 end
 
 -- Resolves an allowed connection's name on the host and hands both ends to the relay;
 -- with `guard` (the held state of a silent client) the client's bytes stay held until
--- check_held passes them.
+-- check_held passes them. The host's own resolver answers later (`resolve_later`); the
+-- operator's (a table, or a function of its Lua) at once.
 function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, env, guard)
+  local w = { client = client, ctx = ctx, name = name, ip = ip, port = port, port_key = port_key,
+    verdict = verdict, policy = policy, env = env, guard = guard }
+  if name and self.resolve_with == nil then return self:resolve_later(w) end
+  local addrs, rerr
+  if name then addrs, rerr = self:resolve(name) end
+  return self:upstream(w, addrs, rerr)
+end
+
+-- Starts the host's lookup of w.name on a thread of its own; the loop polls the pool
+-- and `resolved` carries the connection on, or `watch` denies it past LOOKUP_TIMEOUT.
+function Acceptor:resolve_later(w)
+  local why = "cannot resolve " .. w.name .. " on the host: "
+  if not self.pool then
+    local pool, perr = core.lookup.pool()
+    if not pool then return deny(w.client, w.ctx, why .. tostring(perr)) end
+    self.pool = pool
+  end
+  local id, err, errno = self.pool:submit(w.name, M.LOOKUPS_MAX)
+  if not id then
+    return deny(w.client, w.ctx, why .. (errno == core.errno.EAGAIN and string.format("too many lookups under "
+      .. "way (%d for a sandbox, %d for corral)", M.LOOKUPS_MAX, core.lookup.THREADS_MAX) or tostring(err)))
+  end
+  w.deadline, w.epoch = core.clock.monotime() + M.LOOKUP_TIMEOUT, type(w.policy) == "table" and w.policy.epoch
+  self.resolving[id] = w
+  self.n_resolving = self.n_resolving + 1
+  loop.changed()
+end
+
+-- The pool has finished lookups: each waiting connection goes on (or is denied); the
+-- results of lookups no connection waits for any more (timed out) are dropped.
+function Acceptor:resolved()
+  for _, r in ipairs(self.pool:collect()) do
+    local w = self.resolving[r.id]
+    if w then
+      self.resolving[r.id] = nil
+      self.n_resolving = self.n_resolving - 1
+      loop.changed()
+      local ok, err = pcall(self.after_lookup, self, w, r)
+      if not ok then deny_after_error(w.client, w.ctx, err) end
+    end
+  end
+end
+
+-- A lookup's result r for the waiting connection w. A policy changed meanwhile (a revoke
+-- while the host looked the name up) decides the connection again: what it no longer
+-- allows never reaches the relay.
+function Acceptor:after_lookup(w, r)
+  local policy = self.registry:get(self.id)
+  if policy ~= w.policy or (type(policy) == "table" and policy.epoch ~= w.epoch) then
+    local env = self:env()
+    local v = self:decide(w.name, w.ip, w.port, policy, env)
+    if v.verdict ~= "allow" then return deny(w.client, w.ctx, v.reason, v.by) end
+    w.verdict, w.policy, w.env = v, policy, env
+  end
+  local addrs, rerr
+  if r.addrs then addrs, rerr = M.addresses(r.addrs) else rerr = w.name .. ": " .. tostring(r.err) end
+  return self:upstream(w, addrs, rerr)
+end
+
+-- With the name's addresses (or why there are none), checks them and hands both ends of
+-- the connection w to the relay.
+function Acceptor:upstream(w, addrs, rerr)
+  local client, ctx, name, ip, port = w.client, w.ctx, w.name, w.ip, w.port
+  local policy, env, guard = w.policy, w.env, w.guard
   local upstream = ip
   if name then
-    local addrs, rerr = self:resolve(name)
     if not addrs then
       return deny(client, ctx, "cannot resolve " .. name .. " on the host: " .. tostring(rerr))
     end
@@ -417,7 +502,7 @@ function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, 
   -- `recheck` cuts when the policy stops allowing the destination.
   local id, cerr, cerrno = loop.connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
-    port_key = port_key, attempt_delay = self.attempt_delay,
+    port_key = w.port_key, attempt_delay = self.attempt_delay,
     mark = self.link and self.mark or nil, netns = self.link and self.netns or nil,
     on_held = guard and function(cid) self:check_held(cid, guard) end or nil },
     { name = name, ip = (not name) and ip or nil, port = port }, ctx)
@@ -425,7 +510,8 @@ function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, 
     return deny(client, ctx, loop.out_of_fds(cerrno) and loop.fd_shortage(cerr) or ("upstream: " .. tostring(cerr)))
   end
   -- the loop holds ctx from here: its end is logged as this decision, with its bytes
-  ctx.verdict, ctx.reason, ctx.entry, ctx.bytes, ctx.by = "allow", verdict.reason, verdict.entry, 0, verdict.by
+  local v = w.verdict
+  ctx.verdict, ctx.reason, ctx.entry, ctx.bytes, ctx.by = "allow", v.reason, v.entry, 0, v.by
   events.emit(ctx)
 end
 
@@ -451,6 +537,15 @@ function Acceptor:watch(port_key)
       w[#w + 1] = { fd = client, conn = true, owner = self.id, on = function() self:check(client) end }
     end
   end
+  for id, r in pairs(self.resolving) do
+    if now >= r.deadline then
+      self.resolving[id], self.n_resolving = nil, self.n_resolving - 1
+      loop.changed()
+      pcall(deny, r.client, r.ctx, string.format("cannot resolve %s on the host: no answer within %g s", r.name,
+        M.LOOKUP_TIMEOUT))
+    end
+  end
+  if self.n_resolving > 0 then w[#w + 1] = { fd = self.pool, on = function() self:resolved() end } end
   return w
 end
 
@@ -458,6 +553,9 @@ end
 function Acceptor:close()
   for client in pairs(self.held) do pcall(core.sock.reset, client) end
   self.held, self.n_held = {}, 0
+  for _, w in pairs(self.resolving) do pcall(core.sock.reset, w.client) end
+  self.resolving, self.n_resolving = {}, 0
+  if self.pool then self.pool:close(); self.pool = nil end
   loop.changed()
   if self.on_policy then
     self.registry:unsubscribe(self.on_policy)

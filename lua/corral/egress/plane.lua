@@ -30,6 +30,7 @@ local registry = require "corral.egress.registry"
 local responder = require "corral.egress.responder"
 local acceptor = require "corral.egress.acceptor"
 local udp = require "corral.egress.udp"
+local name_files = require "corral.name_files"
 
 local M = {}
 local Plane = {}
@@ -46,14 +47,9 @@ M.MARK = core.nft.DEFAULT_MARK
 -- fails as on any IPv4-only host.
 M.ADDRCONFIG_ADDRESSES = { { "127.0.0.2", 32 } }
 
---- The tenant's hostname under the built-in mechanisms (native and bwrap set it): the
+--- The tenant's hostname under the built-in mechanisms (corral.name_files): the
 -- responder answers it with the sandbox's loopback.
-M.HOSTNAME = "corral"
-
---- The resolv.conf a tenant sees (`Plane.resolv_conf`, bound over /etc/resolv.conf by
--- the mechanisms): the sandbox's own responder, which holds port 53 on its loopback.
-M.RESOLV_CONF = "# corral: this sandbox's own DNS responder (it answers allowed names, forwards nothing)\n"
-  .. "nameserver 127.0.0.1\n"
+M.HOSTNAME = name_files.HOSTNAME
 
 --- How often (seconds) the loop reads the ruleset's record of the SYNs it refused.
 M.REFUSED_INTERVAL = 1
@@ -120,8 +116,6 @@ function M.new(id, network)
     ipv4_only = self.link ~= nil, hostname = M.HOSTNAME, learn = network.learn })
   if not self.responder then return fail(what, err) end
   self.dns_port = self.responder.port
-  ok, err = self:write_resolv_conf()
-  if not ok then return fail("resolv.conf", err) end
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
     idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay,
@@ -176,50 +170,6 @@ function M.new_netns()
   local owned, uerr, uerrno = core.ns.new_net_in_userns()
   if owned then return owned, nil, nil, "caller" end
   return nil, tostring(err) .. "; in a user namespace of the caller's own: " .. tostring(uerr), uerrno
-end
-
---- The name of a plane's resolv.conf directory in /tmp, with its maker's pid: one whose
--- process is gone (SIGKILLed before `close`) is removed by the next plane's maker.
-M.RESOLV_PATTERN = "^corral%-resolv%-(%d+)%-%w+$"
-
-local swept_resolv = false
-
--- A directory of ours, never a link nor one another user made.
-local function remove_own_dir(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
-end
-
---- Writes `RESOLV_CONF` to a file of the plane's own (mode 0644 in a 0711 directory of
--- the host's /tmp, removed by `close`) and sets `self.resolv_conf` to its path, for the
--- mechanism to bind over the tenant's /etc/resolv.conf: the runtime's /etc is the
--- host's, read-only and shared, and its resolv.conf names the host's resolver, which a
--- sandbox never reaches.
--- @treturn[1] true
--- @return[2] nil
--- @treturn[2] string why
-function Plane:write_resolv_conf()
-  if not swept_resolv then
-    swept_resolv = true
-    for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
-      local pid = name:match(M.RESOLV_PATTERN)
-      if pid and not core.fs.lstat("/proc/" .. pid) then remove_own_dir("/tmp/" .. name) end
-    end
-  end
-  local dir, err = core.fs.mkdtemp("/tmp/corral-resolv-" .. core.proc.getpid() .. "-")
-  if not dir then return nil, err end
-  self.resolv_dir = dir
-  local ok, cerr = core.fs.chmod(dir, tonumber("711", 8))
-  if not ok then return nil, cerr end
-  local path = dir .. "/resolv.conf"
-  local f, ferr = io.open(path, "w")
-  if not f then return nil, ferr end
-  f:write(M.RESOLV_CONF)
-  f:close()
-  ok, cerr = core.fs.chmod(path, tonumber("644", 8))
-  if not ok then return nil, cerr end
-  self.resolv_conf = path
-  return true
 end
 
 --- The nftables plan for a plane with these redirected ports (see `tcp_ports`), and the
@@ -524,11 +474,6 @@ function Plane:close()
   self.registry:remove(self.id)
   for _, k in ipairs({ "responder", "service", "acceptor", "udp", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
-  end
-  if self.resolv_dir then
-    if self.resolv_conf then os.remove(self.resolv_conf) end
-    os.remove(self.resolv_dir)
-    self.resolv_dir, self.resolv_conf = nil, nil
   end
 end
 

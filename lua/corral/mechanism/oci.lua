@@ -279,8 +279,9 @@ local function root_flags(sb, st, root, eng)
       end
     end
   else
+    -- the operator's image shows its own runtime, with the sandbox's own name files over it
     for _, m in ipairs(root.mounts) do
-      if m.type == "bind" and m.rw then add("--mount", mount_value(m.src, m.dest, false)) end
+      if m.type == "bind" and (m.rw or m.own) then add("--mount", mount_value(m.src, m.dest, not m.rw)) end
     end
   end
   local lim = sb.limits or {}

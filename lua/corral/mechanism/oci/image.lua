@@ -47,7 +47,7 @@ function M.tar(plan)
   for _, m in ipairs(plan.mounts) do
     if m.type == "symlink" then
       links[#links + 1] = { m.dest:gsub("^/+", ""), m.target }
-    else
+    elseif not m.own then -- a file bound over one the runtime shows: no mount point of the image's
       dir(m.dest)
     end
   end

@@ -1,0 +1,118 @@
+--- The tenant's own name-service files, bound over the runtime's (the host's /etc, shown
+-- read-only): which files (`core.rootplan.name_files`) is the root plan's, what they say
+-- is here. With the host's, a name the host's /etc/hosts lists (or a `hosts:` source of
+-- its nsswitch.conf: mdns, myhostname, resolve) would resolve inside without ever
+-- reaching the sandbox's own responder, to an address the host chose: every name a tenant
+-- looks up goes to its own hosts file (localhost and its hostname alone), then to its own
+-- DNS responder, which answers only what its allowlist allows.
+--
+-- One directory per sandbox (mode 0711 in the host's /tmp, files 0644, named with its
+-- maker's pid: one a SIGKILLed process left is removed by the next maker).
+-- @module corral.name_files
+local core = require "corral.core"
+local leftovers = require "corral.leftovers"
+
+local M = {}
+
+--- The tenant's hostname under the built-in mechanisms.
+M.HOSTNAME = "corral"
+
+--- The name of a directory of name files in /tmp: its maker's pid first.
+M.DIR_PATTERN = "^corral%-names%-(%d+)%-%w+$"
+
+--- The `hosts:` line every tenant's nsswitch.conf holds: its own hosts file, then DNS.
+M.NSSWITCH_HOSTS = "hosts:          files dns"
+
+local swept = false
+
+--- The tenant's nsswitch.conf: the host's, with its `hosts:` line replaced by its own
+-- files then DNS.
+-- @tparam[opt] string host the host's nsswitch.conf (nil: it has none)
+-- @treturn string
+function M.nsswitch(host)
+  local out, has_hosts = {}, false
+  for line in (host or ""):gmatch("([^\n]*)\n?") do
+    local db = line:match("^%s*(%a+)%s*:")
+    if db == "hosts" then
+      if not has_hosts then out[#out + 1] = M.NSSWITCH_HOSTS end
+      has_hosts = true
+    else
+      out[#out + 1] = line
+    end
+  end
+  while out[#out] == "" do out[#out] = nil end
+  if not has_hosts then out[#out + 1] = M.NSSWITCH_HOSTS end
+  return table.concat(out, "\n") .. "\n"
+end
+
+--- What each of the tenant's name files says, by its path in the tenant's root.
+-- @tparam string hostname the tenant's hostname
+-- @tparam[opt] string host_nsswitch the host's nsswitch.conf
+-- @treturn table path → text
+function M.contents(hostname, host_nsswitch)
+  return {
+    ["/etc/hosts"] = "# corral: this sandbox's own hosts file; every other name goes to its own DNS responder\n"
+      .. "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+      .. "127.0.0.1\t" .. hostname .. "\n::1\t" .. hostname .. "\n",
+    ["/etc/resolv.conf"] = "# corral: this sandbox's own DNS responder (it answers allowed names, forwards "
+      .. "nothing; without an allowlist nothing answers)\nnameserver 127.0.0.1\n",
+    ["/etc/nsswitch.conf"] = M.nsswitch(host_nsswitch),
+    ["/etc/host.conf"] = "multi on\n",
+  }
+end
+
+-- A directory of ours, never a link nor one another user made.
+local function remove_own_dir(path)
+  local st = core.fs.lstat(path)
+  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
+end
+
+--- Writes the name files for a tenant named hostname into a directory of their own.
+-- @tparam string hostname
+-- @treturn[1] table `{dir =, files = {[path in the tenant's root] = path on the host}}`
+-- @return[2] nil
+-- @treturn[2] string why
+function M.write(hostname)
+  if not swept then
+    swept = true
+    leftovers.sweep("/tmp", M.DIR_PATTERN, remove_own_dir)
+  end
+  local dir, err = core.fs.mkdtemp("/tmp/corral-names-" .. core.proc.getpid() .. "-")
+  if not dir then return nil, err end
+  local t = { dir = dir, files = {} }
+  local function fail(why)
+    M.remove(t)
+    return nil, why
+  end
+  local ok, cerr = core.fs.chmod(dir, tonumber("711", 8))
+  if not ok then return fail(cerr) end
+  local nf = io.open("/etc/nsswitch.conf")
+  local host_nsswitch = nf and nf:read("a")
+  if nf then nf:close() end
+  local contents = M.contents(hostname, host_nsswitch)
+  for _, dest in ipairs(core.rootplan.name_files()) do
+    local text = contents[dest]
+    if not text then return fail("no content for " .. dest) end
+    local path = dir .. "/" .. dest:match("[^/]+$")
+    local f, ferr = io.open(path, "w")
+    if not f then return fail(ferr) end
+    local wok, werr = f:write(text)
+    f:close()
+    if not wok then return fail(werr) end
+    t.files[dest] = path
+    ok, cerr = core.fs.chmod(path, tonumber("644", 8))
+    if not ok then return fail(cerr) end
+  end
+  return t
+end
+
+--- Removes what `write` made; idempotent.
+-- @tparam table t
+function M.remove(t)
+  if t and t.dir then
+    remove_own_dir(t.dir)
+    t.dir, t.files = nil, {}
+  end
+end
+
+return M
