@@ -1,7 +1,7 @@
 /*
  * `corral exec-confined`: the control-plane confinement wrapper.
  *
- *   corral exec-confined --permit DIR [--extra DIR]… [--cd DIR] [--layers ns,landlock]
+ *   corral exec-confined --permit DIR [--extra PATH]… [--cd DIR] [--layers ns,landlock]
  *                        -- CMD ARGS…
  *
  * Two layers, because neither alone holds:

@@ -80,7 +80,7 @@ static int l_chown(lua_State *L)
     return push_ok_or_fail(L, path, fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW));
 }
 
-/* core.fs.lstat(path | fd) → {type = "dir"|"file"|"link"|"other", uid, gid, mode, dev, ino,
+/* core.fs.lstat(path | fd) → {type = "dir"|"file"|"link"|"socket"|"other", uid, gid, mode, dev, ino,
  * nlink, size, allocated (bytes on disk), mtime_ns} | nil, msg, errno. Given a corral.fd,
  * what it holds (fstat): the very directory a lock or a check took, whatever its path
  * names now. */
@@ -96,7 +96,8 @@ static int l_lstat(lua_State *L)
     lua_createtable(L, 0, 10);
     lua_pushstring(L, S_ISDIR(st.st_mode)   ? "dir"
                       : S_ISREG(st.st_mode) ? "file"
-                      : S_ISLNK(st.st_mode) ? "link"
+                      : S_ISLNK(st.st_mode)  ? "link"
+                      : S_ISSOCK(st.st_mode) ? "socket"
                                             : "other");
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, st.st_uid);
