@@ -306,8 +306,9 @@ describe("confine (control-plane profile) #root", function()
     assert.are.equal(0, status, out)
     h.after_attempt(out, "granted%-answers")
     if out:find("sibling-answers", 1, true) then
-      pending("Landlock ABI " .. tostring(require("corral.core").landlock.abi()) .. " does not govern connect(2) to a pathname socket (LANDLOCK_ACCESS_FS_RESOLVE_UNIX is newer, " ..
-        "and not handled yet): the sibling answers, as documented")
+      pending("Landlock ABI " .. tostring(require("corral.core").landlock.abi()) .. " does not govern " ..
+        "connect(2) to a pathname socket (LANDLOCK_ACCESS_FS_RESOLVE_UNIX is newer, and not handled yet): " ..
+        "the sibling answers, as documented")
     end
   end)
 

@@ -339,7 +339,8 @@ describe("unix sockets in the control-plane SBPL profile", function()
     end
     local spec = assert(confinement.sandbox_exec_spec({ "/bin/sh", { "-c", h.attempt_then_control(
       [[/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1/sibling.sock"]],
-      [[/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1/granted.sock"]] ..
+      [[/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' ]] ..
+      [["$1/granted.sock"]] ..
       " && echo granted-connected"), "sh", root .. "/agent" } },
       { permit_path = root .. "/work", permit_extra_subpaths = { root .. "/agent/granted.sock" } }))
     local servers = h.sh([[cd "$1" && /usr/bin/python3 -c '

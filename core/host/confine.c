@@ -246,9 +246,8 @@ static int resolve_extra_arg(const char *value, char **out, int *fd_out, enum ex
         return -EINVAL;
     }
     r = open_grant(opt, value, *out, 0, fd_out);
-    if (r == 0 && (fstat(*fd_out, &st) < 0 || (st.st_mode & S_IFMT) != (*kind == EXTRA_FILE
-                                                                              ? S_IFREG
-                                                                              : S_IFSOCK))) {
+    if (r == 0 && (fstat(*fd_out, &st) < 0 ||
+                   (st.st_mode & S_IFMT) != (*kind == EXTRA_FILE ? S_IFREG : S_IFSOCK))) {
         diag(0, "%s %s changed while it was checked", opt, value);
         r = -ESTALE;
     }
@@ -711,9 +710,9 @@ static int apply_landlock(const struct confine_opts *o)
          * socket (LANDLOCK_ACCESS_FS_RESOLVE_UNIX came later), so Landlock neither
          * grants it nor keeps its siblings out; the namespace layer does both. */
         if (o->extra_kinds[i] == EXTRA_SOCKET) continue;
-        r = corral_landlock_allow_fd(
-            rs, abi, o->extra_fds[i],
-            o->extra_kinds[i] == EXTRA_DIR ? CORRAL_LL_FS_ALL : CORRAL_LL_READ_FILE);
+        r = corral_landlock_allow_fd(rs, abi, o->extra_fds[i],
+                                     o->extra_kinds[i] == EXTRA_DIR ? CORRAL_LL_FS_ALL
+                                                                    : CORRAL_LL_READ_FILE);
     }
     /* The private tmpfs instances of a root with a mount namespace (ours, or bubblewrap's
      * around an inner wrapper): Landlock alone has none, and the host's would be shared. */

@@ -51,11 +51,12 @@ struct corral_root_plan {
     size_t n_binds;
     const struct corral_symlink *symlinks;
     size_t n_symlinks;
-    int proc;                 /* mount a fresh procfs at /proc */
-    int dev;                  /* minimal /dev: null zero full random urandom tty, fd links */
-    unsigned long tmp_mib;    /* when non-zero: a tmpfs /tmp capped at this size */
-    const struct corral_tmpfs *tmpfs; /* attached before the binds, so a bind beneath one
-                                         shows on top of it */
+    int proc;              /* mount a fresh procfs at /proc */
+    int dev;               /* minimal /dev: null zero full random urandom tty, fd links */
+    unsigned long tmp_mib; /* when non-zero: a tmpfs /tmp capped at this size */
+    /* private tmpfs instances, attached before the binds: a bind beneath one shows on
+     * top of it */
+    const struct corral_tmpfs *tmpfs;
     size_t n_tmpfs;
     const char *const *masks; /* absolute paths inside the new root to cover, when they
                                  exist: a directory with an empty read-only tmpfs, a file
