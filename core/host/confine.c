@@ -475,7 +475,8 @@ static int enter_namespaces(void)
  *    symlink, as the link may not exist inside);
  *  - otherwise (Landlock alone, which cannot mount, or a HOME that is missing, "/", or
  *    inside the runtime or system paths): HOME is set to DIR/.corral-home, made 0700 in
- *    the --permit directory and kept between runs.
+ *    the --permit directory and kept between runs (left as it was where DIR is not
+ *    writable, or the name is taken by anything but a directory).
  * An unset or relative HOME is left alone. */
 #define FALLBACK_HOME ".corral-home"
 
@@ -496,17 +497,12 @@ static int plan_home(struct confine_opts *o, int private_mounts)
         }
         free(resolved);
     }
-    /* Made through the checked fd: a symlink planted at the name is refused, not followed. */
-    if (mkdirat(o->permit_fd, FALLBACK_HOME, 0700) < 0 && errno != EEXIST) {
-        diag(errno, "HOME: cannot make %s/%s", o->permit, FALLBACK_HOME);
-        return -errno;
-    }
+    /* Made through the checked fd: a symlink planted at the name is refused, not followed.
+     * Where none can be made (a read-only DIR), HOME stays as it was: no protection rests
+     * on it, and Landlock keeps the caller's HOME out either way. */
+    if (mkdirat(o->permit_fd, FALLBACK_HOME, 0700) < 0 && errno != EEXIST) return 0;
     int fd = openat(o->permit_fd, FALLBACK_HOME, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        diag(err, "HOME: %s/%s is not a directory of its own", o->permit, FALLBACK_HOME);
-        return -err;
-    }
+    if (fd < 0) return 0;
     close(fd);
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/%s", o->permit, FALLBACK_HOME) >= (int)sizeof path)
