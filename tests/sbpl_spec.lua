@@ -109,6 +109,8 @@ describe("the s-expression reader used by these tests", function()
   end)
 end)
 
+local UNIX_SOCKET_DENY = assert(read_sexprs("(deny network-outbound (remote unix-socket))"))[1]
+
 -- The profile `corral sbpl` prints and `corral confine` runs under on macOS, or nil and
 -- the error.
 local function profile(permit, extras)
@@ -128,6 +130,7 @@ describe("the control-plane SBPL profile", function()
       "mkdir -p work cache other/deep real-work 'a\"b\\c' 'nl\nx' 'cr\rx'",
       "ln -s real-work work-link",
       "touch file",
+      "mkfifo fifo",
     }, " && "))
   end)
 
@@ -156,9 +159,19 @@ describe("the control-plane SBPL profile", function()
     local forms = assert(read_sexprs(text))
     assert.same({ { atom = "version" }, { atom = "1" }, list = true }, forms[1])
     assert.same({ { atom = "deny" }, { atom = "default" }, list = true }, forms[2])
+    -- One deny past the default: unix-socket connects, taken back from (allow network*)
+    -- before any socket is granted (later rules win), so it narrows and never cancels a grant.
+    local socket_deny
     for i = 3, #forms do
-      assert.equal("allow", forms[i][1].atom, "form " .. i .. " is not an allow")
+      if forms[i][1].atom == "deny" then
+        assert.is_nil(socket_deny, "a second deny: form " .. i)
+        assert.same(UNIX_SOCKET_DENY, forms[i], "form " .. i)
+        socket_deny = i
+      else
+        assert.equal("allow", forms[i][1].atom, "form " .. i .. " is not an allow")
+      end
     end
+    assert.is_truthy(socket_deny)
 
     local net, last_runtime
     for i, f in ipairs(forms) do
@@ -215,20 +228,133 @@ describe("the control-plane SBPL profile", function()
     assert.is_string(profile(root .. "/work", { root .. "/cache" }))
   end)
 
-  it("refuses paths that do not exist, are not directories, or are /", function()
-    for _, bad in ipairs { root .. "/nope", root .. "/file", "/", "relative", "a\0b", 42 } do
+  it("refuses paths that do not exist, are not directories (extras: nor files nor sockets), or are /", function()
+    -- an extra may be one regular file or socket; a fifo is neither
+    for _, bad in ipairs { root .. "/nope", root .. "/file", root .. "/fifo", "/", "relative", "a\0b", 42 } do
       local p, err = profile(bad)
       assert.is_nil(p)
       assert.is_true(errors.is(err, "invalid_argument"), tostring(bad))
       assert.equal("permit_path", err.argument)
-      p, err = profile(root .. "/work", { bad })
-      assert.is_nil(p)
-      assert.equal("permit_extra_subpaths[1]", err.argument)
+      if bad ~= root .. "/file" then
+        p, err = profile(root .. "/work", { bad })
+        assert.is_nil(p)
+        assert.equal("permit_extra_subpaths[1]", err.argument)
+      end
     end
     local p, err = profile(root .. "/work", "not a list")
     assert.is_nil(p)
     assert.equal("permit_extra_subpaths", err.argument)
     assert.is_string(profile(root .. "/work", {})) -- control
+  end)
+end)
+
+-- What sandbox-exec decides for connect(2) to a pathname unix socket, read off the
+-- profile as Seatbelt reads it: the last rule whose operation and filters match wins.
+-- Only the forms the profile uses are understood; any other filter under a network rule
+-- fails the test rather than being guessed at.
+local function unix_connect_verdict(forms, path)
+  local verdict
+  for _, f in ipairs(forms) do
+    local action, op_match, filters = f[1].atom, false, {}
+    for k = 2, #f do
+      local x = f[k]
+      if x.atom then
+        local op = x.atom
+        op_match = op_match or op == "default" or op == "network-outbound" or
+          (op:sub(-1) == "*" and ("network-outbound"):sub(1, #op - 1) == op:sub(1, -2))
+      else
+        filters[#filters + 1] = x
+      end
+    end
+    local match = op_match
+    if op_match and #filters > 0 then
+      match = false
+      for _, flt in ipairs(filters) do
+        if flt[1].atom == "remote" and flt[2].atom == "unix-socket" then
+          local sub = flt[3]
+          if not sub then
+            match = true
+          elseif sub[1].atom == "subpath" then
+            match = match or core.path.is_beneath(path, sub[2].str)
+          elseif sub[1].atom == "path-literal" then
+            match = match or path == sub[2].str
+          else
+            error("a unix-socket filter this reader does not know: " .. sub[1].atom)
+          end
+        elseif f[2].atom and f[2].atom:match("^network") then
+          error("a network filter this reader does not know: " .. tostring(flt[1].atom))
+        end
+      end
+    end
+    if match then verdict = action end
+  end
+  return verdict
+end
+
+describe("unix sockets in the control-plane SBPL profile", function()
+  local root
+
+  setup(function()
+    root = h.tmpdir("sbpl-sock")
+    h.must("cd " .. h.quote(root) .. " && mkdir work agent && /usr/bin/python3 -c '" ..
+      "import socket,sys\nfor n in sys.argv[1:]: socket.socket(socket.AF_UNIX).bind(n)' " ..
+      "agent/granted.sock agent/sibling.sock")
+  end)
+
+  teardown(function()
+    h.rmrf(root)
+  end)
+
+  it("lets the command connect to the granted socket and not to its sibling", function()
+    local spec = assert(confinement.sandbox_exec_spec({ "/bin/sh" },
+      { permit_path = root .. "/work", permit_extra_subpaths = { root .. "/agent/granted.sock" } }))
+    local forms = assert(read_sexprs(spec.profile))
+    -- the attempt: the sibling, in the same directory
+    assert.equal("deny", unix_connect_verdict(forms, root .. "/agent/sibling.sock"))
+    assert.equal("deny", unix_connect_verdict(forms, "/var/run/docker.sock"))
+    -- the controls: the granted socket, one inside the boundary, mDNSResponder (egress)
+    assert.equal("allow", unix_connect_verdict(forms, root .. "/agent/granted.sock"))
+    assert.equal("allow", unix_connect_verdict(forms, root .. "/work/s.sock"))
+    assert.equal("allow", unix_connect_verdict(forms, "/private/var/run/mDNSResponder"))
+    -- nothing else of the directory: neither its listing nor the sibling as a file
+    assert.is_nil(find_grant(forms, "file-read*", "subpath", root .. "/agent"))
+    assert.is_truthy(find_grant(forms, "file-read-metadata", "literal", root .. "/agent"))
+  end)
+
+  it("grants a file alone, read-only", function()
+    h.write(root .. "/agent/config", "x")
+    local spec = assert(confinement.sandbox_exec_spec({ "/bin/sh" },
+      { permit_path = root .. "/work", permit_extra_subpaths = { root .. "/agent/config" } }))
+    local forms = assert(read_sexprs(spec.profile))
+    local r = find_grant(forms, "file-read*", "literal", root .. "/agent/config")
+    assert.is_truthy(r)
+    assert.is_false(has_atom(forms[r], "file-write*"))
+    assert.is_nil(find_grant(forms, "file-read*", "literal", root .. "/agent/granted.sock"))
+  end)
+
+  it("holds under sandbox-exec itself #macos", function()
+    if core.proc.uname() ~= "Darwin" then
+      pending("sandbox-exec runs only on macOS; above, the profile is read as Seatbelt reads it")
+      return
+    end
+    local spec = assert(confinement.sandbox_exec_spec({ "/bin/sh", { "-c", h.attempt_then_control(
+      [[/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$1/sibling.sock"]],
+      [[/usr/bin/python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' ]] ..
+      [["$1/granted.sock"]] ..
+      " && echo granted-connected"), "sh", root .. "/agent" } },
+      { permit_path = root .. "/work", permit_extra_subpaths = { root .. "/agent/granted.sock" } }))
+    local servers = h.sh([[cd "$1" && /usr/bin/python3 -c '
+import socket, os, sys, time
+for n in ("granted.sock", "sibling.sock"):
+    os.unlink(n)
+    s = socket.socket(socket.AF_UNIX); s.bind(n); s.listen(4); globals()[n] = s
+time.sleep(30)' >/dev/null 2>&1 & echo $!]], root .. "/agent"):match("%d+")
+    h.defer(finally, function() os.execute("kill " .. servers) end)
+    assert(h.wait_for(function() return h.sh('test -S "$1/granted.sock" && echo y', root .. "/agent"):match("y") end))
+    local argv = { spec.cmd }
+    for _, a in ipairs(spec.args) do argv[#argv + 1] = a end
+    local out = h.capture(argv)
+    h.assert_refused(h.after_attempt(out, "granted%-connected"), out)
   end)
 end)
 

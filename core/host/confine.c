@@ -1,7 +1,7 @@
 /*
  * `corral exec-confined`: the control-plane confinement wrapper.
  *
- *   corral exec-confined --permit DIR [--extra DIR]… [--cd DIR] [--layers ns,landlock]
+ *   corral exec-confined --permit DIR [--extra PATH]… [--cd DIR] [--layers ns,landlock]
  *                        -- CMD ARGS…
  *
  * Two layers, because neither alone holds:
@@ -70,12 +70,18 @@ static void load_root_plan(void)
     device_paths = corral_rootplan_devices(&n_devices);
 }
 
+/* What an --extra grants: a directory read-write, a file read-only, a socket to connect
+ * to (EXTRA_NONE: anything else, refused). */
+enum extra_kind { EXTRA_DIR, EXTRA_FILE, EXTRA_SOCKET, EXTRA_NONE };
+
 struct confine_opts {
     char *permit;
-    int permit_fd; /* O_PATH, taken when it was checked (see open_checked_dir) */
+    int permit_fd; /* O_PATH, taken when it was checked (see open_grant) */
     char *extras[MAX_EXTRAS];
     int extra_fds[MAX_EXTRAS];
+    enum extra_kind extra_kinds[MAX_EXTRAS];
     size_t n_extras;
+    char *home; /* resolved; a private tmpfs there (see plan_home), or NULL */
     char *cd;
     int layer_ns, layer_landlock, layer_bwrap;
     /* "DEV:INO" the permit, then each extra, must be (the bwrap layer's inner wrapper) */
@@ -159,12 +165,26 @@ static int open_no_symlinks(const char *path, int want_dir)
     return fd < 0 ? -errno : fd;
 }
 
-static int open_checked_dir(const char *resolved)
+/* The fd a grant is made from: the value itself, not its resolution, is opened. A launch
+ * spec carries resolved paths, so a symlink on the way now means the path changed after
+ * the spec was made. */
+static int open_grant(const char *opt, const char *value, const char *resolved, int want_dir,
+                      int *fd_out)
 {
-    return open_no_symlinks(resolved, 1);
+    *fd_out = open_no_symlinks(value, want_dir);
+    if (*fd_out == -ELOOP || *fd_out == -EXDEV) {
+        diag(0, "%s %s passes through a symlink; give the resolved path (%s)", opt, value,
+             resolved);
+        return -EINVAL;
+    }
+    if (*fd_out < 0) {
+        diag(*fd_out, "%s %s changed while it was checked", opt, value);
+        return *fd_out;
+    }
+    return 0;
 }
 
-static int resolve_dir_arg(const char *opt, const char *value, char **out, int *fd_out)
+static int check_line(const char *opt, const char *value)
 {
     if (value[0] != '/') {
         diag(0, "%s must be an absolute path", opt);
@@ -174,7 +194,14 @@ static int resolve_dir_arg(const char *opt, const char *value, char **out, int *
         diag(0, "%s must not contain a line break", opt);
         return -EINVAL;
     }
-    int r = corral_resolve_dir(value, out);
+    return 0;
+}
+
+static int resolve_dir_arg(const char *opt, const char *value, char **out, int *fd_out)
+{
+    int r = check_line(opt, value);
+    if (r < 0) return r;
+    r = corral_resolve_dir(value, out);
     if (r < 0) {
         diag(r, "cannot resolve %s %s", opt, value);
         return r;
@@ -184,21 +211,47 @@ static int resolve_dir_arg(const char *opt, const char *value, char **out, int *
         diag(0, "%s %s %s", opt, *out, why);
         return -EINVAL;
     }
-    if (fd_out) {
-        /* The value itself, not its resolution: a launch spec carries resolved paths, so
-         * a symlink on the way now means the path changed after the spec was made. */
-        *fd_out = open_checked_dir(value);
-        if (*fd_out == -ELOOP || *fd_out == -EXDEV) {
-            diag(0, "%s %s passes through a symlink; give the resolved path (%s)", opt, value,
-                 *out);
-            return -EINVAL;
-        }
-        if (*fd_out < 0) {
-            diag(*fd_out, "%s %s changed while it was checked", opt, value);
-            return *fd_out;
-        }
+    return fd_out ? open_grant(opt, value, *out, 1, fd_out) : 0;
+}
+
+/* --extra: a directory (read-write, as --permit), or one regular file (read-only) or
+ * unix socket (to connect to) granted alone, so that an agent's ssh-agent socket can be
+ * given without the directory of every other user's socket beside it. */
+static int resolve_extra_arg(const char *value, char **out, int *fd_out, enum extra_kind *kind)
+{
+    const char *opt = "--extra";
+    int r = check_line(opt, value);
+    if (r < 0) return r;
+    struct stat st;
+    r = corral_resolve_file(value, out);
+    if (r == 0 && stat(*out, &st) < 0) r = -errno;
+    if (r < 0) {
+        diag(r, "cannot resolve %s %s", opt, value);
+        return r;
     }
-    return 0;
+    if (S_ISDIR(st.st_mode)) {
+        *kind = EXTRA_DIR;
+        free(*out);
+        *out = NULL;
+        return resolve_dir_arg(opt, value, out, fd_out);
+    }
+    *kind = S_ISREG(st.st_mode) ? EXTRA_FILE : S_ISSOCK(st.st_mode) ? EXTRA_SOCKET : EXTRA_NONE;
+    if (*kind == EXTRA_NONE) {
+        diag(0, "%s %s is neither a directory, a regular file nor a unix socket", opt, *out);
+        return -EINVAL;
+    }
+    char why[PATH_MAX + 64];
+    if (corral_rootplan_check_file(*out, why, sizeof why) != CORRAL_BOUNDARY_OK) {
+        diag(0, "%s %s %s", opt, *out, why);
+        return -EINVAL;
+    }
+    r = open_grant(opt, value, *out, 0, fd_out);
+    if (r == 0 && (fstat(*fd_out, &st) < 0 ||
+                   (st.st_mode & S_IFMT) != (*kind == EXTRA_FILE ? S_IFREG : S_IFSOCK))) {
+        diag(0, "%s %s changed while it was checked", opt, value);
+        r = -ESTALE;
+    }
+    return r;
 }
 
 static int parse_layers(const char *s, struct confine_opts *o)
@@ -222,6 +275,28 @@ static int parse_layers(const char *s, struct confine_opts *o)
     if (o->layer_ns && o->layer_bwrap) return -EINVAL; /* one namespace layer */
     if (checks) return o->layer_ns || o->layer_landlock || o->layer_bwrap ? -EINVAL : 0;
     return o->layer_ns || o->layer_landlock || o->layer_bwrap ? 0 : -EINVAL;
+}
+
+/* Whether path is the boundary or beneath it: --permit or a directory --extra. */
+static int inside_boundary(const struct confine_opts *o, const char *path)
+{
+    int inside = corral_is_beneath(path, o->permit);
+    for (size_t i = 0; i < o->n_extras; i++)
+        inside |= o->extra_kinds[i] == EXTRA_DIR && corral_is_beneath(path, o->extras[i]);
+    return inside;
+}
+
+/* A file or socket inside a granted directory is granted already; bound alone over
+ * itself it would only turn read-only, or fail on a socket that cannot be opened. */
+static int check_file_extras(const struct confine_opts *o)
+{
+    for (size_t i = 0; i < o->n_extras; i++) {
+        if (o->extra_kinds[i] == EXTRA_DIR || !inside_boundary(o, o->extras[i])) continue;
+        diag(0, "--extra %s is inside the boundary (--permit or a directory --extra) already",
+             o->extras[i]);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 static int parse(int argc, char **argv, struct confine_opts *o)
@@ -251,7 +326,8 @@ static int parse(int argc, char **argv, struct confine_opts *o)
                 diag(0, "too many %s", a);
                 return -E2BIG;
             }
-            r = resolve_dir_arg(a, v, &o->extras[o->n_extras], &o->extra_fds[o->n_extras]);
+            r = resolve_extra_arg(v, &o->extras[o->n_extras], &o->extra_fds[o->n_extras],
+                                  &o->extra_kinds[o->n_extras]);
             o->n_extras++;
         } else if (strcmp(a, "--cd") == 0) {
             r = resolve_dir_arg(a, v, &o->cd, NULL);
@@ -289,6 +365,7 @@ static int parse(int argc, char **argv, struct confine_opts *o)
     }
     o->argv = &argv[i];
     if (!o->cd) o->cd = o->permit;
+    if ((r = check_file_extras(o)) < 0) return r;
     /* The command's grant (its bind and its Landlock rule) comes from this fd, so a
      * symlink swapped in after resolution cannot widen it to a directory. */
     o->cmd_fd = -1;
@@ -390,6 +467,63 @@ static int enter_namespaces(void)
     return r;
 }
 
+/* HOME is writable inside, whatever layer builds the root, and its writes never reach
+ * the host's HOME (which holds the caller's keys and configuration):
+ *  - HOME inside the boundary: left as it is;
+ *  - with a mount namespace (ns, bwrap): a private tmpfs at HOME's resolved path, empty
+ *    at each start and gone at exit (HOME is set to that path where it went through a
+ *    symlink, as the link may not exist inside);
+ *  - otherwise (Landlock alone, which cannot mount, or a HOME that is missing, "/", or
+ *    inside the runtime or system paths): HOME is set to DIR/.corral-home, made 0700 in
+ *    the --permit directory and kept between runs (left as it was where DIR is not
+ *    writable, or the name is taken by anything but a directory).
+ * An unset or relative HOME is left alone. */
+#define FALLBACK_HOME ".corral-home"
+
+static int plan_home(struct confine_opts *o, int private_mounts)
+{
+    const char *home = getenv("HOME");
+    if (!home || home[0] != '/') return 0;
+    char *resolved = NULL;
+    if (!strpbrk(home, "\n\r") && corral_resolve_dir(home, &resolved) == 0) {
+        if (inside_boundary(o, resolved)) {
+            free(resolved);
+            return 0;
+        }
+        if (private_mounts &&
+            corral_rootplan_check_boundary(resolved, NULL, 0) == CORRAL_BOUNDARY_OK) {
+            o->home = resolved;
+            return strcmp(resolved, home) == 0 || setenv("HOME", resolved, 1) == 0 ? 0 : -errno;
+        }
+        free(resolved);
+    }
+    /* Made through the checked fd: a symlink planted at the name is refused, not followed.
+     * Where none can be made (a read-only DIR), HOME stays as it was: no protection rests
+     * on it, and Landlock keeps the caller's HOME out either way. */
+    if (mkdirat(o->permit_fd, FALLBACK_HOME, 0700) < 0 && errno != EEXIST) return 0;
+    int fd = openat(o->permit_fd, FALLBACK_HOME, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    close(fd);
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", o->permit, FALLBACK_HOME) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    return setenv("HOME", path, 1) == 0 ? 0 : -errno;
+}
+
+/* The private tmpfs instances a root with a mount namespace gets: the scratch
+ * directories not inside the boundary, then HOME (rootplan.h). Returns how many. */
+static size_t private_tmpfs(const struct confine_opts *o, struct corral_tmpfs *out)
+{
+    size_t n_scratch, n = 0;
+    const struct corral_tmpfs *scratch = corral_rootplan_scratch(&n_scratch);
+    for (size_t i = 0; i < n_scratch; i++)
+        if (!inside_boundary(o, scratch[i].path)) out[n++] = scratch[i];
+    if (o->home) out[n++] = (struct corral_tmpfs){o->home, corral_rootplan_home_options()};
+    return n;
+}
+
+#define MAX_TMPFS 8
+
 static int covered_by_runtime(const char *path)
 {
     for (size_t i = 0; i < n_runtime; i++)
@@ -418,9 +552,13 @@ static int build_root(const struct confine_opts *o)
     }
     binds[nb++] = (struct corral_bind){o->permit, o->permit, CORRAL_BIND_RW | CORRAL_BIND_FROM_FD,
                                        o->permit_fd};
+    /* A file is shown read-only; a socket too, which connect(2) does not mind: it asks
+     * for write permission on the inode, which a read-only mount does not take away. */
     for (size_t i = 0; i < o->n_extras; i++)
-        binds[nb++] = (struct corral_bind){o->extras[i], o->extras[i],
-                                           CORRAL_BIND_RW | CORRAL_BIND_FROM_FD, o->extra_fds[i]};
+        binds[nb++] = (struct corral_bind){
+            o->extras[i], o->extras[i],
+            CORRAL_BIND_FROM_FD | (o->extra_kinds[i] == EXTRA_DIR ? CORRAL_BIND_RW : 0),
+            o->extra_fds[i]};
     /* The command the caller named is granted read+execute even outside the runtime
      * set: it is the one file the caller asked to run. */
     int cmd_inside = corral_is_beneath(o->cmd, o->permit);
@@ -436,8 +574,11 @@ static int build_root(const struct confine_opts *o)
     if (corral_resolve_file("/etc/resolv.conf", &resolv) == 0 && !covered_by_runtime(resolv))
         binds[nb++] = (struct corral_bind){resolv, resolv, CORRAL_BIND_OPTIONAL, -1};
 
+    struct corral_tmpfs tmpfs[MAX_TMPFS];
     struct corral_root_plan plan = {.binds = binds,
                                     .n_binds = nb,
+                                    .tmpfs = tmpfs,
+                                    .n_tmpfs = private_tmpfs(o, tmpfs),
                                     .symlinks = links,
                                     .n_symlinks = nl,
                                     .proc = 1,
@@ -560,8 +701,21 @@ static int apply_landlock(const struct confine_opts *o)
         return rs;
     }
     int r = corral_landlock_allow_fd(rs, abi, o->permit_fd, CORRAL_LL_FS_ALL);
-    for (size_t i = 0; r == 0 && i < o->n_extras; i++)
-        r = corral_landlock_allow_fd(rs, abi, o->extra_fds[i], CORRAL_LL_FS_ALL);
+    for (size_t i = 0; r == 0 && i < o->n_extras; i++) {
+        /* A socket gets no rule: up to ABI 8 no right covers connect(2) to a pathname
+         * socket (LANDLOCK_ACCESS_FS_RESOLVE_UNIX came later), so Landlock neither
+         * grants it nor keeps its siblings out; the namespace layer does both. */
+        if (o->extra_kinds[i] == EXTRA_SOCKET) continue;
+        r = corral_landlock_allow_fd(rs, abi, o->extra_fds[i],
+                                     o->extra_kinds[i] == EXTRA_DIR ? CORRAL_LL_FS_ALL
+                                                                    : CORRAL_LL_READ_FILE);
+    }
+    /* The private tmpfs instances of a root with a mount namespace (ours, or bubblewrap's
+     * around an inner wrapper): Landlock alone has none, and the host's would be shared. */
+    struct corral_tmpfs tmpfs[MAX_TMPFS];
+    size_t n_tmpfs = o->layer_ns || o->n_identities > 0 ? private_tmpfs(o, tmpfs) : 0;
+    for (size_t i = 0; r == 0 && i < n_tmpfs; i++)
+        r = corral_landlock_allow_path(rs, abi, tmpfs[i].path, CORRAL_LL_FS_ALL, 0);
     for (size_t i = 0; r == 0 && i < n_runtime; i++) {
         /* With the namespace layer the credential stores are covered already; without
          * it, Landlock alone must leave them out. */
@@ -678,17 +832,14 @@ int corral_exec_confined_main(int argc, char **argv)
     load_root_plan();
     struct confine_opts o = {.permit_fd = -1};
     if (parse(argc, argv, &o) < 0) return CORRAL_EXIT_SETUP;
-    if (!corral_is_beneath(o.cd, o.permit)) {
-        int inside = 0;
-        for (size_t i = 0; i < o.n_extras; i++)
-            inside |= corral_is_beneath(o.cd, o.extras[i]);
-        if (!inside) {
-            diag(0, "--cd %s is outside the boundary", o.cd);
-            return CORRAL_EXIT_SETUP;
-        }
+    if (!inside_boundary(&o, o.cd)) {
+        diag(0, "--cd %s is outside the boundary", o.cd);
+        return CORRAL_EXIT_SETUP;
     }
     if (check_stdio() < 0) return CORRAL_EXIT_SETUP;
     if (check_identities(&o) < 0) return CORRAL_EXIT_SETUP;
+    if (plan_home(&o, o.layer_ns || o.layer_bwrap || o.n_identities > 0) < 0)
+        return CORRAL_EXIT_SETUP;
 
     if (o.layer_bwrap) {
         /* bubblewrap binds from paths: hand it the checked directories themselves
@@ -702,6 +853,10 @@ int corral_exec_confined_main(int argc, char **argv)
             fcntl(o.extra_fds[i], F_SETFD, 0);
             extra_srcs[i] = extra_src[i];
         }
+        static int extra_rw[MAX_EXTRAS];
+        for (size_t i = 0; i < o.n_extras; i++)
+            extra_rw[i] = o.extra_kinds[i] == EXTRA_DIR;
+        static struct corral_tmpfs tmpfs[MAX_TMPFS];
         static char ids[MAX_EXTRAS + 1][64];
         static const char *id_ptrs[MAX_EXTRAS + 1];
         for (size_t i = 0; i < 1 + o.n_extras; i++) {
@@ -722,7 +877,10 @@ int corral_exec_confined_main(int argc, char **argv)
                                        .n_masks = n_masked,
                                        .permit = o.permit,
                                        .extras = o.extras,
+                                       .extra_rw = extra_rw,
                                        .n_extras = o.n_extras,
+                                       .tmpfs = tmpfs,
+                                       .n_tmpfs = private_tmpfs(&o, tmpfs),
                                        .cd = o.cd,
                                        .cmd = o.cmd,
                                        .argv = o.argv,

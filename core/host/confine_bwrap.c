@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -76,11 +77,23 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
         cmd_covered |= corral_is_beneath(l->cmd, runtime[i]);
         self_covered |= corral_is_beneath(self, runtime[i]);
     }
+    static char modes[8][8];
+    for (size_t i = 0; i < l->n_tmpfs && i < sizeof modes / sizeof modes[0]; i++) {
+        const char *m = strstr(l->tmpfs[i].options, "mode=");
+        if (m) {
+            snprintf(modes[i], sizeof modes[i], "%.*s", (int)strcspn(m + 5, ","), m + 5);
+            add(&a, "--perms");
+            add(&a, modes[i]);
+        }
+        add(&a, "--tmpfs");
+        add(&a, l->tmpfs[i].path);
+    }
+    if (l->n_tmpfs > sizeof modes / sizeof modes[0]) return -E2BIG;
     add(&a, "--bind");
     add(&a, l->permit_src ? l->permit_src : l->permit);
     add(&a, l->permit);
     for (size_t i = 0; i < l->n_extras; i++) {
-        add(&a, "--bind");
+        add(&a, l->extra_rw[i] ? "--bind" : "--ro-bind");
         add(&a, l->extra_srcs ? l->extra_srcs[i] : l->extras[i]);
         add(&a, l->extras[i]);
     }

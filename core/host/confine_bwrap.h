@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "mount.h"
+
 struct corral_bwrap_layer {
     const char *permit_src;        /* where bubblewrap reads the boundary from (an fd path) */
     const char *const *extra_srcs; /* the same for each extra */
@@ -20,7 +22,12 @@ struct corral_bwrap_layer {
     const char *const *identities; /* "DEV:INO" of the permit, then of each extra */
     const char *permit;
     char *const *extras;
+    const int *extra_rw; /* per extra: a directory, bound read-write; else a file or a
+                            socket, bound read-only */
     size_t n_extras;
+    const struct corral_tmpfs *tmpfs; /* private, before the binds; bubblewrap takes
+                                         the mode and no size cap before 0.9 */
+    size_t n_tmpfs;
     const char *cd;
     const char *cmd;   /* resolved */
     char *const *argv; /* argv[0] .. NULL */

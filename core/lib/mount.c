@@ -308,6 +308,12 @@ int corral_root_build(const struct corral_root_plan *plan, const char **step)
             FAIL("attach new root", -errno);
     }
 
+    for (size_t i = 0; i < plan->n_tmpfs; i++) {
+        snprintf(step_buf, sizeof step_buf, "tmpfs %s", plan->tmpfs[i].path);
+        if ((r = attach_fs(s.rootfd, relative(plan->tmpfs[i].path), "tmpfs", plan->tmpfs[i].options,
+                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0)
+            FAIL(step_buf, r);
+    }
     for (size_t i = 0; i < plan->n_binds; i++) {
         if (s.trees[i] < 0) continue;
         const char *rel = relative(plan->binds[i].dest);

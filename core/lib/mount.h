@@ -35,6 +35,12 @@ struct corral_bind {
                    the privileged parent made it, so the tenant needs no access to src. */
 };
 
+/* A private tmpfs at path ("key=value,..." options: mode, size, nr_inodes). */
+struct corral_tmpfs {
+    const char *path;
+    const char *options;
+};
+
 struct corral_symlink {
     const char *target;   /* link contents */
     const char *linkpath; /* absolute path inside the new root */
@@ -45,9 +51,13 @@ struct corral_root_plan {
     size_t n_binds;
     const struct corral_symlink *symlinks;
     size_t n_symlinks;
-    int proc;                 /* mount a fresh procfs at /proc */
-    int dev;                  /* minimal /dev: null zero full random urandom tty, fd links */
-    unsigned long tmp_mib;    /* when non-zero: a tmpfs /tmp capped at this size */
+    int proc;              /* mount a fresh procfs at /proc */
+    int dev;               /* minimal /dev: null zero full random urandom tty, fd links */
+    unsigned long tmp_mib; /* when non-zero: a tmpfs /tmp capped at this size */
+    /* private tmpfs instances, attached before the binds: a bind beneath one shows on
+     * top of it */
+    const struct corral_tmpfs *tmpfs;
+    size_t n_tmpfs;
     const char *const *masks; /* absolute paths inside the new root to cover, when they
                                  exist: a directory with an empty read-only tmpfs, a file
                                  with an empty mode-0000 file (EACCES without

@@ -73,6 +73,26 @@ static const char *const name_files[] = {"/etc/hosts", "/etc/resolv.conf", "/etc
 static const char *const device_paths[] = {DATA_DEVICES, "/dev/tty"};
 static const char *const data_device_paths[] = {DATA_DEVICES};
 
+/* Capped like a tenant's /tmp: inodes too, 256 per MiB, since empty files take no blocks
+ * (mount.c). 1 GiB each: a tmpfs takes memory only for what is written. */
+#define SCRATCH_CAP "size=1024m,nr_inodes=262144"
+static const struct corral_tmpfs scratch[] = {
+    {"/tmp", "mode=1777," SCRATCH_CAP},
+    {"/var/tmp", "mode=1777," SCRATCH_CAP},
+    {"/run", "mode=0755,size=64m,nr_inodes=16384"},
+};
+
+const struct corral_tmpfs *corral_rootplan_scratch(size_t *n)
+{
+    *n = N(scratch);
+    return scratch;
+}
+
+const char *corral_rootplan_home_options(void)
+{
+    return "mode=0700," SCRATCH_CAP;
+}
+
 /* Each list's accessor: the table and, through n, its length. */
 #define LIST_ACCESSOR(name, table)                                                                 \
     const char *const *name(size_t *n)                                                             \
@@ -113,6 +133,31 @@ enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *
     return b;
 }
 
+enum corral_boundary corral_rootplan_check_file(const char *resolved, char *why, size_t len)
+{
+    enum corral_boundary b = CORRAL_BOUNDARY_OK;
+    const char *inside = NULL;
+    for (size_t i = 0; !b && i < N(masked_paths); i++)
+        if (corral_is_beneath(resolved, masked_paths[i])) b = CORRAL_BOUNDARY_MASKED;
+    for (size_t i = 0; !b && i < N(system_paths); i++)
+        if (corral_is_beneath(resolved, system_paths[i])) b = CORRAL_BOUNDARY_SYSTEM;
+    for (size_t i = 0; !b && i < N(runtime_paths); i++)
+        if (corral_is_beneath(resolved, runtime_paths[i])) {
+            b = CORRAL_BOUNDARY_RUNTIME;
+            inside = runtime_paths[i];
+        }
+    if (b && why && len) {
+        if (b == CORRAL_BOUNDARY_MASKED)
+            snprintf(why, len, "is a credential store, which a confined process never reads");
+        else if (b == CORRAL_BOUNDARY_RUNTIME)
+            snprintf(why, len, "is inside the runtime read set (%s), which shows it already",
+                     inside);
+        else
+            snprintf(why, len, "is on the kernel's or the devices' filesystems");
+    }
+    return b;
+}
+
 const char *corral_boundary_name(enum corral_boundary b)
 {
     switch (b) {
@@ -124,6 +169,8 @@ const char *corral_boundary_name(enum corral_boundary b)
         return "system";
     case CORRAL_BOUNDARY_RUNTIME:
         return "runtime";
+    case CORRAL_BOUNDARY_MASKED:
+        return "masked";
     }
     return "unknown";
 }

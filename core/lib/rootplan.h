@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "mount.h"
+
 /* The runtime read set: what a process needs to start, shown read-only (and granted
  * read+execute) to a confined process. At most CORRAL_ROOTPLAN_RUNTIME_MAX entries, so
  * a caller can size its arrays at compile time. */
@@ -43,12 +45,22 @@ const char *const *corral_rootplan_devices(size_t *n);
  * (tier S1: its stdio is inherited, /dev/tty is not granted). */
 const char *const *corral_rootplan_data_devices(size_t *n);
 
-/* Why a resolved path may not be a boundary (--permit, --extra, --cd). */
+/* The scratch directories a confined root with a mount namespace gets as private
+ * tmpfs instances (/tmp, /var/tmp, /run), each with its mode and size cap: programs
+ * expect them writable, and the host's would be shared with every other process. */
+const struct corral_tmpfs *corral_rootplan_scratch(size_t *n);
+
+/* The tmpfs options of a private HOME (mode 0700, capped as the scratch ones). */
+const char *corral_rootplan_home_options(void);
+
+/* Why a resolved path may not be a boundary (--permit, --extra, --cd), or a single file
+ * granted alone (--extra FILE). */
 enum corral_boundary {
     CORRAL_BOUNDARY_OK = 0,
     CORRAL_BOUNDARY_ROOT,    /* "/" itself */
     CORRAL_BOUNDARY_SYSTEM,  /* beneath a system path */
     CORRAL_BOUNDARY_RUNTIME, /* beneath a runtime path, which stays read-only */
+    CORRAL_BOUNDARY_MASKED,  /* a credential store (or beneath one), which stays covered */
 };
 
 /* Checks a resolved absolute path against the boundary rules: not "/", not beneath a
@@ -58,7 +70,13 @@ enum corral_boundary {
  * (truncated to len). */
 enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *why, size_t len);
 
-/* "ok", "root", "system" or "runtime". */
+/* Checks a resolved file (a regular file or a socket, granted alone) the same way: not
+ * a masked credential store nor beneath one, not beneath a system path, not beneath a
+ * runtime path (shown read-only already: a grant there adds nothing). Writes the reason
+ * as check_boundary does. */
+enum corral_boundary corral_rootplan_check_file(const char *resolved, char *why, size_t len);
+
+/* "ok", "root", "system", "runtime" or "masked". */
 const char *corral_boundary_name(enum corral_boundary b);
 
 #endif

@@ -74,6 +74,16 @@ static void buf_rule(struct buf *b, const char *ops, const char *filter, const c
     buf_puts(b, "))\n");
 }
 
+/* (allow network-outbound (remote unix-socket (FILTER "path"))) */
+static void buf_socket_rule(struct buf *b, const char *filter, const char *path)
+{
+    buf_puts(b, "(allow network-outbound (remote unix-socket (");
+    buf_puts(b, filter);
+    buf_puts(b, " ");
+    buf_string(b, path);
+    buf_puts(b, ")))\n");
+}
+
 int corral_sbpl_check_path(const char *path)
 {
     if (!path || path[0] != '/') return -EINVAL;
@@ -164,6 +174,11 @@ static int check_spec(const struct corral_sbpl_spec *s)
         if (corral_sbpl_check_path(s->extras[i])) return -EINVAL;
     for (size_t i = 0; i < s->n_runtime_reads; i++)
         if (corral_sbpl_check_path(s->runtime_reads[i])) return -EINVAL;
+    if ((s->n_files && !s->files) || (s->n_sockets && !s->sockets)) return -EINVAL;
+    for (size_t i = 0; i < s->n_files; i++)
+        if (corral_sbpl_check_path(s->files[i])) return -EINVAL;
+    for (size_t i = 0; i < s->n_sockets; i++)
+        if (corral_sbpl_check_path(s->sockets[i])) return -EINVAL;
     return 0;
 }
 
@@ -198,7 +213,20 @@ int corral_sbpl_emit(const struct corral_sbpl_spec *spec, char **out)
              "(allow ipc-posix-shm)\n"
              "(allow ipc-posix-sem)\n"
              /* The control plane holds the credential and talks to the service. */
-             "(allow network*)\n");
+             "(allow network*)\n"
+             /* A pathname unix socket is a door to whoever listens on it (the Docker
+              * daemon, another user's agent): connected to only inside the boundary
+              * or where the caller names one. */
+             "(deny network-outbound (remote unix-socket))\n");
+    buf_socket_rule(&b, "subpath", spec->permit_path);
+    for (size_t i = 0; i < spec->n_extras; i++)
+        buf_socket_rule(&b, "subpath", spec->extras[i]);
+    for (size_t i = 0; i < spec->n_sockets; i++)
+        buf_socket_rule(&b, "path-literal", spec->sockets[i]);
+    /* getaddrinfo asks mDNSResponder over this socket: egress needs it. Both spellings,
+     * /var being a link into /private. */
+    buf_socket_rule(&b, "path-literal", "/private/var/run/mDNSResponder");
+    buf_socket_rule(&b, "path-literal", "/var/run/mDNSResponder");
     /* No iokit-open: a command-line process needs no IOKit user client. */
 
     /* dyld reads the root node itself: without it every dynamically linked process
@@ -215,12 +243,19 @@ int corral_sbpl_emit(const struct corral_sbpl_spec *spec, char **out)
     buf_ancestors(&b, spec->permit_path, NULL, NULL, 0);
     for (size_t i = 0; i < spec->n_extras; i++)
         buf_ancestors(&b, spec->extras[i], spec->permit_path, spec->extras, i);
+    for (size_t i = 0; i < spec->n_files; i++)
+        buf_ancestors(&b, spec->files[i], spec->permit_path, spec->extras, spec->n_extras);
+    for (size_t i = 0; i < spec->n_sockets; i++)
+        buf_ancestors(&b, spec->sockets[i], spec->permit_path, spec->extras, spec->n_extras);
 
     buf_puts(&b, "; boundary\n");
     buf_rule(&b, "file-read* file-write*", "subpath", spec->permit_path);
     if (spec->n_extras) buf_puts(&b, "; permit_extra_subpaths, written down by the caller\n");
     for (size_t i = 0; i < spec->n_extras; i++)
         buf_rule(&b, "file-read* file-write*", "subpath", spec->extras[i]);
+    if (spec->n_files) buf_puts(&b, "; files granted alone, read-only\n");
+    for (size_t i = 0; i < spec->n_files; i++)
+        buf_rule(&b, "file-read*", "literal", spec->files[i]);
 
     if (b.err) {
         free(b.p);

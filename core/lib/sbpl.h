@@ -14,6 +14,10 @@ struct corral_sbpl_spec {
     size_t n_extras;
     const char *const *runtime_reads; /* what a process needs to start (read-only) */
     size_t n_runtime_reads;
+    const char *const *files; /* resolved regular files, each granted alone, read-only */
+    size_t n_files;
+    const char *const *sockets; /* resolved unix sockets, each granted alone to connect to */
+    size_t n_sockets;
 };
 
 /* Returns 0 and a malloc'd NUL-terminated profile in *out, or -EINVAL when a path is

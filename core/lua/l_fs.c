@@ -80,10 +80,9 @@ static int l_chown(lua_State *L)
     return push_ok_or_fail(L, path, fchownat(AT_FDCWD, path, uid, gid, AT_SYMLINK_NOFOLLOW));
 }
 
-/* core.fs.lstat(path | fd) → {type = "dir"|"file"|"link"|"other", uid, gid, mode, dev, ino,
- * nlink, size, allocated (bytes on disk), mtime_ns} | nil, msg, errno. Given a corral.fd,
- * what it holds (fstat): the very directory a lock or a check took, whatever its path
- * names now. */
+/* core.fs.lstat(path | fd) → {type = "dir"|"file"|"link"|"socket"|"other", uid, gid, mode, dev,
+ * ino, nlink, size, allocated (bytes on disk), mtime_ns} | nil, msg, errno. Given a corral.fd, what
+ * it holds (fstat): the very directory a lock or a check took, whatever its path names now. */
 static int l_lstat(lua_State *L)
 {
     struct stat st;
@@ -94,10 +93,11 @@ static int l_lstat(lua_State *L)
         if (lstat(path, &st) < 0) return corral_pushfail(L, path, errno);
     }
     lua_createtable(L, 0, 10);
-    lua_pushstring(L, S_ISDIR(st.st_mode)   ? "dir"
-                      : S_ISREG(st.st_mode) ? "file"
-                      : S_ISLNK(st.st_mode) ? "link"
-                                            : "other");
+    lua_pushstring(L, S_ISDIR(st.st_mode)    ? "dir"
+                      : S_ISREG(st.st_mode)  ? "file"
+                      : S_ISLNK(st.st_mode)  ? "link"
+                      : S_ISSOCK(st.st_mode) ? "socket"
+                                             : "other");
     lua_setfield(L, -2, "type");
     lua_pushinteger(L, st.st_uid);
     lua_setfield(L, -2, "uid");

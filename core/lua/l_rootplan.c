@@ -6,6 +6,7 @@
  *   program_paths()   startup_files()   network_files()   data_devices() -> {...}
  *   name_files() -> {...}
  *   check_boundary(resolved) -> true | nil, reason, kind
+ *   check_file(resolved) -> true | nil, reason, kind   (a file or socket granted alone)
  */
 #include <limits.h>
 
@@ -40,13 +41,9 @@ static int l_list(lua_State *L)
     return 1;
 }
 
-/* check_boundary(resolved): reason follows the path in a message ("would confine
- * nothing"), kind is "root", "system" or "runtime". */
-static int l_check_boundary(lua_State *L)
+/* true, or nil, the reason and the kind's name. */
+static int push_verdict(lua_State *L, enum corral_boundary b, const char *why)
 {
-    const char *path = corral_checkpath(L, 1);
-    char why[PATH_MAX + 64];
-    enum corral_boundary b = corral_rootplan_check_boundary(path, why, sizeof why);
     if (b == CORRAL_BOUNDARY_OK) {
         lua_pushboolean(L, 1);
         return 1;
@@ -55,6 +52,23 @@ static int l_check_boundary(lua_State *L)
     lua_pushstring(L, why);
     lua_pushstring(L, corral_boundary_name(b));
     return 3;
+}
+
+/* check_boundary(resolved): reason follows the path in a message ("would confine
+ * nothing"), kind is "root", "system" or "runtime". */
+static int l_check_boundary(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    char why[PATH_MAX + 64];
+    return push_verdict(L, corral_rootplan_check_boundary(path, why, sizeof why), why);
+}
+
+/* check_file(resolved): the same for one file; kind also "masked". */
+static int l_check_file(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    char why[PATH_MAX + 64];
+    return push_verdict(L, corral_rootplan_check_file(path, why, sizeof why), why);
 }
 
 int corral_open_rootplan(lua_State *L)
@@ -66,5 +80,7 @@ int corral_open_rootplan(lua_State *L)
     }
     lua_pushcfunction(L, l_check_boundary);
     lua_setfield(L, -2, "check_boundary");
+    lua_pushcfunction(L, l_check_file);
+    lua_setfield(L, -2, "check_file");
     return 0;
 }

@@ -1,5 +1,7 @@
 /*
- * core.sbpl.emit(permit_path, extras, runtime_reads) -> profile text | nil, msg, EINVAL.
+ * core.sbpl.emit(permit_path, extras, runtime_reads[, files[, sockets]])
+ *   -> profile text | nil, msg, EINVAL. extras are directories (read-write), files are
+ *   granted read-only and sockets to connect to, each alone.
  * Paths are taken as given (lua/corral/sbpl.lua resolves them first); a path the
  * profile could not express faithfully is a refusal naming the argument, not a raise,
  * because it is data from the caller's configuration rather than a programming error.
@@ -60,7 +62,7 @@ static size_t check_list(lua_State *L, int arg, const char *name, const char *co
 static int l_sbpl(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TSTRING);
-    lua_settop(L, 3);
+    lua_settop(L, 5);
     int nret;
     struct corral_sbpl_spec spec = {0};
     spec.permit_path = check_one(L, 1, "permit_path", &nret);
@@ -69,6 +71,10 @@ static int l_sbpl(lua_State *L)
     if (spec.n_extras == (size_t)-1) return nret;
     spec.n_runtime_reads = check_list(L, 3, "runtime_reads", &spec.runtime_reads, &nret);
     if (spec.n_runtime_reads == (size_t)-1) return nret;
+    spec.n_files = check_list(L, 4, "files", &spec.files, &nret);
+    if (spec.n_files == (size_t)-1) return nret;
+    spec.n_sockets = check_list(L, 5, "sockets", &spec.sockets, &nret);
+    if (spec.n_sockets == (size_t)-1) return nret;
 
     char *out = NULL;
     int err = corral_sbpl_emit(&spec, &out);

@@ -45,7 +45,7 @@ static int host_usage(void)
             execv(host, argv);
         }
     }
-    fputs("usage: corral-exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers L] "
+    fputs("usage: corral-exec-confined --permit DIR [--extra PATH]... [--cd DIR] [--layers L] "
           "-- CMD ARGS...\n(see `corral help exec-confined`)\n",
           stderr);
     return CORRAL_EXIT_SETUP;

@@ -250,7 +250,8 @@ Lists the commands, or prints COMMAND's usage and options (as `corral COMMAND --
 local CONFINE_OPTIONS = {
   { "Boundary", {
     { "permit", "value", "DIR", "the one directory CMD may read and write (required)" },
-    { "extra", "list", "DIR", "another directory it may read and write" },
+    { "extra", "list", "PATH", "another directory it may read and write, or one file (read-only) or unix " ..
+      "socket (to connect to) granted alone" },
     { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
     { "layers", "value", "L", "ns, bwrap or landlock, or one of each: ns,landlock (default: all that hold)" },
   } },
@@ -270,11 +271,15 @@ local function confine_flag(argument)
 end
 
 command("confine", "confine a trusted process to one directory (control-plane profile)",
-  [[corral confine --permit DIR [--extra DIR]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
+  [[corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
 
 Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
-each --extra) and nothing else outside the runtime (read-only); the environment passes
-through unmodified, credential included; egress stays permitted. Prints the spec (the
+each --extra directory) and nothing else outside the runtime (read-only); an --extra
+file is shown alone, read-only, and an --extra unix socket alone, to connect to (e.g.
+$SSH_AUTH_SOCK; not a credential store, nor a file the runtime shows already). The
+environment passes through unmodified, credential included, except HOME: when it is
+outside DIR, HOME is a private tmpfs (with the ns or bwrap layer, as are /tmp, /var/tmp
+and /run), or DIR/.corral-home under landlock alone. Egress stays permitted. Prints the spec (the
 command to run is the confinement wrapper); environment values are never printed, only
 the names. --exec runs it instead and exits with the command's status. On Linux the
 spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
@@ -354,12 +359,12 @@ the command's status (127 when it is not found, 126 when it cannot be executed).
 local SBPL_OPTIONS = {
   { "Boundary", {
     { "permit", "value", "DIR", "the directory the profile permits (required)" },
-    { "extra", "list", "DIR", "another directory it permits" },
+    { "extra", "list", "PATH", "another directory it permits, or one file (read) or unix socket (connect)" },
   } },
 }
 
 command("sbpl", "print the macOS sandbox-exec profile for a boundary",
-  [[corral sbpl --permit DIR [--extra DIR]...
+  [[corral sbpl --permit DIR [--extra PATH]...
 
 Emits the SBPL deny-default profile the control-plane confinement uses on macOS, with
 DIR and each --extra resolved first (SBPL matches resolved paths; a grant written
@@ -600,7 +605,7 @@ command("step", "run one step at the highest tier this host earns (S0/S1/S2) and
   function() return require("corral.tier.cli").SPEC end)
 
 command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
-  [[corral exec-confined --permit DIR [--extra DIR]... [--cd DIR] [--layers L] -- CMD ARGS...
+  [[corral exec-confined --permit DIR [--extra PATH]... [--cd DIR] [--layers L] -- CMD ARGS...
 
 The wrapper named by `corral confine` specs, run in C before any Lua state exists.
 L is ns or bwrap (the namespace layer, built by corral or by bubblewrap), landlock, or

@@ -23,19 +23,25 @@ local function has_nul(s)
   return s:find("\0", 1, true) ~= nil
 end
 
--- Resolves an absolute directory argument, or explains which argument is wrong.
-local function resolve_dir(name, value)
+-- An absolute path argument as text, or the error naming the argument.
+local function check_path_text(name, value)
   if type(value) ~= "string" then
-    return nil, errors.invalid_argument(name, "must be a string path, got " .. type(value))
+    return errors.invalid_argument(name, "must be a string path, got " .. type(value))
   end
-  if value == "" then return nil, errors.invalid_argument(name, "is empty") end
-  if has_nul(value) then return nil, errors.invalid_argument(name, "contains a NUL byte") end
+  if value == "" then return errors.invalid_argument(name, "is empty") end
+  if has_nul(value) then return errors.invalid_argument(name, "contains a NUL byte") end
   if value:find("[\n\r]") then
-    return nil, errors.invalid_argument(name, "contains a newline")
+    return errors.invalid_argument(name, "contains a newline")
   end
   if value:sub(1, 1) ~= "/" then
-    return nil, errors.invalid_argument(name, "must be absolute, got " .. value)
+    return errors.invalid_argument(name, "must be absolute, got " .. value)
   end
+end
+
+-- Resolves an absolute directory argument, or explains which argument is wrong.
+local function resolve_dir(name, value)
+  local bad = check_path_text(name, value)
+  if bad then return nil, bad end
   local resolved, err = core.path.resolve(value)
   if not resolved then return nil, errors.invalid_argument(name, err) end
   -- exec-confined's own boundary rules: not /, not on the kernel's and devices'
@@ -43,6 +49,30 @@ local function resolve_dir(name, value)
   local ok, why = core.rootplan.check_boundary(resolved)
   if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
   return resolved
+end
+
+-- An extra grant: a directory (read-write, as the boundary), or one regular file
+-- (read-only) or unix socket (to connect to) granted alone. Returns the resolved path
+-- and "dir", "file" or "socket", or nil and the error.
+local function resolve_extra(name, value)
+  local bad = check_path_text(name, value)
+  if bad then return nil, bad end
+  local resolved, err = core.path.resolve_file(value)
+  if not resolved then return nil, errors.invalid_argument(name, err) end
+  local st, serr = core.fs.lstat(resolved)
+  if not st then return nil, errors.invalid_argument(name, serr) end
+  if st.type == "dir" then
+    local dir, derr = resolve_dir(name, value)
+    return dir, dir and "dir" or derr
+  end
+  if st.type ~= "file" and st.type ~= "socket" then
+    return nil, errors.invalid_argument(name, resolved .. " is neither a directory, a regular file nor a unix socket")
+  end
+  -- the wrapper's own rules for a file granted alone: no credential store, nothing the
+  -- runtime read set shows already, nothing on the kernel's filesystems
+  local ok, why = core.rootplan.check_file(resolved)
+  if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
+  return resolved, st.type
 end
 
 -- The environment as {name, value} pairs: the caller's order for a list, sorted by
@@ -116,15 +146,25 @@ local function check_opts(opts)
   end
   local permit, err = resolve_dir("permit_path", opts.permit_path)
   if not permit then return nil, err end
-  local extras = {}
+  local extras, kinds = {}, {}
   local list = opts.permit_extra_subpaths or {}
   if type(list) ~= "table" then
     return nil, errors.invalid_argument("permit_extra_subpaths", "must be a list of paths")
   end
   for i, p in ipairs(list) do
-    local r, e = resolve_dir("permit_extra_subpaths[" .. i .. "]", p)
-    if not r then return nil, e end
-    extras[#extras + 1] = r
+    local r, kind = resolve_extra("permit_extra_subpaths[" .. i .. "]", p)
+    if not r then return nil, kind end
+    extras[i], kinds[i] = r, kind
+  end
+  -- a file inside a granted directory is granted already: bound alone it would only turn
+  -- read-only (or, a socket, fail to bind)
+  for i, x in ipairs(extras) do
+    local inside = core.path.is_beneath(x, permit)
+    for k, d in ipairs(extras) do inside = inside or (kinds[k] == "dir" and core.path.is_beneath(x, d)) end
+    if kinds[i] ~= "dir" and inside then
+      return nil, errors.invalid_argument("permit_extra_subpaths[" .. i .. "]", x ..
+        " is inside the boundary (permit_path or a directory extra) already")
+    end
   end
   local cd = permit
   if opts.cd ~= nil then
@@ -163,7 +203,7 @@ local function check_opts(opts)
     end
     layers = names
   end
-  return { permit = permit, extras = extras, cd = cd, env = env, layers = layers }
+  return { permit = permit, extras = extras, kinds = kinds, cd = cd, env = env, layers = layers }
 end
 
 --- The confinement layers that hold on this host (probed once per process).
@@ -248,7 +288,13 @@ function M.sandbox_exec_spec(command, opts)
   local o, e = check_opts(opts)
   if not o then return nil, e end
   local sbpl = require "corral.sbpl"
-  local profile, perr = core.sbpl.emit(o.permit, o.extras, sbpl.runtime_read_paths())
+  local dirs, files, sockets = {}, {}, {}
+  local by_kind = { dir = dirs, file = files, socket = sockets }
+  for i, x in ipairs(o.extras) do
+    local list = by_kind[o.kinds[i]]
+    list[#list + 1] = x
+  end
+  local profile, perr = core.sbpl.emit(o.permit, dirs, sbpl.runtime_read_paths(), files, sockets)
   if not profile then return nil, errors.invalid_argument("permit_path", perr) end
   local resolved = core.path.resolve_executable(cmd) or cmd
   local sargs = { "-p", profile, resolved }
@@ -261,7 +307,8 @@ end
 -- @tparam table command `{cmd, args}` (or `{cmd = , args = }`)
 -- @tparam table opts `permit_path` (an existing directory), `env` (a map or a list of
 --   pairs, passed through), `cd` (inside the boundary; default permit_path),
---   `permit_extra_subpaths` (default `{}`), `layers` (Linux: the layers to build, a list
+--   `permit_extra_subpaths` (default `{}`: each a directory, read-write, or one regular
+--   file, read-only, or unix socket, to connect to, granted alone), `layers` (Linux: the layers to build, a list
 --   or "ns,landlock"; each must hold. Default: every one that holds. A command that makes
 --   its own mount namespace inside (bubblewrap) needs one without landlock: the kernel
 --   refuses mount(2) to a process Landlock restricts)

@@ -69,9 +69,30 @@ static void test_boundary(void)
     CHECK(strcmp(corral_boundary_name(CORRAL_BOUNDARY_OK), "ok") == 0);
 }
 
+/* A file granted alone (--extra FILE): never a credential store, nor what the runtime
+ * shows already, nor the kernel's. */
+static void test_file_grant(void)
+{
+    char why[128];
+    CHECK(corral_rootplan_check_file("/etc/shadow", why, sizeof why) == CORRAL_BOUNDARY_MASKED);
+    CHECK(strcmp(why, "is a credential store, which a confined process never reads") == 0);
+    CHECK(corral_rootplan_check_file("/etc/ssl/private/k.pem", NULL, 0) == CORRAL_BOUNDARY_MASKED);
+    CHECK(corral_rootplan_check_file("/etc/passwd", why, sizeof why) == CORRAL_BOUNDARY_RUNTIME);
+    CHECK(corral_rootplan_check_file("/proc/self/environ", NULL, 0) == CORRAL_BOUNDARY_SYSTEM);
+    CHECK(strcmp(corral_boundary_name(CORRAL_BOUNDARY_MASKED), "masked") == 0);
+    /* Controls: an agent's socket and a file beside a masked name pass. */
+    CHECK(corral_rootplan_check_file("/run/user/0/ssh-agent.sock", NULL, 0) == CORRAL_BOUNDARY_OK);
+    CHECK(corral_rootplan_check_file("/srv/shadow", NULL, 0) == CORRAL_BOUNDARY_OK);
+    size_t n;
+    const struct corral_tmpfs *t = corral_rootplan_scratch(&n);
+    CHECK(n == 3 && strcmp(t[1].path, "/var/tmp") == 0 &&
+          strncmp(t[1].options, "mode=1777,", 10) == 0);
+}
+
 int main(void)
 {
     test_tables();
     test_boundary();
+    test_file_grant();
     return DONE();
 }
