@@ -139,6 +139,41 @@ describe("conformance against broken mechanisms #root", function()
     end
   end)
 
+  it("holds nothing for a mechanism that runs on the host with only /storage bound, in every group it claims",
+    function()
+    -- the fixture enforces nothing while claiming everything but egress: each check must
+    -- take the route a tenant on the host has (a hard link by host paths, not only into
+    -- /storage, where link(2) fails across mounts whatever the sandbox)
+    local had_storage = core.fs.lstat("/storage") ~= nil
+    finally(function()
+      -- what its tenants left in the host's /tmp and IPC namespace (B's targets)
+      os.execute("ipcrm -M 0x434f5252 2>/dev/null; rm -f /tmp/corral-target")
+      if not had_storage then os.remove("/storage") end
+    end)
+    local out, status = h.capture({ "env", "GITHUB_TOKEN=ghp_conformance" .. conformance.token(), h.host,
+      "conformance", "--mechanism", FIXTURES .. "host_bind.lua", "--json" })
+    assert.are.equal(1, status, out)
+    local report = assert(require("dkjson").decode(out:match("{.*}")), out)
+    assert.are.equal(#conformance.ids(), #report.results)
+    -- unavailable only where the host, not the mechanism, decides (and egress, unclaimed)
+    local may = { ["cred.store_hook"] = "no credentials probe hook", ["res.cpu"] = "the host's load alone",
+                  ["priv.low_port"] = "port 80 could not be bound for another reason",
+                  ["res.disk"] = "under 1 GiB free" }
+    for _, r in ipairs(report.results) do
+      if r.group == "egress" then
+        assert.are.equal("unavailable", r.outcome, r.id)
+        assert.matches("does not claim nftables", r.detail, 1, true)
+      elseif may[r.id] and r.outcome == "unavailable" then
+        assert.matches(may[r.id], r.detail, 1, true)
+      else
+        assert.are.equal("breached", r.outcome, r.id .. ": " .. r.detail)
+      end
+    end
+    assert.are.equal(0, report.census.held)
+    for _, g in ipairs(conformance.GROUPS) do assert.are.equal(0, report.census.groups[g].held, g) end
+    assert.are.equal(had_storage, core.fs.lstat("/storage") ~= nil)
+  end)
+
   it("catches a leaked forbidden variable", function()
     local report = assert(conformance.run(FIXTURES .. "leak_env.lua", { only = "credentials" }))
     assert.are.same({ ["cred.forbidden_env"] = "breached", ["cred.host_environ"] = "held",
