@@ -139,6 +139,41 @@ describe("conformance against broken mechanisms #root", function()
     end
   end)
 
+  it("holds nothing for a mechanism that runs on the host with only /storage bound, in every group it claims",
+    function()
+    -- the fixture enforces nothing while claiming everything but egress: each check must
+    -- take the route a tenant on the host has (a hard link by host paths, not only into
+    -- /storage, where link(2) fails across mounts whatever the sandbox)
+    local had_storage = core.fs.lstat("/storage") ~= nil
+    finally(function()
+      -- what its tenants left in the host's /tmp and IPC namespace (B's targets)
+      os.execute("ipcrm -M 0x434f5252 2>/dev/null; rm -f /tmp/corral-target")
+      if not had_storage then os.remove("/storage") end
+    end)
+    local out, status = h.capture({ "env", "GITHUB_TOKEN=ghp_conformance" .. conformance.token(), h.host,
+      "conformance", "--mechanism", FIXTURES .. "host_bind.lua", "--json" })
+    assert.are.equal(1, status, out)
+    local report = assert(require("dkjson").decode(out:match("{.*}")), out)
+    assert.are.equal(#conformance.ids(), #report.results)
+    -- unavailable only where the host, not the mechanism, decides (and egress, unclaimed)
+    local may = { ["cred.store_hook"] = "no credentials probe hook", ["res.cpu"] = "the host's load alone",
+                  ["priv.low_port"] = "port 80 could not be bound for another reason",
+                  ["res.disk"] = "under 1 GiB free" }
+    for _, r in ipairs(report.results) do
+      if r.group == "egress" then
+        assert.are.equal("unavailable", r.outcome, r.id)
+        assert.matches("does not claim nftables", r.detail, 1, true)
+      elseif may[r.id] and r.outcome == "unavailable" then
+        assert.matches(may[r.id], r.detail, 1, true)
+      else
+        assert.are.equal("breached", r.outcome, r.id .. ": " .. r.detail)
+      end
+    end
+    assert.are.equal(0, report.census.held)
+    for _, g in ipairs(conformance.GROUPS) do assert.are.equal(0, report.census.groups[g].held, g) end
+    assert.are.equal(had_storage, core.fs.lstat("/storage") ~= nil)
+  end)
+
   it("catches a leaked forbidden variable", function()
     local report = assert(conformance.run(FIXTURES .. "leak_env.lua", { only = "credentials" }))
     assert.are.same({ ["cred.forbidden_env"] = "breached", ["cred.host_environ"] = "held",
@@ -255,6 +290,104 @@ describe("corral conformance #root", function()
     local out, status = h.corral("conformance", "--mechanism", "/nonexistent/mech.lua")
     assert.are.equal(2, status)
     assert.matches("%-%-mechanism: cannot open /nonexistent/mech%.lua", out)
+  end)
+
+  -- A run of `corral conformance --only cross_sandbox` (every check starts a target in a
+  -- second sandbox) with its scratch in a directory of the test's own, in a pids cgroup
+  -- of the test's own, so that whatever it leaves running is listed there (the cgroups
+  -- native makes lie beneath it).
+  local PIDS = "/sys/fs/cgroup/pids"
+  local function cgroup_run(tmp, cg, args)
+    local out = io.open(tmp .. ".out", "w")
+    local p = assert(core.spawn.start({ plain = true, path = "/bin/sh", argv = { "sh", "-c",
+      'echo $$ > "$0/cgroup.procs" && exec "$@"', cg, h.host, "conformance", table.unpack(args) },
+      env = { "PATH=" .. h.PATH, "TMPDIR=" .. tmp }, stdout = out, stderr = out }))
+    out:close()
+    return p
+  end
+  -- Every process in cg's tree, and every cgroup beneath it.
+  local function cgroup_left(cg)
+    local procs, dirs = {}, {}
+    local function walk(dir)
+      for pid in (h.read(dir .. "/cgroup.procs") or ""):gmatch("%d+") do procs[#procs + 1] = pid end
+      for _, name in ipairs(core.fs.listdir(dir) or {}) do
+        local st = core.fs.lstat(dir .. "/" .. name)
+        if st and st.type == "dir" then
+          dirs[#dirs + 1] = name
+          walk(dir .. "/" .. name)
+        end
+      end
+    end
+    walk(cg)
+    return procs, dirs
+  end
+  local function scratch_of(tmp)
+    local found = {}
+    for _, name in ipairs(core.fs.listdir(tmp) or {}) do
+      if name:match("^corral%-conformance%-") then found[#found + 1] = name end
+    end
+    return found
+  end
+  -- Waits until B's target of the first check is ready: the run is mid-check.
+  local function wait_mid_run(tmp)
+    return h.wait_for(function()
+      for _, name in ipairs(scratch_of(tmp)) do
+        if core.fs.lstat(tmp .. "/" .. name .. "/cf1/ready") then return true end
+      end
+    end, 30)
+  end
+  local function signal_setup()
+    if not core.fs.lstat(PIDS .. "/cgroup.procs") then return nil, "no cgroup v1 pids hierarchy" end
+    local tmp = h.tmpdir("cf-signal")
+    core.fs.chmod(tmp, tonumber("711", 8))
+    local cg = PIDS .. "/" .. tmp:match("[^/]+$")
+    assert(core.fs.mkdir(cg, tonumber("755", 8)))
+    finally(function()
+      for _, pid in ipairs((cgroup_left(cg))) do core.proc.kill(tonumber(pid), 9) end
+      h.wait_for(function() return #cgroup_left(cg) == 0 end, 5)
+      os.execute("find " .. cg .. " -depth -type d -exec rmdir {} + 2>/dev/null")
+      h.rmrf(tmp)
+      os.remove(tmp .. ".out")
+    end)
+    return tmp, cg
+  end
+
+  it("on SIGTERM mid-check tears the check down: no scratch, sandbox or target left, exit 143", function()
+    local tmp, cg = signal_setup()
+    if not tmp then return pending(cg) end
+    local p = cgroup_run(tmp, cg, { "--only", "cross_sandbox" })
+    assert.truthy(wait_mid_run(tmp), "the run never reached its first target: " .. (h.read(tmp .. ".out") or ""))
+    assert.is_true(p:kill(15))
+    local code = p:wait(30)
+    local out = h.read(tmp .. ".out") or ""
+    assert.are.equal(143, code, out)
+    assert.matches("stopped by signal 15 after 0 of 8 checks", out, 1, true)
+    assert.are.same({}, scratch_of(tmp))
+    local procs, dirs = cgroup_left(cg)
+    assert.are.same({}, procs)
+    assert.are.same({}, dirs)
+    -- the control: the same set-up, unsignalled, runs its checks to the end (exit 0)
+    local q = cgroup_run(tmp, cg, { "--only", "privilege" })
+    assert.are.equal(0, q:wait(120), h.read(tmp .. ".out"))
+    assert.matches("privilege%s+held%s+4 of%s+4", h.read(tmp .. ".out"))
+  end)
+
+  it("after a SIGKILL mid-check, the next run removes the scratch the killed one left", function()
+    local tmp, cg = signal_setup()
+    if not tmp then return pending(cg) end
+    local p = cgroup_run(tmp, cg, { "--only", "cross_sandbox" })
+    assert.truthy(wait_mid_run(tmp), "the run never reached its first target: " .. (h.read(tmp .. ".out") or ""))
+    assert.is_true(p:kill(9))
+    p:wait(10)
+    -- the control: the killed run's scratch is there, named by its pid
+    local left = scratch_of(tmp)
+    assert.are.equal(1, #left)
+    assert.matches("^corral%-conformance%-" .. p:pid() .. "%-", left[1])
+    -- its targets die with it (the parent-death signal of every spawn)
+    assert.truthy(h.wait_for(function() return #cgroup_left(cg) == 0 end, 10), table.concat(cgroup_left(cg), " "))
+    local q = cgroup_run(tmp, cg, { "--only", "privilege" })
+    assert.are.equal(0, q:wait(120), h.read(tmp .. ".out"))
+    assert.are.same({}, scratch_of(tmp))
   end)
 
   it("prints its usage for --help (exit 0), and runs nothing", function()

@@ -21,4 +21,12 @@ function M.sweep(dir, pattern, remove)
   return removed
 end
 
+--- Removes a scratch tree of ours: never a link, nor a tree another user made.
+-- @tparam string path
+-- @treturn boolean whether it was removed
+function M.remove_own_tree(path)
+  local st = core.fs.lstat(path)
+  return (st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)) and true or false
+end
+
 return M

@@ -10,7 +10,8 @@ Runs every conformance check against the mechanism (default native): one breach
 attempted from inside a sandbox, then a control in the same sandbox. Each check is
 held, breached, unavailable (with the reason) or void (the control failed). Groups:
 filesystem credentials process privilege resources network egress cross_sandbox.
-Exits 1 when anything is breached.]]
+Exits 1 when anything is breached. Ctrl-C, SIGTERM or SIGHUP end the running check
+through its tear-down (its sandboxes, targets and scratch removed) and exit 128+N.]]
 
 --- The flags `corral conformance` accepts (corral.cli.parse's spec).
 M.SPEC = { mechanism = "value", only = "value", json = "flag" }
@@ -66,12 +67,27 @@ function M.run(argv, cli)
   end
   -- the run's errors name Lua fields (group, mechanism); the user typed a flag
   local FLAG = { group = "--only", mechanism = "--mechanism" }
+  -- held while the suite runs, so that a signal ends the running check through its
+  -- tear-down (sandboxes, targets, scratch) instead of killing the host mid-way
+  local core = require "corral.core"
+  local STOP = { "INT", "TERM", "HUP" }
+  local held = core.signal.fd(STOP)
   local report, err = require("corral.conformance").run(opts.mechanism or "native", {
     only = opts.only,
+    signals = held,
     progress = function(r, i, n)
       io.stderr:write(string.format("[%d/%d] %-22s %s\n", i, n, r.id, r.outcome))
     end,
   })
+  if held then
+    held:close()
+    core.signal.unblock(STOP)
+  end
+  if report and report.stopped then
+    io.stderr:write(string.format("corral conformance: stopped by signal %d after %d of %d checks; the one it " ..
+      "interrupted was torn down and not reported\n", report.stopped, #report.results, report.planned))
+    return 128 + report.stopped
+  end
   if not report then
     local arg = type(err) == "table" and err.argument
     if arg and FLAG[arg] then err = errors.invalid_argument(FLAG[arg], err.detail) end

@@ -98,6 +98,14 @@ local function host_pid_of(token)
   return nil
 end
 
+-- Whether a host pid runs: a killed process stays in /proc, a zombie, until its parent
+-- (the mechanism, in this process or not) reaps it.
+local function running(pid)
+  local stat = file.read("/proc/" .. pid .. "/stat")
+  local state = stat and stat:match("^.*%) (%a)")
+  return state ~= nil and state ~= "Z" and state ~= "X"
+end
+
 -- B running its target, and A; or nil and the observation.
 local function pair(w)
   local env_secret = w:token()
@@ -162,14 +170,15 @@ return {
   cross("cross.signal", FS, "a tenant cannot signal another sandbox's processes",
     "kill -KILL B's target, by its host pid and by every pid showing B's token", "alive",
     function(b)
-      -- the pattern does not match this script's own command line; never `kill 0` (the
-      -- tenant's own group) when the host pid is unknown
-      return string.format("%sfor p in /proc/[0-9]*; do " ..
-        "grep -qa 'target[.]py' $p/cmdline 2>/dev/null && kill -KILL ${p#/proc/}; done; sleep 0.1",
-        b.host_pid and ("kill -KILL " .. b.host_pid .. "; ") or "")
+      -- B's target alone (a tenant seeing the host's pids must not kill another run's);
+      -- the first pattern does not match this script's own command line; never `kill 0`
+      -- (the tenant's own group) when the host pid is unknown
+      return string.format("%sfor p in /proc/[0-9]*; do grep -qa 'target[.]py' $p/cmdline 2>/dev/null && " ..
+        "grep -qa %s $p/cmdline && kill -KILL ${p#/proc/}; done; sleep 0.1",
+        b.host_pid and ("kill -KILL " .. b.host_pid .. "; ") or "", b.own)
     end,
     function(_, b)
-      if b.host_pid and not core.fs.lstat("/proc/" .. b.host_pid) then return "B's target was killed" end
+      if b.host_pid and not running(b.host_pid) then return "B's target was killed" end
     end),
   cross("cross.ptrace", FS, "a tenant cannot ptrace another sandbox's processes",
     "PTRACE_ATTACH to B's target and read its memory", "alive",

@@ -37,11 +37,6 @@ local function read_check(id, guarantee, attempt, script, prepare)
   }
 end
 
-local function with_tools(tools, check)
-  check.tools = tools
-  return check
-end
-
 return {
   read_check("fs.sibling_read", "a tenant cannot read a sibling sandbox's storage by its host path",
     "cat B's secret by its host path",
@@ -84,12 +79,31 @@ return {
       return string.format('cat "/proc/1/cwd%s/secret" "/proc/1/root%s/secret"; ' ..
         'for p in /proc/[0-9]*; do cat "$p/root%s/secret"; done 2>/dev/null', b.dir, b.dir, b.dir)
     end),
-  with_tools({ "ln" }, read_check("fs.hardlink_out", "a hard link cannot bring a file from outside into the storage",
-    "ln B's secret (host path) into A's storage, then read the link",
-    function(_, _, b)
-      return string.format('ln "%s/secret" /storage/stolen; ln "/storage/../%s/secret" /storage/stolen2; ' ..
-        'cat /storage/stolen /storage/stolen2', b.dir, b.id)
-    end)),
+  {
+    id = "fs.hardlink_out", needs = FS, tools = { "ln" },
+    guarantee = "a hard link cannot bring a file from outside into the storage",
+    attempt = "ln B's secret (by its host path and through /storage/..) into A's storage (by /storage, by its host " ..
+      "path and through /storage/..), then read the links",
+    control = "A reads, writes and reads back its own storage",
+    run = function(w)
+      local a, b = pair(w)
+      if not a then return { refused = b } end
+      -- link(2) across two mounts fails (EXDEV) whatever the sandbox: a tenant that sees
+      -- the host's tree links within it, by both host paths
+      local script, n = {}, 0
+      for _, from in ipairs({ b.dir .. "/secret", "/storage/../" .. b.id .. "/secret" }) do
+        for _, into in ipairs({ "/storage", a.dir, "/storage/../" .. a.id }) do
+          n = n + 1
+          script[#script + 1] = string.format('ln "%s" "%s/stolen%d" && cat "%s/stolen%d"', from, into, n, into, n)
+        end
+      end
+      local out, ok, detail = w:attempt(a, table.concat(script, "; "))
+      local leaked = out:find(b.secret, 1, true)
+      for i = 1, n do leaked = leaked or (w:read(a, "stolen" .. i) or ""):find(b.secret, 1, true) end
+      return { evidence = leaked and ("B's token " .. b.secret .. " reached A through a hard link") or nil,
+               control_ok = ok, control_detail = detail }
+    end,
+  },
   {
     id = "fs.rename_out", needs = FS, tools = { "mv" },
     guarantee = "rename cannot move a file across the storage boundary, in either direction",

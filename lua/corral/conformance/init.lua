@@ -8,6 +8,7 @@
 -- mechanism that lets everything through is breached, never unavailable.
 -- @module corral.conformance
 local core = require "corral.core"
+local leftovers = require "corral.leftovers"
 local mechanism = require "corral.mechanism"
 local sandbox = require "corral.sandbox"
 
@@ -39,9 +40,13 @@ function M.token()
   return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))
 end
 
+-- A check's scratch, named with the run's pid so that a later run removes what a
+-- SIGKILLed one left (corral.leftovers).
+M.SCRATCH_PATTERN = "^corral%-conformance%-(%d+)%-%w+$"
+
 -- A world holds one check's storage root, sandboxes, servers and host processes; close() removes them.
 local function new_world(mech, opts)
-  local root, err = core.fs.mkdtemp(scratch_dir() .. "/corral-conformance-")
+  local root, err = core.fs.mkdtemp(scratch_dir() .. "/corral-conformance-" .. core.proc.getpid() .. "-")
   if not root then return nil, err end
   root = core.path.resolve(root) or root
   core.fs.chmod(root, tonumber("711", 8))
@@ -147,10 +152,22 @@ function World:serve_servers()
   end
 end
 
+-- A signal the caller holds (opts.signals) ends the check at its next pump, raised so
+-- that the check's world is closed as any other's; kept on the world in case the check
+-- catches the error.
+function World:check_signals()
+  local sig = self.opts.signals and core.signal.read(self.opts.signals)
+  if sig then
+    self.stopped = self.stopped or sig
+    error({ stopped = sig }, 0)
+  end
+end
+
 --- Serves the mechanism's egress loop (if any) and the check's servers for `seconds`.
 function World:pump(seconds)
   local deadline = core.clock.monotime() + (seconds or 0)
   repeat
+    self:check_signals()
     local slice = math.max(0, math.min(0.01, deadline - core.clock.monotime()))
     if self.mech.serve then self.mech.serve(slice) else core.io.poll({}, slice) end
     self:serve_servers()
@@ -398,6 +415,7 @@ local function run_check(check, mech, claimed, opts)
   w.tools = check.tools
   local ok, seen = xpcall(check.run, debug.traceback, w, opts)
   w:close()
+  if w.stopped then return nil, w.stopped end
   if not ok then return result(check, "void", nil, nil, "check error: " .. tostring(seen)) end
   if type(seen) == "table" and not seen.evidence and w.missing then
     return result(check, "unavailable", seen.attempt, seen.control, "no " .. table.concat(w.missing, ", ") ..
@@ -454,8 +472,11 @@ end
 
 --- Runs the suite against a mechanism.
 -- @param which the mechanism: a built-in name, a path to a .lua file, or a table
--- @tparam[opt] table opts `only` (groups), `ids` (a set), `credentials` (probe hook), `progress`
--- @treturn table report `{mechanism =, results =, census =, seconds =}`, or nil and an error
+-- @tparam[opt] table opts `only` (groups), `ids` (a set), `credentials` (probe hook), `progress`,
+--   `signals` (a core.signal.fd the caller holds: one that arrives ends the check running,
+--   its sandboxes, targets and scratch removed, and the run with it)
+-- @treturn table report `{mechanism =, results =, census =, seconds =, planned =, stopped = signal?}`
+--   (a stopped run's results are the checks that ended before the signal), or nil and an error
 function M.run(which, opts)
   opts = opts or {}
   local mech, err = mechanism.load(which)
@@ -474,16 +495,24 @@ function M.run(which, opts)
       if not opts.ids or opts.ids[c.id] then list[#list + 1] = c end
     end
   end
+  leftovers.sweep(scratch_dir(), M.SCRATCH_PATTERN, leftovers.remove_own_tree)
   local t0 = core.clock.monotime()
   local claimed = claims(mech)
-  local results = {}
+  local results, stopped = {}, nil
   for i, c in ipairs(list) do
-    local r = run_check(c, mech, claimed, opts)
+    stopped = opts.signals and core.signal.read(opts.signals)
+    if stopped then break end
+    local r, sig = run_check(c, mech, claimed, opts)
+    if not r then
+      stopped = sig
+      break
+    end
     results[i] = r
     if opts.progress then opts.progress(r, i, #list) end
   end
   local name = type(which) == "string" and which or (mech.name or "table")
-  return { mechanism = name, results = results, census = M.census(results), seconds = core.clock.monotime() - t0 }
+  return { mechanism = name, results = results, census = M.census(results), seconds = core.clock.monotime() - t0,
+           planned = #list, stopped = stopped or nil }
 end
 
 M.World = World
