@@ -266,6 +266,29 @@ function M.constructed_capabilities() return { "filesystem_confinement" } end
     assert.are.equal(0, crc, cout)
   end)
 
+  it("keeps a command that handles one Ctrl-C running past the grace; control: a second Ctrl-C ends it " ..
+    "with 130, no temporary storage", function()
+    local mech = custom(dir)
+    local got, up = dir .. "/got", dir .. "/up"
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- " ..
+      h.quote("trap 'echo x >> " .. got .. "' INT; touch " .. up .. "; while :; do sleep 0.1; done"))
+    local function handled(n)
+      return h.wait_for(function() return select(2, (h.read(got) or ""):gsub("x\n", "")) >= n end, 10)
+    end
+    assert.truthy(h.wait_for(function() return corral.core.fs.lstat(up) end, 10), "the command never started")
+    os.execute("kill -INT " .. pid)
+    assert.truthy(handled(1), "the command never handled the first Ctrl-C")
+    os.execute("sleep 4") -- past the 3 s grace a first signal used to start
+    local running = os.execute("kill -0 " .. pid .. " 2>/dev/null")
+    os.execute("kill -INT " .. pid)
+    local out = p:read("a")
+    local _, how, rc = p:close()
+    assert.truthy(running, "one Ctrl-C the command handled ended the run")
+    assert.truthy(handled(2), "the second Ctrl-C never reached the command")
+    assert.are.same({ "exit", 130 }, { how, rc }, out)
+    assert.are.equal(0, temp_storages(pid))
+  end)
+
   it("ends the run at Ctrl-C (SIGINT to the process group) with 130, at once, no temporary storage; " ..
     "control: the run without it exits 0", function()
     local mech = custom(dir)

@@ -11,7 +11,8 @@
 -- What it started is the child's cgroup when the host can make one (cgroup.kill ends it
 -- however processes detach), and always the child's process tree: the child is a
 -- subreaper, so descendants stay beneath it. At the wall, or `GRACE` seconds after a
--- forwarded signal, all of it is killed. The result comes through a pipe, checked
+-- forwarded signal that starts the grace (SIGTERM, SIGHUP, a second SIGINT:
+-- corral.egress.loop.starts_grace), all of it is killed. The result comes through a pipe, checked
 -- against the contract on both sides.
 -- @module corral.mechanism.watch
 local core = require "corral.core"
@@ -176,7 +177,7 @@ function M.exec(mech, sb, argv, opts, signals)
   end
   local wall = sb.limits and sb.limits.wall
   local deadline = wall and core.clock.monotime() + wall
-  local chunks, timed_out, got_signal, grace_end = {}, false, nil, nil
+  local chunks, timed_out, got_signal, grace_end, interrupts = {}, false, nil, nil, 0
   local fds = { pipe, signals }
   while true do
     local now = core.clock.monotime()
@@ -193,9 +194,12 @@ function M.exec(mech, sb, argv, opts, signals)
     if hit[2] then
       local sig = core.signal.read(signals)
       if sig then
-        got_signal = got_signal or sig
         signal_all(child, nil, sig)
-        grace_end = grace_end or core.clock.monotime() + M.GRACE
+        got_signal = got_signal or sig
+        if sig == 2 then interrupts = interrupts + 1 end
+        if not grace_end and loop.starts_grace(sig, interrupts) then
+          grace_end = core.clock.monotime() + M.GRACE
+        end
       end
     end
     if hit[1] then
