@@ -131,6 +131,100 @@ function M.required_capabilities(sb) return (sb.limits.memory and { "resource_li
       assert.are.equal(0, rc, out)
     end)
 
+  -- A mechanism that asks the host for resource_limits and constructs nothing: every
+  -- limit is the host's to apply around the watched child and all it starts.
+  local function asks_limits()
+    return custom(dir, nil, [[
+function M.required_capabilities() return { "resource_limits" } end
+]])
+  end
+  local function limits_pending()
+    if corral.core.proc.geteuid() ~= 0 or not require("corral.probe").check("resource_limits").holds then
+      pending("the host cannot make capped cgroups here (resource_limits does not hold)")
+      return true
+    end
+  end
+
+  it("caps the memory of a mechanism that asks the host for resource_limits: 121; control: a smaller " ..
+    "allocation in the same set-up, after the attempt", function()
+    if limits_pending() then return end
+    local mech = asks_limits()
+    local big = "/usr/bin/python3 -c 'x=bytearray(200*1024*1024); print(\"big\", len(x))'"
+    local out, rc = h.corral("run", "--mechanism", mech, "--memory", "48M", "--", big)
+    assert.are.equal(121, rc, out)
+    assert.matches("the memory cap ended the sandbox", out)
+    assert.not_matches("big 209715200", out)
+    -- the attempt and its control in one cgroup: the hog dies, the small one then runs
+    out, rc = h.corral("run", "--mechanism", mech, "--memory", "48M", "--", h.attempt_then_control(big,
+      "/usr/bin/python3 -c 'x=bytearray(4*1024*1024); print(\"small-ok\", len(x))'"))
+    assert.are.equal(0, rc, out)
+    local arc = h.after_attempt(out, "small%-ok 4194304")
+    assert.are.equal(128 + 9, arc, out)
+  end)
+
+  it("caps the processes of a mechanism that asks the host for resource_limits: the 20th child is refused; " ..
+    "control: 2 children in the same set-up, after the attempt", function()
+    if limits_pending() then return end
+    local mech = asks_limits()
+    local forker = dir .. "/fork.py"
+    h.write(forker, [[
+import os, sys, time
+kids = []
+for _ in range(int(sys.argv[1])):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    kids.append(pid)
+print("forked", len(kids))
+for k in kids:
+    os.kill(k, 9)
+    os.waitpid(k, 0)
+sys.exit(0 if len(kids) == int(sys.argv[1]) else 1)
+]])
+    local out, rc = h.corral("run", "--mechanism", mech, "--pids", "8", "--", h.attempt_then_control(
+      "/usr/bin/python3 " .. forker .. " 20", "/usr/bin/python3 " .. forker .. " 2"))
+    assert.are.equal(0, rc, out)
+    local arc, control, attempt = h.after_attempt(out, "forked 2\n")
+    assert.are.equal(1, arc, out)
+    local n = tonumber(attempt:match("forked (%d+)"))
+    assert.truthy(n and n < 8, out)
+    assert.matches("forked 2", control)
+  end)
+
+  it("applies --fsize and --nofile for a mechanism that asks for resource_limits; control: within them, " ..
+    "after the attempt", function()
+    if limits_pending() then return end
+    local mech = asks_limits()
+    local out, rc = h.corral("run", "--mechanism", mech, "--fsize", "1M", "--nofile", "64", "--",
+      h.attempt_then_control("ulimit -n; /usr/bin/python3 -c 'open(\"" .. dir .. "/big\", \"wb\").write(" ..
+        "bytes(4*1024*1024))'",
+        "/usr/bin/python3 -c 'open(\"" .. dir .. "/small\", \"wb\").write(bytes(1024)); print(\"small-ok\")'"))
+    assert.are.equal(0, rc, out)
+    local arc, _, attempt = h.after_attempt(out, "small%-ok")
+    assert.are_not.equal(0, arc, out)
+    assert.truthy(("\n" .. attempt):find("\n64\n"), out)
+    local st = corral.core.fs.lstat(dir .. "/big")
+    assert.truthy(st and st.size <= 1024 * 1024, "the file grew past --fsize")
+  end)
+
+  it("says on stderr that a mechanism claiming no isolation runs the command as the caller on the host; " ..
+    "control: one that claims filesystem_confinement is not said to", function()
+    local out, rc = h.corral("run", "--mechanism", custom(dir), "--", "true")
+    assert.are.equal(0, rc, out)
+    assert.matches("claims none of filesystem_confinement, privilege_separation, network_restriction", out)
+    assert.matches("runs as the caller %(uid %d+%), on the host", out)
+    local claims = custom(dir, nil, [[
+function M.constructed_capabilities() return { "filesystem_confinement" } end
+]])
+    out, rc = h.corral("run", "--mechanism", claims, "--", "true")
+    assert.are.equal(0, rc, out)
+    assert.not_matches("on the host", out)
+  end)
+
   it("forwards SIGTERM, cleans up and exits 143 without a traceback; control: an undisturbed run exits 0", function()
     local mech = custom(dir)
     local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) ..
@@ -170,6 +264,29 @@ function M.required_capabilities(sb) return (sb.limits.memory and { "resource_li
     assert.not_matches("traceback", out)
     local cout, crc = h.corral("run", "--mechanism", mech, "--", "exit 0")
     assert.are.equal(0, crc, cout)
+  end)
+
+  it("keeps a command that handles one Ctrl-C running past the grace; control: a second Ctrl-C ends it " ..
+    "with 130, no temporary storage", function()
+    local mech = custom(dir)
+    local got, up = dir .. "/got", dir .. "/up"
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " run --mechanism " .. h.quote(mech) .. " -- " ..
+      h.quote("trap 'echo x >> " .. got .. "' INT; touch " .. up .. "; while :; do sleep 0.1; done"))
+    local function handled(n)
+      return h.wait_for(function() return select(2, (h.read(got) or ""):gsub("x\n", "")) >= n end, 10)
+    end
+    assert.truthy(h.wait_for(function() return corral.core.fs.lstat(up) end, 10), "the command never started")
+    os.execute("kill -INT " .. pid)
+    assert.truthy(handled(1), "the command never handled the first Ctrl-C")
+    os.execute("sleep 4") -- past the 3 s grace a first signal used to start
+    local running = os.execute("kill -0 " .. pid .. " 2>/dev/null")
+    os.execute("kill -INT " .. pid)
+    local out = p:read("a")
+    local _, how, rc = p:close()
+    assert.truthy(running, "one Ctrl-C the command handled ended the run")
+    assert.truthy(handled(2), "the second Ctrl-C never reached the command")
+    assert.are.same({ "exit", 130 }, { how, rc }, out)
+    assert.are.equal(0, temp_storages(pid))
   end)
 
   it("ends the run at Ctrl-C (SIGINT to the process group) with 130, at once, no temporary storage; " ..

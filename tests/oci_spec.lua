@@ -517,6 +517,41 @@ for h in sys.argv[2:]: go(h)
     assert.are.same({}, left())
   end)
 
+  it("sweeps, on the next run, the container a corral SIGKILLed early in its run would leave; " ..
+    "control: a container or its engine client was there right after the kill", function()
+    if not need_engine() then return end
+    local function left(pid)
+      return lines(oci.call({ "ps", "--all", "--format", "{{.Names}}", "--filter", "label=corral.owner=" .. pid }))
+    end
+    -- the engine client a killed corral started: a process whose argv names its container
+    local function client_alive(pid)
+      return h.sh("grep -l -a -e " .. h.quote("corral-[0-9a-f]*-" .. pid .. "-") ..
+        " /proc/[0-9]*/cmdline 2>/dev/null | grep -v self || true") ~= ""
+    end
+    local there = 0
+    for i, delay in ipairs({ 0.15, 0.2, 0.3, 0.5, 0.8, 1.2 }) do
+      local devnull = assert(io.open("/dev/null", "r+"))
+      local p = assert(core.spawn.start({ plain = true, path = h.host, argv = { h.host, "run", "--mechanism", "oci",
+        "--engine", engine().path, "--storage", root .. "/early-" .. i, "--", "/bin/sh", "-c", "exec sleep 60" },
+        env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
+      devnull:close()
+      local pid = p:pid()
+      os.execute("sleep " .. delay)
+      p:kill()
+      p:wait()
+      p:close()
+      if #left(pid) > 0 or client_alive(pid) then there = there + 1 end
+      -- the next run at once, while the dead run's client may still be creating its container
+      local out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--storage",
+        root .. "/next-" .. i, "--", "/bin/true")
+      assert.are.equal(0, status, out)
+      os.execute("sleep 2") -- a client left running would have made its container by now
+      assert.are.same({}, left(pid), "after a SIGKILL " .. delay .. " s into the run")
+      assert.is_false(client_alive(pid), "an engine client outlived the sweep")
+    end
+    assert.truthy(there > 0, "no kill left a container or a client behind: nothing was swept")
+  end)
+
   -- Runs script under corral run (its own process group), signals corral once the script
   -- is up (how.at_once: at once, while the engine is still starting the container;
   -- how.group: the whole group that signal how.times times, as a terminal's Ctrl-C

@@ -218,6 +218,29 @@ for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
       assert.truthy(current and current <= 24, "pids.current " .. tostring(current))
     end)
 
+    it("gives the tenant a terminal of its own: none of the host's ptys is listed; control: openpty works " ..
+      "and carries a line, after the attempt", function()
+      -- a pty the host holds open meanwhile, so the host's devpts has one to leak
+      local hold = io.popen("exec /usr/bin/python3 -c 'import os, time; m, s = os.openpty(); " ..
+        "print(os.getpid(), os.ttyname(s), flush=True); time.sleep(30)'", "r")
+      local holder, host_pty = (hold:read("l") or ""):match("^(%d+) (/dev/pts/%d+)$")
+      finally(function()
+        if holder then corral.core.proc.kill(tonumber(holder)) end
+        hold:close()
+      end)
+      assert.truthy(host_pty, "the host could not open a pty")
+      local out, r = run(sb, h.attempt_then_control("ls -A /dev/pts | tr '\\n' ' '; echo; ls " .. host_pty,
+        [[/usr/bin/python3 -c 'import os
+m, s = os.openpty()
+os.write(m, b"ping\n")
+print("pty-ok", os.ttyname(s), os.read(s, 16))']]))
+      assert.are.equal(0, r.code, out)
+      local _, control, attempt = h.after_attempt(out, "pty%-ok /dev/pts/0 b'ping\\n'")
+      assert.matches("^ptmx \n", attempt) -- the tenant's own instance: its multiplexer alone
+      assert.matches("No such file", attempt)
+      assert.matches("pty%-ok", control)
+    end)
+
     it("kills a memory hog at its cap, and a smaller allocation succeeds after it", function()
       local s = new_sandbox({ limits = { memory = "48M" } })
       local _, r = run(s, 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo BIG ${#x}')
@@ -405,6 +428,14 @@ describe("corral run cleans up #root", function()
     return code, dir, function() h.rmrf(root) end, cgroups
   end
 
+  -- the processes of a run whose storage is dir: its shell's command line names no dir,
+  -- so those whose cwd is it (the command runs in /storage)
+  local function sandbox_processes_of(dir)
+    local st = corral.core.fs.lstat(dir)
+    return h.sh("for p in /proc/[0-9]*; do [ \"$(stat -Lc %d:%i $p/cwd 2>/dev/null)\" = " ..
+      h.quote(st and (st.dev .. ":" .. st.ino) or "none") .. " ] && echo ${p#/proc/}; done; true")
+  end
+
   local function sandbox_processes(tag)
     return h.sh("pgrep -f " .. h.quote("^sleep " .. tag .. "$") .. " || true")
   end
@@ -431,6 +462,40 @@ describe("corral run cleans up #root", function()
       assert.are.equal("handled\n", handled)
       assert.are.equal("", sandbox_processes("31.42"))
       assert.are.equal("", cgroups)
+    end)
+  end
+
+  for _, mechanism in ipairs({ "native", "bwrap" }) do
+    it("keeps a command that handles one Ctrl-C running past the grace; control: a second Ctrl-C ends it " ..
+      "with 130, leaving nothing (" .. mechanism .. ")", function()
+      local root = h.tmpdir("interrupted")
+      os.execute("chmod 0711 " .. root)
+      finally(function() h.rmrf(root) end)
+      local dir = root .. "/int"
+      local devnull = assert(io.open("/dev/null", "r+"))
+      local p = assert(corral.core.spawn.start({ plain = true, new_session = true, path = h.host,
+        argv = { h.host, "run", "--mechanism", mechanism, "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c",
+          "trap 'echo x >> /storage/got' INT; echo up > /storage/up; while :; do sleep 0.1; done" },
+        env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
+      devnull:close()
+      local function handled(n)
+        return h.wait_for(function() return select(2, (h.read(dir .. "/got") or ""):gsub("x\n", "")) >= n end, 10)
+      end
+      local up = h.wait_for(function() return h.read(dir .. "/up") end, 20)
+      p:kill(2)
+      local once = handled(1)
+      os.execute("sleep 4") -- past the 3 s grace a first signal used to start
+      local running = p:running()
+      p:kill(2)
+      local code = p:wait(20)
+      if not code then p:kill(); p:wait() end
+      p:close()
+      assert.truthy(up, "the command never started")
+      assert.truthy(once, "the command never handled the first Ctrl-C")
+      assert.is_true(running, "one Ctrl-C the command handled ended the run")
+      assert.truthy(handled(2), "the second Ctrl-C never reached the command")
+      assert.are.equal(128 + 2, code)
+      assert.are.equal("", sandbox_processes_of(dir))
     end)
   end
 
@@ -464,6 +529,21 @@ describe("corral run cleans up #root", function()
     assert.is_nil(stale_left, "the stale cgroup was not swept")
     assert.truthy(live_left, "a live process's cgroup was removed")
     live_left:close()
+  end)
+end)
+
+describe("the tenant's terminal type #root", function()
+  it("passes the caller's TERM, a name and no credential, and nothing credential-shaped beside it; " ..
+    "control: a TERM that is no plain terminfo name stays dumb", function()
+    local script = "echo term=$TERM token=${GITHUB_TOKEN-unset}"
+    local out, rc = h.sh("exec env TERM=xterm-256color GITHUB_TOKEN=ghp_leak123 " .. h.quote(h.host) ..
+      " run -- sh -c " .. h.quote(script))
+    assert.are.equal(0, rc, out)
+    assert.matches("term=xterm%-256color token=unset", out)
+    assert.not_matches("ghp_leak123", out)
+    out, rc = h.sh("exec env 'TERM=xterm;id' " .. h.quote(h.host) .. " run -- sh -c " .. h.quote(script))
+    assert.are.equal(0, rc, out)
+    assert.matches("term=dumb token=unset", out)
   end)
 end)
 

@@ -27,7 +27,7 @@ static int new_fs(const char *type, const char *options, unsigned attrs)
     if (fs < 0) return -errno;
     int r = 0;
     for (const char *o = options; o && *o && r == 0;) {
-        /* options: "key=value,key=value" */
+        /* options: "key=value,flag,key=value" */
         char kv[64];
         size_t n = strcspn(o, ",");
         if (n >= sizeof kv) {
@@ -38,7 +38,8 @@ static int new_fs(const char *type, const char *options, unsigned attrs)
         kv[n] = '\0';
         char *eq = strchr(kv, '=');
         if (eq) *eq++ = '\0';
-        if (sys_fsconfig(fs, FSCONFIG_SET_STRING, kv, eq, 0) < 0) r = -errno;
+        if (sys_fsconfig(fs, eq ? FSCONFIG_SET_STRING : FSCONFIG_SET_FLAG, kv, eq, 0) < 0)
+            r = -errno;
         o += n + (o[n] == ',');
     }
     if (r == 0 && sys_fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) r = -errno;
@@ -126,6 +127,14 @@ static int build_dev(int rootfd, const int *dev_trees)
                                            {"/proc/self/fd/2", "dev/stderr"}};
     for (size_t i = 0; r == 0 && i < sizeof links / sizeof links[0]; i++)
         if (symlinkat(links[i][0], rootfd, links[i][1]) < 0 && errno != EEXIST) r = -errno;
+    /* A terminal of the tenant's own: a devpts instance no other namespace sees (its
+     * ptys numbered from 0, none of the host's listed), and /dev/ptmx its multiplexer,
+     * so that a shell has job control and openpty works. No gid= option: the host's
+     * tty group is not mapped in the tenant's user namespace. */
+    if (r == 0)
+        r = attach_fs(rootfd, "dev/pts", "devpts", "newinstance,ptmxmode=0666,mode=0620",
+                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+    if (r == 0 && symlinkat("pts/ptmx", rootfd, "dev/ptmx") < 0 && errno != EEXIST) r = -errno;
     return r;
 }
 

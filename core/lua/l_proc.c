@@ -5,6 +5,8 @@
  *
  *   core.proc.nofile()            -> soft, hard (RLIMIT_NOFILE; math.huge: unlimited)
  *   core.proc.set_nofile(soft)    -> true | nil, msg, errno (the hard limit unchanged)
+ *   core.proc.limit(name, n)      -> true | nil, msg, errno: RLIMIT_FSIZE ("fsize") or
+ *                                    RLIMIT_NOFILE ("nofile"), soft and hard both n
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -201,6 +203,20 @@ static int l_set_nofile(lua_State *L)
     return 1;
 }
 
+/* Both soft and hard: what the caller then runs cannot raise it again. */
+static int l_limit(lua_State *L)
+{
+    static const char *const names[] = {"fsize", "nofile", NULL};
+    static const int resources[] = {RLIMIT_FSIZE, RLIMIT_NOFILE};
+    int which = luaL_checkoption(L, 1, NULL, names);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, n >= 0, 2, "must be non-negative");
+    struct rlimit rl = {(rlim_t)n, (rlim_t)n};
+    if (setrlimit(resources[which], &rl) < 0) return corral_pushfail(L, "setrlimit", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_kill_pid(lua_State *L)
 {
     lua_Integer pid = luaL_checkinteger(L, 1);
@@ -243,6 +259,7 @@ int corral_open_proc(lua_State *L)
                                    {"find_owned", l_find_owned},
                                    {"nofile", l_nofile},
                                    {"set_nofile", l_set_nofile},
+                                   {"limit", l_limit},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;

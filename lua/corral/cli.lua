@@ -564,6 +564,10 @@ is dropped and logged by the ruleset; DNS (port 53) is always the sandbox's own
 responder, never relayed. A TCP entry never lets a datagram through, nor a udp: entry a
 connection.
 
+Signals: Ctrl-C, SIGTERM and SIGHUP are forwarded to the command. What still runs 3 s
+after a SIGTERM or SIGHUP is killed; Ctrl-C starts that grace only the second time (a
+command that handles one runs on, as at a terminal).
+
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
 memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;

@@ -74,14 +74,23 @@ M.forbidden_env_fragments = setmetatable({}, {
   __pairs = function() return ipairs(FRAGMENTS) end,
 })
 
---- The base every tenant environment starts from.
+-- The caller's terminal type: a name, not a credential, that a tenant's shell and
+-- editors need to draw; anything but a plain terminfo name is not passed.
+local function caller_term()
+  local term = os.getenv("TERM")
+  if term and #term <= 64 and term:match("^[%w][%w%.%-%+_]*$") then return term end
+  return nil
+end
+
+--- The base every tenant environment starts from: TERM is the caller's (a plain
+-- terminfo name), else `dumb`.
 -- @treturn table name → value
 function M.base_env()
   return {
     PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     HOME = "/storage",
     LANG = "C.UTF-8",
-    TERM = "dumb",
+    TERM = caller_term() or "dumb",
     TZ = "UTC",
   }
 end

@@ -215,6 +215,43 @@ local function field_of(sb, path)
   return v
 end
 
+--- What the host applies around `mech` for `sb`: each capability it requires and does
+-- not construct, as a set (`resource_limits` there: the host's cgroup and rlimits hold
+-- every limit, corral.mechanism.watch). Nil and a message when a list is broken.
+-- @tparam table mech
+-- @tparam table sb
+-- @treturn table set of names
+function M.host_applied(mech, sb)
+  local required, rerr = list(mech, "required_capabilities", sb)
+  if not required then return nil, rerr end
+  local constructed, cerr = list(mech, "constructed_capabilities", sb)
+  if not constructed then return nil, cerr end
+  local set = {}
+  for _, c in ipairs(required) do set[c] = true end
+  for _, c in ipairs(constructed) do set[c] = nil end
+  return set
+end
+
+--- The tenant profile's guarantees: a mechanism claiming none of them, built or
+-- required, runs what it runs as the caller, on the host.
+M.ISOLATION = { "filesystem_confinement", "privilege_separation", "network_restriction" }
+
+--- Whether `mech` claims none of `ISOLATION` for `sb`, in either list.
+-- @tparam table mech
+-- @tparam table sb
+-- @treturn boolean
+function M.claims_nothing(mech, sb)
+  local required = list(mech, "required_capabilities", sb) or {}
+  local constructed = list(mech, "constructed_capabilities", sb) or {}
+  local named = {}
+  for _, c in ipairs(required) do named[c] = true end
+  for _, c in ipairs(constructed) do named[c] = true end
+  for _, c in ipairs(M.ISOLATION) do
+    if named[c] then return false end
+  end
+  return true
+end
+
 --- The gate: every flag the sandbox sets must be one the mechanism builds or requires
 -- (a `--memory` is refused, never silently dropped); then required − constructed, each
 -- asked of the host probe.

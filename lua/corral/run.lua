@@ -323,6 +323,11 @@ function M.execute(req, hooks)
     if log_close then log_close() end
   end
 
+  if not corral.mechanism.is_builtin(mech) and corral.mechanism.claims_nothing(mech, sb) then
+    say(string.format("warning: mechanism %s claims none of %s: the command runs as the caller (uid %d), " ..
+      "on the host", corral.mechanism.label(mech), table.concat(corral.mechanism.ISOLATION, ", "),
+      core.proc.geteuid()))
+  end
   local ok, perr = corral.provision(mech, sb)
   -- a temporary storage whose host id another process holds: a fresh directory gives another id
   for _ = 1, 3 do

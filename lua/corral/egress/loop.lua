@@ -519,6 +519,18 @@ function M.serve(seconds)
   repeat M.step(math.max(0, math.min(1, deadline - core.clock.monotime()))) until core.clock.monotime() >= deadline
 end
 
+--- Whether a forwarded signal starts the grace after which the sandbox is killed:
+-- SIGTERM and SIGHUP at once (a supervisor or a hang-up ends the sandbox whatever it
+-- handles), SIGINT only the second time (as at a terminal, a command that handles or
+-- ignores Ctrl-C runs on; a second one says the user means it).
+-- @tparam integer sig the signal just forwarded
+-- @tparam integer interrupts how many SIGINTs were forwarded, this one included
+-- @treturn boolean
+function M.starts_grace(sig, interrupts)
+  if sig == 2 then return interrupts >= 2 end
+  return true
+end
+
 --- Waits for a sandbox process: serving the loop meanwhile (opts.serve), up to
 -- opts.wall seconds, forwarding the signals that arrive on opts.signals (a
 -- core.signal.fd) to it, or handing each to opts.deliver(sig), which answers false
@@ -526,7 +538,7 @@ end
 -- until the process ends), and calling each of opts.feeds' `on()` when its `fd` is
 -- readable (and once more after the process ended; `on` returns false at the feed's
 -- end). With opts.grace, the deadline also comes that many seconds after the first
--- forwarded signal. Returns its code and how it ended, or proc:wait's nil, msg,
+-- forwarded signal that starts the grace (`starts_grace`). Returns its code and how it ended, or proc:wait's nil, msg,
 -- ETIMEDOUT while it still runs at the deadline, then the forwarded signal's number
 -- when it was the grace, not the wall, that ran out.
 -- @tparam userdata proc a corral.process
@@ -554,7 +566,7 @@ function M.wait(proc, opts)
     proc:kill(sig)
     return true
   end
-  local signalled, undelivered = nil, {}
+  local signalled, undelivered, interrupts = nil, {}, 0
   while true do
     local left = deadline and deadline - core.clock.monotime()
     if left and left <= 0 then
@@ -575,7 +587,8 @@ function M.wait(proc, opts)
       local sig = core.signal.read(opts.signals)
       if sig then
         undelivered[#undelivered + 1] = sig
-        if opts.grace and not signalled then
+        if sig == 2 then interrupts = interrupts + 1 end
+        if opts.grace and not signalled and M.starts_grace(sig, interrupts) then
           signalled = sig
           local at = core.clock.monotime() + opts.grace
           if not deadline or at < deadline then deadline = at end

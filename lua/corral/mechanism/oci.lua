@@ -417,6 +417,19 @@ end
 
 -- Starts the engine's client for argv in sb, in a private working directory. With
 -- `capture`, its stderr comes through a feed (see `stderr_feed`; the caller serves it).
+-- This process's mark (`owner-PID`), where each container name is added before its
+-- client starts: a client outlives a SIGKILLed corral (a session of its own) and may
+-- create its container after a sweep looked, so the sweep finds the name here.
+local function mark_path(pid) return scratch_dir() .. "/owner-" .. (pid or core.proc.getpid()) end
+
+local function note_container(name)
+  local f = io.open(mark_path(), "a")
+  if not f then return nil end
+  f:write(name, "\n")
+  f:close()
+  return true
+end
+
 local function spawn(sb, st, argv, opts, capture)
   local dir, derr = private_dir()
   if not dir then return nil, errors.cannot_enforce("oci", "a private directory for the engine: " .. tostring(derr)) end
@@ -429,6 +442,11 @@ local function spawn(sb, st, argv, opts, capture)
   if not full or (opts.output and not out) then
     core.fs.remove_tree(dir)
     return nil, name
+  end
+  if not joined and swept and not note_container(name) then
+    if out then out:close() end
+    core.fs.remove_tree(dir)
+    return nil, errors.cannot_enforce("oci", "cannot note the container's name in " .. mark_path())
   end
   local feed = capture and stderr_feed(out or opts.stderr)
   local oom0 = oom_kills()
@@ -634,29 +652,71 @@ local function classify(sb, run, code)
   return result
 end
 
+-- The live processes whose argv holds one of `names` as a word: the engine clients a
+-- dead corral started, still creating their containers.
+local function clients_of(names)
+  local found = {}
+  if not next(names) then return found end
+  for _, entry in ipairs(core.fs.listdir("/proc") or {}) do
+    if entry:match("^%d+$") then
+      for word in (file.read("/proc/" .. entry .. "/cmdline") or ""):gmatch("[^%z]+") do
+        if names[word] then found[#found + 1] = tonumber(entry) break end
+      end
+    end
+  end
+  return found
+end
+
+-- Ends a dead corral's engine clients first, so that no container appears after the
+-- sweep looked: each is killed and waited for (up to 5 s).
+local function end_clients(names)
+  local pids = clients_of(names)
+  for _, pid in ipairs(pids) do core.proc.kill(pid, 9) end
+  local until_ = core.clock.monotime() + 5
+  while #pids > 0 and core.clock.monotime() < until_ do
+    local alive = {}
+    for _, pid in ipairs(pids) do
+      if core.fs.lstat("/proc/" .. pid) then alive[#alive + 1] = pid end
+    end
+    pids = alive
+    if #pids > 0 then core.io.poll({}, 0.05) end
+  end
+end
+
 --- Removes the containers of corral processes that are gone (SIGKILL leaves them no
--- chance to): when some process's mark (`owner-PID`) outlived it, every container
--- labelled `corral.owner=PID` whose PID has no process. A mark goes only once its
--- containers have, so one the engine could not remove is tried again by the next sweep.
+-- chance to): when some process's mark (`owner-PID`) outlived it, the engine clients
+-- it started are killed first (one still creating its container would otherwise add it
+-- after the sweep looked), then every container labelled `corral.owner=PID` whose PID
+-- has no process, and each container the mark names, are removed. A mark goes only
+-- once its containers have, so one the engine could not remove is tried again by the
+-- next sweep.
 -- @treturn integer how many were removed
 function M.sweep()
   local dir = scratch_dir()
   resources.sweep(dir, "^call%-(%d+)%-%w+$", core.fs.remove_tree)
   resources.sweep(dir, "^root%-(%d+)%.tar$", os.remove)
-  local dead = {}
+  local dead, named = {}, {}
   resources.sweep(dir, "^owner%-(%d+)$", function(path)
     dead[#dead + 1] = path
+    for name in (file.read(path) or ""):gmatch("[^\n]+") do named[name] = path:match("(%d+)$") end
     return true
   end)
   if #dead == 0 then return 0 end
+  end_clients(named)
   local out, err = M.call({ "ps", "--all", "--filter", "label=corral.owner", "--format",
     "{{.Names}} {{index .Labels \"corral.owner\"}}" })
   if err then return 0 end
   local removed, kept = 0, {}
   for name, pid in out:gmatch("(%S+) (%d+)\n") do
     if not core.fs.lstat("/proc/" .. pid) then
+      named[name] = nil
       if M.remove(name) then removed = removed + 1 else kept[pid] = true end
     end
+  end
+  -- a name the engine does not list under the label: a client killed while creating it
+  -- may have left it half-made; removing one that does not exist fails harmlessly
+  for name in pairs(named) do
+    if M.remove(name) then removed = removed + 1 end
   end
   for _, path in ipairs(dead) do
     if not kept[path:match("(%d+)$")] then os.remove(path) end
@@ -675,7 +735,7 @@ function M.provision(sb)
     -- containers may be left (the engine is asked only then).
     swept = true
     M.sweep()
-    write_private(scratch_dir() .. "/owner-" .. core.proc.getpid(), "")
+    write_private(mark_path(), "")
   end
   if (sb.network or sb.service_port) and eng.kind ~= "podman" then
     return nil, errors.cannot_enforce("network_restriction", (sb.network and "an egress allowlist" or
@@ -768,7 +828,7 @@ function M.destroy(sb)
   local ok, err = resources.release(st)
   state[sb.id] = nil
   if next(state) == nil and swept then
-    os.remove(scratch_dir() .. "/owner-" .. core.proc.getpid())
+    os.remove(mark_path())
     swept = false
   end
   if not ok then return nil, err end

@@ -5,14 +5,19 @@
 -- (corral.control), so that the REPL sees the run, and the egress planes provision
 -- built, so that decisions, `allow` and `revoke` happen where the policy lives.
 --
+-- When the mechanism asks the host for resource_limits, the child joins a cgroup capped
+-- at the sandbox's memory, pids and cpu and takes its fsize and nofile rlimits before
+-- the mechanism's code runs (or reports that it could not, and nothing runs).
 -- What it started is the child's cgroup when the host can make one (cgroup.kill ends it
 -- however processes detach), and always the child's process tree: the child is a
 -- subreaper, so descendants stay beneath it. At the wall, or `GRACE` seconds after a
--- forwarded signal, all of it is killed. The result comes through a pipe, checked
+-- forwarded signal that starts the grace (SIGTERM, SIGHUP, a second SIGINT:
+-- corral.egress.loop.starts_grace), all of it is killed. The result comes through a pipe, checked
 -- against the contract on both sides.
 -- @module corral.mechanism.watch
 local core = require "corral.core"
 local errors = require "corral.errors"
+local limits = require "corral.limits"
 local proctree = require "corral.proctree"
 
 local M = {}
@@ -79,8 +84,27 @@ local function signal_all(child, cg, sig)
   if #tree == 0 then child:kill(sig) end
 end
 
-local function child_main(mech, sb, argv, opts, cg, pipe)
-  if cg then cg:attach(core.proc.getpid()) end
+-- The limits the host applies (`bounds`) are in place before the mechanism's code runs,
+-- or it never runs: the child joins the capped cgroup and takes the rlimits itself, so
+-- everything it starts inherits both.
+local function bound(cg, bounds)
+  if cg then
+    local ok, err = cg:attach(core.proc.getpid())
+    if not ok and bounds then return nil, "cannot join the sandbox's cgroup: " .. tostring(err) end
+  end
+  for name, n in pairs(bounds and bounds.rlimits or {}) do
+    local ok, err = core.proc.limit(name, n)
+    if not ok then return nil, "cannot set the " .. name .. " limit: " .. tostring(err) end
+  end
+  return true
+end
+
+local function child_main(mech, sb, argv, opts, cg, bounds, pipe)
+  local bounded, why = bound(cg, bounds)
+  if not bounded then
+    core.io.write(pipe, encode({ error = errors.cannot_enforce("resource_limits", why) }, 0) or "{}")
+    core.proc.exit(0)
+  end
   -- the egress planes and the control socket stay the host's to serve
   require("corral.egress.loop").forget()
   local corral = require "corral"
@@ -99,6 +123,40 @@ local function child_main(mech, sb, argv, opts, cg, pipe)
   core.proc.exit(0)
 end
 
+-- The limits the host promised (the mechanism requires resource_limits and does not
+-- construct it): `bounds` ({rlimits = {fsize =, nofile =}}) and a cgroup capped at
+-- memory, pids and cpu; otherwise no bounds and, as root, an uncapped cgroup that only
+-- ends the tree. A promised cgroup that cannot be made refuses the run.
+local function host_bounds(mech, sb)
+  local applied, aerr = require("corral.mechanism").host_applied(mech, sb)
+  if not applied then return nil, nil, errors.cannot_enforce("mechanism", aerr) end
+  if not applied.resource_limits then
+    return nil, core.proc.geteuid() == 0 and core.cgroup and core.cgroup.create({}) or nil
+  end
+  local l = sb.limits or {}
+  local bounds = { rlimits = { fsize = l.fsize, nofile = l.nofile } }
+  if not limits.wants_cgroup(sb) then
+    return bounds, core.proc.geteuid() == 0 and core.cgroup and core.cgroup.create({}) or nil
+  end
+  if not core.cgroup then
+    return nil, nil, errors.cannot_enforce("resource_limits", "no cgroup support in this build")
+  end
+  local cg, err = limits.cgroup(sb)
+  if not cg then return nil, nil, err end
+  bounds.capped = true
+  return bounds, cg
+end
+
+-- A capped cgroup's OOM kill during the run: the memory cap ended it, whether it took
+-- the command (the mechanism reports 128 + 9) or the watched child itself (no report).
+local function capped_result(cg, bounds, result)
+  if not (cg and bounds and bounds.capped) then return result end
+  local usage = cg:usage()
+  if not (usage and (usage.oom_kills or 0) > 0) then return result end
+  result = result or { code = 128 + 9, how = "killed" }
+  return limits.observe({ cgroup = cg }, result)
+end
+
 --- Runs `corral.exec(mech, sb, argv, opts)` in a watched child and bounds it.
 -- @tparam table mech a loaded mechanism
 -- @tparam table sb
@@ -109,17 +167,17 @@ end
 function M.exec(mech, sb, argv, opts, signals)
   local label = require("corral.mechanism").label(mech)
   local loop = require "corral.egress.loop"
-  local cg
-  if core.proc.geteuid() == 0 and core.cgroup then cg = core.cgroup.create({}) end
+  local bounds, cg, berr = host_bounds(mech, sb)
+  if berr then return nil, berr end
   local child, pipe = core.spawn.fork()
-  if child == false then child_main(mech, sb, argv, opts or {}, cg, pipe) end
+  if child == false then child_main(mech, sb, argv, opts or {}, cg, bounds, pipe) end
   if not child then
     if cg then cg:destroy() end
     return nil, errors.cannot_enforce("process_isolation", "cannot start the watched child: " .. tostring(pipe))
   end
   local wall = sb.limits and sb.limits.wall
   local deadline = wall and core.clock.monotime() + wall
-  local chunks, timed_out, got_signal, grace_end = {}, false, nil, nil
+  local chunks, timed_out, got_signal, grace_end, interrupts = {}, false, nil, nil, 0
   local fds = { pipe, signals }
   while true do
     local now = core.clock.monotime()
@@ -136,9 +194,12 @@ function M.exec(mech, sb, argv, opts, signals)
     if hit[2] then
       local sig = core.signal.read(signals)
       if sig then
-        got_signal = got_signal or sig
         signal_all(child, nil, sig)
-        grace_end = grace_end or core.clock.monotime() + M.GRACE
+        got_signal = got_signal or sig
+        if sig == 2 then interrupts = interrupts + 1 end
+        if not grace_end and loop.starts_grace(sig, interrupts) then
+          grace_end = core.clock.monotime() + M.GRACE
+        end
       end
     end
     if hit[1] then
@@ -149,13 +210,15 @@ function M.exec(mech, sb, argv, opts, signals)
   end
   local code, how = child:wait()
   pipe:close()
+  local report = decode(table.concat(chunks))
+  local capped = not timed_out and not (report and report.error) and capped_result(cg, bounds, report and report.result)
   if cg then
     cg:kill()
     cg:destroy()
   end
   child:close()
   if timed_out then return { code = 128 + 9, how = "killed", limit = "wall" } end
-  local report = decode(table.concat(chunks))
+  if capped then return capped end
   if report and report.result then return report.result end
   if report and report.error then
     local e = report.error
