@@ -11,6 +11,7 @@ describe("egress connection options and the summary's words", function()
   local run_options = require "corral.egress.run_options"
   local summary = require "corral.egress.summary"
   local acceptor = require "corral.egress.acceptor"
+  local sni_hold = require "corral.egress.sni_hold"
 
   it("refuses a bad idle or connect_timeout; none and hours are accepted", function()
     for _, bad in ipairs({ -1, "10m", 0 / 0, 86400 * 366 }) do
@@ -48,7 +49,7 @@ describe("egress connection options and the summary's words", function()
     local f = io.open("tests/fuzz/corpus/sni/tls-openssl-sni", "rb") -- openssl s_client -servername api.test
     local hello = f:read("a")
     f:close()
-    local v = acceptor.sni_verdict
+    local v = sni_hold.sni_verdict
     assert.are.equal("SNI api.test on a connection to evil.test", v(hello, "evil.test", "match"))
     assert.is_true(v(hello, "api.test", "match"))                                  -- control
     assert.is_nil(v(hello:sub(1, 100), "api.test", "match"))                        -- wait for the rest

@@ -1,8 +1,8 @@
 --- The egress data plane of one sandbox: its network namespace, link and ruleset, and
 -- the parts that serve it — the DNS responder (`corral.egress.responder`), the acceptor
--- and the inbound service (`corral.egress.acceptor`), and, once a `udp:` entry (or
--- `--learn`) asks for it, the UDP relay (`corral.egress.udp`) — driven by one
--- process-wide loop (`corral.egress.loop`), which polls what `watch` lists.
+-- (`corral.egress.acceptor`), the inbound service (`corral.egress.service`), and, once a
+-- `udp:` entry (or `--learn`) asks for it, the UDP relay (`corral.egress.udp`) — driven
+-- by one process-wide loop (`corral.egress.loop`), which polls what `watch` lists.
 --
 -- Ownership order: the host creates the netns (owned by the host's user namespace, in
 -- which the tenant holds no capability), brings lo up with default routes via lo, binds
@@ -29,6 +29,7 @@ local network_spec = require "corral.egress.network_spec"
 local registry = require "corral.egress.registry"
 local responder = require "corral.egress.responder"
 local acceptor = require "corral.egress.acceptor"
+local service = require "corral.egress.service"
 local udp = require "corral.egress.udp"
 local name_files = require "corral.name_files"
 
@@ -380,13 +381,13 @@ function Plane:refuses()
 end
 
 --- Inbound: serves `port` on the sandbox's loopback at a host port the kernel chooses
--- (`service_addr` reads it back; see `corral.egress.acceptor.service`).
+-- (`service_addr` reads it back; see `corral.egress.service`).
 -- @tparam integer port
 -- @treturn[1] true
 -- @return[2] nil
 -- @treturn[2] table cannot_enforce("network_restriction", …)
 function Plane:serve(port)
-  local svc, err = acceptor.service(self.netns, { id = self.id, mark = M.MARK, idle = self.idle }, port)
+  local svc, err = service.new(self.netns, { id = self.id, mark = M.MARK, idle = self.idle }, port)
   if not svc then return nil, err end
   self.service, self.service_port, self.service_addr = svc, port, svc.addr
   return true
@@ -437,7 +438,7 @@ function Plane:watch()
 end
 
 --- When the loop must look at the plane again at the latest (a held connection's wait
--- ends, see `corral.egress.acceptor`; a DNS-over-TCP connection's silence, see
+-- ends, see `corral.egress.sni_hold`; a DNS-over-TCP connection's silence, see
 -- `corral.egress.responder`), monotonic seconds, or nil.
 function Plane:deadline()
   local a = self.acceptor and self.acceptor:deadline()
