@@ -127,9 +127,9 @@ describe("egress connection options and the summary's words", function()
     assert.matches("(--sni require)", sni_line, nil, true)
     assert.is_nil(sni_line:find("network.", 1, true))
     -- this host out of fds is said as such, never as the upstream refusing
-    local loop = require "corral.egress.loop"
+    local relays = require "corral.egress.relays"
     local errno = require("corral.core").errno
-    local emfile = loop.failure({ kind = "failed", err = errno.EMFILE, msg = "Too many open files" },
+    local emfile = relays.failure({ kind = "failed", err = errno.EMFILE, msg = "Too many open files" },
       { upstreams = { "10.1.2.3", "10.1.2.4" } })
     assert.matches("^corral is out of file descriptors %(connecting to 10%.1%.2%.3, 10%.1%.2%.4: Too many open files%)",
       emfile)
@@ -137,7 +137,7 @@ describe("egress connection options and the summary's words", function()
       summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile }))
     assert.is_nil(summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile })
       :find("refused", 1, true))
-    assert.are.equal("upstream: Connection refused (10.1.2.3)", loop.failure({ kind = "failed",
+    assert.are.equal("upstream: Connection refused (10.1.2.3)", relays.failure({ kind = "failed",
       err = errno.ECONNREFUSED, msg = "Connection refused" }, { upstream = "10.1.2.3" })) -- control
     assert.matches("--max-connections sets the cap", summary.line({ kind = "connect", verdict = "deny",
       name = "api.test", port = 443, reason = "connection cap reached (2)" }), nil, true)

@@ -21,6 +21,7 @@ local fdlimit = require "corral.egress.fdlimit"
 local hostaddr = require "corral.egress.hostaddr"
 local loop = require "corral.egress.loop"
 local refusal = require "corral.egress.refusal"
+local relays = require "corral.egress.relays"
 local sni_hold = require "corral.egress.sni_hold"
 
 local M = {}
@@ -198,13 +199,13 @@ end
 function Acceptor:accept(port_key)
   local client, msg, errno = core.sock.accept(self.fd, 0)
   if not client then
-    if loop.out_of_fds(errno) then
+    if relays.out_of_fds(errno) then
       -- The connection stays in the listen queue; the listener rests a moment rather
       -- than wake the loop at once again for what it cannot take.
       self.resting = core.clock.monotime() + M.FD_REST
       loop.changed()
       events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", bytes = 0, by = "policy",
-        reason = loop.fd_shortage(msg) })
+        reason = relays.fd_shortage(msg) })
     end
     return
   end
@@ -233,7 +234,7 @@ function Acceptor:connect(client, ctx, port_key)
     ctx.entry = verdict.entry
     return deny(client, ctx, verdict.reason, verdict.by)
   end
-  if loop.count(self.id) + self.n_held + self.n_resolving >= self.max_connections then
+  if relays.count(self.id) + self.n_held + self.n_resolving >= self.max_connections then
     return deny(client, ctx, "connection cap reached (" .. self.max_connections .. (self.cap_note and
       (", lowered from " .. self.asked_connections .. ": " .. self.cap_note) or "") .. ")")
   end
@@ -347,16 +348,17 @@ function Acceptor:upstream(w, addrs, rerr)
   -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
   -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
   -- which the ruleset's mark rules exempt from the redirect.
-  -- The connection joins its destination's relay (`corral.egress.loop`), which is what
+  -- The connection joins its destination's relay (`corral.egress.relays`), which is what
   -- `recheck` cuts when the policy stops allowing the destination.
-  local id, cerr, cerrno = loop.connect(client, upstream, port, {
+  local id, cerr, cerrno = relays.connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
     port_key = w.port_key, attempt_delay = self.attempt_delay,
     mark = self.link and self.mark or nil, netns = self.link and self.netns or nil,
     on_held = guard and function(cid) sni_hold.check_held(self, cid, guard) end or nil },
     { name = name, ip = (not name) and ip or nil, port = port }, ctx)
   if not id then
-    return deny(client, ctx, loop.out_of_fds(cerrno) and loop.fd_shortage(cerr) or ("upstream: " .. tostring(cerr)))
+    return deny(client, ctx, relays.out_of_fds(cerrno) and relays.fd_shortage(cerr)
+      or ("upstream: " .. tostring(cerr)))
   end
   -- the loop holds ctx from here: its end is logged as this decision, with its bytes
   local v = w.verdict

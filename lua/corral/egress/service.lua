@@ -6,6 +6,7 @@ local errors = require "corral.errors"
 local events = require "corral.egress.events"
 local loop = require "corral.egress.loop"
 local refusal = require "corral.egress.refusal"
+local relays = require "corral.egress.relays"
 
 local M = {}
 local Service = {}
@@ -41,7 +42,7 @@ function Service:relay(client, ctx)
   -- blocking: a tenant that listens and never accepts (its backlog full, the SYN dropped)
   -- would otherwise hold the host's one loop, and every other sandbox, for the timeout.
   -- A failure arrives as the connection's "failed" event.
-  local id, err = loop.connect(client, "127.0.0.1", self.port, { mark = self.mark,
+  local id, err = relays.connect(client, "127.0.0.1", self.port, { mark = self.mark,
     netns = self.netns, timeout = 2, idle = self.idle, key = self.id .. "/inbound" }, nil, ctx)
   if not id then return refusal.deny(client, ctx, "service port: " .. tostring(err)) end
   ctx.verdict, ctx.reason, ctx.bytes = "allow", "service port " .. self.port, 0

@@ -29,6 +29,7 @@
 local core = require "corral.core"
 local loop = require "corral.egress.loop"
 local refusal = require "corral.egress.refusal"
+local relays = require "corral.egress.relays"
 
 local M = {}
 
@@ -149,7 +150,7 @@ end
 -- @tparam integer id the relay's connection id
 -- @tparam table h the connection's held state
 function M.check_held(acceptor, id, h)
-  local data, ended, errno = loop.peek(id)
+  local data, ended, errno = relays.peek(id)
   if not data then
     if errno == core.errno.EAGAIN then return end
     error(ended)
@@ -157,8 +158,8 @@ function M.check_held(acceptor, id, h)
   local final = ended or #data >= core.sni.PEEK_MAX
   local v = M.sni_verdict(data, h.name, acceptor.sni, final, h.ip)
   if v == nil then return end
-  if v == true then return loop.release(id) end
-  loop.cut(id, v)
+  if v == true then return relays.release(id) end
+  relays.cut(id, v)
 end
 
 return M
