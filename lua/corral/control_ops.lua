@@ -98,7 +98,7 @@ function M.for_run(mech, sb, run)
     }
   end
   function ops.connections()
-    return require("corral.egress.loop").connections(sb.id)
+    return require("corral.egress.relays").connections(sb.id)
   end
   function ops.decisions(req)
     local n = math.tointeger(req.n) or 20
