@@ -18,7 +18,7 @@ local M = {}
 M.HOSTNAME = "corral"
 
 --- The name of a directory of name files in /tmp: its maker's pid first.
-M.DIR_PATTERN = "^corral%-names%-(%d+)%-%w+$"
+M.DIR_PATTERN = leftovers.pattern("corral-names-")
 
 --- The `hosts:` line every tenant's nsswitch.conf holds: its own hosts file, then DNS.
 M.NSSWITCH_HOSTS = "hosts:          files dns"
@@ -61,12 +61,6 @@ function M.contents(hostname, host_nsswitch)
   }
 end
 
--- A directory of ours, never a link nor one another user made.
-local function remove_own_dir(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
-end
-
 --- Writes the name files for a tenant named hostname into a directory of their own.
 -- @tparam string hostname
 -- @treturn[1] table `{dir =, files = {[path in the tenant's root] = path on the host}}`
@@ -75,9 +69,9 @@ end
 function M.write(hostname)
   if not swept then
     swept = true
-    leftovers.sweep("/tmp", M.DIR_PATTERN, remove_own_dir)
+    leftovers.sweep_own("/tmp", "corral-names-")
   end
-  local dir, err = core.fs.mkdtemp("/tmp/corral-names-" .. core.proc.getpid() .. "-")
+  local dir, err = leftovers.make("/tmp", "corral-names-")
   if not dir then return nil, err end
   local t = { dir = dir, files = {} }
   local function fail(why)
@@ -110,7 +104,7 @@ end
 -- @tparam table t
 function M.remove(t)
   if t and t.dir then
-    remove_own_dir(t.dir)
+    leftovers.remove_own_tree(t.dir)
     t.dir, t.files = nil, {}
   end
 end

@@ -6,6 +6,7 @@
 -- @module corral.probe
 local core = require "corral.core"
 local file = require "corral.file"
+local leftovers = require "corral.leftovers"
 local probe_cache = require "corral.probe_cache"
 local shell = require "corral.shell"
 
@@ -17,42 +18,26 @@ local swept = false -- whether this process has swept the scratch of dead ones
 -- what the probe cache held when this process first asked (nil: not read yet)
 local kept
 
--- $TMPDIR when set: inside a confinement /tmp is read-only, and a nested `corral confine`
--- could probe nothing.
-local function scratch_dir()
-  local t = os.getenv("TMPDIR")
-  return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
-end
-
--- A private scratch directory for a probe. Without $TMPDIR and with /tmp read-only (a
--- `corral confine` nested in another, whose /tmp is the runtime's), the working
--- directory: there the confined process starts, inside its boundary.
--- Named with the creator's pid, so that one a killed probe left is found and removed
--- (M.sweep) by the next process that probes or runs.
+-- A private scratch directory for a probe, in $TMPDIR or /tmp (corral.leftovers). Without
+-- $TMPDIR and with /tmp read-only (a `corral confine` nested in another, whose /tmp is the
+-- runtime's), the working directory: there the confined process starts, inside its
+-- boundary. Named with the creator's pid, so that one a killed probe left is found and
+-- removed (M.sweep) by the next process that probes or runs.
 local function mkscratch()
-  local pid = core.proc.getpid()
-  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-" .. pid .. "-")
+  local dir, err = leftovers.make(leftovers.base(), "corral-probe-")
   if dir or os.getenv("TMPDIR") then return dir, err end
   local cwd = core.path.resolve(".")
   if not cwd then return nil, err end
-  M.sweep(cwd, "^%.corral%-probe%-(%d+)%-%w+$")
-  return core.fs.mkdtemp(cwd .. "/.corral-probe-" .. pid .. "-")
-end
-
--- A scratch directory of ours; never a link, nor a tree another user made.
-local function remove_own_tree(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
+  leftovers.sweep_own(cwd, ".corral-probe-")
+  return leftovers.make(cwd, ".corral-probe-")
 end
 
 --- Removes the scratch directories (`corral-probe-<pid>-*`) of probing processes that are
 -- gone: a probe SIGKILLed mid-way (a `corral run` killed in its gate) leaves its own.
 -- @tparam[opt] string dir where to look (default: $TMPDIR, or /tmp)
--- @tparam[opt] string pattern a name pattern capturing the creator's pid
 -- @treturn integer how many were removed
-function M.sweep(dir, pattern)
-  return require("corral.leftovers").sweep(dir or scratch_dir(), pattern or "^corral%-probe%-(%d+)%-%w+$",
-    remove_own_tree)
+function M.sweep(dir)
+  return leftovers.sweep_own(dir or leftovers.base(), "corral-probe-")
 end
 
 -- A file for a probe child's output, in a private directory of its own (never a

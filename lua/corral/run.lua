@@ -5,7 +5,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
-local resources = require "corral.resources"
+local leftovers = require "corral.leftovers"
 
 local M = {}
 
@@ -14,13 +14,7 @@ M.EXIT = { not_started = core.exit.START_REFUSED, memory = core.exit.MEMORY, wal
            invalid = core.exit.USAGE, teardown = core.exit.TEARDOWN }
 
 local TEMP_DIR = "/tmp"
-local TEMP_PATTERN = "^corral%-run%-(%d+)%-%w+$"
-
--- A temporary storage of ours; never a link, nor a tree another user made.
-local function remove_own_tree(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
-end
+local TEMP_PREFIX = "corral-run-"
 
 -- Ctrl-C, SIGTERM and SIGHUP: held in a signalfd from a run's first step to its last,
 -- so that one arriving while storage is made or the sandbox provisioned is acted on
@@ -259,7 +253,7 @@ function M.execute(req, hooks)
   -- the temporary storage comes last, so an invalid value leaves nothing behind
   local temp
   local function new_temp()
-    local made, terr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
+    local made, terr = leftovers.make(TEMP_DIR, TEMP_PREFIX)
     if not made then
       -- a full or read-only /tmp (inside `corral confine`) is the host's, not the arguments'
       return nil, errors.cannot_enforce("filesystem_confinement", "cannot make a temporary storage in " ..
@@ -276,7 +270,7 @@ function M.execute(req, hooks)
     if not ok then say("warning: temporary storage " .. temp .. " not removed: " .. tostring(rerr)) end
   end
   if not req.storage then
-    resources.sweep(TEMP_DIR, TEMP_PATTERN, remove_own_tree)
+    leftovers.sweep_own(TEMP_DIR, TEMP_PREFIX)
     local made, terr = new_temp()
     if not made then return nil, terr end
   end

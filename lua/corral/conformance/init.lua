@@ -24,11 +24,6 @@ M.OUTCOMES = { "held", "breached", "unavailable", "void" }
 local World = {}
 World.__index = World
 
-local function scratch_dir()
-  local t = os.getenv("TMPDIR")
-  return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
-end
-
 local read_file = require("corral.file").read
 
 --- A random hex token (from the kernel's generator).
@@ -42,11 +37,12 @@ end
 
 -- A check's scratch, named with the run's pid so that a later run removes what a
 -- SIGKILLed one left (corral.leftovers).
-M.SCRATCH_PATTERN = "^corral%-conformance%-(%d+)%-%w+$"
+local SCRATCH_PREFIX = "corral-conformance-"
+M.SCRATCH_PATTERN = leftovers.pattern(SCRATCH_PREFIX)
 
 -- A world holds one check's storage root, sandboxes, servers and host processes; close() removes them.
 local function new_world(mech, opts)
-  local root, err = core.fs.mkdtemp(scratch_dir() .. "/corral-conformance-" .. core.proc.getpid() .. "-")
+  local root, err = leftovers.make(leftovers.base(), SCRATCH_PREFIX)
   if not root then return nil, err end
   root = core.path.resolve(root) or root
   core.fs.chmod(root, tonumber("711", 8))
@@ -366,7 +362,7 @@ end
 
 -- What the mechanism claims (constructs plus requires), asked with limits and a network set.
 local function claims(mech)
-  local sb = sandbox.new({ id = "claims", storage_root = scratch_dir(),
+  local sb = sandbox.new({ id = "claims", storage_root = leftovers.base(),
     limits = { memory = "64M", pids = 16, cpu = 0.5, disk = "64M" }, network = { allow = { "claims.test:1" } } })
   local set = { constructed = {}, required = {} }
   for _, fn in ipairs({ "constructed", "required" }) do
@@ -495,7 +491,7 @@ function M.run(which, opts)
       if not opts.ids or opts.ids[c.id] then list[#list + 1] = c end
     end
   end
-  leftovers.sweep(scratch_dir(), M.SCRATCH_PATTERN, leftovers.remove_own_tree)
+  leftovers.sweep_own(leftovers.base(), SCRATCH_PREFIX)
   local t0 = core.clock.monotime()
   local claimed = claims(mech)
   local results, stopped = {}, nil
