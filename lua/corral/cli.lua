@@ -565,8 +565,9 @@ responder, never relayed. A TCP entry never lets a datagram through, nor a udp: 
 connection.
 
 Signals: Ctrl-C, SIGTERM and SIGHUP are forwarded to the command. What still runs 3 s
-after a SIGTERM or SIGHUP is killed; Ctrl-C starts that grace only the second time (a
-command that handles one runs on, as at a terminal).
+after a SIGTERM or SIGHUP is killed; Ctrl-C starts that grace the second time, or the
+first when everything in the sandbox ignores it (a command that handles one runs on, as
+at a terminal).
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the

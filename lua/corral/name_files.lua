@@ -6,7 +6,7 @@
 -- looks up goes to its own hosts file (localhost and its hostname alone), then to its own
 -- DNS responder, which answers only what its allowlist allows.
 --
--- One directory per sandbox (mode 0711 in the host's /tmp, files 0644, named with its
+-- One directory per sandbox (mode 0711 in $TMPDIR or /tmp, files 0644, named with its
 -- maker's pid: one a SIGKILLed process left is removed by the next maker).
 -- @module corral.name_files
 local core = require "corral.core"
@@ -17,7 +17,7 @@ local M = {}
 --- The tenant's hostname under the built-in mechanisms.
 M.HOSTNAME = "corral"
 
---- The name of a directory of name files in /tmp: its maker's pid first.
+--- The name of a directory of name files in $TMPDIR or /tmp: its maker's pid first.
 M.DIR_PATTERN = leftovers.pattern("corral-names-")
 
 --- The `hosts:` line every tenant's nsswitch.conf holds: its own hosts file, then DNS.
@@ -67,15 +67,17 @@ end
 -- @return[2] nil
 -- @treturn[2] string why
 function M.write(hostname)
+  -- $TMPDIR when set, as every scratch of corral's: /tmp may be read-only (a confinement)
+  local base = leftovers.base()
   if not swept then
     swept = true
-    leftovers.sweep_own("/tmp", "corral-names-")
+    leftovers.sweep_own(base, "corral-names-")
   end
-  local dir, err = leftovers.make("/tmp", "corral-names-")
+  local dir, err = leftovers.make(base, "corral-names-")
   if not dir then return nil, err end
-  local t = { dir = dir, files = {} }
+  local made = { dir = dir, files = {} }
   local function fail(why)
-    M.remove(t)
+    M.remove(made)
     return nil, why
   end
   local ok, cerr = core.fs.chmod(dir, tonumber("711", 8))
@@ -93,11 +95,11 @@ function M.write(hostname)
     local wok, werr = f:write(text)
     f:close()
     if not wok then return fail(werr) end
-    t.files[dest] = path
+    made.files[dest] = path
     ok, cerr = core.fs.chmod(path, tonumber("644", 8))
     if not ok then return fail(cerr) end
   end
-  return t
+  return made
 end
 
 --- Removes what `write` made; idempotent.

@@ -16,6 +16,7 @@
 -- @module corral.egress.loop
 local core = require "corral.core"
 local turns = require "corral.egress.turns"
+local proctree = require "corral.proctree"
 
 -- Loaded when first used: a run without a plane or a log (most) never emits an event,
 -- and loading the module cost ~0.13 ms of each `corral run`.
@@ -521,13 +522,15 @@ end
 
 --- Whether a forwarded signal starts the grace after which the sandbox is killed:
 -- SIGTERM and SIGHUP at once (a supervisor or a hang-up ends the sandbox whatever it
--- handles), SIGINT only the second time (as at a terminal, a command that handles or
--- ignores Ctrl-C runs on; a second one says the user means it).
+-- handles); SIGINT the second time, or the first when every process of the sandbox
+-- ignores it (`ignored`: Ctrl-C would do nothing at all). A command that handles Ctrl-C
+-- (a shell, a REPL) runs on after one, as at a terminal.
 -- @tparam integer sig the signal just forwarded
 -- @tparam integer interrupts how many SIGINTs were forwarded, this one included
+-- @tparam[opt] function ignored asked only for a first SIGINT: whether the sandbox ignores it
 -- @treturn boolean
-function M.starts_grace(sig, interrupts)
-  if sig == 2 then return interrupts >= 2 end
+function M.starts_grace(sig, interrupts, ignored)
+  if sig == 2 then return interrupts >= 2 or (ignored ~= nil and ignored()) end
   return true
 end
 
@@ -588,7 +591,8 @@ function M.wait(proc, opts)
       if sig then
         undelivered[#undelivered + 1] = sig
         if sig == 2 then interrupts = interrupts + 1 end
-        if opts.grace and not signalled and M.starts_grace(sig, interrupts) then
+        if opts.grace and not signalled and
+          M.starts_grace(sig, interrupts, function() return proctree.all_ignore(proc:pid(), sig) end) then
           signalled = sig
           local at = core.clock.monotime() + opts.grace
           if not deadline or at < deadline then deadline = at end
