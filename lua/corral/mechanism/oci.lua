@@ -40,6 +40,7 @@ local file = require "corral.file"
 local errors = require "corral.errors"
 local shell = require "corral.shell"
 local sandbox = require "corral.sandbox"
+local leftovers = require "corral.leftovers"
 local resources = require "corral.resources"
 local tenant_root = require "corral.tenant_root"
 local image = require "corral.mechanism.oci.image"
@@ -99,8 +100,7 @@ local function scratch_dir()
     local st = core.fs.lstat(dir)
     if st and st.type == "dir" and st.uid == 0 then scratch = dir return dir end
   end
-  local t = os.getenv("TMPDIR")
-  scratch = assert(core.fs.mkdtemp(((t and t:sub(1, 1) == "/") and t or "/tmp") .. "/corral-oci-"))
+  scratch = assert(core.fs.mkdtemp(leftovers.base() .. "/corral-oci-"))
   return scratch
 end
 
@@ -120,7 +120,7 @@ local function read_all(path) return file.read(path) or "" end
 -- directory, and its files (output, env file). conmon writes files such as `oom` into
 -- its working directory, which must never be the caller's.
 local function private_dir()
-  return core.fs.mkdtemp(string.format("%s/call-%d-", scratch_dir(), core.proc.getpid()))
+  return leftovers.make(scratch_dir(), "call-")
 end
 
 -- The engine's argv for a subcommand: its path, the configured global flags, args.
@@ -693,7 +693,7 @@ end
 -- @treturn integer how many were removed
 function M.sweep()
   local dir = scratch_dir()
-  resources.sweep(dir, "^call%-(%d+)%-%w+$", core.fs.remove_tree)
+  resources.sweep(dir, leftovers.pattern("call-"), core.fs.remove_tree)
   resources.sweep(dir, "^root%-(%d+)%.tar$", os.remove)
   local dead, named = {}, {}
   resources.sweep(dir, "^owner%-(%d+)$", function(path)
