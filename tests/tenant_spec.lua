@@ -465,6 +465,22 @@ describe("corral run cleans up #root", function()
     end)
   end
 
+  -- `corral run --pids 16 --storage DIR -- sh -c script` left running in a session of its
+  -- own (its storage removed when the test ends); answers the process and DIR.
+  local function background_run(mechanism, tag, script)
+    local root = h.tmpdir(tag)
+    os.execute("chmod 0711 " .. root)
+    finally(function() h.rmrf(root) end)
+    local dir = root .. "/int"
+    local devnull = assert(io.open("/dev/null", "r+"))
+    local p = assert(corral.core.spawn.start({ plain = true, new_session = true, path = h.host,
+      argv = { h.host, "run", "--mechanism", mechanism, "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c",
+        script },
+      env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
+    devnull:close()
+    return p, dir
+  end
+
   for _, mechanism in ipairs({ "native", "bwrap" }) do
     it("ends a run whose every process ignores Ctrl-C after the grace of the first one, with 130, leaving " ..
       "nothing; control: the same run with a handler keeps running (" .. mechanism .. ")", function()
@@ -476,16 +492,8 @@ describe("corral run cleans up #root", function()
       assert.are.equal("", sandbox_processes("31.43"))
       assert.are.equal("", cgroups)
       -- control: a handler in the shell, the same single SIGINT: still running past the grace
-      local root = h.tmpdir("int-handled")
-      os.execute("chmod 0711 " .. root)
-      finally(function() h.rmrf(root) end)
-      local dir = root .. "/int"
-      local devnull = assert(io.open("/dev/null", "r+"))
-      local p = assert(corral.core.spawn.start({ plain = true, new_session = true, path = h.host,
-        argv = { h.host, "run", "--mechanism", mechanism, "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c",
-          "trap 'echo x > /storage/got' INT; echo up > /storage/up; sleep 31.44 & wait; wait" },
-        env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
-      devnull:close()
+      local p, dir = background_run(mechanism, "int-handled",
+        "trap 'echo x > /storage/got' INT; echo up > /storage/up; sleep 31.44 & wait; wait")
       local up = h.wait_for(function() return h.read(dir .. "/up") end, 20)
       p:kill(2)
       os.execute("sleep 4")
@@ -502,16 +510,8 @@ describe("corral run cleans up #root", function()
   for _, mechanism in ipairs({ "native", "bwrap" }) do
     it("keeps a command that handles one Ctrl-C running past the grace; control: a second Ctrl-C ends it " ..
       "with 130, leaving nothing (" .. mechanism .. ")", function()
-      local root = h.tmpdir("interrupted")
-      os.execute("chmod 0711 " .. root)
-      finally(function() h.rmrf(root) end)
-      local dir = root .. "/int"
-      local devnull = assert(io.open("/dev/null", "r+"))
-      local p = assert(corral.core.spawn.start({ plain = true, new_session = true, path = h.host,
-        argv = { h.host, "run", "--mechanism", mechanism, "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c",
-          "trap 'echo x >> /storage/got' INT; echo up > /storage/up; while :; do sleep 0.1; done" },
-        env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
-      devnull:close()
+      local p, dir = background_run(mechanism, "interrupted",
+        "trap 'echo x >> /storage/got' INT; echo up > /storage/up; while :; do sleep 0.1; done")
       local function handled(n)
         return h.wait_for(function() return select(2, (h.read(dir .. "/got") or ""):gsub("x\n", "")) >= n end, 10)
       end
