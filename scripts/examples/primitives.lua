@@ -96,14 +96,7 @@ end
 
 --- Starts argv as the sandbox's long-running process.
 function M.start(sb, argv, opts)
-  local st = state[sb.id]
-  if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
-  if st.process and st.process:running() then return nil, errors.invalid_argument("sandbox", "already running") end
-  local proc, err, failed = spawn(sb, argv, opts)
-  if failed then return nil, errors.invalid_argument("argv", failed.error) end
-  if not proc then return nil, err end
-  st.process, st.status = proc, "running"
-  return true
+  return ledger.start(state, sb, spawn, argv, opts)
 end
 
 --- Kills the running process (its init takes its whole pid namespace with it).

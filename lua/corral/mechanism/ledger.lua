@@ -4,7 +4,24 @@
 -- the release of one sandbox, in one place for every such mechanism
 -- (scripts/examples/primitives.lua, the conformance fixtures).
 -- @module corral.mechanism.ledger
+local errors = require "corral.errors"
+
 local M = {}
+
+--- Starts argv as a provisioned sandbox's long-running process through `spawn(sb, argv,
+-- opts)` (which answers the process, or nil and an error, or nil, nil and a failed
+-- start's `{error =}`); refused when the sandbox is not provisioned or already runs one.
+-- @treturn true, or nil and invalid_argument
+function M.start(state, sb, spawn, argv, opts)
+  local st = state[sb.id]
+  if not st then return nil, errors.invalid_argument("sandbox", sb.id .. " is not provisioned") end
+  if st.process and st.process:running() then return nil, errors.invalid_argument("sandbox", "already running") end
+  local proc, err, failed = spawn(sb, argv, opts)
+  if failed then return nil, errors.invalid_argument("argv", failed.error) end
+  if not proc then return nil, err end
+  st.process, st.status = proc, "running"
+  return true
+end
 
 --- A sandbox's status: "absent" | "provisioned" | "running" | "stopped" (a started
 -- process that has ended makes it "stopped").
