@@ -69,4 +69,16 @@ function M.plan(sb, st)
   }
 end
 
+--- argv exec'd by the tenant's own /bin/sh: a command that cannot be run exits 127 (not
+-- found) or 126 (not executable) as under native, where a renderer's own exec (bubblewrap's
+-- execvp, an engine's runtime) would exit 1 or the engine's status for both. sh replaces
+-- itself, so the command keeps its pid (a container's first process stays the command).
+-- @tparam {string,...} argv
+-- @treturn {string,...} `/bin/sh -c 'exec "$0" "$@"'` then argv
+function M.shell_argv(argv)
+  local out = { "/bin/sh", "-c", 'exec "$0" "$@"' }
+  table.move(argv, 1, #argv, #out + 1, out)
+  return out
+end
+
 return M
