@@ -1,5 +1,6 @@
 --- The tenant's root plan: what a sandboxed command sees and runs with, built once as a
--- plain table each mechanism renders (native: a `core.spawn.start` plan; bwrap: argv).
+-- plain table each mechanism renders (native: a `core.spawn.start` plan; bwrap: argv;
+-- oci: engine flags), and the /bin/sh each renderer but native execs the command through.
 --
 -- Fields: `mounts` (in order: merged-/usr symlinks, then binds: the runtime read-only,
 -- optional where this host lacks a path; the sandbox's own name files over the runtime's

@@ -1,4 +1,5 @@
---- The life cycle the built-in mechanisms share, around one spawn function of each.
+--- The life cycle the built-in mechanisms share, around one spawn function of each
+-- (`build`: native, bwrap); `share` is the part oci, which runs containers itself, shares too.
 -- The contract every mechanism keeps, with what each callback returns and what the
 -- host applies around it, is corral.mechanism's (its LDoc, `corral help mechanisms`,
 -- docs/mechanisms.md).
