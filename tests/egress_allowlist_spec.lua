@@ -5,6 +5,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
+local grammar = require "corral.egress.grammar"
 local address = require "corral.egress.address"
 local ranges = require "corral.egress.ranges"
 local decision = require "corral.egress.decision"
@@ -232,19 +233,19 @@ local REFUSED = {
 describe("allowlist grammar", function()
   it("accepts every form and normalises it", function()
     for _, c in ipairs(ACCEPTED) do
-      local e, err = allowlist.parse_entry(c[1])
+      local e, err = grammar.parse_entry(c[1])
       assert.is_nil(err, c[1])
       assert.are.equal(c[2], e.text, c[1])
       assert.are.equal(c[3], e.kind, c[1])
       -- the canonical text parses back to itself
-      assert.are.equal(c[2], allowlist.parse_entry(c[2]).text)
+      assert.are.equal(c[2], grammar.parse_entry(c[2]).text)
     end
   end)
 
   it("refuses each bad form naming the entry and the reason, and accepts its control", function()
     for _, c in ipairs(REFUSED) do
       local bad, good = c[1], c[3]
-      local e, err = allowlist.parse_entry(bad)
+      local e, err = grammar.parse_entry(bad)
       assert.is_nil(e, bad)
       assert.is_true(errors.is(err, "invalid_argument"), bad)
       assert.are.equal("network.allow", err.argument)
@@ -252,7 +253,7 @@ describe("allowlist grammar", function()
       assert.are.equal(quoted, err.detail:sub(1, #quoted), bad)
       assert.matches(c[2], err.detail, nil, false, bad)
       assert.matches("network.allow", tostring(err))
-      local ok, gerr = allowlist.parse_entry(good)
+      local ok, gerr = grammar.parse_entry(good)
       assert.is_nil(gerr, good)
       assert.is_table(ok)
     end
@@ -265,22 +266,22 @@ describe("allowlist grammar", function()
     assert.is_true(accepted > 1000 and accepted < n, tostring(accepted)) -- both sides were reached
     -- control: the checker catches a parser that breaks an invariant (a canonical text
     -- that does not parse back)
-    local real = allowlist.parse_entry
-    allowlist.parse_entry = function(e)
+    local real = grammar.parse_entry
+    grammar.parse_entry = function(e)
       if e == "bad.test" then return { text = "not canonical", kind = "name" } end
       return real(e)
     end
     local ok, err = pcall(fuzz.check, "bad.test")
-    allowlist.parse_entry = real
+    grammar.parse_entry = real
     assert.is_false(ok)
     assert.matches("does not parse back", err)
   end)
 
   it("refuses a non-string entry", function()
-    local e, err = allowlist.parse_entry(443)
+    local e, err = grammar.parse_entry(443)
     assert.is_nil(e)
     assert.matches('"443": an entry must be a string', err.detail)
-    assert.is_table(allowlist.parse_entry("443.example"))
+    assert.is_table(grammar.parse_entry("443.example"))
   end)
 
   it("parse() names the first bad entry of a list", function()
@@ -396,12 +397,12 @@ describe("allowlist protocols", function()
       { "tcp:api.example.com:443", "api.example.com:443", "name" },
       { "tcp:https://api.example.com", "api.example.com:443", "name" },
     }) do
-      local e, err = allowlist.parse_entry(c[1])
+      local e, err = grammar.parse_entry(c[1])
       assert.is_nil(err, c[1])
       assert.are.equal(c[2], e.text, c[1])
       assert.are.equal(c[3], e.kind, c[1])
       assert.are.equal(c[2]:sub(1, 4) == "udp:" and "udp" or "tcp", e.proto, c[1])
-      assert.are.equal(e.text, allowlist.parse_entry(e.text).text, c[1]) -- parses back to itself
+      assert.are.equal(e.text, grammar.parse_entry(e.text).text, c[1]) -- parses back to itself
     end
   end)
 
@@ -417,14 +418,14 @@ describe("allowlist protocols", function()
       { "udp:127.0.0.1:123", "the sandbox's own loopback" },
       { "udp:", "empty entry" },
     }) do
-      local e, err = allowlist.parse_entry(c[1])
+      local e, err = grammar.parse_entry(c[1])
       assert.is_nil(e, c[1])
       assert.are.equal('"' .. c[1] .. '": ', err.detail:sub(1, #c[1] + 4), c[1])
       assert.matches(c[2], err.detail, nil, false, c[1])
     end
     -- control: the same destinations with ports, and a range that covers 53 among others
     for _, good in ipairs({ "udp:ntp.example.com:123", "udp:192.0.2.0/24:1-100", "udp:api.example.com:443" }) do
-      assert.is_table(allowlist.parse_entry(good), good)
+      assert.is_table(grammar.parse_entry(good), good)
     end
   end)
 

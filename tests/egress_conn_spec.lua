@@ -11,6 +11,7 @@ describe("egress connection options and the summary's words", function()
   local run_options = require "corral.egress.run_options"
   local summary = require "corral.egress.summary"
   local acceptor = require "corral.egress.acceptor"
+  local sni_hold = require "corral.egress.sni_hold"
 
   it("refuses a bad idle or connect_timeout; none and hours are accepted", function()
     for _, bad in ipairs({ -1, "10m", 0 / 0, 86400 * 366 }) do
@@ -48,7 +49,7 @@ describe("egress connection options and the summary's words", function()
     local f = io.open("tests/fuzz/corpus/sni/tls-openssl-sni", "rb") -- openssl s_client -servername api.test
     local hello = f:read("a")
     f:close()
-    local v = acceptor.sni_verdict
+    local v = sni_hold.sni_verdict
     assert.are.equal("SNI api.test on a connection to evil.test", v(hello, "evil.test", "match"))
     assert.is_true(v(hello, "api.test", "match"))                                  -- control
     assert.is_nil(v(hello:sub(1, 100), "api.test", "match"))                        -- wait for the rest
@@ -126,9 +127,9 @@ describe("egress connection options and the summary's words", function()
     assert.matches("(--sni require)", sni_line, nil, true)
     assert.is_nil(sni_line:find("network.", 1, true))
     -- this host out of fds is said as such, never as the upstream refusing
-    local loop = require "corral.egress.loop"
+    local relays = require "corral.egress.relays"
     local errno = require("corral.core").errno
-    local emfile = loop.failure({ kind = "failed", err = errno.EMFILE, msg = "Too many open files" },
+    local emfile = relays.failure({ kind = "failed", err = errno.EMFILE, msg = "Too many open files" },
       { upstreams = { "10.1.2.3", "10.1.2.4" } })
     assert.matches("^corral is out of file descriptors %(connecting to 10%.1%.2%.3, 10%.1%.2%.4: Too many open files%)",
       emfile)
@@ -136,7 +137,7 @@ describe("egress connection options and the summary's words", function()
       summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile }))
     assert.is_nil(summary.line({ kind = "failed", verdict = "allow", name = "api.test", port = 443, reason = emfile })
       :find("refused", 1, true))
-    assert.are.equal("upstream: Connection refused (10.1.2.3)", loop.failure({ kind = "failed",
+    assert.are.equal("upstream: Connection refused (10.1.2.3)", relays.failure({ kind = "failed",
       err = errno.ECONNREFUSED, msg = "Connection refused" }, { upstream = "10.1.2.3" })) -- control
     assert.matches("--max-connections sets the cap", summary.line({ kind = "connect", verdict = "deny",
       name = "api.test", port = 443, reason = "connection cap reached (2)" }), nil, true)

@@ -4,6 +4,7 @@
 -- paired, in the same test, with a control that succeeds under the same setup.
 local core = require "corral.core"
 local allowlist = require "corral.egress.allowlist"
+local grammar = require "corral.egress.grammar"
 local address = require "corral.egress.address"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
@@ -177,16 +178,16 @@ end)
 
 describe("egress hardening: option and entry messages", function()
   it("tells how to write ports after one ':', and keeps the IPv6 advice for IPv6", function()
-    local _, err = allowlist.parse_entry("1.2.3.4:80:90")
+    local _, err = grammar.parse_entry("1.2.3.4:80:90")
     assert.is_nil(err.detail:find("[", 1, true), err.detail)
     assert.matches("1.2.3.4:80,90", err.detail, nil, true)
-    assert.is_table(allowlist.parse_entry("1.2.3.4:80,90")) -- control: the suggestion parses
-    _, err = allowlist.parse_entry("pypi.org:443:8443")
+    assert.is_table(grammar.parse_entry("1.2.3.4:80,90")) -- control: the suggestion parses
+    _, err = grammar.parse_entry("pypi.org:443:8443")
     assert.matches("pypi.org:443,8443", err.detail, nil, true)
-    _, err = allowlist.parse_entry("2001:db8::1:443")
+    _, err = grammar.parse_entry("2001:db8::1:443")
     assert.matches("[2001:db8::1]:443", err.detail, nil, true)
-    assert.is_table(allowlist.parse_entry("[2001:db8::1]:443"))
-    _, err = allowlist.parse_entry("[2001:db8::1]:80:90")
+    assert.is_table(grammar.parse_entry("[2001:db8::1]:443"))
+    _, err = grammar.parse_entry("[2001:db8::1]:80:90")
     assert.matches("80,90", err.detail, nil, true)
   end)
 

@@ -345,6 +345,7 @@ end)
 
 describe("egress log: policy epochs #root #netns", function()
   local plane = require "corral.egress.plane"
+  local ruleset = require "corral.egress.ruleset"
   local egress = require "corral.egress"
   local p
   local seen = {}
@@ -384,13 +385,13 @@ describe("egress log: policy epochs #root #netns", function()
     assert.are.equal(2, logged.epoch)
     assert.are.equal("deny", asked("evil.test").verdict) -- the entry was not added
     assert.are.equal(2, seen[#seen].epoch)
-    assert.is_true(core.nft.verify(p.netns, plane.ruleset_plan(p, { { 443, 443 } }))) -- the old ruleset, intact
+    assert.is_true(core.nft.verify(p.netns, ruleset.plan(p, { { 443, 443 } }))) -- the old ruleset, intact
     -- control: the same change with a ruleset that follows
     p.nft = core.nft
     assert.is_table(egress.allow("epoch-sb", "evil.test:8443"))
     local ok = asked("evil.test")
     assert.are.equal("allow", ok.verdict)
     assert.are.equal(3, ok.epoch)
-    assert.is_true(core.nft.verify(p.netns, plane.ruleset_plan(p, { { 443, 443 }, { 8443, 8443 } })))
+    assert.is_true(core.nft.verify(p.netns, ruleset.plan(p, { { 443, 443 }, { 8443, 8443 } })))
   end)
 end)

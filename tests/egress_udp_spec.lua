@@ -78,7 +78,7 @@ describe("egress udp: the summary's words and the learned lines", function()
   end)
 
   it("keeps each protocol's ports apart in the ruleset's plan", function()
-    local plane = require "corral.egress.plane"
+    local ruleset = require "corral.egress.ruleset"
     local allowlist = require "corral.egress.allowlist"
     local function policy(list, extra)
       local p = { allowlist = list and assert(allowlist.parse(list)) }
@@ -86,21 +86,21 @@ describe("egress udp: the summary's words and the learned lines", function()
       return p
     end
     local p = policy({ "api.test:443", "udp:ntp.test:123", "udp:api.test:443,8443", "udp:x.test:5000-5010" })
-    assert.are.same({ { 443, 443 } }, plane.tcp_ports(p))
-    assert.are.same({ { 123, 123 }, { 443, 443 }, { 5000, 5010 }, { 8443, 8443 } }, plane.udp_ports(p))
-    assert.is_false(plane.tcp_ports(policy({ "udp:ntp.test:123" }))) -- UDP entries alone: no TCP at all
-    assert.is_false(plane.udp_ports(policy({ "api.test" })))            -- and TCP alone: no relay
-    assert.is_false(plane.udp_ports(policy(nil, { decide = function() return true end }))) -- a hook opens no UDP
+    assert.are.same({ { 443, 443 } }, ruleset.tcp_ports(p))
+    assert.are.same({ { 123, 123 }, { 443, 443 }, { 5000, 5010 }, { 8443, 8443 } }, ruleset.udp_ports(p))
+    assert.is_false(ruleset.tcp_ports(policy({ "udp:ntp.test:123" }))) -- UDP entries alone: no TCP at all
+    assert.is_false(ruleset.udp_ports(policy({ "api.test" })))            -- and TCP alone: no relay
+    assert.is_false(ruleset.udp_ports(policy(nil, { decide = function() return true end }))) -- a hook opens no UDP
     local many = {}
     for i = 1, 17 do many[i] = "udp:ntp.test:" .. (1000 + 2 * i) end
-    assert.is_nil(plane.udp_ports(policy(many))) -- past the ruleset's 16 ranges: every port, each decided
+    assert.is_nil(ruleset.udp_ports(policy(many))) -- past the ruleset's 16 ranges: every port, each decided
     -- the plan: the plane's own UDP ports unless given, an explicit nil (every port) included
     local pl = { dns_port = 1, acceptor_port = 2, udp = { port = 9 }, udp_ports = { { 123, 123 } } }
-    assert.are.same({ { 123, 123 } }, plane.ruleset_plan(pl, false).udp_ports)
-    local every = plane.ruleset_plan(pl, false, nil)
+    assert.are.same({ { 123, 123 } }, ruleset.plan(pl, false).udp_ports)
+    local every = ruleset.plan(pl, false, nil)
     assert.are.equal(9, every.udp_port)
     assert.is_nil(every.udp_ports)
-    assert.is_nil(plane.ruleset_plan(pl, false, false).udp_port) -- no UDP: no relay in the plan
+    assert.is_nil(ruleset.plan(pl, false, false).udp_port) -- no UDP: no relay in the plan
   end)
 
   it("learns a denied UDP flow as udp:NAME:PORT, with its count, next to the TCP lines", function()

@@ -466,6 +466,40 @@ describe("corral run cleans up #root", function()
   end
 
   for _, mechanism in ipairs({ "native", "bwrap" }) do
+    it("ends a run whose every process ignores Ctrl-C after the grace of the first one, with 130, leaving " ..
+      "nothing; control: the same run with a handler keeps running (" .. mechanism .. ")", function()
+      -- attempt: one SIGINT that nothing in the sandbox would ever act on
+      local code, _, clean, cgroups = signalled_run("ignored-int",
+        "trap '' INT; echo up > /storage/up; sleep 31.43", 2, mechanism)
+      clean()
+      assert.are.equal(128 + 2, code)
+      assert.are.equal("", sandbox_processes("31.43"))
+      assert.are.equal("", cgroups)
+      -- control: a handler in the shell, the same single SIGINT: still running past the grace
+      local root = h.tmpdir("int-handled")
+      os.execute("chmod 0711 " .. root)
+      finally(function() h.rmrf(root) end)
+      local dir = root .. "/int"
+      local devnull = assert(io.open("/dev/null", "r+"))
+      local p = assert(corral.core.spawn.start({ plain = true, new_session = true, path = h.host,
+        argv = { h.host, "run", "--mechanism", mechanism, "--pids", "16", "--storage", dir, "--", "/bin/sh", "-c",
+          "trap 'echo x > /storage/got' INT; echo up > /storage/up; sleep 31.44 & wait; wait" },
+        env = { "PATH=" .. h.PATH }, stdin = devnull, stdout = devnull, stderr = devnull }))
+      devnull:close()
+      local up = h.wait_for(function() return h.read(dir .. "/up") end, 20)
+      p:kill(2)
+      os.execute("sleep 4")
+      local running = p:running()
+      p:kill(15)
+      if not p:wait(20) then p:kill(); p:wait() end
+      p:close()
+      assert.truthy(up, "the command never started")
+      assert.is_true(running, "one Ctrl-C a handler took ended the run")
+      assert.are.equal("", sandbox_processes("31.44"))
+    end)
+  end
+
+  for _, mechanism in ipairs({ "native", "bwrap" }) do
     it("keeps a command that handles one Ctrl-C running past the grace; control: a second Ctrl-C ends it " ..
       "with 130, leaving nothing (" .. mechanism .. ")", function()
       local root = h.tmpdir("interrupted")

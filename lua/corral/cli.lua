@@ -5,9 +5,10 @@
 -- with the program's status (the wrapper: 125 no layer, 126, 127). Listed once in
 -- docs/boundary.md.
 -- @module corral.cli
+local confinement_cli = require "corral.confinement.cli"
 local core = require "corral.core"
 local errors = require "corral.errors"
-local shell = require "corral.shell"
+local run_cli = require "corral.run.cli"
 
 local M = {}
 
@@ -78,27 +79,6 @@ function M.parse(argv, spec)
   return opts, rest
 end
 
-local RUN_OPTION_NAMES = { storage = "--storage", id = "--id", workspace_path = "--workspace", env = "--env",
-                           service_port = "--service-port", network = "--allow", log_json = "--log-json",
-                           learn = "--learn", mechanism = "--mechanism", argv = "CMD" }
-for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
-  RUN_OPTION_NAMES["limits." .. k] = "--" .. k
-end
-RUN_OPTION_NAMES.engine = "--engine"
-RUN_OPTION_NAMES["network.max_connections"] = "--max-connections"
-
--- The flag a refusal of the sandbox's network is about: the one given that made it
--- (`--learn` alone makes one, as do `--resolve`, `--internal` and `--link`).
-local function network_flag(opts)
-  if #(opts.allow or {}) > 0 then return "--allow" end
-  if opts["allow-file"] then return "--allow-file" end
-  if opts.learn then return "--learn" end
-  if #(opts.resolve or {}) > 0 then return "--resolve" end
-  if #(opts.internal or {}) > 0 then return "--internal" end
-  if opts.link then return "--link" end
-  return "--allow"
-end
-
 --- Whether `cmd` cannot be run, as a shell says it: `core.exit.NOTFOUND` (127, "command
 -- not found") or `core.exit.NOEXEC` (126) and why; nil when it looks runnable.
 -- @tparam string cmd
@@ -130,6 +110,12 @@ local function option_spec(groups)
     for _, o in ipairs(g[2]) do spec[o[1]] = o[2] end
   end
   return spec
+end
+
+-- The parser of a command's option groups: corral.cli.parse against their spec.
+local function parser(groups)
+  local spec = option_spec(groups)
+  return function(argv) return M.parse(argv, spec) end
 end
 
 -- a meaning that does not fit beside a long option starts on the next line
@@ -247,142 +233,16 @@ Lists the commands, or prints COMMAND's usage and options (as `corral COMMAND --
     return 0
   end)
 
-local CONFINE_OPTIONS = {
-  { "Boundary", {
-    { "permit", "value", "DIR", "the one directory CMD may read and write (required)" },
-    { "extra", "list", "PATH", "another directory it may read and write, or one file (read-only) or unix " ..
-      "socket (to connect to) granted alone" },
-    { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
-    { "layers", "value", "L", "ns, bwrap or landlock, or one of each: ns,landlock (default: all that hold)" },
-  } },
-  { "Output", {
-    { "json", "flag", nil, "print the spec as JSON" },
-    { "exec", "flag", nil, "run the spec instead, exiting with the command's status" },
-  } },
-}
-
--- The confine flag a corral.confinement argument came from: the error names what the
--- user typed (`--permit`), never the Lua field (`permit_path`).
-local CONFINE_FLAGS = { permit_path = "--permit", cd = "--cd", layers = "--layers", cmd = "CMD" }
-local function confine_flag(argument)
-  local n = argument:match("^permit_extra_subpaths%[(%d+)%]$")
-  if n then return "--extra (#" .. n .. ")" end
-  return CONFINE_FLAGS[argument] or argument
-end
-
-command("confine", "confine a trusted process to one directory (control-plane profile)",
-  [[corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
-
-Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
-each --extra directory) and nothing else outside the runtime (read-only); an --extra
-file is shown alone, read-only, and an --extra unix socket alone, to connect to (e.g.
-$SSH_AUTH_SOCK; not a credential store, nor a file the runtime shows already). The
-environment passes through unmodified, credential included, except HOME: when it is
-outside DIR, HOME is a private tmpfs (with the ns or bwrap layer, as are /tmp, /var/tmp
-and /run), or DIR/.corral-home under landlock alone. Egress stays permitted. Prints the spec (the
-command to run is the confinement wrapper); environment values are never printed, only
-the names. --exec runs it instead and exits with the command's status. On Linux the
-spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
-bubblewrap can build it) and landlock; --layers names them instead (each must hold).
-
-Sandboxes inside: CMD may build narrower ones (unshare -Ur, unshare -Urn, corral
-confine or exec-confined with a --permit inside DIR); none reaches past DIR. Landlock
-refuses mount(2) to every process it restricts, so a tool that builds a mount namespace
-(bubblewrap: "Failed to make / slave: Operation not permitted") runs only under a mode
-without it: --layers ns (or bwrap) keeps the namespace boundary and loses what Landlock
-adds (magic links and inherited directory fds are then not covered). Under landlock
-alone, a nested user namespace can map ids only for CMD itself (its own /proc/PID is
-granted, not its children's), and not uid 0 for a root caller: that needs CAP_SETFCAP
-in the host's user namespace, which is never kept.
-Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
-the command's status (127 when it is not found, 126 when it cannot be executed).]],
+command("confine", "confine a trusted process to one directory (control-plane profile)", confinement_cli.CONFINE_USAGE,
   function(argv)
-    local opts, rest = M.parse(argv, option_spec(CONFINE_OPTIONS))
-    if not opts then return fail("confine", rest) end
-    if #rest == 0 then
-      return fail("confine", errors.invalid_argument("CMD", "missing (after --)"))
-    end
-    local cmdargs = { table.unpack(rest, 2) }
-    if opts.exec then
-      -- an inherited directory on 0-2 leads out past both layers: refused as the argument
-      -- error it is, before any probe runs
-      for fd = 0, 2 do
-        local st = core.fs.lstat("/proc/self/fd/" .. fd .. "/.")
-        if st and st.type == "dir" then
-          return fail("confine", errors.invalid_argument("fd " .. fd,
-            "is a directory; an inherited directory would lead out of the boundary"))
-        end
-      end
-    end
-    local confinement = require "corral.confinement"
-    local spec, err = confinement.confine({ rest[1], cmdargs }, {
-      permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-      env = core.proc.environ(), layers = opts.layers,
-    })
-    if not spec then
-      if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
-      return fail("confine", err)
-    end
-    if spec.layers and #spec.layers < 2 then
-      io.stderr:write("corral confine: warning: only the ", table.concat(spec.layers, ", "),
-        opts.layers and " layer, as --layers asks; " or " layer holds on this host; ", spec.layers[1] == "landlock"
-          and "without the namespace layer, metadata changes (chmod, chown, utime), unix sockets and " ..
-              "host processes outside the boundary stay reachable, and a root caller's sandboxes inside " ..
-              "cannot map uid 0"
-          or "without Landlock, magic links and inherited directory fds are not covered",
-        opts.layers and "\n" or " (corral probe shows why)\n")
-    end
-    if opts.exec then
-      local status, why = M.missing_command(rest[1])
-      if status then
-        io.stderr:write("corral confine: ", why, "\n")
-        return status
-      end
-      local _, msg = confinement.exec(spec)
-      return fail("confine", msg)
-    end
-    local names = {}
-    for i, pair in ipairs(spec.env) do names[i] = pair[1] end
-    if opts.json then
-      io.write(json().encode({ cmd = spec.cmd, args = spec.args, cd = spec.cd,
-        layers = spec.layers, env_names = names }), "\n")
-    else
-      io.write("cmd:    ", spec.cmd, "\n")
-      io.write("args:   ", shell.join(spec.args), "\n")
-      io.write("cd:     ", spec.cd, "\n")
-      io.write("layers: ", table.concat(spec.layers, ", "), "\n")
-      io.write("env:    ", #names, " variables passed through unmodified (values not shown)\n")
-    end
-    return 0
-  end, CONFINE_OPTIONS)
+    return confinement_cli.confine(argv, { parse = parser(confinement_cli.CONFINE_OPTIONS), fail = fail,
+      missing_command = M.missing_command, json = json })
+  end, confinement_cli.CONFINE_OPTIONS)
 
-local SBPL_OPTIONS = {
-  { "Boundary", {
-    { "permit", "value", "DIR", "the directory the profile permits (required)" },
-    { "extra", "list", "PATH", "another directory it permits, or one file (read) or unix socket (connect)" },
-  } },
-}
-
-command("sbpl", "print the macOS sandbox-exec profile for a boundary",
-  [[corral sbpl --permit DIR [--extra PATH]...
-
-Emits the SBPL deny-default profile the control-plane confinement uses on macOS, with
-DIR and each --extra resolved first (SBPL matches resolved paths; a grant written
-against a symlink silently never matches).]],
+command("sbpl", "print the macOS sandbox-exec profile for a boundary", confinement_cli.SBPL_USAGE,
   function(argv)
-    local opts, rest = M.parse(argv, option_spec(SBPL_OPTIONS))
-    if not opts then return fail("sbpl", rest) end
-    if #rest > 0 then return fail("sbpl", errors.invalid_argument(rest[1], "unexpected argument")) end
-    local spec, err = require("corral.confinement").sandbox_exec_spec({ "/bin/sh" },
-      { permit_path = opts.permit, permit_extra_subpaths = opts.extra })
-    if not spec then
-      if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
-      return fail("sbpl", err)
-    end
-    io.write(spec.profile)
-    if spec.profile:sub(-1) ~= "\n" then io.write("\n") end
-    return 0
-  end, SBPL_OPTIONS)
+    return confinement_cli.sbpl(argv, { parse = parser(confinement_cli.SBPL_OPTIONS), fail = fail })
+  end, confinement_cli.SBPL_OPTIONS)
 
 command("resolve", "resolve a command the way the kernel will",
   [[corral resolve CMD
@@ -445,161 +305,8 @@ SIGHUP stop it after the current probe, whose result is dropped, and it exits 12
     return 0
   end, PROBE_OPTIONS)
 
--- --idle, --max-connections and --verbose are read by corral.egress.run_options and
--- corral.egress.summary.
-local RUN_OPTIONS = {
-  { "Sandbox", {
-    { "mechanism", "value", "NAME", "native (default), bwrap, oci, or FILE.lua (a mechanism in Lua)" },
-    { "engine", "value", "ENGINE", "with --mechanism oci: podman or docker (default: whichever is installed)" },
-    { "id", "value", "ID", "the sandbox's id (default tenant; with --storage, its last component)" },
-    { "storage", "value", "DIR", "its storage at /storage, kept (default: a temporary one, removed)" },
-    { "workspace", "value", "DIR", "a directory bound read-write at /workspace" },
-  } },
-  { "Limits", {
-    { "memory", "value", "SIZE", "memory cap, e.g. 256M (exit 121 when it ends the command)" },
-    { "pids", "value", "N", "at most N processes and threads, 4 to kernel.pid_max, e.g. 64" },
-    { "cpu", "value", "CORES", "CPU bandwidth in cores, 0.01 to 1024, e.g. 0.5" },
-    { "wall", "value", "DURATION", "wall-clock limit, e.g. 30s (exit 124 when it ends the command)" },
-    { "fsize", "value", "SIZE", "largest file the command may write, e.g. 1G" },
-    { "nofile", "value", "N", "at most N open files, 16 to corral's hard ulimit -n, e.g. 256" },
-    { "disk", "value", "SIZE", "the storage on a disk of its own of SIZE, e.g. 1G, kept beside DIR (as root)" },
-  } },
-  { "Environment", {
-    { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
-  } },
-  { "Network and egress", {
-    { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432, "
-      .. "udp:ntp.test:123" },
-    { "allow-file", "value", "FILE", "--allow entries from FILE, one per line (# comments)" },
-    { "internal", "list", "CIDR", "admit a private range that an allowed name resolves into" },
-    { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
-    { "service-port", "value", "N", "relay a port on 127.0.0.1 (printed on stderr) to port N inside" },
-    { "link", "value", "NETNS,ADDR/PREFIX,GATEWAY[,PEER/PREFIX]",
-      "its own routed link: a veth into NETNS (under /run/netns, or a path); root only" },
-    { "idle", "value", "DURATION", "cut a connection idle that long, e.g. 10m (default: never)" },
-    { "max-connections", "value", "N", "the sandbox's concurrent connections (default 4096, or as ulimit -Hn allows)" },
-    { "udp-idle", "value", "DURATION", "end a UDP flow silent that long both ways (default 2m)" },
-    { "max-udp-flows", "value", "N", "the sandbox's concurrent UDP flows (default 1024)" },
-    { "sni", "value", "MODE", "match (default): reset a TLS SNI or first HTTP Host naming another host; require, off" },
-    { "learn", "value", "FILE", "deny and record every connection; write the suggested allowlist to FILE (0600); "
-      .. "not with --allow" },
-  } },
-  { "Output", {
-    { "log-json", "value", "FILE", "write every egress decision to FILE (yours, regular, 0600) as a JSON line" },
-    { "verbose", "flag", nil, "print each denial or upstream failure as it first happens" },
-  } },
-}
-
-command("run", "run a tenant command in a sandbox (credentials stripped, no network)",
-  [[corral run [OPTIONS] -- CMD ARGS...
-
-Runs CMD as an untrusted tenant: root of its own user namespace mapped to an unprivileged
-host id, its storage read-write at /storage (--storage DIR, or a temporary directory
-removed afterwards), --workspace at /workspace, the runtime read-only, no network at
-all, host processes invisible, every capability dropped, the tenant seccomp filter. The
-environment starts from PATH HOME LANG TERM TZ. A terminal on stdin/stdout/stderr is put
-back as it was after the run.
-
-Storage and workspace: corral creates DIR owned by the sandbox's host id, or takes one
-that id owns. One made by someone else (an operator's, owned by root; a repository
-another user checked out) is shown, as root with native or bwrap, through an idmapped
-mount: the tenant's root owns inside what DIR's owner owns, and what it creates lands
-owned by that owner; nothing is chowned, the mount is nosuid,nodev. That hands the
-tenant the whole tree: it is refused inside the runtime (/etc, /usr …), for a tree
-holding a hard link to a file outside it or a setuid, setgid or file-capability program
-(a write through a shared mapping keeps the bit), and for a storage in a root others may
-write (anyone could have made it) or owned by another sandbox's host id. A directory
-anyone may write (--workspace /tmp) is not its owner's alone: as a workspace it is shown
-as it is, as a storage it is refused. A workspace that is, lies inside or (idmapped)
-holds another sandbox's storage is refused, and one that is, lies on or holds a kernel
-interface filesystem (/proc, /sys, /dev, cgroup …, judged by the filesystem's type). No
-storage is made inside another either (each is marked with a trusted.corral.storage
-attribute no tenant can touch): the outer tenant would reach the inner one's files and
-disk. Where no idmapped mount can be made (the
-filesystem, an unprivileged caller, --mechanism oci) such a storage is refused, saying
-why, and such a workspace is writable only where its permissions let the host id
-write. --disk SIZE puts the storage on an ext4 filesystem of that size of its own (an
-image DIR's parent keeps as .ID.disk, made once and kept with the storage; as root,
-native or bwrap): a write past it fails with ENOSPC. It must fit in the free space of
-the filesystem that holds it (a kept one: what it may still grow). A run refused before
-its command starts leaves no storage directory or image it made.
-
-Egress (--allow ENTRY: name, *.suffix, IP or CIDR, [IPv6], each with :port, :a-b or
-:80,443, or no port for any): any program, any TCP port, no proxy variables. The tenant's DNS gets
-synthetic addresses for allowed names and NXDOMAIN for the rest; TCP to a port no entry
-names is reset at the connect (when every entry names its ports), and every other
-connection is decided by the host, resolved on the host and relayed. A name's addresses
-are all tried (IPv6 first, then raced, as RFC 8305 asks) within the connect timeout;
-TCP keepalive runs on both legs, so a dead end is noticed either way. Each connection
-costs the host six fds, about 20 KiB of kernel memory (two sockets, two pipes, its NAT
-entry) and 2 KiB of corral's own, plus up to 512 KiB of pipe only while bytes wait in
-it; corral raises its own soft fd limit to the hard one. With --link,
-permitted connections leave from the sandbox's netns through its link, on mark-checked
-sockets, instead of from the host's; it needs root (exit 3 without). Without root the
-rest holds the same: the sandbox's netns then belongs to a user namespace of the
-caller's own, beneath which the tenant's is made. At the end of the run, what was denied
-and which connections failed upstream are summarised on stderr with the option that
-would change them. An --allow entry may be a URL (https://api.test is api.test:443). --sni match
-(the default) resets a connection to an allowed name whose TLS SNI or first HTTP Host
-names another host; a client silent for half a second (a server-first protocol) is
-connected with its own bytes held until they are checked; require also refuses one
-naming none. It reads the first flight only: later requests on a kept-alive HTTP
-connection, and a Host inside TLS (domain fronting behind an allowed SNI), are not
-seen. --learn FILE answers every name, denies and records every connection, and writes
-the suggested allowlist to FILE for --allow-file.
-
-A flag that cannot apply is refused (exit 2), naming it: --internal, --resolve, --link,
---idle, --max-connections and --sni without an --allow entry; --idle, --max-connections
-and --sni when every entry is udp:, --sni when none names a host; --udp-idle and
---max-udp-flows without a udp: entry; --log-json and --verbose with no egress at all.
---learn takes them (so that the same command line runs again with --allow-file FILE),
-but not --allow: what that lets through would be relayed and never recorded.
-
-UDP leaves only for an entry that says so: --allow udp:ntp.test:123, udp:api.test:443
-(QUIC), with the same grammar after udp: and its ports required. Each flow (the
-tenant's address and port, and the destination) is decided on its first datagram as a
-connection is, relayed from a socket on the host, and ends after --udp-idle of silence;
-its decision and its end (bytes each way) are logged. UDP to a port no udp: entry names
-is dropped and logged by the ruleset; DNS (port 53) is always the sandbox's own
-responder, never relayed. A TCP entry never lets a datagram through, nor a udp: entry a
-connection.
-
-Signals: Ctrl-C, SIGTERM and SIGHUP are forwarded to the command. What still runs 3 s
-after a SIGTERM or SIGHUP is killed; Ctrl-C starts that grace only the second time (a
-command that handles one runs on, as at a terminal).
-
-Exit status: the command's own (128+N when killed by signal N; 127 when it is not
-found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
-memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
-122 when the mechanism could not tear it down; 2 for an invalid argument or a refused
-variable; 3 when this host cannot enforce a protection. A command can exit with these
-numbers itself: corral's own say so on stderr.]],
-  function(argv)
-    local opts, rest = M.parse(argv, option_spec(RUN_OPTIONS))
-    if not opts then return fail("run", rest) end
-    if #rest == 0 then return fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
-    local run_options = require "corral.egress.run_options"
-    local network, nerr = run_options.network(opts)
-    if nerr then return fail("run", nerr) end
-    network, nerr = run_options.apply(network, opts)
-    if nerr then return fail("run", nerr) end
-    local meant, cerr = run_options.combination(network, opts)
-    if not meant then return fail("run", cerr) end
-    if opts.learn then
-      local _, lerr = require("corral.egress.learn").check(opts.learn)
-      if lerr then return fail("run", lerr) end
-    end
-    local status, err = require("corral.run").execute({
-      argv = rest, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
-      limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
-                 nofile = opts.nofile, disk = opts.disk },
-      env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
-      verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
-    }, { names = setmetatable({ network = network_flag(opts) }, { __index = RUN_OPTION_NAMES }),
-         clear_environment = true, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
-    if not status then return fail("run", err) end
-    return status
-  end, RUN_OPTIONS)
+command("run", "run a tenant command in a sandbox (credentials stripped, no network)", run_cli.USAGE,
+  function(argv) return run_cli.run(argv, { parse = parser(run_cli.OPTIONS), fail = fail }) end, run_cli.OPTIONS)
 
 -- The step and conformance modules load when their command runs or its usage is asked:
 -- every other command (a `corral run`) is spared ~0.4 ms of loading them.

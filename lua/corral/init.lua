@@ -25,15 +25,16 @@ M.sandbox = function(...) return require("corral.sandbox").new(...) end
 --- Egress allowlists: allow/revoke at run time, events (see corral.egress).
 M.egress = setmetatable({}, { __index = function(_, k) return require("corral.egress")[k] end })
 
---- REPL diagnostics (see corral.repl): sandboxes(), ruleset(id), decisions(n).
+--- The operator's verbs, the REPL's helpers of the same names (see corral.operator):
+-- sandboxes(), ruleset(id), decisions(n), step(spec).
 -- @function sandboxes
-M.sandboxes = function(...) return require("corral.repl").sandboxes(...) end
+M.sandboxes = function(...) return require("corral.operator").sandboxes(...) end
 -- @function ruleset
-M.ruleset = function(...) return require("corral.repl").ruleset(...) end
+M.ruleset = function(...) return require("corral.operator").ruleset(...) end
 -- @function decisions
-M.decisions = function(...) return require("corral.repl").decisions(...) end
+M.decisions = function(...) return require("corral.operator").decisions(...) end
 -- @function step
-M.step = function(...) return require("corral.repl").step(...) end
+M.step = function(...) return require("corral.operator").step(...) end
 
 --- The mechanism behaviour: load, check, gate (see corral.mechanism).
 M.mechanism = setmetatable({}, { __index = function(_, k) return require("corral.mechanism")[k] end })

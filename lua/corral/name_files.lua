@@ -73,15 +73,18 @@ end
 -- @return[2] nil
 -- @treturn[2] string why
 function M.write(hostname)
+  -- $TMPDIR when set, as every scratch of corral's: /tmp may be read-only (a confinement)
+  local t = os.getenv("TMPDIR")
+  local base = (t and t:sub(1, 1) == "/") and t or "/tmp"
   if not swept then
     swept = true
-    leftovers.sweep("/tmp", M.DIR_PATTERN, remove_own_dir)
+    leftovers.sweep(base, M.DIR_PATTERN, remove_own_dir)
   end
-  local dir, err = core.fs.mkdtemp("/tmp/corral-names-" .. core.proc.getpid() .. "-")
+  local dir, err = core.fs.mkdtemp(base .. "/corral-names-" .. core.proc.getpid() .. "-")
   if not dir then return nil, err end
-  local t = { dir = dir, files = {} }
+  local made = { dir = dir, files = {} }
   local function fail(why)
-    M.remove(t)
+    M.remove(made)
     return nil, why
   end
   local ok, cerr = core.fs.chmod(dir, tonumber("711", 8))
@@ -99,11 +102,11 @@ function M.write(hostname)
     local wok, werr = f:write(text)
     f:close()
     if not wok then return fail(werr) end
-    t.files[dest] = path
+    made.files[dest] = path
     ok, cerr = core.fs.chmod(path, tonumber("644", 8))
     if not ok then return fail(cerr) end
   end
-  return t
+  return made
 end
 
 --- Removes what `write` made; idempotent.

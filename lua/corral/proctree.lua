@@ -156,4 +156,25 @@ function M.usage(pids)
   return u
 end
 
+--- Whether every process beneath `pid` ignores signal `sig` (SIG_IGN, /proc's SigIgn),
+-- so that forwarding it does nothing at all: false when there is none, or when any
+-- of them would take it (its default action, or a handler). bubblewrap's own processes
+-- (its init forwards signals) are not the tenant's and are not asked.
+-- @tparam integer pid
+-- @tparam integer sig
+-- @treturn boolean
+function M.all_ignore(pid, sig)
+  local asked = 0
+  for _, p in ipairs(M.descendants(pid)) do
+    local status = proc_file(p, "status")
+    local comm = proc_file(p, "comm")
+    if status and comm ~= "bwrap\n" then
+      local mask = tonumber(status:match("\nSigIgn:%s*(%x+)") or "0", 16) or 0
+      if mask & (1 << (sig - 1)) == 0 then return false end
+      asked = asked + 1
+    end
+  end
+  return asked > 0
+end
+
 return M

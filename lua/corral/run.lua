@@ -6,6 +6,7 @@ local core = require "corral.core"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
 local resources = require "corral.resources"
+local run_request = require "corral.run_request"
 
 local M = {}
 
@@ -52,90 +53,6 @@ end
 -- makes its scratch files; the run's `--env` names are kept too.
 M.KEEP_ENV = { "PATH", "HOME", "LANG", "TERM", "TZ", "TMPDIR" }
 
--- Sizes and durations as given (corral.sandbox parses them), counts to integers, cpu to a
--- number; each written in plain decimal (tonumber would take "0x10" and " 5").
-local function convert_limits(given, invalid)
-  local sandbox = require "corral.sandbox"
-  local limits = {}
-  given = given or {}
-  for _, k in ipairs({ "memory", "fsize", "wall", "disk" }) do limits[k] = given[k] end
-  for _, k in ipairs({ "pids", "nofile" }) do
-    if given[k] then
-      limits[k] = sandbox.parse_integer(given[k])
-      if not limits[k] then
-        return invalid("limits." .. k, string.format("must be a whole number in decimal, got %q", tostring(given[k])))
-      end
-    end
-  end
-  if given.cpu then
-    limits.cpu = sandbox.parse_decimal(given.cpu)
-    if not limits.cpu then
-      return invalid("limits.cpu", string.format("must be a number of cores in decimal (e.g. 0.5), got %q",
-        tostring(given.cpu)))
-    end
-  end
-  return limits
-end
-
--- The storage root and id from a storage path: DIR may not exist yet, its parent must
--- (corral.sandbox.check_root, the Lua API's rule too); the id is DIR's last component.
-local function split_storage(storage, id, invalid, name)
-  local parent, base = storage:gsub("/+$", ""):match("^(.*)/([^/]+)$")
-  if storage:sub(1, 1) ~= "/" then return invalid("storage", storage .. ": must be an absolute path") end
-  if not parent or base == "." or base == ".." then
-    return invalid("storage", storage .. ": must name a directory below /, ending in its own name (not . or ..)")
-  end
-  local dir, err = require("corral.sandbox").check_root(parent == "" and "/" or parent)
-  if not dir then return invalid("storage", err.detail) end
-  if id and id ~= base then
-    return invalid("id", string.format("the sandbox's id is %s's last component (%s); give one of %s and %s",
-      name("storage"), base, name("id"), name("storage")))
-  end
-  return dir, base
-end
-
--- Why the host must not write `path` (a --learn or --log-json file), or nil. It may lie
--- where the tenant writes — its storage, its workspace — and there a tenant of an earlier
--- run may have put a symbolic link in its way (the host's write would land where it points:
--- /etc/passwd truncated by --learn) or a FIFO (the host's open would block for ever). Each
--- component is examined in turn: outside those trees a link is the operator's and is
--- followed; inside, none is, and what the path names must be a regular file or missing.
-local function unsafe_host_file(path, sb)
-  local trees = {}
-  for _, dir in ipairs({ require("corral.sandbox").storage_path(sb), sb.workspace_path }) do
-    local st = core.fs.lstat(dir)
-    if st and st.type == "dir" then trees[#trees + 1] = st end
-  end
-  local function is_tree(st)
-    for _, t in ipairs(trees) do
-      if st.dev == t.dev and st.ino == t.ino then return true end
-    end
-    return false
-  end
-  if path == "-" or #trees == 0 then return nil end
-  local cur = path:sub(1, 1) == "/" and "" or (core.path.resolve(".") or ".")
-  local inside, st = false, nil
-  for comp in path:gmatch("[^/]+") do
-    local at = cur .. "/" .. comp
-    st = core.fs.lstat(at)
-    if not st then return nil end -- the rest does not exist yet: the write makes it, or fails
-    if st.type == "link" then
-      if inside then
-        return at .. " is a symbolic link inside the sandbox's storage or workspace (name the file itself)"
-      end
-      at = core.path.resolve(at)
-      st = at and core.fs.lstat(at)
-      if not st then return nil end
-    end
-    cur = at
-    inside = inside or (st.type == "dir" and is_tree(st))
-  end
-  if inside and st and st.type ~= "file" then
-    return path .. " is not a regular file (" .. st.type .. ") inside the sandbox's storage or workspace"
-  end
-  return nil
-end
-
 -- What the run says of the command's end, and the status it exits with.
 local function outcome(result, xerr, argv, say)
   if not result then
@@ -157,6 +74,310 @@ local function outcome(result, xerr, argv, say)
     return M.EXIT.wall
   end
   return result.code
+end
+
+-- ---- the run's owners: each releases what its steps acquired, when its scope ends ----
+
+-- The caller's presentation shared by every step: `say`, and refusals in its words.
+local function context(req, hooks)
+  hooks = hooks or {}
+  local names = hooks.names or {}
+  local run = { req = req, hooks = hooks, say = hooks.say or function() end }
+  function run.name(key) return names[key] or key end
+  function run.invalid(key, detail) return nil, errors.invalid_argument(run.name(key), detail) end
+  -- The error in the caller's words: its argument renamed, and a detail that names the
+  -- argument (the gate's: "so limits.memory cannot be honoured") rebuilt from its
+  -- detail_format; never a substitution inside the detail, which quotes the user's value.
+  function run.renamed(err)
+    if type(err) ~= "table" or not err.argument then return err end
+    local key = err.argument
+    if key == "id" or key == "storage" or key == "storage_root" then key = req.storage and "storage" or "id" end
+    if not names[key] then return err end
+    local detail = err.detail_format and string.format(err.detail_format, names[key]) or err.detail
+    return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail,
+                                  errno = err.errno })
+  end
+  return run
+end
+
+-- A value a later step acquires and the declaring scope releases: the run's control
+-- registration outlives the teardown and the messages about the command's end.
+local function slot()
+  return setmetatable({}, { __close = function(self)
+    if self.value then self.value:close() end
+  end })
+end
+
+-- The storage: the caller's directory (root, id), or a temporary one made here and
+-- removed when the run ends, before its reports are closed.
+local Storage = {}
+Storage.__index = Storage
+
+function Storage:new_temp()
+  local made, terr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
+  if not made then
+    -- a full or read-only /tmp (inside `corral confine`) is the host's, not the arguments'
+    return nil, errors.cannot_enforce("filesystem_confinement", "cannot make a temporary storage in " ..
+      TEMP_DIR .. " (" .. tostring(terr) .. "); give " .. self.run.name("storage") .. " DIR")
+  end
+  self.temp = made
+  core.fs.chmod(self.temp, tonumber("711", 8))
+  self.root, self.id = self.temp, self.run.req.id or "tenant"
+  return true
+end
+
+function Storage:remove_temp()
+  if not self.temp then return end
+  local ok, rerr = core.fs.remove_tree(self.temp)
+  if not ok then self.run.say("warning: temporary storage " .. self.temp .. " not removed: " .. tostring(rerr)) end
+end
+Storage.__close = Storage.remove_temp
+
+-- The temporary storage comes after every argument is checked, so an invalid value
+-- leaves nothing behind.
+local function storage_of(run, args)
+  local storage = setmetatable({ run = run, root = args.root, id = args.id }, Storage)
+  if not run.req.storage then
+    resources.sweep(TEMP_DIR, TEMP_PATTERN, remove_own_tree)
+    local made, terr = storage:new_temp()
+    if not made then return storage, terr end
+  end
+  return storage
+end
+
+-- What the run reports besides its status: the --log-json file, the egress summary and
+-- the --learn file, each opened by its step; closed in the order summary, --learn (written
+-- only when the command ran: `ran`), log.
+local Reports = {}
+Reports.__index = Reports
+
+function Reports:open_log_and_summary()
+  local req = self.run.req
+  if req.log_json then
+    local events = require "corral.egress.events"
+    local writer, closer = events.json_lines_writer(req.log_json)
+    if not writer then return self.run.invalid("log_json", tostring(closer)) end
+    local log = events.subscribe(writer)
+    self.log_close = function()
+      events.unsubscribe(log)
+      closer()
+    end
+  end
+  self.summary = req.network and require("corral.egress.summary").start({ verbose = req.verbose })
+  return true
+end
+
+function Reports:start_learning()
+  local req = self.run.req
+  self.learner = req.learn and require("corral.egress.learn").start(req.learn)
+end
+
+function Reports:__close()
+  if self.summary then self.summary.finish() end
+  if self.learner and self.ran then
+    local ok, n = self.learner.finish()
+    self.run.say("--learn: " .. (ok and (n .. " entries written to " .. self.run.req.learn)
+      or ("not written: " .. tostring(n))))
+  elseif self.learner then
+    self.learner.cancel()
+  end
+  if self.log_close then self.log_close() end
+end
+
+-- The provisioned sandbox, destroyed first when the run ends. A destroy that fails is
+-- reported by the mechanism's name (`torn` false, `why`), and the run exits
+-- EXIT.teardown whatever the command did: something of the sandbox may be left behind.
+local Provisioned = {}
+
+function Provisioned:__close()
+  local dok, derr = self.corral.destroy(self.mech, self.sb)
+  if dok then
+    self.torn = true
+    return
+  end
+  local label, text = self.corral.mechanism.label(self.mech), tostring(derr)
+  if not text:find("mechanism " .. label, 1, true) then
+    text = "mechanism " .. label .. ": destroy failed: " .. text
+  end
+  self.torn, self.why = false, text
+end
+
+-- The terminals on fds 0-2, put back as they were when the command ends.
+local function saved_terminal()
+  local ttys = {}
+  for fd = 0, 2 do ttys[fd] = core.tty.save(fd) end
+  return setmetatable(ttys, { __close = function(self)
+    for fd = 0, 2 do
+      if self[fd] then core.tty.restore(fd, self[fd]) end
+    end
+  end })
+end
+
+-- ---- the steps --------------------------------------------------------------------------
+
+-- The tenant's variables are taken first; then this process's environment is left to
+-- what the run passes on (corral's own process), or stripped of credentials (a
+-- caller's), its original block overwritten, before any mechanism is loaded: nothing
+-- it runs (os.execute, /proc/<pid>/environ) finds anything else.
+local function take_environment(run)
+  local env, keep = {}, table.move(M.KEEP_ENV, 1, #M.KEEP_ENV, 1, {})
+  local host_env = core.proc.environ()
+  for _, var in ipairs(run.req.env or {}) do
+    if host_env[var] == nil then return run.invalid("env", var .. " is not set in this environment") end
+    env[var] = host_env[var]
+    keep[#keep + 1] = var
+  end
+  -- each reads what it needs of the environment as it loads: XDG_RUNTIME_DIR (where runs
+  -- register), and what the probes' results depend on (TMPDIR, PATH)
+  require "corral.control"
+  require "corral.probe_cache"
+  local cleared, cerr = hardening.clear_own_environment(run.hooks.clear_environment and keep or nil)
+  if not cleared then
+    return nil, errors.cannot_enforce("environment_filter", "corral's own environment could not be cleared " ..
+      "before the mechanism is loaded: " .. tostring(cerr))
+  end
+  return env
+end
+
+local function load_mechanism(run, corral)
+  local req = run.req
+  local mech, merr = corral.mechanism.load(req.mechanism or "native")
+  if not mech then return nil, run.renamed(merr) end
+  if req.engine then
+    if type(mech.engine) ~= "function" then return run.invalid("engine", "only the oci mechanism drives an engine") end
+    local _, why = mech.engine(req.engine)
+    if why then return run.invalid("engine", why) end
+    mech.config.engine = req.engine
+  end
+  return mech
+end
+
+local function warn_if_unconfined(run, corral, mech, sb)
+  if not corral.mechanism.is_builtin(mech) and corral.mechanism.claims_nothing(mech, sb) then
+    run.say(string.format("warning: mechanism %s claims none of %s: the command runs as the caller (uid %d), " ..
+      "on the host", corral.mechanism.label(mech), table.concat(corral.mechanism.ISOLATION, ", "),
+      core.proc.geteuid()))
+  end
+end
+
+local function fit_connections(run)
+  local asked = type(run.req.network) == "table" and run.req.network.max_connections
+  if asked then
+    -- the plane has raised this process's RLIMIT_NOFILE as far as it goes (corral.egress.fdlimit)
+    local cap, why = require("corral.egress.fdlimit").fit(asked)
+    if why then
+      run.say(string.format("%s %d lowered to %d: %s", run.name("network.max_connections"), asked, cap, why))
+    end
+  end
+end
+
+-- What the run is made of before anything is made: the tenant's environment, the
+-- mechanism, the checked arguments, and `describe(storage)`, the sandbox on a storage.
+local function planned(run, corral)
+  local req = run.req
+  local env, err = take_environment(run)
+  if not env then return nil, err end
+  local mech, args
+  mech, err = load_mechanism(run, corral)
+  if not mech then return nil, err end
+  args, err = run_request.arguments(run)
+  if not args then return nil, err end
+  local function describe(storage)
+    return corral.sandbox({ id = storage.id, storage_root = storage.root, workspace_path = req.workspace,
+      env = env, limits = args.limits, network = req.network, service_port = args.service_port })
+  end
+  return { mech = mech, args = args, describe = describe }
+end
+
+-- Provisions the sandbox. A temporary storage whose host id another process holds is
+-- made again: a fresh directory gives another id.
+local function provision(run, corral, plan, sb, storage)
+  local mech = plan.mech
+  warn_if_unconfined(run, corral, mech, sb)
+  local ok, perr = corral.provision(mech, sb)
+  for _ = 1, 3 do
+    if ok or not (storage.temp and type(perr) == "table" and perr.held_by) then break end
+    storage:remove_temp()
+    storage.temp = nil
+    local made, terr = storage:new_temp()
+    if not made then return nil, terr end
+    local err
+    sb, err = plan.describe(storage)
+    if not sb then return nil, run.renamed(err) end
+    ok, perr = corral.provision(mech, sb)
+  end
+  if not ok then return nil, run.renamed(perr) end
+  fit_connections(run)
+  return setmetatable({ corral = corral, mech = mech, sb = sb }, Provisioned)
+end
+
+-- The service port said, and the run registered: visible to this user's REPL while it
+-- runs, gone when it ends (corral.control). Returns the registration.
+local function announced(run, corral, plan, sb)
+  local _, addr = corral.address(plan.mech, sb)
+  if addr then run.say("service port " .. plan.args.service_port .. " on " .. addr) end
+  return (require("corral.control").register(plan.mech, sb, { argv = run.req.argv }))
+end
+
+-- The held signals go to the sandbox, and this process stays to clean up (dying here
+-- would leave the cgroup behind); a custom mechanism's exec runs in a watched child
+-- (corral.mechanism.watch) bounded by --wall and these signals.
+local function run_command(corral, mech, sb, argv, held)
+  local terminal <close> = saved_terminal() -- luacheck: ignore
+  local result, xerr
+  if corral.mechanism.is_builtin(mech) then
+    result, xerr = corral.exec(mech, sb, argv, { signals = held.fd })
+  else
+    result, xerr = require("corral.mechanism.watch").exec(mech, sb, argv, {}, held.fd)
+  end
+  return result, xerr
+end
+
+-- Every step from the environment to the command's end. Returns what ended the run once
+-- the sandbox is destroyed and the storage and reports are released: `{signal =}` held
+-- before the command started, or `{result =, xerr =}`, each with the `sandbox`
+-- (`torn`, `why`); or nil and the refusal.
+local function in_sandbox(run, held, registration)
+  local corral = require "corral"
+  local plan, err = planned(run, corral)
+  if not plan then return nil, err end
+  local reports <close> = setmetatable({ run = run }, Reports) -- closed after the storage
+  local storage <close>, serr = storage_of(run, plan.args)
+  if serr then return nil, serr end
+  local sb, ok
+  sb, err = plan.describe(storage)
+  if not sb then return nil, run.renamed(err) end
+  ok, err = run_request.host_files(run, sb)
+  if not ok then return nil, err end
+  ok, err = reports:open_log_and_summary()
+  if not ok then return nil, err end
+  local sandbox <close>, perr = provision(run, corral, plan, sb, storage)
+  if not sandbox then return nil, perr end
+  -- a signal held while the sandbox was provisioned: the command is not started
+  local early = arrived(held)
+  if early then return { signal = early, sandbox = sandbox } end
+  reports:start_learning()
+  registration.value = announced(run, corral, plan, sandbox.sb)
+  local result, xerr = run_command(corral, plan.mech, sandbox.sb, run.req.argv, held)
+  reports.ran = result ~= nil
+  return { result = result, xerr = xerr, sandbox = sandbox }
+end
+
+-- What the run says once everything is released, and the status it exits with.
+local function status_of(run, ended)
+  local sandbox, say = ended.sandbox, run.say
+  if ended.signal then
+    say("signal " .. ended.signal .. " arrived before the command started")
+    if sandbox.torn then return 128 + ended.signal end
+    say(sandbox.why)
+    return M.EXIT.teardown
+  end
+  local status = outcome(ended.result, ended.xerr, run.req.argv, say)
+  if sandbox.torn then return status end
+  say(sandbox.why)
+  say(string.format("exit %d, not %d: the sandbox was not torn down, something of it may be left behind",
+    M.EXIT.teardown, status))
+  return M.EXIT.teardown
 end
 
 --- Runs a command in a new sandbox and releases the sandbox afterwards. Before the
@@ -185,220 +406,16 @@ end
 -- @return[2] nil nothing ran
 -- @treturn[2] table error (`invalid_argument`, `refused_env` or `cannot_enforce`)
 function M.execute(req, hooks)
-  hooks = hooks or {}
-  local say = hooks.say or function() end
-  local names = hooks.names or {}
-  local function name(key) return names[key] or key end
-  local function invalid(key, detail) return nil, errors.invalid_argument(name(key), detail) end
-  -- The error in the caller's words: its argument renamed, and a detail that names the
-  -- argument (the gate's: "so limits.memory cannot be honoured") rebuilt from its
-  -- detail_format; never a substitution inside the detail, which quotes the user's value.
-  local function renamed(err)
-    if type(err) ~= "table" or not err.argument then return err end
-    local key = err.argument
-    if key == "id" or key == "storage" or key == "storage_root" then key = req.storage and "storage" or "id" end
-    if not names[key] then return err end
-    local detail = err.detail_format and string.format(err.detail_format, names[key]) or err.detail
-    return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail,
-                                  errno = err.errno })
-  end
-
+  local run = context(req, hooks)
   local argv = req.argv
   if type(argv) ~= "table" or type(argv[1]) ~= "string" or argv[1] == "" then
-    return invalid("argv", "the command to run is missing or empty")
+    return run.invalid("argv", "the command to run is missing or empty")
   end
-
   local held <close> = hold_signals()
-  local corral = require "corral"
-  -- The tenant's variables are taken first; then this process's environment is left to
-  -- what the run passes on (corral's own process), or stripped of credentials (a
-  -- caller's), its original block overwritten, before any mechanism is loaded: nothing
-  -- it runs (os.execute, /proc/<pid>/environ) finds anything else.
-  local env, keep = {}, table.move(M.KEEP_ENV, 1, #M.KEEP_ENV, 1, {})
-  local host_env = core.proc.environ()
-  for _, var in ipairs(req.env or {}) do
-    if host_env[var] == nil then return invalid("env", var .. " is not set in this environment") end
-    env[var] = host_env[var]
-    keep[#keep + 1] = var
-  end
-  -- each reads what it needs of the environment as it loads: XDG_RUNTIME_DIR (where runs
-  -- register), and what the probes' results depend on (TMPDIR, PATH)
-  require "corral.control"
-  require "corral.probe_cache"
-  local cleared, cerr = hardening.clear_own_environment(hooks.clear_environment and keep or nil)
-  if not cleared then
-    return nil, errors.cannot_enforce("environment_filter", "corral's own environment could not be cleared " ..
-      "before the mechanism is loaded: " .. tostring(cerr))
-  end
-  local mech, merr = corral.mechanism.load(req.mechanism or "native")
-  if not mech then return nil, renamed(merr) end
-  if req.engine then
-    if type(mech.engine) ~= "function" then return invalid("engine", "only the oci mechanism drives an engine") end
-    local _, why = mech.engine(req.engine)
-    if why then return invalid("engine", why) end
-    mech.config.engine = req.engine
-  end
-  local limits, lerr = convert_limits(req.limits, invalid)
-  if not limits then return nil, lerr end
-  local root, id = nil, req.id
-  if req.storage then
-    local base_or_err
-    root, base_or_err = split_storage(req.storage, req.id, invalid, name)
-    if not root then return nil, base_or_err end
-    id = base_or_err
-  end
-  local service_port
-  if req.service_port then
-    service_port = require("corral.sandbox").parse_integer(req.service_port)
-    if not service_port then
-      return invalid("service_port", string.format("must be a port number in decimal, got %q",
-        tostring(req.service_port)))
-    end
-  end
-
-  -- the temporary storage comes last, so an invalid value leaves nothing behind
-  local temp
-  local function new_temp()
-    local made, terr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
-    if not made then
-      -- a full or read-only /tmp (inside `corral confine`) is the host's, not the arguments'
-      return nil, errors.cannot_enforce("filesystem_confinement", "cannot make a temporary storage in " ..
-        TEMP_DIR .. " (" .. tostring(terr) .. "); give " .. name("storage") .. " DIR")
-    end
-    temp = made
-    core.fs.chmod(temp, tonumber("711", 8))
-    root, id = temp, req.id or "tenant"
-    return true
-  end
-  local function remove_temp()
-    if not temp then return end
-    local ok, rerr = core.fs.remove_tree(temp)
-    if not ok then say("warning: temporary storage " .. temp .. " not removed: " .. tostring(rerr)) end
-  end
-  if not req.storage then
-    resources.sweep(TEMP_DIR, TEMP_PATTERN, remove_own_tree)
-    local made, terr = new_temp()
-    if not made then return nil, terr end
-  end
-  local function describe()
-    return corral.sandbox({ id = id, storage_root = root, workspace_path = req.workspace,
-      env = env, limits = limits, network = req.network, service_port = service_port })
-  end
-  local sb, err = describe()
-  if not sb then remove_temp() return nil, renamed(err) end
-  for _, key in ipairs({ "log_json", "learn" }) do
-    local why = req[key] and unsafe_host_file(req[key], sb)
-    if why then
-      remove_temp()
-      return invalid(key, why)
-    end
-  end
-
-  local log, log_close
-  if req.log_json then
-    local events = require "corral.egress.events"
-    local writer, closer = events.json_lines_writer(req.log_json)
-    if not writer then
-      remove_temp()
-      return invalid("log_json", tostring(closer))
-    end
-    log = events.subscribe(writer)
-    log_close = function()
-      events.unsubscribe(log)
-      closer()
-    end
-  end
-  local summary = req.network and require("corral.egress.summary").start({ verbose = req.verbose })
-  local learner
-  -- ran: whether the command ran (only then is there anything for --learn to write)
-  local function release(ran)
-    remove_temp()
-    if summary then summary.finish() end
-    if learner and ran then
-      local ok, n = learner.finish()
-      say("--learn: " .. (ok and (n .. " entries written to " .. req.learn) or ("not written: " .. tostring(n))))
-    elseif learner then
-      learner.cancel()
-    end
-    if log_close then log_close() end
-  end
-
-  if not corral.mechanism.is_builtin(mech) and corral.mechanism.claims_nothing(mech, sb) then
-    say(string.format("warning: mechanism %s claims none of %s: the command runs as the caller (uid %d), " ..
-      "on the host", corral.mechanism.label(mech), table.concat(corral.mechanism.ISOLATION, ", "),
-      core.proc.geteuid()))
-  end
-  local ok, perr = corral.provision(mech, sb)
-  -- a temporary storage whose host id another process holds: a fresh directory gives another id
-  for _ = 1, 3 do
-    if ok or not (temp and type(perr) == "table" and perr.held_by) then break end
-    remove_temp()
-    temp = nil
-    local made, terr = new_temp()
-    if not made then release(false) return nil, terr end
-    sb, err = describe()
-    if not sb then release(false) return nil, renamed(err) end
-    ok, perr = corral.provision(mech, sb)
-  end
-  if not ok then release(false) return nil, renamed(perr) end
-  local asked = type(req.network) == "table" and req.network.max_connections
-  if asked then
-    -- the plane has raised this process's RLIMIT_NOFILE as far as it goes (corral.egress.fdlimit)
-    local cap, why = require("corral.egress.fdlimit").fit(asked)
-    if why then say(string.format("%s %d lowered to %d: %s", name("network.max_connections"), asked, cap, why)) end
-  end
-
-  -- A destroy that fails is reported by the mechanism's name, and the run exits
-  -- EXIT.teardown whatever the command did: something of the sandbox may be left behind.
-  local function teardown()
-    local dok, derr = corral.destroy(mech, sb)
-    if dok then return true end
-    local label, text = corral.mechanism.label(mech), tostring(derr)
-    if not text:find("mechanism " .. label, 1, true) then
-      text = "mechanism " .. label .. ": destroy failed: " .. text
-    end
-    return false, text
-  end
-
-  -- a signal held while the sandbox was provisioned: the command is not started
-  local early = arrived(held)
-  if early then
-    local torn, why = teardown()
-    release(false)
-    say("signal " .. early .. " arrived before the command started")
-    if torn then return 128 + early end
-    say(why)
-    return M.EXIT.teardown
-  end
-
-  learner = req.learn and require("corral.egress.learn").start(req.learn)
-  local _, addr = corral.address(mech, sb)
-  if addr then say("service port " .. service_port .. " on " .. addr) end
-  -- Visible to this user's REPL while it runs, gone when it ends (corral.control).
-  local registration <close> = require("corral.control").register(mech, sb, { argv = req.argv }) -- luacheck: ignore
-
-  -- The held signals go to the sandbox, and this process stays to clean up (dying here
-  -- would leave the cgroup behind); a custom mechanism's exec runs in a watched child
-  -- (corral.mechanism.watch) bounded by --wall and these signals.
-  local ttys = {}
-  for fd = 0, 2 do ttys[fd] = core.tty.save(fd) end
-  local result, xerr
-  if corral.mechanism.is_builtin(mech) then
-    result, xerr = corral.exec(mech, sb, req.argv, { signals = held.fd })
-  else
-    result, xerr = require("corral.mechanism.watch").exec(mech, sb, req.argv, {}, held.fd)
-  end
-  for fd = 0, 2 do
-    if ttys[fd] then core.tty.restore(fd, ttys[fd]) end
-  end
-  local torn, why = teardown()
-  release(result ~= nil)
-  local status = outcome(result, xerr, req.argv, say)
-  if torn then return status end
-  say(why)
-  say(string.format("exit %d, not %d: the sandbox was not torn down, something of it may be left behind",
-    M.EXIT.teardown, status))
-  return M.EXIT.teardown
+  local registration <close> = slot()
+  local ended, err = in_sandbox(run, held, registration)
+  if not ended then return nil, err end
+  return status_of(run, ended)
 end
 
 return M

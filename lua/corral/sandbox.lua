@@ -10,6 +10,7 @@ local file = require "corral.file"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
 local storage_mark = require "corral.storage_mark"
+local storage = require "corral.storage"
 local disk = require "corral.disk"
 
 local M = {}
@@ -224,13 +225,6 @@ function M.new(t)
   return sb
 end
 
---- The sandbox's storage directory: `storage_root/id`.
--- @tparam table sb
--- @treturn string
-function M.storage_path(sb)
-  return (sb.storage_root:gsub("/+$", "")) .. "/" .. sb.id
-end
-
 -- The kernel's interface filesystems as /proc/self/mountinfo names them (core.fs.kernel_fs
 -- tells the same ones by their magic, all but devtmpfs, which shares tmpfs's).
 local KERNEL_FS = { proc = true, sysfs = true, devtmpfs = true, devpts = true, debugfs = true, tracefs = true,
@@ -269,56 +263,23 @@ function M.unfit_workspace(dir, own)
   local at, fstype = kernel_mount_beneath(dir)
   if at then return string.format("%s holds %s (%s), a kernel interface filesystem: the tenant would see the " ..
     "host through it", dir, at, fstype) end
-  local storage = core.proc.geteuid() == 0 and storage_mark.enclosing(dir)
-  if storage then
-    local a, b = own and core.fs.lstat(own), core.fs.lstat(storage)
+  local other = core.proc.geteuid() == 0 and storage_mark.enclosing(dir)
+  if other then
+    local a, b = own and core.fs.lstat(own), core.fs.lstat(other)
     if not (a and b and a.dev == b.dev and a.ino == b.ino) then
       return string.format("%s is %swhere another sandbox keeps its files: its tenant's files would be this " ..
-        "one's (give a directory of its own)", dir, storage == dir and "" or "inside " .. storage .. ", ")
+        "one's (give a directory of its own)", dir, other == dir and "" or "inside " .. other .. ", ")
     end
   end
   return nil
 end
 
---- Checks that a storage root exists and is a directory. corral creates the sandbox's
--- own directory, never those above it: where tenant data lives is the operator's call,
--- not a tree made as root at whatever path a typo names.
--- @tparam string root
--- @treturn string the root, resolved; or nil and invalid_argument("storage_root", …)
-function M.check_root(root)
-  local resolved = core.path.resolve(root)
-  local st = resolved and core.fs.lstat(resolved)
-  if not st and core.fs.lstat(root) then
-    return nil, errors.invalid_argument("storage_root", root .. " is not a directory")
-  end
-  if not st then
-    return nil, errors.invalid_argument("storage_root", root .. " does not exist; corral creates only the " ..
-      "sandbox's own directory beneath it (create it first, e.g. mkdir -m 0711 " .. root .. ")")
-  end
-  if st.type ~= "dir" then return nil, errors.invalid_argument("storage_root", root .. " is not a directory") end
-  return resolved
-end
-
---- Whether `uid` is in the range corral's host ids take (see `host_id`).
--- @tparam integer uid
--- @treturn boolean
-function M.is_host_id(uid)
-  return uid >= 1000000000 and uid < 2000000000
-end
-
---- The unprivileged host id a sandbox's root maps to: FNV-1a of the storage path, in
--- 1,000,000,000..1,999,999,999, a range no login account uses.
--- @tparam table sb
--- @treturn integer
-function M.host_id(sb)
-  local euid = core.proc.geteuid()
-  if euid ~= 0 then return euid end
-  -- the whole storage path, not the id: every `corral run` without --storage is id
-  -- "tenant"; the same path keeps its owner across runs
-  local key = M.storage_path(sb)
-  local h = 2166136261
-  for i = 1, #key do h = ((h ~ key:byte(i)) * 16777619) & 0xffffffff end
-  return 1000000000 + h % 1000000000
-end
+-- Where a sandbox's storage is and whose it is: corral.storage's, named here too as the
+-- description's public API (docs/boundary.md, docs/mechanisms.md).
+M.storage_path = storage.path
+M.host_id = storage.host_id
+M.is_host_id = storage.is_host_id
+M.check_root = storage.check_root
+M.prepare_storage = storage.prepare
 
 return M

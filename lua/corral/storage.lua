@@ -6,12 +6,59 @@
 -- @module corral.storage
 local core = require "corral.core"
 local errors = require "corral.errors"
-local sandbox = require "corral.sandbox"
 local storage_mark = require "corral.storage_mark"
 local idmapped = require "corral.idmapped"
 local disk = require "corral.disk"
 
 local M = {}
+
+--- The sandbox's storage directory: `storage_root/id`.
+-- @tparam table sb
+-- @treturn string
+function M.path(sb)
+  return (sb.storage_root:gsub("/+$", "")) .. "/" .. sb.id
+end
+
+--- Checks that a storage root exists and is a directory. corral creates the sandbox's
+-- own directory, never those above it: where tenant data lives is the operator's call,
+-- not a tree made as root at whatever path a typo names.
+-- @tparam string root
+-- @treturn string the root, resolved; or nil and invalid_argument("storage_root", …)
+function M.check_root(root)
+  local resolved = core.path.resolve(root)
+  local st = resolved and core.fs.lstat(resolved)
+  if not st and core.fs.lstat(root) then
+    return nil, errors.invalid_argument("storage_root", root .. " is not a directory")
+  end
+  if not st then
+    return nil, errors.invalid_argument("storage_root", root .. " does not exist; corral creates only the " ..
+      "sandbox's own directory beneath it (create it first, e.g. mkdir -m 0711 " .. root .. ")")
+  end
+  if st.type ~= "dir" then return nil, errors.invalid_argument("storage_root", root .. " is not a directory") end
+  return resolved
+end
+
+--- Whether `uid` is in the range corral's host ids take (see `host_id`).
+-- @tparam integer uid
+-- @treturn boolean
+function M.is_host_id(uid)
+  return uid >= 1000000000 and uid < 2000000000
+end
+
+--- The unprivileged host id a sandbox's root maps to: FNV-1a of the storage path, in
+-- 1,000,000,000..1,999,999,999, a range no login account uses.
+-- @tparam table sb
+-- @treturn integer
+function M.host_id(sb)
+  local euid = core.proc.geteuid()
+  if euid ~= 0 then return euid end
+  -- the whole storage path, not the id: every `corral run` without --storage is id
+  -- "tenant"; the same path keeps its owner across runs
+  local key = M.path(sb)
+  local h = 2166136261
+  for i = 1, #key do h = ((h ~ key:byte(i)) * 16777619) & 0xffffffff end
+  return 1000000000 + h % 1000000000
+end
 
 --- Who else holds a sandbox's host id, or nil: a live process running as it, or another
 -- storage directory beside this one owned by it. The id is a hash, and a colliding pair
@@ -20,7 +67,7 @@ local M = {}
 -- @tparam table sb
 -- @treturn string|nil what holds it
 function M.holder(sb)
-  local id = sandbox.host_id(sb)
+  local id = M.host_id(sb)
   if id == core.proc.geteuid() then return nil end -- unprivileged: always the caller's own id
   -- a zombie holds nothing (core.proc.find_owned passes over it)
   local pid = core.proc.find_owned(id)
@@ -42,7 +89,7 @@ end
 -- would own what the tenant writes; and a directory of another host id is another
 -- sandbox's storage (one a tenant made beneath its own, to be adopted by a sandbox there).
 local function unvouched(sb, path, owner)
-  if sandbox.is_host_id(owner) then
+  if M.is_host_id(owner) then
     return string.format("%s is owned by uid %d, another sandbox's host id: it belongs to that sandbox, not " ..
       "to this one", path, owner)
   end
@@ -81,7 +128,7 @@ end
 -- @return[2] nil and invalid_argument/cannot_enforce
 function M.prepare(sb, opts)
   opts = opts or {}
-  local path, id = sandbox.storage_path(sb), sandbox.host_id(sb)
+  local path, id = M.path(sb), M.host_id(sb)
   -- a path that cannot hold a directory is the argument's fault (exit 2), anything else
   -- the host's; ENOENT, EACCES, ENOTDIR, EROFS, EPERM
   local BAD_PATH = { [2] = true, [13] = true, [20] = true, [30] = true, [1] = true }
@@ -89,7 +136,7 @@ function M.prepare(sb, opts)
     if BAD_PATH[errno] then return nil, errors.invalid_argument("storage", "cannot create it: " .. detail) end
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot create storage " .. path .. ": " .. detail)
   end
-  local root_ok, root_err = sandbox.check_root(sb.storage_root)
+  local root_ok, root_err = M.check_root(sb.storage_root)
   if not root_ok then return nil, root_err end
   -- nor one made there: /etc/x would be the tenant's, inside the runtime every sandbox reads
   local resolved = (root_ok:gsub("/+$", "")) .. "/" .. sb.id

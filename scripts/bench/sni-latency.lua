@@ -1,6 +1,6 @@
 -- The SNI check's added latency, two ways, N connections each (default 2,000):
 --  1. inside the acceptor: the time from the peek of a connection's first flight to the
---     check's verdict (core.sni.peek and acceptor.sni_verdict timed where the acceptor
+--     check's verdict (core.sni.peek and sni_hold.sni_verdict timed where the acceptor
 --     calls them), summed per connection — the check's own cost on the connection's path,
 --     against the goal p50 <= 20 us. Beside it, the whole acceptor handler (accept,
 --     decision, check, resolve, the relay's connect) for scale.
@@ -15,7 +15,7 @@
 local core = require "corral.core"
 local plane = require "corral.egress.plane"
 local loop = require "corral.egress.loop"
-local acceptor = require "corral.egress.acceptor"
+local sni_hold = require "corral.egress.sni_hold"
 local egress = require "corral.egress"
 
 local N = tonumber(arg and arg[1]) or 2000
@@ -26,12 +26,12 @@ local clock = core.clock.monotime
 -- 1. timestamps where the acceptor peeks and judges
 local check_us, handler_us = {}, {}
 local started, spent
-local peek, verdict = core.sni.peek, acceptor.sni_verdict
+local peek, verdict = core.sni.peek, sni_hold.sni_verdict
 core.sni.peek = function(...)
   started = clock()
   return peek(...)
 end
-acceptor.sni_verdict = function(...)
+sni_hold.sni_verdict = function(...)
   local a, b = verdict(...)
   spent = (spent or 0) + (clock() - started)
   return a, b
@@ -115,7 +115,7 @@ print(string.format("  match - off, per pair: p50 %.1f us (p25 %.1f, p75 %.1f)",
 local t0, K = clock(), 100000
 for _ = 1, K do core.sni.parse(hello) end
 print(string.format("core.sni.parse alone on the %d-byte ClientHello: %.2f us", #hello, (clock() - t0) / K * 1e6))
-core.sni.peek, acceptor.sni_verdict = peek, verdict
+core.sni.peek, sni_hold.sni_verdict = peek, verdict
 loop.remove(off)
 loop.remove(match)
 off:close()

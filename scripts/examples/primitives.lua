@@ -69,7 +69,7 @@ end
 --- Creates the storage (owned by the sandbox's host id) and holds its lock.
 function M.provision(sb)
   if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-  local ok, lock = require("corral.storage").prepare(sb)
+  local ok, lock = sandbox.prepare_storage(sb)
   if not ok then return nil, lock end
   state[sb.id] = { lock = lock, status = "provisioned" }
   return true

@@ -1,4 +1,4 @@
--- A mutation fuzzer for the allowlist entry parser (corral.egress.allowlist.parse_entry),
+-- A mutation fuzzer for the allowlist entry parser (corral.egress.grammar.parse_entry),
 -- which reads what an operator — or a tenant-influenced file — writes. Entries are bred
 -- from tests/fuzz/corpus/allowlist/seeds (one per line) by inserting, deleting, replacing
 -- and splicing bytes, with an alphabet weighted to the grammar's own punctuation. For each
@@ -8,7 +8,7 @@
 -- granted; a UDP entry always names ports, never port 53 alone.
 --   lua5.4 tests/fuzz/fuzz_allowlist.lua [SECONDS] [SEED]   (scripts/run-fuzz allowlist)
 -- tests/egress_allowlist_spec.lua runs `run` for a fixed count with a fixed seed.
-local allowlist = require "corral.egress.allowlist"
+local grammar = require "corral.egress.grammar"
 local errors = require "corral.errors"
 
 local M = {}
@@ -50,7 +50,7 @@ end
 
 --- Checks one entry against the invariants; raises naming it when one breaks.
 function M.check(entry)
-  local ok, e, err = pcall(allowlist.parse_entry, entry)
+  local ok, e, err = pcall(grammar.parse_entry, entry)
   if not ok then fail(entry, "raised: " .. tostring(e)) end
   if not e then
     if not errors.is(err, "invalid_argument") or err.argument ~= "network.allow" then
@@ -60,9 +60,9 @@ function M.check(entry)
     if err.detail:sub(1, #quoted) ~= quoted then fail(entry, "detail does not name the entry") end
     return false
   end
-  local again = allowlist.parse_entry(e.text)
+  local again = grammar.parse_entry(e.text)
   if not again or again.text ~= e.text or again.kind ~= e.kind or again.proto ~= e.proto or
-      allowlist.ports_text(again) ~= allowlist.ports_text(e) then
+      grammar.ports_text(again) ~= grammar.ports_text(e) then
     fail(entry, "canonical text " .. tostring(e.text) .. " does not parse back to itself")
   end
   if (e.kind == "address" or e.kind == "network") and

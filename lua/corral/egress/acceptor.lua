@@ -1,5 +1,5 @@
---- The acceptor of one sandbox (outbound: every redirected TCP connection is decided
--- here) and its inbound service relay (the host's listener for `service_port`).
+--- The acceptor of one sandbox: every redirected TCP connection is decided here. The
+-- inbound service relay is `corral.egress.service`.
 --
 -- Outbound: SO_ORIGINAL_DST → synthetic address → name (or the literal IP) → decide →
 -- deny: RST at once; allow: resolve on the host, refuse private/loopback/link-local/
@@ -10,45 +10,21 @@
 -- connection's RST and a deny event naming the error, never the host's end.
 --
 -- The name the client meant (`network.sni`, default "match"): an allowed connection to a
--- name's synthetic address is held, unrelayed, until its first flight shows which host
--- it is for — the TLS ClientHello's server_name, or an HTTP request's Host (and an
--- absolute or CONNECT target) — read with MSG_PEEK (`core.sni`), never consumed, never
--- decrypted, at most one TLS record. A name other than the connection's is reset and
--- logged ("SNI evil.test on a connection to api.test": a client naming another tenant
--- of a shared CDN address); so is a first flight against its grammar (a ClientHello
--- split across records, two Host headers). No name (TLS without SNI, a protocol that is
--- neither) passes under "match" and is refused under "require"; "off" relays at once.
--- Only then is the upstream connected, and the relay splices the untouched bytes.
---
--- A client silent for `SNI_WAIT` seconds (a protocol whose server speaks first: SMTP,
--- FTP, some databases) is refused under "require"; under "match" its upstream is
--- connected and the server's bytes reach it, but nothing it sends is relayed until its
--- first flight has been checked the same way (core.relay's hold): waiting is never a way
--- past the check.
---
--- What it cannot see, by design (nothing is terminated or reassembled): the requests
--- after the first on a kept-alive HTTP/1.1 connection (the relay splices them unread, so
--- a second request may name another Host; the server's own virtual-host routing decides
--- it), and anything inside TLS — an allowed SNI with another Host in the encrypted
--- request (domain fronting through a CDN that routes by that inner Host) passes. The
--- check binds the name a client announces in the clear to the address it connected to;
--- it does not close domain fronting.
+-- name's synthetic address is first held until its first flight names its host
+-- (`corral.egress.sni_hold`); only then is the upstream connected.
 -- @module corral.egress.acceptor
 local core = require "corral.core"
-local errors = require "corral.errors"
 local address = require "corral.egress.address"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local fdlimit = require "corral.egress.fdlimit"
 local hostaddr = require "corral.egress.hostaddr"
 local loop = require "corral.egress.loop"
+local refusal = require "corral.egress.refusal"
+local relays = require "corral.egress.relays"
+local sni_hold = require "corral.egress.sni_hold"
 
 local M = {}
-
---- How long (seconds) a connection may stay silent before its upstream is connected with
--- the client's bytes held until checked (under `network.sni = "match"`: a protocol whose
--- server speaks first) or it is refused (under "require").
-M.SNI_WAIT = 0.5
 
 --- How long (seconds) the listener rests after this process ran out of fds.
 M.FD_REST = 0.05
@@ -61,31 +37,10 @@ M.FD_REST = 0.05
 M.LOOKUP_TIMEOUT = 10
 M.LOOKUPS_MAX = 16
 
---- The modes of `network.sni`, and the default.
-M.SNI_MODES = { off = true, match = true, require = true }
-M.SNI_DEFAULT = "match"
-
 local Acceptor = {}
 Acceptor.__index = Acceptor
-local Service = {}
-Service.__index = Service
 
--- `by` names what refused (docs/boundary.md, "Egress events"): the decision's own
--- (`allowlist`, `hook`, `policy`), else the host's checks after it, `policy`.
-local function deny(client, ctx, reason, by)
-  core.sock.reset(client)
-  ctx.verdict, ctx.reason, ctx.bytes, ctx.by = "deny", reason, 0, by or "policy"
-  events.emit(ctx)
-end
-
--- After an error: the connection is reset and closed however far it got, and the deny
--- is logged even if the reset itself fails.
-local function deny_after_error(client, ctx, err)
-  pcall(core.sock.reset, client)
-  pcall(function() client:close() end)
-  ctx.verdict, ctx.reason, ctx.bytes, ctx.by = "deny", "internal error: " .. tostring(err):sub(1, 200), 0, "policy"
-  pcall(events.emit, ctx)
-end
+local deny, deny_after_error = refusal.deny, refusal.after_error
 
 --- The host's own local networks, and, with a link, the sandbox's own address on it
 -- (upstream sockets are then made in the sandbox's netns, where that address is local).
@@ -136,7 +91,7 @@ function M.new(netns, sandbox)
   local self = setmetatable({ id = sandbox.id, synth = sandbox.synth, registry = sandbox.registry,
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
-    attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or M.SNI_DEFAULT,
+    attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or sni_hold.SNI_DEFAULT,
     held = {}, n_held = 0, resolving = {}, n_resolving = 0 }, Acceptor)
   -- as many connections as this process's fds can hold (see corral.egress.fdlimit)
   if self.max_connections then
@@ -244,13 +199,13 @@ end
 function Acceptor:accept(port_key)
   local client, msg, errno = core.sock.accept(self.fd, 0)
   if not client then
-    if loop.out_of_fds(errno) then
+    if relays.out_of_fds(errno) then
       -- The connection stays in the listen queue; the listener rests a moment rather
       -- than wake the loop at once again for what it cannot take.
       self.resting = core.clock.monotime() + M.FD_REST
       loop.changed()
       events.emit({ sandbox = self.id, kind = "connect", verdict = "deny", bytes = 0, by = "policy",
-        reason = loop.fd_shortage(msg) })
+        reason = relays.fd_shortage(msg) })
     end
     return
   end
@@ -279,121 +234,16 @@ function Acceptor:connect(client, ctx, port_key)
     ctx.entry = verdict.entry
     return deny(client, ctx, verdict.reason, verdict.by)
   end
-  if loop.count(self.id) + self.n_held + self.n_resolving >= self.max_connections then
+  if relays.count(self.id) + self.n_held + self.n_resolving >= self.max_connections then
     return deny(client, ctx, "connection cap reached (" .. self.max_connections .. (self.cap_note and
       (", lowered from " .. self.asked_connections .. ": " .. self.cap_note) or "") .. ")")
   end
   if name and self.sni ~= "off" then
-    -- held until its first flight names its host (see the module's comment)
-    self.held[client] = { ctx = ctx, name = name, ip = ip, port = port, port_key = port_key,
-      verdict = verdict, policy = policy, env = env, deadline = core.clock.monotime() + M.SNI_WAIT, seen = 0 }
-    self.n_held = self.n_held + 1
-    -- a client that spoke at once (TLS, HTTP) is usually read already: no loop turn
-    self:check(client)
-    local h = self.held[client]
-    if h then
-      -- the loop polls it from now on
-      h.polled = true
-      loop.changed()
-    end
-    return
+    -- held until its first flight names its host (see corral.egress.sni_hold)
+    return sni_hold.hold(self, client, { ctx = ctx, name = name, ip = ip, port = port, port_key = port_key,
+      verdict = verdict, policy = policy, env = env })
   end
   return self:relay(client, ctx, name, ip, port, port_key, verdict, policy, env)
-end
-
--- Whether text is an IP address equal to ip (both parsed: a literal may be written
--- uncompressed or in capitals).
-local function same_address(text, ip)
-  local _, a = core.inet.parse(text)
-  local _, b = core.inet.parse(ip)
-  return a ~= nil and a == b
-end
-
---- What the first flight `data` says of the connection held for `name`: nil to keep
--- waiting, true to relay it, or a string: why it is refused.
--- @tparam string data what the client sent so far (peeked)
--- @tparam string name the name the connection's address was given to
--- @tparam string mode "match" or "require"
--- @tparam boolean final no more will be waited for (silence, or the peek bound)
--- @tparam[opt] string dialed the address the client connected to: a Host that is this
---   address (`curl http://198.18.0.7/`, `http://[64:ff9b:1::…]/`) names the same destination
--- @treturn nil|true|string
-function M.sni_verdict(data, name, mode, final, dialed)
-  local kind, seen, extra = core.sni.parse(data)
-  if not kind and seen == "more" and not final then return nil end
-  if not kind and seen == "more" then
-    if #data == 0 then
-      return mode == "require" and ("nothing sent within " .. M.SNI_WAIT .. " s: no name to check "
-        .. "(network.sni = \"require\")") or true
-    end
-    return string.format("%s first flight incomplete after %d bytes", "TLS or HTTP", #data)
-  end
-  if not kind then
-    return string.format("%s on a connection to %s does not follow its grammar", extra == "tls" and
-      "TLS ClientHello" or "HTTP request", name)
-  end
-  local what = kind == "tls" and "SNI" or "Host"
-  if seen then
-    if seen == name or (dialed and same_address(seen, dialed)) then return true end
-    return string.format("%s %s on a connection to %s", what, seen, name)
-  end
-  if mode == "require" then
-    return string.format("%s on a connection to %s names no host (network.sni = \"require\")",
-      kind == "other" and "a protocol that is neither TLS nor HTTP" or (kind == "tls" and "TLS without SNI"
-        or "HTTP without Host"), name)
-  end
-  return true
-end
-
--- A held connection's socket has more to read, or its wait is over: decide it, relay it
--- or reset it. Whatever goes wrong is that connection's RST and deny event.
-function Acceptor:check(client, timed_out)
-  local h = self.held[client]
-  if not h then return end
-  local data, _, errno = core.sni.peek(client)
-  local again = not data and errno == core.errno.EAGAIN
-  data = data or ""
-  -- woken with nothing new (not EAGAIN): the client's end, which keeps it readable, so
-  -- decide now on what there is
-  local stalled = not again and h.last ~= nil and #data <= #h.last
-  local final = timed_out or stalled or #data >= core.sni.PEEK_MAX
-  local ok, v = pcall(M.sni_verdict, data, h.name, self.sni, final, h.ip)
-  if not ok then v = "first flight unreadable: " .. tostring(v):sub(1, 200) end
-  if v == nil then
-    -- wake again only once more than this has arrived
-    h.last = data
-    if #data > 0 then
-      core.sni.lowat(client, #data + 1)
-      h.lowat = true
-    end
-    return
-  end
-  self.held[client] = nil
-  self.n_held = self.n_held - 1
-  if h.polled then loop.changed() end
-  if v ~= true then return deny(client, h.ctx, v) end
-  if h.lowat then core.sni.lowat(client, 1) end
-  -- Nothing seen yet (only silence ends the wait with no bytes): the client's first
-  -- bytes, whenever they come, are still checked before any is relayed.
-  local guard = #data == 0 and h or nil
-  local rok, err = pcall(self.relay, self, client, h.ctx, h.name, h.ip, h.port, h.port_key, h.verdict,
-    h.policy, h.env, guard)
-  if not rok then deny_after_error(client, h.ctx, err) end
-end
-
--- A connection relayed with its client held (see the module's comment) has sent more:
--- release it once its first flight passes, cut it (logged with the reason) when not.
-function Acceptor:check_held(id, h)
-  local data, ended, errno = loop.peek(id)
-  if not data then
-    if errno == core.errno.EAGAIN then return end
-    error(ended)
-  end
-  local final = ended or #data >= core.sni.PEEK_MAX
-  local v = M.sni_verdict(data, h.name, self.sni, final, h.ip)
-  if v == nil then return end
-  if v == true then return loop.release(id) end
-  loop.cut(id, v)
 end
 
 --- The earliest moment a held connection's wait, or a lookup's, ends (monotonic
@@ -411,8 +261,8 @@ end
 
 -- Resolves an allowed connection's name on the host and hands both ends to the relay;
 -- with `guard` (the held state of a silent client) the client's bytes stay held until
--- check_held passes them. The host's own resolver answers later (`resolve_later`); the
--- operator's (a table, or a function of its Lua) at once.
+-- `corral.egress.sni_hold.check_held` passes them. The host's own resolver answers later
+-- (`resolve_later`); the operator's (a table, or a function of its Lua) at once.
 function Acceptor:relay(client, ctx, name, ip, port, port_key, verdict, policy, env, guard)
   local w = { client = client, ctx = ctx, name = name, ip = ip, port = port, port_key = port_key,
     verdict = verdict, policy = policy, env = env, guard = guard }
@@ -498,16 +348,17 @@ function Acceptor:upstream(w, addrs, rerr)
   -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
   -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
   -- which the ruleset's mark rules exempt from the redirect.
-  -- The connection joins its destination's relay (`corral.egress.loop`), which is what
+  -- The connection joins its destination's relay (`corral.egress.relays`), which is what
   -- `recheck` cuts when the policy stops allowing the destination.
-  local id, cerr, cerrno = loop.connect(client, upstream, port, {
+  local id, cerr, cerrno = relays.connect(client, upstream, port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
     port_key = w.port_key, attempt_delay = self.attempt_delay,
     mark = self.link and self.mark or nil, netns = self.link and self.netns or nil,
-    on_held = guard and function(cid) self:check_held(cid, guard) end or nil },
+    on_held = guard and function(cid) sni_hold.check_held(self, cid, guard) end or nil },
     { name = name, ip = (not name) and ip or nil, port = port }, ctx)
   if not id then
-    return deny(client, ctx, loop.out_of_fds(cerrno) and loop.fd_shortage(cerr) or ("upstream: " .. tostring(cerr)))
+    return deny(client, ctx, relays.out_of_fds(cerrno) and relays.fd_shortage(cerr)
+      or ("upstream: " .. tostring(cerr)))
   end
   -- the loop holds ctx from here: its end is logged as this decision, with its bytes
   local v = w.verdict
@@ -525,7 +376,7 @@ function Acceptor:watch(port_key)
   if not self.resting then w[1] = { fd = self.fd, on = function() self:accept(port_key) end } end
   for client, h in pairs(self.held) do
     if now >= h.deadline then
-      local ok, err = pcall(self.check, self, client, true)
+      local ok, err = pcall(sni_hold.check, self, client, true)
       if not ok then
         if self.held[client] then
           self.held[client], self.n_held = nil, self.n_held - 1
@@ -534,7 +385,7 @@ function Acceptor:watch(port_key)
         deny_after_error(client, h.ctx, err)
       end
     else
-      w[#w + 1] = { fd = client, conn = true, owner = self.id, on = function() self:check(client) end }
+      w[#w + 1] = { fd = client, conn = true, owner = self.id, on = function() sni_hold.check(self, client) end }
     end
   end
   for id, r in pairs(self.resolving) do
@@ -562,54 +413,6 @@ function Acceptor:close()
     self.on_policy = nil
   end
   if self.fd then self.fd:close(); self.fd = nil end
-end
-
---- Inbound: the host listens on 127.0.0.1 at a port the kernel chooses and relays each
--- connection to `port` on the sandbox's own loopback. Two provisions can never be handed
--- the same port: the kernel allocates it, and `addr` reads back what it allocated.
--- @tparam userdata netns the sandbox's network namespace
--- @tparam table sandbox `{id =, mark =, idle =}`
--- @tparam integer port the tenant's port
--- @treturn[1] table the service, with `addr` ("127.0.0.1:PORT")
--- @return[2] nil
--- @treturn[2] table cannot_enforce("network_restriction", …)
-function M.service(netns, sandbox, port)
-  local fd, bound = core.sock.listen("127.0.0.1", 0)
-  if not fd then return nil, errors.cannot_enforce("network_restriction", "service listener: " .. tostring(bound)) end
-  return setmetatable({ id = sandbox.id, mark = sandbox.mark, idle = sandbox.idle, netns = netns, fd = fd,
-    port = port, addr = "127.0.0.1:" .. bound }, Service)
-end
-
-function Service:accept()
-  local client = core.sock.accept(self.fd, 0)
-  if not client then return end
-  local ctx = { sandbox = self.id, kind = "inbound", port = self.port }
-  local ok, err = pcall(self.relay, self, client, ctx)
-  if not ok then deny_after_error(client, ctx, err) end
-end
-
-function Service:relay(client, ctx)
-  -- A socket made inside the sandbox's netns reaches its loopback; the mark exempts it
-  -- from the redirect like every host-made socket there. The relay connects it without
-  -- blocking: a tenant that listens and never accepts (its backlog full, the SYN dropped)
-  -- would otherwise hold the host's one loop, and every other sandbox, for the timeout.
-  -- A failure arrives as the connection's "failed" event.
-  local id, err = loop.connect(client, "127.0.0.1", self.port, { mark = self.mark,
-    netns = self.netns, timeout = 2, idle = self.idle, key = self.id .. "/inbound" }, nil, ctx)
-  if not id then return deny(client, ctx, "service port: " .. tostring(err)) end
-  ctx.verdict, ctx.reason, ctx.bytes = "allow", "service port " .. self.port, 0
-  events.emit(ctx)
-end
-
---- The fds the loop polls for this service, with their handlers.
-function Service:watch()
-  return { { fd = self.fd, on = function() self:accept() end } }
-end
-
---- Closes the listener; idempotent.
-function Service:close()
-  if self.fd then self.fd:close(); self.fd = nil end
-  loop.changed()
 end
 
 return M

@@ -43,6 +43,7 @@
 -- against its mistakes, not against a hook that removes the count hook itself.
 -- @module corral.egress.decision
 local allowlist = require "corral.egress.allowlist"
+local grammar = require "corral.egress.grammar"
 local address = require "corral.egress.address"
 local ranges = require "corral.egress.ranges"
 local synthetic = require "corral.egress.synthetic"
@@ -116,7 +117,7 @@ end
 local function port_list(al, q)
   local seen = {}
   for _, e in ipairs(al:entries()) do
-    if allowlist.matches(e, q) then seen[#seen + 1] = allowlist.ports_text(e) end
+    if allowlist.matches(e, q) then seen[#seen + 1] = grammar.ports_text(e) end
   end
   return table.concat(seen, ",")
 end

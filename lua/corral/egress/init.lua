@@ -13,6 +13,7 @@
 --
 -- @module corral.egress
 local allowlist = require "corral.egress.allowlist"
+local grammar = require "corral.egress.grammar"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local hostaddr = require "corral.egress.hostaddr"
@@ -48,11 +49,11 @@ function M.parse(list)
   return allowlist.parse(list)
 end
 
---- Parses one allowlist entry.
+--- Parses one allowlist entry (see `corral.egress.grammar`).
 -- @tparam string entry
 -- @treturn table the entry, or nil and `invalid_argument`
 function M.parse_entry(entry)
-  return allowlist.parse_entry(entry)
+  return grammar.parse_entry(entry)
 end
 
 --- Sets a sandbox's policy (see `registry:set`).

@@ -7,15 +7,15 @@
 -- counted in `errors`, and the loop and the other sandboxes carry on. Any number of fds
 -- is polled (in batches past `POLL_MAX`), and an fd closed under the loop is skipped.
 --
--- Relays: one core relay for every connection of every sandbox, one epoll loop per host
--- process. A plane hands it each allowed connection (`connect`), with the decision to log
--- when the connection ends; the loop remembers each outbound connection's destination
--- (sandbox, name or IP, port), so that `recheck` can re-decide destinations and reset
--- (core `relay:reset(id)`, RST both ways) the connections of those the policy no longer
--- allows, while the others carry on. Its tables are its own: others call its functions.
+-- Relays: one core relay for every connection of every sandbox (`corral.egress.relays`,
+-- which remembers each connection's decision and destination); the loop polls it first
+-- and, at `recheck`, has it reset the connections of the destinations a sandbox's plane
+-- no longer allows. Its tables are its own: others call its functions.
 -- @module corral.egress.loop
 local core = require "corral.core"
+local relays = require "corral.egress.relays"
 local turns = require "corral.egress.turns"
+local proctree = require "corral.proctree"
 
 -- Loaded when first used: a run without a plane or a log (most) never emits an event,
 -- and loading the module cost ~0.13 ms of each `corral run`.
@@ -24,150 +24,21 @@ local function events() return require "corral.egress.events" end
 local M = {}
 
 local state
--- By connection id: the decision logged at connect (logged again, with bytes, at the
--- end), why it was cut (`recheck`, `cut`), the key (sandbox) it is counted under, and
--- what runs when its held client has sent more (`opts.on_held`).
-local pending, cuts, keys, on_held = {}, {}, {}, {}
-local ending = {} -- ids reset because their sandbox's plane went away
-local idle_of = {} -- by connection id: its idle timeout (seconds), to say so when it ran out
 
-local Relays = {}
-Relays.__index = Relays
-local relay_events -- below: handles what the relay reports
-
-local function new_relays()
-  return setmetatable({ relay = assert(core.relay.new()), dest_of = {}, by_key = {} }, Relays)
-end
-
-local function dest_key(dest)
-  return table.concat({ dest.name or "", dest.ip or "", tostring(dest.port) }, "\0")
-end
-
---- As core.relay's add_connect; with `dest` (`{name =, ip =, port =}`, the decision's
--- subject) the connection is remembered under that destination of sandbox opts.key.
-function Relays:add_connect(client, ip, port, opts, dest)
-  local id, err, errno = self.relay:add_connect(client, ip, port, opts)
-  if not id then return nil, err, errno end
-  if dest then
-    local key, dk = opts.key, dest_key(dest)
-    local dests = self.by_key[key]
-    if not dests then
-      dests = {}
-      self.by_key[key] = dests
-    end
-    local d = dests[dk]
-    if not d then
-      d = { dest = dest, ids = {} }
-      dests[dk] = d
-    end
-    d.ids[id] = true
-    self.dest_of[id] = { key = key, dk = dk }
-  end
-  return id
-end
-
---- Forgets an ended connection's destination.
-function Relays:ended(id)
-  local where = self.dest_of[id]
-  if not where then return end
-  self.dest_of[id] = nil
-  local dests = self.by_key[where.key]
-  local d = dests and dests[where.dk]
-  if not d then return end
-  d.ids[id] = nil
-  if next(d.ids) == nil then dests[where.dk] = nil end
-  if next(dests) == nil then self.by_key[where.key] = nil end
-end
-
---- Live connections (connecting or relaying) counted under key, or all of them.
-function Relays:count(key)
-  return self.relay:count(key)
-end
-
---- The process-wide loop (created on first use), for diagnostics: `relay:count(key)`.
+--- The process-wide loop (created on first use): the planes it serves.
 function M.get()
   if not state then
-    state = { relay = new_relays(), planes = {} }
+    state = { planes = {} }
   end
   return state
 end
 
---- Live connections (connecting or relaying) counted under key (a sandbox id), or all.
+--- Live connections (connecting or relaying) counted under key (a sandbox id), or all
+-- (`corral.egress.relays.count`, which the REPL asks through the loop).
 -- @tparam[opt] string key
 -- @treturn integer
 function M.count(key)
-  return M.get().relay:count(key)
-end
-
---- The live outbound connections of sandbox key, as their connect decisions logged
--- them (for the REPL's `connections`).
--- @tparam string key the sandbox id
--- @treturn {table,...} `{id =, name =, ip =, port =, upstream =, entry =}` each, by id
-function M.connections(key)
-  local out = {}
-  for _, d in pairs(M.get().relay.by_key[key] or {}) do
-    for id in pairs(d.ids) do
-      local ctx = pending[id] or {}
-      out[#out + 1] = { id = id, name = d.dest.name, ip = d.dest.ip or ctx.ip, port = d.dest.port,
-        upstream = ctx.upstream, entry = type(ctx.entry) == "table" and ctx.entry.text or ctx.entry }
-    end
-  end
-  table.sort(out, function(a, b) return a.id < b.id end)
-  return out
-end
-
---- Relays an accepted client to ip:port (see core.relay's add_connect for opts). With
--- `dest` (`{name =, ip =, port =}`, the decision's subject) the connection is remembered
--- under that destination of sandbox `opts.key` for `recheck`; with `ctx` (the connect
--- event) its end is logged as the same decision with its byte counts. With `opts.hold`,
--- nothing the client sends is relayed until `release(id)`, and `opts.on_held(id)` runs
--- (protected: an error cuts the connection) whenever it has sent more; see `peek`.
--- @treturn[1] integer the connection id
--- @return[2] nil
--- @treturn[2] string why not
--- @return[2] integer errno
-function M.connect(client, ip, port, opts, dest, ctx)
-  local handler = opts.on_held
-  if handler then
-    local o = {}
-    for k, v in pairs(opts) do o[k] = v end
-    o.on_held, o.hold = nil, true
-    opts = o
-  end
-  local id, err, errno = M.get().relay:add_connect(client, ip, port, opts, dest)
-  if not id then return nil, err, errno end
-  pending[id], keys[id], on_held[id], idle_of[id] = ctx, opts.key, handler, opts.idle
-  return id
-end
-
---- What connection id's held client has sent so far, not consumed.
--- @tparam integer id
--- @treturn[1] string the bytes ("" when it sent nothing before its end)
--- @treturn[1] boolean whether it has ended its side (nothing more will come)
--- @return[2] nil
--- @treturn[2] string why
--- @treturn[2] integer errno (EAGAIN: nothing yet)
-function M.peek(id)
-  return M.get().relay.relay:peek(id)
-end
-
---- Relays connection id's held client from its first byte on.
-function M.release(id)
-  on_held[id] = nil
-  return M.get().relay.relay:release(id)
-end
-
---- Resets connection id both ways; its end is logged as a `cut` event (verdict deny)
--- with `reason` and the bytes it had moved.
--- @tparam integer id
--- @tparam string reason
--- @treturn boolean whether a live connection was cut
-function M.cut(id, reason)
-  if not state then return false end
-  on_held[id] = nil
-  if not state.relay.relay:reset(id) then return false end
-  cuts[id] = reason -- logged when the loop reads the reset's event
-  return true
+  return relays.count(key)
 end
 
 --- Serves a plane (`corral.egress.plane`, or any table like it): each step polls what
@@ -202,7 +73,8 @@ local abandoned = {}
 -- events.
 function M.forget()
   if state then abandoned[#abandoned + 1] = state end
-  state, pending, cuts, keys, idle_of = nil, {}, {}, {}, {}
+  state = nil
+  relays.forget()
   M.changed()
 end
 
@@ -213,85 +85,12 @@ function M.planes()
   return out
 end
 
--- What the relay reports: the end of an allowed connection is the same decision, now
--- with its byte counts (bytes = up + down), and why it failed when it did; a connection
--- `recheck` reset is logged as `cut`, with the bytes it had moved.
-relay_events = function(loop)
-  local evs = loop.relay.relay:run(0) or {}
-  for _, ev in ipairs(evs) do
-    local ctx = pending[ev.id]
-    local held = ev.kind == "held" and on_held[ev.id]
-    if held then
-      local ok, err = pcall(held, ev.id)
-      if not ok then
-        M.errors = M.errors + 1
-        M.cut(ev.id, "first flight check failed: " .. tostring(err):sub(1, 200))
-      end
-    end
-    -- a raced connection is logged with the address that won it
-    if ev.kind == "connected" and ctx and ctx.upstreams then ctx.upstream = ctx.upstreams[ev.addr] end
-    if ev.kind == "closed" or ev.kind == "failed" then
-      loop.relay:ended(ev.id)
-      local idle = idle_of[ev.id]
-      pending[ev.id], keys[ev.id], on_held[ev.id], idle_of[ev.id] = nil, nil, nil, nil
-      local gone = ending[ev.id]
-      ending[ev.id] = nil
-      local cut = cuts[ev.id]
-      cuts[ev.id] = nil
-      if ctx then
-        local bytes = (ev.up or 0) + (ev.down or 0)
-        if cut then
-          events().emit({ sandbox = ctx.sandbox, kind = "cut", name = ctx.name, ip = ctx.ip, port = ctx.port,
-            upstream = ctx.upstream, entry = ctx.entry, verdict = "deny", reason = cut,
-            bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
-        else
-          events().emit({ sandbox = ctx.sandbox, kind = ev.kind, name = ctx.name, ip = ctx.ip, port = ctx.port,
-            upstream = ctx.upstream, entry = ctx.entry, verdict = "allow",
-            reason = (ev.kind == "failed" or M.out_of_fds(ev.err)) and M.failure(ev, ctx, gone)
-              -- the relay's idle timer, not either end, closed it (as a UDP flow's is said)
-              or (ev.kind == "closed" and ev.err == core.errno.ETIMEDOUT and (idle or 0) > 0 and
-                string.format("idle for %g s", idle)) or ctx.reason,
-            bytes_up = ev.up, bytes_down = ev.down, bytes = bytes })
-        end
-      end
-    end
-  end
-  return #evs
-end
-
---- Whether errno `err` is this host running out of file descriptors (EMFILE: this
--- process's RLIMIT_NOFILE; ENFILE: the system's), which is no answer from any upstream.
--- @tparam integer|nil err
--- @treturn boolean
-function M.out_of_fds(err)
-  return err ~= nil and (err == core.errno.EMFILE or err == core.errno.ENFILE)
-end
-
---- The words for this host out of file descriptors.
--- @tparam string detail what failed and its error ("accept: Too many open files")
--- @treturn string
-function M.fd_shortage(detail)
-  return string.format("corral is out of file descriptors (%s): raise its RLIMIT_NOFILE (ulimit -n) or "
-    .. "lower --max-connections", tostring(detail))
-end
-
---- Why a connection's upstream never connected, in words: "upstream: Connection refused
--- (10.1.2.3)", naming every address that was tried; or why this host could not carry
--- it (out of file descriptors), which no upstream is blamed for.
--- @tparam table ev the relay's failed (or closed) event (`err`, `msg`)
--- @tparam table ctx the connect decision (`upstream`, `upstreams`)
--- @tparam[opt] boolean gone the sandbox ended while it was still connecting
--- @treturn string
-function M.failure(ev, ctx, gone)
-  local tried = ctx.upstreams and table.concat(ctx.upstreams, ", ") or ctx.upstream
-  if gone and ev.kind == "failed" then
-    return "upstream: no answer before the sandbox ended" .. (tried and (" (" .. tried .. ")") or "")
-  end
-  if M.out_of_fds(ev.err) then
-    return M.fd_shortage((ev.kind == "failed" and "connecting to " .. tostring(tried) or "relaying") .. ": "
-      .. tostring(ev.msg or ev.err))
-  end
-  return "upstream: " .. tostring(ev.msg or ev.err) .. (tried and (" (" .. tried .. ")") or "")
+-- What the relay reports (`corral.egress.relays.run`); a held client's handler that
+-- raised is counted with the loop's errors.
+local function relay_events()
+  local n, raised = relays.run()
+  M.errors = M.errors + raised
+  return n
 end
 
 --- Stops serving a plane. Its sandbox's connections still open (an upstream that never
@@ -302,17 +101,8 @@ function M.remove(plane)
   if not state then return end
   state.planes[plane] = nil
   M.changed()
-  relay_events(state) -- the ends already under way are logged as they happened
-  local inbound, open = plane.id and plane.id .. "/inbound", {}
-  for id, key in pairs(keys) do
-    if key == plane.id or key == inbound then open[#open + 1] = id end
-  end
-  table.sort(open)
-  for _, id in ipairs(open) do
-    ending[id] = true
-    state.relay.relay:reset(id)
-  end
-  if #open > 0 then relay_events(state) end
+  relay_events() -- the ends already under way are logged as they happened
+  if relays.reset_sandbox(plane.id) > 0 then relay_events() end
 end
 
 --- Handles what the relay has ready, without waiting, until it reports nothing or
@@ -321,7 +111,7 @@ end
 function M.drain(seconds)
   if not state then return end
   local deadline = core.clock.monotime() + (seconds or 0.1)
-  while relay_events(state) > 0 and core.clock.monotime() < deadline do end
+  while relay_events() > 0 and core.clock.monotime() < deadline do end
 end
 
 --- Re-decides the open outbound connections of sandbox `id` with its plane's current
@@ -337,25 +127,8 @@ function M.recheck(id)
     if p.id == id then plane = p end
   end
   if not plane then return 0 end
-  local relays, n = state.relay, 0
-  local doomed = {}
-  for _, d in pairs(relays.by_key[id] or {}) do
-    -- fail closed: a re-decision that raises is a deny
-    local ok, why = pcall(plane.redecide, plane, d.dest)
-    if not ok then why = "re-decision failed: " .. tostring(why):sub(1, 200) end
-    if why then
-      for cid in pairs(d.ids) do doomed[#doomed + 1] = { cid, why } end
-    end
-  end
-  table.sort(doomed, function(a, b) return a[1] < b[1] end)
-  for _, c in ipairs(doomed) do
-    if relays.relay:reset(c[1]) then
-      on_held[c[1]] = nil
-      cuts[c[1]] = "cut: " .. c[2]
-      n = n + 1
-    end
-  end
-  relay_events(state) -- the resets' own events: logged as cut, with their bytes
+  local n = relays.doom(id, plane)
+  relay_events() -- the resets' own events: logged as cut, with their bytes
   return n
 end
 
@@ -409,7 +182,8 @@ local function poll_all(fds, timeout)
   return ready
 end
 
-local function relay_ready() relay_events(M.get()) end
+local function relay_ready() relay_events() end
+
 
 -- Whether list (the extra fds a caller polls) is the one `built` holds, entry by entry.
 local function same_extra(built, list)
@@ -433,7 +207,7 @@ local function poll_list(loop, extra, now)
     and not (built.soonest and now >= built.soonest) and same_extra(built, extra) then
     return built
   end
-  local fds, handlers, owners = { loop.relay.relay }, { relay_ready }, { false }
+  local fds, handlers, owners = { relays.core() }, { relay_ready }, { false }
   local later, volatile = {}, false
   local at = version
   for plane in pairs(loop.planes) do
@@ -521,13 +295,15 @@ end
 
 --- Whether a forwarded signal starts the grace after which the sandbox is killed:
 -- SIGTERM and SIGHUP at once (a supervisor or a hang-up ends the sandbox whatever it
--- handles), SIGINT only the second time (as at a terminal, a command that handles or
--- ignores Ctrl-C runs on; a second one says the user means it).
+-- handles); SIGINT the second time, or the first when every process of the sandbox
+-- ignores it (`ignored`: Ctrl-C would do nothing at all). A command that handles Ctrl-C
+-- (a shell, a REPL) runs on after one, as at a terminal.
 -- @tparam integer sig the signal just forwarded
 -- @tparam integer interrupts how many SIGINTs were forwarded, this one included
+-- @tparam[opt] function ignored asked only for a first SIGINT: whether the sandbox ignores it
 -- @treturn boolean
-function M.starts_grace(sig, interrupts)
-  if sig == 2 then return interrupts >= 2 end
+function M.starts_grace(sig, interrupts, ignored)
+  if sig == 2 then return interrupts >= 2 or (ignored ~= nil and ignored()) end
   return true
 end
 
@@ -588,7 +364,8 @@ function M.wait(proc, opts)
       if sig then
         undelivered[#undelivered + 1] = sig
         if sig == 2 then interrupts = interrupts + 1 end
-        if opts.grace and not signalled and M.starts_grace(sig, interrupts) then
+        if opts.grace and not signalled and
+          M.starts_grace(sig, interrupts, function() return proctree.all_ignore(proc:pid(), sig) end) then
           signalled = sig
           local at = core.clock.monotime() + opts.grace
           if not deadline or at < deadline then deadline = at end

@@ -1,8 +1,8 @@
 --- The egress data plane of one sandbox: its network namespace, link and ruleset, and
 -- the parts that serve it — the DNS responder (`corral.egress.responder`), the acceptor
--- and the inbound service (`corral.egress.acceptor`), and, once a `udp:` entry (or
--- `--learn`) asks for it, the UDP relay (`corral.egress.udp`) — driven by one
--- process-wide loop (`corral.egress.loop`), which polls what `watch` lists.
+-- (`corral.egress.acceptor`), the inbound service (`corral.egress.service`), and, once a
+-- `udp:` entry (or `--learn`) asks for it, the UDP relay (`corral.egress.udp`) — driven
+-- by one process-wide loop (`corral.egress.loop`), which polls what `watch` lists.
 --
 -- Ownership order: the host creates the netns (owned by the host's user namespace, in
 -- which the tenant holds no capability), brings lo up with default routes via lo, binds
@@ -29,6 +29,8 @@ local network_spec = require "corral.egress.network_spec"
 local registry = require "corral.egress.registry"
 local responder = require "corral.egress.responder"
 local acceptor = require "corral.egress.acceptor"
+local service = require "corral.egress.service"
+local ruleset = require "corral.egress.ruleset"
 local udp = require "corral.egress.udp"
 local name_files = require "corral.name_files"
 
@@ -124,15 +126,15 @@ function M.new(id, network)
   self.acceptor_port = self.acceptor.port
   -- learn mode: every port reaches the acceptor, which records what was wanted (nil);
   -- else the policy's ports, false for none
-  if not network.learn then self.tcp_ports = M.tcp_ports(policy) end
+  if not network.learn then self.tcp_ports = ruleset.tcp_ports(policy) end
   -- the UDP relay only for a policy that can use it: no other sandbox needs TPROXY
   self.udp_ports = false
-  if network.learn then self.udp_ports = nil else self.udp_ports = M.udp_ports(policy) end
+  if network.learn then self.udp_ports = nil else self.udp_ports = ruleset.udp_ports(policy) end
   if self.udp_ports ~= false then
     ok, err = self:udp_enable()
     if not ok then return fail("UDP relay", err) end
   end
-  local plan = M.ruleset_plan(self, self.tcp_ports)
+  local plan = ruleset.plan(self, self.tcp_ports)
   ok, err, errno = self.nft.apply(self.netns, plan)
   if not ok then return fail("nftables ruleset", err, errno) end
   -- Read back and compare: a ruleset that is not exactly ours is not enforcement.
@@ -172,19 +174,6 @@ function M.new_netns()
   return nil, tostring(err) .. "; in a user namespace of the caller's own: " .. tostring(uerr), uerrno
 end
 
---- The nftables plan for a plane with these redirected ports (see `tcp_ports`), and the
--- UDP ports its relay takes (as `udp_ports` answers them, nil included; when not given,
--- the plane's own).
-function M.ruleset_plan(plane, ports, ...)
-  local udp_ports = plane.udp_ports
-  if select("#", ...) > 0 then udp_ports = ... end
-  local relay = udp_ports ~= false and plane.udp or nil
-  return { dns_port = plane.dns_port, acceptor_port = plane.acceptor_port, mark = M.MARK,
-    tcp_ports = ports or nil, no_tcp = ports == false,
-    udp_port = relay and relay.port or nil, udp_mark = relay and udp.ROUTE_MARK or nil,
-    udp_ports = relay and udp_ports or nil }
-end
-
 --- Makes the UDP relay and its route in the netns (once).
 -- @treturn[1] true
 -- @return[2] nil
@@ -201,120 +190,16 @@ function Plane:udp_enable()
   return true
 end
 
---- The UDP ports some `udp:` entry of the policy allows, as merged `{lo, hi}` ranges
--- (DNS excepted by the ruleset); nil for every port (more ranges than the ruleset takes);
--- false for none: no `udp:` entry, and no relay. A decide hook alone opens no UDP
--- (`corral.egress.decision`).
--- @tparam table|nil policy
--- @treturn table|nil|false
-function M.udp_ports(policy)
-  if not policy or not policy.allowlist then return false end
-  local spans = {}
-  for _, e in ipairs(policy.allowlist:entries()) do
-    if e.proto == "udp" then
-      for _, r in ipairs(e.ports) do spans[#spans + 1] = { r[1], r[2] } end
-    end
-  end
-  return M.merge_ports(spans)
-end
-
---- Sorted, merged `{lo, hi}` ranges; false for none, nil past the ruleset's 16.
--- @tparam {table,...} spans
--- @treturn table|nil|false
-function M.merge_ports(spans)
-  if #spans == 0 then return false end
-  table.sort(spans, function(a, b) return a[1] < b[1] end)
-  local merged = { spans[1] }
-  for i = 2, #spans do
-    local last, r = merged[#merged], spans[i]
-    if r[1] <= last[2] + 1 then
-      last[2] = math.max(last[2], r[2])
-    else
-      merged[#merged + 1] = r
-    end
-  end
-  if #merged > core.nft.MAX_PORT_RANGES then return nil end
-  return merged
-end
-
-local function same_ports(a, b)
-  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
-  if #a ~= #b then return false end
-  for i = 1, #a do
-    if a[i][1] ~= b[i][1] or a[i][2] ~= b[i][2] then return false end
-  end
-  return true
-end
-
---- The TCP ports some entry of the policy allows, as merged `{lo, hi}` ranges; nil
--- for "any port may be allowed" (a decide hook, an entry without ports, or more ranges
--- than the ruleset takes); false for "none may be" (an empty list, no hook). Only these
--- ports are redirected to the acceptor; TCP to any other is reset at its SYN, so a bare
--- connect fails too (with every port redirected, the acceptor took each connection only
--- to reset it, and `nc -z` saw the port open).
--- @tparam table|nil policy
--- @treturn table|nil
-function M.tcp_ports(policy)
-  if not policy or policy.decide or not policy.allowlist then return nil end
-  local spans = {}
-  for _, e in ipairs(policy.allowlist:entries()) do
-    if e.proto ~= "udp" then
-      if not e.ports then return nil end
-      for _, r in ipairs(e.ports) do spans[#spans + 1] = { r[1], r[2] } end
-    end
-  end
-  return M.merge_ports(spans)
-end
-
 --- Follows a change of the sandbox's policy (`allow`, `revoke`, `set`): the responder
 -- forgets its cached verdicts and the ruleset's ports are brought in line.
 -- @tparam table|nil policy
 -- @treturn[1] true
 -- @return[2] nil
--- @treturn[2] table cannot_enforce: the ruleset could not follow (see `sync_ports`)
+-- @treturn[2] table cannot_enforce: the ruleset could not follow (see `corral.egress.ruleset.sync_ports`)
 function Plane:policy_changed(policy)
   if self.responder then self.responder:forget() end
   if self.udp then self.udp:forget_denied() end
-  return self:sync_ports(policy)
-end
-
---- Brings the ruleset's redirected ports in line with the policy: the table is replaced
--- in one transaction (never a moment without it) and read back. On failure the old
--- ruleset stays (the kernel applies a batch whole or not at all), an `error` event says
--- so, and the registry is told (`nil, err`): it undoes a `set` or `allow`, so the
--- previous policy — stricter than the one that could not be enforced — stays too.
--- @tparam table|nil policy
--- @treturn[1] true
--- @return[2] nil
--- @treturn[2] table cannot_enforce("network_restriction", why)
-function Plane:sync_ports(policy)
-  local want, want_udp -- nil in learn mode: every port (false, from tcp_ports, is none)
-  if not self.network.learn then want, want_udp = M.tcp_ports(policy), M.udp_ports(policy) end
-  if (same_ports(want, self.tcp_ports) and same_ports(want_udp, self.udp_ports)) or not self.netns then
-    return true
-  end
-  if want_udp ~= false then
-    local ok, uerr = self:udp_enable()
-    if not ok then
-      local why = "the UDP relay could not be made, so the ruleset keeps the previous policy: " .. tostring(uerr)
-      events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0, reason = why })
-      return nil, errors.cannot_enforce("network_restriction", why)
-    end
-  end
-  -- the replaced table's record of refusals goes with it: read it first
-  self:read_refused()
-  local plan = M.ruleset_plan(self, want, want_udp)
-  local ok, err = self.nft.apply(self.netns, setmetatable({ replace = true }, { __index = plan }))
-  if ok then ok, err = self.nft.verify(self.netns, plan) end
-  if ok then
-    self.tcp_ports, self.udp_ports = want, want_udp
-    self.refused_seen, self.refused_total = {}, 0
-    return true
-  end
-  local why = "the ruleset could not follow the new policy, so it keeps the previous one (which refuses "
-    .. "what it did): " .. tostring(err)
-  events.emit({ sandbox = self.id, kind = "error", verdict = "deny", bytes = 0, reason = why })
-  return nil, errors.cannot_enforce("network_restriction", why)
+  return ruleset.sync_ports(self, policy)
 end
 
 --- Logs the connections the ruleset refused at their SYN since the last reading (no
@@ -380,13 +265,13 @@ function Plane:refuses()
 end
 
 --- Inbound: serves `port` on the sandbox's loopback at a host port the kernel chooses
--- (`service_addr` reads it back; see `corral.egress.acceptor.service`).
+-- (`service_addr` reads it back; see `corral.egress.service`).
 -- @tparam integer port
 -- @treturn[1] true
 -- @return[2] nil
 -- @treturn[2] table cannot_enforce("network_restriction", …)
 function Plane:serve(port)
-  local svc, err = acceptor.service(self.netns, { id = self.id, mark = M.MARK, idle = self.idle }, port)
+  local svc, err = service.new(self.netns, { id = self.id, mark = M.MARK, idle = self.idle }, port)
   if not svc then return nil, err end
   self.service, self.service_port, self.service_addr = svc, port, svc.addr
   return true
@@ -437,7 +322,7 @@ function Plane:watch()
 end
 
 --- When the loop must look at the plane again at the latest (a held connection's wait
--- ends, see `corral.egress.acceptor`; a DNS-over-TCP connection's silence, see
+-- ends, see `corral.egress.sni_hold`; a DNS-over-TCP connection's silence, see
 -- `corral.egress.responder`), monotonic seconds, or nil.
 function Plane:deadline()
   local a = self.acceptor and self.acceptor:deadline()

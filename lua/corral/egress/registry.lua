@@ -21,6 +21,7 @@
 -- @module corral.egress.registry
 local errors = require "corral.errors"
 local allowlist = require "corral.egress.allowlist"
+local grammar = require "corral.egress.grammar"
 local decision = require "corral.egress.decision"
 local hostaddr = require "corral.egress.hostaddr"
 local ranges = require "corral.egress.ranges"
@@ -154,7 +155,7 @@ end
 -- @treturn[2] table `invalid_argument` naming the entry and the reason
 function Registry:allow(id, entry)
   check_id(id)
-  local e, err = allowlist.parse_entry(entry)
+  local e, err = grammar.parse_entry(entry)
   if not e then return nil, err end
   local policy = self.policies[id]
   if not policy then
@@ -185,7 +186,7 @@ end
 -- @treturn[2] table `invalid_argument` naming the entry
 function Registry:revoke(id, entry)
   check_id(id)
-  local e, err = allowlist.parse_entry(entry)
+  local e, err = grammar.parse_entry(entry)
   if not e then return nil, err end
   local policy = self.policies[id]
   if not policy or not policy.allowlist then return 0 end

@@ -1,7 +1,7 @@
 --- `corral run`'s network flags, read into the `network` table: the destinations
 -- (--allow, --allow-file, --internal, --resolve, --link: `network`), --idle (how long a
 -- connection may move no byte; none by default), --max-connections (per sandbox),
--- --sni (match, require or off: see `corral.egress.acceptor`), --learn (see
+-- --sni (match, require or off: see `corral.egress.sni_hold`), --learn (see
 -- `corral.egress.learn`), --udp-idle and --max-udp-flows (see `corral.egress.udp`);
 -- and the combinations of `corral run`'s network flags that cannot mean what they say,
 -- each refused naming the flags (`combination`).
@@ -9,7 +9,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local address = require "corral.egress.address"
-local allowlist = require "corral.egress.allowlist"
+local grammar = require "corral.egress.grammar"
 -- a count in plain decimal ("64"; tonumber would take "0x40" and " 64")
 local parse_integer = require("corral.sandbox").parse_integer
 
@@ -29,7 +29,7 @@ function M.network(opts)
   end
   -- the grammar's own refusals (single-label names, loopback, URL paths …), by option
   local function check_entry(e)
-    local _, aerr = allowlist.parse_entry(e)
+    local _, aerr = grammar.parse_entry(e)
     if aerr then return aerr.detail end
   end
   local allow = {}
@@ -118,7 +118,7 @@ end
 local function holds(allow)
   local k = { tcp = false, tcp_name = false, udp = false }
   for _, text in ipairs(allow or {}) do
-    local e = allowlist.parse_entry(text)
+    local e = grammar.parse_entry(text)
     if e and e.proto == "udp" then
       k.udp = true
     elseif e then

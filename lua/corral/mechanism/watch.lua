@@ -197,7 +197,8 @@ function M.exec(mech, sb, argv, opts, signals)
         signal_all(child, nil, sig)
         got_signal = got_signal or sig
         if sig == 2 then interrupts = interrupts + 1 end
-        if not grace_end and loop.starts_grace(sig, interrupts) then
+        if not grace_end and
+          loop.starts_grace(sig, interrupts, function() return proctree.all_ignore(child:pid(), sig) end) then
           grace_end = core.clock.monotime() + M.GRACE
         end
       end

@@ -1,0 +1,163 @@
+--- `corral confine` and `corral sbpl`: their options, usage and handlers; the profile
+-- itself is corral.confinement's.
+--
+-- Registered by corral.cli, which hands each handler its parser and failure printer.
+-- @module corral.confinement.cli
+local core = require "corral.core"
+local errors = require "corral.errors"
+local shell = require "corral.shell"
+
+local M = {}
+
+-- The confine flag a corral.confinement argument came from: the error names what the
+-- user typed (`--permit`), never the Lua field (`permit_path`).
+local CONFINE_FLAGS = { permit_path = "--permit", cd = "--cd", layers = "--layers", cmd = "CMD" }
+local function confine_flag(argument)
+  local n = argument:match("^permit_extra_subpaths%[(%d+)%]$")
+  if n then return "--extra (#" .. n .. ")" end
+  return CONFINE_FLAGS[argument] or argument
+end
+
+--- `corral confine`'s option groups (corral.cli's `{title, {option, ...}}`).
+M.CONFINE_OPTIONS = {
+  { "Boundary", {
+    { "permit", "value", "DIR", "the one directory CMD may read and write (required)" },
+    { "extra", "list", "PATH", "another directory it may read and write, or one file (read-only) or unix " ..
+      "socket (to connect to) granted alone" },
+    { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
+    { "layers", "value", "L", "ns, bwrap or landlock, or one of each: ns,landlock (default: all that hold)" },
+  } },
+  { "Output", {
+    { "json", "flag", nil, "print the spec as JSON" },
+    { "exec", "flag", nil, "run the spec instead, exiting with the command's status" },
+  } },
+}
+
+--- `corral confine`'s usage text.
+M.CONFINE_USAGE =
+  [[corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
+
+Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
+each --extra directory) and nothing else outside the runtime (read-only); an --extra
+file is shown alone, read-only, and an --extra unix socket alone, to connect to (e.g.
+$SSH_AUTH_SOCK; not a credential store, nor a file the runtime shows already). The
+environment passes through unmodified, credential included, except HOME: when it is
+outside DIR, HOME is a private tmpfs (with the ns or bwrap layer, as are /tmp, /var/tmp
+and /run), or DIR/.corral-home under landlock alone. Egress stays permitted. Prints the spec (the
+command to run is the confinement wrapper); environment values are never printed, only
+the names. --exec runs it instead and exits with the command's status. On Linux the
+spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
+bubblewrap can build it) and landlock; --layers names them instead (each must hold).
+
+Sandboxes inside: CMD may build narrower ones (unshare -Ur, unshare -Urn, corral
+confine or exec-confined with a --permit inside DIR); none reaches past DIR. Landlock
+refuses mount(2) to every process it restricts, so a tool that builds a mount namespace
+(bubblewrap: "Failed to make / slave: Operation not permitted") runs only under a mode
+without it: --layers ns (or bwrap) keeps the namespace boundary and loses what Landlock
+adds (magic links and inherited directory fds are then not covered). Under landlock
+alone, a nested user namespace can map ids only for CMD itself (its own /proc/PID is
+granted, not its children's), and not uid 0 for a root caller: that needs CAP_SETFCAP
+in the host's user namespace, which is never kept.
+Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
+the command's status (127 when it is not found, 126 when it cannot be executed).]]
+
+--- Runs `corral confine`.
+-- @tparam {string,...} argv
+-- @tparam table cli `parse(argv)` (against `CONFINE_OPTIONS`), `fail(cmd, err)`,
+--   `missing_command(cmd)` and `json()` (corral.cli's)
+-- @treturn integer exit status
+function M.confine(argv, cli)
+  local opts, rest = cli.parse(argv)
+  if not opts then return cli.fail("confine", rest) end
+  if #rest == 0 then
+    return cli.fail("confine", errors.invalid_argument("CMD", "missing (after --)"))
+  end
+  local cmdargs = { table.unpack(rest, 2) }
+  if opts.exec then
+    -- an inherited directory on 0-2 leads out past both layers: refused as the argument
+    -- error it is, before any probe runs
+    for fd = 0, 2 do
+      local st = core.fs.lstat("/proc/self/fd/" .. fd .. "/.")
+      if st and st.type == "dir" then
+        return cli.fail("confine", errors.invalid_argument("fd " .. fd,
+          "is a directory; an inherited directory would lead out of the boundary"))
+      end
+    end
+  end
+  local confinement = require "corral.confinement"
+  local spec, err = confinement.confine({ rest[1], cmdargs }, {
+    permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
+    env = core.proc.environ(), layers = opts.layers,
+  })
+  if not spec then
+    if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
+    return cli.fail("confine", err)
+  end
+  if spec.layers and #spec.layers < 2 then
+    io.stderr:write("corral confine: warning: only the ", table.concat(spec.layers, ", "),
+      opts.layers and " layer, as --layers asks; " or " layer holds on this host; ", spec.layers[1] == "landlock"
+        and "without the namespace layer, metadata changes (chmod, chown, utime), unix sockets and " ..
+            "host processes outside the boundary stay reachable, and a root caller's sandboxes inside " ..
+            "cannot map uid 0"
+        or "without Landlock, magic links and inherited directory fds are not covered",
+      opts.layers and "\n" or " (corral probe shows why)\n")
+  end
+  if opts.exec then
+    local status, why = cli.missing_command(rest[1])
+    if status then
+      io.stderr:write("corral confine: ", why, "\n")
+      return status
+    end
+    local _, msg = confinement.exec(spec)
+    return cli.fail("confine", msg)
+  end
+  local names = {}
+  for i, pair in ipairs(spec.env) do names[i] = pair[1] end
+  if opts.json then
+    io.write(cli.json().encode({ cmd = spec.cmd, args = spec.args, cd = spec.cd,
+      layers = spec.layers, env_names = names }), "\n")
+  else
+    io.write("cmd:    ", spec.cmd, "\n")
+    io.write("args:   ", shell.join(spec.args), "\n")
+    io.write("cd:     ", spec.cd, "\n")
+    io.write("layers: ", table.concat(spec.layers, ", "), "\n")
+    io.write("env:    ", #names, " variables passed through unmodified (values not shown)\n")
+  end
+  return 0
+end
+
+--- `corral sbpl`'s option groups.
+M.SBPL_OPTIONS = {
+  { "Boundary", {
+    { "permit", "value", "DIR", "the directory the profile permits (required)" },
+    { "extra", "list", "PATH", "another directory it permits, or one file (read) or unix socket (connect)" },
+  } },
+}
+
+--- `corral sbpl`'s usage text.
+M.SBPL_USAGE = [[corral sbpl --permit DIR [--extra PATH]...
+
+Emits the SBPL deny-default profile the control-plane confinement uses on macOS, with
+DIR and each --extra resolved first (SBPL matches resolved paths; a grant written
+against a symlink silently never matches).]]
+
+--- Runs `corral sbpl`.
+-- @tparam {string,...} argv
+-- @tparam table cli `parse(argv)` (against `SBPL_OPTIONS`), `fail(cmd, err)`
+-- @treturn integer exit status
+function M.sbpl(argv, cli)
+  local opts, rest = cli.parse(argv)
+  if not opts then return cli.fail("sbpl", rest) end
+  if #rest > 0 then return cli.fail("sbpl", errors.invalid_argument(rest[1], "unexpected argument")) end
+  local spec, err = require("corral.confinement").sandbox_exec_spec({ "/bin/sh" },
+    { permit_path = opts.permit, permit_extra_subpaths = opts.extra })
+  if not spec then
+    if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
+    return cli.fail("sbpl", err)
+  end
+  io.write(spec.profile)
+  if spec.profile:sub(-1) ~= "\n" then io.write("\n") end
+  return 0
+end
+
+return M

@@ -1,0 +1,152 @@
+--- What a run answers on its control socket (corral.control serves it): the request
+-- handlers of one sandbox, from its cgroup, its processes and its egress plane.
+-- @module corral.control_ops
+local core = require "corral.core"
+local file = require "corral.file"
+
+local M = {}
+
+local function read_number(path)
+  local s = file.read(path)
+  return s and tonumber(s:match("^%s*(%d+)"))
+end
+
+local function read_key(path, key)
+  local s = file.read(path)
+  return s and tonumber(s:match("%f[%w]" .. key .. " (%d+)"))
+end
+
+--- What a sandbox's cgroup directories report now: memory, pids and CPU use (nil where
+-- a controller is absent).
+-- @tparam {string,...} dirs the sandbox's cgroup directories
+-- @treturn table `{memory_current =, memory_peak =, pids =, cpu_usec =}`
+function M.cgroup_usage(dirs)
+  local u = {}
+  for _, d in ipairs(dirs or {}) do
+    u.memory_current = u.memory_current or read_number(d .. "/memory.current")
+      or read_number(d .. "/memory.usage_in_bytes")
+    u.memory_peak = u.memory_peak or read_number(d .. "/memory.peak")
+      or read_number(d .. "/memory.max_usage_in_bytes")
+    u.pids = u.pids or read_number(d .. "/pids.current")
+    u.cpu_usec = u.cpu_usec or read_key(d .. "/cpu.stat", "usage_usec")
+  end
+  return u
+end
+
+-- The processes this one started: a run's sandbox init (or bubblewrap).
+local function children()
+  local out = {}
+  for _, tid in ipairs(core.fs.listdir("/proc/self/task") or {}) do
+    local f = io.open("/proc/self/task/" .. tid .. "/children")
+    if f then
+      for pid in f:read("a"):gmatch("%d+") do out[#out + 1] = tonumber(pid) end
+      f:close()
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+local function plane_of(id)
+  for _, p in ipairs(require("corral.egress.loop").planes()) do
+    if p.id == id and p.netns then return p end
+  end
+end
+
+--- Splits "host:port", "[v6]:port" or "1.2.3.4:port" into a decision's subject.
+-- @tparam string dest
+-- @treturn[1] table `{name =}` or `{ip =}`, with `port`
+-- @return[2] nil
+-- @treturn[2] string why not
+function M.parse_dest(dest)
+  if type(dest) ~= "string" then return nil, "destination must be a string \"host:port\"" end
+  local host, port = dest:match("^%[(.+)%]:(%d+)$")
+  if not host then host, port = dest:match("^([^:]+):(%d+)$") end
+  port = math.tointeger(tonumber(port))
+  if not host or not port then return nil, dest .. ": give host:port, [v6]:port or a.b.c.d:port" end
+  -- the user's text: never read as packed bytes ("host" is not 104.111.115.116)
+  if require("corral.egress.address").parse_address(host) then return { ip = host, port = port } end
+  return { name = host, port = port }
+end
+
+--- The request handlers of one run: what corral.control.serve answers for sandbox sb under mech.
+-- @tparam table mech the mechanism
+-- @tparam table sb the sandbox
+-- @tparam[opt] table run `{argv =}` what was asked
+-- @treturn table ops for corral.control.serve
+function M.for_run(mech, sb, run)
+  local function egress() return require "corral.egress" end
+  local started = os.time()
+  local ops = {}
+  function ops.info()
+    local p = plane_of(sb.id)
+    local policy = egress().policy(sb.id)
+    local cg = mech.cgroup_paths and mech.cgroup_paths(sb) or {}
+    local tenant = children()
+    -- without a cgroup to read, what /proc shows of the tenant's processes
+    local usage = #cg > 0 and M.cgroup_usage(cg) or require("corral.proctree").usage(tenant)
+    return {
+      id = sb.id, pid = core.proc.getpid(), mechanism = mech.name or require("corral.mechanism").label(mech),
+      tenant_pids = tenant, started = started, command = run and run.argv, limits = sb.limits, usage = usage,
+      cgroups = cg,
+      storage = sb.storage_root and sb.storage_root .. "/" .. sb.id,
+      egress = p and {
+        allow = policy and policy.allowlist and policy.allowlist:texts() or {},
+        decide = policy and policy.decide ~= nil, connections = require("corral.egress.loop").count(sb.id),
+        dns_port = p.dns_port, acceptor_port = p.acceptor_port, service = p.service_addr,
+      } or nil,
+    }
+  end
+  function ops.connections()
+    return require("corral.egress.relays").connections(sb.id)
+  end
+  function ops.decisions(req)
+    local n = math.tointeger(req.n) or 20
+    local mine = {}
+    for _, ev in ipairs(egress().events.recent()) do
+      if ev.sandbox == sb.id then mine[#mine + 1] = ev end
+    end
+    return table.move(mine, math.max(1, #mine - n + 1), #mine, 1, {})
+  end
+  function ops.ruleset()
+    local p = plane_of(sb.id)
+    if not p then return nil, sb.id .. " has no egress plane (no --allow, no service port): no ruleset" end
+    return core.nft.dump(p.netns)
+  end
+  function ops.why(req)
+    local q, err = M.parse_dest(req.dest)
+    if not q then return nil, err end
+    q.sandbox = sb.id
+    local v = egress().registry:decide(q)
+    local out = { verdict = v.verdict, reason = v.reason, by = v.by, entry = v.entry }
+    if q.name then
+      local ok, why = egress().resolvable(sb.id, q.name)
+      out.dns = ok and "answered (a synthetic address)" or ("NXDOMAIN: " .. tostring(why))
+    end
+    return out
+  end
+  local function need_plane()
+    if not plane_of(sb.id) then
+      return nil, sb.id .. " has no egress plane (started without --allow): it has no network"
+    end
+    return true
+  end
+  function ops.allow(req)
+    local ok, err = need_plane()
+    if not ok then return nil, err end
+    local e, aerr = egress().allow(sb.id, req.entry)
+    if not e then return nil, aerr end
+    return { allowed = e.text, allow = egress().policy(sb.id).allowlist:texts() }
+  end
+  function ops.revoke(req)
+    local ok, err = need_plane()
+    if not ok then return nil, err end
+    local n, cut = egress().revoke(sb.id, req.entry, { cut = req.cut == true })
+    if not n then return nil, cut end
+    local policy = egress().policy(sb.id)
+    return { removed = n, cut = cut or 0, allow = policy and policy.allowlist and policy.allowlist:texts() or {} }
+  end
+  return ops
+end
+
+return M
