@@ -167,8 +167,7 @@ function M.all_ignore(pid, sig)
   local asked = 0
   for _, p in ipairs(M.descendants(pid)) do
     local status = proc_file(p, "status")
-    local comm = proc_file(p, "comm")
-    if status and comm ~= "bwrap\n" then
+    if status and M.comm(p) ~= "bwrap" then
       local mask = tonumber(status:match("\nSigIgn:%s*(%x+)") or "0", 16) or 0
       if mask & (1 << (sig - 1)) == 0 then return false end
       asked = asked + 1
