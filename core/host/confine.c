@@ -29,7 +29,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -122,47 +121,14 @@ __attribute__((format(printf, 2, 3))) static void diag(int err, const char *fmt,
     fputc('\n', stderr);
 }
 
-/* open_no_symlinks without openat2, which a kernel before 5.6 lacks and corral's own
- * filter answers ENOSYS to (a wrapper run inside a confinement): component by component
- * with O_NOFOLLOW, so a symlink opens as itself and is refused. Returns an O_PATH fd or
- * -errno (-ELOOP for a symlink anywhere). */
-static int open_nofollow_walk(const char *path, int want_dir)
-{
-    char buf[PATH_MAX];
-    if (path[0] != '/' || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -EINVAL;
-    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    char *save = NULL;
-    for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
-        int next = openat(fd, c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        int err = errno;
-        close(fd);
-        if (next < 0) return -err;
-        struct stat st;
-        if (fstat(next, &st) < 0 || S_ISLNK(st.st_mode)) {
-            close(next);
-            return -ELOOP;
-        }
-        fd = next;
-    }
-    struct stat st;
-    if (fstat(fd, &st) < 0 || (want_dir && !S_ISDIR(st.st_mode))) {
-        close(fd);
-        return -ENOTDIR;
-    }
-    return fd;
-}
-
-/* Opens a resolved path so that no symlink may appear anywhere on it: one swapped in
- * after resolution, by whoever can write a parent, is refused instead of followed. Binds
- * and Landlock rules then use this fd, not the path (docs/architecture.md, invariant 3). */
+/* A resolved path opened with no symlink anywhere on it (core/lib/path.c); binds and
+ * Landlock rules then use this fd, not the path (docs/architecture.md, invariant 3).
+ * Without openat2 (a wrapper run inside a confinement, whose filter answers ENOSYS) it
+ * walks the path instead. */
 static int open_no_symlinks(const char *path, int want_dir)
 {
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC | (want_dir ? O_DIRECTORY : 0),
-                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
-    if (fd < 0 && errno == ENOSYS) return open_nofollow_walk(path, want_dir);
-    return fd < 0 ? -errno : fd;
+    return corral_open_no_symlinks(AT_FDCWD, path, O_PATH | (want_dir ? O_DIRECTORY : 0),
+                                   CORRAL_OPEN_WALK);
 }
 
 /* The fd a grant is made from: the value itself, not its resolution, is opened. A launch

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <linux/openat2.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,14 +158,6 @@ int corral_access_as(const char *path, uid_t uid, gid_t gid, int mode)
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) > 1) return -EPERM;
     return WEXITSTATUS(status) == 0;
-}
-
-int corral_open_dir(const char *path)
-{
-    struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
-    return fd < 0 ? -errno : fd;
 }
 
 int corral_mark_dir(int fd, const char *name)

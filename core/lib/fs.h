@@ -26,14 +26,6 @@ int corral_remove_tree(const char *path);
 int corral_access_as(const char *path, uid_t uid, gid_t gid, int mode);
 
 /*
- * Opens the directory at the absolute path for reading without following a symlink in
- * any component (openat2 RESOLVE_NO_SYMLINKS): the fd holds the directory the path names
- * as it is, never one a link swapped in would lead to. Returns the O_CLOEXEC fd or
- * -errno (-ELOOP: a symlink on the way).
- */
-int corral_open_dir(const char *path);
-
-/*
  * A mark on a directory that only the host's root can set, read or remove: an extended
  * attribute in the trusted namespace (CAP_SYS_ADMIN in the initial user namespace), so no
  * tenant — root only of its own user namespace — can forge or strip it. corral marks each

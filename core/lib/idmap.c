@@ -2,7 +2,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <limits.h>
 #include <linux/sched.h>
 #include <linux/types.h>
@@ -20,6 +19,7 @@
 #include "idmap.h"
 #include "mountapi.h"
 #include "ns.h"
+#include "path.h"
 #include "util.h"
 
 int corral_idmap_userns(uid_t disk_uid, uid_t shown_uid, gid_t disk_gid, gid_t shown_gid)
@@ -126,14 +126,11 @@ static int by_identity(const void *a, const void *b)
 }
 
 /* Opens dir (relative to root, which may be an O_PATH fd such as open_tree's) for reading,
- * without following a symlink or leaving root's mount. */
+ * without following a symlink or leaving root's mount: -errno (-EXDEV at a mount point). */
 static int open_beneath(int root, const char *dir)
 {
-    if (!*dir) dir = ".";
-    struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW,
-                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
-                                      RESOLVE_NO_MAGICLINKS};
-    return (int)syscall(SYS_openat2, root, dir, &how, sizeof how);
+    return corral_open_no_symlinks(root, *dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW,
+                                   CORRAL_OPEN_BENEATH);
 }
 
 /* Whether the tenant could change the contents of this file through the idmap: its
@@ -186,7 +183,7 @@ static void note_first(char *first, const char *parent, const char *name)
 static int read_dir(struct walk *w, int root, const char *dir)
 {
     int fd = open_beneath(root, dir);
-    if (fd < 0) return errno == EXDEV ? 0 : -errno; /* a mount point: not in the tree */
+    if (fd < 0) return fd == -EXDEV ? 0 : fd; /* a mount point: not in the tree */
     if (*dir && w->mark && fgetxattr(fd, w->mark, NULL, 0) >= 0) {
         if (w->out->storages++ == 0) snprintf(w->out->storage, sizeof w->out->storage, "%s", dir);
         close(fd);

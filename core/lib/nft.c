@@ -1069,6 +1069,38 @@ static int compare(const struct readback *rb, const struct ruleset *want, size_t
     return 0;
 }
 
+/* Calls use(nl, rb, arg) on table's ruleset as read back from netns_fd. A dump that raced
+ * with a ruleset change (NLM_F_DUMP_INTR: -EINTR from the read-back or from use) is read
+ * again from the start on a fresh socket: the rest of the interrupted dump is still
+ * queued on the old one. Returns use's result, -errno, or -EAGAIN after VERIFY_TRIES. */
+static int with_read_back(int netns_fd, const char *table,
+                          int (*use)(struct mnl_socket *nl, const struct readback *rb, void *arg),
+                          void *arg)
+{
+    for (int tries = 0; tries < VERIFY_TRIES; tries++) {
+        _cleanup_nl_ struct mnl_socket *nl = NULL;
+        _cleanup_readback_ struct readback rb = {.table = table};
+        int err = nft_open(netns_fd, &nl);
+        if (err) return err;
+        err = read_back(nl, &rb);
+        if (!err) err = use(nl, &rb, arg);
+        if (err != -EINTR) return err;
+    }
+    return -EAGAIN;
+}
+
+struct expected {
+    const struct ruleset *rules;
+    size_t nchains;
+};
+
+static int compare_read_back(struct mnl_socket *nl, const struct readback *rb, void *arg)
+{
+    (void)nl;
+    const struct expected *want = arg;
+    return compare(rb, want->rules, want->nchains);
+}
+
 int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
 {
     const char *table;
@@ -1079,21 +1111,8 @@ int corral_nft_verify(int netns_fd, const struct corral_nft_plan *plan)
     good.test_bad_message = false;
     err = build_rules(&good, table, &rs);
     if (err) return err;
-
-    /* A dump that raced with a ruleset change (NLM_F_DUMP_INTR) is read again from the
-     * start on a fresh socket: the rest of the interrupted dump is still queued on the old
-     * one. */
-    for (int tries = 0; tries < VERIFY_TRIES; tries++) {
-        _cleanup_nl_ struct mnl_socket *nl = NULL;
-        _cleanup_readback_ struct readback rb = {.table = table};
-        err = nft_open(netns_fd, &nl);
-        if (err) return err;
-        err = read_back(nl, &rb);
-        if (err == -EINTR) continue;
-        if (err) return err;
-        return compare(&rb, &rs, plan_chains(plan));
-    }
-    return -EAGAIN;
+    struct expected want = {.rules = &rs, .nchains = plan_chains(plan)};
+    return with_read_back(netns_fd, table, compare_read_back, &want);
 }
 
 /* ---- refusals ---- */
@@ -1103,6 +1122,8 @@ struct refusals {
     struct corral_nft_refusal *out;
     size_t max, n;
     int err;
+    const char *table;
+    uint64_t total;
 };
 
 static int counter_packets(struct nftnl_expr *e, void *data)
@@ -1181,35 +1202,36 @@ static int read_elements(struct mnl_socket *nl, const char *table, struct refusa
     return err ? err : r->err;
 }
 
+/* The filter chain's refusal counters and the refused sets' elements into r. */
+static int read_refusals(struct mnl_socket *nl, const struct readback *rb, void *arg)
+{
+    struct refusals *r = arg;
+    r->total = 0;
+    r->n = 0;
+    r->err = 0;
+    for (size_t i = 0; i < rb->nrule; i++)
+        if (str_eq(nftnl_rule_get_str(rb->rule[i], NFTNL_RULE_CHAIN), CORRAL_NFT_FILTER_CHAIN))
+            nftnl_expr_foreach(rb->rule[i], counter_packets, &r->total);
+    int err = 0;
+    for (size_t i = 0; !err && i < NREFUSED; i++) {
+        r->set = &REFUSED[i];
+        err = read_elements(nl, r->table, r);
+    }
+    return err;
+}
+
 int corral_nft_refused(int netns_fd, const char *table, struct corral_nft_refusal *out, size_t max,
                        size_t *n, uint64_t *total)
 {
     if (!table) table = CORRAL_NFT_TABLE;
     size_t len = strlen(table);
     if (len == 0 || len >= NFT_TABLE_MAXNAMELEN || (max && !out)) return -EINVAL;
-    for (int tries = 0; tries < VERIFY_TRIES; tries++) {
-        _cleanup_nl_ struct mnl_socket *nl = NULL;
-        _cleanup_readback_ struct readback rb = {.table = table};
-        int err = nft_open(netns_fd, &nl);
-        if (err) return err;
-        err = read_back(nl, &rb);
-        if (err == -EINTR) continue;
-        if (err) return err;
-        *total = 0;
-        for (size_t i = 0; i < rb.nrule; i++)
-            if (str_eq(nftnl_rule_get_str(rb.rule[i], NFTNL_RULE_CHAIN), CORRAL_NFT_FILTER_CHAIN))
-                nftnl_expr_foreach(rb.rule[i], counter_packets, total);
-        struct refusals r = {.out = out, .max = max, .n = 0, .err = 0};
-        for (size_t i = 0; !err && i < NREFUSED; i++) {
-            r.set = &REFUSED[i];
-            err = read_elements(nl, table, &r);
-        }
-        if (err == -EINTR) continue;
-        if (err) return err;
-        *n = r.n;
-        return 0;
-    }
-    return -EAGAIN;
+    struct refusals r = {.out = out, .max = max, .table = table};
+    int err = with_read_back(netns_fd, table, read_refusals, &r);
+    if (err) return err;
+    *n = r.n;
+    *total = r.total;
+    return 0;
 }
 
 static const char *hook_name(uint32_t hook)
@@ -1260,26 +1282,29 @@ static void dump(FILE *out, const struct readback *rb)
     if (rb->overflow) fputs("  (more than fit the read-back: not shown)\n", out);
 }
 
+struct dump_text {
+    char **text;
+    size_t *len;
+};
+
+static int dump_read_back(struct mnl_socket *nl, const struct readback *rb, void *arg)
+{
+    (void)nl;
+    const struct dump_text *t = arg;
+    FILE *out = open_memstream(t->text, t->len);
+    if (out == NULL) return -errno;
+    dump(out, rb);
+    if (fclose(out) != 0) {
+        free(*t->text);
+        *t->text = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 int corral_nft_dump(int netns_fd, const char *table, char **text, size_t *len)
 {
     if (table == NULL) table = CORRAL_NFT_TABLE;
-    for (int tries = 0; tries < VERIFY_TRIES; tries++) {
-        _cleanup_nl_ struct mnl_socket *nl = NULL;
-        _cleanup_readback_ struct readback rb = {.table = table};
-        int err = nft_open(netns_fd, &nl);
-        if (err) return err;
-        err = read_back(nl, &rb);
-        if (err == -EINTR) continue;
-        if (err) return err;
-        FILE *out = open_memstream(text, len);
-        if (out == NULL) return -errno;
-        dump(out, &rb);
-        if (fclose(out) != 0) {
-            free(*text);
-            *text = NULL;
-            return -ENOMEM;
-        }
-        return 0;
-    }
-    return -EAGAIN;
+    struct dump_text t = {.text = text, .len = len};
+    return with_read_back(netns_fd, table, dump_read_back, &t);
 }

@@ -5,11 +5,15 @@
  * case with realpath(3), and the ELOOP boundary with the kernel's own open(2)).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "path.h"
@@ -255,4 +259,46 @@ int corral_resolve_executable(const char *cmd, const char *path_env, char **out)
         d = end;
     }
     return copy_unchanged(cmd, out);
+}
+
+/* The opener without openat2: from "/", component by component with O_NOFOLLOW, so a
+ * symlink opens as itself and is refused. An O_PATH fd or -errno (-ELOOP: a symlink). */
+static int open_nofollow_walk(const char *path, int want_dir)
+{
+    char buf[PATH_MAX];
+    if (path[0] != '/' || snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -EINVAL;
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    char *save = NULL;
+    for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        int next = openat(fd, c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        int err = errno;
+        close(fd);
+        if (next < 0) return -err;
+        struct stat st;
+        if (fstat(next, &st) < 0 || S_ISLNK(st.st_mode)) {
+            close(next);
+            return -ELOOP;
+        }
+        fd = next;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (want_dir && !S_ISDIR(st.st_mode))) {
+        close(fd);
+        return -ENOTDIR;
+    }
+    return fd;
+}
+
+int corral_open_no_symlinks(int at, const char *path, int oflags, int how)
+{
+    struct open_how oh = {.flags = (unsigned)(oflags | O_CLOEXEC),
+                          .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    if (how & CORRAL_OPEN_BENEATH) oh.resolve |= RESOLVE_BENEATH | RESOLVE_NO_XDEV;
+    int fd = (int)syscall(SYS_openat2, at, path, &oh, sizeof oh);
+    if (fd >= 0) return fd;
+    if (errno == ENOSYS && (how & CORRAL_OPEN_WALK) && (oflags & O_PATH) &&
+        !(how & CORRAL_OPEN_BENEATH))
+        return open_nofollow_walk(path, oflags & O_DIRECTORY);
+    return -errno;
 }

@@ -23,4 +23,22 @@ int corral_resolve_dir(const char *path, char **out);
  * -errno (ELOOP for a loop, ENOMEM). */
 int corral_resolve_executable(const char *cmd, const char *path_env, char **out);
 
+/* Ways of corral_open_no_symlinks. */
+enum {
+    /* stay beneath `at` and on its mount (RESOLVE_BENEATH | RESOLVE_NO_XDEV: -EXDEV at a
+     * mount point) */
+    CORRAL_OPEN_BENEATH = 1,
+    /* without openat2 (ENOSYS: a kernel before 5.6, or corral's own filter inside a
+     * confinement), walk an absolute path from "/" component by component with
+     * O_NOFOLLOW; for O_PATH opens only, never with CORRAL_OPEN_BENEATH */
+    CORRAL_OPEN_WALK = 2,
+};
+
+/* The one opener of a resolved path: no symlink may appear anywhere on it, so one swapped
+ * in after resolution, by whoever can write a parent, is refused (-ELOOP) instead of
+ * followed; grants are then made from the fd, not the path. `at` is a directory fd or
+ * AT_FDCWD, `oflags` open(2)'s flags (O_CLOEXEC is always added), `how` CORRAL_OPEN_*.
+ * Returns the fd or -errno. */
+int corral_open_no_symlinks(int at, const char *path, int oflags, int how);
+
 #endif

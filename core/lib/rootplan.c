@@ -111,18 +111,27 @@ LIST_ACCESSOR(corral_rootplan_system, system_paths)
 LIST_ACCESSOR(corral_rootplan_devices, device_paths)
 LIST_ACCESSOR(corral_rootplan_data_devices, data_device_paths)
 
+/* The entry of paths that resolved lies beneath (or is), or NULL. */
+static const char *beneath_any(const char *resolved, const char *const *paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (corral_is_beneath(resolved, paths[i])) return paths[i];
+    return NULL;
+}
+
+/* SYSTEM or RUNTIME (with the runtime entry in *inside) for a path beneath one, else OK. */
+static enum corral_boundary system_or_runtime(const char *resolved, const char **inside)
+{
+    if (beneath_any(resolved, system_paths, N(system_paths))) return CORRAL_BOUNDARY_SYSTEM;
+    *inside = beneath_any(resolved, runtime_paths, N(runtime_paths));
+    return *inside ? CORRAL_BOUNDARY_RUNTIME : CORRAL_BOUNDARY_OK;
+}
+
 enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *why, size_t len)
 {
-    enum corral_boundary b = CORRAL_BOUNDARY_OK;
     const char *inside = NULL;
-    if (strcmp(resolved, "/") == 0) b = CORRAL_BOUNDARY_ROOT;
-    for (size_t i = 0; !b && i < N(system_paths); i++)
-        if (corral_is_beneath(resolved, system_paths[i])) b = CORRAL_BOUNDARY_SYSTEM;
-    for (size_t i = 0; !b && i < N(runtime_paths); i++)
-        if (corral_is_beneath(resolved, runtime_paths[i])) {
-            b = CORRAL_BOUNDARY_RUNTIME;
-            inside = runtime_paths[i];
-        }
+    enum corral_boundary b =
+        strcmp(resolved, "/") == 0 ? CORRAL_BOUNDARY_ROOT : system_or_runtime(resolved, &inside);
     if (b && why && len) {
         if (b == CORRAL_BOUNDARY_RUNTIME)
             snprintf(why, len, "is inside the runtime read set (%s), which stays read-only",
@@ -135,17 +144,10 @@ enum corral_boundary corral_rootplan_check_boundary(const char *resolved, char *
 
 enum corral_boundary corral_rootplan_check_file(const char *resolved, char *why, size_t len)
 {
-    enum corral_boundary b = CORRAL_BOUNDARY_OK;
     const char *inside = NULL;
-    for (size_t i = 0; !b && i < N(masked_paths); i++)
-        if (corral_is_beneath(resolved, masked_paths[i])) b = CORRAL_BOUNDARY_MASKED;
-    for (size_t i = 0; !b && i < N(system_paths); i++)
-        if (corral_is_beneath(resolved, system_paths[i])) b = CORRAL_BOUNDARY_SYSTEM;
-    for (size_t i = 0; !b && i < N(runtime_paths); i++)
-        if (corral_is_beneath(resolved, runtime_paths[i])) {
-            b = CORRAL_BOUNDARY_RUNTIME;
-            inside = runtime_paths[i];
-        }
+    enum corral_boundary b = beneath_any(resolved, masked_paths, N(masked_paths))
+                                 ? CORRAL_BOUNDARY_MASKED
+                                 : system_or_runtime(resolved, &inside);
     if (b && why && len) {
         if (b == CORRAL_BOUNDARY_MASKED)
             snprintf(why, len, "is a credential store, which a confined process never reads");

@@ -16,6 +16,7 @@
 
 #include "fs.h"
 #include "lcorral.h"
+#include "path.h"
 
 static mode_t check_mode(lua_State *L, int arg)
 {
@@ -216,7 +217,7 @@ static int l_open_dir(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
     corral_fd *f = corral_newfd(L);
-    int fd = corral_open_dir(path);
+    int fd = corral_open_no_symlinks(AT_FDCWD, path, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0) return corral_pushfail(L, path, fd);
     f->fd = fd;
     return 1;

@@ -81,11 +81,6 @@ end
 local function temporary_path(path) return path .. "-" .. core.proc.getpid() .. ".new" end
 local TEMPORARY_PATTERN = "^%..+%.disk%-(%d+)%.new$"
 
-local function remove_own_file(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "file" and st.uid == core.proc.geteuid() and os.remove(path)
-end
-
 -- Whether the image open at `image` starts like an ext4 filesystem (its superblock's magic).
 local function has_filesystem(image)
   local f = io.open("/proc/self/fd/" .. image:fileno(), "rb")
@@ -134,14 +129,14 @@ function M.acquire(sb, uid)
       "images in it, and hand one sandbox's disk to another: give a root only root may write (or make it sticky, " ..
       "chmod +t)", sb.storage_root, root.mode))
   end
-  leftovers.sweep(sb.storage_root, TEMPORARY_PATTERN, remove_own_file)
+  leftovers.sweep(sb.storage_root, TEMPORARY_PATTERN, leftovers.remove_own_file)
   local image, size, errno, made
   image, size, errno = core.disk.open(path)
   if not image and errno == core.errno.ENOENT then
     local e = too_large(sb, want, want)
     if e then return nil, e end
     local temp = temporary_path(path)
-    remove_own_file(temp) -- an earlier process of this pid's
+    leftovers.remove_own_file(temp) -- an earlier process of this pid's
     image, size, errno = core.disk.open(temp, want)
     if image then
       local ok, why = M.format(temp, uid)

@@ -1,10 +1,39 @@
---- What SIGKILLed corral processes left behind, found by the pid in its name: removed
--- once that pid is gone. Small and dependency-free, so that a launch the probe cache
--- answers (`corral confine`) sweeps without loading the sandbox modules.
+--- Scratch a corral process makes, and what SIGKILLed ones left of it: each scratch
+-- directory is named `<prefix><pid>-XXXXXX`, so that once that pid is gone the next
+-- process that makes the same kind sweeps it. The one place that knows the naming, the
+-- base directory and how a leftover is removed. Small and dependency-free, so that a
+-- launch the probe cache answers (`corral confine`) sweeps without loading the sandbox
+-- modules.
 -- @module corral.leftovers
 local core = require "corral.core"
 
 local M = {}
+
+--- Where scratch goes: $TMPDIR when it is an absolute path (inside a confinement /tmp
+-- is read-only), else /tmp.
+-- @treturn string a directory path without a trailing slash
+function M.base()
+  local t = os.getenv("TMPDIR")
+  return (t and t:sub(1, 1) == "/") and (t:gsub("/+$", "")) or "/tmp"
+end
+
+--- The name pattern of the scratch `make(dir, prefix)` makes; its capture is the
+-- maker's pid.
+-- @tparam string prefix
+-- @treturn string
+function M.pattern(prefix)
+  return "^" .. prefix:gsub("%p", "%%%0") .. "(%d+)%-%w+$"
+end
+
+--- Makes a private (0700) scratch directory `<dir>/<prefix><pid>-XXXXXX`.
+-- @tparam string dir
+-- @tparam string prefix
+-- @treturn[1] string its path
+-- @return[2] nil
+-- @treturn[2] string why
+function M.make(dir, prefix)
+  return core.fs.mkdtemp(dir .. "/" .. prefix .. core.proc.getpid() .. "-")
+end
 
 --- Removes what SIGKILLed corral processes left in `dir`: entries matching `pattern`
 -- (first capture: the creator's pid) whose creator is gone, when `remove` takes them.
@@ -21,12 +50,32 @@ function M.sweep(dir, pattern, remove)
   return removed
 end
 
+-- Whether path is ours and of this type: never a link, nor what another user made.
+local function own(path, type)
+  local st = core.fs.lstat(path)
+  return st and st.type == type and st.uid == core.proc.geteuid()
+end
+
 --- Removes a scratch tree of ours: never a link, nor a tree another user made.
 -- @tparam string path
 -- @treturn boolean whether it was removed
 function M.remove_own_tree(path)
-  local st = core.fs.lstat(path)
-  return (st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)) and true or false
+  return (own(path, "dir") and core.fs.remove_tree(path)) and true or false
+end
+
+--- Removes a scratch file of ours: never a link, nor a file another user made.
+-- @tparam string path
+-- @treturn boolean whether it was removed
+function M.remove_own_file(path)
+  return (own(path, "file") and os.remove(path)) and true or false
+end
+
+--- Removes the scratch trees that `make(dir, prefix)` made in processes that are gone.
+-- @tparam string dir
+-- @tparam string prefix
+-- @treturn integer how many were removed
+function M.sweep_own(dir, prefix)
+  return M.sweep(dir, M.pattern(prefix), M.remove_own_tree)
 end
 
 return M

@@ -6,7 +6,7 @@
 -- looks up goes to its own hosts file (localhost and its hostname alone), then to its own
 -- DNS responder, which answers only what its allowlist allows.
 --
--- One directory per sandbox (mode 0711 in the host's /tmp, files 0644, named with its
+-- One directory per sandbox (mode 0711 in $TMPDIR or /tmp, files 0644, named with its
 -- maker's pid: one a SIGKILLed process left is removed by the next maker).
 -- @module corral.name_files
 local core = require "corral.core"
@@ -17,8 +17,8 @@ local M = {}
 --- The tenant's hostname under the built-in mechanisms.
 M.HOSTNAME = "corral"
 
---- The name of a directory of name files in /tmp: its maker's pid first.
-M.DIR_PATTERN = "^corral%-names%-(%d+)%-%w+$"
+--- The name of a directory of name files in $TMPDIR or /tmp: its maker's pid first.
+M.DIR_PATTERN = leftovers.pattern("corral-names-")
 
 --- The `hosts:` line every tenant's nsswitch.conf holds: its own hosts file, then DNS.
 M.NSSWITCH_HOSTS = "hosts:          files dns"
@@ -61,12 +61,6 @@ function M.contents(hostname, host_nsswitch)
   }
 end
 
--- A directory of ours, never a link nor one another user made.
-local function remove_own_dir(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
-end
-
 --- Writes the name files for a tenant named hostname into a directory of their own.
 -- @tparam string hostname
 -- @treturn[1] table `{dir =, files = {[path in the tenant's root] = path on the host}}`
@@ -74,13 +68,12 @@ end
 -- @treturn[2] string why
 function M.write(hostname)
   -- $TMPDIR when set, as every scratch of corral's: /tmp may be read-only (a confinement)
-  local t = os.getenv("TMPDIR")
-  local base = (t and t:sub(1, 1) == "/") and t or "/tmp"
+  local base = leftovers.base()
   if not swept then
     swept = true
-    leftovers.sweep(base, M.DIR_PATTERN, remove_own_dir)
+    leftovers.sweep_own(base, "corral-names-")
   end
-  local dir, err = core.fs.mkdtemp(base .. "/corral-names-" .. core.proc.getpid() .. "-")
+  local dir, err = leftovers.make(base, "corral-names-")
   if not dir then return nil, err end
   local made = { dir = dir, files = {} }
   local function fail(why)
@@ -113,7 +106,7 @@ end
 -- @tparam table t
 function M.remove(t)
   if t and t.dir then
-    remove_own_dir(t.dir)
+    leftovers.remove_own_tree(t.dir)
     t.dir, t.files = nil, {}
   end
 end

@@ -5,8 +5,9 @@
 -- and those that hold for the boot and host state (corral.probe_cache).
 -- @module corral.probe
 local core = require "corral.core"
-local file = require "corral.file"
+local leftovers = require "corral.leftovers"
 local probe_cache = require "corral.probe_cache"
+local probe_child = require "corral.probe_child"
 local shell = require "corral.shell"
 
 local M = {}
@@ -17,137 +18,12 @@ local swept = false -- whether this process has swept the scratch of dead ones
 -- what the probe cache held when this process first asked (nil: not read yet)
 local kept
 
--- $TMPDIR when set: inside a confinement /tmp is read-only, and a nested `corral confine`
--- could probe nothing.
-local function scratch_dir()
-  local t = os.getenv("TMPDIR")
-  return (t and t:sub(1, 1) == "/") and t:gsub("/+$", "") or "/tmp"
-end
-
--- A private scratch directory for a probe. Without $TMPDIR and with /tmp read-only (a
--- `corral confine` nested in another, whose /tmp is the runtime's), the working
--- directory: there the confined process starts, inside its boundary.
--- Named with the creator's pid, so that one a killed probe left is found and removed
--- (M.sweep) by the next process that probes or runs.
-local function mkscratch()
-  local pid = core.proc.getpid()
-  local dir, err = core.fs.mkdtemp(scratch_dir() .. "/corral-probe-" .. pid .. "-")
-  if dir or os.getenv("TMPDIR") then return dir, err end
-  local cwd = core.path.resolve(".")
-  if not cwd then return nil, err end
-  M.sweep(cwd, "^%.corral%-probe%-(%d+)%-%w+$")
-  return core.fs.mkdtemp(cwd .. "/.corral-probe-" .. pid .. "-")
-end
-
--- A scratch directory of ours; never a link, nor a tree another user made.
-local function remove_own_tree(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
-end
-
 --- Removes the scratch directories (`corral-probe-<pid>-*`) of probing processes that are
 -- gone: a probe SIGKILLed mid-way (a `corral run` killed in its gate) leaves its own.
 -- @tparam[opt] string dir where to look (default: $TMPDIR, or /tmp)
--- @tparam[opt] string pattern a name pattern capturing the creator's pid
 -- @treturn integer how many were removed
-function M.sweep(dir, pattern)
-  return require("corral.leftovers").sweep(dir or scratch_dir(), pattern or "^corral%-probe%-(%d+)%-%w+$",
-    remove_own_tree)
-end
-
--- A file for a probe child's output, in a private directory of its own (never a
--- guessable name in a shared /tmp). Returns its path and a function that removes both.
-local function scratch_file()
-  local dir = assert(mkscratch())
-  return dir .. "/out", function() core.fs.remove_tree(dir) end
-end
-
--- Exit 10: the control (write and read back inside the boundary) failed; 11: the breach
--- (a read outside) succeeded. Shell builtins only: with cat and a popen shell the two
--- layer probes took 27 of `time corral confine --exec`'s 30 ms.
-local LAYER_SCRIPT = [[
-echo control > control || exit 10
-read -r got < control || exit 10
-[ "$got" = control ] || exit 10
-if read -r got 2>/dev/null < "$1"; then exit 11; fi
-exit 0]]
-
--- Spawns `plan` with stdin from /dev/null (a verdict must not depend on the caller's
--- stdin: a directory there fails every layer probe), output into a scratch file, killed
--- after 10 s. Returns the output and the exit code (128+signal), or nil, error.
-local function run_captured(plan)
-  local out_path, drop = scratch_file()
-  local out = assert(io.open(out_path, "w"))
-  local devnull = assert(io.open("/dev/null"))
-  plan.stdin, plan.stdout, plan.stderr = devnull, out, out
-  local proc, err = core.spawn.start(plan)
-  devnull:close()
-  out:close()
-  if not proc then
-    drop()
-    return nil, err
-  end
-  local code = proc:wait(10)
-  if not code then proc:kill(); code = proc:wait() end
-  proc:close()
-  local text = file.read(out_path) or ""
-  drop()
-  return text, code
-end
-
-local PROBE_PATH = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
-
--- Runs argv (an absolute path first) outside any sandbox of its own.
-local function capture_spawn(argv)
-  return run_captured({ plain = true, path = argv[1], argv = argv, env = { PROBE_PATH } })
-end
-
-local function probe_layer(layer)
-  -- the program a confine spec names, so that what was probed is what launches
-  local wrapper, why = require("corral.confine_wrapper").path()
-  if not wrapper then return false, why end
-  local dir, err = mkscratch()
-  if not dir then return false, err end
-  local secret = dir .. "/outside/secret"
-  local out, status
-  local made = core.fs.mkdir(dir .. "/box", tonumber("700", 8)) and core.fs.mkdir(dir .. "/outside", tonumber("700", 8))
-  local f = made and io.open(secret, "w")
-  if f then
-    f:write("secret\n")
-    f:close()
-    out, status = capture_spawn({ wrapper, "exec-confined", "--layers", layer,
-      "--permit", dir .. "/box", "--", "/bin/sh", "-c", LAYER_SCRIPT, "sh", secret })
-  else
-    out, status = "cannot prepare " .. dir, -1
-  end
-  core.fs.remove_tree(dir)
-  out = (out or ""):gsub("%s+$", "")
-  if status == 0 then
-    return true, "control wrote and read inside the boundary; a read outside was denied"
-  elseif status == 10 then
-    return false, "control failed (a working process could not use its own boundary): " .. out
-  elseif status == 11 then
-    return false, "breach: a file outside the boundary was readable"
-  end
-  return false, string.format("wrapper exited %s: %s", tostring(status), out)
-end
-
--- A child in the tenant namespaces (user, mount, pid, ipc, uts, cgroup, empty net);
--- `binds` adds to the runtime. Returns its output and exit code.
-local function tenant_child(argv, opts)
-  opts = opts or {}
-  local binds, links = {}, {}
-  for _, p in ipairs(core.rootplan.runtime_paths()) do
-    local target = core.fs.readlink(p)
-    if target then links[#links + 1] = { target = target, path = p }
-    else binds[#binds + 1] = { src = p, dest = p, optional = true } end
-  end
-  for _, b in ipairs(opts.binds or {}) do binds[#binds + 1] = b end
-  return run_captured({
-    path = argv[1], argv = argv, env = { PROBE_PATH }, cwd = "/",
-    new_net = opts.netns == nil, netns = opts.netns, uid = 65534, gid = 65534, binds = binds, symlinks = links,
-    proc = true, dev = true, seccomp = opts.seccomp ~= false, cgroup_procs = opts.cgroup_procs,
-  })
+function M.sweep(dir)
+  return leftovers.sweep_own(dir or leftovers.base(), "corral-probe-")
 end
 
 -- A write past the cap of the probe's disk, then the control in the same sandbox: room
@@ -157,15 +33,6 @@ dd if=/dev/zero of=/storage/fill bs=1M count=16 2>&1; echo "attempt=$?"
 rm -f /storage/fill
 echo control > /storage/control && read -r got < /storage/control && [ "$got" = control ] && echo control-ok]]
 
-local function with_tmpdir(fn)
-  local dir, err = mkscratch()
-  if not dir then return false, err end
-  local ok, a, b, c = pcall(fn, dir)
-  core.fs.remove_tree(dir)
-  if not ok then return false, "probe error: " .. tostring(a) end
-  return a, b, c
-end
-
 local function trim(s) return (tostring(s or ""):gsub("%s+$", "")) end
 
 local probes = {
@@ -173,7 +40,7 @@ local probes = {
     name = "filesystem_confinement",
     gates = { "native", "bwrap" },
     run = function()
-      return with_tmpdir(function(dir)
+      return probe_child.with_scratch(function(dir)
         core.fs.chmod(dir, tonumber("755", 8))
         for _, sub in ipairs({ "a", "b" }) do
           assert(core.fs.mkdir(dir .. "/" .. sub, tonumber("755", 8)))
@@ -182,7 +49,7 @@ local probes = {
           f:close()
           core.fs.chmod(dir .. "/" .. sub .. "/f", tonumber("644", 8))
         end
-        local out, code = tenant_child({ "/bin/sh", "-c",
+        local out, code = probe_child.tenant({ "/bin/sh", "-c",
           'cat /storage/f || exit 10; if cat "$1/b/f" 2>/dev/null || ls "$1" 2>/dev/null; then exit 11; fi',
           "sh", dir }, { binds = { { src = dir .. "/a", dest = "/storage", rw = true } } })
         if code == 0 then return true, "a confined child read its own storage; a sibling's was absent" end
@@ -204,7 +71,7 @@ local probes = {
       local host = core.proc.host_executable()
       if not host then lfd:close(); return false, "the corral executable was not found for the child" end
       -- the child is corral itself, so the attempt needs no client program inside
-      local out, code = tenant_child({ host, "-e", string.format(
+      local out, code = probe_child.tenant({ host, "-e", string.format(
         "local fd = require('corral.core').sock.connect('127.0.0.1', %d, 1) os.exit(fd and 11 or 0)", port) },
         { binds = { { src = host, dest = host } } })
       lfd:close()
@@ -224,7 +91,7 @@ local probes = {
       for _, dir in pairs(cg:paths()) do procs[#procs + 1] = dir .. "/cgroup.procs" end
       -- init + sh are 2 of the 6; dash exits when a fork fails, so each success is printed
       -- as it happens
-      local out, code = tenant_child({ "/bin/sh", "-c",
+      local out, code = probe_child.tenant({ "/bin/sh", "-c",
         'for i in 1 2 3 4 5 6; do sleep 3 & echo forked; done; kill $(jobs -p) 2>/dev/null' },
         { cgroup_procs = procs })
       cg:destroy()
@@ -241,7 +108,7 @@ local probes = {
     name = "privilege_separation",
     gates = { "native", "bwrap" },
     run = function()
-      local out, code = tenant_child({ "/bin/sh", "-c", [[
+      local out, code = probe_child.tenant({ "/bin/sh", "-c", [[
         grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
         unshare -U true 2>/dev/null && echo nested-userns-ok; exit 0]] })
       if code ~= 0 then return false, "control failed: the child did not run: " .. trim(out) end
@@ -264,7 +131,7 @@ local probes = {
       if core.proc.geteuid() ~= 0 then
         return false, "a storage on a disk of its own needs corral to run as root (a loop device and its mount)"
       end
-      return with_tmpdir(function(dir)
+      return probe_child.with_scratch(function(dir)
         local disk = require "corral.disk"
         local path = dir .. "/probe.disk"
         local image, err = core.disk.open(path, disk.MIN_BYTES)
@@ -277,7 +144,7 @@ local probes = {
         local tree, terr = core.idmap.tree(mount, nil, { rw = true })
         mount:close() -- the tree holds the filesystem now
         if not tree then return false, tostring(terr) end
-        local out, code = tenant_child({ "/bin/sh", "-c", DISK_SCRIPT },
+        local out, code = probe_child.tenant({ "/bin/sh", "-c", DISK_SCRIPT },
           { binds = { { src = path, dest = "/storage", rw = true, tree = tree } } })
         tree:close()
         if not out then return false, "spawn failed: " .. tostring(code) end
@@ -296,7 +163,8 @@ local probes = {
     name = "user_namespaces",
     gates = { "native" },
     run = function()
-      local out, code = tenant_child({ "/bin/cat", "/proc/self/uid_map", "/proc/self/status" }, { seccomp = false })
+      local out, code = probe_child.tenant({ "/bin/cat", "/proc/self/uid_map", "/proc/self/status" },
+        { seccomp = false })
       if not out then return false, "spawn failed: " .. tostring(code) end
       if code ~= 0 then return false, "child failed: " .. trim(out) end
       local first, outside = out:match("^%s*(%d+)%s+(%d+)%s+%d+")
@@ -312,8 +180,8 @@ local probes = {
       local unshare = core.path.resolve_executable("unshare")
       if unshare:sub(1, 1) ~= "/" then return false, "no unshare(1) to attempt the breach with" end
       local argv = { unshare, "-U", "/bin/true" }
-      local control, ccode = tenant_child(argv, { seccomp = false })
-      local filtered, fcode = tenant_child(argv, { seccomp = true })
+      local control, ccode = probe_child.tenant(argv, { seccomp = false })
+      local filtered, fcode = probe_child.tenant(argv, { seccomp = true })
       if ccode ~= 0 then
         return false, "control failed: unshare(CLONE_NEWUSER) fails even without the filter: " .. trim(control)
       end
@@ -362,7 +230,7 @@ local probes = {
       end
       -- the breach: a tenant in this netns (root in its own user namespace) flushes the
       -- table; ownership order must make that EPERM (invariant 4)
-      local out, code = tenant_child({ "/bin/sh", "-c",
+      local out, code = probe_child.tenant({ "/bin/sh", "-c",
         'command -v nft >/dev/null || exit 20; nft flush ruleset 2>&1 && exit 11; exit 0' },
         { netns = netns })
       local intact = core.nft.verify(netns, plan)
@@ -380,12 +248,12 @@ local probes = {
   {
     name = "confinement.namespace",
     gates = { "confine" },
-    run = function() return probe_layer("ns") end,
+    run = function() return probe_child.layer("ns") end,
   },
   {
     name = "confinement.bwrap",
     gates = { "confine (when the namespace layer is absent)" },
-    run = function() return probe_layer("bwrap") end,
+    run = function() return probe_child.layer("bwrap") end,
   },
   {
     name = "confinement.landlock",
@@ -393,7 +261,7 @@ local probes = {
     run = function()
       local abi, err = core.landlock.abi()
       if not abi then return false, err end
-      local ok, detail = probe_layer("landlock")
+      local ok, detail = probe_child.layer("landlock")
       return ok, string.format("ABI %d; %s", abi, detail), { abi = abi }
     end,
   },

@@ -5,7 +5,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
-local resources = require "corral.resources"
+local leftovers = require "corral.leftovers"
 local run_request = require "corral.run_request"
 
 local M = {}
@@ -15,13 +15,7 @@ M.EXIT = { not_started = core.exit.START_REFUSED, memory = core.exit.MEMORY, wal
            invalid = core.exit.USAGE, teardown = core.exit.TEARDOWN }
 
 local TEMP_DIR = "/tmp"
-local TEMP_PATTERN = "^corral%-run%-(%d+)%-%w+$"
-
--- A temporary storage of ours; never a link, nor a tree another user made.
-local function remove_own_tree(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and st.uid == core.proc.geteuid() and core.fs.remove_tree(path)
-end
+local TEMP_PREFIX = "corral-run-"
 
 -- Ctrl-C, SIGTERM and SIGHUP: held in a signalfd from a run's first step to its last,
 -- so that one arriving while storage is made or the sandbox provisioned is acted on
@@ -114,7 +108,7 @@ local Storage = {}
 Storage.__index = Storage
 
 function Storage:new_temp()
-  local made, terr = core.fs.mkdtemp(TEMP_DIR .. "/corral-run-" .. core.proc.getpid() .. "-")
+  local made, terr = leftovers.make(TEMP_DIR, TEMP_PREFIX)
   if not made then
     -- a full or read-only /tmp (inside `corral confine`) is the host's, not the arguments'
     return nil, errors.cannot_enforce("filesystem_confinement", "cannot make a temporary storage in " ..
@@ -138,7 +132,7 @@ Storage.__close = Storage.remove_temp
 local function storage_of(run, args)
   local storage = setmetatable({ run = run, root = args.root, id = args.id }, Storage)
   if not run.req.storage then
-    resources.sweep(TEMP_DIR, TEMP_PATTERN, remove_own_tree)
+    leftovers.sweep_own(TEMP_DIR, TEMP_PREFIX)
     local made, terr = storage:new_temp()
     if not made then return storage, terr end
   end

@@ -14,6 +14,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
+local ledger = require "corral.mechanism.ledger"
 local sandbox = require "corral.sandbox"
 
 local M = { name = "primitives" }
@@ -118,20 +119,11 @@ end
 
 --- Stops the sandbox and releases its storage lock (the storage itself stays).
 function M.destroy(sb)
-  local st = state[sb.id]
-  if not st then return true end
-  M.stop(sb)
-  st.lock:close()
-  state[sb.id] = nil
+  ledger.release(state, sb, M.stop)
   return true
 end
 
 --- "absent" | "provisioned" | "running" | "stopped"
-function M.status(sb)
-  local st = state[sb.id]
-  if not st then return "absent" end
-  if st.process and not st.process:running() then st.status = "stopped" end
-  return st.status
-end
+function M.status(sb) return ledger.status(state, sb) end
 
 return M

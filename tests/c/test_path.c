@@ -12,11 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "fixture.h"
 #include "path.h"
+#include "seccomp.h"
 
 static void mkfile(const char *rel, mode_t mode)
 {
@@ -254,12 +257,74 @@ static void test_executable(void)
     CHECK(corral_resolve_executable("", NULL, &out) == -EINVAL && out == NULL);
 }
 
+/* The one opener of resolved paths: a symlink anywhere on the path is refused, then the
+ * resolved path opens (the control, after the attempt); the fd is CLOEXEC. */
+static void test_open_no_symlinks(void)
+{
+    mkdir_("o");
+    mkdir_("o/d");
+    mkfile("o/d/f", 0644);
+    link_("d", "o/ld");
+    link_("f", "o/d/lf");
+    CHECK(corral_open_no_symlinks(AT_FDCWD, at("o/ld/f"), O_PATH, 0) == -ELOOP);
+    CHECK(corral_open_no_symlinks(AT_FDCWD, at("o/d/lf"), O_PATH, 0) == -ELOOP);
+    CHECK(corral_open_no_symlinks(AT_FDCWD, at("o/ld"), O_RDONLY | O_DIRECTORY, 0) == -ELOOP);
+    int fd = corral_open_no_symlinks(AT_FDCWD, at("o/d/f"), O_PATH, 0);
+    CHECK(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC));
+    if (fd >= 0) close(fd);
+    CHECK(corral_open_no_symlinks(AT_FDCWD, at("o/d/f"), O_RDONLY | O_DIRECTORY, 0) == -ENOTDIR);
+    fd = corral_open_no_symlinks(AT_FDCWD, at("o/d"), O_RDONLY | O_DIRECTORY, 0);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+
+    /* beneath a directory fd: leaving it is refused, a path inside opens */
+    int root = open(at("o/d"), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    CHECK(root >= 0);
+    CHECK(corral_open_no_symlinks(root, "../d/f", O_PATH, CORRAL_OPEN_BENEATH) == -EXDEV);
+    CHECK(corral_open_no_symlinks(root, "lf", O_PATH, CORRAL_OPEN_BENEATH) == -ELOOP);
+    fd = corral_open_no_symlinks(root, "f", O_PATH, CORRAL_OPEN_BENEATH);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    if (root >= 0) close(root);
+}
+
+/* Without openat2 (the control-plane filter answers it ENOSYS, as inside a confinement),
+ * CORRAL_OPEN_WALK refuses a symlink as openat2 does, then opens the resolved path; a
+ * caller that did not ask for the walk gets ENOSYS. In a child: a filter stays. */
+static void test_open_walk(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct corral_bpf prog = {0};
+        if (corral_seccomp_tty_program(&prog) < 0 || corral_seccomp_install(&prog) < 0) _exit(100);
+        if (syscall(SYS_openat2, AT_FDCWD, "/", NULL, 0) >= 0 || errno != ENOSYS) _exit(101);
+        int bad = 0;
+        bad += corral_open_no_symlinks(AT_FDCWD, at("o/ld/f"), O_PATH, CORRAL_OPEN_WALK) != -ELOOP;
+        bad += corral_open_no_symlinks(AT_FDCWD, at("o/d/lf"), O_PATH, CORRAL_OPEN_WALK) != -ELOOP;
+        bad += corral_open_no_symlinks(AT_FDCWD, at("o/d/f"), O_PATH | O_DIRECTORY,
+                                       CORRAL_OPEN_WALK) != -ENOTDIR;
+        bad += corral_open_no_symlinks(AT_FDCWD, at("o/d/f"), O_PATH, 0) != -ENOSYS;
+        int fd = corral_open_no_symlinks(AT_FDCWD, at("o/d/f"), O_PATH, CORRAL_OPEN_WALK);
+        struct stat st;
+        bad += fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+               !(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+        _exit(bad);
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) >= 100)
+        fprintf(stderr, "  walk: no filter answering openat2 ENOSYS (%d)\n", WEXITSTATUS(status));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void)
 {
     if (fixture_make("path") < 0) return 1;
     test_walk();
     test_loops();
     test_executable();
+    test_open_no_symlinks();
+    test_open_walk();
     CHECK(fixture_remove() == 0);
     return DONE();
 }

@@ -198,15 +198,30 @@ static void test_structure(void)
         return;
     }
 
-    /* (version 1) first, (deny default) second, and no other deny anywhere: later rules
-     * win, so a deny after a grant would be the only way to take one back. */
+    /* (version 1) first, (deny default) second, and one other deny only: unix-socket
+     * connects, which (allow network*) grants, taken back before any socket is granted
+     * (later rules win). A deny anywhere else would take a grant back. */
     CHECK(top->n > 2);
     CHECK(top->kids[0]->n == 2 && is_atom(top->kids[0]->kids[0], "version") &&
           is_atom(top->kids[0]->kids[1], "1"));
     CHECK(top->kids[1]->n == 2 && is_atom(top->kids[1]->kids[0], "deny") &&
           is_atom(top->kids[1]->kids[1], "default"));
-    for (size_t i = 2; i < top->n; i++)
-        CHECK(is_atom(top->kids[i]->kids[0], "allow"));
+    long socket_deny = -1, first_socket_grant = -1;
+    for (size_t i = 2; i < top->n; i++) {
+        const struct node *f = top->kids[i];
+        int socket_rule = f->n == 3 && is_atom(f->kids[1], "network-outbound") &&
+                          f->kids[2]->n >= 2 && is_atom(f->kids[2]->kids[0], "remote") &&
+                          is_atom(f->kids[2]->kids[1], "unix-socket");
+        if (is_atom(f->kids[0], "deny")) {
+            CHECK(socket_deny == -1 && socket_rule && f->kids[2]->n == 2); /* that one only */
+            socket_deny = (long)i;
+        } else {
+            CHECK(is_atom(f->kids[0], "allow"));
+            if (socket_rule && first_socket_grant == -1) first_socket_grant = (long)i;
+        }
+    }
+    CHECK(socket_deny > 0);
+    CHECK(first_socket_grant == -1 || socket_deny < first_socket_grant);
 
     /* The runtime: egress, exec, and every runtime read path, read-only. */
     long net = -1, exec = -1;

@@ -8,6 +8,7 @@
 -- and how its end is classified (corral.limits.observe) are one for every mechanism.
 -- @module corral.mechanism.lifecycle
 local errors = require "corral.errors"
+local ledger = require "corral.mechanism.ledger"
 local limits = require "corral.limits"
 local resources = require "corral.resources"
 
@@ -69,10 +70,7 @@ function M.share(mech, state, opts)
 
   --- "absent" | "provisioned" | "running" | "stopped"
   function mech.status(sb)
-    local st = state[sb.id]
-    if not st then return "absent" end
-    if st.process and not st.process:running() then st.status = "stopped" end
-    return st.status
+    return ledger.status(state, sb)
   end
 
   --- Where the service_port is reachable from the host: `true, "127.0.0.1:PORT"`, or `true, nil`.

@@ -10,6 +10,7 @@
 -- "bare-control-fails") must yield S0; tests/tier_spec.lua checks each.
 -- @module corral.tier.probe
 local core = require "corral.core"
+local leftovers = require "corral.leftovers"
 local policy = require "corral.tier.policy"
 local shell = require "corral.shell"
 
@@ -83,7 +84,7 @@ local function probe_once(mutate)
   host = core.path.resolve_file(host) or host
   local abi = core.landlock.abi()
   if not abi then return false, "Landlock is not available here" end
-  local dir = core.fs.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-probe-")
+  local dir = core.fs.mkdtemp(leftovers.base() .. "/corral-tier-probe-")
   if not dir then return false, "cannot make a scratch directory" end
   local secret = dir .. "/secret"
   local f = assert(io.open(secret, "w"))
@@ -159,7 +160,7 @@ function M.seatbelt()
   if not core.path.resolve_file(SANDBOX_EXEC) then return nil, SANDBOX_EXEC .. " is not on this host" end
   local version = shell.capture({ "/usr/bin/sw_vers", "-productVersion" }):match("^%s*(%S+)")
   if not version then return nil, "no macOS version (sw_vers)" end
-  local dir = core.fs.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/corral-tier-sb-")
+  local dir = core.fs.mkdtemp(leftovers.base() .. "/corral-tier-sb-")
   if not dir then return nil, "cannot make a scratch directory" end
   local real = core.path.resolve(dir)
   local secret, granted = real .. "/secret", real .. "/granted"

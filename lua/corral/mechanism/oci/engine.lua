@@ -12,6 +12,7 @@ local core = require "corral.core"
 local file = require "corral.file"
 local errors = require "corral.errors"
 local shell = require "corral.shell"
+local leftovers = require "corral.leftovers"
 
 local M = {}
 
@@ -58,8 +59,7 @@ local function scratch_dir()
     local st = core.fs.lstat(dir)
     if st and st.type == "dir" and st.uid == 0 then scratch = dir return dir end
   end
-  local t = os.getenv("TMPDIR")
-  scratch = assert(core.fs.mkdtemp(((t and t:sub(1, 1) == "/") and t or "/tmp") .. "/corral-oci-"))
+  scratch = assert(core.fs.mkdtemp(leftovers.base() .. "/corral-oci-"))
   return scratch
 end
 M.scratch_dir = scratch_dir
@@ -84,7 +84,7 @@ function M.read_all(path) return file.read(path) or "" end
 -- directory, and its files (output, env file). conmon writes files such as `oom` into
 -- its working directory, which must never be the caller's.
 function M.private_dir()
-  return core.fs.mkdtemp(string.format("%s/call-%d-", scratch_dir(), core.proc.getpid()))
+  return leftovers.make(scratch_dir(), "call-")
 end
 
 --- The engine's argv for a subcommand: its path, the configured global flags, args.

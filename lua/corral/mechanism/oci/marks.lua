@@ -8,6 +8,7 @@
 -- @module corral.mechanism.oci.marks
 local core = require "corral.core"
 local file = require "corral.file"
+local leftovers = require "corral.leftovers"
 local proctree = require "corral.proctree"
 local resources = require "corral.resources"
 local engine = require "corral.mechanism.oci.engine"
@@ -70,7 +71,7 @@ end
 -- @treturn integer how many were removed
 function M.sweep()
   local dir = engine.scratch_dir()
-  resources.sweep(dir, "^call%-(%d+)%-%w+$", core.fs.remove_tree)
+  resources.sweep(dir, leftovers.pattern("call-"), core.fs.remove_tree)
   resources.sweep(dir, "^root%-(%d+)%.tar$", os.remove)
   local dead, named = {}, {}
   resources.sweep(dir, "^owner%-(%d+)$", function(path)
