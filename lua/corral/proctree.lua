@@ -1,6 +1,8 @@
---- A process and everything beneath it, as /proc shows them: the tree a watched run
--- kills (corral.mechanism.watch) and the usage the REPL reports for a run that has no
--- cgroup to read it from (corral.control).
+--- A process and everything beneath it, as /proc shows them: the one walk of /proc for
+-- the tree a watched run kills (corral.mechanism.watch), the command bwrap hands a
+-- signal to, an oci exec's processes and a dead corral's engine clients
+-- (corral.mechanism.oci.run, corral.mechanism.oci.marks), and the usage the REPL
+-- reports for a run that has no cgroup to read it from (corral.control).
 -- @module corral.proctree
 local core = require "corral.core"
 local file = require "corral.file"
@@ -22,23 +24,78 @@ local function stat_fields(pid)
   return out -- out[1] is the state (field 3), out[2] the ppid (field 4), …
 end
 
---- Every process beneath `pid` (its descendants, found from each /proc/*/stat's ppid),
--- `pid` itself excluded, parents before their children.
--- @tparam integer pid
+--- Every live process's pid, as /proc lists them now.
 -- @treturn {integer,...}
-function M.descendants(pid)
-  local children = {}
+function M.pids()
+  local out = {}
   for _, name in ipairs(core.fs.listdir("/proc") or {}) do
-    if name:match("^%d+$") then
-      local st = stat_fields(name)
-      local ppid = st and tonumber(st[2])
-      if ppid then
-        children[ppid] = children[ppid] or {}
-        table.insert(children[ppid], tonumber(name))
-      end
-    end
+    if name:match("^%d+$") then out[#out + 1] = tonumber(name) end
   end
-  local out, queue, seen = {}, { pid }, { [pid] = true }
+  return out
+end
+
+--- The parent of process `pid`, or nil once it is gone.
+-- @tparam integer pid
+-- @treturn integer|nil
+function M.parent(pid)
+  local st = stat_fields(pid)
+  return st and tonumber(st[2])
+end
+
+--- Process `pid`'s pid namespace (`pid:[INODE]`), or nil once it is gone.
+-- @tparam integer pid
+-- @treturn string|nil
+function M.pid_ns(pid) return core.fs.readlink("/proc/" .. pid .. "/ns/pid") end
+
+--- Process `pid`'s command name (/proc/PID/comm, its newline dropped), or nil.
+-- @tparam integer pid
+-- @treturn string|nil
+function M.comm(pid)
+  local c = proc_file(pid, "comm")
+  return c and (c:gsub("\n$", ""))
+end
+
+--- Process `pid`'s argv (/proc/PID/cmdline's words), empty once it is gone.
+-- @tparam integer pid
+-- @treturn {string,...}
+function M.argv(pid)
+  local out = {}
+  for word in (proc_file(pid, "cmdline") or ""):gmatch("[^%z]+") do out[#out + 1] = word end
+  return out
+end
+
+--- The live processes `keep(pid)` accepts (every one without it), each with its parent:
+-- `{[pid] = ppid}`.
+-- @tparam[opt] function keep
+-- @treturn table
+function M.parents(keep)
+  local parent = {}
+  for _, pid in ipairs(M.pids()) do
+    if not keep or keep(pid) then parent[pid] = M.parent(pid) end
+  end
+  return parent
+end
+
+--- The processes `roots` and everything beneath them in `parent` (as `parents` returns
+-- it), parents before their children; the roots themselves only with `with_roots`.
+-- @tparam table parent `{[pid] = ppid}`
+-- @tparam {integer,...} roots
+-- @tparam[opt] boolean with_roots
+-- @treturn {integer,...}
+function M.beneath(parent, roots, with_roots)
+  local children = {}
+  for pid, pp in pairs(parent) do
+    children[pp] = children[pp] or {}
+    table.insert(children[pp], pid)
+  end
+  -- siblings in pid order, as /proc lists them
+  for _, list in pairs(children) do table.sort(list) end
+  local out, queue, seen = {}, {}, {}
+  for _, r in ipairs(roots) do
+    seen[r] = true
+    queue[#queue + 1] = r
+    if with_roots then out[#out + 1] = r end
+  end
   while #queue > 0 do
     for _, c in ipairs(children[table.remove(queue, 1)] or {}) do
       if not seen[c] then
@@ -49,6 +106,14 @@ function M.descendants(pid)
     end
   end
   return out
+end
+
+--- Every process beneath `pid` (its descendants, found from each /proc/*/stat's ppid),
+-- `pid` itself excluded, parents before their children.
+-- @tparam integer pid
+-- @treturn {integer,...}
+function M.descendants(pid)
+  return M.beneath(M.parents(), { pid })
 end
 
 -- /proc reports CPU time in USER_HZ ticks, 100 a second on every Linux architecture
@@ -102,8 +167,7 @@ function M.all_ignore(pid, sig)
   local asked = 0
   for _, p in ipairs(M.descendants(pid)) do
     local status = proc_file(p, "status")
-    local comm = proc_file(p, "comm")
-    if status and comm ~= "bwrap\n" then
+    if status and M.comm(p) ~= "bwrap" then
       local mask = tonumber(status:match("\nSigIgn:%s*(%x+)") or "0", 16) or 0
       if mask & (1 << (sig - 1)) == 0 then return false end
       asked = asked + 1

@@ -1,5 +1,6 @@
 --- The tenant's root plan: what a sandboxed command sees and runs with, built once as a
--- plain table each mechanism renders (native: a `core.spawn.start` plan; bwrap: argv).
+-- plain table each mechanism renders (native: a `core.spawn.start` plan; bwrap: argv;
+-- oci: engine flags), and the /bin/sh each renderer but native execs the command through.
 --
 -- Fields: `mounts` (in order: merged-/usr symlinks, then binds: the runtime read-only,
 -- optional where this host lacks a path; the sandbox's own name files over the runtime's
@@ -67,6 +68,18 @@ function M.plan(sb, st)
     netns = st and st.plane and st.plane.netns,
     cgroup_procs = resources.cgroup_procs(st),
   }
+end
+
+--- argv exec'd by the tenant's own /bin/sh: a command that cannot be run exits 127 (not
+-- found) or 126 (not executable) as under native, where a renderer's own exec (bubblewrap's
+-- execvp, an engine's runtime) would exit 1 or the engine's status for both. sh replaces
+-- itself, so the command keeps its pid (a container's first process stays the command).
+-- @tparam {string,...} argv
+-- @treturn {string,...} `/bin/sh -c 'exec "$0" "$@"'` then argv
+function M.shell_argv(argv)
+  local out = { "/bin/sh", "-c", 'exec "$0" "$@"' }
+  table.move(argv, 1, #argv, #out + 1, out)
+  return out
 end
 
 return M

@@ -12,7 +12,6 @@
 -- @module corral.mechanism.bwrap
 local core = require "corral.core"
 local errors = require "corral.errors"
-local file = require "corral.file"
 local lifecycle = require "corral.mechanism.lifecycle"
 local proctree = require "corral.proctree"
 local resources = require "corral.resources"
@@ -73,11 +72,10 @@ function M.args(root, argv, seccomp_fd)
   if seccomp_fd then add("--seccomp", tostring(seccomp_fd)) end
   -- the environment is the spawn's (exactly the tenant's), not --setenv: bwrap's command
   -- line is /proc/1/cmdline inside, where the values would show
-  -- The command is exec'd by the tenant's own /bin/sh: a command that cannot be run
-  -- exits 127 (not found) or 126 (not executable) as under native, where bubblewrap's
-  -- own execvp would exit 1 for both. sh replaces itself: the command keeps its pid.
-  add("--", "/bin/sh", "-c", 'exec "$0" "$@"')
-  for _, v in ipairs(argv) do a[#a + 1] = v end
+  -- The command goes through the tenant's /bin/sh (tenant_root.shell_argv): bubblewrap's
+  -- own execvp would exit 1 both for a command not found and for one not executable.
+  add("--")
+  for _, v in ipairs(tenant_root.shell_argv(argv)) do a[#a + 1] = v end
   return a
 end
 
@@ -208,8 +206,8 @@ end
 -- one that is not bubblewrap's (or corral's own init for it); until it runs, false.
 local function deliver(proc, sig)
   for _, pid in ipairs(proctree.descendants(proc:pid())) do
-    local comm = file.read("/proc/" .. pid .. "/comm")
-    if comm and comm ~= "bwrap\n" and comm ~= "corral-init\n" then
+    local comm = proctree.comm(pid)
+    if comm and comm ~= "bwrap" and comm ~= "corral-init" then
       core.proc.kill(pid, sig)
       for _, below in ipairs(proctree.descendants(pid)) do core.proc.kill(below, sig) end
       return true

@@ -2,7 +2,8 @@
 -- a table by sandbox id of `{lock =, process =, status =}` (the storage lock, the
 -- started process, "provisioned" | "running" | "stopped"). The status it reports and
 -- the release of one sandbox, in one place for every such mechanism
--- (scripts/examples/primitives.lua, the conformance fixtures).
+-- (scripts/examples/primitives.lua, the conformance fixtures); the status is the
+-- built-in mechanisms' too (corral.mechanism.lifecycle).
 -- @module corral.mechanism.ledger
 local errors = require "corral.errors"
 

@@ -1,4 +1,5 @@
---- The life cycle the built-in mechanisms share, around one spawn function of each.
+--- The life cycle the built-in mechanisms share, around one spawn function of each
+-- (`build`: native, bwrap); `share` is the part oci, which runs containers itself, shares too.
 -- The contract every mechanism keeps, with what each callback returns and what the
 -- host applies around it, is corral.mechanism's (its LDoc, `corral help mechanisms`,
 -- docs/mechanisms.md).
@@ -7,6 +8,7 @@
 -- and how its end is classified (corral.limits.observe) are one for every mechanism.
 -- @module corral.mechanism.lifecycle
 local errors = require "corral.errors"
+local ledger = require "corral.mechanism.ledger"
 local limits = require "corral.limits"
 local resources = require "corral.resources"
 
@@ -32,6 +34,58 @@ function M.required_capabilities(sb, needs)
   return req
 end
 
+--- Completes `mech` with the callbacks every built-in mechanism (oci's too) shares over
+-- its state table: provision, status, address and serve.
+-- @tparam table mech
+-- @tparam table state sandbox id → what corral.resources.acquire returned (`process`,
+--   `status` set by the mechanism's start)
+-- @tparam[opt] table opts `storage`: corral.resources.acquire's opts; `prepare(sb)`: the
+--   sandbox to acquire for, or nil and why, before anything is held; `ready(sb, st)`:
+--   true, or nil and why (the sandbox is then destroyed), once it is held
+-- @treturn table mech
+function M.share(mech, state, opts)
+  opts = opts or {}
+
+  --- Creates the storage (owned by the sandbox's host id), the cgroup and the egress plane.
+  function mech.provision(sb)
+    if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
+    local view = sb
+    if opts.prepare then
+      local err
+      view, err = opts.prepare(sb)
+      if not view then return nil, err end
+    end
+    local st, err = resources.acquire(view, setmetatable({ mechanism = mech.name }, { __index = opts.storage }))
+    if not st then return nil, err end
+    state[sb.id] = st
+    if opts.ready then
+      local ok, rerr = opts.ready(sb, st)
+      if not ok then
+        mech.destroy(sb)
+        return nil, rerr
+      end
+    end
+    return true
+  end
+
+  --- "absent" | "provisioned" | "running" | "stopped"
+  function mech.status(sb)
+    return ledger.status(state, sb)
+  end
+
+  --- Where the service_port is reachable from the host: `true, "127.0.0.1:PORT"`, or `true, nil`.
+  function mech.address(sb)
+    return resources.address(state[sb.id])
+  end
+
+  --- Serves the egress loop for `seconds` while a started sandbox runs.
+  function mech.serve(seconds)
+    return require("corral.egress.loop").serve(seconds)
+  end
+
+  return mech
+end
+
 --- Completes `mech` with the life cycle callbacks.
 -- @tparam table mech the mechanism (name, capabilities, …)
 -- @tparam function spawn `spawn(sb, st, argv, opts)` → process; or nil, error; or nil,
@@ -43,6 +97,7 @@ end
 -- @treturn table mech
 function M.build(mech, spawn, storage, deliver)
   local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
+  M.share(mech, state, { storage = storage })
 
   local function spawn_with_output(sb, argv, opts)
     local st = state[sb.id]
@@ -63,15 +118,6 @@ function M.build(mech, spawn, storage, deliver)
     local result = limits.observe(st, { code = code, how = how, limit = timed_out and "wall" or nil })
     proc:close()
     return result
-  end
-
-  --- Creates the storage (owned by the sandbox's host id), the cgroup and the egress plane.
-  function mech.provision(sb)
-    if state[sb.id] then return nil, errors.invalid_argument("id", sb.id .. " is already provisioned") end
-    local st, err = resources.acquire(sb, setmetatable({ mechanism = mech.name }, { __index = storage }))
-    if not st then return nil, err end
-    state[sb.id] = st
-    return true
   end
 
   --- Starts argv as the sandbox's long-running process.
@@ -149,24 +195,6 @@ function M.build(mech, spawn, storage, deliver)
     state[sb.id] = nil
     if not ok then return nil, err end
     return true
-  end
-
-  --- "absent" | "provisioned" | "running" | "stopped"
-  function mech.status(sb)
-    local st = state[sb.id]
-    if not st then return "absent" end
-    if st.process and not st.process:running() then st.status = "stopped" end
-    return st.status
-  end
-
-  --- Where the service_port is reachable from the host: `true, "127.0.0.1:PORT"`, or `true, nil`.
-  function mech.address(sb)
-    return resources.address(state[sb.id])
-  end
-
-  --- Serves the egress loop for `seconds` while a started sandbox runs.
-  function mech.serve(seconds)
-    return require("corral.egress.loop").serve(seconds)
   end
 
   --- Where the host itself reads and writes a provisioned sandbox's storage: its

@@ -5,11 +5,15 @@
 --
 -- The tag is the SHA-256 of that tar (`localhost/corral-root:<24 hex digits>`): the
 -- same plan gives the same tag, so the image is made once per host and reused, and a
--- host whose runtime layout changes gets a new one.
+-- host whose runtime layout changes gets a new one. `ensure` has the engine import it
+-- (corral.mechanism.oci.engine) when this host does not have it yet.
 -- @module corral.mechanism.oci.image
 local core = require "corral.core"
+local engine = require "corral.mechanism.oci.engine"
 
 local M = {}
+
+local ready = {} -- image → true, or the path of its mark (corral's own)
 
 M.REPOSITORY = "localhost/corral-root"
 
@@ -66,6 +70,56 @@ end
 -- @treturn string
 function M.tag(archive)
   return M.REPOSITORY .. ":" .. core.digest.sha256(archive):sub(1, 24)
+end
+
+--- The image a sandbox runs: the operator's, or corral's own, imported when this host
+-- does not have it yet.
+-- @tparam table root a tenant root plan
+-- @treturn[1] string the image
+-- @return[2] nil
+-- @treturn[2] table the engine's error
+function M.ensure(root)
+  if engine.config.image then
+    if not ready[engine.config.image] then
+      local _, err = engine.call({ "image", "inspect", "--format", "{{.Id}}", engine.config.image })
+      if err then return nil, err end
+      ready[engine.config.image] = true
+    end
+    return engine.config.image
+  end
+  local present = {}
+  for _, m in ipairs(root.mounts) do
+    if m.type == "symlink" or not m.optional or core.fs.lstat(m.src) then present[#present + 1] = m end
+  end
+  local archive = M.tar({ mounts = present })
+  local tag = M.tag(archive)
+  if ready[tag] then return tag end
+  -- A mark in corral's root-only directory saves the engine call on every later run
+  -- (measured: it was a third of `corral run`'s time); a run that then finds the image
+  -- gone (status 125) drops the mark, and the next provision imports it again.
+  local mark = engine.scratch_dir() .. "/image-" .. tag:match(":(.*)$")
+  if core.fs.lstat(mark) then
+    ready[tag] = mark
+    return tag
+  end
+  if not engine.call({ "image", "inspect", "--format", "{{.Id}}", tag }) then
+    local path = engine.scratch_dir() .. "/root-" .. core.proc.getpid() .. ".tar"
+    assert(engine.write_private(path, archive))
+    local _, err = engine.call({ "import", path, tag })
+    os.remove(path)
+    if err then return nil, err end
+  end
+  engine.write_private(mark, tag .. "\n")
+  ready[tag] = mark
+  return tag
+end
+
+--- Forgets the marks of corral's images (a run found one gone: status 125), so that
+-- the next `ensure` asks the engine again.
+function M.forget()
+  for tag, mark in pairs(ready) do
+    if type(mark) == "string" then os.remove(mark) ready[tag] = nil end
+  end
 end
 
 return M
