@@ -101,13 +101,7 @@ end
 
 --- Kills the running process (its init takes its whole pid namespace with it).
 function M.stop(sb)
-  local st = state[sb.id]
-  if st and st.process then
-    st.process:close()
-    st.process = nil
-    st.status = "stopped"
-  end
-  return true
+  return ledger.stop(state, sb, function(process) process:close() end)
 end
 
 --- Stops the sandbox and releases its storage lock (the storage itself stays).

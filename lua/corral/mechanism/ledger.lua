@@ -24,6 +24,17 @@ function M.start(state, sb, spawn, argv, opts)
   return true
 end
 
+--- Ends a sandbox's started process with `kill(process)` and marks it stopped.
+-- @treturn true
+function M.stop(state, sb, kill)
+  local st = state[sb.id]
+  if st and st.process then
+    kill(st.process)
+    st.process, st.status = nil, "stopped"
+  end
+  return true
+end
+
 --- A sandbox's status: "absent" | "provisioned" | "running" | "stopped" (a started
 -- process that has ended makes it "stopped").
 -- @tparam table state the mechanism's sandboxes by id
