@@ -67,13 +67,20 @@ end
 -- @return[2] nil
 -- @treturn[2] string why
 function M.write(hostname)
-  -- $TMPDIR when set, as every scratch of corral's: /tmp may be read-only (a confinement)
-  local base = leftovers.base()
+  -- /tmp first: the tenant's root is built by a process of the tenant's own id, which
+  -- must reach the files (a private $TMPDIR would refuse it); $TMPDIR where /tmp is
+  -- read-only (inside a confinement), which then must be searchable by that id too
+  local bases = { "/tmp" }
+  if leftovers.base() ~= "/tmp" then bases[2] = leftovers.base() end
   if not swept then
     swept = true
-    leftovers.sweep_own(base, "corral-names-")
+    for _, base in ipairs(bases) do leftovers.sweep_own(base, "corral-names-") end
   end
-  local dir, err = leftovers.make(base, "corral-names-")
+  local dir, err
+  for _, base in ipairs(bases) do
+    dir, err = leftovers.make(base, "corral-names-")
+    if dir then break end
+  end
   if not dir then return nil, err end
   local made = { dir = dir, files = {} }
   local function fail(why)
