@@ -200,6 +200,7 @@ describe("the host key #root", function()
     assert.are.equal("/var/lib/corral/key", path)
     out, status = h.capture({ "env", "-u", "CORRAL_STATE_DIR", h.host, "run", "--", "sh", "-c",
       "cat " .. path .. " && echo READ; ls -d /var/lib/corral 2>&1; echo ATTEMPTED" })
+    assert.are.equal(0, status, out)
     assert.matches("ATTEMPTED", out, 1, true)
     assert.is_nil(out:find("PRIVATE KEY", 1, true), out)
     assert.is_nil(out:find("READ\n", 1, true), out)

@@ -77,7 +77,8 @@ local function run_words(p, row)
   row("limits", limits_words(pol.limits))
   local allow = pol.allowlist
   row("egress", type(allow) == "table" and #allow > 0 and ("only " .. table.concat(allow, ", ")) or "none (no network)")
-  row("secrets", (type(pol.secrets) == "table" and #pol.secrets > 0) and table.concat(pol.secrets, ", ") or "none bound")
+  local secrets = type(pol.secrets) == "table" and pol.secrets or {}
+  row("secrets", #secrets > 0 and table.concat(secrets, ", ") or "none bound")
   row("exit", string.format("%s (%s%s)", tostring(p.exit and p.exit.status), tostring(p.exit and p.exit.how),
     p.exit and p.exit.limit and (", " .. p.exit.limit .. " limit") or ""))
   row("decisions", verdict_words(p.egress))

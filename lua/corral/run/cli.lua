@@ -194,7 +194,8 @@ function M.run(argv, cli)
     env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
     verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
   }, { names = setmetatable({ network = network_flag(opts) }, { __index = OPTION_NAMES }),
-       clear_environment = true, witness = witness, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
+       clear_environment = true, witness = witness,
+       say = function(line) io.stderr:write("corral run: ", line, "\n") end })
   if not status then return cli.fail("run", err) end
   return status
 end
