@@ -24,6 +24,8 @@ external_dependencies = {
    MNL = { header = "libmnl/libmnl.h", library = "mnl" },
    NFTNL = { header = "libnftnl/table.h", library = "nftnl" },
    SECCOMP = { header = "seccomp.h", library = "seccomp" },
+   -- corral/sign.so alone (receipts' signatures): docs/receipts.md
+   CRYPTO = { header = "openssl/evp.h", library = "crypto" },
 }
 build = {
    type = "make",
@@ -42,6 +44,8 @@ build = {
       NFTNL_LIBDIR = "$(NFTNL_LIBDIR)",
       SECCOMP_INCDIR = "$(SECCOMP_INCDIR)",
       SECCOMP_LIBDIR = "$(SECCOMP_LIBDIR)",
+      CRYPTO_INCDIR = "$(CRYPTO_INCDIR)",
+      CRYPTO_LIBDIR = "$(CRYPTO_LIBDIR)",
    },
    install_target = "install",
    copy_directories = { "docs" },

@@ -84,7 +84,7 @@ describe("corral CLI", function()
       ["Environment"] = { "env" },
       ["Network and egress"] = { "allow", "allow-file", "internal", "resolve", "service-port", "link", "idle",
                                  "max-connections", "udp-idle", "max-udp-flows", "sni", "learn" },
-      ["Output"] = { "log-json", "verbose" },
+      ["Output"] = { "log-json", "verbose", "receipt" },
     }
     for title, names in pairs(groups) do
       local block = out:match("\n" .. title:gsub("%p", "%%%0") .. ":\n(.-)\n\n")
@@ -98,7 +98,7 @@ describe("corral CLI", function()
     end
     -- every option run accepts is listed: one that parses but is not in the help fails here
     local listed = select(2, out:gsub("\n  %-%-[%w-]+", ""))
-    assert.are.equal(27, listed)
+    assert.are.equal(28, listed)
     for cmd, option in pairs({ confine = "extra", sbpl = "permit", probe = "json" }) do
       out, status = h.corral("help", cmd)
       assert.are.equal(0, status, out)

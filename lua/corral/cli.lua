@@ -332,6 +332,16 @@ command("conformance", "run the conformance suite against a mechanism (held / br
     return require("corral.conformance.cli").run(argv, { parse = M.parse, fail = fail, json = json })
   end, nil, function() return require("corral.conformance.cli").SPEC end)
 
+-- Receipts (corral.receipt.cli): the host key, a receipt verified, a commitment's bytes.
+local function receipt_command(name, summary, what)
+  command(name, summary, function() return require("corral.receipt.cli")[what .. "_USAGE"] end,
+    function(argv) return require("corral.receipt.cli")[name](argv, { parse = M.parse, fail = fail }) end, nil,
+    function() return require("corral.receipt.cli")[what .. "_SPEC"] end)
+end
+receipt_command("key", "print the host key that signs receipts, and its fingerprint", "KEY")
+receipt_command("verify", "check a signed receipt and say what was enforced", "VERIFY")
+receipt_command("policy", "print the canonical policy a receipt's commitment covers", "POLICY")
+
 command("attach", "open the REPL on a live sandbox (its helpers default to it)",
   [[corral attach ID
 

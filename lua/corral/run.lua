@@ -351,6 +351,7 @@ local function in_sandbox(run, held, registration)
   local early = arrived(held)
   if early then return { signal = early, sandbox = sandbox } end
   reports:start_learning()
+  if run.hooks.witness then run.hooks.witness.began(corral, plan.mech, sandbox.sb) end
   registration.value = announced(run, corral, plan, sandbox.sb)
   local result, xerr = run_command(corral, plan.mech, sandbox.sb, run.req.argv, held)
   reports.ran = result ~= nil
@@ -394,7 +395,8 @@ end
 --   (`"limits.memory"`, `"storage"`, `"id"`, `"workspace_path"`, `"env"`,
 --   `"service_port"`, `"network"`, `"log_json"`; default: those keys themselves),
 --   `clear_environment` true when this process is corral's own (`corral run`): its
---   environment is then left to what the run passes on.
+--   environment is then left to what the run passes on; `witness` a receipt's
+--   (corral.receipt.run.witness), told when the sandbox is provisioned and when the run ends.
 -- @treturn[1] integer the exit status: the command's own, or one of `EXIT` (`teardown`
 --   when the mechanism's destroy failed: said, by the mechanism's name)
 -- @return[2] nil nothing ran
@@ -409,7 +411,10 @@ function M.execute(req, hooks)
   local registration <close> = slot()
   local ended, err = in_sandbox(run, held, registration)
   if not ended then return nil, err end
-  return status_of(run, ended)
+  local status = status_of(run, ended)
+  -- the receipt (corral.receipt.run) is sealed once everything is released
+  if run.hooks.witness then return run.hooks.witness.finish(ended, status, run.say) end
+  return status
 end
 
 return M

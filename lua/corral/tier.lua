@@ -118,6 +118,7 @@ local function run_sealed(pol, g, earned, plan, extra, network)
     probe = earned.probe,
     residue = pol.tier == "S0" and { "everything: S0 confines nothing" } or policy.RESIDUE,
   }
+  receipt.canonical_of[rec] = policy.canonical(pol, g)
   if res.timed_out then rec.timed_out = true end
   if res.execs_denied and res.execs_denied > 0 then rec.execs_denied = res.execs_denied end
   for k, v in pairs(extra or {}) do rec[k] = v end

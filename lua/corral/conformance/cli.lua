@@ -4,17 +4,36 @@
 -- @module corral.conformance.cli
 local M = {}
 
-M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--only GROUP] [--json]
+M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--only GROUP] [--json] [--receipt FILE]
 
 Runs every conformance check against the mechanism (default native): one breach
 attempted from inside a sandbox, then a control in the same sandbox. Each check is
 held, breached, unavailable (with the reason) or void (the control failed). Groups:
 filesystem credentials process privilege resources network egress cross_sandbox.
 Exits 1 when anything is breached. Ctrl-C, SIGTERM or SIGHUP end the running check
-through its tear-down (its sandboxes, targets and scratch removed) and exit 128+N.]]
+through its tear-down (its sandboxes, targets and scratch removed) and exit 128+N.
+--receipt FILE writes the census as a signed receipt (each check's outcome and the
+digest of its evidence; docs/receipts.md), which `corral verify FILE` checks.]]
 
 --- The flags `corral conformance` accepts (corral.cli.parse's spec).
-M.SPEC = { mechanism = "value", only = "value", json = "flag" }
+M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value" }
+
+-- The census as a signed receipt: every check's outcome and its evidence's digest (the
+-- SHA-256 of the result's canonical JSON, which --json prints whole).
+local function seal_census(prepared, report, opts, started)
+  local receipts = require "corral.receipt"
+  local json = require "corral.json"
+  local checks = {}
+  for _, r in ipairs(report.results) do
+    checks[#checks + 1] = { id = r.id, outcome = r.outcome,
+                            evidence = "sha256:" .. receipts.subject("", json.encode(r)).digest.sha256 }
+  end
+  local pred = { mechanism = report.mechanism, census = report.census, checks = checks,
+    policy = { mechanism = report.mechanism, only = opts.only or "all", suite = #checks },
+    started = receipts.time(started), ended = receipts.time(receipts.now()) }
+  return receipts.write(prepared, receipts.statement("census",
+    { receipts.subject("census", json.encode(checks)) }, pred))
+end
 
 local function census_lines(report, groups)
   local lines = {}
@@ -65,6 +84,16 @@ function M.run(argv, cli)
   if #rest > 0 then
     return cli.fail("conformance", errors.invalid_argument(rest[1], "unexpected argument"))
   end
+  local prepared, started
+  if opts.receipt then
+    local perr
+    prepared, perr = require("corral.receipt").prepare(opts.receipt)
+    if not prepared then
+      if errors.is(perr, "invalid_argument") then perr = errors.invalid_argument("--receipt", perr.detail) end
+      return cli.fail("conformance", perr)
+    end
+    started = require("corral.receipt").now()
+  end
   -- the run's errors name Lua fields (group, mechanism); the user typed a flag
   local FLAG = { group = "--only", mechanism = "--mechanism" }
   -- held while the suite runs, so that a signal ends the running check through its
@@ -92,6 +121,10 @@ function M.run(argv, cli)
     local arg = type(err) == "table" and err.argument
     if arg and FLAG[arg] then err = errors.invalid_argument(FLAG[arg], err.detail) end
     return cli.fail("conformance", err)
+  end
+  if prepared then
+    local ok, serr = seal_census(prepared, report, opts, started)
+    if not ok then return cli.fail("conformance", "--receipt: not written: " .. tostring(serr)) end
   end
   if opts.json then
     io.write(cli.json().encode(report), "\n")

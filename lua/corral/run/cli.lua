@@ -72,6 +72,7 @@ M.OPTIONS = {
   { "Output", {
     { "log-json", "value", "FILE", "write every egress decision to FILE (yours, regular, 0600) as a JSON line" },
     { "verbose", "flag", nil, "print each denial or upstream failure as it first happens" },
+    { "receipt", "value", "FILE", "write a signed receipt of the run to FILE (docs/receipts.md; `corral verify`)" },
   } },
 }
 
@@ -180,6 +181,12 @@ function M.run(argv, cli)
     local _, lerr = require("corral.egress.learn").check(opts.learn)
     if lerr then return cli.fail("run", lerr) end
   end
+  local witness, werr
+  if opts.receipt then
+    local receipts = require "corral.receipt.run"
+    witness, werr = receipts.witness(opts.receipt, rest)
+    if not witness then return cli.fail("run", receipts.flagged(werr)) end
+  end
   local status, err = require("corral.run").execute({
     argv = rest, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
     limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
@@ -187,7 +194,8 @@ function M.run(argv, cli)
     env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
     verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
   }, { names = setmetatable({ network = network_flag(opts) }, { __index = OPTION_NAMES }),
-       clear_environment = true, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
+       clear_environment = true, witness = witness,
+       say = function(line) io.stderr:write("corral run: ", line, "\n") end })
   if not status then return cli.fail("run", err) end
   return status
 end

@@ -7,9 +7,10 @@ local errors = require "corral.errors"
 local M = {}
 
 --- The usage text.
-M.USAGE = [[corral step --grants FILE.lua [--tier S1] [--timeout SECONDS] [--json] [--receipts FILE] -- CMD ARGS...
+M.USAGE = [[corral step --grants FILE.lua [--tier S1] [--timeout SECONDS] [--json] [--receipts FILE]
+            [--receipt FILE] -- CMD ARGS...
 corral step --s2 FILE.lua [--grants FILE.lua] [--fuel N] [--memory BYTES] [--timeout SECONDS]
-            [--json] [--receipts FILE]
+            [--json] [--receipts FILE] [--receipt FILE]
 
 Runs CMD under the grants in FILE.lua (a Lua file returning {read = {paths}, write =
 {paths}, exec = {paths}, net = false|true|{"api.test:443", ...}, subprocess =
@@ -24,14 +25,26 @@ Lua in FILE.lua at S2: a fresh Lua state with --fuel instructions (default 1e8) 
 granted `read` through read_file(path). Prints the receipt after the command's output;
 --json prints it as one JSON line, the only thing on stdout (the command's stdout goes
 to stderr, so `| jq` reads the receipt); --receipts appends that line to FILE and leaves
-the command's stdout where it was.
+the command's stdout where it was; --receipt writes a signed receipt of the step to FILE
+(docs/receipts.md; `corral verify FILE` checks it).
 Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped),
 the receipt's `exit`;
 2 an invalid argument; 3 a protection this host cannot enforce.]]
 
 --- The flags `corral step` accepts (corral.cli.parse's spec).
 M.SPEC = { grants = "value", s2 = "value", json = "flag", receipts = "value", tier = "value", timeout = "value",
-  fuel = "value", memory = "value" }
+  fuel = "value", memory = "value", receipt = "value" }
+
+-- The signed receipt of a step (corral.receipt): the step's own receipt, its times, and
+-- its policy's canonical serialisation, which the commitment covers.
+local function seal_step(prepared, rec, started, subject)
+  local receipts = require "corral.receipt"
+  local canonical = require("corral.tier.receipt").canonical_of[rec]
+  local pred = { argv = rec.cmd, tier = rec.tier, mechanism = rec.mechanism, commitment = rec.commitment,
+    policy = { canonical = canonical }, exit = rec.exit, started = receipts.time(started),
+    ended = receipts.time(receipts.now()), step = receipts.as_carried(rec) }
+  return receipts.write(prepared, receipts.statement("step", { subject }, pred))
+end
 
 -- Names the CLI flag a refusal came from.
 local function as_flag(err, flag)
@@ -109,14 +122,22 @@ function M.run(argv, parse, fail)
     if err then return fail("step", err) end
     values[name] = v
   end
+  local prepared, started
+  if opts.receipt then
+    local perr
+    prepared, perr = require("corral.receipt").prepare(opts.receipt)
+    if not prepared then return fail("step", as_flag(perr, "--receipt")) end
+    started = require("corral.receipt").now()
+  end
   local tier = require "corral.tier"
-  local result, rec
+  local result, rec, subject
   if opts.s2 then
     if #rest > 0 then return fail("step", errors.invalid_argument("--s2", "takes a Lua file, not a command")) end
     local f, ferr = io.open(opts.s2)
     if not f then return fail("step", errors.invalid_argument("--s2", tostring(ferr))) end
     local code = f:read("a")
     f:close()
+    subject = require("corral.receipt").subject("s2 code", code)
     result, rec = tier.s2({ code = code, grants = grants, fuel = values.fuel, memory = values.memory,
       timeout = values.timeout })
   else
@@ -124,6 +145,7 @@ function M.run(argv, parse, fail)
       return fail("step", errors.invalid_argument("--grants", "a grants file is required (or --s2 FILE.lua)"))
     end
     if #rest == 0 then return fail("step", errors.invalid_argument("CMD", "missing (after --)")) end
+    if prepared then subject = require("corral.receipt").subject("argv", require("corral.json").encode(rest)) end
     io.stdout:flush()
     -- with --json, stdout carries the receipt alone (`| jq` reads one document), so the
     -- command's stdout goes where its stderr goes
@@ -149,6 +171,10 @@ function M.run(argv, parse, fail)
   if opts.receipts then
     local ok, aerr = require("corral.tier.receipt").append(rec, opts.receipts)
     if not ok then return fail("step", errors.invalid_argument("--receipts", tostring(aerr))) end
+  end
+  if prepared then
+    local ok, serr = seal_step(prepared, rec, started, subject)
+    if not ok then return fail("step", "--receipt: not written: " .. tostring(serr)) end
   end
   if opts.json then
     io.write(require("corral.tier.receipt").encode(rec), "\n")

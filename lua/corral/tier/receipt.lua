@@ -10,6 +10,11 @@ local json = require "corral.json"
 
 local M = {}
 
+--- The canonical serialisation each receipt's commitment covers (corral.tier.policy
+-- .canonical), by receipt; kept beside it, not in its JSON line, for a signed receipt
+-- (corral.receipt) to carry.
+M.canonical_of = setmetatable({}, { __mode = "k" })
+
 --- Watts one fully busy core draws in the Estimator model.
 M.CORE_WATTS = 10
 

@@ -1,0 +1,163 @@
+--- `corral key`, `corral verify` and `corral policy`: the host key, a receipt checked and
+-- said in words, and the canonical policy a receipt's commitment covers.
+--
+-- Registered by corral.cli; nothing here loads until one of them runs.
+-- @module corral.receipt.cli
+local errors = require "corral.errors"
+
+local M = {}
+
+M.KEY_USAGE = [[corral key
+
+Prints the host key's public half (PEM) and its fingerprint, the keyid of every receipt
+this caller signs, and where the private key is: root's in /var/lib/corral/key, anyone
+else's in $XDG_STATE_HOME/corral/key (default ~/.local/state/corral/key), or
+$CORRAL_STATE_DIR/key when that is set. The key is made at first use (Ed25519, mode
+0600, never inside a sandbox). Exit: 0, or 3 when no key can be made or read.]]
+M.KEY_SPEC = {}
+
+M.VERIFY_USAGE = [[corral verify FILE [--key PUB]
+
+Checks a receipt (a DSSE envelope around an in-toto Statement, docs/receipts.md): its
+signature with the public key in PUB (PEM; default this caller's host key), then its
+commitment, recomputed from the policy the receipt carries. Prints what was enforced, in
+words. Exit: 0 valid; 1 invalid (the message names the part that failed: payload,
+signature, key or policy); 2 bad usage (FILE missing, not JSON, not a DSSE envelope of
+an in-toto Statement, PUB unreadable).]]
+M.VERIFY_SPEC = { key = "value" }
+
+M.POLICY_USAGE = [[corral policy --canonical FILE
+
+Prints the exact bytes a receipt's commitment covers (a run's or a census's policy as
+canonical JSON, keys sorted; a step's tier serialisation), so that `corral policy
+--canonical FILE | sha256sum` recomputes the commitment without corral's verifier. The
+signature is not checked here: `corral verify` does that. Exit: 0, 2 bad usage.]]
+M.POLICY_SPEC = { canonical = "flag" }
+
+--- `corral key`.
+function M.key(argv, cli)
+  local opts, rest = cli.parse(argv, M.KEY_SPEC)
+  if not opts then return cli.fail("key", rest) end
+  if rest[1] then return cli.fail("key", errors.invalid_argument(rest[1], "corral key takes no operand")) end
+  local k, err = require("corral.receipt.key").load()
+  if not k then return cli.fail("key", err) end
+  io.write(k.pem, "fingerprint ", k.fingerprint, "\n", "private key ", k.path, k.created and " (made now)" or "",
+    "\n")
+  return 0
+end
+
+local function limits_words(limits)
+  local parts = {}
+  for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
+    if type(limits) == "table" and limits[k] ~= nil then parts[#parts + 1] = k .. " " .. tostring(limits[k]) end
+  end
+  return #parts > 0 and table.concat(parts, ", ") or "none"
+end
+
+local function verdict_words(counts)
+  if type(counts) ~= "table" then return "none" end
+  return string.format("%d allowed, %d denied", counts.allow or 0, counts.deny or 0)
+end
+
+-- What a run's receipt says was enforced.
+local function run_words(p, row)
+  local pol = p.policy or {}
+  row("command", table.concat(p.argv or {}, " "))
+  row("mechanism", tostring(p.mechanism))
+  for _, g in ipairs(p.gate or {}) do
+    row("gate", string.format("%s %s: %s", g.capability, g.holds and "held" or "ABSENT", tostring(g.detail)))
+  end
+  local plan = pol.root_plan or {}
+  local binds = {}
+  for _, m in ipairs(plan.mounts or {}) do
+    if m.rw then binds[#binds + 1] = tostring(m.dest) .. " read-write" end
+  end
+  row("root", string.format("runtime read-only, %s; /tmp %s MiB; uid %s", table.concat(binds, ", "),
+    tostring(plan.tmp_mib), tostring(plan.uid)))
+  row("limits", limits_words(pol.limits))
+  local allow = pol.allowlist
+  row("egress", type(allow) == "table" and #allow > 0 and ("only " .. table.concat(allow, ", ")) or "none (no network)")
+  local secrets = type(pol.secrets) == "table" and pol.secrets or {}
+  row("secrets", #secrets > 0 and table.concat(secrets, ", ") or "none bound")
+  row("exit", string.format("%s (%s%s)", tostring(p.exit and p.exit.status), tostring(p.exit and p.exit.how),
+    p.exit and p.exit.limit and (", " .. p.exit.limit .. " limit") or ""))
+  row("decisions", verdict_words(p.egress))
+end
+
+local function step_words(p, row)
+  row("command", table.concat(p.argv or {}, " "))
+  row("tier", tostring(p.tier) .. " (" .. tostring(p.mechanism) .. ")")
+  for line in tostring(p.policy and p.policy.canonical or ""):gmatch("[^\n]+") do row("policy", line) end
+  row("exit", tostring(p.exit))
+  if p.output then row("output", "sha256 " .. tostring(p.output.sha256)) end
+end
+
+local function census_words(p, row)
+  row("mechanism", tostring(p.mechanism))
+  local c = p.census or {}
+  row("census", string.format("held %s of %s (breached %s, unavailable %s, void %s)", tostring(c.held),
+    tostring(c.total), tostring(c.breached), tostring(c.unavailable), tostring(c.void)))
+  for _, r in ipairs(p.checks or {}) do row("check", string.format("%-22s %s", tostring(r.id), tostring(r.outcome))) end
+end
+
+--- Prints a verified Statement in words.
+function M.describe(statement, fingerprint, out)
+  out = out or io.stdout
+  local p = statement.predicate
+  local function row(k, v) out:write(string.format("%-11s %s\n", k, v)) end
+  row("valid", p.kind .. " receipt signed by " .. fingerprint)
+  row("commitment", tostring(p.commitment) .. " (recomputed from the policy carried)")
+  row("host", string.format("%s, boot %s, %s", tostring(p.host and p.host.name), tostring(p.host and p.host.boot_id),
+    tostring(p.corral_version)))
+  row("time", tostring(p.started) .. " to " .. tostring(p.ended))
+  local words = { run = run_words, step = step_words, census = census_words }
+  if words[p.kind] then words[p.kind](p, row) end
+end
+
+--- `corral verify`.
+function M.verify(argv, cli)
+  local opts, rest = cli.parse(argv, M.VERIFY_SPEC)
+  if not opts then return cli.fail("verify", rest) end
+  if #rest ~= 1 then return cli.fail("verify", errors.invalid_argument("FILE", "exactly one receipt is needed")) end
+  local pem
+  if opts.key then
+    local f, ferr = io.open(opts.key)
+    if not f then return cli.fail("verify", errors.invalid_argument("--key", tostring(ferr))) end
+    pem = f:read("a")
+    f:close()
+  end
+  local statement, why, usage = require("corral.receipt").verify(rest[1], pem)
+  if not statement then
+    if usage then return cli.fail("verify", errors.invalid_argument("FILE", why)) end
+    if errors.is(why) then return cli.fail("verify", why) end
+    io.stderr:write("corral verify: INVALID: ", rest[1], ": ", tostring(why), "\n")
+    return 1
+  end
+  M.describe(statement, why)
+  return 0
+end
+
+--- `corral policy`.
+function M.policy(argv, cli)
+  local opts, rest = cli.parse(argv, M.POLICY_SPEC)
+  if not opts then return cli.fail("policy", rest) end
+  if not opts.canonical then return cli.fail("policy", errors.invalid_argument("--canonical", "is required")) end
+  if #rest ~= 1 then return cli.fail("policy", errors.invalid_argument("FILE", "exactly one receipt is needed")) end
+  local f, ferr = io.open(rest[1])
+  if not f then return cli.fail("policy", errors.invalid_argument("FILE", tostring(ferr))) end
+  local text = f:read("a")
+  f:close()
+  local json = require "corral.json"
+  local ok, env = pcall(json.decode, text)
+  local sign = ok and type(env) == "table" and type(env.payload) == "string" and
+    require("corral.receipt.key").module()
+  local payload = sign and sign.b64decode(env.payload)
+  local st = payload and json.decode(payload)
+  if type(st) ~= "table" or type(st.predicate) ~= "table" then
+    return cli.fail("policy", errors.invalid_argument("FILE", rest[1] .. ": not a DSSE envelope of a corral receipt"))
+  end
+  io.write(require("corral.receipt").canonical(st.predicate))
+  return 0
+end
+
+return M

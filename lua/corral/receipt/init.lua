@@ -1,0 +1,159 @@
+--- Signed receipts: an in-toto Statement v1 in a DSSE envelope, signed with the host key,
+-- for a `corral run`, a `corral step` and a `corral conformance` census; and their
+-- verification (signature, then the commitment recomputed from the policy carried).
+-- docs/receipts.md documents the predicate.
+-- @module corral.receipt
+local core = require "corral.core"
+local dsse = require "corral.receipt.dsse"
+local errors = require "corral.errors"
+local json = require "corral.json"
+local key = require "corral.receipt.key"
+
+local M = {}
+
+--- The predicate type of every corral receipt (its `kind` says run, step or census).
+M.PREDICATE_TYPE = "urn:corral:receipt:v1"
+
+local function read_line(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local v = f:read("l")
+  f:close()
+  return v
+end
+
+--- The host a receipt was made on: its name and this boot's id.
+-- @treturn table `{name =, boot_id =}`
+function M.host()
+  return { name = read_line("/proc/sys/kernel/hostname"), boot_id = read_line("/proc/sys/kernel/random/boot_id") }
+end
+
+--- A wall-clock time as RFC 3339 UTC with microseconds.
+-- @tparam number t seconds since the epoch
+-- @treturn string
+function M.time(t)
+  local s = math.floor(t)
+  return os.date("!%Y-%m-%dT%H:%M:%S", s) .. string.format(".%06dZ", math.floor((t - s) * 1e6 + 0.5) % 1000000)
+end
+
+--- Now, in seconds since the epoch (microseconds).
+function M.now()
+  return core.relay.walltime()
+end
+
+--- The bytes a predicate's commitment covers: a step's tier serialisation (as `corral
+-- step` has always committed, corral.tier.policy.canonical), else the policy's canonical
+-- JSON (every object's keys sorted, corral.json).
+-- @tparam table predicate
+-- @treturn string
+function M.canonical(predicate)
+  local policy = predicate.policy
+  if predicate.kind == "step" then return type(policy) == "table" and tostring(policy.canonical) or "" end
+  return json.encode(policy == nil and json.null or policy)
+end
+
+--- The commitment over those bytes.
+-- @tparam table predicate
+-- @treturn string `sha256:<hex>`
+function M.commitment(predicate)
+  return "sha256:" .. assert(core.digest.sha256(M.canonical(predicate)))
+end
+
+--- A value as the receipt will carry it: through JSON and back, so that the commitment
+-- made now is the one a verifier recomputes from the decoded payload.
+function M.as_carried(value)
+  return json.decode(json.encode(value))
+end
+
+--- A subject: a name and the SHA-256 of some bytes.
+function M.subject(name, bytes)
+  return { name = name, digest = { sha256 = assert(core.digest.sha256(bytes)) } }
+end
+
+--- The Statement for a predicate of `kind`, stamped with corral's version and the host.
+-- @tparam string kind "run", "step" or "census"
+-- @tparam table subjects a list from `M.subject`
+-- @tparam table predicate the kind's fields; its `policy`, when it has no `commitment`,
+--   is committed to here
+-- @treturn table
+function M.statement(kind, subjects, predicate)
+  predicate.kind = kind
+  predicate.corral_version = require("corral")._VERSION
+  predicate.host = M.host()
+  if predicate.policy ~= nil and kind ~= "step" then
+    predicate.policy = M.as_carried(predicate.policy)
+    predicate.commitment = M.commitment(predicate)
+  end
+  return { _type = dsse.STATEMENT_TYPE, subject = subjects, predicateType = M.PREDICATE_TYPE,
+           predicate = predicate }
+end
+
+--- Checks that a receipt can be written: the host key loads (made at first use), and
+-- the path is a regular file or can be made in an existing directory. Done before the
+-- work, so that a bad path refuses before anything runs, leaving nothing behind.
+-- @tparam string path
+-- @treturn table `{key =, path =}`, or nil and an error (`argument` "receipt")
+function M.prepare(path)
+  local st = core.fs.lstat(path)
+  if st and st.type ~= "file" then return nil, errors.invalid_argument("receipt", path .. ": not a regular file") end
+  local dir = path:match("^(.*)/[^/]*$") or "."
+  local dst = core.fs.lstat(dir == "" and "/" or dir)
+  if not (st or (dst and dst.type == "dir")) then
+    return nil, errors.invalid_argument("receipt", path .. ": no such directory " .. dir)
+  end
+  local k, kerr = key.load()
+  if not k then return nil, kerr end
+  return { key = k, path = path }
+end
+
+--- Seals a Statement and writes the envelope to the prepared path (mode 0600; never
+-- through a symbolic link).
+-- @tparam table prepared from `M.prepare`
+-- @tparam table statement from `M.statement`
+-- @treturn true, or nil and why
+function M.write(prepared, statement)
+  local env, err = dsse.seal(statement, prepared.key)
+  if not env then return nil, err end
+  local f, ferr = core.fs.open_private(prepared.path, "w")
+  if not f then return nil, ferr end
+  local ok, werr = f:write(dsse.encode(env), "\n")
+  f:close()
+  if not ok then return nil, werr end
+  return true
+end
+
+--- Reads a receipt file and verifies it against a public key (default: the host key's).
+-- @tparam string path
+-- @tparam[opt] string pem the public key
+-- @treturn table the Statement and the key's fingerprint; or nil, why, and `usage` true
+--   when the file itself cannot be read as a receipt
+function M.verify(path, pem)
+  local f, ferr = io.open(path)
+  if not f then return nil, tostring(ferr), true end
+  local text = f:read("a")
+  f:close()
+  local ok, envelope = pcall(json.decode, text)
+  if not ok or type(envelope) ~= "table" then return nil, path .. ": not JSON (a DSSE envelope)", true end
+  if envelope.payloadType ~= dsse.PAYLOAD_TYPE then
+    return nil, path .. ": payloadType " .. tostring(envelope.payloadType) .. ", not " .. dsse.PAYLOAD_TYPE, true
+  end
+  if not pem then
+    local k, kerr = key.load()
+    if not k then return nil, tostring(kerr) end
+    pem = k.pem
+  end
+  local statement, fingerprint = dsse.open(envelope, pem)
+  if not statement then return nil, fingerprint end
+  local pred = statement.predicate
+  if statement.predicateType ~= M.PREDICATE_TYPE or type(pred) ~= "table" then
+    return nil, "payload: predicateType " .. tostring(statement.predicateType) .. ", not " .. M.PREDICATE_TYPE
+  end
+  local recomputed = M.commitment(pred)
+  if recomputed ~= pred.commitment then
+    return nil, "policy: the commitment " .. tostring(pred.commitment) .. " is not the policy's (" .. recomputed ..
+      "): the policy carried is not the one committed to"
+  end
+  return statement, fingerprint
+end
+
+return M

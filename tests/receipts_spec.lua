@@ -1,0 +1,212 @@
+-- Signed receipts (docs/receipts.md): a receipt of a run, a step and a census verifies
+-- with the host key (the control), and one changed byte of the payload, the signature,
+-- the key or the policy fails, the verifier naming that part; a receipt signed by
+-- another key fails against this one; the tenant cannot read the host key.
+local json = require "dkjson"
+local h = require "helpers"
+
+local function with_state(dir, argv)
+  local out = { "env", "CORRAL_STATE_DIR=" .. dir, h.host }
+  for _, a in ipairs(argv) do out[#out + 1] = a end
+  return h.capture(out)
+end
+
+local function envelope(path)
+  return assert(json.decode(h.read(path)))
+end
+
+local function write_envelope(path, env)
+  h.write(path, json.encode(env, { indent = true }))
+end
+
+-- One character of base64 text at i replaced by another of the alphabet.
+local function flip(text, i)
+  local c = text:sub(i, i)
+  return text:sub(1, i - 1) .. (c == "A" and "B" or "A") .. text:sub(i + 1)
+end
+
+describe("corral receipts", function()
+  local state, other, dir
+
+  setup(function()
+    dir = h.tmpdir("receipts")
+    state, other = dir .. "/state", dir .. "/other"
+  end)
+
+  teardown(function() h.rmrf(dir) end)
+
+  it("corral key makes the key at first use, 0600, and prints its public half and fingerprint", function()
+    local out, status = with_state(state, { "key" })
+    assert.are.equal(0, status, out)
+    assert.matches("BEGIN PUBLIC KEY", out, 1, true)
+    assert.matches("fingerprint sha256:%x+", out)
+    assert.matches("(made now)", out, 1, true)
+    assert.are.equal("600", h.sh("stat -c %a " .. h.quote(state .. "/key")):match("%d+"))
+    local again = with_state(state, { "key" })
+    assert.are.equal(out:match("fingerprint (%S+)"), again:match("fingerprint (%S+)"))
+    assert.is_nil(again:find("(made now)", 1, true))
+  end)
+
+  it("a run's receipt verifies, and fails on a changed payload, signature, key or policy", function()
+    local r = dir .. "/run.json"
+    local out, status = with_state(state, { "run", "--receipt", r, "--memory", "256M", "--", "sh", "-c", "exit 3" })
+    assert.are.equal(3, status, out)
+    out, status = with_state(state, { "verify", r })
+    assert.are.equal(0, status, out) -- control
+    assert.matches("valid +run receipt", out)
+    assert.matches("limits +memory 268435456", out)
+    assert.matches("exit +3 %(exited%)", out)
+    local env = envelope(r)
+    local bad = dir .. "/bad.json"
+
+    -- the payload: one character of its base64 changed
+    local e = envelope(r)
+    e.payload = flip(e.payload, 40)
+    write_envelope(bad, e)
+    out, status = with_state(state, { "verify", bad })
+    assert.are.equal(1, status, out)
+    assert.matches("INVALID.*signature: signature does not verify over the payload", out)
+
+    -- the signature
+    e = envelope(r)
+    e.signatures[1].sig = flip(e.signatures[1].sig, 10)
+    write_envelope(bad, e)
+    out, status = with_state(state, { "verify", bad })
+    assert.are.equal(1, status, out)
+    assert.matches("INVALID.*signature:", out)
+
+    -- the key: one character of the public key's PEM changed, then another key's
+    local pem = with_state(state, { "key" }):match("%-%-%-%-%-BEGIN.-END PUBLIC KEY%-%-%-%-%-\n")
+    h.write(dir .. "/host.pub", pem)
+    local b64 = pem:match("\n(.-)\n")
+    h.write(dir .. "/changed.pub", pem:gsub(b64:gsub("%p", "%%%0"), flip(b64, 20)))
+    out, status = with_state(state, { "verify", r, "--key", dir .. "/changed.pub" })
+    assert.are.equal(1, status, out)
+    assert.matches("INVALID.*key", out)
+    pem = with_state(other, { "key" }):match("%-%-%-%-%-BEGIN.-END PUBLIC KEY%-%-%-%-%-\n")
+    h.write(dir .. "/other.pub", pem)
+    out, status = with_state(state, { "verify", r, "--key", dir .. "/other.pub" })
+    assert.are.equal(1, status, out)
+    assert.matches("INVALID.*key: the signature's keyid", out)
+
+    -- the policy: changed and signed again with the same key, so that only the
+    -- commitment can tell
+    local script = [[
+      local j = require "corral.json"
+      local key = require "corral.receipt.key"
+      local env = j.decode(io.open(arg[1]):read("a"))
+      local st = j.decode(key.module().b64decode(env.payload))
+      st.predicate.policy.limits.memory = st.predicate.policy.limits.memory * 2
+      local dsse = require "corral.receipt.dsse"
+      local f = io.open(arg[2], "w")
+      f:write(dsse.encode(assert(dsse.seal(st, assert(key.load())))))
+      f:close()]]
+    h.write(dir .. "/resign.lua", script)
+    out, status = with_state(state, { dir .. "/resign.lua", r, bad })
+    assert.are.equal(0, status, out)
+    out, status = with_state(state, { "verify", bad })
+    assert.are.equal(1, status, out)
+    assert.matches("INVALID.*policy: the commitment", out)
+
+    -- control after the attempts: the receipt as written still verifies, also with
+    -- --key, and its commitment is the SHA-256 of `corral policy --canonical`
+    write_envelope(bad, env)
+    out, status = with_state(state, { "verify", bad, "--key", dir .. "/host.pub" })
+    assert.are.equal(0, status, out)
+    local commitment = out:match("commitment +sha256:(%x+)")
+    local canon = with_state(state, { "policy", "--canonical", r })
+    h.write(dir .. "/canon", canon)
+    assert.are.equal(commitment, h.sh("sha256sum " .. h.quote(dir .. "/canon")):match("^(%x+)"))
+  end)
+
+  it("a receipt signed by another key fails against this one", function()
+    local r = dir .. "/other-run.json"
+    local out, status = with_state(other, { "run", "--receipt", r, "--", "true" })
+    assert.are.equal(0, status, out)
+    out, status = with_state(state, { "verify", r })
+    assert.are.equal(1, status, out)
+    assert.matches("INVALID.*key", out)
+    out, status = with_state(other, { "verify", r }) -- control: its own key accepts it
+    assert.are.equal(0, status, out)
+  end)
+
+  it("a step's receipt verifies and fails once its payload changes", function()
+    local grants = dir .. "/grants.lua"
+    h.write(grants, 'return { read = {"/etc"}, exec = {"/bin/cat", "/usr/bin/cat"} }')
+    local r = dir .. "/step.json"
+    local out, status = with_state(state, { "step", "--grants", grants, "--receipt", r, "--", "cat", "/etc/hostname" })
+    assert.are.equal(0, status, out)
+    out, status = with_state(state, { "verify", r })
+    assert.are.equal(0, status, out)
+    assert.matches("valid +step receipt", out)
+    assert.matches("policy +grant read /etc", out)
+    local e = envelope(r)
+    e.payload = flip(e.payload, 60)
+    write_envelope(dir .. "/bad-step.json", e)
+    out, status = with_state(state, { "verify", dir .. "/bad-step.json" })
+    assert.are.equal(1, status, out)
+    assert.matches("INVALID.*signature:", out)
+  end)
+
+  it("a census's receipt verifies, each check with its evidence digest", function()
+    local r = dir .. "/census.json"
+    local out, status = with_state(state, { "conformance", "--only", "credentials", "--receipt", r })
+    assert.is_true(status == 0 or status == 1, out)
+    out, status = with_state(state, { "verify", r })
+    assert.are.equal(0, status, out)
+    assert.matches("valid +census receipt", out)
+    assert.matches("check +cred%.forbidden_env", out)
+    local e = envelope(r)
+    e.signatures[1].sig = flip(e.signatures[1].sig, 5)
+    write_envelope(dir .. "/bad-census.json", e)
+    out, status = with_state(state, { "verify", dir .. "/bad-census.json" })
+    assert.are.equal(1, status, out)
+  end)
+
+  it("bad input is a usage error naming the argument, and leaves nothing", function()
+    local out, status = with_state(state, { "verify", dir .. "/missing.json" })
+    assert.are.equal(2, status, out)
+    assert.matches("FILE: .*missing.json", out)
+    h.write(dir .. "/text", "not json at all")
+    out, status = with_state(state, { "verify", dir .. "/text" })
+    assert.are.equal(2, status, out)
+    assert.matches("FILE: .*not JSON", out)
+    h.write(dir .. "/other-type.json", '{"payloadType":"text/plain","payload":"","signatures":[]}')
+    out, status = with_state(state, { "verify", dir .. "/other-type.json" })
+    assert.are.equal(2, status, out)
+    assert.matches("FILE: .*payloadType text/plain", out)
+    out, status = with_state(state, { "verify", dir .. "/run.json", "--key", dir .. "/nope.pub" })
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-key", out)
+    out, status = with_state(state, { "run", "--receipt", dir .. "/no/such/dir/r.json", "--", "true" })
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-receipt", out)
+    assert.is_nil(io.open(dir .. "/no"))
+    -- control: the same run with a writable path writes a receipt that verifies
+    out, status = with_state(state, { "run", "--receipt", dir .. "/ok.json", "--", "true" })
+    assert.are.equal(0, status, out)
+    out, status = with_state(state, { "verify", dir .. "/ok.json" })
+    assert.are.equal(0, status, out)
+  end)
+end)
+
+describe("the host key #root", function()
+  it("is not readable by a tenant; the host reads it (control)", function()
+    if h.sh("id -u"):match("^(%d+)") ~= "0" then return pending("root's key is /var/lib/corral/key") end
+    -- the default location, as every root run uses it
+    local out, status = h.capture({ "env", "-u", "CORRAL_STATE_DIR", h.host, "key" })
+    assert.are.equal(0, status, out)
+    local path = assert(out:match("private key (%S+)"))
+    assert.are.equal("/var/lib/corral/key", path)
+    out, status = h.capture({ "env", "-u", "CORRAL_STATE_DIR", h.host, "run", "--", "sh", "-c",
+      "cat " .. path .. " && echo READ; ls -d /var/lib/corral 2>&1; echo ATTEMPTED" })
+    assert.are.equal(0, status, out)
+    assert.matches("ATTEMPTED", out, 1, true)
+    assert.is_nil(out:find("PRIVATE KEY", 1, true), out)
+    assert.is_nil(out:find("READ\n", 1, true), out)
+    -- control, after the attempt: the host reads it
+    local f = assert(io.open(path))
+    assert.matches("BEGIN PRIVATE KEY", f:read("a"), 1, true)
+    f:close()
+  end)
+end)
