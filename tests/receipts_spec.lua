@@ -148,6 +148,35 @@ describe("corral receipts", function()
     assert.matches("INVALID.*signature:", out)
   end)
 
+  it("--output-digest makes a step's standard output a subject whose digest is what the reader got; " ..
+    "refused without --receipt, then the control", function()
+    local grants = dir .. "/grants-out.lua"
+    h.write(grants, 'return { read = {"/etc"}, exec = {"/bin/cat", "/usr/bin/cat"} }')
+    local r, got = dir .. "/step-out.json", dir .. "/step-out.txt"
+    -- attempt: a digest with nowhere to go
+    local out, status = with_state(state,
+      { "step", "--grants", grants, "--output-digest", "--", "cat", "/etc/hostname" })
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-output%-digest: needs %-%-receipt FILE", out)
+    -- control: with --receipt (and --json, so stdout holds the receipt and the command's
+    -- output goes to stderr, into `got`)
+    local rc = os.execute(table.concat({ "env", "CORRAL_STATE_DIR=" .. h.quote(state), h.quote(h.host), "step",
+      "--grants", h.quote(grants), "--receipt", h.quote(r), "--output-digest", "--json", "--", "cat", "/etc/hostname",
+      ">/dev/null", "2>" .. h.quote(got) }, " "))
+    assert.is_true(rc)
+    assert.are.equal(h.read("/etc/hostname"), h.read(got))
+    out, status = with_state(state, { "verify", r })
+    assert.are.equal(0, status, out)
+    h.write(dir .. "/payload.b64", envelope(r).payload)
+    local statement = assert(json.decode(h.sh("base64 -d < " .. h.quote(dir .. "/payload.b64"))))
+    local digest
+    for _, sub in ipairs(statement.subject) do
+      if sub.name == "stdout" then digest = sub.digest.sha256 end
+    end
+    assert.are.equal(h.sh("sha256sum < " .. h.quote(got)):match("^%x+"), digest)
+    assert.are.equal(#h.read(got), statement.predicate.output.bytes)
+  end)
+
   it("a census's receipt verifies, each check with its evidence digest", function()
     local r = dir .. "/census.json"
     local out, status = with_state(state, { "conformance", "--only", "credentials", "--receipt", r })

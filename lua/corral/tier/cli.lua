@@ -8,7 +8,7 @@ local M = {}
 
 --- The usage text.
 M.USAGE = [[corral step --grants FILE.lua [--tier S1] [--timeout SECONDS] [--json] [--receipts FILE]
-            [--receipt FILE] -- CMD ARGS...
+            [--receipt FILE] [--output-digest] -- CMD ARGS...
 corral step --s2 FILE.lua [--grants FILE.lua] [--fuel N] [--memory BYTES] [--timeout SECONDS]
             [--json] [--receipts FILE] [--receipt FILE]
 
@@ -26,24 +26,40 @@ granted `read` through read_file(path). Prints the receipt after the command's o
 --json prints it as one JSON line, the only thing on stdout (the command's stdout goes
 to stderr, so `| jq` reads the receipt); --receipts appends that line to FILE and leaves
 the command's stdout where it was; --receipt writes a signed receipt of the step to FILE
-(docs/receipts.md; `corral verify FILE` checks it).
+(docs/receipts.md; `corral verify FILE` checks it); with --output-digest the command's
+standard output, passed on whole once it ends, is a second subject of that receipt.
 Exit: the command's status (S2: 0 when the code returned, 1 when it was stopped),
 the receipt's `exit`;
 2 an invalid argument; 3 a protection this host cannot enforce.]]
 
 --- The flags `corral step` accepts (corral.cli.parse's spec).
 M.SPEC = { grants = "value", s2 = "value", json = "flag", receipts = "value", tier = "value", timeout = "value",
-  fuel = "value", memory = "value", receipt = "value" }
+  fuel = "value", memory = "value", receipt = "value", ["output-digest"] = "flag" }
 
 -- The signed receipt of a step (corral.receipt): the step's own receipt, its times, and
 -- its policy's canonical serialisation, which the commitment covers.
-local function seal_step(prepared, rec, started, subject)
+-- With --output-digest, the command's standard output is a second subject ("stdout").
+local function seal_step(prepared, rec, started, subject, output)
   local receipts = require "corral.receipt"
   local canonical = require("corral.tier.receipt").canonical_of[rec]
   local pred = { argv = rec.cmd, tier = rec.tier, mechanism = rec.mechanism, commitment = rec.commitment,
     policy = { canonical = canonical }, exit = rec.exit, started = receipts.time(started),
-    ended = receipts.time(receipts.now()), step = receipts.as_carried(rec) }
-  return receipts.write(prepared, receipts.statement("step", { subject }, pred))
+    ended = receipts.time(receipts.now()), step = receipts.as_carried(rec),
+    output = output and { bytes = #output } or nil }
+  local subjects = { subject }
+  if output then subjects[2] = receipts.subject("stdout", output) end
+  return receipts.write(prepared, receipts.statement("step", subjects, pred))
+end
+
+-- The command's standard output, held in an unnamed file while it runs, then passed on
+-- to `to` whole and returned, so that its digest covers exactly what the reader got.
+local function pass_on(held, to)
+  held:seek("set")
+  local text = held:read("a") or ""
+  held:close()
+  to:write(text)
+  to:flush()
+  return text
 end
 
 -- Names the CLI flag a refusal came from.
@@ -129,8 +145,13 @@ function M.run(argv, parse, fail)
     if not prepared then return fail("step", as_flag(perr, "--receipt")) end
     started = require("corral.receipt").now()
   end
+  if opts["output-digest"] and not (prepared and not opts.s2) then
+    return fail("step", errors.invalid_argument("--output-digest", opts.s2
+      and "digests a command's output; an S2 step's result is in its receipt already"
+      or "needs --receipt FILE: the digest is part of the signed receipt"))
+  end
   local tier = require "corral.tier"
-  local result, rec, subject
+  local result, rec, subject, output
   if opts.s2 then
     if #rest > 0 then return fail("step", errors.invalid_argument("--s2", "takes a Lua file, not a command")) end
     local f, ferr = io.open(opts.s2)
@@ -149,8 +170,11 @@ function M.run(argv, parse, fail)
     io.stdout:flush()
     -- with --json, stdout carries the receipt alone (`| jq` reads one document), so the
     -- command's stdout goes where its stderr goes
+    local out_to = opts.json and io.stderr or io.stdout
+    local held = opts["output-digest"] and assert(io.tmpfile())
     result, rec = tier.step({ cmd = rest, grants = grants, min_tier = opts.tier, timeout = values.timeout,
-      stdout = opts.json and io.stderr or nil })
+      stdout = held or (opts.json and io.stderr or nil) })
+    if held then output = pass_on(held, out_to) end
   end
   if not result then
     local from = errors.is(rec) and (rec.argument or rec.capability) or ""
@@ -173,7 +197,7 @@ function M.run(argv, parse, fail)
     if not ok then return fail("step", errors.invalid_argument("--receipts", tostring(aerr))) end
   end
   if prepared then
-    local ok, serr = seal_step(prepared, rec, started, subject)
+    local ok, serr = seal_step(prepared, rec, started, subject, output)
     if not ok then return fail("step", "--receipt: not written: " .. tostring(serr)) end
   end
   if opts.json then
