@@ -10,6 +10,7 @@
 local core = require "corral.core"
 local confine_wrapper = require "corral.confine_wrapper"
 local errors = require "corral.errors"
+local state_dir = require "corral.state_dir"
 local probe = require "corral.probe"
 
 local M = {}
@@ -48,6 +49,8 @@ local function resolve_dir(name, value)
   -- filesystems, not inside the runtime read set
   local ok, why = core.rootplan.check_boundary(resolved)
   if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
+  local private = state_dir.refusal(resolved)
+  if private then return nil, errors.invalid_argument(name, resolved .. " " .. private) end
   return resolved
 end
 
@@ -72,6 +75,14 @@ local function resolve_extra(name, value)
   -- runtime read set shows already, nothing on the kernel's filesystems
   local ok, why = core.rootplan.check_file(resolved)
   if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
+  local private = state_dir.refusal(resolved)
+  if private then return nil, errors.invalid_argument(name, resolved .. " " .. private) end
+  -- another name of a file (a hard link) may be a credential store's: only the path the
+  -- rules above judged is shown
+  if st.nlink and st.nlink > 1 then
+    return nil, errors.invalid_argument(name, string.format("%s has %d hard links: another of its names may be " ..
+      "a file that is never handed (a credential store); give a file with one name", resolved, st.nlink))
+  end
   return resolved, st.type
 end
 

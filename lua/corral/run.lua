@@ -222,9 +222,11 @@ local function take_environment(run)
     keep[#keep + 1] = var
   end
   -- each reads what it needs of the environment as it loads: XDG_RUNTIME_DIR (where runs
-  -- register), and what the probes' results depend on (TMPDIR, PATH)
+  -- register), and what the probes' results depend on (TMPDIR, PATH); and where the
+  -- host key is, which no storage or workspace may hold (CORRAL_STATE_DIR, HOME)
   require "corral.control"
   require "corral.probe_cache"
+  require("corral.state_dir").dir()
   local cleared, cerr = hardening.clear_own_environment(run.hooks.clear_environment and keep or nil)
   if not cleared then
     return nil, errors.cannot_enforce("environment_filter", "corral's own environment could not be cleared " ..

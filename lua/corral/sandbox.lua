@@ -10,6 +10,7 @@ local file = require "corral.file"
 local errors = require "corral.errors"
 local hardening = require "corral.hardening"
 local storage_mark = require "corral.storage_mark"
+local state_dir = require "corral.state_dir"
 local storage = require "corral.storage"
 local disk = require "corral.disk"
 
@@ -257,6 +258,8 @@ end
 function M.unfit_workspace(dir, own)
   local _, bwhy, kind = core.rootplan.check_boundary(dir)
   if kind == "root" or kind == "system" then return dir .. " " .. bwhy .. ": the host's kernel interfaces" end
+  local private = state_dir.refusal(dir)
+  if private then return dir .. " " .. private end
   local fs = core.fs.kernel_fs(dir)
   if fs then return string.format("%s is on %s, a kernel interface filesystem: the tenant would see the host " ..
     "through it", dir, fs) end

@@ -7,6 +7,7 @@
 local core = require "corral.core"
 local errors = require "corral.errors"
 local storage_mark = require "corral.storage_mark"
+local state_dir = require "corral.state_dir"
 local idmapped = require "corral.idmapped"
 local disk = require "corral.disk"
 
@@ -144,6 +145,8 @@ function M.prepare(sb, opts)
   if not outside then
     return nil, errors.invalid_argument("storage", resolved .. " " .. bwhy .. ": it cannot be handed to a tenant")
   end
+  local private = state_dir.refusal(resolved)
+  if private then return nil, errors.invalid_argument("storage", resolved .. " " .. private) end
   local enclosing = core.proc.geteuid() == 0 and storage_mark.enclosing(root_ok)
   if enclosing then
     return nil, errors.invalid_argument("storage", string.format("%s is inside %s, where another sandbox keeps " ..

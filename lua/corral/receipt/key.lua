@@ -2,8 +2,9 @@
 --
 -- The key is the caller's: root's in /var/lib/corral, anyone else's in
 -- $XDG_STATE_HOME/corral (default ~/.local/state/corral); $CORRAL_STATE_DIR, when set,
--- names the directory instead (a test's, an operator's). It lives on the host only: no
--- mechanism binds the state directory into a tenant's root. The private key never
+-- names the directory instead (a test's, an operator's). It lives on the host only: a
+-- storage, workspace, confinement boundary, extra or step grant that holds it is refused
+-- (corral.state_dir.refusal). The private key never
 -- reaches Lua: corral.sign reads it from its file for each signature.
 --
 -- corral.sign is a C module of its own, the only one linked against libcrypto, loaded
@@ -11,6 +12,7 @@
 -- @module corral.receipt.key
 local core = require "corral.core"
 local errors = require "corral.errors"
+local state_dir = require "corral.state_dir"
 
 local M = {}
 
@@ -53,22 +55,13 @@ function M.module()
     table.concat(tried, "; "))
 end
 
---- The caller's state directory.
+--- The caller's state directory (corral.state_dir).
 -- @treturn string
-function M.dir()
-  local env = core.proc.environ()
-  if env.CORRAL_STATE_DIR and env.CORRAL_STATE_DIR ~= "" then return env.CORRAL_STATE_DIR end
-  if core.proc.geteuid() == 0 then return "/var/lib/corral" end
-  local xdg = env.XDG_STATE_HOME
-  if xdg and xdg:sub(1, 1) == "/" then return xdg .. "/corral" end
-  return (env.HOME or "/nonexistent") .. "/.local/state/corral"
-end
+M.dir = state_dir.dir
 
 --- The private key's path.
 -- @treturn string
-function M.path()
-  return M.dir() .. "/key"
-end
+M.path = state_dir.key_path
 
 -- The directory and each missing parent, made 0700 for the caller.
 local function make_dir(dir)

@@ -8,6 +8,7 @@
 -- @module corral.tier.policy
 local core = require "corral.core"
 local errors = require "corral.errors"
+local state_dir = require "corral.state_dir"
 local allowlist = require "corral.egress.allowlist"
 
 local M = {}
@@ -56,6 +57,8 @@ local function resolve_paths(key, list)
     end
     local r, err = core.path.resolve_file(p)
     if not r then return invalid(key, "%s", err) end
+    local private = state_dir.refusal(r)
+    if private then return invalid(key, "%s %s", r, private) end
     out[#out + 1] = r
   end
   return sorted_unique(out)
