@@ -142,9 +142,11 @@ local function step_words(p, row, statement)
   for line in said(p.policy and p.policy.canonical or ""):gmatch("[^\n]+") do row("policy", line) end
   row("exit", said(p.exit))
   if p.output then
-    row("output", string.format("sha256 %s (%s bytes)", said(subject_digest(statement, "stdout")),
-      said(type(p.output) == "table" and p.output.bytes or nil)))
+    row("output", string.format("sha256 %s (%s bytes; as signed: the receipt does not carry the output)",
+      said(subject_digest(statement, "stdout")), said(type(p.output) == "table" and p.output.bytes or nil)))
   end
+  local code = subject_digest(statement, "s2 code")
+  if code then row("code", "sha256 " .. said(code) .. " (as signed: the receipt does not carry the code)") end
 end
 
 local function census_words(p, row)
