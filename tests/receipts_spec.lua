@@ -175,6 +175,8 @@ describe("corral receipts", function()
     end
     assert.are.equal(h.sh("sha256sum < " .. h.quote(got)):match("^%x+"), digest)
     assert.are.equal(#h.read(got), statement.predicate.output.bytes)
+    -- and `corral verify` prints that subject's digest
+    assert.matches("output +sha256 " .. digest .. " %(" .. #h.read(got) .. " bytes;", out)
   end)
 
   it("a census's receipt verifies, each check with its evidence digest", function()
@@ -215,6 +217,191 @@ describe("corral receipts", function()
     out, status = with_state(state, { "run", "--receipt", dir .. "/ok.json", "--", "true" })
     assert.are.equal(0, status, out)
     out, status = with_state(state, { "verify", dir .. "/ok.json" })
+    assert.are.equal(0, status, out)
+  end)
+end)
+
+-- Payload changed by `change` (Lua over `st`, the Statement) and signed again with the
+-- same key: only the verifier's own checks can tell.
+local RESIGN = [[
+  local j = require "corral.json"
+  local key = require "corral.receipt.key"
+  local env = j.decode(io.open(arg[1]):read("a"))
+  local st = j.decode(key.module().b64decode(env.payload))
+  assert(load("local st = ...; " .. arg[3]))(st)
+  local dsse = require "corral.receipt.dsse"
+  local f = io.open(arg[2], "w")
+  f:write(dsse.encode(assert(dsse.seal(st, assert(key.load())))))
+  f:close()]]
+
+local function sha256_of(text)
+  local out = h.sh('printf %s "$1" | sha256sum', text)
+  return out:match("^(%x+)")
+end
+
+describe("corral receipts against a forger (issue 23)", function()
+  local dir, state
+
+  setup(function()
+    dir = h.tmpdir("receipts-forger")
+    state = dir .. "/state"
+    h.write(dir .. "/resign.lua", RESIGN)
+  end)
+
+  teardown(function() h.rmrf(dir) end)
+
+  local function resign(from, to, change)
+    local out, status = with_state(state, { dir .. "/resign.lua", from, to, change })
+    assert.are.equal(0, status, out)
+  end
+
+  -- The receipt at from, changed by change and signed again, is refused saying why.
+  local function refused(from, change, why)
+    local bad = dir .. "/resigned.json"
+    resign(from, bad, change)
+    local out, status = with_state(state, { "verify", bad })
+    assert.are.equal(1, status, change .. ": " .. out)
+    assert.matches(why, out)
+    assert.is_nil(out:find("nil", 1, true), out)
+  end
+
+  it("verify escapes what argv says: no forged line, no hidden one; the real exit is shown (control)", function()
+    local r = dir .. "/forged.json"
+    local out, status = with_state(state, { "run", "--receipt", r, "--", "sh", "-c", "exit 3",
+      "x\nexit        0 (exited)\n\27[8m" })
+    assert.are.equal(3, status, out)
+    out, status = with_state(state, { "verify", r })
+    assert.are.equal(0, status, out)
+    assert.is_nil(out:find("\nexit +0 %(exited%)"), out) -- the attempt: a line of argv's own
+    assert.is_nil(out:find("\27", 1, true), out)
+    assert.matches("command +sh %-c exit 3 x\\nexit        0 %(exited%)\\n\\x1b%[8m\n", out)
+    assert.matches("\nexit +3 %(exited%)\n", out) -- control: the real one
+  end)
+
+  it("the policy carries --resolve's addresses: two identical runs commit alike, another address not", function()
+    local storage = dir .. "/storage"
+    h.sh("mkdir -p " .. h.quote(storage))
+    local function commit(name, addr)
+      local r = dir .. "/" .. name .. ".json"
+      local out, status = with_state(state, { "run", "--receipt", r, "--storage", storage, "--allow", "a.test:443",
+        "--resolve", "a.test=" .. addr, "--", "true" })
+      assert.are.equal(0, status, out)
+      local canon = with_state(state, { "policy", "--canonical", r })
+      return canon, sha256_of(canon)
+    end
+    local canon1, c1 = commit("resolve1", "127.0.0.1")
+    local _, c2 = commit("resolve2", "127.0.0.1")
+    assert.is_nil(canon1:find("table: ", 1, true), canon1)
+    assert.matches('"resolve":%["a%.test=127%.0%.0%.1"%]', canon1)
+    assert.are.equal(c1, c2)
+    local _, c3 = commit("resolve3", "127.0.0.2") -- control: the commitment does see the address
+    assert.are_not.equal(c1, c3)
+  end)
+
+  it("the signed root plan binds the tenant's own name files, each with the digest of what it reads", function()
+    local r = dir .. "/names.json"
+    local files = { "/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/host.conf" }
+    local out, status = with_state(state, { "run", "--receipt", r, "--", "sha256sum", table.unpack(files) })
+    assert.are.equal(0, status, out)
+    local read = {}
+    for sum, path in out:gmatch("(%x+)  (%S+)") do read[path] = sum end
+    h.write(dir .. "/names.b64", envelope(r).payload)
+    local st = assert(json.decode(h.sh("base64 -d < " .. h.quote(dir .. "/names.b64"))))
+    local bound = {}
+    for _, m in ipairs(st.predicate.policy.root_plan.mounts) do
+      if m.own then bound[m.dest] = m end
+    end
+    for _, f in ipairs(files) do
+      assert.is_truthy(read[f], out)
+      assert.is_truthy(bound[f], f .. " is not in the signed root plan")
+      assert.are.equal(read[f], bound[f].sha256, f)
+      assert.are.equal("the sandbox's own", bound[f].src)
+    end
+    out, status = with_state(state, { "verify", r })
+    assert.are.equal(0, status, out)
+    assert.matches("/etc/hosts its own %(sha256 " .. read["/etc/hosts"] .. "%)", out)
+  end)
+
+  it("verify refuses trailing data, an unknown kind, a subject or a restated field that differs, " ..
+    "says missing not nil; the receipt as written verifies (control)", function()
+    local r, bad = dir .. "/strict.json", dir .. "/strict-bad.json"
+    local out, status = with_state(state, { "run", "--receipt", r, "--", "true" })
+    assert.are.equal(0, status, out)
+    -- trailing data after the envelope
+    h.write(bad, h.read(r) .. "{}\n")
+    out, status = with_state(state, { "verify", bad })
+    assert.are.equal(2, status, out)
+    assert.matches("data after the envelope", out)
+    local cases = {
+      { 'st.predicate.kind = "bogus"', "INVALID.*payload: kind bogus" },
+      { 'st.predicate.argv = {"rm", "-rf", "/"}', "INVALID.*payload: subject argv has digest" },
+      { 'st.subject[1].name = "stdout"', "INVALID.*payload: subject stdout is not one a run receipt has" },
+      { 'st.predicate.mechanism = "bwrap"', "INVALID.*policy: mechanism bwrap is not the committed policy's %(native" },
+      { "st.predicate.commitment = nil", "INVALID.*policy: the commitment missing is not" },
+    }
+    for _, c in ipairs(cases) do refused(r, c[1], c[2]) end
+    h.write(bad, '{"payload":"","signatures":[]}')
+    out, status = with_state(state, { "verify", bad })
+    assert.are.equal(2, status, out)
+    assert.matches("payloadType missing", out)
+    -- control: unchanged, resigned, the receipt verifies
+    resign(r, bad, "")
+    out, status = with_state(state, { "verify", bad })
+    assert.are.equal(0, status, out)
+    assert.matches("valid +run receipt", out)
+  end)
+
+  it("a step's receipt: its argv subject and its tier are checked against what is committed", function()
+    local r, grants = dir .. "/step.json", dir .. "/grants.lua"
+    h.write(grants, 'return { read = {"/etc"}, exec = {"/bin/cat", "/usr/bin/cat"} }')
+    assert.are.equal(0, select(2, with_state(state, { "step", "--grants", grants, "--receipt", r, "--", "cat",
+      "/etc/hostname" })))
+    refused(r, 'st.predicate.argv = {"cat", "/etc/shadow"}', "INVALID.*subject argv has digest")
+    refused(r, 'st.predicate.tier = "S2"', "INVALID.*policy: tier S2 is not the committed policy's")
+    refused(r, 'st.predicate.mechanism = "none"', "INVALID.*policy: mechanism none")
+    local out, status = with_state(state, { "verify", r }) -- control
+    assert.are.equal(0, status, out)
+  end)
+
+  it("corral key refuses a directory others may write to and a symbolic link as the key; " ..
+    "then accepts them made private (control)", function()
+    local open = dir .. "/open"
+    h.sh("mkdir -m 777 " .. h.quote(open))
+    local out, status = with_state(open, { "key" })
+    assert.are.equal(3, status, out)
+    assert.matches("mode 777: others may replace the key", out)
+    local linked = dir .. "/linked"
+    h.sh("mkdir -m 700 " .. h.quote(linked))
+    out, status = with_state(dir .. "/real", { "key" })
+    assert.are.equal(0, status, out)
+    h.sh("ln -s " .. h.quote(dir .. "/real/key") .. " " .. h.quote(linked .. "/key"))
+    out, status = with_state(linked, { "key" })
+    assert.are.equal(3, status, out)
+    assert.matches("key is a symbolic link", out)
+    -- control: the same directories, private and with no link
+    h.sh("chmod 700 " .. h.quote(open) .. " && rm " .. h.quote(linked .. "/key"))
+    out, status = with_state(open, { "key" })
+    assert.are.equal(0, status, out)
+    out, status = with_state(linked, { "key" })
+    assert.are.equal(0, status, out)
+  end)
+
+  it("corral key says a missing $HOME is missing (not Permission denied)", function()
+    if h.sh("id -u"):match("^(%d+)") ~= "0" or not h.sh("command -v setpriv"):match("setpriv") then
+      return pending("needs root and setpriv to run as uid 65534")
+    end
+    local home = dir .. "/home"
+    h.sh("mkdir -m 700 " .. h.quote(home) .. " && chown 65534:65534 " .. h.quote(home) .. " && chmod 755 " ..
+      h.quote(dir))
+    local function as_nobody(home_dir)
+      return h.capture({ "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "-u",
+        "CORRAL_STATE_DIR", "-u", "XDG_STATE_HOME", "HOME=" .. home_dir, h.host, "key" })
+    end
+    local out, status = as_nobody("/nonexistent")
+    assert.are.equal(3, status, out)
+    assert.matches("%$HOME %(/nonexistent%) does not exist", out)
+    assert.is_nil(out:find("Permission denied", 1, true), out)
+    out, status = as_nobody(home) -- control
     assert.are.equal(0, status, out)
   end)
 end)

@@ -10,22 +10,28 @@ local M = {}
 
 -- Read from the environment once, when first asked: `corral run` clears its own
 -- environment before the mechanism loads, and asks first (corral.run).
-local dir
+local dir, home
 
---- The caller's state directory.
+--- The caller's state directory; for the default under $HOME, also $HOME (which must
+-- exist already: corral makes the directories below it, never it) and "HOME".
 -- @treturn string
+-- @treturn[opt] string
+-- @treturn[opt] string
 function M.dir()
-  if dir then return dir end
-  local env = core.proc.environ()
-  if env.CORRAL_STATE_DIR and env.CORRAL_STATE_DIR ~= "" then
-    dir = env.CORRAL_STATE_DIR
-  elseif core.proc.geteuid() == 0 then
-    dir = "/var/lib/corral"
-  elseif env.XDG_STATE_HOME and env.XDG_STATE_HOME:sub(1, 1) == "/" then
-    dir = env.XDG_STATE_HOME .. "/corral"
-  else
-    dir = (env.HOME or "/nonexistent") .. "/.local/state/corral"
+  if not dir then
+    local env = core.proc.environ()
+    if env.CORRAL_STATE_DIR and env.CORRAL_STATE_DIR ~= "" then
+      dir = env.CORRAL_STATE_DIR
+    elseif core.proc.geteuid() == 0 then
+      dir = "/var/lib/corral"
+    elseif env.XDG_STATE_HOME and env.XDG_STATE_HOME:sub(1, 1) == "/" then
+      dir = env.XDG_STATE_HOME .. "/corral"
+    else
+      home = env.HOME or "/nonexistent"
+      dir = home .. "/.local/state/corral"
+    end
   end
+  if home then return dir, home, "HOME" end
   return dir
 end
 
@@ -37,8 +43,8 @@ end
 
 -- A key's directory as the kernel resolves it, when it exists; its text otherwise.
 local function resolved_key(path)
-  local dir, name = path:match("^(.*)/([^/]+)$")
-  local real = dir and core.path.resolve(dir ~= "" and dir or "/")
+  local parent, name = path:match("^(.*)/([^/]+)$")
+  local real = parent and core.path.resolve(parent ~= "" and parent or "/")
   return real and ((real == "/" and "" or real) .. "/" .. name) or path
 end
 

@@ -46,10 +46,48 @@ function M.key(argv, cli)
   return 0
 end
 
+-- A receipt's value as text a terminal shows as it is: control characters (newline, ESC,
+-- C1), bidirectional overrides and bytes that are not UTF-8 written as escapes (\n, \x1b,
+-- \u{202e}), a backslash doubled, so that no value can draw or hide a line; nil is
+-- "missing".
+local NAMED = { [10] = "\\n", [13] = "\\r", [9] = "\\t", [92] = "\\\\" }
+local function hidden(cp)
+  return cp < 32 or (cp >= 127 and cp < 160) or (cp >= 0x200e and cp <= 0x200f) or (cp >= 0x2028 and cp <= 0x202e)
+    or (cp >= 0x2066 and cp <= 0x2069)
+end
+local function shown(v)
+  if v == nil then return "missing" end
+  local s, out, i = tostring(v), {}, 1
+  while i <= #s do
+    local c = s:byte(i)
+    local len = c < 0x80 and 1 or (c >= 0xc2 and c <= 0xdf) and 2 or (c >= 0xe0 and c <= 0xef) and 3 or
+      (c >= 0xf0 and c <= 0xf4) and 4 or 0
+    local ch = len > 0 and s:sub(i, i + len - 1)
+    local cp = ch and #ch == len and utf8.len(ch) == 1 and utf8.codepoint(ch)
+    if not cp then
+      out[#out + 1] = string.format("\\x%02x", c)
+      i = i + 1
+    elseif NAMED[cp] or hidden(cp) then
+      out[#out + 1] = NAMED[cp] or (cp < 256 and string.format("\\x%02x", cp) or string.format("\\u{%x}", cp))
+      i = i + len
+    else
+      out[#out + 1] = ch
+      i = i + len
+    end
+  end
+  return table.concat(out)
+end
+
+-- A value in words: "missing" where the receipt has none.
+local function said(v)
+  if v == nil then return "missing" end
+  return tostring(v)
+end
+
 local function limits_words(limits)
   local parts = {}
   for _, k in ipairs({ "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" }) do
-    if type(limits) == "table" and limits[k] ~= nil then parts[#parts + 1] = k .. " " .. tostring(limits[k]) end
+    if type(limits) == "table" and limits[k] ~= nil then parts[#parts + 1] = k .. " " .. said(limits[k]) end
   end
   return #parts > 0 and table.concat(parts, ", ") or "none"
 end
@@ -59,59 +97,78 @@ local function verdict_words(counts)
   return string.format("%d allowed, %d denied", counts.allow or 0, counts.deny or 0)
 end
 
+local function command_words(argv)
+  local words = {}
+  for _, a in ipairs(type(argv) == "table" and argv or {}) do words[#words + 1] = said(a) end
+  return #words > 0 and table.concat(words, " ") or "missing"
+end
+
 -- What a run's receipt says was enforced.
 local function run_words(p, row)
   local pol = p.policy or {}
-  row("command", table.concat(p.argv or {}, " "))
-  row("mechanism", tostring(p.mechanism))
+  row("command", command_words(p.argv))
+  row("mechanism", said(p.mechanism))
   for _, g in ipairs(p.gate or {}) do
-    row("gate", string.format("%s %s: %s", g.capability, g.holds and "held" or "ABSENT", tostring(g.detail)))
+    row("gate", string.format("%s %s: %s", g.capability, g.holds and "held" or "ABSENT", said(g.detail)))
   end
   local plan = pol.root_plan or {}
   local binds = {}
   for _, m in ipairs(plan.mounts or {}) do
-    if m.rw then binds[#binds + 1] = tostring(m.dest) .. " read-write" end
+    if m.rw then binds[#binds + 1] = said(m.dest) .. " read-write" end
+    if m.own then binds[#binds + 1] = said(m.dest) .. " its own (sha256 " .. said(m.sha256) .. ")" end
   end
   row("root", string.format("runtime read-only, %s; /tmp %s MiB; uid %s", table.concat(binds, ", "),
-    tostring(plan.tmp_mib), tostring(plan.uid)))
+    said(plan.tmp_mib), said(plan.uid)))
   row("limits", limits_words(pol.limits))
   local allow = pol.allowlist
   row("egress", type(allow) == "table" and #allow > 0 and ("only " .. table.concat(allow, ", ")) or "none (no network)")
   local secrets = type(pol.secrets) == "table" and pol.secrets or {}
   row("secrets", #secrets > 0 and table.concat(secrets, ", ") or "none bound")
-  row("exit", string.format("%s (%s%s)", tostring(p.exit and p.exit.status), tostring(p.exit and p.exit.how),
+  row("exit", string.format("%s (%s%s)", said(p.exit and p.exit.status), said(p.exit and p.exit.how),
     p.exit and p.exit.limit and (", " .. p.exit.limit .. " limit") or ""))
   row("decisions", verdict_words(p.egress))
 end
 
-local function step_words(p, row)
-  row("command", table.concat(p.argv or {}, " "))
-  row("tier", tostring(p.tier) .. " (" .. tostring(p.mechanism) .. ")")
-  for line in tostring(p.policy and p.policy.canonical or ""):gmatch("[^\n]+") do row("policy", line) end
-  row("exit", tostring(p.exit))
-  if p.output then row("output", "sha256 " .. tostring(p.output.sha256)) end
+-- The digest of the subject named name, from the Statement.
+local function subject_digest(statement, name)
+  for _, sub in ipairs(type(statement.subject) == "table" and statement.subject or {}) do
+    if type(sub) == "table" and sub.name == name and type(sub.digest) == "table" then return sub.digest.sha256 end
+  end
+end
+
+local function step_words(p, row, statement)
+  row("command", command_words(p.argv))
+  row("tier", said(p.tier) .. " (" .. said(p.mechanism) .. ")")
+  for line in said(p.policy and p.policy.canonical or ""):gmatch("[^\n]+") do row("policy", line) end
+  row("exit", said(p.exit))
+  if p.output then
+    row("output", string.format("sha256 %s (%s bytes; as signed: the receipt does not carry the output)",
+      said(subject_digest(statement, "stdout")), said(type(p.output) == "table" and p.output.bytes or nil)))
+  end
+  local code = subject_digest(statement, "s2 code")
+  if code then row("code", "sha256 " .. said(code) .. " (as signed: the receipt does not carry the code)") end
 end
 
 local function census_words(p, row)
-  row("mechanism", tostring(p.mechanism))
+  row("mechanism", said(p.mechanism))
   local c = p.census or {}
-  row("census", string.format("held %s of %s (breached %s, unavailable %s, void %s)", tostring(c.held),
-    tostring(c.total), tostring(c.breached), tostring(c.unavailable), tostring(c.void)))
-  for _, r in ipairs(p.checks or {}) do row("check", string.format("%-22s %s", tostring(r.id), tostring(r.outcome))) end
+  row("census", string.format("held %s of %s (breached %s, unavailable %s, void %s)", said(c.held),
+    said(c.total), said(c.breached), said(c.unavailable), said(c.void)))
+  for _, r in ipairs(p.checks or {}) do row("check", string.format("%-22s %s", said(r.id), said(r.outcome))) end
 end
 
 --- Prints a verified Statement in words.
 function M.describe(statement, fingerprint, out)
   out = out or io.stdout
   local p = statement.predicate
-  local function row(k, v) out:write(string.format("%-11s %s\n", k, v)) end
-  row("valid", p.kind .. " receipt signed by " .. fingerprint)
-  row("commitment", tostring(p.commitment) .. " (recomputed from the policy carried)")
-  row("host", string.format("%s, boot %s, %s", tostring(p.host and p.host.name), tostring(p.host and p.host.boot_id),
-    tostring(p.corral_version)))
-  row("time", tostring(p.started) .. " to " .. tostring(p.ended))
+  local function row(k, v) out:write(string.format("%-11s %s\n", k, shown(v))) end
+  row("valid", said(p.kind) .. " receipt signed by " .. fingerprint)
+  row("commitment", said(p.commitment) .. " (recomputed from the policy carried)")
+  row("host", string.format("%s, boot %s, %s", said(p.host and p.host.name), said(p.host and p.host.boot_id),
+    said(p.corral_version)))
+  row("time", said(p.started) .. " to " .. said(p.ended))
   local words = { run = run_words, step = step_words, census = census_words }
-  if words[p.kind] then words[p.kind](p, row) end
+  if words[p.kind] then words[p.kind](p, row, statement) end
 end
 
 --- `corral verify`.
@@ -128,9 +185,9 @@ function M.verify(argv, cli)
   end
   local statement, why, usage = require("corral.receipt").verify(rest[1], pem)
   if not statement then
-    if usage then return cli.fail("verify", errors.invalid_argument("FILE", why)) end
+    if usage then return cli.fail("verify", errors.invalid_argument("FILE", shown(why))) end
     if errors.is(why) then return cli.fail("verify", why) end
-    io.stderr:write("corral verify: INVALID: ", rest[1], ": ", tostring(why), "\n")
+    io.stderr:write("corral verify: INVALID: ", shown(rest[1]), ": ", shown(why), "\n")
     return 1
   end
   M.describe(statement, why)

@@ -122,6 +122,67 @@ function M.write(prepared, statement)
   return true
 end
 
+local function said(v)
+  if v == nil then return "missing" end
+  return tostring(v)
+end
+
+--- The kinds of receipt corral makes.
+M.KINDS = { run = true, step = true, census = true }
+
+-- What each kind's subjects are made from, where the verifier has it: the name, and the
+-- bytes from the predicate (nil: not carried, so not recomputable).
+local SUBJECTS = {
+  argv = function(p) return type(p.argv) == "table" and json.encode(p.argv) or nil end,
+  census = function(p) return type(p.checks) == "table" and json.encode(p.checks) or nil end,
+}
+-- Subjects whose bytes a receipt does not carry: their digest is signed, not recomputed.
+local NOT_CARRIED = { ["s2 code"] = true, stdout = true }
+local EXPECTED = { run = { argv = true }, step = { argv = true, ["s2 code"] = true, stdout = true },
+                   census = { census = true } }
+
+-- Every subject the verifier can recompute, recomputed; nil and why on the first that
+-- differs, or a name this kind does not have.
+local function check_subjects(statement, kind)
+  if type(statement.subject) ~= "table" or #statement.subject == 0 then return nil, "payload: subject missing" end
+  for _, sub in ipairs(statement.subject) do
+    local name = type(sub) == "table" and sub.name
+    local digest = name and type(sub.digest) == "table" and sub.digest.sha256
+    if not (type(name) == "string" and EXPECTED[kind][name]) then
+      return nil, "payload: subject " .. said(name or nil) .. " is not one a " .. kind .. " receipt has"
+    end
+    if type(digest) ~= "string" then return nil, "payload: subject " .. name .. ": digest missing" end
+    if not NOT_CARRIED[name] then
+      local bytes = SUBJECTS[name](statement.predicate)
+      if not bytes then return nil, "payload: subject " .. name .. ": what it digests is missing" end
+      local recomputed = assert(core.digest.sha256(bytes))
+      if recomputed ~= digest then
+        return nil, "payload: subject " .. name .. " has digest " .. digest .. ", not the predicate's (" ..
+          recomputed .. ")"
+      end
+    end
+  end
+  return true
+end
+
+-- The predicate's fields that say again what its policy says: a receipt where they
+-- differ from the committed policy is refused, so that what is printed is what was
+-- committed to.
+local function check_restated(p)
+  if p.kind == "step" then
+    local canonical = type(p.policy) == "table" and tostring(p.policy.canonical) or ""
+    for _, k in ipairs({ "tier", "mechanism" }) do
+      if not canonical:find("\n" .. k .. " " .. tostring(p[k]) .. "\n", 1, true) then
+        return nil, "policy: " .. k .. " " .. said(p[k]) .. " is not the committed policy's"
+      end
+    end
+  elseif p.mechanism ~= (type(p.policy) == "table" and p.policy.mechanism or nil) then
+    return nil, "policy: mechanism " .. said(p.mechanism) .. " is not the committed policy's (" ..
+      said(type(p.policy) == "table" and p.policy.mechanism or nil) .. ")"
+  end
+  return true
+end
+
 --- Reads a receipt file and verifies it against a public key (default: the host key's).
 -- @tparam string path
 -- @tparam[opt] string pem the public key
@@ -132,10 +193,14 @@ function M.verify(path, pem)
   if not f then return nil, tostring(ferr), true end
   local text = f:read("a")
   f:close()
-  local ok, envelope = pcall(json.decode, text)
+  -- exactly one JSON document: nothing but white space after it
+  local ok, envelope, pos = pcall(json.decode, text)
   if not ok or type(envelope) ~= "table" then return nil, path .. ": not JSON (a DSSE envelope)", true end
+  if not text:find("^%s*$", pos) then
+    return nil, path .. ": data after the envelope's JSON (at byte " .. pos .. "): not one DSSE envelope", true
+  end
   if envelope.payloadType ~= dsse.PAYLOAD_TYPE then
-    return nil, path .. ": payloadType " .. tostring(envelope.payloadType) .. ", not " .. dsse.PAYLOAD_TYPE, true
+    return nil, path .. ": payloadType " .. said(envelope.payloadType) .. ", not " .. dsse.PAYLOAD_TYPE, true
   end
   if not pem then
     local k, kerr = key.load()
@@ -146,13 +211,18 @@ function M.verify(path, pem)
   if not statement then return nil, fingerprint end
   local pred = statement.predicate
   if statement.predicateType ~= M.PREDICATE_TYPE or type(pred) ~= "table" then
-    return nil, "payload: predicateType " .. tostring(statement.predicateType) .. ", not " .. M.PREDICATE_TYPE
+    return nil, "payload: predicateType " .. said(statement.predicateType) .. ", not " .. M.PREDICATE_TYPE
   end
+  if not M.KINDS[pred.kind] then return nil, "payload: kind " .. said(pred.kind) .. ", not run, step or census" end
   local recomputed = M.commitment(pred)
   if recomputed ~= pred.commitment then
-    return nil, "policy: the commitment " .. tostring(pred.commitment) .. " is not the policy's (" .. recomputed ..
+    return nil, "policy: the commitment " .. said(pred.commitment) .. " is not the policy's (" .. recomputed ..
       "): the policy carried is not the one committed to"
   end
+  local sok, serr = check_subjects(statement, pred.kind)
+  if not sok then return nil, serr end
+  local rok, rerr = check_restated(pred)
+  if not rok then return nil, rerr end
   return statement, fingerprint
 end
 

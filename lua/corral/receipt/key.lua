@@ -57,6 +57,8 @@ end
 
 --- The caller's state directory (corral.state_dir).
 -- @treturn string
+-- @treturn[opt] string a directory that must already exist (the caller's $HOME), and
+--   the variable naming it
 M.dir = state_dir.dir
 
 --- The private key's path.
@@ -72,6 +74,23 @@ local function make_dir(dir)
   end
   local ok, err, errno = core.fs.mkdir(dir, tonumber("700", 8))
   if not ok and errno ~= core.errno.EEXIST then return nil, err end
+  return true
+end
+
+-- A directory others may write to lets them replace the key (rename over it), unless it
+-- is sticky and the key is ours (checked by check_private); one that is not ours, or a
+-- symbolic link, is someone else's choice of key.
+local function check_dir(dir)
+  local st = core.fs.lstat(dir)
+  if not st then return nil, dir .. " does not exist" end
+  if st.type == "link" then return nil, dir .. " is a symbolic link" end
+  if st.type ~= "dir" then return nil, dir .. " is not a directory" end
+  local me = core.proc.geteuid()
+  if st.uid ~= me and st.uid ~= 0 then return nil, dir .. " is not the caller's (uid " .. st.uid .. ")" end
+  local sticky = st.mode & tonumber("1000", 8) ~= 0
+  if st.mode & tonumber("022", 8) ~= 0 and not (sticky and st.uid == me) then
+    return nil, string.format("%s has mode %o: others may replace the key in it (0700 expected)", dir, st.mode & 4095)
+  end
   return true
 end
 
@@ -94,8 +113,20 @@ function M.load()
   if not sign then return nil, serr end
   local path = M.path()
   local function refuse(detail) return nil, errors.cannot_enforce("receipt_signature", detail) end
-  local ok, err = make_dir(M.dir())
+  local dir, base, var = M.dir()
+  if base and not core.fs.lstat(base) then
+    return refuse("the key's directory " .. dir .. ": $" .. var .. " (" .. base .. ") does not exist " ..
+      "(set XDG_STATE_HOME or CORRAL_STATE_DIR)")
+  end
+  local ok, err = make_dir(dir)
   if not ok then return refuse("the key's directory: " .. tostring(err)) end
+  ok, err = check_dir(dir)
+  if not ok then return refuse("the key's directory: " .. err) end
+  local lst = core.fs.lstat(path)
+  if lst and lst.type ~= "file" then
+    return refuse(path .. (lst.type == "link" and " is a symbolic link" or " is not a regular file") ..
+      ": the key must be a file of its own")
+  end
   local created
   created, err = sign.ensure_key(path)
   if created == nil then return refuse(tostring(err)) end

@@ -13,9 +13,29 @@ local receipt = require "corral.receipt"
 
 local M = {}
 
+-- The tenant's own name files (corral.name_files), as the root built for it binds them:
+-- their host path is a temporary one of this run, so the receipt names them "the
+-- sandbox's own" and carries the SHA-256 of what each says.
+local function own_name_files()
+  local name_files = require "corral.name_files"
+  local f = io.open("/etc/nsswitch.conf")
+  local host_nsswitch = f and f:read("a")
+  if f then f:close() end
+  local contents = name_files.contents(name_files.HOSTNAME, host_nsswitch)
+  local files = {}
+  for dest, text in pairs(contents) do files[dest] = { text = text } end
+  return files
+end
+
 -- The root plan without values a receipt must not carry: the environment as names.
 local function root_plan(sb)
-  local plan = require("corral.tenant_root").plan(sb)
+  local own = own_name_files()
+  local srcs = {}
+  for dest in pairs(own) do srcs[dest] = "the sandbox's own" end
+  local plan = require("corral.tenant_root").plan(sb, { names = { files = srcs } })
+  for _, m in ipairs(plan.mounts or {}) do
+    if m.own then m.sha256 = assert(require("corral.core").digest.sha256(own[m.dest].text)) end
+  end
   local names = {}
   for _, kv in ipairs(plan.env or {}) do names[#names + 1] = kv:match("^([^=]*)") end
   table.sort(names)
@@ -34,7 +54,11 @@ local function network_policy(network)
   if type(network) ~= "table" then return nil end
   local resolve = {}
   if type(network.resolve) == "table" then
-    for name, addr in pairs(network.resolve) do resolve[#resolve + 1] = tostring(name) .. "=" .. tostring(addr) end
+    -- each name's addresses, in the order given (--resolve NAME=ADDR, repeated)
+    for name, addrs in pairs(network.resolve) do
+      local list = type(addrs) == "table" and strings(addrs) or { tostring(addrs) }
+      resolve[#resolve + 1] = tostring(name) .. "=" .. table.concat(list, ",")
+    end
     table.sort(resolve)
   end
   return { internal = strings(network.internal), resolve = resolve,
