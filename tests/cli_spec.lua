@@ -75,6 +75,24 @@ describe("corral CLI", function()
     assert.are.equal("/\n", out)
   end)
 
+  it("an unknown option near a real one suggests it, in every subcommand, as a command does", function()
+    for _, c in ipairs({
+      { { "run", "--memroy", "1G", "--", "true" }, "%-%-memroy: unknown option; did you mean '%-%-memory'%?" },
+      { { "confine", "--permti", "/tmp", "--", "true" }, "%-%-permti: unknown option; did you mean '%-%-permit'%?" },
+      { { "probe", "--jsno" }, "%-%-jsno: unknown option; did you mean '%-%-json'%?" },
+    }) do
+      local out, status = h.corral(table.unpack(c[1]))
+      assert.are.equal(2, status, out)
+      assert.matches(c[2], out)
+    end
+    -- control: an option near none is refused without a guess, and the suggested spelling runs
+    local out, status = h.corral("run", "--zzzzzzzz", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-zzzzzzzz: unknown option\n", out)
+    out, status = h.corral("run", "--memory", "64M", "--", "true")
+    assert.are.equal(0, status, out)
+  end)
+
   it("help run lists its options one per line, grouped, each with its meaning", function()
     local out, status = h.corral("help", "run")
     assert.are.equal(0, status, out)

@@ -26,6 +26,42 @@ local function fail(cmd, err)
   return 1
 end
 
+-- Optimal string alignment distance (Levenshtein with transpositions): `rnu` is one edit from `run`.
+local function edit_distance(a, b)
+  local d = {}
+  for i = 0, #a do d[i] = { [0] = i } end
+  for j = 0, #b do d[0][j] = j end
+  for i = 1, #a do
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      d[i][j] = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+      if i > 1 and j > 1 and a:sub(i, i) == b:sub(j - 1, j - 1) and a:sub(i - 1, i - 1) == b:sub(j, j) then
+        d[i][j] = math.min(d[i][j], d[i - 2][j - 2] + 1)
+      end
+    end
+  end
+  return d[#a][#b]
+end
+
+-- The candidate closest to `name` (at most two edits, and fewer than its length), or nil.
+local function closest(name, candidates)
+  local best, best_d
+  for _, n in ipairs(candidates) do
+    local d = edit_distance(name, n)
+    if d <= 2 and d < #name and (not best_d or d < best_d) then best, best_d = n, d end
+  end
+  return best
+end
+
+-- "; did you mean '--memory'?" for a near miss of one of `spec`'s options, else "".
+local function option_hint(name, spec)
+  local names = {}
+  for n in pairs(spec) do names[#names + 1] = n end
+  table.sort(names) -- a tie goes the same way every run
+  local s = closest(name, names)
+  return s and ("; did you mean '--" .. s .. "'?") or ""
+end
+
 --- Parses `argv[2..]` against `spec` (`{name = "value" | "list" | "flag"}`): `--name
 -- value` or `--name=value`, `--` ends them.
 -- @tparam {string,...} argv
@@ -52,7 +88,9 @@ function M.parse(argv, spec)
       rest[#rest + 1] = a
     else
       local kind = spec[name]
-      if not kind then return nil, errors.invalid_argument("--" .. name, "unknown option") end
+      if not kind then
+        return nil, errors.invalid_argument("--" .. name, "unknown option" .. option_hint(name, spec))
+      end
       if kind == "flag" then
         if inline then return nil, errors.invalid_argument("--" .. name, "takes no value") end
         opts[name] = true
@@ -164,33 +202,11 @@ workspace) is refused; a destroy that fails is named and the run exits 122. Exam
 scripts/examples/; the contract: docs/mechanisms.md.]],
 }
 
--- Optimal string alignment distance (Levenshtein with transpositions): `rnu` is one edit from `run`.
-local function edit_distance(a, b)
-  local d = {}
-  for i = 0, #a do d[i] = { [0] = i } end
-  for j = 0, #b do d[0][j] = j end
-  for i = 1, #a do
-    for j = 1, #b do
-      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-      d[i][j] = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
-      if i > 1 and j > 1 and a:sub(i, i) == b:sub(j - 1, j - 1) and a:sub(i - 1, i - 1) == b:sub(j, j) then
-        d[i][j] = math.min(d[i][j], d[i - 2][j - 2] + 1)
-      end
-    end
-  end
-  return d[#a][#b]
-end
-
 --- The command closest to `name` (at most two edits, and fewer than its length), or nil.
 -- @tparam string name
 -- @treturn string|nil
 function M.suggest(name)
-  local best, best_d
-  for _, n in ipairs(order) do
-    local d = edit_distance(name, n)
-    if d <= 2 and d < #name and (not best_d or d < best_d) then best, best_d = n, d end
-  end
-  return best
+  return closest(name, order)
 end
 
 -- "; did you mean 'run'?", or where the commands are listed.
