@@ -645,6 +645,20 @@ for h in sys.argv[2:]: go(h)
     assert.are.same({ "x", "x" }, lines(h.read(root .. "/int-twice/got")))
   end)
 
+  it("refuses --disk in the CLI's words: the flag, and that oci neither builds nor has the host apply it; " ..
+    "control: the same run without --disk", function()
+    local out, status = h.corral("run", "--mechanism", "oci", "--disk", "1G", "--", "true")
+    assert.are.equal(3, status, out)
+    assert.matches("mechanism oci neither builds disk_quota itself nor has the host apply it around it, " ..
+      "so %-%-disk cannot be honoured\n", out)
+    assert.is_nil(out:find("_capabilities", 1, true), out)
+    assert.is_nil(out:find("limits.disk", 1, true), out)
+    if not need_engine() then return end
+    out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--storage", root .. "/nodisk",
+      "--", "/bin/true")
+    assert.are.equal(0, status, out)
+  end)
+
   it("measures the engine's size option, the reason disk_quota is not claimed", function()
     if not need_engine() then return end
     local sb = box("dq")

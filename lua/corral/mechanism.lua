@@ -271,9 +271,11 @@ function M.gate(mech, sb)
       local ok = false
       for _, c in ipairs(flag.needs) do ok = ok or named[c] == true end
       if not ok then
-        local format = string.format("mechanism %s lists %s in neither its constructed_capabilities (built " ..
-          "by itself) nor its required_capabilities (applied by the host around it), so %%s cannot be honoured",
-          (M.label(mech):gsub("%%", "%%%%")), table.concat(flag.needs, " or "))
+        -- in the caller's words (the flag, via detail_format), not the callbacks' names:
+        -- a built-in's user cannot change its lists; an author is pointed at the contract
+        local format = string.format("mechanism %s neither builds %s itself nor has the host apply it " ..
+          "around it, so %%s cannot be honoured%s", (M.label(mech):gsub("%%", "%%%%")),
+          table.concat(flag.needs, " or "), M.is_builtin(mech) and "" or " (`corral help mechanisms`)")
         return nil, errors.new("cannot_enforce", { capability = flag.needs[1], argument = flag.field,
           detail = string.format(format, flag.field), detail_format = format })
       end
