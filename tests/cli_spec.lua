@@ -400,6 +400,8 @@ describe("corral CLI", function()
       { { "--allow-file", dir .. "/list", "--udp-idle", "30s" }, "--udp-idle", "no --allow-file entry is udp:" },
       { { "--log-json", dir .. "/log" }, "--log-json", "give --allow, --learn or --service-port" },
       { { "--verbose" }, "--verbose", "give --allow or --learn" },
+      -- what it is given with first, before whether its namespace is there
+      { { "--link", "corral-t-absent,10.0.0.2/24,10.0.0.1" }, "--link", "give --allow too" },
     }
     if core.proc.geteuid() == 0 then
       h.must("ip netns add corral-t-combo 2>/dev/null || true")
@@ -419,8 +421,14 @@ describe("corral CLI", function()
     if core.proc.geteuid() == 0 then h.must("ip netns del corral-t-combo") end
     assert.is_nil(core.fs.lstat(learn)) -- nothing written by a refused --learn
     assert.is_nil(core.fs.lstat(dir .. "/log"))
+    -- control: beside --allow, the absent namespace is the refusal
+    local out, status = h.corral("run", "--allow", "a.test:443", "--link", "corral-t-absent,10.0.0.2/24,10.0.0.1",
+      "--", "sh", "-c", "echo command-ran")
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-link: /run/netns/corral%-t%-absent: no such network namespace", out)
+    assert.is_nil(out:find("command-ran", 1, true), out)
     -- controls, after: each flag beside what it applies to runs
-    local out, status = h.corral("run", "--allow", "a.test:443", "--allow", "udp:b.test:123", "--udp-idle", "30s",
+    out, status = h.corral("run", "--allow", "a.test:443", "--allow", "udp:b.test:123", "--udp-idle", "30s",
       "--max-udp-flows", "8", "--idle", "10m", "--max-connections", "8", "--sni", "require", "--internal",
       "10.0.0.0/8", "--resolve", "a.test=192.0.2.1", "--log-json", dir .. "/log", "--verbose", "--",
       "sh", "-c", "echo command-ran")

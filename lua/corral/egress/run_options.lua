@@ -82,12 +82,23 @@ function M.network(opts)
     end
     link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
              peer_address = peer ~= "" and peer or nil }
-    if not core.fs.lstat(link.peer_netns) then
-      return nil, errors.invalid_argument("--link", link.peer_netns .. ": no such network namespace")
-    end
   end
   if #allow == 0 and #(opts.internal or {}) == 0 and not resolve and not link then return nil end
   return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
+end
+
+--- Whether the namespace a --link names is there: asked of the host after `combination`,
+-- so that a --link refused for what it is given with is refused for that first.
+-- @tparam table|nil network the table from `network`
+-- @treturn[1] true
+-- @return[2] nil
+-- @treturn[2] table invalid_argument naming --link
+function M.link_namespace(network)
+  local link = network and network.link
+  if link and not core.fs.lstat(link.peer_netns) then
+    return nil, errors.invalid_argument("--link", link.peer_netns .. ": no such network namespace")
+  end
+  return true
 end
 
 local UNIT = { [""] = 1, s = 1, m = 60, h = 3600, d = 86400 }

@@ -177,6 +177,8 @@ function M.run(argv, cli)
   if nerr then return cli.fail("run", nerr) end
   local meant, cerr = run_options.combination(network, opts)
   if not meant then return cli.fail("run", cerr) end
+  local there, terr = run_options.link_namespace(network)
+  if not there then return cli.fail("run", terr) end
   if opts.learn then
     local _, lerr = require("corral.egress.learn").check(opts.learn)
     if lerr then return cli.fail("run", lerr) end
