@@ -299,6 +299,10 @@ describe("REPL on live sandboxes #root", function()
       'print("C", allow("api.example.test:443").allowed)\n', 1,
       'local w = why("api.example.test:443"); print("D", w.verdict, w.entry, w.dns)\n',
       'print("E", why("104.111.115.116:443").reason)\n', -- control: an address stays one
+      -- one argument is the destination, never an id: without a port, or out of range, refused
+      'print("F", why("example.test"))\n', 'print("G", why("https://example.test"))\n',
+      'print("H", why("[::1]"))\n', 'print("I", why("example.test:99999"))\n',
+      'print("J", why("[::1]:443").verdict)\n', -- control: with its port, the same kind of host is asked
       "os.exit(0)\n" })
     assert.are.equal(0, code, out)
     assert.truthy(out:find("attached to repl-why@" .. pid, 1, true), out)
@@ -308,6 +312,12 @@ describe("REPL on live sandboxes #root", function()
     assert.truthy(out:find("\nD\tallow\tapi.example.test:443\tanswered (a synthetic address)", 1, true), out)
     assert.truthy(out:find("\nE\t104.111.115.116 port 443: 104.111.115.116 is not in the allowlist", 1, true), out)
     assert.is_nil(out:find("6170:692e", 1, true), out)
+    for _, l in ipairs({ "F\tnil\texample.test: give host:port", "G\tnil\thttps://example.test: give host:port",
+                         "H\tnil\t[::1]: give host:port", "I\tnil\texample.test:99999: port 99999 is not one of 1 " ..
+                         "to 65535", "J\tdeny" }) do
+      assert.truthy(out:find("\n" .. l, 1, true), l .. " in " .. out)
+    end
+    assert.is_nil(out:find("no live sandbox", 1, true), out)
   end)
 
   it("refuses a peer of another uid (SO_PEERCRED), answers the owner on the same socket", function()

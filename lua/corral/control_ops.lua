@@ -64,6 +64,7 @@ function M.parse_dest(dest)
   if not host then host, port = dest:match("^([^:]+):(%d+)$") end
   port = math.tointeger(tonumber(port))
   if not host or not port then return nil, dest .. ": give host:port, [v6]:port or a.b.c.d:port" end
+  if port < 1 or port > 65535 then return nil, dest .. ": port " .. port .. " is not one of 1 to 65535" end
   -- the user's text: never read as packed bytes ("host" is not 104.111.115.116)
   if require("corral.egress.address").parse_address(host) then return { ip = host, port = port } end
   return { name = host, port = port }

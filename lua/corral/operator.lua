@@ -136,7 +136,10 @@ end
 -- @param[opt] ref
 -- @tparam string dest "host:port"
 function M.why(ref, dest)
-  if dest == nil and type(ref) == "string" and ref:find(":%d+$") then ref, dest = nil, ref end
+  -- a question needs its destination: one argument is always that, never a sandbox
+  if dest == nil then ref, dest = nil, ref end
+  local _, err = control.parse_dest(dest)
+  if err then return nil, err end
   return ask(ref, { op = "why", dest = dest })
 end
 
