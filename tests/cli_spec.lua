@@ -381,6 +381,7 @@ describe("corral CLI", function()
     "where they apply run", function()
     local core = require "corral.core"
     local dir = h.tmpdir("cli-combo")
+    finally(function() h.rmrf(dir) end)
     local before = h.sh("ls /tmp | grep -c '^corral-run-'")
     h.write(dir .. "/list", "a.test:443\n")
     local learn = dir .. "/learned"
@@ -443,7 +444,6 @@ describe("corral CLI", function()
     out, status = h.corral("run", "--service-port", "8080", "--log-json", dir .. "/log2", "--", "true")
     assert.are.equal(0, status, out)
     assert.are.equal(before, h.sh("ls /tmp | grep -c '^corral-run-'"))
-    h.rmrf(dir)
   end)
 
   it("run checks --learn FILE before anything runs: empty, a directory, a symbolic link; control: a file " ..
