@@ -39,6 +39,14 @@ local function check_path_text(name, value)
   end
 end
 
+-- The refusal of a resolved path `check` (one of core.rootplan's rules) refuses, or that
+-- holds corral's host key (corral.state_dir); nil when it may be granted.
+local function unfit(name, resolved, check)
+  local ok, why = check(resolved)
+  local reason = (not ok and why) or state_dir.refusal(resolved)
+  if reason then return errors.invalid_argument(name, resolved .. " " .. reason) end
+end
+
 -- Resolves an absolute directory argument, or explains which argument is wrong.
 local function resolve_dir(name, value)
   local bad = check_path_text(name, value)
@@ -47,10 +55,8 @@ local function resolve_dir(name, value)
   if not resolved then return nil, errors.invalid_argument(name, err) end
   -- exec-confined's own boundary rules: not /, not on the kernel's and devices'
   -- filesystems, not inside the runtime read set
-  local ok, why = core.rootplan.check_boundary(resolved)
-  if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
-  local private = state_dir.refusal(resolved)
-  if private then return nil, errors.invalid_argument(name, resolved .. " " .. private) end
+  local refused = unfit(name, resolved, core.rootplan.check_boundary)
+  if refused then return nil, refused end
   return resolved
 end
 
@@ -73,10 +79,8 @@ local function resolve_extra(name, value)
   end
   -- the wrapper's own rules for a file granted alone: no credential store, nothing the
   -- runtime read set shows already, nothing on the kernel's filesystems
-  local ok, why = core.rootplan.check_file(resolved)
-  if not ok then return nil, errors.invalid_argument(name, resolved .. " " .. why) end
-  local private = state_dir.refusal(resolved)
-  if private then return nil, errors.invalid_argument(name, resolved .. " " .. private) end
+  local refused = unfit(name, resolved, core.rootplan.check_file)
+  if refused then return nil, refused end
   -- another name of a file (a hard link) may be a credential store's: only the path the
   -- rules above judged is shown
   if st.nlink and st.nlink > 1 then
