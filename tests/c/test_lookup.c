@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "lookup.h"
@@ -28,6 +29,25 @@ static int has(const struct corral_lookup_result *res, const char *addr)
     for (int i = 0; i < res->n; i++)
         if (strcmp(res->addrs[i], addr) == 0) return 1;
     return 0;
+}
+
+/* How many of this process's fds are eventfds (the pool's is the only one it makes). */
+static int eventfds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[300], target[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len < 0) continue;
+        target[len] = '\0';
+        if (strcmp(target, "anon_inode:[eventfd]") == 0) n++;
+    }
+    closedir(d);
+    return n;
 }
 
 static void test_pool(void)
@@ -51,9 +71,15 @@ static void test_pool(void)
     CHECK(res.id == id && res.n >= 1 && (has(&res, "127.0.0.1") || has(&res, "::1")));
     CHECK(corral_lookup_running(p) == 0);
     CHECK(corral_lookup_collect(p, &res) == 0);
-    /* a pool dropped with a lookup under way: its fd goes at once */
+    /* a pool dropped with a lookup under way: its eventfd goes at once (the lookup's
+     * thread may still hold the resolver's files open), and once that thread ends no fd
+     * is left */
+    CHECK(eventfds() == 1);
     CHECK(corral_lookup_submit(p, "localhost", 1, &id2) == 0 && id2 != id);
     corral_lookup_pool_free(p);
+    CHECK(eventfds() == 0);
+    for (int i = 0; i < 500 && count_fds() != fds; i++)
+        usleep(10000);
     CHECK(count_fds() == fds);
     corral_lookup_pool_free(NULL);
 }
