@@ -106,6 +106,19 @@ describe("a name the host's /etc/hosts lists #root #netns", function()
   end)
 end)
 
+describe("a tenant's /etc/hostname", function()
+  it("is its own, naming the sandbox's hostname, never the host's, under every mechanism", function()
+    local host_name = h.read("/etc/hostname")
+    if not host_name then return pending("this host has no /etc/hostname: there is no name of its own to hide") end
+    assert.are_not.equal("corral\n", host_name, "the premise: the host is not named corral")
+    for _, m in ipairs(mechanisms()) do
+      local out, status = h.corral("run", "--mechanism", m, "--", "sh", "-c", "cat /etc/hostname; hostname")
+      assert.are.equal(0, status, m .. ": " .. out)
+      assert.are.equal("corral\ncorral\n", out, m)
+    end
+  end)
+end)
+
 -- A DNS server on 127.0.0.1:53 of the test's network namespace: every name answers
 -- 127.0.0.1 (A) or nothing (AAAA) at once, except slow.test, whose queries are held
 -- (and "slow-asked" written into DIR) until DIR/release exists, or 60 s have passed.

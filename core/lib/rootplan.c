@@ -64,10 +64,10 @@ static const char *const network_files[] = {
 
 /* The name-service files a tenant sandbox is given of its own, over the runtime's: with
  * the host's, a name its /etc/hosts lists (or a hosts: source of its nsswitch.conf)
- * would resolve without reaching the sandbox's own DNS responder. Their text is
- * lua/corral/name_files.lua's. */
+ * would resolve without reaching the sandbox's own DNS responder; /etc/hostname would
+ * tell it the host's name. Their text is lua/corral/name_files.lua's. */
 static const char *const name_files[] = {"/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf",
-                                         "/etc/host.conf"};
+                                         "/etc/host.conf", "/etc/hostname"};
 
 #define DATA_DEVICES "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"
 static const char *const device_paths[] = {DATA_DEVICES, "/dev/tty"};

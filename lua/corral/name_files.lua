@@ -58,6 +58,7 @@ function M.contents(hostname, host_nsswitch)
       .. "nothing; without an allowlist nothing answers)\nnameserver 127.0.0.1\n",
     ["/etc/nsswitch.conf"] = M.nsswitch(host_nsswitch),
     ["/etc/host.conf"] = "multi on\n",
+    ["/etc/hostname"] = hostname .. "\n",
   }
 end
 

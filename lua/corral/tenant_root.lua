@@ -44,7 +44,10 @@ function M.plan(sb, st)
   local names = st and st.names
   if names then
     for _, dest in ipairs(core.rootplan.name_files()) do
-      mounts[#mounts + 1] = { type = "bind", src = assert(names.files[dest], dest), dest = dest, own = true }
+      -- a host without /etc/hostname shows the tenant no name of its own to hide
+      if dest ~= "/etc/hostname" or core.fs.lstat(dest) then
+        mounts[#mounts + 1] = { type = "bind", src = assert(names.files[dest], dest), dest = dest, own = true }
+      end
     end
   end
   -- as root, native and bwrap show these as trees this process makes (corral.resources.tree)
