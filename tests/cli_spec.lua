@@ -713,6 +713,18 @@ describe("corral CLI", function()
     local loop = core.proc.geteuid() == 0 and core.fs.lstat("/dev/loop-control") ~= nil
     assert.are.equal(loop, by.disk_quota.holds, by.disk_quota.detail)
     if loop then assert.matches("failed with ENOSPC; a small write then succeeded", by.disk_quota.detail) end
+    -- every result says when it was probed, afresh or kept from earlier this boot
+    local now = os.time()
+    for _, r in ipairs(results) do
+      assert.is_number(r.probed_at, r.name)
+      assert.is_true(r.probed_at <= now and r.probed_at > now - 86400 * 365, r.name)
+    end
+    out, status = h.corral("probe", "--json", "--fresh")
+    assert.are.equal(0, status, out)
+    for _, r in ipairs(json.decode(out)) do
+      assert.is_number(r.probed_at, r.name)
+      assert.is_nil(r.kept, r.name)
+    end
     out = h.corral("probe")
     assert.matches("filesystem_confinement%s+holds", out)
     assert.matches("disk_quota%s+" .. (loop and "holds" or "absent"), out)

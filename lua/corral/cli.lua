@@ -315,7 +315,7 @@ SIGHUP stop it after the current probe, whose result is dropped, and it exits 12
     end
     for _, r in ipairs(results) do
       io.write(string.format("%-26s %-7s %s%s%s\n", r.name, r.holds and "holds" or "absent",
-        r.detail, r.probed_at and os.date(" (probed at %H:%M:%S)", r.probed_at) or "",
+        r.detail, r.kept and os.date(" (probed at %H:%M:%S)", r.probed_at) or "",
         #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or ""))
     end
     return 0

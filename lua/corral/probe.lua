@@ -286,7 +286,8 @@ local probes = {
 
 --- Runs (once per process) and returns one probe's result.
 -- @tparam string name a probe name, e.g. "confinement.landlock"
--- @treturn table `{name =, holds =, detail =, gates =}`, and `advice` (corral.probe_advice's
+-- @treturn table `{name =, holds =, detail =, gates =, probed_at =}` (`kept` when read from what
+--   an earlier process probed this boot), and `advice` (corral.probe_advice's
 --   missing pieces) when it does not hold for a reason a setting would change
 function M.check(name)
   return check(name)
@@ -308,7 +309,7 @@ check = function(name, signals)
       local k = kept[name]
       if k then
         cache[name] = { name = name, holds = true, detail = k.detail, gates = p.gates, extra = k.extra,
-                        probed_at = k.at }
+                        probed_at = k.at, kept = true }
         return cache[name]
       end
       local ok, holds, detail, extra = pcall(p.run)
@@ -322,7 +323,7 @@ check = function(name, signals)
         if suffix then detail, advice = tostring(detail) .. suffix, pieces end
       end
       cache[name] = { name = name, holds = holds and true or false, detail = detail,
-                      gates = p.gates, extra = extra, advice = advice }
+                      gates = p.gates, extra = extra, advice = advice, probed_at = os.time() }
       if holds then
         kept[name] = { detail = detail, extra = extra, at = os.time() }
         probe_cache.store(kept)
