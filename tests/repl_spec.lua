@@ -249,11 +249,16 @@ describe("REPL on live sandboxes #root", function()
     local ref = "repl-egress@" .. pid
     local out, code = pty.repl("-i", {
       string.format('why(%q, "pypi.org:9007")\n', ref),
+      -- UDP to the allowed TCP destination: its own protocol's entries decide (none here)
+      string.format('why(%q, "udp:echo.test:9007")\n', ref),
+      string.format('why(%q, "echo.test:9007")\n', ref),
       string.format('allow(%q, "pypi.org:9007")\n', ref), 4,
       string.format('why(%q, "pypi.org:9007")\n', ref),
       string.format("connections(%q)\n", ref),
       string.format("ruleset(%q)\n", ref),
       string.format('revoke(%q, "pypi.org:9007")\n', ref), 4,
+      -- the same entry again: no longer there, which is said rather than counted as 0
+      string.format('revoke(%q, "pypi.org:9007")\n', ref),
       string.format("decisions(%q, 3)\n", ref),
       "os.exit(0)\n" }, nil, 20)
     assert.are.equal(0, code)
@@ -263,11 +268,16 @@ describe("REPL on live sandboxes #root", function()
     assert.truthy(ok_at and ok_at > first_no, "allow never reached the tenant:\n" .. log_text)
     local no_again = log_text:find("try A=no B=ok", ok_at, true)
     assert.truthy(no_again, "revoke never reached the tenant (with its control B=ok):\n" .. log_text)
+    local udp_deny = out:find('reason = "udp to echo.test port 9007', 1, true)
+    local tcp_allow = out:find("allowed by echo.test:9007", 1, true)
+    assert.truthy(udp_deny and tcp_allow and tcp_allow > udp_deny, out)
     local why_deny = out:find("pypi.org is not in the allowlist", 1, true)
     local why_allow = out:find("allowed by pypi.org:9007", 1, true)
     assert.truthy(why_deny and why_allow and why_allow > why_deny, out)
     assert.truthy(out:find('allowed = "pypi.org:9007"', 1, true), out)
     assert.truthy(out:find("removed = 1", 1, true), out)
+    assert.truthy(out:find("pypi.org:9007 is not in repl-egress's allowlist, which holds: echo.test:9007", 1, true),
+      out)
     assert.truthy(out:find('sandbox = "repl-egress"', 1, true), out) -- decisions
     -- connections(): the held one (an id: no decision has one), the entry that allowed it
     assert.matches('entry = "echo%.test:9007",%s+id = %d+,%s+ip = "[^"]+",%s+name = "echo%.test",%s+port = 9007,%s+' ..
@@ -388,5 +398,24 @@ describe("conformance() in the REPL #root", function()
       report.census.groups.privilege)
     assert.are.equal(#ids, report.census.held)
     assert.is_nil(report.census.groups.filesystem) -- only the group asked for ran
+  end)
+end)
+
+describe("a destination asked about (why)", function()
+  local control = require "corral.control"
+
+  it("takes an allowlist entry's udp: or tcp: prefix, and nothing else for one", function()
+    assert.are.same({ name = "echo.test", port = 9007, protocol = "udp" }, control.parse_dest("udp:echo.test:9007"))
+    assert.are.same({ ip = "10.0.0.1", port = 53, protocol = "udp" }, control.parse_dest("udp:10.0.0.1:53"))
+    assert.are.same({ ip = "::1", port = 53, protocol = "udp" }, control.parse_dest("udp:[::1]:53"))
+    assert.are.same({ name = "echo.test", port = 80, protocol = "tcp" }, control.parse_dest("tcp:echo.test:80"))
+    -- no destination after it: the host named udp
+    assert.are.same({ name = "udp", port = 53, protocol = "tcp" }, control.parse_dest("udp:53"))
+    local q, err = control.parse_dest("udp:echo.test:0")
+    assert.is_nil(q)
+    assert.are.equal("udp:echo.test:0: port 0 is not one of 1 to 65535", err)
+    q, err = control.parse_dest("quic:echo.test:443")
+    assert.is_nil(q)
+    assert.matches("^quic:echo.test:443: give host:port", err)
   end)
 end)

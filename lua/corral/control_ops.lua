@@ -53,13 +53,34 @@ local function plane_of(id)
   end
 end
 
---- Splits "host:port", "[v6]:port" or "1.2.3.4:port" into a decision's subject.
+--- Splits "host:port", "[v6]:port" or "1.2.3.4:port" into a decision's subject; a
+-- `udp:` (or `tcp:`) prefix, as an allowlist entry has, asks about that protocol.
 -- @tparam string dest
--- @treturn[1] table `{name =}` or `{ip =}`, with `port`
+-- @treturn[1] table `{name =}` or `{ip =}`, with `port` and `protocol`
 -- @return[2] nil
 -- @treturn[2] string why not
 function M.parse_dest(dest)
   if type(dest) ~= "string" then return nil, "destination must be a string \"host:port\"" end
+  -- only a prefix followed by a whole destination: "udp:53" is the host udp's port 53
+  local proto, rest = dest:match("^(%a+):(.+:%d+)$")
+  local prefix = ""
+  if proto == "udp" or proto == "tcp" then
+    dest, prefix = rest, proto .. ":"
+  else
+    proto = "tcp"
+  end
+  local q, err = M.parse_tcp_dest(dest)
+  if not q then return nil, prefix .. err end -- its text begins with the destination
+  q.protocol = proto
+  return q
+end
+
+--- parse_dest without a protocol prefix.
+-- @tparam string dest
+-- @treturn[1] table `{name =}` or `{ip =}`, with `port`
+-- @return[2] nil
+-- @treturn[2] string why not
+function M.parse_tcp_dest(dest)
   local host, port = dest:match("^%[(.+)%]:(%d+)$")
   if not host then host, port = dest:match("^([^:]+):(%d+)$") end
   port = math.tointeger(tonumber(port))
@@ -145,7 +166,13 @@ function M.for_run(mech, sb, run)
     local n, cut = egress().revoke(sb.id, req.entry, { cut = req.cut == true })
     if not n then return nil, cut end
     local policy = egress().policy(sb.id)
-    return { removed = n, cut = cut or 0, allow = policy and policy.allowlist and policy.allowlist:texts() or {} }
+    local held = policy and policy.allowlist and policy.allowlist:texts() or {}
+    if n == 0 then
+      -- said, not a silent success: the caller may have mistyped the entry it meant
+      return nil, string.format("%s is not in %s's allowlist, which holds: %s", tostring(req.entry), sb.id,
+        #held > 0 and table.concat(held, ", ") or "nothing")
+    end
+    return { removed = n, cut = cut or 0, allow = held }
   end
   return ops
 end

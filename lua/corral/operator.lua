@@ -134,7 +134,7 @@ end
 
 --- Which allowlist entry lets a destination through, or why none does.
 -- @param[opt] ref
--- @tparam string dest "host:port"
+-- @tparam string dest "host:port", or "udp:host:port" for a datagram flow
 function M.why(ref, dest)
   -- a question needs its destination: one argument is always that, never a sandbox
   if dest == nil then ref, dest = nil, ref end

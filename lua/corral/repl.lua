@@ -80,7 +80,8 @@ its hook, priority and policy, and each rule's expressions.]] },
   { name = "why", usage = "why([id], \"host:port\")",
     brief = "which allowlist entry lets host:port through, or why none",
     long = [[Decided with the sandbox's current policy, as its next connection would be (nothing is
-logged): verdict, reason, the entry, and for a name what its DNS query gets.]] },
+logged): verdict, reason, the entry, and for a name what its DNS query gets. "udp:host:port"
+asks about a datagram flow, which only udp: entries grant.]] },
   { name = "allow", usage = "allow([id], entry)", brief = "allow one more destination in the running sandbox",
     long = [[entry as --allow takes it (pypi.org:443, 10.0.0.0/8:5432). Applies to the next DNS
 query and connection; the ruleset's ports follow.]] },
