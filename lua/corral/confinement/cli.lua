@@ -12,9 +12,10 @@ local M = {}
 -- The confine flag a corral.confinement argument came from: the error names what the
 -- user typed (`--permit`), never the Lua field (`permit_path`).
 local CONFINE_FLAGS = { permit_path = "--permit", cd = "--cd", layers = "--layers", cmd = "CMD" }
+local LIST_FLAGS = { permit_extra_subpaths = "--extra", read_only = "--read-only", writable = "--writable" }
 local function confine_flag(argument)
-  local n = argument:match("^permit_extra_subpaths%[(%d+)%]$")
-  if n then return "--extra (#" .. n .. ")" end
+  local field, n = argument:match("^([%w_]+)%[(%d+)%]$")
+  if field and LIST_FLAGS[field] then return LIST_FLAGS[field] .. " (#" .. n .. ")" end
   return CONFINE_FLAGS[argument] or argument
 end
 
@@ -26,6 +27,10 @@ M.CONFINE_OPTIONS = {
       "socket (to connect to) granted alone" },
     { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
     { "layers", "value", "L", "ns, bwrap or landlock, or one of each: ns,landlock (default: all that hold)" },
+  } },
+  { "Read-only inside the boundary (git hooks and config, .envrc, .vscode, shell rc files...)", {
+    { "read-only", "list", "PATH", "also keep PATH (a file or directory inside the boundary) read-only" },
+    { "writable", "list", "PATH", "drop the default read-only paths at or beneath PATH" },
   } },
   { "Output", {
     { "json", "flag", nil, "print the spec as JSON" },
@@ -87,7 +92,7 @@ function M.confine(argv, cli)
   local confinement = require "corral.confinement"
   local spec, err = confinement.confine({ rest[1], cmdargs }, {
     permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-    env = core.proc.environ(), layers = opts.layers,
+    env = core.proc.environ(), layers = opts.layers, read_only = opts["read-only"], writable = opts.writable,
   })
   if not spec then
     if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
@@ -102,6 +107,11 @@ function M.confine(argv, cli)
         or "without Landlock, magic links and inherited directory fds are not covered",
       opts.layers and "\n" or " (corral probe shows why)\n")
   end
+  local ro = spec.read_only
+  if ro and not ro.held and #ro.paths > 0 then
+    io.stderr:write("corral confine: warning: ", #ro.paths, " read-only path(s) stay writable (",
+      ro.paths[1], #ro.paths > 1 and ", ..." or "", "): ", ro.why, "\n")
+  end
   if opts.exec then
     local status, why = cli.missing_command(rest[1])
     if status then
@@ -115,15 +125,32 @@ function M.confine(argv, cli)
   for i, pair in ipairs(spec.env) do names[i] = pair[1] end
   if opts.json then
     io.write(cli.json().encode({ cmd = spec.cmd, args = spec.args, cd = spec.cd,
-      layers = spec.layers, env_names = names }), "\n")
+      layers = spec.layers, env_names = names, read_only = spec.read_only }), "\n")
   else
     io.write("cmd:    ", spec.cmd, "\n")
     io.write("args:   ", shell.join(spec.args), "\n")
     io.write("cd:     ", spec.cd, "\n")
     io.write("layers: ", table.concat(spec.layers, ", "), "\n")
     io.write("env:    ", #names, " variables passed through unmodified (values not shown)\n")
+    if spec.read_only then M.print_read_only(spec.read_only) end
   end
   return 0
+end
+
+--- Prints a spec's read-only paths: those held (or not, and why), those that could not
+-- be, and how many protected names are absent (an agent may create them).
+-- @tparam table ro the spec's `read_only`
+function M.print_read_only(ro)
+  local label = ro.held and "read-only: " or "writable (not held): "
+  for i, p in ipairs(ro.paths) do io.write(i == 1 and label or string.rep(" ", #label), p, "\n") end
+  if #ro.paths == 0 then io.write("read-only: none found\n") end
+  if ro.why then io.write("  why: ", ro.why, "\n") end
+  for _, u in ipairs(ro.unprotected) do io.write("not protected: ", u.path, " (", u.why, ")\n") end
+  if ro.stopped then
+    io.write("search: stopped at its bound; repositories deeper or further on are not protected\n")
+  end
+  io.write("absent: ", #ro.absent, " protected names do not exist; made inside, they are writable ",
+    "(--json lists them)\n")
 end
 
 --- `corral sbpl`'s option groups.
