@@ -39,8 +39,8 @@ M.CONFINE_OPTIONS = {
 }
 
 --- `corral confine`'s usage text.
-M.CONFINE_USAGE =
-  [[corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
+M.CONFINE_USAGE = "corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--read-only PATH]... " ..
+  "[--writable PATH]... [--json] [--exec] -- CMD ARGS...\n" .. [[
 
 Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
 each --extra directory) and nothing else outside the runtime (read-only); an --extra
@@ -53,6 +53,19 @@ command to run is the confinement wrapper); environment values are never printed
 the names. --exec runs it instead and exits with the command's status. On Linux the
 spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
 bubblewrap can build it) and landlock; --layers names them instead (each must hold).
+
+Read-only inside the boundary: what runs code later on the operator's behalf stays
+read-only - in every git repository (the top of DIR and each --extra directory, and any
+up to 3 levels beneath): .git/hooks, .git/config, submodules' config and hooks, .envrc,
+.vscode, .idea, .devcontainer(.json), .npmrc, .yarnrc(.yml); at the top of DIR and each
+--extra directory also the shell rc files (.bashrc .bash_profile .bash_login .bash_logout
+.profile .zshenv .zshrc .zprofile .zlogin .zlogout .kshrc .cshrc .tcshrc .login .logout
+.config/fish), .gitconfig, .config/git and .ssh. --read-only PATH adds one, --writable
+PATH drops the defaults at or beneath it; both inside the boundary. The ns and bwrap
+layers bind each read-only and pin the directories on its way (no rename, no removal);
+Landlock alone cannot take a path out of the tree it grants: there they stay writable (a
+warning says so) and --read-only is refused. A protected name that does not exist is not
+protected (made inside, it is writable); the spec lists what is held and what is not.
 
 Sandboxes inside: CMD may build narrower ones (unshare -Ur, unshare -Urn, corral
 confine or exec-confined with a --permit inside DIR); none reaches past DIR. Landlock
