@@ -40,10 +40,11 @@ local KINDS = {
 -- The operator's tree: a repository two levels down, the files above, and what each
 -- holds before the run (compared after it).
 local function make_tree(box)
-  h.sh([[cd "$1" && mkdir -p src/repo .vscode && git -C src/repo init -q && echo orig > src/repo/file &&
+  h.sh([[mkdir "$1" && cd "$1" && mkdir -p src/repo .vscode && git -C src/repo init -q && echo orig > src/repo/file &&
     printf '#!/bin/sh\nexit 0\n' > src/repo/.git/hooks/pre-commit && chmod 755 src/repo/.git/hooks/pre-commit &&
     echo 'export A=1' > .envrc && echo '{"tasks": []}' > .vscode/tasks.json && echo 'alias ll=ls' > .bashrc &&
     echo plain > plain]], box)
+  return box
 end
 
 local function snapshot(box)
@@ -83,9 +84,7 @@ describe("confine's read-only paths #root", function()
 
   before_each(function()
     root = h.tmpdir("confine-ro")
-    box = root .. "/box"
-    assert(os.execute("mkdir " .. box))
-    make_tree(box)
+    box = make_tree(root .. "/box")
   end)
 
   after_each(function() h.rmrf(root) end)
