@@ -148,11 +148,33 @@ describe("confine's read-only paths #root", function()
       assert.are.equal(2, status, out)
       assert.matches("%-%-read%-only %(#1%)", out)
     end
+    -- a path inside one that stays read-only: its protected directory is named
+    local out, status = h.corral("confine", "--permit", box, "--writable", box .. "/src/repo/.git/hooks/pre-commit",
+      "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-writable %(#1%): .* stays read%-only; give %-%-writable " .. box:gsub("%p", "%%%0") ..
+      "/src/repo/%.git/hooks\n", out)
     -- control: the same flags with paths inside run
-    local out, status = h.corral("confine", "--exec", "--permit", box, "--read-only", box .. "/src",
+    out, status = h.corral("confine", "--exec", "--permit", box, "--read-only", box .. "/src",
       "--writable", box .. "/missing", "--", "touch", box .. "/ran")
     assert.are.equal(0, status, out)
     assert.truthy(h.read(box .. "/ran"))
+  end)
+
+  it("finds repositories 3 levels down, not 4, and says when the search stopped at its bound", function()
+    h.sh([[cd "$1" && mkdir -p a/b/three a/b/c/four && git -C a/b/three init -q && git -C a/b/c/four init -q]], box)
+    local out, status = h.corral("confine", "--json", "--permit", box, "--", "true")
+    assert.are.equal(0, status, out)
+    local ro = json.decode(out).read_only
+    local held = table.concat(ro.paths, "\n") .. "\n"
+    assert.truthy(held:find(box .. "/a/b/three/.git/config\n", 1, true), held)
+    assert.is_nil(held:find("/four/", 1, true), held)
+    assert.is_false(ro.stopped)
+    -- past 5,000 entries the search stops, and the spec says so
+    h.sh('mkdir "$1/many" && cd "$1/many" && touch $(seq -f f%g 5001)', box)
+    out, status = h.corral("confine", "--permit", box, "--", "true")
+    assert.are.equal(0, status, out)
+    assert.matches("search: stopped at its bound", out)
   end)
 
   it("the spec lists them, text and JSON; under Landlock alone it says they stay writable, and refuses " ..

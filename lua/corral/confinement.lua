@@ -289,8 +289,9 @@ local function linux_spec(cmd, args, o)
   if not host then return nil, errors.cannot_enforce("filesystem_confinement", why) end
   local resolved, err = core.path.resolve_executable(cmd)
   if not resolved then return nil, errors.invalid_argument("cmd", cmd .. ": " .. err) end
-  local read_only, ro_args = protected.for_layers(protected.plan(o.roots, o.read_only, o.writable), layers,
-    #o.read_only)
+  local plan, perr = protected.plan(o.roots, o.read_only, o.writable)
+  if not plan then return nil, perr end
+  local read_only, ro_args = protected.for_layers(plan, layers, #o.read_only)
   if not read_only then return nil, ro_args end
   local wargs = { "exec-confined", "--layers", table.concat(layers, ","), "--permit", o.permit }
   for _, x in ipairs(o.extras) do

@@ -106,7 +106,8 @@ end
 -- @tparam {string,...} read_only resolved paths asked for (checked by `resolve`)
 -- @tparam {string,...} writable resolved paths whose defaults are dropped
 -- @treturn table `{paths = {…} (held read-only, sorted), absent = {…}, unprotected =
---   {{path =, why =}, …}, stopped = bool (a search bound was reached)}`
+--   {{path =, why =}, …}, stopped = bool (a search bound was reached)}`; or nil and
+--   invalid_argument for a `writable` path inside one that stays read-only
 function M.plan(roots, read_only, writable)
   local plan = { paths = {}, absent = {}, unprotected = {}, seen = {}, stopped = false }
   for _, p in ipairs(read_only) do judge(plan, p) end
@@ -129,6 +130,15 @@ function M.plan(roots, read_only, writable)
     end
   end
   plan.seen = nil
+  -- a path inside one held read-only cannot be writable: said, not silently ignored
+  for i, w in ipairs(writable) do
+    for _, p in ipairs(plan.paths) do
+      if w ~= p and core.path.is_beneath(w, p) then
+        return nil, errors.invalid_argument("writable[" .. i .. "]", w .. " is inside " .. p ..
+          ", which stays read-only; give --writable " .. p)
+      end
+    end
+  end
   table.sort(plan.paths)
   table.sort(plan.absent)
   return plan
