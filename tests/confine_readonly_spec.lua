@@ -111,6 +111,23 @@ describe("confine's read-only paths #root", function()
     end)
   end
 
+  it("a nested user and mount namespace cannot remount or unmount them (--layers ns: no Landlock to refuse " ..
+    "mount(2)); control: its write beside them lands", function()
+    local p = probe.check("confinement.namespace")
+    if not p.holds then return pending("the ns layer does not hold here: " .. tostring(p.detail)) end
+    local inner = 'mount -o remount,bind,rw "$PWD/.vscode"; umount "$PWD/src/repo/.git/config"; ' ..
+      'umount -l "$PWD/.envrc"; echo x > "$PWD/.vscode/tasks.json" || echo x >> "$PWD/src/repo/.git/config" ' ..
+      '|| echo x >> "$PWD/.envrc"'
+    local out, status = h.corral("confine", "--exec", "--layers", "ns", "--permit", box, "--", "sh", "-c",
+      h.attempt_then_control("unshare -Urm sh -c '" .. inner .. "'",
+        "unshare -Urm sh -c 'echo data >> \"$PWD/plain\"' && echo nested-ok"))
+    h.assert_refused(h.after_attempt(out, "nested%-ok"), out)
+    assert.are.equal(0, status, out)
+    assert.are.equal("plain\ndata\n", h.read(box .. "/plain"))
+    assert.are.equal('{"tasks": []}\n', h.read(box .. "/.vscode/tasks.json"))
+    assert.are.equal("export A=1\n", h.read(box .. "/.envrc"))
+  end)
+
   it("--writable drops the defaults at or beneath it: .envrc and the repository become writable", function()
     local out, status = h.corral("confine", "--exec", "--permit", box, "--writable", box .. "/.envrc",
       "--writable", box .. "/src/repo", "--", "sh", "-c",
