@@ -128,6 +128,19 @@ describe("confine's read-only paths #root", function()
     assert.are.equal("export A=1\n", h.read(box .. "/.envrc"))
   end)
 
+  it("holds for a caller without privileges too (its own user namespace); control: the sibling's write",
+    function()
+    h.sh('chmod 0755 "$1" && chown -R "$2:$2" "$3"', root, tostring(h.TEST_UID), box)
+    local out, status = h.capture(h.as_test_user({ "env", "HOME=" .. root, h.host, "confine", "--exec",
+      "--permit", box, "--", "sh", "-c",
+      h.attempt_then_control("echo x >> .envrc || echo x >> src/repo/.git/config || mv src/repo src/r2",
+        "echo data >> plain && echo unprivileged-ok") }))
+    h.assert_refused(h.after_attempt(out, "unprivileged%-ok"), out)
+    assert.are.equal(0, status, out)
+    assert.are.equal("export A=1\n", h.read(box .. "/.envrc"))
+    assert.truthy(h.read(box .. "/src/repo/file"))
+  end)
+
   it("--writable drops the defaults at or beneath it: .envrc and the repository become writable", function()
     local out, status = h.corral("confine", "--exec", "--permit", box, "--writable", box .. "/.envrc",
       "--writable", box .. "/src/repo", "--", "sh", "-c",
