@@ -79,6 +79,18 @@ local function assert_held(out)
   end
 end
 
+-- Runs an attempt, then its control, as `sh -c` at the end of argv (a confine --exec line
+-- without its command): the attempt refused, then `marker` printed by the control.
+local function refused_then(argv, attempt, control, marker)
+  local line = { table.unpack(argv) }
+  for _, a in ipairs({ "--", "sh", "-c", h.attempt_then_control(attempt, control .. " && echo " .. marker) }) do
+    line[#line + 1] = a
+  end
+  local out, status = h.capture(line)
+  h.assert_refused(h.after_attempt(out, (marker:gsub("%-", "%%-"))), out)
+  assert.are.equal(0, status, out)
+end
+
 describe("confine's read-only paths #root", function()
   local root, box
 
@@ -118,11 +130,8 @@ describe("confine's read-only paths #root", function()
     local inner = 'mount -o remount,bind,rw "$PWD/.vscode"; umount "$PWD/src/repo/.git/config"; ' ..
       'umount -l "$PWD/.envrc"; echo x > "$PWD/.vscode/tasks.json" || echo x >> "$PWD/src/repo/.git/config" ' ..
       '|| echo x >> "$PWD/.envrc"'
-    local out, status = h.corral("confine", "--exec", "--layers", "ns", "--permit", box, "--", "sh", "-c",
-      h.attempt_then_control("unshare -Urm sh -c '" .. inner .. "'",
-        "unshare -Urm sh -c 'echo data >> \"$PWD/plain\"' && echo nested-ok"))
-    h.assert_refused(h.after_attempt(out, "nested%-ok"), out)
-    assert.are.equal(0, status, out)
+    refused_then({ h.host, "confine", "--exec", "--layers", "ns", "--permit", box },
+      "unshare -Urm sh -c '" .. inner .. "'", "unshare -Urm sh -c 'echo data >> \"$PWD/plain\"'", "nested-ok")
     assert.are.equal("plain\ndata\n", h.read(box .. "/plain"))
     assert.are.equal('{"tasks": []}\n', h.read(box .. "/.vscode/tasks.json"))
     assert.are.equal("export A=1\n", h.read(box .. "/.envrc"))
@@ -131,34 +140,25 @@ describe("confine's read-only paths #root", function()
   it("holds for a caller without privileges too (its own user namespace); control: the sibling's write",
     function()
     h.sh('chmod 0755 "$1" && chown -R "$2:$2" "$3"', root, tostring(h.TEST_UID), box)
-    local out, status = h.capture(h.as_test_user({ "env", "HOME=" .. root, h.host, "confine", "--exec",
-      "--permit", box, "--", "sh", "-c",
-      h.attempt_then_control("echo x >> .envrc || echo x >> src/repo/.git/config || mv src/repo src/r2",
-        "echo data >> plain && echo unprivileged-ok") }))
-    h.assert_refused(h.after_attempt(out, "unprivileged%-ok"), out)
-    assert.are.equal(0, status, out)
+    refused_then(h.as_test_user({ "env", "HOME=" .. root, h.host, "confine", "--exec", "--permit", box }),
+      "echo x >> .envrc || echo x >> src/repo/.git/config || mv src/repo src/r2", "echo data >> plain",
+      "unprivileged-ok")
     assert.are.equal("export A=1\n", h.read(box .. "/.envrc"))
     assert.truthy(h.read(box .. "/src/repo/file"))
   end)
 
   it("--writable drops the defaults at or beneath it: .envrc and the repository become writable", function()
-    local out, status = h.corral("confine", "--exec", "--permit", box, "--writable", box .. "/.envrc",
-      "--writable", box .. "/src/repo", "--", "sh", "-c",
-      h.attempt_then_control("echo more >> .bashrc", "echo more >> .envrc && echo '[x] y = 1' >> " ..
-        "src/repo/.git/config && touch src/repo/.git/hooks/new && echo writable-ok"))
-    h.assert_refused(h.after_attempt(out, "writable%-ok"), out)
-    assert.are.equal(0, status, out)
+    refused_then({ h.host, "confine", "--exec", "--permit", box, "--writable", box .. "/.envrc", "--writable",
+      box .. "/src/repo" }, "echo more >> .bashrc", "echo more >> .envrc && echo '[x] y = 1' >> " ..
+      "src/repo/.git/config && touch src/repo/.git/hooks/new", "writable-ok")
     assert.are.equal("export A=1\nmore\n", h.read(box .. "/.envrc"))
     assert.truthy(h.read(box .. "/src/repo/.git/hooks/new"))
   end)
 
   it("--read-only adds a path; control: its sibling stays writable", function()
     h.sh('mkdir "$1/build" && echo x > "$1/build/Makefile" && echo y > "$1/build/other"', box)
-    local out, status = h.corral("confine", "--exec", "--permit", box, "--read-only", box .. "/build/Makefile",
-      "--", "sh", "-c", h.attempt_then_control("echo evil >> build/Makefile",
-        "echo z >> build/other && echo sibling-ok"))
-    h.assert_refused(h.after_attempt(out, "sibling%-ok"), out)
-    assert.are.equal(0, status, out)
+    refused_then({ h.host, "confine", "--exec", "--permit", box, "--read-only", box .. "/build/Makefile" },
+      "echo evil >> build/Makefile", "echo z >> build/other", "sibling-ok")
     assert.are.equal("x\n", h.read(box .. "/build/Makefile"))
   end)
 
