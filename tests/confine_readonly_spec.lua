@@ -207,6 +207,22 @@ describe("confine's read-only paths #root", function()
     assert.matches("search: stopped at its bound", out)
   end)
 
+  it("lists a protected name reached through a symlink as not protected, and runs (the wrapper binds no " ..
+    "path through one)", function()
+    h.sh([[cd "$1" && mkdir -p dotfiles/config/fish realgit/hooks r3 && touch realgit/config &&
+      ln -s dotfiles/config .config && ln -s ../realgit r3/.git]], box)
+    local out, status = h.corral("confine", "--permit", box, "--", "true")
+    assert.are.equal(0, status, out)
+    for _, p in ipairs({ "/.config/fish", "/r3/.git/config", "/r3/.git/hooks" }) do
+      assert.truthy(out:find("not protected: " .. box .. p .. " (", 1, true), p .. ": " .. out)
+    end
+    -- control: the same boundary runs, its other protected paths held
+    out, status = h.corral("confine", "--exec", "--permit", box, "--", "sh", "-c",
+      h.attempt_then_control("echo x >> .envrc", "echo data >> plain && echo ran-ok"))
+    h.assert_refused(h.after_attempt(out, "ran%-ok"), out)
+    assert.are.equal(0, status, out)
+  end)
+
   it("the spec lists them, text and JSON; under Landlock alone it says they stay writable, and refuses " ..
     "--read-only (exit 3)", function()
     h.sh('ln -s .envrc "$1/.profile"', box)

@@ -54,8 +54,10 @@ local function repositories(root, budget)
       local st = name ~= ".git" and lstat(path)
       -- symlinks are not followed, nor other filesystems entered
       if st and st.type == "dir" and st.dev == budget.dev then
+        -- a .git that is a symlink is found too: what lies beneath it is then listed as
+        -- not protected, rather than the repository passed over unsaid
         local git = lstat(path .. "/.git")
-        if git and git.type == "dir" then found[#found + 1] = path end
+        if git and (git.type == "dir" or git.type == "link") then found[#found + 1] = path end
         queue[#queue + 1] = { path, depth + 1 }
       end
     end
@@ -93,6 +95,17 @@ local function judge(plan, path)
   end
 end
 
+-- The first symlink among the directories of `name` (".git" of ".git/config") beneath
+-- `base`, or nil: the wrapper binds only paths with no symlink on the way.
+local function linked_on_the_way(base, name)
+  local at = base
+  for part in name:gmatch("([^/]+)/") do
+    at = at .. "/" .. part
+    local st = lstat(at)
+    if st and st.type == "link" then return at end
+  end
+end
+
 local function dropped(path, writable)
   for _, w in ipairs(writable) do
     if core.path.is_beneath(path, w) then return true end
@@ -114,7 +127,15 @@ function M.plan(roots, read_only, writable)
   local function add(base, names)
     for _, n in ipairs(names) do
       local path = base .. "/" .. n
-      if not dropped(path, writable) then judge(plan, path) end
+      -- false: dropped or judged already; nil: no symlink on the way
+      local link = not dropped(path, writable) and not plan.seen[path] and linked_on_the_way(base, n)
+      if link then
+        plan.seen[path] = true
+        plan.unprotected[#plan.unprotected + 1] = { path = path, why = link .. " on its way is a symlink; " ..
+          "give --read-only with its target" }
+      elseif link == nil then
+        judge(plan, path)
+      end
     end
   end
   for _, root in ipairs(roots) do
