@@ -166,7 +166,8 @@ $(HOST): $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS)
 MUSL_CC     ?= $(if $(SAN),,$(shell command -v musl-gcc 2>/dev/null))
 CAP_ARCHIVE  = $(filter /%,$(shell $(CC) -print-file-name=libcap.a))
 MULTIARCH    = $(shell $(CC) -print-multiarch 2>/dev/null)
-WRAPPER_SRC := core/wrapper/exec_confined.c core/host/confine.c core/host/confine_bwrap.c
+WRAPPER_SRC := core/wrapper/exec_confined.c core/host/confine.c core/host/confine_bwrap.c \
+               core/host/confine_readonly.c
 $(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $(LIBCORE)
 	@mkdir -p $(dir $@)
 	@if [ -n "$(MUSL_CC)" ] && [ -n "$(CAP_ARCHIVE)" ]; then \

@@ -1,8 +1,8 @@
 /*
  * `corral exec-confined`: the control-plane confinement wrapper.
  *
- *   corral exec-confined --permit DIR [--extra PATH]… [--cd DIR] [--layers ns,landlock]
- *                        -- CMD ARGS…
+ *   corral exec-confined --permit DIR [--extra PATH]… [--read-only PATH]… [--cd DIR]
+ *                        [--layers ns,landlock] -- CMD ARGS…
  *
  * Two layers, because neither alone holds:
  *  ns        a user (when not root) + mount + pid namespace whose root shows only the
@@ -46,6 +46,7 @@
 #include "caps.h"
 #include "confine.h"
 #include "confine_bwrap.h"
+#include "confine_readonly.h"
 #include "landlock.h"
 #include "mount.h"
 #include "ns.h"
@@ -82,6 +83,12 @@ struct confine_opts {
     size_t n_extras;
     char *home; /* resolved; a private tmpfs there (see plan_home), or NULL */
     char *cd;
+    /* --read-only: paths beneath the boundary bound read-only (confine_readonly.h) */
+    char *read_only[CORRAL_RO_MAX];
+    int read_only_fds[CORRAL_RO_MAX];
+    size_t n_read_only;
+    struct corral_ro_bind ro[CORRAL_RO_MAX]; /* their plan */
+    size_t n_ro;
     int layer_ns, layer_landlock, layer_bwrap;
     /* "DEV:INO" the permit, then each extra, must be (the bwrap layer's inner wrapper) */
     const char *identities[MAX_EXTRAS + 1];
@@ -220,6 +227,30 @@ static int resolve_extra_arg(const char *value, char **out, int *fd_out, enum ex
     return r;
 }
 
+/* --read-only: a file or directory beneath the boundary (checked once every boundary
+ * directory is known, see plan_read_only), with one name if a file: another name of it
+ * would stay writable. */
+static int resolve_read_only_arg(const char *value, char **out, int *fd_out)
+{
+    const char *opt = "--read-only";
+    int r = check_line(opt, value);
+    if (r == 0 && (r = corral_resolve_file(value, out)) < 0)
+        diag(r, "cannot resolve %s %s", opt, value);
+    if (r == 0) r = open_grant(opt, value, *out, 0, fd_out);
+    if (r < 0) return r;
+    struct stat st;
+    if (fstat(*fd_out, &st) < 0 || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+        diag(0, "%s %s is neither a file nor a directory", opt, *out);
+        return -EINVAL;
+    }
+    if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+        diag(0, "%s %s has %lu hard links: another of its names could still be written", opt, *out,
+             (unsigned long)st.st_nlink);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static int parse_layers(const char *s, struct confine_opts *o)
 {
     o->layer_ns = o->layer_landlock = o->layer_bwrap = 0;
@@ -265,6 +296,35 @@ static int check_file_extras(const struct confine_opts *o)
     return 0;
 }
 
+/* The binds of the --read-only paths: each strictly beneath a boundary directory, and
+ * only with a layer that has a mount namespace to bind them in (ns, bwrap, or the bwrap
+ * layer's inner wrapper, which reads them back). */
+static int plan_read_only(struct confine_opts *o)
+{
+    if (o->n_read_only == 0) return 0;
+    if (!o->layer_ns && !o->layer_bwrap && o->n_identities == 0) {
+        diag(0, "--read-only needs the ns or bwrap layer: Landlock alone cannot take a path "
+                "out of the tree it grants");
+        return -EINVAL;
+    }
+    const char *roots[1 + MAX_EXTRAS];
+    size_t n_roots = 0;
+    roots[n_roots++] = o->permit;
+    for (size_t i = 0; i < o->n_extras; i++)
+        if (o->extra_kinds[i] == EXTRA_DIR) roots[n_roots++] = o->extras[i];
+    const char *bad = "";
+    int n =
+        corral_ro_plan(roots, n_roots, o->read_only, o->read_only_fds, o->n_read_only, o->ro, &bad);
+    if (n == -EINVAL)
+        diag(0, "--read-only %s is not beneath the boundary (--permit or a directory --extra)",
+             bad);
+    else if (n < 0)
+        diag(n, "--read-only %s", bad);
+    if (n < 0) return n;
+    o->n_ro = (size_t)n;
+    return 0;
+}
+
 static int parse(int argc, char **argv, struct confine_opts *o)
 {
     o->layer_ns = o->layer_landlock = 1;
@@ -297,6 +357,14 @@ static int parse(int argc, char **argv, struct confine_opts *o)
             o->n_extras++;
         } else if (strcmp(a, "--cd") == 0) {
             r = resolve_dir_arg(a, v, &o->cd, NULL);
+        } else if (strcmp(a, "--read-only") == 0) {
+            if (o->n_read_only == CORRAL_RO_MAX) {
+                diag(0, "too many %s", a);
+                return -E2BIG;
+            }
+            r = resolve_read_only_arg(v, &o->read_only[o->n_read_only],
+                                      &o->read_only_fds[o->n_read_only]);
+            o->n_read_only++;
         } else if (strcmp(a, "--identity") == 0) {
             if (o->n_identities == MAX_EXTRAS + 1) {
                 diag(0, "too many %s", a);
@@ -332,6 +400,7 @@ static int parse(int argc, char **argv, struct confine_opts *o)
     o->argv = &argv[i];
     if (!o->cd) o->cd = o->permit;
     if ((r = check_file_extras(o)) < 0) return r;
+    if ((r = plan_read_only(o)) < 0) return r;
     /* The command's grant (its bind and its Landlock rule) comes from this fd, so a
      * symlink swapped in after resolution cannot widen it to a directory. */
     o->cmd_fd = -1;
@@ -499,7 +568,7 @@ static int covered_by_runtime(const char *path)
 
 static int build_root(const struct confine_opts *o)
 {
-    struct corral_bind binds[CORRAL_ROOTPLAN_RUNTIME_MAX + MAX_EXTRAS + 3];
+    struct corral_bind binds[CORRAL_ROOTPLAN_RUNTIME_MAX + MAX_EXTRAS + CORRAL_RO_MAX + 3];
     struct corral_symlink links[CORRAL_ROOTPLAN_RUNTIME_MAX];
     char targets[CORRAL_ROOTPLAN_RUNTIME_MAX][PATH_MAX];
     size_t nb = 0, nl = 0;
@@ -525,6 +594,11 @@ static int build_root(const struct confine_opts *o)
             o->extras[i], o->extras[i],
             CORRAL_BIND_FROM_FD | (o->extra_kinds[i] == EXTRA_DIR ? CORRAL_BIND_RW : 0),
             o->extra_fds[i]};
+    /* Parents first (the plan is sorted), each over the boundary bound above. */
+    for (size_t i = 0; i < o->n_ro; i++)
+        binds[nb++] = (struct corral_bind){o->ro[i].path, o->ro[i].path,
+                                           CORRAL_BIND_FROM_FD | (o->ro[i].rw ? CORRAL_BIND_RW : 0),
+                                           o->ro[i].fd};
     /* The command the caller named is granted read+execute even outside the runtime
      * set: it is the one file the caller asked to run. */
     int cmd_inside = corral_is_beneath(o->cmd, o->permit);
@@ -735,10 +809,26 @@ static int root_of_child_userns(void)
            count == 1;
 }
 
+/* The read-only paths read back where the command will see them: each a mount point,
+ * each read-only path on a read-only mount (by our binds, or bubblewrap's). */
+static int check_read_only(const struct confine_opts *o)
+{
+    const char *bad = NULL;
+    int r = corral_ro_check(o->ro, o->n_ro, &bad);
+    if (r == -EPERM)
+        diag(0, "--read-only %s is writable inside", bad);
+    else if (r == -ENOTBLK)
+        diag(0, "--read-only: %s is not a mount point inside", bad);
+    else if (r < 0)
+        diag(r, "--read-only %s", bad);
+    return r;
+}
+
 /* Runs in pid 1 of the new namespaces (or in the wrapper itself without the ns layer). */
 static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, const sigset_t *old)
 {
     if (o->layer_ns && build_root(o) < 0) return CORRAL_EXIT_SETUP;
+    if (check_read_only(o) < 0) return CORRAL_EXIT_SETUP;
     if (chdir(o->cd) < 0) {
         /* the spec always passes --cd: by default the --permit directory itself */
         diag(errno, "cannot enter the working directory %s (--cd; by default --permit)", o->cd);
@@ -819,6 +909,13 @@ int corral_exec_confined_main(int argc, char **argv)
             fcntl(o.extra_fds[i], F_SETFD, 0);
             extra_srcs[i] = extra_src[i];
         }
+        static char ro_src[CORRAL_RO_MAX][32];
+        static const char *ro_srcs[CORRAL_RO_MAX];
+        for (size_t i = 0; i < o.n_ro; i++) {
+            snprintf(ro_src[i], sizeof ro_src[i], "/proc/self/fd/%d", o.ro[i].fd);
+            fcntl(o.ro[i].fd, F_SETFD, 0);
+            ro_srcs[i] = ro_src[i];
+        }
         static int extra_rw[MAX_EXTRAS];
         for (size_t i = 0; i < o.n_extras; i++)
             extra_rw[i] = o.extra_kinds[i] == EXTRA_DIR;
@@ -845,6 +942,9 @@ int corral_exec_confined_main(int argc, char **argv)
                                        .extras = o.extras,
                                        .extra_rw = extra_rw,
                                        .n_extras = o.n_extras,
+                                       .ro = o.ro,
+                                       .ro_srcs = ro_srcs,
+                                       .n_ro = o.n_ro,
                                        .tmpfs = tmpfs,
                                        .n_tmpfs = private_tmpfs(&o, tmpfs),
                                        .cd = o.cd,

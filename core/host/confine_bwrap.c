@@ -15,7 +15,8 @@
 #include "rootplan.h"
 #include "util.h"
 
-#define MAX_ARGS 512
+/* Room for every read-only bind (3 words each) and its read-back (2) besides the rest. */
+#define MAX_ARGS (512 + 5 * CORRAL_RO_MAX)
 
 struct args {
     const char *v[MAX_ARGS];
@@ -97,6 +98,11 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
         add(&a, l->extra_srcs ? l->extra_srcs[i] : l->extras[i]);
         add(&a, l->extras[i]);
     }
+    for (size_t i = 0; i < l->n_ro; i++) {
+        add(&a, l->ro[i].rw ? "--bind" : "--ro-bind");
+        add(&a, l->ro_srcs[i]);
+        add(&a, l->ro[i].path);
+    }
     /* Credential stores: an empty directory over a directory, /dev/null over a file. */
     for (size_t i = 0; i < l->n_masks; i++) {
         struct stat st;
@@ -154,6 +160,11 @@ int corral_confine_bwrap_exec(const struct corral_bwrap_layer *l)
         for (size_t i = 0; i < l->n_extras; i++) {
             add(&a, "--extra");
             add(&a, l->extras[i]);
+        }
+        for (size_t i = 0; i < l->n_ro; i++) {
+            if (l->ro[i].rw) continue;
+            add(&a, "--read-only");
+            add(&a, l->ro[i].path);
         }
         add(&a, "--cd");
         add(&a, l->cd);

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "confine_readonly.h"
 #include "mount.h"
 
 struct corral_bwrap_layer {
@@ -25,6 +26,11 @@ struct corral_bwrap_layer {
     const int *extra_rw; /* per extra: a directory, bound read-write; else a file or a
                             socket, bound read-only */
     size_t n_extras;
+    /* the read-only plan (confine_readonly.h), each bound from ro_srcs[i] (an fd path);
+       the inner wrapper reads each back */
+    const struct corral_ro_bind *ro;
+    const char *const *ro_srcs;
+    size_t n_ro;
     const struct corral_tmpfs *tmpfs; /* private, before the binds; bubblewrap takes
                                          the mode and no size cap before 0.9 */
     size_t n_tmpfs;

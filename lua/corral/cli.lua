@@ -332,12 +332,14 @@ command("step", "run one step at the highest tier this host earns (S0/S1/S2) and
   function() return require("corral.tier.cli").SPEC end)
 
 command("exec-confined", "(internal) the confinement wrapper a launch spec runs",
-  [[corral exec-confined --permit DIR [--extra PATH]... [--cd DIR] [--layers L] -- CMD ARGS...
+  [[corral exec-confined --permit DIR [--extra PATH]... [--read-only PATH]... [--cd DIR] [--layers L] -- CMD ARGS...
 
 The wrapper named by `corral confine` specs, run in C before any Lua state exists.
 L is ns or bwrap (the namespace layer, built by corral or by bubblewrap), landlock, or
 one of each joined by a comma (default ns,landlock).
-Every layer named in --layers must be built or nothing runs (exit 125).]],
+Every layer named in --layers must be built or nothing runs (exit 125); so is each
+--read-only path (a file or directory beneath the boundary, bound read-only: it needs
+the ns or bwrap layer).]],
   function()
     -- Reached only if the host's C fast path was bypassed (e.g. via corral.cli.main).
     return fail("exec-confined", "must be run as `corral exec-confined`")

@@ -10,12 +10,14 @@
 local core = require "corral.core"
 local confine_wrapper = require "corral.confine_wrapper"
 local errors = require "corral.errors"
+local protected = require "corral.confinement.protected"
 local state_dir = require "corral.state_dir"
 local probe = require "corral.probe"
 
 local M = {}
 
-local KNOWN_OPTS = { permit_path = true, env = true, cd = true, permit_extra_subpaths = true, layers = true }
+local KNOWN_OPTS = { permit_path = true, env = true, cd = true, permit_extra_subpaths = true, layers = true,
+                     read_only = true, writable = true }
 
 -- Each layer the caller may name, and the probe that establishes it.
 local LAYER_PROBES = { ns = "confinement.namespace", bwrap = "confinement.bwrap", landlock = "confinement.landlock" }
@@ -181,6 +183,19 @@ local function check_opts(opts)
         " is inside the boundary (permit_path or a directory extra) already")
     end
   end
+  local roots = { permit }
+  for i, x in ipairs(extras) do
+    if kinds[i] == "dir" then roots[#roots + 1] = x end
+  end
+  local lists = { read_only = {}, writable = {} }
+  for _, field in ipairs({ "read_only", "writable" }) do
+    if type(opts[field] or {}) ~= "table" then return nil, errors.invalid_argument(field, "must be a list of paths") end
+    for i, p in ipairs(opts[field] or {}) do
+      local r, rerr = protected.resolve(field .. "[" .. i .. "]", p, field == "read_only", roots, check_path_text)
+      if not r then return nil, rerr end
+      lists[field][i] = r
+    end
+  end
   local cd = permit
   if opts.cd ~= nil then
     local e
@@ -218,7 +233,8 @@ local function check_opts(opts)
     end
     layers = names
   end
-  return { permit = permit, extras = extras, kinds = kinds, cd = cd, env = env, layers = layers }
+  return { permit = permit, extras = extras, kinds = kinds, cd = cd, env = env, layers = layers, roots = roots,
+           read_only = lists.read_only, writable = lists.writable }
 end
 
 --- The confinement layers that hold on this host (probed once per process).
@@ -273,11 +289,16 @@ local function linux_spec(cmd, args, o)
   if not host then return nil, errors.cannot_enforce("filesystem_confinement", why) end
   local resolved, err = core.path.resolve_executable(cmd)
   if not resolved then return nil, errors.invalid_argument("cmd", cmd .. ": " .. err) end
+  local plan, perr = protected.plan(o.roots, o.read_only, o.writable)
+  if not plan then return nil, perr end
+  local read_only, ro_args = protected.for_layers(plan, layers, #o.read_only)
+  if not read_only then return nil, ro_args end
   local wargs = { "exec-confined", "--layers", table.concat(layers, ","), "--permit", o.permit }
   for _, x in ipairs(o.extras) do
     wargs[#wargs + 1] = "--extra"
     wargs[#wargs + 1] = x
   end
+  table.move(ro_args, 1, #ro_args, #wargs + 1, wargs)
   wargs[#wargs + 1] = "--cd"
   wargs[#wargs + 1] = o.cd
   -- a wrapper whose layer fails drops the probe results that chose it (corral.probe_cache)
@@ -289,7 +310,8 @@ local function linux_spec(cmd, args, o)
   wargs[#wargs + 1] = "--"
   wargs[#wargs + 1] = resolved
   for _, a in ipairs(args) do wargs[#wargs + 1] = a end
-  return { cmd = confine_wrapper.beside(host), args = wargs, env = o.env, cd = o.cd, layers = layers }
+  return { cmd = confine_wrapper.beside(host), args = wargs, env = o.env, cd = o.cd, layers = layers,
+           read_only = read_only }
 end
 
 --- The macOS launch spec: `sandbox-exec -p <profile> <resolved cmd> args…`, public so
@@ -302,6 +324,9 @@ function M.sandbox_exec_spec(command, opts)
   if not cmd then return nil, err end
   local o, e = check_opts(opts)
   if not o then return nil, e end
+  if #o.read_only > 0 then
+    return nil, errors.cannot_enforce("read_only_paths", "not rendered for sandbox-exec")
+  end
   local sbpl = require "corral.sbpl"
   local dirs, files, sockets = {}, {}, {}
   local by_kind = { dir = dirs, file = files, socket = sockets }
@@ -326,8 +351,11 @@ end
 --   file, read-only, or unix socket, to connect to, granted alone), `layers` (Linux: the layers to build, a list
 --   or "ns,landlock"; each must hold. Default: every one that holds. A command that makes
 --   its own mount namespace inside (bubblewrap) needs one without landlock: the kernel
---   refuses mount(2) to a process Landlock restricts)
--- @treturn table `{cmd, args, env, cd, layers}`, `cmd` the confinement wrapper; or nil
+--   refuses mount(2) to a process Landlock restricts), `read_only` (paths inside the
+--   boundary kept read-only besides the defaults, corral.confinement.protected),
+--   `writable` (paths whose default protection is dropped, with everything beneath them)
+-- @treturn table `{cmd, args, env, cd, layers, read_only}`, `cmd` the confinement
+--   wrapper, `read_only` what is kept read-only and what is not; or nil
 --   and `cannot_enforce`/`invalid_argument`
 function M.confine(command, opts)
   local cmd, args, err = check_command(command)

@@ -22,11 +22,16 @@ local M = {}
 --- The first line of the file; a change to the format changes it.
 M.FORMAT = "corral probe cache 1"
 
---- The file's name in the runtime directory: this, then `-` and 12 hex digits of the
--- corral executable's path, so that two builds or installs on one machine (a checkout
--- and /usr/local, a LuaRocks tree) each keep their own file instead of replacing the
--- other's at every call (their keys differ: the host's identity is in it).
+--- The file's name in the runtime directory: this, then `-` and the corral executable's
+-- path, so that two builds or installs on one machine (a checkout and /usr/local, a
+-- LuaRocks tree) each keep their own file instead of replacing the other's at every call
+-- (their keys differ: the host's identity is in it).
 M.NAME = "probes"
+
+-- The longest path written into the name as it is (escaped); a longer one is named by
+-- its SHA-256. Not hashed always: where the kernel has no AF_ALG, the digest loads
+-- libcrypto, ~6 ms of every CLI call (`corral -e "core.digest.sha256('x')"` under strace).
+local NAME_PATH_MAX = 200
 
 -- Read once at load, like the runtime directory: corral may clear its environment.
 -- Each changes what a probe finds: where it makes scratch files, which programs it runs,
@@ -127,7 +132,10 @@ function M.path()
   local dir, err = runtime_dir.dir()
   if not dir then return nil, err end
   local host = core.proc.host_executable() or "-"
-  return dir .. "/" .. M.NAME .. "-" .. core.digest.sha256(host):sub(1, 12)
+  -- "%" and "/" escaped: one name per path, and no path separator in it
+  local name = host:gsub("[%%/]", { ["%"] = "%25", ["/"] = "%2F" })
+  if #name > NAME_PATH_MAX then name = core.digest.sha256(host):sub(1, 12) end
+  return dir .. "/" .. M.NAME .. "-" .. name
 end
 
 --- The results kept for this host state.

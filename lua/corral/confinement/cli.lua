@@ -12,9 +12,10 @@ local M = {}
 -- The confine flag a corral.confinement argument came from: the error names what the
 -- user typed (`--permit`), never the Lua field (`permit_path`).
 local CONFINE_FLAGS = { permit_path = "--permit", cd = "--cd", layers = "--layers", cmd = "CMD" }
+local LIST_FLAGS = { permit_extra_subpaths = "--extra", read_only = "--read-only", writable = "--writable" }
 local function confine_flag(argument)
-  local n = argument:match("^permit_extra_subpaths%[(%d+)%]$")
-  if n then return "--extra (#" .. n .. ")" end
+  local field, n = argument:match("^([%w_]+)%[(%d+)%]$")
+  if field and LIST_FLAGS[field] then return LIST_FLAGS[field] .. " (#" .. n .. ")" end
   return CONFINE_FLAGS[argument] or argument
 end
 
@@ -27,6 +28,10 @@ M.CONFINE_OPTIONS = {
     { "cd", "value", "DIR", "its working directory, inside the boundary (default: DIR)" },
     { "layers", "value", "L", "ns, bwrap or landlock, or one of each: ns,landlock (default: all that hold)" },
   } },
+  { "Read-only inside the boundary (git hooks and config, .envrc, .vscode, shell rc files...)", {
+    { "read-only", "list", "PATH", "also keep PATH (a file or directory inside the boundary) read-only" },
+    { "writable", "list", "PATH", "drop the default read-only paths at or beneath PATH" },
+  } },
   { "Output", {
     { "json", "flag", nil, "print the spec as JSON" },
     { "exec", "flag", nil, "run the spec instead, exiting with the command's status" },
@@ -34,8 +39,8 @@ M.CONFINE_OPTIONS = {
 }
 
 --- `corral confine`'s usage text.
-M.CONFINE_USAGE =
-  [[corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
+M.CONFINE_USAGE = "corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--read-only PATH]... " ..
+  "[--writable PATH]... [--json] [--exec] -- CMD ARGS...\n" .. [[
 
 Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
 each --extra directory) and nothing else outside the runtime (read-only); an --extra
@@ -48,6 +53,19 @@ command to run is the confinement wrapper); environment values are never printed
 the names. --exec runs it instead and exits with the command's status. On Linux the
 spec names the layers that hold here: ns (mount+pid namespace; bwrap when only
 bubblewrap can build it) and landlock; --layers names them instead (each must hold).
+
+Read-only inside the boundary: what runs code later on the operator's behalf stays
+read-only - in every git repository (the top of DIR and each --extra directory, and any
+up to 3 levels beneath): .git/hooks, .git/config, submodules' config and hooks, .envrc,
+.vscode, .idea, .devcontainer(.json), .npmrc, .yarnrc(.yml); at the top of DIR and each
+--extra directory also the shell rc files (.bashrc .bash_profile .bash_login .bash_logout
+.profile .zshenv .zshrc .zprofile .zlogin .zlogout .kshrc .cshrc .tcshrc .login .logout
+.config/fish), .gitconfig, .config/git and .ssh. --read-only PATH adds one, --writable
+PATH drops the defaults at or beneath it; both inside the boundary. The ns and bwrap
+layers bind each read-only and pin the directories on its way (no rename, no removal);
+Landlock alone cannot take a path out of the tree it grants: there they stay writable (a
+warning says so) and --read-only is refused. A protected name that does not exist is not
+protected (made inside, it is writable); the spec lists what is held and what is not.
 
 Sandboxes inside: CMD may build narrower ones (unshare -Ur, unshare -Urn, corral
 confine or exec-confined with a --permit inside DIR); none reaches past DIR. Landlock
@@ -87,7 +105,7 @@ function M.confine(argv, cli)
   local confinement = require "corral.confinement"
   local spec, err = confinement.confine({ rest[1], cmdargs }, {
     permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-    env = core.proc.environ(), layers = opts.layers,
+    env = core.proc.environ(), layers = opts.layers, read_only = opts["read-only"], writable = opts.writable,
   })
   if not spec then
     if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
@@ -102,6 +120,11 @@ function M.confine(argv, cli)
         or "without Landlock, magic links and inherited directory fds are not covered",
       opts.layers and "\n" or " (corral probe shows why)\n")
   end
+  local ro = spec.read_only
+  if ro and not ro.held and #ro.paths > 0 then
+    io.stderr:write("corral confine: warning: ", #ro.paths, " read-only path(s) stay writable (",
+      ro.paths[1], #ro.paths > 1 and ", ..." or "", "): ", ro.why, "\n")
+  end
   if opts.exec then
     local status, why = cli.missing_command(rest[1])
     if status then
@@ -115,15 +138,32 @@ function M.confine(argv, cli)
   for i, pair in ipairs(spec.env) do names[i] = pair[1] end
   if opts.json then
     io.write(cli.json().encode({ cmd = spec.cmd, args = spec.args, cd = spec.cd,
-      layers = spec.layers, env_names = names }), "\n")
+      layers = spec.layers, env_names = names, read_only = spec.read_only }), "\n")
   else
     io.write("cmd:    ", spec.cmd, "\n")
     io.write("args:   ", shell.join(spec.args), "\n")
     io.write("cd:     ", spec.cd, "\n")
     io.write("layers: ", table.concat(spec.layers, ", "), "\n")
     io.write("env:    ", #names, " variables passed through unmodified (values not shown)\n")
+    if spec.read_only then M.print_read_only(spec.read_only) end
   end
   return 0
+end
+
+--- Prints a spec's read-only paths: those held (or not, and why), those that could not
+-- be, and how many protected names are absent (an agent may create them).
+-- @tparam table ro the spec's `read_only`
+function M.print_read_only(ro)
+  local label = ro.held and "read-only: " or "writable (not held): "
+  for i, p in ipairs(ro.paths) do io.write(i == 1 and label or string.rep(" ", #label), p, "\n") end
+  if #ro.paths == 0 then io.write("read-only: none found\n") end
+  if ro.why then io.write("  why: ", ro.why, "\n") end
+  for _, u in ipairs(ro.unprotected) do io.write("not protected: ", u.path, " (", u.why, ")\n") end
+  if ro.stopped then
+    io.write("search: stopped at its bound; repositories deeper or further on are not protected\n")
+  end
+  io.write("absent: ", #ro.absent, " protected names do not exist; made inside, they are writable ",
+    "(--json lists them)\n")
 end
 
 --- `corral sbpl`'s option groups.
