@@ -11,21 +11,30 @@ local M = {}
 --- The delegate's state directory beneath corral-runtime's root.
 M.SUBDIR = ".delegate"
 
+-- crun refuses every container on a hybrid cgroup host whose cgroup v2 mount holds a
+-- controller ("cgroups in hybrid mode not supported, drop all controllers from
+-- cgroupv2", crun 1.8); runc runs there.
+local function crun_refuses_host()
+  local text = core.fs.read("/sys/fs/cgroup/unified/cgroup.controllers")
+  return text ~= nil and text:find("%S") ~= nil
+end
+
 --- The delegate's executable: the one named (corral-runtime's `--delegate`, which podman
 -- passes as `--runtime-flag delegate=NAME`: conmon clears the environment), else
--- `CORRAL_RUNTIME_DELEGATE`, else crun, else runc.
+-- `CORRAL_RUNTIME_DELEGATE`, else crun (unless the host is one it refuses), else runc.
 -- @tparam[opt] string named
 -- @treturn[1] string path
 -- @return[2] nil
 -- @treturn[2] table cannot_enforce("oci_runtime", …)
 function M.path(named)
   named = named or os.getenv("CORRAL_RUNTIME_DELEGATE")
-  for _, cand in ipairs(named and named ~= "" and { named } or { "crun", "runc" }) do
+  local order = crun_refuses_host() and { "runc" } or { "crun", "runc" }
+  for _, cand in ipairs(named and named ~= "" and { named } or order) do
     local path = cand:find("/", 1, true) and cand or core.path.resolve_executable(cand)
     if path and path:sub(1, 1) == "/" and core.fs.lstat(path) then return path end
   end
-  return nil, errors.cannot_enforce("oci_runtime", named and (named .. " not found (--delegate or CORRAL_RUNTIME_DELEGATE)")
-    or "neither crun nor runc is installed (corral-runtime delegates the container's life cycle to one)")
+  return nil, errors.cannot_enforce("oci_runtime", named
+    and (named .. " not found (--delegate or CORRAL_RUNTIME_DELEGATE)") or "neither crun nor runc is installed (corral-runtime delegates the container's life cycle to one)")
 end
 
 --- The delegate's argv: its global flags (the engine's, `--root` moved beneath ours),
