@@ -169,7 +169,8 @@ describe("corral-runtime #root #netns", function()
       local log = h.read(ROOT .. "/" .. id .. "/decisions.jsonl") or ""
       assert.matches('"name":"other.test"', log)
       assert.matches('"verdict":"deny"', log)
-      assert.matches('"kind":"connect","name":"api.test","ip":"[%d.]+","port":' .. allowed .. ',"verdict":"allow"', log)
+      assert.matches('"kind":"connect","name":"api.test","ip":"[%d.]+","port":' .. allowed .. ',"verdict":"allow"',
+        log)
       -- corral's REPL sees the container as a sandbox, served by its keeper
       local seen = h.capture({ h.host, "-e", "for _, s in ipairs(require('corral.operator').sandboxes()) do "
         .. "print(s.id, s.pid, s.mechanism) end" })
@@ -278,27 +279,89 @@ describe("corral-runtime #root #netns", function()
     end)
 
     local function run(id, ...)
-      local a = { "run", "--rm", "--runc-binary", RUNTIME, "--mount", "type=bind,src=/usr,dst=/usr,options=rbind:ro",
+      local rest = { ... }
+      local detach = rest[1] == "-d" and table.remove(rest, 1)
+      local extra = {}
+      while rest[1] == "--annotation" do
+        extra[#extra + 1] = table.remove(rest, 1)
+        extra[#extra + 1] = table.remove(rest, 1)
+      end
+      local a = { "run", detach or "--rm", "--runc-binary", RUNTIME, "--mount", "type=bind,src=/usr,dst=/usr,options=rbind:ro",
         "--mount", "type=bind,src=" .. dir .. ",dst=/t,options=rbind:ro", "--env", "PATH=/usr/bin:/bin" }
       for _, v in ipairs(annotations("--annotation")) do a[#a + 1] = v end
+      for _, v in ipairs(extra) do a[#a + 1] = v end
       a[#a + 1] = "--rootfs"
       a[#a + 1] = dir .. "/rootfs"
       a[#a + 1] = id
-      for _, v in ipairs({ ... }) do a[#a + 1] = v end
+      for _, v in ipairs(rest) do a[#a + 1] = v end
       return ctr(table.unpack(a))
     end
     local ROOT = "/run/containerd/runc/default"
+    local function stopped(id) return ctr("task", "ls"):find(id:gsub("%p", "%%%0") .. "%s+%d+%s+STOPPED") end
 
-    it("reaches only the allowed name, with the decisions in its log, and delete leaves nothing", function()
+    it("reaches only the allowed name, with the decisions in the engine's log, and delete leaves nothing", function()
       local why = missing("containerd")
       if why then return pending(why) end
       local id = "corral-rt-" .. h.own_pid()
       h.defer(finally, function() ctr("task", "rm", "-f", id) ctr("container", "rm", id) end)
-      local out, status = run(id, "python3", "/t/client.py", table.unpack(destinations()))
+      local out, status = run(id, "-d", "sleep", "60")
+      assert.are.equal(0, status, out)
+      local keeper = keeper_of(ROOT, id)
+      out = ctr("task", "exec", "--exec-id", "client", id, "python3", "/t/client.py", table.unpack(destinations()))
+      assert_only_allowed(out)
+      -- containerd's --log (log.json, --log-format json): the runtime's lines and each decision
+      local log = h.read(ctd .. "/state/io.containerd.runtime.v2.task/default/" .. id .. "/log.json") or ""
+      local allow, deny
+      for line in log:gmatch("[^\n]+") do
+        local e = json.decode(line)
+        if type(e) == "table" and type(e.corral) == "table" then
+          if e.corral.verdict == "allow" and e.corral.kind == "connect" then allow = e end
+          if e.corral.verdict == "deny" then deny = e end
+        end
+      end
+      assert.truthy(allow and deny, log)
+      assert.are.equal("api.test", allow.corral.name)
+      assert.are.equal("warning", deny.level)
+      ctr("task", "kill", "-s", "KILL", id)
+      assert.truthy(h.wait_for(function() return stopped(id) end, 5))
+      out, status = ctr("task", "rm", id)
+      assert.are.equal(0, status, out)
+      ctr("container", "rm", id)
+      assert_nothing_left(ROOT, id, keeper)
+    end)
+
+    -- A pod as containerd's CRI makes it: its sandbox container carries the pod's
+    -- annotations and the keeper; each other container joins the sandbox's plane.
+    it("puts a pod's containers in its sandbox's plane; one whose sandbox has no keeper is refused", function()
+      local why = missing("containerd")
+      if why then return pending(why) end
+      local sb, app, orphan = "corral-rt-sb-" .. h.own_pid(), "corral-rt-app-" .. h.own_pid(),
+        "corral-rt-orphan-" .. h.own_pid()
+      h.defer(finally, function()
+        for _, id in ipairs({ orphan, app, sb }) do ctr("task", "rm", "-f", id) ctr("container", "rm", id) end
+      end)
+      local out, status = run(sb, "-d", "--annotation", "io.kubernetes.cri.container-type=sandbox", "sleep", "60")
+      assert.are.equal(0, status, out)
+      local keeper = keeper_of(ROOT, sb)
+      -- a container whose sandbox has no keeper, annotated: refused, never unfiltered
+      out, status = run(orphan, "--annotation", "io.kubernetes.cri.container-type=container", "--annotation",
+        "io.kubernetes.cri.sandbox-id=no-such-sandbox", "python3", "/t/client.py", net.ip .. ":" .. allowed)
+      assert.are_not.equal(0, status, out)
+      assert.matches("no live corral keeper", out, nil, true)
+      -- the pod's container, no corral.dev/ annotation of its own: the sandbox's plane
+      out, status = ctr("run", "--rm", "--runc-binary", RUNTIME, "--mount",
+        "type=bind,src=/usr,dst=/usr,options=rbind:ro", "--mount", "type=bind,src=" .. dir .. ",dst=/t,options=rbind:ro",
+        "--env", "PATH=/usr/bin:/bin", "--annotation", "io.kubernetes.cri.container-type=container",
+        "--annotation", "io.kubernetes.cri.sandbox-id=" .. sb, "--rootfs", dir .. "/rootfs", app, "python3", "/t/client.py", table.unpack(destinations()))
       assert.are.equal(0, status, out)
       assert_only_allowed(out)
-      assert.is_falsy(io.open(ROOT .. "/" .. id))
-      assert.are.equal("", h.sh("pgrep -f '[k]eeper " .. ROOT .. " " .. id .. "' || true"))
+      -- the app's delete left the sandbox's keeper alone
+      assert.truthy(io.open("/proc/" .. keeper.pid .. "/stat"))
+      ctr("task", "kill", "-s", "KILL", sb)
+      assert.truthy(h.wait_for(function() return stopped(sb) end, 5))
+      out, status = ctr("task", "rm", sb)
+      assert.are.equal(0, status, out)
+      assert_nothing_left(ROOT, sb, keeper)
     end)
 
     -- N containers created and deleted in a row (the bench runs 100): nothing left

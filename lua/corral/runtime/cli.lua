@@ -116,7 +116,9 @@ local function start_keeper(argv0, g, id, dir)
   null:close()
   log:close()
   wr:close()
-  if not proc then return nil, errors.cannot_enforce("network_restriction", "starting the keeper: " .. tostring(err)) end
+  if not proc then
+    return nil, errors.cannot_enforce("network_restriction", "starting the keeper: " .. tostring(err))
+  end
   proc:wait()
   proc:close()
   local line, why = read_line(rd, M.KEEPER_WAIT)
@@ -138,12 +140,42 @@ local function end_keeper(root, id)
   core.fs.remove_tree(state.dir(root, id))
 end
 
+-- Kubernetes (containerd's CRI): a pod's containers share its sandbox's network
+-- namespace, and `pod_annotations` hands the pod's corral.dev/ keys to each of them. The
+-- sandbox container (`io.kubernetes.cri.container-type` "sandbox") gets the keeper; each
+-- other container of the pod joins that keeper's netns, or is refused when there is none.
+local function pod_sandbox(ann)
+  if ann["io.kubernetes.cri.container-type"] == "container" then
+    return ann["io.kubernetes.cri.sandbox-id"] or ""
+  end
+end
+
+local function join_pod(g, path, o, config, sandbox)
+  local k = state.valid_id(sandbox) and state.keeper(g.root, sandbox) or nil
+  if not (k and state.alive(k)) then
+    return refuse(g, errors.cannot_enforce("network_restriction", "container " .. tostring(o.id) .. " of pod "
+      .. "sandbox " .. sandbox .. ": the sandbox has no live corral keeper to join (it was not started by "
+      .. "corral-runtime, or its keeper died)"))
+  end
+  local netns = "/proc/" .. k.pid .. "/fd/" .. k.fd
+  bundle.confine(config, netns)
+  local ok, err = bundle.write(o.bundle, config)
+  if not ok then return refuse(g, err) end
+  state.log(g, "info", string.format("corral-runtime: %s joins the egress plane of its pod's sandbox %s (keeper %d)",
+    o.id, sandbox, k.pid))
+  local _, xerr = delegate.exec(path, g, g.words)
+  return refuse(g, errors.cannot_enforce("oci_runtime", tostring(xerr)))
+end
+
 local function create(argv0, g, path)
   local o = M.sub_options(g.words)
   local config, err = bundle.read(o.bundle)
   if not config then return refuse(g, err) end
   local network, opts = annotations.network(config.annotations)
   if network == nil then return refuse(g, opts) end
+  -- a container of a pod whose sandbox has a keeper joins it, annotated or not
+  local sandbox = pod_sandbox(config.annotations or {})
+  if sandbox and (network or state.keeper(g.root, sandbox)) then return join_pod(g, path, o, config, sandbox) end
   if network == false then return delegate.exec(path, g, g.words) and 1 end
   if not state.valid_id(o.id) then
     return refuse(g, errors.invalid_argument("container id", tostring(o.id) .. ": letters, digits, _ + - . "

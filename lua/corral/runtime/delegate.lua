@@ -34,7 +34,8 @@ function M.path(named)
     if path and path:sub(1, 1) == "/" and core.fs.lstat(path) then return path end
   end
   return nil, errors.cannot_enforce("oci_runtime", named
-    and (named .. " not found (--delegate or CORRAL_RUNTIME_DELEGATE)") or "neither crun nor runc is installed (corral-runtime delegates the container's life cycle to one)")
+    and (named .. " not found (--delegate or CORRAL_RUNTIME_DELEGATE)")
+    or "neither crun nor runc is installed (corral-runtime delegates the container's life cycle to one)")
 end
 
 --- The delegate's argv: its global flags (the engine's, `--root` moved beneath ours),
