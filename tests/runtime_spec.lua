@@ -286,7 +286,8 @@ describe("corral-runtime #root #netns", function()
         extra[#extra + 1] = table.remove(rest, 1)
         extra[#extra + 1] = table.remove(rest, 1)
       end
-      local a = { "run", detach or "--rm", "--runc-binary", RUNTIME, "--mount", "type=bind,src=/usr,dst=/usr,options=rbind:ro",
+      local a = { "run", detach or "--rm", "--runc-binary", RUNTIME,
+        "--mount", "type=bind,src=/usr,dst=/usr,options=rbind:ro",
         "--mount", "type=bind,src=" .. dir .. ",dst=/t,options=rbind:ro", "--env", "PATH=/usr/bin:/bin" }
       for _, v in ipairs(annotations("--annotation")) do a[#a + 1] = v end
       for _, v in ipairs(extra) do a[#a + 1] = v end
@@ -350,9 +351,11 @@ describe("corral-runtime #root #netns", function()
       assert.matches("no live corral keeper", out, nil, true)
       -- the pod's container, no corral.dev/ annotation of its own: the sandbox's plane
       out, status = ctr("run", "--rm", "--runc-binary", RUNTIME, "--mount",
-        "type=bind,src=/usr,dst=/usr,options=rbind:ro", "--mount", "type=bind,src=" .. dir .. ",dst=/t,options=rbind:ro",
+        "type=bind,src=/usr,dst=/usr,options=rbind:ro",
+        "--mount", "type=bind,src=" .. dir .. ",dst=/t,options=rbind:ro",
         "--env", "PATH=/usr/bin:/bin", "--annotation", "io.kubernetes.cri.container-type=container",
-        "--annotation", "io.kubernetes.cri.sandbox-id=" .. sb, "--rootfs", dir .. "/rootfs", app, "python3", "/t/client.py", table.unpack(destinations()))
+        "--annotation", "io.kubernetes.cri.sandbox-id=" .. sb, "--rootfs", dir .. "/rootfs", app,
+        "python3", "/t/client.py", table.unpack(destinations()))
       assert.are.equal(0, status, out)
       assert_only_allowed(out)
       -- the app's delete left the sandbox's keeper alone
