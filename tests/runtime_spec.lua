@@ -381,3 +381,50 @@ describe("corral-runtime #root #netns", function()
     end)
   end)
 end)
+
+-- The Kubernetes documents, checked on paper: no API server runs here, and kubectl's
+-- `apply --dry-run=client` needs one (its REST mapping comes from the server's discovery),
+-- so each manifest goes through kubectl's offline path (`label --local --dry-run=client`,
+-- which parses every document and its kind) and this spec checks what ties them together.
+describe("deploy/kubernetes", function()
+  local DIR = "deploy/kubernetes"
+  local function have_kubectl() return select(2, h.sh("command -v kubectl >/dev/null")) == 0 end
+
+  local function objects(file)
+    local out, status = h.capture({ "kubectl", "label", "--local", "--dry-run=client", "-o", "json", "-f", file,
+      "corral.dev/checked=yes" })
+    assert.are.equal(0, status, out)
+    local doc = assert(json.decode(out), out)
+    return doc.kind == "List" and doc.items or { doc }
+  end
+
+  it("parses every manifest, and a broken one is refused by the same check", function()
+    if not have_kubectl() then return pending("kubectl is not installed (Debian: kubernetes-client)") end
+    local tmp = h.tmpdir("k8s")
+    h.defer(finally, function() h.rmrf(tmp) end)
+    h.write(tmp .. "/broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers: [\n")
+    local out, status = h.capture({ "kubectl", "label", "--local", "--dry-run=client", "-o", "json", "-f",
+      tmp .. "/broken.yaml", "a=b" })
+    assert.are_not.equal(0, status, out)
+    local kinds = {}
+    for _, f in ipairs({ "runtimeclass.yaml", "daemonset.yaml", "pod-example.yaml" }) do
+      for _, o in ipairs(objects(DIR .. "/" .. f)) do kinds[o.kind] = o end
+    end
+    local rc, ds, pod = kinds.RuntimeClass, kinds.DaemonSet, kinds.Pod
+    assert.truthy(rc and ds and pod)
+    -- the pod names the RuntimeClass, whose handler is the containerd entry's name
+    assert.are.equal(rc.metadata.name, pod.spec.runtimeClassName)
+    local toml = assert(h.read(DIR .. "/containerd-runtime.toml"))
+    assert.matches('runtimes%.' .. rc.handler .. '%]', toml)
+    assert.matches('runtime_type = "io.containerd.runc.v2"', toml, nil, true)
+    assert.matches('pod_annotations = ["corral.dev/*"]', toml, nil, true)
+    assert.matches('BinaryName = "/usr/local/bin/corral-runtime"', toml, nil, true)
+    -- the DaemonSet's selector picks its own pods
+    for k, v in pairs(ds.spec.selector.matchLabels) do assert.are.equal(v, ds.spec.template.metadata.labels[k]) end
+    -- the pod's annotations are ones corral-runtime accepts (its own parser)
+    local annotations = require "corral.runtime.annotations"
+    local network, err = annotations.network(pod.metadata.annotations)
+    assert.truthy(network, tostring(err))
+    assert.are.equal(3, #network.allow)
+  end)
+end)
