@@ -154,16 +154,28 @@ describe("corral-runtime #root #netns", function()
       if not missing("podman") then h.capture({ "podman", "rmi", "-f", image }) end
     end)
 
-    it("reaches only the allowed name, logs each decision, and delete leaves nothing", function()
-      local why = missing("podman")
-      if why then return pending(why) end
-      local name = "corral-rt-" .. h.own_pid()
+    -- An annotated container left running: its name, id and keeper.
+    local function start_detached(prefix)
+      local name = prefix .. h.own_pid()
       h.defer(finally, function() podman("rm", "-f", "-t", "0", name) end)
       local out, status = podman(run_args(annotations("--annotation"), "-d", "--name", name, image, "sleep", "60"))
       assert.are.equal(0, status, out)
       local id = out:match("(%x+)%s*$")
-      local keeper = keeper_of(ROOT, id)
-      out = podman("exec", name, "python3", "/t/client.py", table.unpack(destinations()))
+      return name, id, keeper_of(ROOT, id)
+    end
+
+    -- `podman rm`, then nothing of the container left.
+    local function remove(name, id, keeper)
+      local out, status = podman("rm", "-f", "-t", "0", name)
+      assert.are.equal(0, status, out)
+      assert_nothing_left(ROOT, id, keeper)
+    end
+
+    it("reaches only the allowed name, logs each decision, and delete leaves nothing", function()
+      local why = missing("podman")
+      if why then return pending(why) end
+      local name, id, keeper = start_detached("corral-rt-")
+      local out = podman("exec", name, "python3", "/t/client.py", table.unpack(destinations()))
       assert_only_allowed(out)
       -- every decision in the container's log, the refused ones named
       local log = h.read(ROOT .. "/" .. id .. "/decisions.jsonl") or ""
@@ -175,34 +187,25 @@ describe("corral-runtime #root #netns", function()
       local seen = h.capture({ h.host, "-e", "for _, s in ipairs(require('corral.operator').sandboxes()) do "
         .. "print(s.id, s.pid, s.mechanism) end" })
       assert.matches(id .. "%s+" .. keeper.pid .. "%s+corral%-runtime", seen)
-      out, status = podman("rm", "-f", "-t", "0", name)
-      assert.are.equal(0, status, out)
-      assert_nothing_left(ROOT, id, keeper)
+      remove(name, id, keeper)
     end)
 
     it("a container whose keeper died has no network at all, and delete still leaves nothing", function()
       local why = missing("podman")
       if why then return pending(why) end
-      local name = "corral-rt-dead-" .. h.own_pid()
-      h.defer(finally, function() podman("rm", "-f", "-t", "0", name) end)
-      local out, status = podman(run_args(annotations("--annotation"), "-d", "--name", name, image, "sleep", "60"))
-      assert.are.equal(0, status, out)
-      local id = out:match("(%x+)%s*$")
-      local keeper = keeper_of(ROOT, id)
+      local name, id, keeper = start_detached("corral-rt-dead-")
       h.sh("kill -9 " .. keeper.pid)
       assert.truthy(h.wait_for(function() return not io.open("/proc/" .. keeper.pid .. "/stat") end, 5))
       -- the allowed name, its address and the IP literal: nothing answers; then the
       -- control: the container itself still runs commands
-      out = podman("exec", name, "sh", "-c", "python3 /t/client.py api.test:" .. allowed .. " "
+      local out = podman("exec", name, "sh", "-c", "python3 /t/client.py api.test:" .. allowed .. " "
         .. net.ip .. ":" .. allowed .. "; echo alive")
       local r = results(out)
       assert.are.equal(2, #r, out)
       for _, x in ipairs(r) do assert.matches("^refused:", x.got, nil, false, out) end
       assert.matches("alive\n$", out)
       assert.are.equal("", h.read(dir .. "/server.log"))
-      out, status = podman("rm", "-f", "-t", "0", name)
-      assert.are.equal(0, status, out)
-      assert_nothing_left(ROOT, id, nil)
+      remove(name, id, nil)
     end)
 
     it("refuses a malformed or unknown annotation by name, leaving nothing; a good one runs", function()

@@ -25,6 +25,16 @@ local VALUED = { ["--root"] = true, ["--log"] = true, ["--log-format"] = true, [
 --- Seconds `create` waits for the keeper's plane.
 M.KEEPER_WAIT = 10
 
+-- The option at words[i]: its name, its value (`--flag=value`, or the next word when
+-- `valued[name]`), whether the value was inline, and the index after it.
+local function option_at(words, i, valued)
+  local name, value = words[i]:match("^(%-%-?[%w-]+)=(.*)$")
+  if name then return name, value, true, i + 1 end
+  name = words[i]
+  if valued[name] then return name, words[i + 1], false, i + 2 end
+  return name, nil, false, i + 1
+end
+
 --- Splits runc's command line: `{root =, log =, log_format =, passed = {global flags but
 -- --root}, words = {subcommand, ...}}`.
 function M.globals(argv)
@@ -32,49 +42,42 @@ function M.globals(argv)
   local i = 1
   while argv[i] and argv[i]:sub(1, 1) == "-" and argv[i] ~= "--version" and argv[i] ~= "-v"
       and argv[i] ~= "--help" and argv[i] ~= "-h" do
-    local a = argv[i]
-    local name, value = a:match("^(%-%-[%w-]+)=(.*)$")
-    name = name or a
-    if VALUED[name] and not value then
-      i = i + 1
-      value = argv[i]
-    end
+    local at = i
+    local name, value, inline
+    name, value, inline, i = option_at(argv, i, VALUED)
     if name == "--root" then
       g.root = value
     elseif name == "--delegate" then
       g.delegate = value -- corral-runtime's own: podman's --runtime-flag delegate=runc
     else
       if name == "--log" then g.log = value elseif name == "--log-format" then g.log_format = value end
-      g.passed[#g.passed + 1] = name
-      if VALUED[name] then g.passed[#g.passed + 1] = value end
+      table.move(argv, at, inline and at or i - 1, #g.passed + 1, g.passed)
     end
-    i = i + 1
   end
   table.move(argv, i, #argv, 1, g.words)
   return g
 end
 
--- A subcommand's options and its container id (the last word that is no option's value).
-local SUB_VALUED = { ["--bundle"] = "bundle", ["-b"] = "bundle", ["--pid-file"] = true,
+-- A subcommand's options that take a value (runc's create, run, exec, delete).
+local SUB_VALUED = { ["--bundle"] = true, ["-b"] = true, ["--pid-file"] = true,
   ["--console-socket"] = true, ["--preserve-fds"] = true, ["--process"] = true, ["-p"] = true,
   ["--cwd"] = true, ["--env"] = true, ["-e"] = true, ["--user"] = true, ["-u"] = true,
   ["--process-label"] = true, ["--apparmor"] = true, ["--cap"] = true, ["-c"] = true }
 
+--- A subcommand's bundle (default ".") and container id (its first word that is neither
+-- an option nor an option's value).
 function M.sub_options(words)
   local o = { bundle = "." }
   local i = 2
   while words[i] do
     local w = words[i]
-    local name, value = w:match("^(%-%-?[%w-]+)=(.*)$")
-    name = name or w
-    if SUB_VALUED[name] and not value then
-      i = i + 1
-      value = words[i]
+    local name, value, _
+    name, value, _, i = option_at(words, i, SUB_VALUED)
+    if name == "--bundle" or name == "-b" then
+      o.bundle = value
+    elseif w:sub(1, 1) ~= "-" then
+      o.id = o.id or w
     end
-    if SUB_VALUED[name] == "bundle" then o.bundle = value
-    elseif name == "--force" or name == "-f" then o.force = true
-    elseif name:sub(1, 1) ~= "-" then o.id = o.id or w end
-    i = i + 1
   end
   return o
 end
