@@ -230,6 +230,31 @@ describe("corral-runtime #root #netns", function()
   end)
 
   describe("called directly", function()
+    it("reads annotations with corral run's grammar, each refusal naming its annotation", function()
+      local parser = require "corral.runtime.annotations"
+      local network = assert(parser.network({ ["corral.dev/allow"] = "a.test:443,\n b.test:80\nudp:c.test:123",
+        ["corral.dev/idle"] = "10m", ["other/key"] = "x" }))
+      assert.are.same({ "a.test:443", "b.test:80", "udp:c.test:123" }, network.allow)
+      assert.are.equal(600, network.idle)
+      assert.are.equal(false, (parser.network({ ["io.kubernetes.cri.container-type"] = "sandbox" })))
+      for _, case in ipairs({
+        { { ["corral.dev/allow"] = "a.test:443", ["corral.dev/resolve"] = "a.test" }, "corral.dev/resolve" },
+        { { ["corral.dev/allow"] = "a.test:443", ["corral.dev/log-json"] = "/etc/passwd" }, "corral.dev/log-json" },
+        { { ["corral.dev/allow"] = "a.test:443", ["corral.dev/learn"] = "l.txt" }, "corral.dev/learn" },
+        { { ["corral.dev/sni"] = "require" }, "corral.dev/sni" },
+        { { ["corral.dev/allow"] = " , " }, "corral.dev/allow" } }) do
+        local ok, err = parser.network(case[1])
+        assert.is_nil(ok)
+        assert.are.equal(case[2], err.argument, tostring(err))
+        assert.is_nil(tostring(err.detail):find("%-%-%a"), tostring(err)) -- no flag of corral run's named
+      end
+      -- controls: the same keys well formed are taken
+      local ok = parser.network({ ["corral.dev/allow"] = "a.test:443", ["corral.dev/resolve"] = "a.test=192.0.2.1",
+        ["corral.dev/log-json"] = "a.jsonl", ["corral.dev/sni"] = "require" })
+      assert.truthy(ok)
+      assert.are.equal("192.0.2.1", ok.resolve["a.test"][1])
+    end)
+
     it("writes its refusal to --log in the format asked, exit 2, nothing made", function()
       if not is_root then return pending("needs root") end
       local root = h.tmpdir("rt-root")

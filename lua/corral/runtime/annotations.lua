@@ -47,7 +47,8 @@ local function renamed(err)
   if not errors.is(err, "invalid_argument") then return err end
   local function ann(flag) return KINDS[flag] and (M.PREFIX .. flag) or ("--" .. flag) end
   local arg = tostring(err.argument):gsub("^%-%-([%w-]+)$", ann)
-  return errors.invalid_argument(arg, (tostring(err.detail):gsub("%-%-([%a][%w-]*)", ann)))
+  local detail = tostring(err.detail):gsub("%-%-allow%-file FILE", M.PREFIX .. "allow"):gsub("%-%-([%a][%w-]*)", ann)
+  return errors.invalid_argument(arg, detail)
 end
 
 --- The options `corral.egress.run_options` reads, from a config's annotations.

@@ -228,9 +228,9 @@ local function delete(g, path)
 end
 
 local USAGE = [[
-usage: corral-runtime [--root DIR] [--log FILE] [--log-format text|json] [--systemd-cgroup] COMMAND ...
+usage: corral-runtime [--root DIR] [--log FILE] [--log-format text|json] [--delegate NAME|PATH] COMMAND ...
 
-An OCI runtime with runc's command line: crun or runc (CORRAL_RUNTIME_DELEGATE) runs the
+An OCI runtime with runc's command line: crun or runc (--delegate, CORRAL_RUNTIME_DELEGATE) runs the
 container; a container annotated corral.dev/allow (internal, resolve, sni, idle, log-json,
 learn) gets corral's egress plane. See docs/kubernetes.md.
 ]]
