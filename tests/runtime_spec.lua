@@ -158,7 +158,9 @@ describe("corral-runtime #root #netns", function()
     local function start_detached(prefix)
       local name = prefix .. h.own_pid()
       h.defer(finally, function() podman("rm", "-f", "-t", "0", name) end)
-      local out, status = podman(run_args(annotations("--annotation"), "-d", "--name", name, image, "sleep", "60"))
+      -- the sysctl would let the tenant bind below 1024 in corral's netns: dropped
+      local out, status = podman(run_args(annotations("--annotation"), "-d", "--name", name,
+        "--sysctl", "net.ipv4.ip_unprivileged_port_start=0", image, "sleep", "60"))
       assert.are.equal(0, status, out)
       local id = out:match("(%x+)%s*$")
       return name, id, keeper_of(ROOT, id)
@@ -183,6 +185,24 @@ describe("corral-runtime #root #netns", function()
       assert.matches('"verdict":"deny"', log)
       assert.matches('"kind":"connect","name":"api.test","ip":"[%d.]+","port":' .. allowed .. ',"verdict":"allow"',
         log)
+      -- invariant 4 in the container (root, the engine's default capabilities): no mark,
+      -- no port below 1024, no ruleset change; then the controls of each
+      out = podman("exec", name, "python3", "-c", [[
+import socket, subprocess
+def attempt(what, fn):
+    try:
+        fn(); print(what, "allowed")
+    except OSError as e:
+        print(what, "refused", e.errno)
+s = socket.socket()
+attempt("mark", lambda: s.setsockopt(socket.SOL_SOCKET, 36, 7))
+attempt("bind80", lambda: socket.socket().bind(("127.0.0.1", 80)))
+r = subprocess.run(["/usr/sbin/nft", "flush", "ruleset"], capture_output=True)
+print("nft", "allowed" if r.returncode == 0 else "refused")
+attempt("keepalive", lambda: s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
+attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
+]])
+      assert.matches("mark refused 1\nbind80 refused 13\nnft refused\nkeepalive allowed\nbind8080 allowed\n", out)
       -- corral's REPL sees the container as a sandbox, served by its keeper
       local seen = h.capture({ h.host, "-e", "for _, s in ipairs(require('corral.operator').sandboxes()) do "
         .. "print(s.id, s.pid, s.mechanism) end" })
