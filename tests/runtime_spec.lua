@@ -275,6 +275,22 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       assert.are.equal("192.0.2.1", ok.resolve["a.test"][1])
     end)
 
+    it("sweeps the directory of a dead keeper whose container is gone, and keeps a live one's", function()
+      if not is_root then return pending("needs root") end
+      local root = h.tmpdir("rt-sweep")
+      h.defer(finally, function() h.rmrf(root) end)
+      -- a pid that was a process and is no more; a live process whose argv names a keeper
+      local dead = h.sh("sh -c 'echo $$'"):match("%d+")
+      local live = h.sh("bash -c 'exec -a keeper sleep 30' >/dev/null 2>&1 & echo $!"):match("%d+")
+      h.defer(finally, function() h.sh("kill " .. live) end)
+      h.sh("mkdir -p " .. root .. "/gone " .. root .. "/kept && echo '" .. dead .. " 3' >" .. root .. "/gone/keeper && "
+        .. "echo '" .. live .. " 3' >" .. root .. "/kept/keeper")
+      local out, status = h.capture({ RUNTIME, "--root", root, "delete", "no-such-container" })
+      assert.are_not.equal(0, status, out) -- the delegate knows no such container
+      assert.is_nil(io.open(root .. "/gone/keeper"), "a dead keeper's directory left")
+      assert.truthy(io.open(root .. "/kept/keeper"), "a live keeper's directory swept")
+    end)
+
     it("writes its refusal to --log in the format asked, exit 2, nothing made", function()
       if not is_root then return pending("needs root") end
       local root = h.tmpdir("rt-root")

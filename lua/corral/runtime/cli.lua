@@ -132,6 +132,11 @@ local function start_keeper(argv0, g, id, dir)
   return nil, errors.cannot_enforce("network_restriction", "the container's egress plane: " .. tostring(said))
 end
 
+-- Removes what dead keepers left of containers the delegate no longer knows.
+local function sweep(g)
+  state.sweep(g.root, function(id) return delegate.knows(g, id) end)
+end
+
 local function end_keeper(root, id)
   local k = state.keeper(root, id)
   if k and state.alive(k) then
@@ -184,7 +189,7 @@ local function create(argv0, g, path)
     return refuse(g, errors.invalid_argument("container id", tostring(o.id) .. ": letters, digits, _ + - . "
       .. "(not first)"))
   end
-  state.sweep(g.root, function(id) return delegate.knows(g, id) end)
+  sweep(g)
   local dir
   dir, err = state.make(g.root, o.id)
   if not dir then return refuse(g, errors.cannot_enforce("network_restriction", err)) end
@@ -218,12 +223,13 @@ end
 local function delete(g, path)
   local o = M.sub_options(g.words)
   if not o.id or not state.valid_id(o.id) or not core.fs.lstat(state.dir(g.root, o.id)) then
+    sweep(g)
     return delegate.exec(path, g, g.words) and 1
   end
   local code = delegate.call(path, g, g.words)
   if code ~= 0 and delegate.knows(g, o.id) then return code end
   end_keeper(g.root, o.id)
-  state.sweep(g.root, function(id) return delegate.knows(g, id) end)
+  sweep(g)
   return code
 end
 
