@@ -291,6 +291,40 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       assert.truthy(io.open(root .. "/kept/keeper"), "a live keeper's directory swept")
     end)
 
+    it("refuses to run a plane it cannot build (exit 3, naming what is missing), leaving nothing", function()
+      if not is_root then return pending("needs root") end
+      local root = h.tmpdir("rt-cannot")
+      h.defer(finally, function() h.rmrf(root) end)
+      local bundle = root .. "/bundle"
+      h.sh("mkdir -p " .. bundle .. "/rootfs")
+      h.write(bundle .. "/config.json", json.encode({ ociVersion = "1.0.2", root = { path = "rootfs" },
+        process = { args = { "/bin/true" }, cwd = "/" }, annotations = { ["corral.dev/allow"] = "api.test:443" },
+        -- its own mount namespace: the delegate's mounts never reach the host's
+        linux = { namespaces = { { type = "mount" }, { type = "pid" } } } }))
+      local runc = h.sh("command -v runc || command -v crun"):gsub("%s+$", "")
+      local function create(path)
+        return h.capture({ "env", "PATH=" .. path, "CORRAL_RUNTIME_DELEGATE=" .. runc, RUNTIME, "--root", root .. "/s",
+          "create", "--bundle", bundle, "c1" })
+      end
+      -- without setsid the keeper could not outlive the runtime: refused, nothing made
+      local out, status = create("/nonexistent")
+      assert.are.equal(3, status, out)
+      assert.matches("cannot_enforce: network_restriction: setsid", out, nil, true)
+      assert.is_nil(io.open(root .. "/s/c1"))
+      -- control: with it, the plane is built and the bundle joins it (the delegate then
+      -- fails on this empty root); delete ends the keeper
+      out = create(h.PATH)
+      local cfg = json.decode(h.read(bundle .. "/config.json"))
+      local joined
+      for _, ns in ipairs(cfg.linux.namespaces) do
+        if ns.type == "network" then joined = ns.path end
+      end
+      assert.matches("^/proc/%d+/fd/%d+$", joined, nil, false, out)
+      local keeper = keeper_of(root .. "/s", "c1")
+      h.capture({ RUNTIME, "--root", root .. "/s", "delete", "--force", "c1" })
+      assert_nothing_left(root .. "/s", "c1", keeper)
+    end)
+
     it("writes its refusal to --log in the format asked, exit 2, nothing made", function()
       if not is_root then return pending("needs root") end
       local root = h.tmpdir("rt-root")

@@ -82,12 +82,14 @@ function M.sub_options(words)
   return o
 end
 
--- A refusal: stderr and the engine's log, exit 2 for a malformed request, else 1.
+-- A refusal: stderr and the engine's log; exit 2 for a malformed request, 3 for what
+-- this node cannot enforce (docs/boundary.md, exit statuses).
 local function refuse(g, err)
   local msg = "corral-runtime: " .. tostring(err)
   io.stderr:write(msg, "\n")
   state.log(g, "error", msg)
-  return errors.is(err, "invalid_argument") and core.exit.USAGE or 1
+  if errors.is(err, "invalid_argument") then return core.exit.USAGE end
+  return errors.is(err, "cannot_enforce") and core.exit.CANNOT or 1
 end
 
 local function read_line(rd, seconds)
