@@ -15,7 +15,10 @@ local is_root = h.sh("id -u"):match("^0") ~= nil
 local function have(cmd) return select(2, h.sh("command -v " .. cmd .. " >/dev/null")) == 0 end
 
 -- Why this host cannot run the engine tests, or nil.
+local built = select(2, h.sh("test -x " .. h.quote(RUNTIME))) == 0
+
 local function missing(engine)
+  if not built then return "no corral-runtime beside " .. h.host .. " (make all links it)" end
   if not is_root then return "needs root (an engine and a netns of the runtime's own)" end
   if not (have("runc") or have("crun")) then return "neither runc nor crun is installed" end
   if not have("nft") then return "nftables is not installed" end
@@ -276,7 +279,7 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
     end)
 
     it("sweeps the directory of a dead keeper whose container is gone, and keeps a live one's", function()
-      if not is_root then return pending("needs root") end
+      if not is_root or not built then return pending("needs root and corral-runtime beside the host") end
       local root = h.tmpdir("rt-sweep")
       h.defer(finally, function() h.rmrf(root) end)
       -- a pid that was a process and is no more; a live process whose argv names a keeper
@@ -292,7 +295,7 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
     end)
 
     it("refuses to run a plane it cannot build (exit 3, naming what is missing), leaving nothing", function()
-      if not is_root then return pending("needs root") end
+      if not is_root or not built then return pending("needs root and corral-runtime beside the host") end
       local root = h.tmpdir("rt-cannot")
       h.defer(finally, function() h.rmrf(root) end)
       local bundle = root .. "/bundle"
@@ -326,7 +329,7 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
     end)
 
     it("writes its refusal to --log in the format asked, exit 2, nothing made", function()
-      if not is_root then return pending("needs root") end
+      if not is_root or not built then return pending("needs root and corral-runtime beside the host") end
       local root = h.tmpdir("rt-root")
       h.defer(finally, function() h.rmrf(root) end)
       local bundle = root .. "/bundle"
