@@ -253,6 +253,19 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
   end)
 
   describe("called directly", function()
+    -- A scratch root with a bundle: an empty rootfs, its own mount and pid namespaces (the
+    -- delegate's mounts never reach the host's), annotated corral.dev/allow=ALLOW.
+    local function scratch_bundle(tag, allow)
+      local root = h.tmpdir(tag)
+      h.defer(finally, function() h.rmrf(root) end)
+      local bundle = root .. "/bundle"
+      h.sh("mkdir -p " .. bundle .. "/rootfs")
+      h.write(bundle .. "/config.json", json.encode({ ociVersion = "1.0.2", root = { path = "rootfs" },
+        process = { args = { "/bin/true" }, cwd = "/" }, annotations = { ["corral.dev/allow"] = allow },
+        linux = { namespaces = { { type = "mount" }, { type = "pid" } } } }))
+      return root, bundle
+    end
+
     it("reads annotations with corral run's grammar, each refusal naming its annotation", function()
       local parser = require "corral.runtime.annotations"
       local network = assert(parser.network({ ["corral.dev/allow"] = "a.test:443,\n b.test:80\nudp:c.test:123",
@@ -296,14 +309,7 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
 
     it("refuses to run a plane it cannot build (exit 3, naming what is missing), leaving nothing", function()
       if not is_root or not built then return pending("needs root and corral-runtime beside the host") end
-      local root = h.tmpdir("rt-cannot")
-      h.defer(finally, function() h.rmrf(root) end)
-      local bundle = root .. "/bundle"
-      h.sh("mkdir -p " .. bundle .. "/rootfs")
-      h.write(bundle .. "/config.json", json.encode({ ociVersion = "1.0.2", root = { path = "rootfs" },
-        process = { args = { "/bin/true" }, cwd = "/" }, annotations = { ["corral.dev/allow"] = "api.test:443" },
-        -- its own mount namespace: the delegate's mounts never reach the host's
-        linux = { namespaces = { { type = "mount" }, { type = "pid" } } } }))
+      local root, bundle = scratch_bundle("rt-cannot", "api.test:443")
       local runc = h.sh("command -v runc || command -v crun"):gsub("%s+$", "")
       local function create(path)
         return h.capture({ "env", "PATH=" .. path, "CORRAL_RUNTIME_DELEGATE=" .. runc, RUNTIME, "--root", root .. "/s",
@@ -330,12 +336,7 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
 
     it("writes its refusal to --log in the format asked, exit 2, nothing made", function()
       if not is_root or not built then return pending("needs root and corral-runtime beside the host") end
-      local root = h.tmpdir("rt-root")
-      h.defer(finally, function() h.rmrf(root) end)
-      local bundle = root .. "/bundle"
-      h.sh("mkdir -p " .. bundle)
-      h.write(bundle .. "/config.json", json.encode({ ociVersion = "1.0.2", root = { path = "rootfs" },
-        process = { args = { "true" }, cwd = "/" }, annotations = { ["corral.dev/allow"] = "api.test:99999" } }))
+      local root, bundle = scratch_bundle("rt-root", "api.test:99999")
       for _, format in ipairs({ "json", "text" }) do
         local log = root .. "/log." .. format
         local out, status = h.capture({ RUNTIME, "--root", root .. "/state", "--log", log, "--log-format", format,
