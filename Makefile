@@ -92,7 +92,12 @@ LIBCORE  = $(BUILD)/libcorral.a
 
 .PHONY: uninstall all deps test test-c demo install lint asan fuzz bench bench-tools clean
 
-all: $(CORE_SO) $(SIGN_SO) $(HOST) $(WRAPPER) $(LUAC_STAMP)
+all: $(CORE_SO) $(SIGN_SO) $(HOST) $(WRAPPER) $(LUAC_STAMP) $(BUILD)/corral-runtime
+
+# corral-runtime is the host under another name (core/host/main.c dispatches on it): an
+# engine calls it with runc's command line, and a link costs no extra exec.
+$(BUILD)/corral-runtime: $(HOST)
+	@ln -sf corral $@
 
 deps:
 	@scripts/install-deps
@@ -218,6 +223,7 @@ install: all
 	    $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_MANDIR)/man1 $(DESTDIR)$(INST_DOCDIR)
 	install -m 0755 $(HOST) $(DESTDIR)$(INST_BINDIR)/corral
 	install -m 0755 $(WRAPPER) $(DESTDIR)$(INST_BINDIR)/corral-exec-confined
+	ln -sf corral $(DESTDIR)$(INST_BINDIR)/corral-runtime
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
 	install -m 0755 $(SIGN_SO) $(DESTDIR)$(INST_LIBDIR)/corral/sign.so
 	cd lua && find corral -name '*.lua' -exec install -D -m 0644 {} \
@@ -230,6 +236,7 @@ install: all
 
 uninstall:
 	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_BINDIR)/corral-exec-confined \
+	    $(DESTDIR)$(INST_BINDIR)/corral-runtime \
 	    $(DESTDIR)$(INST_LIBDIR)/corral/core.so $(DESTDIR)$(INST_LIBDIR)/corral/sign.so
 	rm -rf $(DESTDIR)$(INST_LIBDIR)/corral/luac
 	rm -rf $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_DOCDIR) \

@@ -455,18 +455,20 @@ static int is_command(lua_State *L, const char *name, int *failed)
     return yes || access(name, F_OK) != 0;
 }
 
-/* require("corral.cli").main({argv[1], …}); returns the process exit status. */
-static int run_command(lua_State *L, int argc, char **argv)
+/* require(module).main({argv[1], …}); returns the process exit status. */
+static int run_module_main(lua_State *L, const char *module, int argc, char **argv)
 {
     int status;
 
     lua_getglobal(L, "require");
-    lua_pushliteral(L, "corral.cli");
+    lua_pushstring(L, module);
     status = host_docall(L, 1, 1);
     if (status != LUA_OK) return host_report(L, status), EXIT_FAILURE;
     lua_getfield(L, -1, "main");
     lua_remove(L, -2);
-    lua_createtable(L, argc - 1, 0);
+    lua_createtable(L, argc - 1, 1);
+    lua_pushstring(L, argv[0]); /* [0]: how the host was called (corral-runtime's keeper) */
+    lua_rawseti(L, -2, 0);
     for (int i = 1; i < argc; i++) {
         lua_pushstring(L, argv[i]);
         lua_rawseti(L, -2, i);
@@ -483,10 +485,26 @@ static int run_command(lua_State *L, int argc, char **argv)
         lua_pop(L, 1);
         return ok ? EXIT_SUCCESS : EXIT_FAILURE;
     }
-    host_print_message(host_progname, lua_pushfstring(L, "corral.cli.main returned a %s value",
+    host_print_message(host_progname, lua_pushfstring(L, "%s.main returned a %s value", module,
                                                       luaL_typename(L, -1)));
     lua_pop(L, 2);
     return EXIT_FAILURE;
+}
+
+/* require("corral.cli").main({argv[1], …}); returns the process exit status. */
+static int run_command(lua_State *L, int argc, char **argv)
+{
+    return run_module_main(L, "corral.cli", argc, argv);
+}
+
+/* Whether the host runs as `corral-runtime` (its name, a link to it): an engine calls an
+ * OCI runtime with runc's command line (`--root DIR create …`), which is neither corral's
+ * nor lua.c's, so the whole line goes to corral.runtime.cli. */
+static int invoked_as_runtime(const char *argv0)
+{
+    const char *base = argv0 ? strrchr(argv0, '/') : NULL;
+    base = base ? base + 1 : argv0;
+    return base && strcmp(base, "corral-runtime") == 0;
 }
 
 /* corral.host.repl(): the REPL, from Lua (`corral attach` opens it once it has chosen
@@ -594,6 +612,13 @@ static int pmain(lua_State *L)
     int failed = 0;
 
     luaL_checkversion(L);
+    if (invoked_as_runtime(argv[0])) {
+        luaL_openlibs(L);
+        setup_host(L, argv[0]);
+        lua_gc(L, LUA_GCRESTART);
+        lua_gc(L, LUA_GCGEN, 0, 0);
+        return push_exit(L, run_module_main(L, "corral.runtime.cli", argc, argv));
+    }
     if ((args & ARGS_ERROR) && !wants) {
         print_usage(argv[script]);
         return push_exit(L, CORRAL_EXIT_USAGE); /* a usage error, as an unknown command's */
