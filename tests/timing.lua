@@ -23,7 +23,7 @@ return function(options)
     return trace and trace.short_src or "?"
   end
 
-  busted.subscribe({ "file", "start" }, function(file)
+  busted.subscribe({ "file", "start" }, function()
     mark = busted.monotime()
     return nil, true
   end)
