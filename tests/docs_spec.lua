@@ -158,27 +158,11 @@ describe("docs/boundary.md names every error code and exit status", function()
   end)
 end)
 
+-- Its installed copy is checked in tests/luarocks_spec.lua, on the tree that spec builds.
 describe("docs/boundary.md", function()
   it("is found from the source tree", function()
     local path = assert(require("corral").boundary_path())
     assert.matches("# corral's published contract", h.read(path))
-  end)
-
-  it("is installed with the rock and found from the installed tree", function()
-    local src, tree = h.tmpdir("bnd-src"), h.tmpdir("bnd-tree")
-    local out, status = h.sh('git ls-files -z --cached --others --exclude-standard | ' ..
-      'tar --null -T - -cf - | tar -C "$1" -xf -', src)
-    assert.are.equal(0, status, out)
-    out, status = h.sh('cd "$1" && luarocks --lua-version=5.4 make --deps-mode=none --tree="$2" ' ..
-      'rockspec/corral-scm-1.rockspec 2>&1', src, tree)
-    assert.are.equal(0, status, out)
-    h.rmrf(src) -- nothing may be read from the source copy any more
-    out, status = h.capture({ tree .. "/bin/corral", "-e",
-      "local p = assert(require('corral').boundary_path()) print(p) io.write(io.open(p):read('a'))" })
-    h.rmrf(tree)
-    assert.are.equal(0, status, out)
-    assert.matches("^" .. tree:gsub("%p", "%%%0"), out)
-    assert.matches("# corral's published contract", out)
   end)
 end)
 

@@ -251,7 +251,7 @@ describe("egress connections #root #netns", function()
   end)
 
   it("--idle cuts a connection silent for longer; without it, or longer, it is kept", function()
-    local echo = "(echo first; sleep 2.5; echo second) | nc -w 5 echo.test " .. net.echo_port .. "; echo nc-done"
+    local echo = "(echo first; sleep 2.5; echo second) | nc -N -w 5 echo.test " .. net.echo_port .. "; echo nc-done"
     local common = { "--allow", "echo.test:" .. net.echo_port, "--resolve", "echo.test=" .. net.ip }
     local function with(extra)
       local args = {}
@@ -284,7 +284,7 @@ describe("egress connections #root #netns", function()
   end)
 
   it("--max-connections refuses the connection over it; one under it still connects", function()
-    local hold = "sleep 3 | nc -w 4 echo.test " .. net.echo_port .. " >/dev/null 2>&1 & "
+    local hold = "sleep 3 | nc -N -w 4 echo.test " .. net.echo_port .. " >/dev/null 2>&1 & "
     local script = h.attempt_then_control(hold .. hold .. "sleep 0.5; echo x | nc -w 2 echo.test " ..
       net.echo_port .. "; r=$?; wait; (exit $r)",
       "echo after-the-cap | nc -N -w 2 echo.test " .. net.echo_port)
@@ -492,7 +492,7 @@ describe("egress connections #root #netns", function()
     local log = net.dir .. "/late.jsonl"
     local function late(host, path)
       return string.format("(sleep 1; printf 'GET /%s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n'; sleep 1) " ..
-        "| nc -w 3 logger.test 9444; echo nc-rc=$?", path, host)
+        "| nc -N -w 3 logger.test 9444; echo nc-rc=$?", path, host)
     end
     local out, status = run({ "--allow", "logger.test:9444", "--resolve", "logger.test=" .. net.ip,
       "--log-json", log }, h.attempt_then_control(late("evil.test", "late-evil"),

@@ -13,7 +13,9 @@ end
 
 --- Starts the internet; returns {ns, host_ip, ip, ip6, http_port, echo_port, udp_log, blob, blob_sha}.
 function M.start()
-  local n = tonumber(h.sh("echo $$"):match("%d+")) % 200 + 20
+  -- each of up to 4 shards of scripts/run-tests has its own 50 subnets (its internet runs beside the other's)
+  local shard = math.tointeger(tonumber(os.getenv("CORRAL_SHARD") or "0")) or 0
+  local n = tonumber(h.sh("echo $$"):match("%d+")) % 50 + 20 + 50 * (shard % 4)
   local net = {
     ns = "corral-t-inet-" .. n, veth = "crlh" .. n, peer = "crli" .. n,
     host_ip = "10.77." .. n .. ".1", ip = "10.77." .. n .. ".2", cidr = "10.77." .. n .. ".0/24",

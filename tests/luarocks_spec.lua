@@ -28,15 +28,20 @@ describe("luarocks make into a temporary tree", function()
     local offline = "--only-server=" .. h.quote(src .. "/no-server")
     local line = readme_line(tree):gsub("^luarocks ", "luarocks " .. offline .. " ")
     out, status = h.sh('cd "$1" && ' .. line .. " 2>&1", src)
+    h.rmrf(src) -- nothing may be read from the source copy any more
     assert.are.equal(0, status, line .. "\n" .. out)
   end)
 
   it("the README's line is what makes it work offline: without --deps-mode, dkjson is unsatisfied", function()
-    local other = h.tmpdir("rock-tree2")
+    local copy, other = h.tmpdir("rock-src2"), h.tmpdir("rock-tree2")
+    local out, status = h.sh('git ls-files -z --cached --others --exclude-standard | ' ..
+      'tar --null -T - -cf - | tar -C "$1" -xf -', copy)
+    assert.are.equal(0, status, out)
     local line = readme_line(other):gsub("%s*%-%-deps%-mode=%S+", ""):gsub("^luarocks ",
-      "luarocks --only-server=" .. h.quote(src .. "/no-server") .. " ")
-    local out, status = h.sh('cd "$1" && ' .. line .. " 2>&1", src)
+      "luarocks --only-server=" .. h.quote(copy .. "/no-server") .. " ")
+    out, status = h.sh('cd "$1" && ' .. line .. " 2>&1", copy)
     local installed = h.read(other .. "/bin/corral")
+    h.rmrf(copy)
     h.rmrf(other)
     assert.are_not.equal(0, status, out)
     assert.matches("Could not satisfy dependency dkjson", out)
@@ -73,6 +78,14 @@ describe("luarocks make into a temporary tree", function()
     h.rmrf(outside)
     assert.matches("installed", out)
     assert.are_not.equal(0, status) -- the ls of a directory outside the boundary fails
+  end)
+
+  it("installs docs/boundary.md, and the installed corral finds it in its own tree", function()
+    local out, status = h.capture({ tree .. "/bin/corral", "-e",
+      "local p = assert(require('corral').boundary_path()) print(p) io.write(io.open(p):read('a'))" })
+    assert.are.equal(0, status, out)
+    assert.matches("^" .. tree:gsub("%p", "%%%0"), out)
+    assert.matches("# corral's published contract", out)
   end)
 
   it("loads `require \"corral\"` from a stock lua5.4 with the tree's paths", function()

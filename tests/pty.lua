@@ -19,7 +19,8 @@ function M.run(cmd)
 end
 
 --- Runs the host with `args` on a pseudo-terminal. steps: strings are typed, numbers are
--- pauses (seconds). env: `env` arguments, options (-u) first (default: no history
+-- pauses (seconds), `{until_ = SH, seconds = N}` a pause until the shell condition SH
+-- holds, N seconds at most. env: `env` arguments, options (-u) first (default: no history
 -- file). Returns the terminal output (CR and escape sequences removed) and the status.
 -- @tparam string args
 -- @tparam table steps
@@ -30,6 +31,9 @@ function M.repl(args, steps, env, timeout)
   for _, s in ipairs(steps) do
     if type(s) == "number" then
       feed[#feed + 1] = "sleep " .. s
+    elseif type(s) == "table" then
+      feed[#feed + 1] = string.format("i=0; until { %s; } >/dev/null 2>&1 || [ $i -ge %d ]; do sleep 0.05; " ..
+        "i=$((i+1)); done", s.until_, math.ceil(s.seconds * 20))
     else
       feed[#feed + 1] = "printf '%s' " .. h.quote(s)
     end
