@@ -35,6 +35,9 @@ while arg[i] do
   i = i + 1
 end
 
+-- held from the start: a signal sent once the command runs is forwarded, never this
+-- client's death
+local sigs = core.signal.fd({ "INT", "TERM", "HUP" })
 local path = session.path(args.id)
 local fd, err = core.unix.connect(path, 3)
 if not fd then
@@ -67,7 +70,6 @@ if not started.ok then
   os.exit(started.status or 1)
 end
 io.stderr:write("started ", tostring(started.result.pid), "\n")
-local sigs = core.signal.fd({ "INT", "TERM", "HUP" })
 local watch = { fd, sigs }
 if master then
   watch[3] = master

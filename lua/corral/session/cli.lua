@@ -173,6 +173,15 @@ local function no_live(id)
   return errors.invalid_argument("ID", "no live sandbox " .. id .. " (corral ls lists this user's)")
 end
 
+-- Waits (2 s at most) for a keeper that answered rm to be gone, so that nothing of
+-- the session is left when rm returns.
+local function wait_gone(pid)
+  local deadline = core.clock.monotime() + 2
+  while pid and core.fs.lstat("/proc/" .. pid) and core.clock.monotime() < deadline do
+    core.io.poll({}, 0.01)
+  end
+end
+
 --- `corral rm ID...`.
 function M.rm(argv, cli)
   local opts, rest = cli.parse(argv, M.RM_SPEC)
@@ -184,9 +193,15 @@ function M.rm(argv, cli)
     local ok, err = session.check_id(id)
     if ok and not session.live(id) then err = no_live(id) end
     if ok and not err then
+      local info = session.request(id, { op = "info" })
       -- the keeper answers once everything is released (a cgroup emptied, a plane closed)
       local removed, rerr = session.request(id, { op = "rm" }, 30)
-      if removed then io.write(id, "\n") else err = rerr end
+      if removed then
+        wait_gone(type(info) == "table" and math.tointeger(info.pid))
+        io.write(id, "\n")
+      else
+        err = rerr
+      end
     end
     if err then status = math.max(status, cli.fail("rm", err)) end
   end
