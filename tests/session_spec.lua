@@ -71,7 +71,7 @@ end
 
 describe("sessions", function()
   local id = "spec-" .. h.own_pid()
-  local port, server, held
+  local port, server
   local created_out, created_status
 
   setup(function()
@@ -119,7 +119,8 @@ describe("sessions", function()
     if not need_root() then return end
     local bad = id .. "-bad"
     for _, case in ipairs({ { { "--memory", "zz" }, "--memory" }, { { "--allow", "garbage" }, "--allow" },
-                            { { "--mechanism", "bwrap" }, "--mechanism" }, { { "--receipt", "/tmp/r" }, "--receipt" } }) do
+                            { { "--mechanism", "bwrap" }, "--mechanism" },
+                            { { "--receipt", "/tmp/r" }, "--receipt" } }) do
       local argv = { "create", bad }
       for _, a in ipairs(case[1]) do argv[#argv + 1] = a end
       local out, status = h.corral(table.unpack(argv))

@@ -25,8 +25,8 @@
 int corral_pty_open_in(int root_dirfd, int rows, int cols, int *master, int *slave)
 {
     struct open_how how = {.flags = O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS |
-                                      RESOLVE_NO_MAGICLINKS};
+                           .resolve =
+                               RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
     _cleanup_close_ int m = (int)syscall(SYS_openat2, root_dirfd, "dev/pts/ptmx", &how, sizeof how);
     if (m < 0) return -errno;
     struct stat st;

@@ -261,22 +261,14 @@ static int l_find_owned(lua_State *L)
 
 int corral_open_proc(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"uname", l_uname},
-                                   {"getpid", l_getpid},
-                                   {"geteuid", l_geteuid},
-                                   {"environ", l_environ},
-                                   {"execve", l_execve},
-                                   {"host_executable", l_host_executable},
-                                   {"unsetenv", l_unsetenv},
-                                   {"exit", l_exit_now},
-                                   {"detach", l_detach},
-                                   {"replace_environ", l_replace_environ},
-                                   {"kill", l_kill_pid},
-                                   {"find_owned", l_find_owned},
-                                   {"nofile", l_nofile},
-                                   {"set_nofile", l_set_nofile},
-                                   {"limit", l_limit},
-                                   {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"uname", l_uname},       {"getpid", l_getpid},
+                                   {"geteuid", l_geteuid},   {"environ", l_environ},
+                                   {"execve", l_execve},     {"host_executable", l_host_executable},
+                                   {"unsetenv", l_unsetenv}, {"exit", l_exit_now},
+                                   {"detach", l_detach},     {"replace_environ", l_replace_environ},
+                                   {"kill", l_kill_pid},     {"find_owned", l_find_owned},
+                                   {"nofile", l_nofile},     {"set_nofile", l_set_nofile},
+                                   {"limit", l_limit},       {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

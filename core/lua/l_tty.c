@@ -79,8 +79,10 @@ static int l_tty_open_pty(lua_State *L)
 
 int corral_open_tty(lua_State *L)
 {
-    static const luaL_Reg fns[] = {
-        {"save", l_tty_save}, {"restore", l_tty_restore}, {"open_pty", l_tty_open_pty}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"save", l_tty_save},
+                                   {"restore", l_tty_restore},
+                                   {"open_pty", l_tty_open_pty},
+                                   {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -39,7 +39,7 @@ Lists this user's live sandboxes (corral create): id, mechanism, age, processes,
 (allowlist entries and open connections), memory. Sweeps what killed keepers left first.]]
 M.LS_SPEC = { json = "flag" }
 
-M.RM_USAGE = [[corral rm ID...
+M.RM_USAGE = [[corral rm ID [ID]...
 
 Stops and destroys each live sandbox ID: its processes, cgroup, network namespace and
 egress plane, temporary storage, socket and keeper. A storage given with --storage stays.]]
@@ -87,7 +87,9 @@ local function planned(argv, cli, say)
   if not req then return nil, names end
   req.id = opts.id or (not opts.storage and id) or nil
   session.sweep()
-  if session.live(id) then return nil, errors.invalid_argument("ID", id .. " is live already (corral rm " .. id .. ")") end
+  if session.live(id) then
+    return nil, errors.invalid_argument("ID", id .. " is live already (corral rm " .. id .. ")")
+  end
   local path, perr = session.path(id)
   if not path then return nil, errors.cannot_enforce("control_socket", tostring(perr)) end
   local steps = require "corral.run.steps"
@@ -151,7 +153,8 @@ function M.ls(argv, cli)
     local info = answer.result
     if type(info) == "table" then
       local usage, egress = info.usage or {}, info.egress or {}
-      rows[#rows + 1] = { id = live[i].id, mechanism = info.mechanism, pid = info.pid, age = now - (info.started or now),
+      rows[#rows + 1] = { id = live[i].id, mechanism = info.mechanism, pid = info.pid,
+        age = now - (info.started or now),
         processes = usage.pids or #(info.tenant_pids or {}), memory = usage.memory_current or usage.memory_rss,
         egress = info.egress and { allow = #(egress.allow or {}), connections = egress.connections or 0 } or nil }
     end
@@ -231,7 +234,9 @@ function M.policy(argv, cli)
   for _, step in ipairs({ { "allow", opts.allow }, { "revoke", opts.revoke } }) do
     for _, entry in ipairs(step[2]) do
       local r, rerr = session.request(id, { op = step[1], entry = entry, cut = opts.cut or nil })
-      if not r then return cli.fail("policy", errors.invalid_argument("--" .. step[1], entry .. ": " .. tostring(rerr))) end
+      if not r then
+        return cli.fail("policy", errors.invalid_argument("--" .. step[1], entry .. ": " .. tostring(rerr)))
+      end
       allow = r.allow
     end
   end
@@ -239,9 +244,24 @@ function M.policy(argv, cli)
   return 0
 end
 
+M.EXEC_SPEC = { env = "list", cwd = "value" }
+
 --- `corral exec` reached in Lua: the client is the host's C fast path (core/host), which
--- runs before any Lua state exists.
-function M.exec(_, cli)
+-- runs before any Lua state exists; here its arguments are checked as it checks them,
+-- and a host built without it says so.
+function M.exec(argv, cli)
+  local words = {}
+  for i, a in ipairs(argv) do
+    if a == "--" then table.move(argv, i, #argv, #words + 1, words) break end
+    if a ~= "-t" then words[#words + 1] = a end
+  end
+  local opts, rest = cli.parse(words)
+  if not opts then return cli.fail("exec", rest) end
+  if not rest[1] then return cli.fail("exec", errors.invalid_argument("ID", "missing")) end
+  local id, err = session.check_id(rest[1])
+  if not id then return cli.fail("exec", err) end
+  if not session.live(id) then return cli.fail("exec", no_live(id)) end
+  if not rest[2] then return cli.fail("exec", errors.invalid_argument("CMD", "missing (after --)")) end
   return cli.fail("exec", errors.cannot_enforce("control_socket", "this corral was built without the exec client"))
 end
 

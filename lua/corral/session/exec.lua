@@ -170,7 +170,9 @@ function M.op(session)
     local master, slave
     if opts.tty then
       master, slave = core.tty.open_pty(session.init:pid(), opts.rows, opts.cols)
-      if not master then return refuse(c.fd, core.exit.SETUP, "-t: no pty of the sandbox's own: " .. tostring(slave)) end
+      if not master then
+        return refuse(c.fd, core.exit.SETUP, "-t: no pty of the sandbox's own: " .. tostring(slave))
+      end
       fds = { slave, slave, slave }
     end
     local proc, err, failed = session.mech.join(session.sb, opts.argv, { stdin = fds[1], stdout = fds[2],
