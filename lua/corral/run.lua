@@ -4,7 +4,6 @@
 -- @module corral.run
 local core = require "corral.core"
 local errors = require "corral.errors"
-local run_request = require "corral.run_request"
 local steps = require "corral.run.steps"
 
 local M = {}
@@ -120,14 +119,7 @@ local function in_sandbox(run, held, registration)
   local reports <close> = setmetatable({ run = run }, steps.Reports) -- closed after the storage
   local storage <close>, serr = steps.storage_of(run, plan.args)
   if serr then return nil, serr end
-  local sb, ok
-  sb, err = plan.describe(storage)
-  if not sb then return nil, run.renamed(err) end
-  ok, err = run_request.host_files(run, sb)
-  if not ok then return nil, err end
-  ok, err = reports:open_log_and_summary()
-  if not ok then return nil, err end
-  local sandbox <close>, perr = steps.provision(run, corral, plan, sb, storage)
+  local sandbox <close>, perr = steps.provisioned(run, corral, plan, storage, reports)
   if not sandbox then return nil, perr end
   -- a signal held while the sandbox was provisioned: the command is not started
   local early = arrived(held)

@@ -246,4 +246,25 @@ function M.provision(run, corral, plan, sb, storage)
   return setmetatable({ corral = corral, mech = mech, sb = sb }, Provisioned)
 end
 
+--- The sandbox on a storage, checked, its reports opened, provisioned: what a run and a
+-- keeper do once the storage is there.
+-- @tparam table run the context
+-- @tparam table corral the corral module
+-- @tparam table plan `planned`'s
+-- @tparam table storage `storage_of`'s
+-- @tparam table reports a `Reports` (its log and summary opened here)
+-- @treturn[1] table the provisioned sandbox (`sb`, `mech`; destroyed when it closes)
+-- @return[2] nil
+-- @treturn[2] table the refusal
+function M.provisioned(run, corral, plan, storage, reports)
+  local sb, err = plan.describe(storage)
+  if not sb then return nil, run.renamed(err) end
+  local ok
+  ok, err = run_request.host_files(run, sb)
+  if not ok then return nil, err end
+  ok, err = reports:open_log_and_summary()
+  if not ok then return nil, err end
+  return M.provision(run, corral, plan, sb, storage)
+end
+
 return M

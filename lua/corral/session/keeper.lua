@@ -13,7 +13,6 @@
 -- @module corral.session.keeper
 local core = require "corral.core"
 local json = require "corral.json"
-local run_request = require "corral.run_request"
 local steps = require "corral.run.steps"
 
 local M = {}
@@ -76,18 +75,11 @@ local function keep(run, corral, plan, id, path, ready)
   local reports <close> = setmetatable({ run = run }, steps.Reports)
   local storage <close>, serr = steps.storage_of(run, plan.args)
   if serr then return nil, serr end
-  local sb, err = plan.describe(storage)
-  if not sb then return nil, run.renamed(err) end
-  local ok
-  ok, err = run_request.host_files(run, sb)
-  if not ok then return nil, err end
-  ok, err = reports:open_log_and_summary()
-  if not ok then return nil, err end
-  local sandbox <close>, perr = steps.provision(run, corral, plan, sb, storage)
+  local sandbox <close>, perr = steps.provisioned(run, corral, plan, storage, reports)
   if not sandbox then return nil, perr end
   reports:start_learning()
   local execs <close> = exec_set()
-  ok, err = start_init(corral, plan.mech, sandbox.sb)
+  local ok, err = start_init(corral, plan.mech, sandbox.sb)
   if not ok then return nil, run.renamed(err) end
   local session = { id = id, mech = plan.mech, sb = sandbox.sb, execs = execs,
     init = plan.mech.process_of and plan.mech.process_of(sandbox.sb) }
