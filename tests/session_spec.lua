@@ -43,7 +43,29 @@ local function holdings(id)
            socket = socket_of(id) }
 end
 
--- Everything of `held` still on the host, as a list of texts (empty: nothing left).
+-- A process's start time (clock ticks since boot, /proc/PID/stat's field 22), or nil.
+local function started_at(pid)
+  local stat = h.read("/proc/" .. pid .. "/stat")
+  local rest = stat and stat:match("%) (.*)$")
+  if not rest then return nil end
+  local fields = {}
+  for f in rest:gmatch("%S+") do fields[#fields + 1] = f end
+  return tonumber(fields[20])
+end
+
+-- Now, as a start time: that of a process made now.
+local function ticks_now()
+  local out = h.capture({ "sh", "-c", "cat /proc/$$/stat" })
+  local rest = out:match("%) (.*)$")
+  local fields = {}
+  for f in rest:gmatch("%S+") do fields[#fields + 1] = f end
+  return tonumber(fields[20])
+end
+
+-- Everything of `held` still on the host, as a list of texts (empty: nothing left). A
+-- namespace's inode number is reused once it is freed, so a process in a netns of that
+-- number counts only if it started before `held.ended` (another sandbox's made since
+-- does not).
 local function left_of(held)
   local left = {}
   if exists("/proc/" .. held.keeper) then left[#left + 1] = "keeper " .. held.keeper end
@@ -61,7 +83,8 @@ local function left_of(held)
     end
   end
   for _, pid in ipairs(core.fs.listdir("/proc") or {}) do
-    if pid:match("^%d+$") and core.fs.readlink("/proc/" .. pid .. "/ns/net") == held.netns then
+    if pid:match("^%d+$") and core.fs.readlink("/proc/" .. pid .. "/ns/net") == held.netns
+      and (not held.ended or (started_at(pid) or math.huge) <= held.ended) then
       left[#left + 1] = "netns " .. held.netns .. " (pid " .. pid .. ")"
       break
     end
@@ -113,6 +136,25 @@ describe("sessions", function()
     assert.are.equal(2, status, out)
     assert.matches("ID: " .. id:gsub("%-", "%%-") .. " is live already", out)
     assert.truthy(ls()[id], "the refusal touched the live one")
+    -- the REPL's sandboxes() (corral.operator) lists it beside runs
+    out = h.capture({ h.host, "-e", "for _, s in ipairs(require('corral.operator').sandboxes()) do print(s.id) end" })
+    assert.truthy(("\n" .. out):find("\n" .. id .. "\n", 1, true), out)
+  end)
+
+  it("--wall bounds each exec as it bounds a run's command (124); the next exec runs", function()
+    if not need_root() then return end
+    local wid = id .. "-w"
+    local out, status = h.corral("create", wid, "--wall", "1s")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", wid) end)
+    local t0 = core.clock.monotime()
+    out, status = exec(wid, "--", "sh", "-c", "sleep 5; echo late")
+    assert.are.equal(124, status, out)
+    assert.is_nil(out:find("late", 1, true), out)
+    assert.truthy(core.clock.monotime() - t0 < 4, "the wall did not end it")
+    out, status = exec(wid, "--", "echo", "control")
+    assert.are.equal(0, status, out)
+    assert.matches("control", out)
   end)
 
   it("bad input is refused naming the flag, exit 2, nothing left", function()
@@ -241,6 +283,22 @@ describe("sessions", function()
     assert.matches("in\n", out)
   end)
 
+  it("the resource limits hold for exec'd processes: conformance --session --only resources", function()
+    if not need_root() then return end
+    -- wall and pids: an exec is no pid 1 (its tree is killed at the wall), and what an
+    -- attempt left in the background is stopped before the control, as a run's stop does
+    local out, status = h.corral("conformance", "--session", "--only", "resources", "--json")
+    assert.are.equal(0, status, out)
+    local report = assert(json.decode(out:match("%b{}")), out)
+    assert.are.equal("native+exec", report.mechanism)
+    local outcomes = {}
+    for _, r in ipairs(report.results) do outcomes[r.id] = r.outcome end
+    for _, check in ipairs({ "res.memory", "res.pids", "res.cpu", "res.wall" }) do
+      assert.are.equal("held", outcomes[check], check .. ": " .. out)
+    end
+    assert.are.equal(0, report.census.breached)
+  end)
+
   it("a killed keeper takes its sandbox; the next corral call sweeps the rest", function()
     if not need_root() then return end
     local kid = id .. "-k"
@@ -249,6 +307,7 @@ describe("sessions", function()
     local k = holdings(kid)
     defer(function() h.corral("rm", kid) end)
     os.execute("kill -KILL " .. k.keeper)
+    k.ended = ticks_now()
     -- at once: any corral process of root's sweeps the same runtime directory
     assert.truthy(exists(k.socket), "nothing to sweep: the test proves nothing")
     assert.truthy(h.wait_for(function() return not exists("/proc/" .. k.init) end, 5), "the init outlived its keeper")
@@ -263,6 +322,7 @@ describe("sessions", function()
     local k = holdings(id)
     assert.are_not.same({}, left_of(k)) -- control: while live, the keeper's objects are found
     local out, status = h.corral("rm", id)
+    k.ended = ticks_now()
     assert.are.equal(0, status, out)
     assert.are.equal(id .. "\n", out)
     assert.are.same({}, left_of(k))

@@ -7,9 +7,11 @@
 -- What the host holds (corral.resources), how a run is waited for (corral.egress.loop.wait)
 -- and how its end is classified (corral.limits.observe) are one for every mechanism.
 -- @module corral.mechanism.lifecycle
+local core = require "corral.core"
 local errors = require "corral.errors"
 local ledger = require "corral.mechanism.ledger"
 local limits = require "corral.limits"
+local proctree = require "corral.proctree"
 local resources = require "corral.resources"
 
 local M = {}
@@ -86,6 +88,15 @@ function M.share(mech, state, opts)
   return mech
 end
 
+--- Kills what is beneath a process (SIGKILL), twice over to catch one forking meanwhile:
+-- a command joined into a running sandbox is no pid 1, and its end would not end them.
+-- @param proc a corral.process
+function M.kill_tree(proc)
+  for _ = 1, 2 do
+    for _, p in ipairs(proctree.descendants(proc:pid())) do core.proc.kill(p, 9) end
+  end
+end
+
 --- Completes `mech` with the life cycle callbacks.
 -- @tparam table mech the mechanism (name, capabilities, …)
 -- @tparam function spawn `spawn(sb, st, argv, opts)` → process; or nil, error; or nil,
@@ -148,7 +159,9 @@ function M.build(mech, spawn, storage, deliver, joins)
     local timed_out = false
     if not code then
       -- SIGKILL to its init (native: the pid namespace ends with it; bwrap: its
-      -- --die-with-parent), and the cgroup emptied too unless a started process shares it
+      -- --die-with-parent), and the cgroup emptied too unless a started process shares it;
+      -- a command that joined a started process is no pid 1: its tree is killed with it
+      if joins and st.process and st.process:running() then M.kill_tree(proc) end
       proc:kill()
       if st.cgroup and not (st.process and st.process:running()) then st.cgroup:kill() end
       code, how = proc:wait()

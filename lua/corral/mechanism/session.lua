@@ -4,7 +4,9 @@
 -- it. `corral conformance --session` runs the suite through it, so the census it prints
 -- is that of exec'd processes.
 -- @module corral.mechanism.session
+local core = require "corral.core"
 local errors = require "corral.errors"
+local lifecycle = require "corral.mechanism.lifecycle"
 local proctree = require "corral.proctree"
 
 local M = {}
@@ -22,15 +24,27 @@ function M.wrap(base)
     return nil, errors.invalid_argument("mechanism", "exec into a live sandbox is built for native only")
   end
   local running = {} -- sandbox id → the process `start` joined in
+  local inits = {} -- sandbox id → the pid of the init's own command
   local mech = setmetatable({ name = base.name .. "+exec" }, { __index = base })
 
-  -- Kills a joined process and what is still beneath it: it is no pid 1, so its end
-  -- does not end what it started (corral.session.exec does the same).
-  local function kill_tree(proc)
-    for _ = 1, 2 do
-      for _, p in ipairs(proctree.descendants(proc:pid())) do require("corral.core").proc.kill(p, 9) end
+  -- Ends every process of the sandbox but its waiting init, as a run's stop ends every
+  -- process of its sandbox: what a command left in the background (a session keeps it
+  -- for the next exec) would otherwise hold the next command's limits.
+  local function stop_all(sb)
+    local p = running[sb.id]
+    if p then
+      lifecycle.kill_tree(p)
+      p:close()
     end
-    proc:close()
+    running[sb.id] = nil
+    local init = base.process_of(sb)
+    if not init then return end
+    local keep = inits[sb.id]
+    for _ = 1, 2 do
+      for _, pid in ipairs(proctree.descendants(init:pid())) do
+        if pid ~= keep then core.proc.kill(pid, 9) end
+      end
+    end
   end
 
   function mech.provision(sb)
@@ -41,6 +55,8 @@ function M.wrap(base)
       base.destroy(sb)
       return nil, err
     end
+    -- the init's own command, the one process stop leaves
+    inits[sb.id] = proctree.descendants(base.process_of(sb):pid())[1]
     return true
   end
 
@@ -63,14 +79,13 @@ function M.wrap(base)
   end
 
   function mech.stop(sb)
-    local p = running[sb.id]
-    if p then kill_tree(p) end
-    running[sb.id] = nil
+    stop_all(sb)
     return true
   end
 
   function mech.destroy(sb)
-    mech.stop(sb)
+    stop_all(sb)
+    inits[sb.id] = nil
     return base.destroy(sb)
   end
 

@@ -9,7 +9,7 @@
 local core = require "corral.core"
 local hardening = require "corral.hardening"
 local json = require "corral.json"
-local proctree = require "corral.proctree"
+local lifecycle = require "corral.mechanism.lifecycle"
 
 local M = {}
 
@@ -112,13 +112,22 @@ function Exec:ended()
   self:close()
 end
 
+-- The sandbox's --wall bounds each exec as it bounds a run's command: past it, the
+-- command's tree is killed and its status is corral run's for that (124).
+function Exec:deadline() return self.due end
+
+function Exec:tick(now)
+  if not (self.fd and self.due and now >= self.due) then return end
+  lifecycle.kill_tree(self.proc)
+  self.proc:kill()
+  self.proc:wait()
+  send(self.fd, { ok = true, result = { exit = core.exit.WALL } })
+  self:close()
+end
+
 --- Kills the exec and what it started that is still beneath it (SIGKILL), and forgets it.
 function Exec:kill()
-  local pid = self.proc:pid()
-  -- twice: a process forking while the first pass ran is caught by the second
-  for _ = 1, 2 do
-    for _, p in ipairs(proctree.descendants(pid)) do core.proc.kill(p, 9) end
-  end
+  lifecycle.kill_tree(self.proc)
   self.proc:close()
   self:close()
 end
@@ -184,7 +193,9 @@ function M.op(session)
     end
     local ok = send(c.fd, { ok = true, result = { pid = proc:pid() } }, master and { master } or nil)
     if master then master:close() end
-    local ex = setmetatable({ proc = proc, fd = c.fd, buf = "", execs = session.execs }, Exec)
+    local wall = session.sb.limits and session.sb.limits.wall
+    local ex = setmetatable({ proc = proc, fd = c.fd, buf = "", execs = session.execs,
+      due = wall and core.clock.monotime() + wall or nil }, Exec)
     session.execs[ex] = true
     loop().add(ex)
     if not ok then ex:kill() end
