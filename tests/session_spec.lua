@@ -141,6 +141,22 @@ describe("sessions", function()
     assert.truthy(("\n" .. out):find("\n" .. id .. "\n", 1, true), out)
   end)
 
+  it("--service-port: create says where; a server a background exec started answers there", function()
+    if not need_root() then return end
+    local sid = id .. "-svc"
+    local out, status = h.corral("create", sid, "--service-port", "8080")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", sid) end)
+    local addr = assert(out:match("service port 8080 on (127%.0%.0%.1:%d+)"), out)
+    local curl = { "curl", "-sS", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}", "http://" .. addr .. "/" }
+    local before = h.capture(curl)
+    assert.is_nil(before:find("200", 1, true), before) -- nothing listens inside yet
+    out, status = exec(sid, "--", "sh", "-c", "cd /tmp && setsid /usr/bin/python3 -m http.server 8080 " ..
+      "--bind 127.0.0.1 </dev/null >/dev/null 2>&1 &")
+    assert.are.equal(0, status, out)
+    assert.truthy(h.wait_for(function() return h.capture(curl) == "200" end, 5), "no answer at " .. addr)
+  end)
+
   it("--wall bounds each exec as it bounds a run's command (124); the next exec runs", function()
     if not need_root() then return end
     local wid = id .. "-w"

@@ -124,6 +124,8 @@ function M.create(argv, cli)
     io.stderr:write("corral create: ", tostring(said.error), "\n")
     return status_of(said.code)
   end
+  local service = type(said.result) == "table" and said.result.service
+  if service then say("service port " .. tostring(p.plan.args.service_port) .. " on " .. tostring(service)) end
   io.write(p.id, "\n")
   return 0
 end

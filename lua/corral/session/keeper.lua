@@ -88,7 +88,8 @@ local function keep(run, corral, plan, id, path, ready)
   if not server then
     return nil, require("corral.errors").cannot_enforce("control_socket", path .. ": " .. tostring(lerr))
   end
-  ready({ ok = true, result = { id = id, pid = core.proc.getpid() } })
+  local _, service = corral.address(plan.mech, sandbox.sb)
+  ready({ ok = true, result = { id = id, pid = core.proc.getpid(), service = service } })
   reports.ran = true
   return serve(session, held)
 end
