@@ -315,6 +315,30 @@ describe("sessions", function()
     assert.are.equal(0, report.census.breached)
   end)
 
+  it("an unprivileged user's session: create, exec keeping state, rm", function()
+    if not need_root() then return end
+    local why = h.test_user_missing()
+    if why then return pending(why) end
+    local uid = id .. "-u"
+    local function as_user(...)
+      return h.capture(h.as_test_user({ "env", "-u", "XDG_RUNTIME_DIR", "HOME=/tmp", h.host, ... }))
+    end
+    local out, status = as_user("create", uid)
+    assert.are.equal(0, status, out)
+    defer(function() as_user("rm", uid) end)
+    out, status = as_user(CLIENT, uid, "--", "sh", "-c", "echo kept > /tmp/f")
+    assert.are.equal(0, status, out)
+    out, status = as_user(CLIENT, uid, "--", "cat", "/tmp/f")
+    assert.are.equal(0, status, out)
+    assert.matches("kept", out)
+    -- root's own list does not hold it (its runtime directory is the user's)
+    assert.is_nil(ls()[uid])
+    out, status = as_user("rm", uid)
+    assert.are.equal(0, status, out)
+    out, status = as_user(CLIENT, uid, "--", "true")
+    assert.are_not.equal(0, status, out)
+  end)
+
   it("a killed keeper takes its sandbox; the next corral call sweeps the rest", function()
     if not need_root() then return end
     local kid = id .. "-k"
