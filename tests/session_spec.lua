@@ -39,7 +39,17 @@ local function holdings(id)
   local init = assert(core.fs.listdir("/proc/" .. keeper .. "/task"))
   local children = h.read("/proc/" .. keeper .. "/task/" .. init[1] .. "/children") or ""
   local init_pid = tonumber(children:match("%d+"))
-  return { keeper = keeper, init = init_pid, netns = core.fs.readlink("/proc/" .. init_pid .. "/ns/net"),
+  -- the sandbox's netns: the first process beneath the keeper in a netns not the host's
+  -- (native's init is in it; under bwrap, the process bubblewrap made)
+  local host_net, netns = core.fs.readlink("/proc/self/ns/net"), nil
+  for _, pid in ipairs(require("corral.proctree").descendants(keeper)) do
+    local ns = core.fs.readlink("/proc/" .. pid .. "/ns/net")
+    if ns and ns ~= host_net then
+      netns = ns
+      break
+    end
+  end
+  return { keeper = keeper, init = init_pid, netns = assert(netns, "no netns of the sandbox's own"),
            socket = socket_of(id) }
 end
 
@@ -177,7 +187,7 @@ describe("sessions", function()
     if not need_root() then return end
     local bad = id .. "-bad"
     for _, case in ipairs({ { { "--memory", "zz" }, "--memory" }, { { "--allow", "garbage" }, "--allow" },
-                            { { "--mechanism", "bwrap" }, "--mechanism" },
+                            { { "--mechanism", "oci" }, "--mechanism" },
                             { { "--receipt", "/tmp/r" }, "--receipt" } }) do
       local argv = { "create", bad }
       for _, a in ipairs(case[1]) do argv[#argv + 1] = a end
@@ -223,7 +233,7 @@ describe("sessions", function()
     assert.matches("got%-term", rest)
     -- the client killed (no EOF handshake): the exec and what it started end with it
     p, pid = h.child("exec " .. h.quote(h.host) .. " " .. h.quote(CLIENT) .. " " .. id ..
-      " -- sh -c 'sleep 271 & echo ready; wait'")
+      " -- sh -c 'sleep 271 </dev/null >/dev/null 2>&1 & echo ready; wait'")
     repeat local l = p:read("l") until l == nil or l == "ready"
     os.execute("kill -KILL " .. pid)
     p:close()
@@ -313,6 +323,34 @@ describe("sessions", function()
       assert.are.equal("held", outcomes[check], check .. ": " .. out)
     end
     assert.are.equal(0, report.census.breached)
+  end)
+
+  it("bwrap: execs join bubblewrap's sandbox (state kept, its filter, its devpts), rm leaves nothing", function()
+    if not need_root() then return end
+    if not core.path.resolve_executable("bwrap"):find("/", 1, true) then return pending("bwrap is not installed") end
+    local bid = id .. "-b"
+    local out, status = h.corral("create", bid, "--mechanism", "bwrap")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", bid) end)
+    assert.are.equal("bwrap", ls()[bid].mechanism)
+    out, status = exec(bid, "--", "sh", "-c", "echo kept > /tmp/f; grep -E '^(CapEff|NoNewPrivs|Seccomp):' " ..
+      "/proc/self/status; exit 3")
+    assert.are.equal(3, status, out)
+    assert.matches("CapEff:%s+0+\n", out)
+    assert.matches("NoNewPrivs:%s+1", out)
+    assert.matches("Seccomp:%s+2", out)
+    out, status = exec(bid, "--", "sh", "-c", "cat /tmp/f; ls /")
+    assert.are.equal(0, status, out)
+    assert.matches("kept\n", out)
+    assert.is_nil(out:find("\nhome\n", 1, true), out) -- bubblewrap's root, not the host's
+    out, status = exec("-t", bid, "--", "sh", "-c", "ls -l /proc/self/fd/0")
+    assert.are.equal(0, status, out)
+    assert.matches("/proc/self/fd/0 %-> /dev/pts/%d+", out)
+    local k = holdings(bid)
+    out, status = h.corral("rm", bid)
+    k.ended = ticks_now()
+    assert.are.equal(0, status, out)
+    assert.are.same({}, left_of(k))
   end)
 
   it("an unprivileged user's session: create, exec keeping state, rm", function()

@@ -17,7 +17,7 @@ through its tear-down (its sandboxes, targets and scratch removed) and exit 128+
 digest of its evidence; docs/receipts.md), which `corral verify FILE` checks.
 --session runs every command of every check as `corral exec` runs it: exec'd into a
 live sandbox (its waiting init already there) instead of a sandbox of its own, so the
-census is that of exec'd processes (native only; docs/sessions.md).]]
+census is that of exec'd processes (native and bwrap; docs/sessions.md).]]
 
 --- The flags `corral conformance` accepts (corral.cli.parse's spec).
 M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value", session = "flag" }

@@ -188,7 +188,7 @@ function M.build(mech, spawn, storage, deliver, joins)
     if not (st and st.process and st.process:running()) then
       return nil, errors.invalid_argument("sandbox", sb.id .. " has no running process to join")
     end
-    return spawn_with_output(sb, argv, opts)
+    return spawn_with_output(sb, argv, setmetatable({ joining = true }, { __index = opts }))
   end
 
   --- The running process `start` left (what `join` joins), or nil.

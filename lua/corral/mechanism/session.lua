@@ -20,8 +20,8 @@ M.INIT = { "sleep", "infinity" }
 -- @return[2] nil
 -- @treturn[2] table invalid_argument when base cannot join a running sandbox
 function M.wrap(base)
-  if type(base.join) ~= "function" or base.name ~= "native" then
-    return nil, errors.invalid_argument("mechanism", "exec into a live sandbox is built for native only")
+  if type(base.join) ~= "function" or not (base.name == "native" or base.name == "bwrap") then
+    return nil, errors.invalid_argument("mechanism", "exec into a live sandbox is built for native and bwrap only")
   end
   local running = {} -- sandbox id → the process `start` joined in
   local inits = {} -- sandbox id → the pid of the init's own command
@@ -42,7 +42,7 @@ function M.wrap(base)
     local keep = inits[sb.id]
     for _ = 1, 2 do
       for _, pid in ipairs(proctree.descendants(init:pid())) do
-        if pid ~= keep then core.proc.kill(pid, 9) end
+        if not keep[pid] then core.proc.kill(pid, 9) end
       end
     end
   end
@@ -55,8 +55,13 @@ function M.wrap(base)
       base.destroy(sb)
       return nil, err
     end
-    -- the init's own command, the one process stop leaves
-    inits[sb.id] = proctree.descendants(base.process_of(sb):pid())[1]
+    -- the init's own processes (native: its command; bwrap: bubblewrap and its command),
+    -- once a helper-built sandbox is ready: what stop leaves
+    local deadline = core.clock.monotime() + 5
+    while base.root_pid and not base.root_pid(sb) and core.clock.monotime() < deadline do core.io.poll({}, 0.005) end
+    local keep = {}
+    for _, pid in ipairs(proctree.descendants(base.process_of(sb):pid())) do keep[pid] = true end
+    inits[sb.id] = keep
     return true
   end
 

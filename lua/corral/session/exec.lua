@@ -178,7 +178,9 @@ function M.op(session)
     end
     local master, slave
     if opts.tty then
-      master, slave = core.tty.open_pty(session.init:pid(), opts.rows, opts.cols)
+      -- through the sandbox's root: its init's, or the process the mechanism names
+      local root = session.mech.root_pid and session.mech.root_pid(session.sb) or session.init:pid()
+      master, slave = core.tty.open_pty(root, opts.rows, opts.cols)
       if not master then
         return refuse(c.fd, core.exit.SETUP, "-t: no pty of the sandbox's own: " .. tostring(slave))
       end

@@ -31,10 +31,23 @@ local function exec_set()
   end })
 end
 
--- The sandbox's waiting init, started by the mechanism.
+-- Seconds a helper-built sandbox (bwrap) is given to be ready to join.
+M.READY_TIMEOUT = 5
+
+-- The sandbox's waiting init, started by the mechanism; with a helper that builds the
+-- sandbox itself (bwrap: `root_pid`), ready once that sandbox is built.
 local function start_init(corral, mech, sb)
   local ok, err = corral.start(mech, sb, M.INIT)
   if not ok then return nil, err end
+  if not mech.root_pid then return true end
+  local deadline = core.clock.monotime() + M.READY_TIMEOUT
+  while not mech.root_pid(sb) do
+    if core.clock.monotime() > deadline or not mech.process_of(sb):running() then
+      return nil, require("corral.errors").cannot_enforce(mech.name, "its sandbox did not start within " ..
+        M.READY_TIMEOUT .. " s")
+    end
+    core.io.poll({}, 0.005)
+  end
   return true
 end
 
