@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -148,13 +149,23 @@ static int l_spawn(lua_State *L)
     plan.plain_pidns = opt_bool(L, 1, "plain_pidns");
     plan.plain_session = opt_bool(L, 1, "new_session");
     plan.plain_net_admin = opt_bool(L, 1, "net_admin");
+    plan.ctty = opt_bool(L, 1, "ctty");
     plan.netns_fd = -1;
     plan.join_pidfd = -1;
+    /* a process of a sandbox a helper built (bubblewrap's pid 1 inside), pinned by a
+     * pidfd opened just before the spawn: never signalled nor reaped as a child of ours */
+    lua_Integer join_pid = 0;
     if (lua_getfield(L, 1, "join") != LUA_TNIL) {
-        process *j = luaL_testudata(L, -1, PROC_TYPE);
-        if (!j || j->reaped || j->pidfd < 0)
-            return luaL_argerror(L, 1, "join must be a running corral.process");
-        plan.join_pidfd = j->pidfd;
+        if (lua_isinteger(L, -1)) {
+            join_pid = lua_tointeger(L, -1);
+            if (join_pid <= 0 || join_pid > INT_MAX)
+                return luaL_argerror(L, 1, "join pid out of range");
+        } else {
+            process *j = luaL_testudata(L, -1, PROC_TYPE);
+            if (!j || j->reaped || j->pidfd < 0)
+                return luaL_argerror(L, 1, "join must be a running corral.process or a pid");
+            plan.join_pidfd = j->pidfd;
+        }
     }
     lua_pop(L, 1);
     if (lua_getfield(L, 1, "netns") != LUA_TNIL) plan.netns_fd = fd_of(L, -1);
@@ -314,7 +325,19 @@ static int l_spawn(lua_State *L)
 
     struct corral_spawn_result res;
     const char *step = "";
+    int join_own = -1;
+    if (join_pid > 0) {
+        join_own = (int)syscall(SYS_pidfd_open, (pid_t)join_pid, 0);
+        if (join_own < 0) {
+            int err = errno;
+            for (size_t i = 0; i < ncg; i++)
+                close(cgfds[i]);
+            return corral_pushfail(L, "join: pidfd_open", err);
+        }
+        plan.join_pidfd = join_own;
+    }
     r = corral_spawn(&plan, &res, &step);
+    if (join_own >= 0) close(join_own);
     for (size_t i = 0; i < ncg; i++)
         close(cgfds[i]);
     if (r < 0) return corral_pushfail(L, lua_pushfstring(L, "spawn: %s", step), r);

@@ -4,7 +4,8 @@
 -- @module corral.conformance.cli
 local M = {}
 
-M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--only GROUP] [--json] [--receipt FILE]
+M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--session] [--only GROUP] [--json]
+  [--receipt FILE]
 
 Runs every conformance check against the mechanism (default native): one breach
 attempted from inside a sandbox, then a control in the same sandbox. Each check is
@@ -13,10 +14,26 @@ filesystem credentials process privilege resources network egress cross_sandbox.
 Exits 1 when anything is breached. Ctrl-C, SIGTERM or SIGHUP end the running check
 through its tear-down (its sandboxes, targets and scratch removed) and exit 128+N.
 --receipt FILE writes the census as a signed receipt (each check's outcome and the
-digest of its evidence; docs/receipts.md), which `corral verify FILE` checks.]]
+digest of its evidence; docs/receipts.md), which `corral verify FILE` checks.
+--session runs every command of every check as `corral exec` runs it: exec'd into a
+live sandbox (its waiting init already there) instead of a sandbox of its own, so the
+census is that of exec'd processes (native and bwrap; docs/sessions.md).]]
 
 --- The flags `corral conformance` accepts (corral.cli.parse's spec).
-M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value" }
+M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value", session = "flag" }
+
+-- The mechanism the suite runs against: its name, or with --session that mechanism with
+-- every command exec'd into a live sandbox (corral.mechanism.session).
+local function mechanism_of(opts)
+  local name = opts.mechanism or "native"
+  if not opts.session then return name end
+  local errors = require "corral.errors"
+  local base, err = require("corral.mechanism").load(name)
+  if not base then return nil, err end
+  local mech, werr = require("corral.mechanism.session").wrap(base)
+  if not mech then return nil, errors.invalid_argument("--session", werr.detail .. ", not " .. name) end
+  return mech
+end
 
 -- The census as a signed receipt: every check's outcome and its evidence's digest (the
 -- SHA-256 of the result's canonical JSON, which --json prints whole).
@@ -101,7 +118,15 @@ function M.run(argv, cli)
   local core = require "corral.core"
   local STOP = { "INT", "TERM", "HUP" }
   local held = core.signal.fd(STOP)
-  local report, err = require("corral.conformance").run(opts.mechanism or "native", {
+  local mech, merr = mechanism_of(opts)
+  if not mech then
+    if held then
+      held:close()
+      core.signal.unblock(STOP)
+    end
+    return cli.fail("conformance", merr)
+  end
+  local report, err = require("corral.conformance").run(mech, {
     only = opts.only,
     signals = held,
     progress = function(r, i, n)

@@ -152,10 +152,55 @@ local function not_runnable(root, sb, cmd)
   end
 end
 
+-- bubblewrap's own pid 1 inside the sandbox it built for the started process (the first
+-- process beneath it in a user namespace other than ours), once that sandbox is built:
+-- its command runs (a process beneath it that is not bubblewrap). Joined earlier, a
+-- command could enter a mount namespace whose root is still being assembled.
+local function inner_pid(proc)
+  local own = core.fs.readlink("/proc/self/ns/user")
+  for _, pid in ipairs(proctree.descendants(proc:pid())) do
+    local ns = core.fs.readlink("/proc/" .. pid .. "/ns/user")
+    if ns and ns ~= own then
+      for _, below in ipairs(proctree.descendants(pid)) do
+        if proctree.comm(below) ~= "bwrap" then return pid end
+      end
+      return nil
+    end
+  end
+end
+
+--- The process whose root is the sandbox's (a session's pty is opened through it).
+-- @tparam table sb
+-- @treturn integer|nil
+function M.root_pid(sb)
+  local init = M.process_of(sb)
+  return init and init:running() and inner_pid(init) or nil
+end
+
+-- A command joined into the sandbox the started process runs: core.spawn's join onto
+-- bubblewrap's pid 1 inside (its namespaces; the tenant filter, the empty capability set
+-- and no_new_privs applied by the joining process itself, as native's exec does).
+local function spawn_joined(sb, st, argv, opts)
+  local inner = inner_pid(st.process)
+  if not inner then return nil, errors.cannot_enforce("bwrap", "bubblewrap's sandbox is not running (yet)") end
+  local plan, perr = require("corral.mechanism.native").plan(sb, st, argv, setmetatable({ join = true },
+    { __index = opts }))
+  if not plan then return nil, perr end
+  plan.join = inner
+  local proc, err, errno = core.spawn.start(plan)
+  if not proc and err and err:match("^spawn: exec: ") then
+    local code = errno == core.errno.ENOENT and core.exit.NOTFOUND or core.exit.NOEXEC
+    return nil, nil, { code = code, how = "exited", error = err }
+  end
+  if not proc then return nil, errors.cannot_enforce("bwrap", err, errno) end
+  return proc
+end
+
 -- Spawns bwrap in the sandbox's cgroup (and netns), with the rlimits and the sandbox's
 -- host id set by corral's own spawn, which re-arms the parent-death signal the id change
 -- clears: a killed `corral run` must not orphan the tenant. A missing command is found first.
 local function spawn(sb, st, argv, opts)
+  if opts.joining then return spawn_joined(sb, st, argv, opts) end
   local bwrap = tool("bwrap")
   if not bwrap then
     return nil, errors.cannot_enforce("bwrap", "needs bwrap on PATH")
@@ -216,6 +261,6 @@ local function deliver(proc, sig)
   return false
 end
 
-lifecycle.build(M, spawn, { trees = true, by_path = true }, deliver)
+lifecycle.build(M, spawn, { trees = true, by_path = true }, deliver, true)
 
 return M

@@ -7,9 +7,11 @@
 -- What the host holds (corral.resources), how a run is waited for (corral.egress.loop.wait)
 -- and how its end is classified (corral.limits.observe) are one for every mechanism.
 -- @module corral.mechanism.lifecycle
+local core = require "corral.core"
 local errors = require "corral.errors"
 local ledger = require "corral.mechanism.ledger"
 local limits = require "corral.limits"
+local proctree = require "corral.proctree"
 local resources = require "corral.resources"
 
 local M = {}
@@ -86,6 +88,15 @@ function M.share(mech, state, opts)
   return mech
 end
 
+--- Kills what is beneath a process (SIGKILL), twice over to catch one forking meanwhile:
+-- a command joined into a running sandbox is no pid 1, and its end would not end them.
+-- @param proc a corral.process
+function M.kill_tree(proc)
+  for _ = 1, 2 do
+    for _, p in ipairs(proctree.descendants(proc:pid())) do core.proc.kill(p, 9) end
+  end
+end
+
 --- Completes `mech` with the life cycle callbacks.
 -- @tparam table mech the mechanism (name, capabilities, …)
 -- @tparam function spawn `spawn(sb, st, argv, opts)` → process; or nil, error; or nil,
@@ -94,8 +105,10 @@ end
 -- @tparam[opt] function deliver `deliver(proc, sig)` → true once it has handed a forwarded
 --   signal to the command the spawned process runs (false: not yet, asked again); by
 --   default the signal goes to the spawned process itself
+-- @tparam[opt] boolean joins whether `spawn` lands a command inside the sandbox's running
+--   process when there is one (native): then `join` is offered
 -- @treturn table mech
-function M.build(mech, spawn, storage, deliver)
+function M.build(mech, spawn, storage, deliver, joins)
   local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
   M.share(mech, state, { storage = storage })
 
@@ -146,7 +159,9 @@ function M.build(mech, spawn, storage, deliver)
     local timed_out = false
     if not code then
       -- SIGKILL to its init (native: the pid namespace ends with it; bwrap: its
-      -- --die-with-parent), and the cgroup emptied too unless a started process shares it
+      -- --die-with-parent), and the cgroup emptied too unless a started process shares it;
+      -- a command that joined a started process is no pid 1: its tree is killed with it
+      if joins and st.process and st.process:running() then M.kill_tree(proc) end
       proc:kill()
       if st.cgroup and not (st.process and st.process:running()) then st.cgroup:kill() end
       code, how = proc:wait()
@@ -159,6 +174,27 @@ function M.build(mech, spawn, storage, deliver)
       end
     end
     return classify(st, proc, code, how, timed_out)
+  end
+
+  --- Starts argv inside the running process `start` left (its namespaces, cgroup, root),
+  -- without waiting: a session's exec (corral.session.exec), whose keeper watches it.
+  -- Only a mechanism whose spawn joins a running sandbox (native) offers it.
+  -- @treturn[1] userdata the process (corral.process)
+  -- @return[2] nil
+  -- @treturn[2] table the refusal; or nil, nil and `{code =, error =}` when argv could not run
+  function mech.join(sb, argv, opts)
+    if not joins then return nil, errors.invalid_argument("mechanism", "cannot join a running sandbox") end
+    local st = state[sb.id]
+    if not (st and st.process and st.process:running()) then
+      return nil, errors.invalid_argument("sandbox", sb.id .. " has no running process to join")
+    end
+    return spawn_with_output(sb, argv, setmetatable({ joining = true }, { __index = opts }))
+  end
+
+  --- The running process `start` left (what `join` joins), or nil.
+  function mech.process_of(sb)
+    local st = state[sb.id]
+    return st and st.process
   end
 
   --- Waits for the long-running process started by `start`.

@@ -1,0 +1,413 @@
+-- Live sandboxes from the CLI (docs/sessions.md): `corral create` leaves a keeper, execs
+-- (through tests/session_client.lua, which speaks the wire protocol) run inside it and
+-- keep its state, `ls`, `policy` and `rm`; a killed keeper is swept. One session with an
+-- allowlist carries most tests (each attempt followed by its control in it); what a
+-- session leaves is checked by the keeper's own objects (its pid's cgroups, temporary
+-- storage and name files, its sandbox's netns), never by global counts other corral
+-- processes change. Run `make` first.
+local core = require "corral.core"
+local h = require "helpers"
+
+local is_root = core.proc.geteuid() == 0
+local json = require "dkjson"
+local CLIENT = os.getenv("PWD") .. "/tests/session_client.lua"
+
+local function defer(fn) h.defer(finally, fn) end
+
+-- The client: argv after the host; returns stdout+stderr and the status.
+local function exec(...)
+  return h.capture({ h.host, CLIENT, ... })
+end
+
+local function ls()
+  local out, status = h.corral("ls", "--json")
+  assert.are.equal(0, status, out)
+  local rows = {}
+  for _, r in ipairs(json.decode(out:match("%b[]")) or {}) do rows[r.id] = r end
+  return rows
+end
+
+local function socket_of(id) return assert(require("corral.control").dir()) .. "/session-" .. id .. ".sock" end
+
+local function exists(path) return core.fs.lstat(path) ~= nil end
+
+-- What a keeper holds that a test can name: its process, its sandbox's init and netns,
+-- its pid's cgroups, temporary storage and name files, its socket.
+local function holdings(id)
+  local row = assert(ls()[id], id .. " is not listed")
+  local keeper = math.tointeger(row.pid)
+  local init = assert(core.fs.listdir("/proc/" .. keeper .. "/task"))
+  local children = h.read("/proc/" .. keeper .. "/task/" .. init[1] .. "/children") or ""
+  local init_pid = tonumber(children:match("%d+"))
+  -- the sandbox's netns: the first process beneath the keeper in a netns not the host's
+  -- (native's init is in it; under bwrap, the process bubblewrap made)
+  local host_net, netns = core.fs.readlink("/proc/self/ns/net"), nil
+  for _, pid in ipairs(require("corral.proctree").descendants(keeper)) do
+    local ns = core.fs.readlink("/proc/" .. pid .. "/ns/net")
+    if ns and ns ~= host_net then
+      netns = ns
+      break
+    end
+  end
+  return { keeper = keeper, init = init_pid, netns = assert(netns, "no netns of the sandbox's own"),
+           socket = socket_of(id) }
+end
+
+-- A process's start time (clock ticks since boot, /proc/PID/stat's field 22), or nil.
+local function started_at(pid)
+  local stat = h.read("/proc/" .. pid .. "/stat")
+  local rest = stat and stat:match("%) (.*)$")
+  if not rest then return nil end
+  local fields = {}
+  for f in rest:gmatch("%S+") do fields[#fields + 1] = f end
+  return tonumber(fields[20])
+end
+
+-- Now, as a start time: that of a process made now.
+local function ticks_now()
+  local out = h.capture({ "sh", "-c", "cat /proc/$$/stat" })
+  local rest = out:match("%) (.*)$")
+  local fields = {}
+  for f in rest:gmatch("%S+") do fields[#fields + 1] = f end
+  return tonumber(fields[20])
+end
+
+-- Everything of `held` still on the host, as a list of texts (empty: nothing left). A
+-- namespace's inode number is reused once it is freed, so a process in a netns of that
+-- number counts only if it started before `held.ended` (another sandbox's made since
+-- does not).
+local function left_of(held)
+  local left = {}
+  if exists("/proc/" .. held.keeper) then left[#left + 1] = "keeper " .. held.keeper end
+  if exists("/proc/" .. held.init) then left[#left + 1] = "init " .. held.init end
+  if exists(held.socket) then left[#left + 1] = held.socket end
+  for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
+    if name:match("^corral%-run%-" .. held.keeper .. "%-") or name:match("^corral%-names%-" .. held.keeper .. "%-") then
+      left[#left + 1] = "/tmp/" .. name
+    end
+  end
+  local cg = core.cgroup.info()
+  for _, own in pairs(cg and cg.paths or {}) do
+    for _, name in ipairs(core.fs.listdir(own) or {}) do
+      if name:match("^corral%-" .. held.keeper .. "%-") then left[#left + 1] = own .. "/" .. name end
+    end
+  end
+  for _, pid in ipairs(core.fs.listdir("/proc") or {}) do
+    if pid:match("^%d+$") and core.fs.readlink("/proc/" .. pid .. "/ns/net") == held.netns
+      and (not held.ended or (started_at(pid) or math.huge) <= held.ended) then
+      left[#left + 1] = "netns " .. held.netns .. " (pid " .. pid .. ")"
+      break
+    end
+  end
+  return left
+end
+
+describe("sessions", function()
+  local id = "spec-" .. h.own_pid()
+  local port, server
+  local created_out, created_status
+
+  setup(function()
+    if not is_root then return end
+    port = h.free_port()
+    local p = assert(io.popen("/usr/bin/python3 -m http.server " .. port .. " --bind 127.0.0.1 >/dev/null 2>&1 & " ..
+      "echo $!"))
+    server = p:read("l")
+    p:close()
+    created_out, created_status = h.corral("create", id, "--allow", "ok.test:" .. port, "--resolve",
+      "ok.test=127.0.0.1", "--resolve", "late.test=127.0.0.1", "--internal", "127.0.0.0/8")
+    assert(h.wait_for(function()
+      return os.execute("curl -s -o /dev/null http://127.0.0.1:" .. port .. "/") == true
+    end, 5), "the HTTP server did not start")
+  end)
+
+  teardown(function()
+    if server then os.execute("kill " .. server) end
+    if is_root then h.corral("rm", id) end
+  end)
+
+  local function need_root()
+    if not is_root then
+      pending("sessions are built as root here (native, the keeper's cgroups)")
+      return false
+    end
+    assert.are.equal(0, created_status, created_out)
+    return true
+  end
+
+  it("create prints the id once ready; ls lists it; an id already live is refused naming it", function()
+    if not need_root() then return end
+    assert.are.equal(id .. "\n", created_out)
+    local row = ls()[id]
+    assert.truthy(row, "not listed")
+    assert.are.equal("native", row.mechanism)
+    assert.are.equal(1, row.egress.allow)
+    local out, status = h.corral("create", id)
+    assert.are.equal(2, status, out)
+    assert.matches("ID: " .. id:gsub("%-", "%%-") .. " is live already", out)
+    assert.truthy(ls()[id], "the refusal touched the live one")
+    -- the REPL's sandboxes() (corral.operator) lists it beside runs
+    out = h.capture({ h.host, "-e", "for _, s in ipairs(require('corral.operator').sandboxes()) do print(s.id) end" })
+    assert.truthy(("\n" .. out):find("\n" .. id .. "\n", 1, true), out)
+  end)
+
+  it("--service-port: create says where; a server a background exec started answers there", function()
+    if not need_root() then return end
+    local sid = id .. "-svc"
+    local out, status = h.corral("create", sid, "--service-port", "8080")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", sid) end)
+    local addr = assert(out:match("service port 8080 on (127%.0%.0%.1:%d+)"), out)
+    local curl = { "curl", "-sS", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}", "http://" .. addr .. "/" }
+    local before = h.capture(curl)
+    assert.is_nil(before:find("200", 1, true), before) -- nothing listens inside yet
+    out, status = exec(sid, "--", "sh", "-c", "cd /tmp && setsid /usr/bin/python3 -m http.server 8080 " ..
+      "--bind 127.0.0.1 </dev/null >/dev/null 2>&1 &")
+    assert.are.equal(0, status, out)
+    assert.truthy(h.wait_for(function() return h.capture(curl) == "200" end, 5), "no answer at " .. addr)
+  end)
+
+  it("--wall bounds each exec as it bounds a run's command (124); the next exec runs", function()
+    if not need_root() then return end
+    local wid = id .. "-w"
+    local out, status = h.corral("create", wid, "--wall", "1s")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", wid) end)
+    local t0 = core.clock.monotime()
+    out, status = exec(wid, "--", "sh", "-c", "sleep 5; echo late")
+    assert.are.equal(124, status, out)
+    assert.is_nil(out:find("late", 1, true), out)
+    assert.truthy(core.clock.monotime() - t0 < 4, "the wall did not end it")
+    out, status = exec(wid, "--", "echo", "control")
+    assert.are.equal(0, status, out)
+    assert.matches("control", out)
+  end)
+
+  it("bad input is refused naming the flag, exit 2, nothing left", function()
+    if not need_root() then return end
+    local bad = id .. "-bad"
+    for _, case in ipairs({ { { "--memory", "zz" }, "--memory" }, { { "--allow", "garbage" }, "--allow" },
+                            { { "--mechanism", "oci" }, "--mechanism" },
+                            { { "--receipt", "/tmp/r" }, "--receipt" } }) do
+      local argv = { "create", bad }
+      for _, a in ipairs(case[1]) do argv[#argv + 1] = a end
+      local out, status = h.corral(table.unpack(argv))
+      assert.are.equal(2, status, out)
+      assert.matches(case[2], out, nil, true)
+      assert.is_false(exists(socket_of(bad)))
+    end
+    local out, status = h.corral("create", "no/slash")
+    assert.are.equal(2, status, out)
+    assert.matches("ID", out)
+    -- control: the same id with good flags is made (and removed)
+    out, status = h.corral("create", bad, "--memory", "64M")
+    assert.are.equal(0, status, out)
+    assert.are.equal(0, select(2, h.corral("rm", bad)))
+  end)
+
+  it("execs share state: /tmp, /storage and a background process; exit status returned", function()
+    if not need_root() then return end
+    local out, status = exec(id, "--", "sh", "-c", "echo t > /tmp/t; echo s > /storage/s; " ..
+      "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo bg=$!; exit 7")
+    assert.are.equal(7, status, out)
+    local bg = assert(out:match("bg=(%d+)"), out)
+    out, status = exec(id, "--", "sh", "-c", "cat /tmp/t /storage/s; cat /proc/" .. bg .. "/cmdline | tr '\\0' ' '")
+    assert.are.equal(0, status, out)
+    assert.matches("t\ns\nsleep 300", out)
+    out, status = exec(id, "--", "sh", "-c", "kill -9 $$")
+    assert.are.equal(137, status, out)
+    out, status = exec(id, "--", "nosuch-command")
+    assert.are.equal(127, status, out)
+    assert.matches("nosuch%-command: command not found", out)
+  end)
+
+  it("a forwarded signal reaches the command; a client gone kills its tree", function()
+    if not need_root() then return end
+    local p, pid = h.child("exec " .. h.quote(h.host) .. " " .. h.quote(CLIENT) .. " " .. id ..
+      " -- sh -c 'trap \"echo got-term; exit 9\" TERM; echo ready; while :; do sleep 0.05; done'")
+    repeat local l = p:read("l") until l == nil or l == "ready"
+    os.execute("kill -TERM " .. pid)
+    local rest = p:read("a")
+    local _, _, code = p:close()
+    assert.are.equal(9, code, rest)
+    assert.matches("got%-term", rest)
+    -- the client killed (no EOF handshake): the exec and what it started end with it
+    p, pid = h.child("exec " .. h.quote(h.host) .. " " .. h.quote(CLIENT) .. " " .. id ..
+      " -- sh -c 'sleep 271 </dev/null >/dev/null 2>&1 & echo ready; wait'")
+    repeat local l = p:read("l") until l == nil or l == "ready"
+    os.execute("kill -KILL " .. pid)
+    p:close()
+    assert.truthy(h.wait_for(function()
+      local o = exec(id, "--", "sh", "-c", "ps -eo args | grep -c '^sleep 271'")
+      return o:match("\n0\n$") or o:match("^0\n") or o:match("\n0$")
+    end, 5), "the exec's tree outlived its client")
+    -- control: a process of that kind is seen while its client lives
+    local o = exec(id, "--", "sh", "-c", "sleep 271 >/dev/null 2>&1 & ps -eo args | grep -c '^sleep 271'")
+    assert.matches("1\n", o)
+  end)
+
+  it("-t gives a terminal of the sandbox's own devpts", function()
+    if not need_root() then return end
+    local out, status = exec("-t", "--input", "typed\n", id, "--", "sh", "-c",
+      "ls -l /proc/self/fd/0; tty; stty size; read x; echo \"got $x\"")
+    assert.are.equal(0, status, out)
+    assert.matches("/proc/self/fd/0 %-> /dev/pts/%d+", out)
+    assert.matches("\n/dev/pts/%d+\r?\n", out)
+    assert.matches("24 80", out)
+    assert.matches("got typed", out)
+    -- control: without -t the same command has no terminal
+    out = exec(id, "--", "sh", "-c", "tty </dev/null")
+    assert.matches("not a tty", out)
+  end)
+
+  it("the environment policy holds for exec: a credential is refused naming --env", function()
+    if not need_root() then return end
+    local out, status = exec("--env", "AWS_SECRET_ACCESS_KEY=abc", id, "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("--env AWS_SECRET_ACCESS_KEY", out, nil, true)
+    out, status = exec("--env", "GREETING=hello", "--cwd", "/storage", id, "--", "sh", "-c", "echo $GREETING; pwd")
+    assert.are.equal(0, status, out)
+    assert.matches("hello\n/storage", out)
+    out, status = exec("--cwd", "/no/such/dir", id, "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("--cwd", out, nil, true)
+    out, status = exec("--fds", "1", id, "--", "true")
+    assert.are.equal(2, status, out)
+  end)
+
+  it("the allowlist holds for exec; policy --allow opens a name, --revoke closes it", function()
+    if not need_root() then return end
+    local curl = "curl -sS -m 3 -o /dev/null -w 'code=%%{http_code}\\n' http://%s:" .. port .. "/"
+    local out = exec(id, "--", "sh", "-c", h.attempt_then_control(curl:format("late.test"), curl:format("ok.test")))
+    local _, control, attempt = h.after_attempt(out, "code=200")
+    assert.is_nil(attempt:find("code=200", 1, true), out)
+    assert.matches("code=200", control)
+    local pout, status = h.corral("policy", id, "--allow", "late.test:" .. port)
+    assert.are.equal(0, status, pout)
+    assert.matches("late.test:" .. port, pout, nil, true)
+    out = exec(id, "--", "sh", "-c", curl:format("late.test"))
+    assert.matches("code=200", out)
+    pout, status = h.corral("policy", id, "--revoke", "late.test:" .. port)
+    assert.are.equal(0, status, pout)
+    out = exec(id, "--", "sh", "-c", h.attempt_then_control(curl:format("late.test"), curl:format("ok.test")))
+    _, control, attempt = h.after_attempt(out, "code=200")
+    assert.is_nil(attempt:find("code=200", 1, true), out)
+    assert.matches("code=200", control)
+    pout, status = h.corral("policy", id .. "-none", "--allow", "x.test:1")
+    assert.are.equal(2, status, pout)
+  end)
+
+  it("another uid cannot use the socket; its owner can", function()
+    if not need_root() then return end
+    local why = h.test_user_missing()
+    if why then return pending(why) end
+    local out, status = h.capture(h.as_test_user({ h.host, CLIENT, id, "--", "echo", "in" }))
+    assert.are_not.equal(0, status, out)
+    assert.is_nil(out:find("\nin\n", 1, true), out)
+    out, status = exec(id, "--", "echo", "in")
+    assert.are.equal(0, status, out)
+    assert.matches("in\n", out)
+  end)
+
+  it("the resource limits hold for exec'd processes: conformance --session --only resources", function()
+    if not need_root() then return end
+    -- wall and pids: an exec is no pid 1 (its tree is killed at the wall), and what an
+    -- attempt left in the background is stopped before the control, as a run's stop does
+    local out, status = h.corral("conformance", "--session", "--only", "resources", "--json")
+    assert.are.equal(0, status, out)
+    local report = assert(json.decode(out:match("%b{}")), out)
+    assert.are.equal("native+exec", report.mechanism)
+    local outcomes = {}
+    for _, r in ipairs(report.results) do outcomes[r.id] = r.outcome end
+    for _, check in ipairs({ "res.memory", "res.pids", "res.cpu", "res.wall" }) do
+      assert.are.equal("held", outcomes[check], check .. ": " .. out)
+    end
+    assert.are.equal(0, report.census.breached)
+  end)
+
+  it("bwrap: execs join bubblewrap's sandbox (state kept, its filter, its devpts), rm leaves nothing", function()
+    if not need_root() then return end
+    if not core.path.resolve_executable("bwrap"):find("/", 1, true) then return pending("bwrap is not installed") end
+    local bid = id .. "-b"
+    local out, status = h.corral("create", bid, "--mechanism", "bwrap")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", bid) end)
+    assert.are.equal("bwrap", ls()[bid].mechanism)
+    out, status = exec(bid, "--", "sh", "-c", "echo kept > /tmp/f; grep -E '^(CapEff|NoNewPrivs|Seccomp):' " ..
+      "/proc/self/status; exit 3")
+    assert.are.equal(3, status, out)
+    assert.matches("CapEff:%s+0+\n", out)
+    assert.matches("NoNewPrivs:%s+1", out)
+    assert.matches("Seccomp:%s+2", out)
+    out, status = exec(bid, "--", "sh", "-c", "cat /tmp/f; ls /")
+    assert.are.equal(0, status, out)
+    assert.matches("kept\n", out)
+    assert.is_nil(out:find("\nhome\n", 1, true), out) -- bubblewrap's root, not the host's
+    out, status = exec("-t", bid, "--", "sh", "-c", "ls -l /proc/self/fd/0")
+    assert.are.equal(0, status, out)
+    assert.matches("/proc/self/fd/0 %-> /dev/pts/%d+", out)
+    local k = holdings(bid)
+    out, status = h.corral("rm", bid)
+    k.ended = ticks_now()
+    assert.are.equal(0, status, out)
+    assert.are.same({}, left_of(k))
+  end)
+
+  it("an unprivileged user's session: create, exec keeping state, rm", function()
+    if not need_root() then return end
+    local why = h.test_user_missing()
+    if why then return pending(why) end
+    local uid = id .. "-u"
+    local function as_user(...)
+      return h.capture(h.as_test_user({ "env", "-u", "XDG_RUNTIME_DIR", "HOME=/tmp", h.host, ... }))
+    end
+    local out, status = as_user("create", uid)
+    assert.are.equal(0, status, out)
+    defer(function() as_user("rm", uid) end)
+    out, status = as_user(CLIENT, uid, "--", "sh", "-c", "echo kept > /tmp/f")
+    assert.are.equal(0, status, out)
+    out, status = as_user(CLIENT, uid, "--", "cat", "/tmp/f")
+    assert.are.equal(0, status, out)
+    assert.matches("kept", out)
+    -- root's own list does not hold it (its runtime directory is the user's)
+    assert.is_nil(ls()[uid])
+    out, status = as_user("rm", uid)
+    assert.are.equal(0, status, out)
+    out, status = as_user(CLIENT, uid, "--", "true")
+    assert.are_not.equal(0, status, out)
+  end)
+
+  it("a killed keeper takes its sandbox; the next corral call sweeps the rest", function()
+    if not need_root() then return end
+    local kid = id .. "-k"
+    local out, status = h.corral("create", kid, "--allow", "ok.test:" .. port)
+    assert.are.equal(0, status, out)
+    local k = holdings(kid)
+    defer(function() h.corral("rm", kid) end)
+    os.execute("kill -KILL " .. k.keeper)
+    k.ended = ticks_now()
+    -- at once: any corral process of root's sweeps the same runtime directory
+    assert.truthy(exists(k.socket), "nothing to sweep: the test proves nothing")
+    assert.truthy(h.wait_for(function() return not exists("/proc/" .. k.init) end, 5), "the init outlived its keeper")
+    out, status = h.corral("ls")
+    assert.are.equal(0, status, out)
+    assert.is_nil(out:find(kid, 1, true), out)
+    assert.are.same({}, left_of(k))
+  end)
+
+  it("rm stops and destroys the sandbox and leaves nothing", function()
+    if not need_root() then return end
+    local k = holdings(id)
+    assert.are_not.same({}, left_of(k)) -- control: while live, the keeper's objects are found
+    local out, status = h.corral("rm", id)
+    k.ended = ticks_now()
+    assert.are.equal(0, status, out)
+    assert.are.equal(id .. "\n", out)
+    assert.are.same({}, left_of(k))
+    out, status = exec(id, "--", "true")
+    assert.are_not.equal(0, status, out)
+    out, status = h.corral("rm", id)
+    assert.are.equal(2, status, out)
+    assert.matches("no live sandbox", out)
+  end)
+end)
