@@ -23,13 +23,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "caps.h"
@@ -105,6 +106,15 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void
 tenant_exec(const struct corral_spawn_plan *p, int fd, const sigset_t *old)
 {
     setpgid(0, 0);
+    if (p->ctty) {
+        /* A background group asking for the terminal is stopped by SIGTTOU unless it
+         * blocks it; the command then reads the terminal as its foreground job. */
+        sigset_t ttou;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        sigprocmask(SIG_BLOCK, &ttou, NULL);
+        if (tcsetpgrp(0, getpid()) < 0) child_fail(fd, STEP_SETSID, errno);
+    }
     sigprocmask(SIG_SETMASK, old, NULL);
     execve(p->path, p->argv, p->envp);
     child_fail(fd, STEP_EXEC, errno);
@@ -352,6 +362,7 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void child_main(const struct c
     /* A new session: no controlling terminal to inject keystrokes into. */
     if (setsid() < 0) child_fail(errfd, STEP_SETSID, errno);
     set_stdio_and_fds(p, errfd);
+    if (p->ctty && ioctl(0, TIOCSCTTY, 0) < 0) child_fail(errfd, STEP_SETSID, errno);
     if ((r = corral_caps_drop_all_with(empty_caps)) < 0) child_fail(errfd, STEP_CAPS, r);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STEP_NNP, errno);
     if (p->seccomp && (r = corral_seccomp_install(p->seccomp)) < 0)

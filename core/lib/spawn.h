@@ -77,6 +77,8 @@ struct corral_spawn_plan {
                         where it expects its sources (an idmapped storage, a disk) and the
                         host's mount table never holds them */
     size_t n_attach;
+    int ctty;       /* 1: fd 0 (a pty's slave) becomes the controlling terminal of the
+                       command's new session, and the command its foreground job */
     int join_pidfd; /* >= 0: run inside the namespaces of this running sandbox's init
                        (user, mount, pid, ipc, uts, net, cgroup) instead of new ones;
                        root, hostname and maps are then that sandbox's */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "detach.h"
 #include "envblock.h"
 #include "lcorral.h"
 #include "path.h"
@@ -171,6 +172,20 @@ static int l_exit_now(lua_State *L)
     _exit((int)luaL_optinteger(L, 1, 0));
 }
 
+/* core.proc.detach() → "caller", fd | "detached", fd | nil, msg, errno: a process that
+ * outlives this one (core/lib/detach.h); the caller's fd reads what the detached one
+ * writes to its own. Lua's buffered output is flushed first, or both would write it. */
+static int l_detach(lua_State *L)
+{
+    fflush(NULL);
+    corral_fd *f = corral_newfd(L);
+    int r = corral_detach(&f->fd);
+    if (r < 0) return corral_pushfail(L, "detach", r);
+    lua_pushstring(L, r ? "caller" : "detached");
+    lua_insert(L, -2);
+    return 2;
+}
+
 /* core.proc.kill(pid, [sig]) → true: a signal (default SIGKILL) by pid, for the
  * processes of a watched child's tree, which the host holds no pidfd for. A process
  * stopped before it is signalled cannot exit, so its pid cannot be recycled. */
@@ -254,6 +269,7 @@ int corral_open_proc(lua_State *L)
                                    {"host_executable", l_host_executable},
                                    {"unsetenv", l_unsetenv},
                                    {"exit", l_exit_now},
+                                   {"detach", l_detach},
                                    {"replace_environ", l_replace_environ},
                                    {"kill", l_kill_pid},
                                    {"find_owned", l_find_owned},

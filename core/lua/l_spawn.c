@@ -148,6 +148,7 @@ static int l_spawn(lua_State *L)
     plan.plain_pidns = opt_bool(L, 1, "plain_pidns");
     plan.plain_session = opt_bool(L, 1, "new_session");
     plan.plain_net_admin = opt_bool(L, 1, "net_admin");
+    plan.ctty = opt_bool(L, 1, "ctty");
     plan.netns_fd = -1;
     plan.join_pidfd = -1;
     if (lua_getfield(L, 1, "join") != LUA_TNIL) {

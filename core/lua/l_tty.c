@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "lcorral.h"
+#include "pty.h"
 
 struct tty_state {
     struct termios tio;
@@ -51,9 +52,25 @@ static int l_tty_restore(lua_State *L)
     return 1;
 }
 
+/* core.tty.open_pty(root_dir_fd[, rows, cols]) → master, slave | nil, msg, errno: a pty of
+ * the devpts under that root (core/lib/pty.h) */
+static int l_tty_open_pty(lua_State *L)
+{
+    int root = corral_checkfd(L, 1);
+    lua_Integer rows = luaL_optinteger(L, 2, 0), cols = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, rows >= 0 && rows <= 65535, 2, "rows out of range 0..65535");
+    luaL_argcheck(L, cols >= 0 && cols <= 65535, 3, "cols out of range 0..65535");
+    corral_fd *m = corral_newfd(L);
+    corral_fd *s = corral_newfd(L);
+    int r = corral_pty_open_in(root, (int)rows, (int)cols, &m->fd, &s->fd);
+    if (r < 0) return corral_pushfail(L, "open pty", r);
+    return 2;
+}
+
 int corral_open_tty(lua_State *L)
 {
-    static const luaL_Reg fns[] = {{"save", l_tty_save}, {"restore", l_tty_restore}, {NULL, NULL}};
+    static const luaL_Reg fns[] = {
+        {"save", l_tty_save}, {"restore", l_tty_restore}, {"open_pty", l_tty_open_pty}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }
