@@ -2,17 +2,15 @@
  * The session socket's C side: core/lib/session_wire.c (ids, the socket path, the exec
  * request read back by the JSON reader, the answer shapes and the ones refused),
  * core/lib/rundir.c (the rule, and a directory's owner and mode checked on real
- * directories) and core/lib/fdpass.c (fds across a real socket pair, CLOEXEC).
+ * directories).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
-#include "fdpass.h"
 #include "rundir.h"
 #include "session_wire.h"
 
@@ -172,31 +170,6 @@ static void test_rundir(void)
     rmdir(dir);
 }
 
-static void test_fdpass(void)
-{
-    int sv[2];
-    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    int before = count_fds();
-    int fds[3] = {0, 1, 2}, got[CORRAL_FDPASS_MAX], n = -1;
-    CHECK(corral_fdpass_send(sv[0], "line\n", 5, fds, 3) == 0);
-    char buf[16];
-    CHECK(corral_fdpass_recv(sv[1], buf, sizeof buf, got, &n) == 5 && n == 3);
-    for (int i = 0; i < n; i++) {
-        struct stat a, b;
-        CHECK(fcntl(got[i], F_GETFD) == FD_CLOEXEC);
-        CHECK(fstat(got[i], &a) == 0 && fstat(i, &b) == 0 && a.st_ino == b.st_ino);
-        close(got[i]);
-    }
-    CHECK(count_fds() == before);
-    /* bytes without fds: none come back */
-    CHECK(corral_fdpass_send(sv[0], "x", 1, NULL, 0) == 0);
-    CHECK(corral_fdpass_recv(sv[1], buf, sizeof buf, got, &n) == 1 && n == 0);
-    /* the peer gone: EPIPE, and no SIGPIPE ends this test */
-    close(sv[1]);
-    CHECK(corral_fdpass_send(sv[0], "x", 1, NULL, 0) == -EPIPE);
-    close(sv[0]);
-}
-
 int main(void)
 {
     test_ids();
@@ -204,6 +177,5 @@ int main(void)
     test_exec_line();
     test_answers();
     test_rundir();
-    test_fdpass();
     return DONE();
 }
