@@ -4,6 +4,9 @@
  * operator's terminal, and `stty -echo intr undef` from inside outlives the run.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <termios.h>
@@ -52,17 +55,24 @@ static int l_tty_restore(lua_State *L)
     return 1;
 }
 
-/* core.tty.open_pty(root_dir_fd[, rows, cols]) → master, slave | nil, msg, errno: a pty of
- * the devpts under that root (core/lib/pty.h) */
+/* core.tty.open_pty(pid[, rows, cols]) → master, slave | nil, msg, errno: a pty of the
+ * devpts under process pid's root (a sandbox's init: core/lib/pty.h). The caller holds
+ * pid unreaped, so it names that process. */
 static int l_tty_open_pty(lua_State *L)
 {
-    int root = corral_checkfd(L, 1);
+    lua_Integer pid = luaL_checkinteger(L, 1);
     lua_Integer rows = luaL_optinteger(L, 2, 0), cols = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, pid > 0 && pid <= INT_MAX, 1, "not a pid");
     luaL_argcheck(L, rows >= 0 && rows <= 65535, 2, "rows out of range 0..65535");
     luaL_argcheck(L, cols >= 0 && cols <= 65535, 3, "cols out of range 0..65535");
+    char path[48];
+    snprintf(path, sizeof path, "/proc/%d/root", (int)pid);
+    int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0) return corral_pushfail(L, path, errno);
     corral_fd *m = corral_newfd(L);
     corral_fd *s = corral_newfd(L);
     int r = corral_pty_open_in(root, (int)rows, (int)cols, &m->fd, &s->fd);
+    close(root);
     if (r < 0) return corral_pushfail(L, "open pty", r);
     return 2;
 }

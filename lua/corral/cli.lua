@@ -373,7 +373,20 @@ local function receipt_command(name, summary, what)
 end
 receipt_command("key", "print the host key that signs receipts, and its fingerprint", "KEY")
 receipt_command("verify", "check a signed receipt and say what was enforced", "VERIFY")
-receipt_command("policy", "print the canonical policy a receipt's commitment covers", "POLICY")
+
+-- Live sandboxes (corral.session.cli): made, entered, listed, changed, removed.
+local function session_command(name, summary, what, options)
+  local function cli_of() return require "corral.session.cli" end
+  command(name, summary, function() return cli_of()[what .. "_USAGE"] end, function(argv)
+    local spec = options and option_spec(options) or cli_of()[what .. "_SPEC"]
+    return cli_of()[name](argv, { parse = function(a, sp) return M.parse(a, sp or spec) end, fail = fail, json = json })
+  end, options, options and nil or function() return cli_of()[what .. "_SPEC"] or {} end)
+end
+session_command("create", "create a live sandbox (every run flag) kept by a keeper process", "CREATE", run_cli.OPTIONS)
+session_command("exec", "run a command inside a live sandbox", "EXEC")
+session_command("ls", "list this user's live sandboxes", "LS")
+session_command("rm", "stop and remove live sandboxes, leaving nothing", "RM")
+session_command("policy", "change a live sandbox's allowlist; or print a receipt's canonical policy", "POLICY")
 
 command("attach", "open the REPL on a live sandbox (its helpers default to it)",
   [[corral attach ID

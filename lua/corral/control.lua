@@ -154,15 +154,45 @@ function Server:accept()
   require("corral.egress.loop").changed()
 end
 
+-- Fds a client passed (SCM_RIGHTS) that no op took: closed with the line they came with.
+local function close_fds(fds)
+  for _, fd in ipairs(fds or {}) do fd:close() end
+end
+
+-- One read of a client: its bytes, and the fds that came with them where the server
+-- takes fds (a session's exec); a server that takes none reads with recv, and the
+-- kernel drops whatever fds a peer attached.
+function Server:receive(c)
+  if not self.fds_max then return core.sock.recv(c.fd, M.LINE_MAX, 0) end
+  local data, fds = core.unix.recvmsg(c.fd, M.LINE_MAX, self.fds_max)
+  if data and #fds > 0 then
+    close_fds(c.fds)
+    c.fds = fds
+  end
+  return data
+end
+
 function Server:read(c)
-  local data = core.sock.recv(c.fd, M.LINE_MAX, 0)
-  if not data or data == "" or c.refused then return self:drop(c) end
+  local data = self:receive(c)
+  if not data or data == "" or c.refused then
+    close_fds(c.fds)
+    return self:drop(c)
+  end
   c.buf = c.buf .. data
   while true do
     local line, rest = c.buf:match("^([^\n]*)\n(.*)$")
     if not line then break end
     c.buf = rest
-    if not send_all(c.fd, encode(self:answer(line))) then return self:drop(c) end
+    local answer = self:answer(line, c)
+    close_fds(c.fds)
+    c.fds = nil
+    if c.taken then
+      -- the op answers on this connection itself, from now on (a session's exec, rm)
+      self.clients[c] = nil
+      require("corral.egress.loop").changed()
+      return
+    end
+    if not send_all(c.fd, encode(answer)) then return self:drop(c) end
   end
   if #c.buf > M.LINE_MAX then
     send_all(c.fd, encode({ ok = false, error = "request longer than " .. M.LINE_MAX .. " bytes" }))
@@ -170,14 +200,32 @@ function Server:read(c)
   end
 end
 
-function Server:answer(line)
+-- What an op is handed besides the request: the connection's fds that came with it
+-- (`fds`, each taken by setting its slot to nil), and `take()`, after which the op owns
+-- the connection (its fd, and `rest`, the bytes read past the request) and no answer is
+-- written for it: the op answers when it is ready (a deferred answer).
+local function connection(c)
+  local conn = { fds = c.fds }
+  function conn.take()
+    c.taken = true
+    conn.fd, conn.rest = c.fd, c.buf
+    c.buf = ""
+    return conn
+  end
+  return conn
+end
+
+function Server:answer(line, c)
   local req = json().decode(line)
   if type(req) ~= "table" or type(req.op) ~= "string" then
     return { ok = false, error = "a request is one JSON object with op" }
   end
   local handler = self.ops[req.op]
   if not handler then return { ok = false, error = "unknown op " .. req.op } end
-  local ok, result, err = pcall(handler, req)
+  local conn = c and connection(c)
+  local ok, result, err = pcall(handler, req, conn)
+  if conn and conn.fds ~= c.fds then c.fds = conn.fds end
+  if c and c.taken then return nil end
   if not ok then return { ok = false, error = "op " .. req.op .. " failed: " .. tostring(result):match("^[^\n]*") } end
   if result == nil then return { ok = false, error = tostring(err) } end
   return { ok = true, result = plain(result) }
@@ -195,29 +243,40 @@ end
 Server.__close = Server.close
 
 --- Registers a running sandbox and serves its control socket on the egress loop.
--- @tparam table ops request handlers by op name: `fn(request)` → result, or nil, error
+-- @tparam table ops request handlers by op name: `fn(request, conn)` → result, or nil,
+--   error; or nothing after `conn.take()` (the op answers on the connection itself)
+-- @tparam[opt] table opts `path`: the socket's path (a session's, which must not exist;
+--   default `<pid>-<n>.sock` in `dir()`); `fds_max`: how many fds a request may carry
 -- @treturn[1] table the registration (`path`, `close`; a to-be-closed value)
 -- @return[2] nil
 -- @treturn[2] string why nothing was registered (the run goes on without it)
-function M.serve(ops)
+function M.serve(ops, opts)
+  opts = opts or {}
   local dir, err = M.dir()
   if not dir then return nil, err end
   M.sweep(dir)
-  serial = serial + 1
-  local path = string.format("%s/%d-%d.sock", dir, core.proc.getpid(), serial)
-  os.remove(path) -- a pid's earlier life, killed before its sweep could tell it was gone
+  local path = opts.path
+  if not path then
+    serial = serial + 1
+    path = string.format("%s/%d-%d.sock", dir, core.proc.getpid(), serial)
+    os.remove(path) -- a pid's earlier life, killed before its sweep could tell it was gone
+  end
   local fd
   fd, err = core.unix.listen(path, tonumber("600", 8))
   if not fd then return nil, err end
-  local self = setmetatable({ fd = fd, path = path, clients = {}, ops = ops }, Server)
+  local self = setmetatable({ fd = fd, path = path, clients = {}, ops = ops, fds_max = opts.fds_max }, Server)
   require("corral.egress.loop").add(self)
   return self
 end
 
 -- ---- client ---------------------------------------------------------------------------
 
---- Every live registration of this user, after a sweep.
--- @treturn {table,...} `{path =, pid =}` each, by pid
+--- A session's socket name (corral.session): `session-<ID>.sock`.
+M.SESSION_PATTERN = "^session%-([%w][%w_.-]*)%.sock$"
+
+--- Every registration of this user, after a sweep: each run's, and each session's (a
+-- session's socket whose keeper was killed is swept by corral.session, not here).
+-- @treturn {table,...} `{path =, pid =}` each (a session's: `{path =, session =}`), by path
 function M.list()
   local dir = M.dir()
   if not dir then return {} end
@@ -226,6 +285,9 @@ function M.list()
   for _, name in ipairs(core.fs.listdir(dir) or {}) do
     local pid = name:match(M.PATTERN)
     if pid then out[#out + 1] = { path = dir .. "/" .. name, pid = tonumber(pid) } end
+    -- a session's keeper (corral.session): its pid is in its info answer
+    local session = name:match(M.SESSION_PATTERN)
+    if session then out[#out + 1] = { path = dir .. "/" .. name, session = session } end
   end
   table.sort(out, function(a, b) return a.path < b.path end)
   return out

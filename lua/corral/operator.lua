@@ -27,6 +27,7 @@ local function live()
   for i, answer in ipairs(control.request_all(paths, { op = "info" })) do
     if type(answer.result) == "table" then
       regs[i].info = answer.result
+      regs[i].pid = regs[i].pid or math.tointeger(answer.result.pid)
       out[#out + 1] = regs[i]
     end
   end

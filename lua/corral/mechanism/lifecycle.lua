@@ -94,8 +94,10 @@ end
 -- @tparam[opt] function deliver `deliver(proc, sig)` → true once it has handed a forwarded
 --   signal to the command the spawned process runs (false: not yet, asked again); by
 --   default the signal goes to the spawned process itself
+-- @tparam[opt] boolean joins whether `spawn` lands a command inside the sandbox's running
+--   process when there is one (native): then `join` is offered
 -- @treturn table mech
-function M.build(mech, spawn, storage, deliver)
+function M.build(mech, spawn, storage, deliver, joins)
   local state = {} -- id → {cgroup =, plane =, process =, status =}, handed to spawn
   M.share(mech, state, { storage = storage })
 
@@ -159,6 +161,27 @@ function M.build(mech, spawn, storage, deliver)
       end
     end
     return classify(st, proc, code, how, timed_out)
+  end
+
+  --- Starts argv inside the running process `start` left (its namespaces, cgroup, root),
+  -- without waiting: a session's exec (corral.session.exec), whose keeper watches it.
+  -- Only a mechanism whose spawn joins a running sandbox (native) offers it.
+  -- @treturn[1] userdata the process (corral.process)
+  -- @return[2] nil
+  -- @treturn[2] table the refusal; or nil, nil and `{code =, error =}` when argv could not run
+  function mech.join(sb, argv, opts)
+    if not joins then return nil, errors.invalid_argument("mechanism", "cannot join a running sandbox") end
+    local st = state[sb.id]
+    if not (st and st.process and st.process:running()) then
+      return nil, errors.invalid_argument("sandbox", sb.id .. " has no running process to join")
+    end
+    return spawn_with_output(sb, argv, opts)
+  end
+
+  --- The running process `start` left (what `join` joins), or nil.
+  function mech.process_of(sb)
+    local st = state[sb.id]
+    return st and st.process
   end
 
   --- Waits for the long-running process started by `start`.

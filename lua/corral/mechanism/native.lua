@@ -9,6 +9,7 @@
 -- @module corral.mechanism.native
 local core = require "corral.core"
 local errors = require "corral.errors"
+local hardening = require "corral.hardening"
 local probe = require "corral.probe"
 local lifecycle = require "corral.mechanism.lifecycle"
 local resources = require "corral.resources"
@@ -36,7 +37,9 @@ end
 -- @tparam[opt] table st the host's state for it (nil: not provisioned)
 -- @tparam {string,...} argv
 -- @tparam[opt] table opts stdin/stdout/stderr; `join`: the command joins a running
---   sandbox, whose root is built already (no tree is made)
+--   sandbox, whose root is built already (no tree is made); `env` (name → value, checked
+--   by the caller) and `cwd` instead of the sandbox's; `ctty`: stdin is a pty's slave
+--   that becomes the command's controlling terminal
 -- @treturn table plan
 -- @treturn[2] nil and cannot_enforce when a detached tree cannot be made
 function M.plan(sb, st, argv, opts)
@@ -63,7 +66,8 @@ function M.plan(sb, st, argv, opts)
     path = core.path.resolve_executable(path, sb.env.PATH)
   end
   return {
-    path = path, argv = argv, env = root.env, cwd = root.cwd,
+    path = path, argv = argv, env = opts.env and hardening.envp(opts.env) or root.env, cwd = opts.cwd or root.cwd,
+    ctty = opts.ctty,
     hostname = root.hostname, new_net = root.netns == nil, netns = root.netns,
     uid = root.uid, gid = root.gid,
     binds = binds, symlinks = links, proc = root.proc, dev = root.dev, tmp_mib = root.tmp_mib,
@@ -112,6 +116,6 @@ local function spawn(sb, st, argv, opts)
   return proc
 end
 
-lifecycle.build(M, spawn, { trees = true })
+lifecycle.build(M, spawn, { trees = true }, nil, true)
 
 return M

@@ -162,6 +162,38 @@ memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
 variable; 3 when this host cannot enforce a protection. A command can exit with these
 numbers itself: corral's own say so on stderr.]]
 
+--- The corral.run request the flags say (every value checked, each refusal naming its
+-- flag), and the caller's name of each argument (corral.run.steps' `names`). Shared by
+-- `corral run` and `corral create` (corral.session.cli).
+-- @tparam table opts the parsed flags
+-- @tparam {string,...} argv the command (create: none)
+-- @treturn[1] table the request
+-- @treturn[1] table the names
+-- @return[2] nil
+-- @treturn[2] table the refusal
+function M.request(opts, argv)
+  local run_options = require "corral.egress.run_options"
+  local network, nerr = run_options.network(opts)
+  if nerr then return nil, nerr end
+  network, nerr = run_options.apply(network, opts)
+  if nerr then return nil, nerr end
+  local meant, cerr = run_options.combination(network, opts)
+  if not meant then return nil, cerr end
+  local there, terr = run_options.link_namespace(network)
+  if not there then return nil, terr end
+  if opts.learn then
+    local _, lerr = require("corral.egress.learn").check(opts.learn)
+    if lerr then return nil, lerr end
+  end
+  return {
+    argv = argv, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
+    limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
+               nofile = opts.nofile, disk = opts.disk },
+    env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
+    verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
+  }, setmetatable({ network = network_flag(opts) }, { __index = OPTION_NAMES })
+end
+
 --- Runs `corral run`.
 -- @tparam {string,...} argv
 -- @tparam table cli `parse(argv)` (corral.cli.parse against `OPTIONS`), `fail(cmd, err)`
@@ -170,34 +202,16 @@ function M.run(argv, cli)
   local opts, rest = cli.parse(argv)
   if not opts then return cli.fail("run", rest) end
   if #rest == 0 then return cli.fail("run", errors.invalid_argument("CMD", "missing (after --)")) end
-  local run_options = require "corral.egress.run_options"
-  local network, nerr = run_options.network(opts)
-  if nerr then return cli.fail("run", nerr) end
-  network, nerr = run_options.apply(network, opts)
-  if nerr then return cli.fail("run", nerr) end
-  local meant, cerr = run_options.combination(network, opts)
-  if not meant then return cli.fail("run", cerr) end
-  local there, terr = run_options.link_namespace(network)
-  if not there then return cli.fail("run", terr) end
-  if opts.learn then
-    local _, lerr = require("corral.egress.learn").check(opts.learn)
-    if lerr then return cli.fail("run", lerr) end
-  end
+  local req, names = M.request(opts, rest)
+  if not req then return cli.fail("run", names) end
   local witness, werr
   if opts.receipt then
     local receipts = require "corral.receipt.run"
     witness, werr = receipts.witness(opts.receipt, rest)
     if not witness then return cli.fail("run", receipts.flagged(werr)) end
   end
-  local status, err = require("corral.run").execute({
-    argv = rest, mechanism = opts.mechanism, id = opts.id, storage = opts.storage, workspace = opts.workspace,
-    limits = { memory = opts.memory, pids = opts.pids, cpu = opts.cpu, wall = opts.wall, fsize = opts.fsize,
-               nofile = opts.nofile, disk = opts.disk },
-    env = opts.env, network = network, service_port = opts["service-port"], log_json = opts["log-json"],
-    verbose = opts.verbose, engine = opts.engine, learn = opts.learn,
-  }, { names = setmetatable({ network = network_flag(opts) }, { __index = OPTION_NAMES }),
-       clear_environment = true, witness = witness,
-       say = function(line) io.stderr:write("corral run: ", line, "\n") end })
+  local status, err = require("corral.run").execute(req, { names = names, clear_environment = true,
+    witness = witness, say = function(line) io.stderr:write("corral run: ", line, "\n") end })
   if not status then return cli.fail("run", err) end
   return status
 end

@@ -1,0 +1,233 @@
+--- `corral create`, `ls`, `rm`, `policy ID` and `exec`'s usage: live sandboxes from the
+-- CLI (docs/sessions.md). Registered by corral.cli, which hands each handler its parser
+-- and failure printer; the keeper is corral.session.keeper, the exec client the host's
+-- C fast path (core/host).
+-- @module corral.session.cli
+local core = require "corral.core"
+local errors = require "corral.errors"
+local session = require "corral.session"
+
+local M = {}
+
+M.CREATE_USAGE = [[corral create ID [OPTIONS]
+
+Creates a live sandbox named ID (1 to 63 of A-Z a-z 0-9 _ . -) with every `corral run`
+option (its storage, limits, environment, egress allowlist), and leaves a keeper process
+holding it: the sandbox waits, and `corral exec ID -- CMD` runs commands in it, each in
+the same namespaces, cgroup, seccomp filter, capability set, environment policy and
+allowlist as a run, sharing its /tmp, /storage and processes. Prints ID once the sandbox
+is ready. Every argument is checked first: a bad one is refused naming its flag (exit 2),
+one this host cannot enforce exits 3; nothing is left either way. An ID already live is
+refused. `corral rm ID` removes it; a killed keeper takes its sandbox with it, and the
+next corral create, ls or rm sweeps what stays on disk. Native only for now (bwrap and
+oci: docs/sessions.md says why).]]
+
+M.EXEC_USAGE = [[corral exec ID [--env NAME|NAME=VALUE]... [--cwd DIR] [-t] -- CMD ARGS...
+
+Runs CMD inside the live sandbox ID (corral create) on this terminal's stdin, stdout and
+stderr, or with -t on a pseudo-terminal of the sandbox's own devpts. --env NAME passes
+NAME's value from this environment, --env NAME=VALUE sets it (credential-shaped names
+and values are refused, naming --env); --cwd DIR starts it there. SIGINT, SIGTERM,
+SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded; if this client goes away, the
+command and everything still beneath it are killed. Exit: the command's status (128+N
+for signal N), 2 for a bad argument or no live sandbox ID, 125 when the sandbox cannot
+run it, 126/127 not executable/not found. docs/sessions.md has the wire protocol.]]
+
+M.LS_USAGE = [[corral ls [--json]
+
+Lists this user's live sandboxes (corral create): id, mechanism, age, processes, egress
+(allowlist entries and open connections), memory. Sweeps what killed keepers left first.]]
+M.LS_SPEC = { json = "flag" }
+
+M.RM_USAGE = [[corral rm ID...
+
+Stops and destroys each live sandbox ID: its processes, cgroup, network namespace and
+egress plane, temporary storage, socket and keeper. A storage given with --storage stays.]]
+M.RM_SPEC = {}
+
+M.POLICY_USAGE = [[corral policy ID [--allow ENTRY]... [--revoke ENTRY]... [--cut]
+corral policy --canonical FILE
+
+With ID: changes the live sandbox ID's egress allowlist, as the REPL's allow and revoke
+(an ENTRY as `corral run --allow` takes it); new connections follow at once, and --cut
+resets the open ones a revoke no longer allows. Prints the allowlist. A sandbox made
+without --allow has no network to open.
+With --canonical: prints the exact bytes a receipt's commitment covers (`corral verify`).]]
+M.POLICY_SPEC = { allow = "list", revoke = "list", cut = "flag", canonical = "flag" }
+
+-- The status a refusal exits with, as `corral run`'s (2 invalid, 3 cannot enforce).
+local function status_of(code)
+  if code == "cannot_enforce" then return core.exit.CANNOT end
+  if code then return core.exit.USAGE end
+  return 1
+end
+
+-- What the keeper said on the ready pipe: one JSON line, or nothing once it is gone.
+local function read_ready(fd)
+  local buf = ""
+  while not buf:find("\n", 1, true) do
+    local data = core.io.read(fd, 4096)
+    if not data or data == "" then break end
+    buf = buf .. data
+  end
+  local ok, t = pcall(require("corral.json").decode, buf:match("^[^\n]*") or "")
+  return ok and type(t) == "table" and t or nil
+end
+
+-- The checks `corral create` makes before anything is made: the id, the flags, the
+-- environment, the mechanism, the arguments. Returns the run context and plan.
+local function planned(argv, cli, say)
+  local opts, rest = cli.parse(argv)
+  if not opts then return nil, rest end
+  if #rest ~= 1 then return nil, errors.invalid_argument("ID", #rest == 0 and "missing" or "only one ID") end
+  local id, err = session.check_id(rest[1])
+  if not id then return nil, err end
+  if opts.receipt then return nil, errors.invalid_argument("--receipt", "a live sandbox has no receipt") end
+  local req, names = require("corral.run.cli").request(opts, {})
+  if not req then return nil, names end
+  req.id = opts.id or (not opts.storage and id) or nil
+  session.sweep()
+  if session.live(id) then return nil, errors.invalid_argument("ID", id .. " is live already (corral rm " .. id .. ")") end
+  local path, perr = session.path(id)
+  if not path then return nil, errors.cannot_enforce("control_socket", tostring(perr)) end
+  local steps = require "corral.run.steps"
+  local run = steps.context(req, { names = names, clear_environment = true, say = say })
+  local plan
+  plan, err = steps.planned(run, require "corral")
+  if not plan then return nil, err end
+  if not (plan.mech.join and plan.mech.process_of) or plan.mech.name == "bwrap" then
+    return nil, errors.invalid_argument("--mechanism", "a live sandbox is built with native only (docs/sessions.md)")
+  end
+  return { id = id, path = path, run = run, plan = plan }
+end
+
+--- `corral create ID [run flags]`.
+function M.create(argv, cli)
+  local say = function(line) io.stderr:write("corral create: ", line, "\n") end
+  local p, err = planned(argv, cli, say)
+  if not p then return cli.fail("create", err) end
+  local role, fd = core.proc.detach()
+  if not role then return cli.fail("create", errors.cannot_enforce("control_socket", tostring(fd))) end
+  if role == "detached" then
+    require("corral.session.keeper").run(p.run, p.plan, p.id, p.path, fd)
+    core.proc.exit(0)
+  end
+  local said = read_ready(fd)
+  fd:close()
+  if not said then
+    io.stderr:write("corral create: ", p.id, ": the keeper ended before the sandbox was ready\n")
+    return core.exit.SETUP
+  end
+  if not said.ok then
+    io.stderr:write("corral create: ", tostring(said.error), "\n")
+    return status_of(said.code)
+  end
+  io.write(p.id, "\n")
+  return 0
+end
+
+-- "3m", "2h": an age for ls.
+local function age(seconds)
+  seconds = math.max(0, seconds)
+  if seconds < 120 then return seconds .. "s" end
+  if seconds < 7200 then return seconds // 60 .. "m" end
+  if seconds < 172800 then return seconds // 3600 .. "h" end
+  return seconds // 86400 .. "d"
+end
+
+local function mib(bytes)
+  return bytes and string.format("%.1fM", bytes / 1048576) or "-"
+end
+
+--- `corral ls [--json]`.
+function M.ls(argv, cli)
+  local opts, rest = cli.parse(argv, M.LS_SPEC)
+  if not opts then return cli.fail("ls", rest) end
+  if rest[1] then return cli.fail("ls", errors.invalid_argument(rest[1], "corral ls takes no operand")) end
+  local live, paths = session.list(), {}
+  for i, s in ipairs(live) do paths[i] = s.path end
+  local rows, now = {}, os.time()
+  for i, answer in ipairs(require("corral.control").request_all(paths, { op = "info" })) do
+    local info = answer.result
+    if type(info) == "table" then
+      local usage, egress = info.usage or {}, info.egress or {}
+      rows[#rows + 1] = { id = live[i].id, mechanism = info.mechanism, pid = info.pid, age = now - (info.started or now),
+        processes = usage.pids or #(info.tenant_pids or {}), memory = usage.memory_current or usage.memory_rss,
+        egress = info.egress and { allow = #(egress.allow or {}), connections = egress.connections or 0 } or nil }
+    end
+  end
+  if opts.json then
+    io.write(cli.json().encode(rows), "\n")
+    return 0
+  end
+  io.write(string.format("%-20s %-10s %6s %6s %-14s %9s\n", "ID", "MECHANISM", "AGE", "PROCS", "EGRESS", "MEMORY"))
+  for _, r in ipairs(rows) do
+    local egress = r.egress and string.format("%d allow/%d conn", r.egress.allow, r.egress.connections) or "none"
+    io.write(string.format("%-20s %-10s %6s %6s %-14s %9s\n", r.id, tostring(r.mechanism), age(r.age),
+      tostring(r.processes), egress, mib(r.memory)))
+  end
+  return 0
+end
+
+local function no_live(id)
+  return errors.invalid_argument("ID", "no live sandbox " .. id .. " (corral ls lists this user's)")
+end
+
+--- `corral rm ID...`.
+function M.rm(argv, cli)
+  local opts, rest = cli.parse(argv, M.RM_SPEC)
+  if not opts then return cli.fail("rm", rest) end
+  if #rest == 0 then return cli.fail("rm", errors.invalid_argument("ID", "missing")) end
+  session.sweep()
+  local status = 0
+  for _, id in ipairs(rest) do
+    local ok, err = session.check_id(id)
+    if ok and not session.live(id) then err = no_live(id) end
+    if ok and not err then
+      -- the keeper answers once everything is released (a cgroup emptied, a plane closed)
+      local removed, rerr = session.request(id, { op = "rm" }, 30)
+      if removed then io.write(id, "\n") else err = rerr end
+    end
+    if err then status = math.max(status, cli.fail("rm", err)) end
+  end
+  session.sweep()
+  return status
+end
+
+--- `corral policy ID --allow ENTRY --revoke ENTRY`, or a receipt's `--canonical FILE`.
+function M.policy(argv, cli)
+  local opts, rest = cli.parse(argv, M.POLICY_SPEC)
+  if not opts then return cli.fail("policy", rest) end
+  if opts.canonical then
+    if #opts.allow + #opts.revoke > 0 or opts.cut then
+      return cli.fail("policy", errors.invalid_argument(#opts.allow > 0 and "--allow" or
+        (#opts.revoke > 0 and "--revoke" or "--cut"), "not with --canonical"))
+    end
+    return require("corral.receipt.cli").policy(argv, cli)
+  end
+  if #rest ~= 1 then return cli.fail("policy", errors.invalid_argument("ID", "give one live sandbox")) end
+  local id, err = session.check_id(rest[1])
+  if not id then return cli.fail("policy", err) end
+  if not session.live(id) then return cli.fail("policy", no_live(id)) end
+  if #opts.allow + #opts.revoke == 0 then
+    return cli.fail("policy", errors.invalid_argument("--allow", "give --allow or --revoke ENTRY"))
+  end
+  local allow
+  for _, step in ipairs({ { "allow", opts.allow }, { "revoke", opts.revoke } }) do
+    for _, entry in ipairs(step[2]) do
+      local r, rerr = session.request(id, { op = step[1], entry = entry, cut = opts.cut or nil })
+      if not r then return cli.fail("policy", errors.invalid_argument("--" .. step[1], entry .. ": " .. tostring(rerr))) end
+      allow = r.allow
+    end
+  end
+  for _, e in ipairs(allow or {}) do io.write(e, "\n") end
+  return 0
+end
+
+--- `corral exec` reached in Lua: the client is the host's C fast path (core/host), which
+-- runs before any Lua state exists.
+function M.exec(_, cli)
+  return cli.fail("exec", errors.cannot_enforce("control_socket", "this corral was built without the exec client"))
+end
+
+return M

@@ -1,0 +1,195 @@
+--- A session's `exec` op (docs/sessions.md, the wire protocol): the request checked as
+-- `corral run` checks its arguments (the environment policy of corral.hardening, each
+-- refusal naming --env, --cwd or the command), the command spawned inside the running
+-- sandbox (corral.mechanism.lifecycle `join`: its namespaces, cgroup, seccomp filter and
+-- capability set) on the client's fds or on a pty of the sandbox's own devpts, then
+-- watched on the keeper's egress loop beside every other exec: its end answered, the
+-- client's signals forwarded, the client's going away ending the exec's whole tree.
+-- @module corral.session.exec
+local core = require "corral.core"
+local hardening = require "corral.hardening"
+local json = require "corral.json"
+local proctree = require "corral.proctree"
+
+local M = {}
+
+--- The signals a client may forward (SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2,
+-- SIGTERM, SIGWINCH): those a terminal or a supervisor sends, never SIGKILL or SIGSTOP,
+-- which would strand the command without the process that waits for it.
+M.SIGNALS = { [1] = true, [2] = true, [3] = true, [10] = true, [12] = true, [15] = true, [28] = true }
+
+--- Longest line a running exec's client may send (a signal request).
+M.LINE_MAX = 4096
+
+local function loop() return require "corral.egress.loop" end
+
+local function send(fd, t, fds)
+  return core.unix.sendmsg(fd, json.encode(t) .. "\n", fds)
+end
+
+-- A refusal (the protocol's `status`), and the connection closed.
+local function refuse(fd, status, text)
+  send(fd, { ok = false, error = text, status = status })
+  fd:close()
+end
+
+local function close_all(fds)
+  for _, fd in pairs(fds or {}) do fd:close() end
+end
+
+local function is_string(v) return type(v) == "string" and not v:find("\0", 1, true) end
+
+-- The request's environment over the sandbox's: nil and why (naming --env) when a
+-- variable is malformed or credential-shaped.
+local function environment(sb, asked)
+  if asked ~= nil and type(asked) ~= "table" then return nil, "--env: must be an object of NAME: VALUE" end
+  local env = {}
+  for k, v in pairs(sb.env or {}) do env[k] = v end
+  for name, value in pairs(asked or {}) do
+    if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+      return nil, "--env " .. tostring(name) .. ": not a variable name"
+    end
+    if not is_string(value) then return nil, "--env " .. name .. ": its value must be a string without NUL" end
+    local why = hardening.refusal(name, value)
+    if why then return nil, "--env " .. name .. ": refused: " .. why end
+    env[name] = value
+  end
+  return env
+end
+
+-- The request checked: nil and why (each naming its flag) or the spawn's options.
+local function checked(sb, req, fds)
+  local argv = req.argv
+  if type(argv) ~= "table" or #argv == 0 or not is_string(argv[1]) or argv[1] == "" then
+    return nil, "CMD: missing or empty"
+  end
+  for i = 1, #argv do
+    if not is_string(argv[i]) then return nil, "CMD: argument " .. i .. " is not a string without NUL" end
+  end
+  local env, why = environment(sb, req.env)
+  if not env then return nil, why end
+  if req.cwd ~= nil and not (is_string(req.cwd) and req.cwd:sub(1, 1) == "/") then
+    return nil, "--cwd: must be an absolute path inside the sandbox"
+  end
+  local tty = req.tty == true
+  if tty then
+    if #fds > 0 then return nil, "-t: a terminal's exec passes no fds (its pty is the sandbox's)" end
+    if req.term ~= nil and not (is_string(req.term) and #req.term <= 64 and req.term:match("^[%w][%w%.%-%+_]*$")) then
+      return nil, "-t: TERM must be a terminfo name"
+    end
+    env.TERM = req.term or env.TERM
+  elseif #fds ~= 3 then
+    return nil, "exec passes exactly 3 fds (its 0, 1 and 2) without -t, got " .. #fds
+  end
+  local function size(v) return math.tointeger(v) and v >= 0 and v <= 65535 and v or 0 end
+  return { argv = argv, env = env, cwd = req.cwd, tty = tty, rows = size(req.rows), cols = size(req.cols) }
+end
+
+-- ---- a running exec, watched on the keeper's loop -----------------------------------
+
+local Exec = {}
+Exec.__index = Exec
+Exec.watch_notifies = true
+
+function Exec:watch()
+  if not self.fd then return {} end
+  return { { fd = self.proc, on = function() self:ended() end },
+           { fd = self.fd, conn = true, on = function() self:read() end } }
+end
+
+function Exec:close()
+  if not self.fd then return end
+  self.execs[self] = nil
+  loop().remove(self)
+  self.fd:close()
+  self.fd = nil
+end
+
+-- The command ended: its status, then the connection closed.
+function Exec:ended()
+  local code = self.proc:wait()
+  send(self.fd, { ok = true, result = { exit = code } })
+  self:close()
+end
+
+--- Kills the exec and what it started that is still beneath it (SIGKILL), and forgets it.
+function Exec:kill()
+  local pid = self.proc:pid()
+  -- twice: a process forking while the first pass ran is caught by the second
+  for _ = 1, 2 do
+    for _, p in ipairs(proctree.descendants(pid)) do core.proc.kill(p, 9) end
+  end
+  self.proc:close()
+  self:close()
+end
+
+-- The client's lines while the command runs ({"op":"signal","signal":S}), or its end.
+function Exec:read()
+  local data = core.sock.recv(self.fd, M.LINE_MAX, 0)
+  if not data or data == "" then return self:kill() end
+  self.buf = self.buf .. data
+  for line in self.buf:gmatch("([^\n]*)\n") do
+    local ok, req = pcall(json.decode, line)
+    local sig = ok and type(req) == "table" and req.op == "signal" and math.tointeger(req.signal)
+    if sig and M.SIGNALS[sig] then self.proc:kill(sig) end
+  end
+  self.buf = self.buf:match("[^\n]*$")
+  if #self.buf > M.LINE_MAX then self:kill() end
+end
+
+-- The spawn's failure as the protocol's status: the command not found (127) or not
+-- executable (126), a --cwd the sandbox lacks (2), or what cannot be enforced (125).
+local function failure(argv, err, failed)
+  if failed then
+    local cmd = argv[1]
+    if failed.code == core.exit.NOTFOUND and not cmd:find("/", 1, true) then
+      return failed.code, cmd .. ": command not found"
+    end
+    return failed.code, cmd .. ":" .. (tostring(failed.error):match(":([^:]*)$") or " cannot be executed")
+  end
+  local text = tostring(err)
+  if text:find("spawn: chdir", 1, true) then return core.exit.USAGE, "--cwd: " .. text end
+  return core.exit.SETUP, text
+end
+
+--- The exec op of a session, for corral.control's server (which hands it the fds that
+-- came with the request and its connection).
+-- @tparam table session `mech`, `sb`, `init` (the running process `start` left), `execs`
+--   (the set of running execs, each with `kill`)
+-- @treturn function the op
+function M.op(session)
+  return function(req, conn)
+    local fds = conn.fds or {}
+    conn.fds = nil
+    local c = conn.take()
+    local opts, why = checked(session.sb, req, fds)
+    if not opts then
+      close_all(fds)
+      return refuse(c.fd, core.exit.USAGE, why)
+    end
+    local master, slave
+    if opts.tty then
+      master, slave = core.tty.open_pty(session.init:pid(), opts.rows, opts.cols)
+      if not master then return refuse(c.fd, core.exit.SETUP, "-t: no pty of the sandbox's own: " .. tostring(slave)) end
+      fds = { slave, slave, slave }
+    end
+    local proc, err, failed = session.mech.join(session.sb, opts.argv, { stdin = fds[1], stdout = fds[2],
+      stderr = fds[3], env = opts.env, cwd = opts.cwd, ctty = opts.tty })
+    close_all(fds)
+    if not proc then
+      if master then master:close() end
+      return refuse(c.fd, failure(opts.argv, err, failed))
+    end
+    local ok = send(c.fd, { ok = true, result = { pid = proc:pid() } }, master and { master } or nil)
+    if master then master:close() end
+    local ex = setmetatable({ proc = proc, fd = c.fd, buf = "", execs = session.execs }, Exec)
+    session.execs[ex] = true
+    loop().add(ex)
+    if not ok then ex:kill() end
+    if c.rest ~= "" then
+      ex.buf = c.rest
+    end
+  end
+end
+
+return M

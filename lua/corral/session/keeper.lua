@@ -1,0 +1,132 @@
+--- The keeper of one live sandbox: the process `corral create ID` leaves behind (as
+-- conmon keeps a container), which holds the sandbox `corral run`'s steps provision
+-- (corral.run.steps) with a waiting init in it, and serves `session-ID.sock` on its
+-- egress loop: every op a run's control socket answers (corral.control_ops), `exec`
+-- (corral.session.exec) and `rm`, until `rm` or SIGTERM, SIGINT or SIGHUP.
+--
+-- Whatever ends the keeper, its scopes release what the steps acquired (socket first,
+-- then the execs, the sandbox, the temporary storage, the reports). A SIGKILL cannot be
+-- caught: the sandbox's init dies with the keeper (its parent-death signal), taking the
+-- sandbox's pid namespace and every exec with it, and what stays on disk (the socket,
+-- the cgroup, the temporary storage, the name files) is swept by the next corral call
+-- (corral.session.sweep).
+-- @module corral.session.keeper
+local core = require "corral.core"
+local json = require "corral.json"
+local run_request = require "corral.run_request"
+local steps = require "corral.run.steps"
+
+local M = {}
+
+--- The waiting init every exec joins: a process that never ends on its own.
+M.INIT = { "sleep", "infinity" }
+
+local TERMINATING = { "INT", "TERM", "HUP" }
+
+local function loop() return require "corral.egress.loop" end
+
+-- The running execs, each killed (its tree) when the keeper's scope ends.
+local function exec_set()
+  return setmetatable({}, { __close = function(self)
+    for ex in pairs(self) do ex:kill() end
+  end })
+end
+
+-- The sandbox's waiting init, started by the mechanism.
+local function start_init(corral, mech, sb)
+  local ok, err = corral.start(mech, sb, M.INIT)
+  if not ok then return nil, err end
+  return true
+end
+
+-- The ops of the session: a run's, `info` saying the session's id, `exec` and `rm`.
+local function session_ops(session, corral, mech, sb)
+  local control_ops = require "corral.control_ops"
+  local ops = control_ops.for_run(mech, sb, { argv = M.INIT })
+  local info = ops.info
+  function ops.info(req)
+    local i = info(req)
+    i.session, i.command = session.id, nil
+    return i
+  end
+  ops.exec = require("corral.session.exec").op(session)
+  function ops.rm(_, conn)
+    session.rm = conn.take()
+    session.done = true
+  end
+  session.corral = corral
+  return ops
+end
+
+-- Serves until rm or a terminating signal; returns the rm connection, if any.
+local function serve(session, held)
+  while not session.done do
+    local hit = loop().step(1, { held })
+    if hit[1] and core.signal.read(held) then session.done = true end
+    if not session.init:running() then session.done = true end
+  end
+  return session.rm
+end
+
+-- Every step from the storage to the served socket; returns the rm connection once
+-- everything is released, or nil and the refusal (reported to `corral create` by
+-- `ready`, before anything is served).
+local function keep(run, corral, plan, id, path, ready)
+  local held <close> = core.signal.fd(TERMINATING)
+  local reports <close> = setmetatable({ run = run }, steps.Reports)
+  local storage <close>, serr = steps.storage_of(run, plan.args)
+  if serr then return nil, serr end
+  local sb, err = plan.describe(storage)
+  if not sb then return nil, run.renamed(err) end
+  local ok
+  ok, err = run_request.host_files(run, sb)
+  if not ok then return nil, err end
+  ok, err = reports:open_log_and_summary()
+  if not ok then return nil, err end
+  local sandbox <close>, perr = steps.provision(run, corral, plan, sb, storage)
+  if not sandbox then return nil, perr end
+  reports:start_learning()
+  local execs <close> = exec_set()
+  ok, err = start_init(corral, plan.mech, sandbox.sb)
+  if not ok then return nil, run.renamed(err) end
+  local session = { id = id, mech = plan.mech, sb = sandbox.sb, execs = execs,
+    init = plan.mech.process_of and plan.mech.process_of(sandbox.sb) }
+  local server <close>, lerr = require("corral.control").serve(session_ops(session, corral, plan.mech, sandbox.sb),
+    { path = path, fds_max = 3 })
+  if not server then
+    return nil, require("corral.errors").cannot_enforce("control_socket", path .. ": " .. tostring(lerr))
+  end
+  ready({ ok = true, result = { id = id, pid = core.proc.getpid() } })
+  reports.ran = true
+  return serve(session, held)
+end
+
+--- Runs a keeper in this (detached) process: provisions the sandbox, says whether it is
+-- ready on `ready_fd` (one JSON line: `{"ok":true,...}` or `{"ok":false,"error":,"code":}`),
+-- serves it, and releases it. Returns once everything is released; the caller exits.
+-- @tparam table run corral.run.steps' context (its request's arguments checked)
+-- @tparam table plan corral.run.steps.planned's
+-- @tparam string id the session's id
+-- @tparam string path its socket
+-- @param ready_fd the pipe `corral create` reads
+function M.run(run, plan, id, path, ready_fd)
+  local told = false
+  local function ready(t)
+    if told then return end
+    told = true
+    core.io.write(ready_fd, json.encode(t) .. "\n")
+    ready_fd:close()
+  end
+  local corral = require "corral"
+  local ok, rm, err = pcall(keep, run, corral, plan, id, path, ready)
+  if not ok then rm, err = nil, "keeper failed: " .. tostring(rm) end
+  if not told then
+    ready({ ok = false, error = tostring(err), code = type(err) == "table" and err.code or nil })
+  end
+  if rm then
+    core.unix.sendmsg(rm.fd, json.encode({ ok = true, result = { removed = id } }) .. "\n")
+    rm.fd:close()
+  end
+end
+
+return M
