@@ -343,23 +343,6 @@ Every layer named in --layers must be built or nothing runs (exit 125).]],
     return fail("exec-confined", "must be run as `corral exec-confined`")
   end)
 
-command("exec", "run a command in a live sandbox (`corral create ID` made it)",
-  [[corral exec ID [--env NAME|NAME=VALUE]... [--cwd DIR] [-t|--tty] -- CMD ARGS...
-
-Runs CMD inside the live sandbox ID, under the same namespaces, cgroup, seccomp filter,
-capabilities, environment policy and allowlist as a `corral run`, and exits with its
-status (128+S when signal S ended it). stdin, stdout and stderr are the command's own;
-SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.
-  --env NAME        pass NAME with its value here; --env NAME=VALUE sets it (repeatable)
-  --cwd DIR         the directory to start in, inside the sandbox
-  -t, --tty         a terminal of the sandbox's own; this terminal is set raw meanwhile
-A client of the sandbox's keeper, run in C before any Lua state exists.
-No live sandbox ID: exit 2.]],
-  function()
-    -- Reached only if the host's C fast path was bypassed (e.g. via corral.cli.main).
-    return fail("exec", "must be run as `corral exec`")
-  end)
-
 command("conformance", "run the conformance suite against a mechanism (held / breached / unavailable / void)",
   function() return require("corral.conformance.cli").USAGE end, function(argv)
     return require("corral.conformance.cli").run(argv, { parse = M.parse, fail = fail, json = json })
