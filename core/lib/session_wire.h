@@ -1,6 +1,6 @@
 /*
  * The session socket's `exec` exchange as text, both directions (the protocol is
- * docs/sessions.md's "The exec wire protocol"): a sandbox id checked, the socket path a
+ * docs/sessions.md's wire protocol): a sandbox id checked, the socket path a
  * keeper binds, the request line a client sends, the signal line, and the three answer
  * shapes read back (refused, started, ended). Pure: no socket is touched here.
  */
