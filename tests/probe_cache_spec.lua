@@ -178,6 +178,17 @@ describe("corral probe under a signal #root", function()
     assert.truthy((h.read(FILE) or ""):find("\nholds\tuser_namespaces\t", 1, true), "nothing was kept")
   end)
 
+  it("names its file without loading a crypto library (every run names it)", function()
+    local maps = "for l in io.lines('/proc/self/maps') do if l:find('libcrypto', 1, true) then print('mapped') end end"
+    -- control: the same check sees libcrypto once something does load it (where the kernel
+    -- hashes through AF_ALG, sha256 loads nothing and the control cannot be made)
+    local out = h.capture({ h.host, "-e", "require('corral.core').digest.sha256('x') " .. maps })
+    if not out:find("mapped", 1, true) then return pending("sha256 maps no libcrypto here (AF_ALG)") end
+    out = h.capture({ h.host, "-e", "print(require('corral.probe_cache').path()) " .. maps })
+    assert.truthy(out:find("/probes%-%x+\n"), out)
+    assert.is_nil(out:find("mapped", 1, true), out)
+  end)
+
   it("keeps one file per corral executable: another build's probing leaves this one's alone", function()
     -- a host of its own path (its modules found at <exe dir>/../lua), as a second checkout
     -- or an install beside this build would be

@@ -1,12 +1,12 @@
 /*
  * The `corral` executable: Lua 5.4's standalone interpreter contract (options -e -l -i -v
  * -E -W -- -, the `arg` table, LUA_INIT, errors with a traceback) with the core linked in
- * and preloaded as "corral.core", plus these additions: the `exec-confined` fast path
- * (its `--help` is cli.lua's), subcommands from lua/corral/cli.lua (an unknown one is an
- * error there, unless a file of that name exists), `--version`, `--help` and `-h` alone
- * on the line, and a REPL with history, whose results print and whose Tab completes
- * through lua/corral/repl.lua (`corral.host.repl()` opens it from Lua, as `corral attach`
- * does).
+ * and preloaded as "corral.core", plus these additions: the `exec-confined` and `exec`
+ * fast paths (core/host/confine.c, core/host/session_exec.c; their `--help` is cli.lua's),
+ * subcommands from lua/corral/cli.lua (an unknown one is an error there, unless a file of that name
+ * exists), `--version`, `--help` and `-h` alone on the line, and a REPL with history, whose results
+ * print and whose Tab completes through lua/corral/repl.lua (`corral.host.repl()` opens it from
+ * Lua, as `corral attach` does).
  *
  * The command line is kept identical to lua5.4's so that `busted --lua=build/corral` can
  * re-exec the host as `build/corral /usr/bin/busted args…` (the sanitizer build runs the
@@ -29,6 +29,7 @@
 #include "compiled.h"
 #include "confine.h"
 #include "console.h"
+#include "session_exec.h"
 #include "exitcodes.h"
 
 #define LUA_VERSION_DIR LUA_VERSION_MAJOR "." LUA_VERSION_MINOR
@@ -717,6 +718,10 @@ int main(int argc, char **argv)
     /* On every confined launch: no Lua state, nothing loaded. */
     if (argc > 1 && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
+    /* On every exec into a live sandbox: a client of its keeper, nothing loaded either. */
+    if (argc > 1 && strcmp(argv[1], "exec") == 0 &&
+        !corral_session_exec_wants_help(argc - 1, argv + 1))
+        return corral_session_exec_main(argc - 1, argv + 1);
 
     L = luaL_newstate();
     if (L == NULL) {
