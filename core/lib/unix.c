@@ -123,3 +123,68 @@ int corral_unix_peer_in_own_userns(int fd)
     if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0) return -errno;
     return peer.st_dev == mine.st_dev && peer.st_ino == mine.st_ino;
 }
+
+ssize_t corral_unix_send_fds(int fd, const void *buf, size_t len, const int *fds, size_t n)
+{
+    if (len == 0 || n > CORRAL_UNIX_FDS_MAX) return -EINVAL;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * CORRAL_UNIX_FDS_MAX)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n > 0) {
+        memset(&ctl, 0, sizeof ctl);
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+    }
+    ssize_t r;
+    do
+        r = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? -errno : r;
+}
+
+ssize_t corral_unix_recv_fds(int fd, void *buf, size_t cap, int *fds, size_t max, size_t *n,
+                             int dontwait)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * CORRAL_UNIX_FDS_MAX)];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = cap};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof ctl.buf};
+    *n = 0;
+    ssize_t r;
+    do
+        r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | (dontwait ? MSG_DONTWAIT : 0));
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return -errno;
+    size_t got = 0;
+    int over = (msg.msg_flags & MSG_CTRUNC) != 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int *in = (int *)CMSG_DATA(c);
+        for (size_t i = 0; i < k; i++) {
+            if (got < max) fds[got++] = in[i];
+            else {
+                close(in[i]);
+                over = 1;
+            }
+        }
+    }
+    if (over) {
+        for (size_t i = 0; i < got; i++)
+            close(fds[i]);
+        return -EPROTO;
+    }
+    *n = got;
+    return r;
+}

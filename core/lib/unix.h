@@ -37,4 +37,18 @@ int corral_unix_peercred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
  * judged in its place. */
 int corral_unix_peer_in_own_userns(int fd);
 
+/* Most fds one message carries (a session's exec passes 3, its answer 1). */
+#define CORRAL_UNIX_FDS_MAX 8
+
+/* Sends len bytes of buf (len > 0) as one message with the n fds (n <= CORRAL_UNIX_FDS_MAX)
+ * attached by SCM_RIGHTS. Returns the bytes sent or -errno. */
+ssize_t corral_unix_send_fds(int fd, const void *buf, size_t len, const int *fds, size_t n);
+
+/* Receives one message of at most cap bytes and the fds attached to it, each installed
+ * CLOEXEC; dontwait: fail with -EAGAIN instead of waiting. Returns the bytes read (0: the
+ * peer closed) with *n set, or -errno; -EPROTO when more than max fds came (those that
+ * fit are closed: a message the caller cannot account for is refused whole). */
+ssize_t corral_unix_recv_fds(int fd, void *buf, size_t cap, int *fds, size_t max, size_t *n,
+                             int dontwait);
+
 #endif

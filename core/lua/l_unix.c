@@ -8,8 +8,13 @@
  *   core.unix.accept(fd[, send_timeout_s = 0])          -> fd | nil, msg, EAGAIN
  *   core.unix.peercred(fd)                              -> {pid =, uid =, gid =}
  *   core.unix.peer_in_own_userns(fd)                    -> boolean
+ *   core.unix.sendmsg(fd, data[, {fd, ...}])             -> bytes sent (fds: corral.fd
+ *                                                          or integers, SCM_RIGHTS)
+ *   core.unix.recvmsg(fd, max[, max_fds = 0[, wait]])   -> data ("" at EOF), {fd, ...}
+ *                                                          | nil, msg, EAGAIN (nothing yet)
  */
 #include <errno.h>
+#include <unistd.h>
 #include <sys/types.h>
 
 #include "lcorral.h"
@@ -78,6 +83,57 @@ static int l_peer_in_own_userns(lua_State *L)
     return 1;
 }
 
+static int l_sendmsg(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    size_t len;
+    const char *data = luaL_checklstring(L, 2, &len);
+    if (len == 0) return luaL_argerror(L, 2, "nothing to send");
+    int fds[CORRAL_UNIX_FDS_MAX];
+    size_t n = 0;
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        lua_Integer k = luaL_len(L, 3);
+        if (k > CORRAL_UNIX_FDS_MAX) return luaL_argerror(L, 3, "too many fds");
+        for (lua_Integer i = 1; i <= k; i++) {
+            lua_geti(L, 3, i);
+            if (corral_getfd(L, -1, &fds[n]) < 0 || fds[n] < 0)
+                return luaL_argerror(L, 3, "each entry must be an open fd");
+            n++;
+            lua_pop(L, 1);
+        }
+    }
+    ssize_t r = corral_unix_send_fds(fd, data, len, fds, n);
+    if (r < 0) return corral_pushfail(L, "sendmsg", (int)r);
+    lua_pushinteger(L, r);
+    return 1;
+}
+
+static int l_recvmsg(lua_State *L)
+{
+    int fd = corral_checkfd(L, 1);
+    lua_Integer max = luaL_checkinteger(L, 2);
+    lua_Integer max_fds = luaL_optinteger(L, 3, 0);
+    int wait = lua_toboolean(L, 4);
+    if (max < 1 || max > (1 << 20)) return luaL_argerror(L, 2, "max out of range 1..1 MiB");
+    if (max_fds < 0 || max_fds > CORRAL_UNIX_FDS_MAX)
+        return luaL_argerror(L, 3, "max_fds out of range 0..8");
+    int fds[CORRAL_UNIX_FDS_MAX];
+    size_t n = 0;
+    luaL_Buffer b;
+    char *buf = luaL_buffinitsize(L, &b, (size_t)max);
+    ssize_t r = corral_unix_recv_fds(fd, buf, (size_t)max, fds, (size_t)max_fds, &n, !wait);
+    if (r < 0) return corral_pushfail(L, "recvmsg", (int)r);
+    luaL_pushresultsize(&b, (size_t)r);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        corral_fd *f = corral_newfd(L);
+        f->fd = fds[i];
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 2;
+}
+
 int corral_open_unix(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"listen", l_listen},
@@ -85,6 +141,8 @@ int corral_open_unix(lua_State *L)
                                    {"accept", l_accept},
                                    {"peercred", l_peercred},
                                    {"peer_in_own_userns", l_peer_in_own_userns},
+                                   {"sendmsg", l_sendmsg},
+                                   {"recvmsg", l_recvmsg},
                                    {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
