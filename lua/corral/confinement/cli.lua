@@ -30,6 +30,8 @@ M.CONFINE_OPTIONS = {
   { "Output", {
     { "json", "flag", nil, "print the spec as JSON" },
     { "exec", "flag", nil, "run the spec instead, exiting with the command's status" },
+    { "broker", "flag", nil, "with --exec: stay outside as a broker, so that CMD's `corral run` gets real " ..
+      "sandboxes (only within CMD's own boundary and limits)" },
   } },
 }
 
@@ -84,15 +86,31 @@ function M.confine(argv, cli)
       end
     end
   end
-  local confinement = require "corral.confinement"
-  local spec, err = confinement.confine({ rest[1], cmdargs }, {
-    permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-    env = core.proc.environ(), layers = opts.layers,
-  })
-  if not spec then
-    if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
-    return cli.fail("confine", err)
+  if opts.broker and not opts.exec then
+    return cli.fail("confine", errors.invalid_argument("--broker", "needs --exec (the broker is the process that " ..
+      "runs the command)"))
   end
+  local confinement = require "corral.confinement"
+  local function make_spec(broker_socket)
+    local env, extra = core.proc.environ(), opts.extra
+    env.CORRAL_BROKER = broker_socket
+    if broker_socket then extra = { broker_socket, table.unpack(opts.extra) } end
+    local spec, err = confinement.confine({ rest[1], cmdargs }, {
+      permit_path = opts.permit, permit_extra_subpaths = extra, cd = opts.cd, env = env, layers = opts.layers,
+    })
+    if not spec then
+      if type(err) == "table" and err.argument then
+        err.argument = confine_flag(err.argument)
+        -- the broker's socket is the first --extra: the user's are numbered from 1
+        local n = broker_socket and err.argument:match("^%-%-extra %(#(%d+)%)$")
+        if n then err.argument = "--extra (#" .. (tonumber(n) - 1) .. ")" end
+      end
+      return nil, err
+    end
+    return spec
+  end
+  local spec, err = make_spec(nil)
+  if not spec then return cli.fail("confine", err) end
   if spec.layers and #spec.layers < 2 then
     io.stderr:write("corral confine: warning: only the ", table.concat(spec.layers, ", "),
       opts.layers and " layer, as --layers asks; " or " layer holds on this host; ", spec.layers[1] == "landlock"
@@ -106,6 +124,11 @@ function M.confine(argv, cli)
     local status, why = cli.missing_command(rest[1])
     if status then
       io.stderr:write("corral confine: ", why, "\n")
+      return status
+    end
+    if opts.broker then
+      local status, berr = require("corral.broker.server").keep(make_spec, confinement.exec)
+      if not status then return cli.fail("confine", berr) end
       return status
     end
     local _, msg = confinement.exec(spec)
