@@ -82,12 +82,25 @@ function Broker:active()
   return n
 end
 
+-- Connections waiting for their message that are ready (closed, most likely) handled
+-- now: a client that closed some before connecting again finds their places free.
+function Broker:settle()
+  local waiting = {}
+  for _, c in ipairs(self.conns) do
+    if not c.done and not c.child then waiting[#waiting + 1] = c end
+  end
+  local fds = {}
+  for i, c in ipairs(waiting) do fds[i] = c.fd end
+  for _, i in ipairs(#fds > 0 and core.io.poll(fds, 0) or {}) do self:on_conn(waiting[i]) end
+end
+
 function Broker:accept()
   while true do
     local fd = core.unix.accept(self.listener, 1)
     if not fd then return end
     local conn = { fd = fd, since = core.clock.monotime() }
     local cred = core.unix.peercred(fd)
+    if self:active() >= M.MAX_REQUESTS then self:settle() end
     if self:active() >= M.MAX_REQUESTS then
       refuse(conn, string.format("broker busy: %d requests at once already; try again when one ends",
         M.MAX_REQUESTS), 1)
