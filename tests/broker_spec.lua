@@ -72,6 +72,7 @@ describe("corral confine --broker #root", function()
     assert.matches("Protocol error", err) -- two came, room for one: refused whole
     -- control, after: the same with room for both; the fd received writes into our pipe
     assert(core.unix.sendmsg(c, "again", { wr, wr }))
+    local fds
     data, fds = assert(core.unix.recvmsg(a, 64, 2, true))
     assert.are.equal("again", data)
     assert.are.equal(2, #fds)
@@ -84,16 +85,21 @@ describe("corral confine --broker #root", function()
   it("grants paths inside the agent's boundary only: outside, a symlink out, a .. path, a file extra", function()
     h.must("ln -s " .. h.quote(outside) .. " " .. h.quote(box .. "/out") .. " && mkdir " .. h.quote(box .. "/ws"))
     local before = broker_dirs()
-    local out, status = agent(box, [[
-C=$1
-try() { "$C" run "$@" -- /bin/sh -c 'echo ran-$$ > /dev/null; echo TENANT-RAN'; echo "rc=$?"; }
-echo "== outside";   try --storage ]] .. outside .. "/s\n" .. [[echo "== symlink";   try --storage out/s
-echo "== workspace-symlink"; try --workspace out
-echo "== dotdot";    try --storage ws/../../]] .. outside:match("[^/]+$") .. "/s\n" .. [[echo "== file-extra-as-dir"; try --workspace ]] .. outside .. "\n" .. [[echo "== log-outside"; try --log-json ]] .. outside .. [[/log --allow a.test:443
-echo "== control"
-"$C" run --storage ws/../st --workspace ws --allow-file ]] .. outside .. [[/list -- /bin/sh -c 'echo kept > /storage/f; ls -d /workspace; echo TENANT-RAN'
-echo "control-rc=$?"
-]], { extra = { outside .. "/list" } })
+    local o = outside
+    local out, status = agent(box, table.concat({
+      "C=$1",
+      [[try() { "$C" run "$@" -- /bin/sh -c 'echo TENANT-RAN'; echo "rc=$?"; }]],
+      'echo "== outside"; try --storage ' .. o .. "/s",
+      'echo "== symlink"; try --storage out/s',
+      'echo "== workspace-symlink"; try --workspace out',
+      'echo "== dotdot"; try --storage ws/../../' .. o:match("[^/]+$") .. "/s",
+      'echo "== file-extra-as-dir"; try --workspace ' .. o,
+      'echo "== log-outside"; try --log-json ' .. o .. "/log --allow a.test:443",
+      'echo "== control"',
+      '"$C" run --storage ws/../st --workspace ws --allow-file ' .. o .. "/list -- /bin/sh -c " ..
+        [['echo kept > /storage/f; ls -d /workspace; echo TENANT-RAN']],
+      'echo "control-rc=$?"',
+    }, "\n"), { extra = { o .. "/list" } })
     assert.are.equal(0, status, out)
     for _, case in ipairs({ "outside", "symlink", "workspace%-symlink", "dotdot", "file%-extra%-as%-dir",
                             "log%-outside" }) do

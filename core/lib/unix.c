@@ -158,8 +158,8 @@ ssize_t corral_unix_recv_fds(int fd, void *buf, size_t cap, int *fds, size_t max
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {.iov_base = buf, .iov_len = cap};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                         .msg_controllen = sizeof ctl.buf};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     *n = 0;
     ssize_t r;
     do
@@ -173,7 +173,8 @@ ssize_t corral_unix_recv_fds(int fd, void *buf, size_t cap, int *fds, size_t max
         size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         int *in = (int *)CMSG_DATA(c);
         for (size_t i = 0; i < k; i++) {
-            if (got < max) fds[got++] = in[i];
+            if (got < max)
+                fds[got++] = in[i];
             else {
                 close(in[i]);
                 over = 1;

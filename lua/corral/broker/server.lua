@@ -115,7 +115,7 @@ function Broker:accept()
   end
 end
 
-function Broker:child_env(req, env_names)
+local function child_env(req, env_names)
   local envp = {}
   for _, k in ipairs(KEEPER_ENV) do
     local v = os.getenv(k)
@@ -162,7 +162,7 @@ function Broker:start(conn, data, fds)
   local g, why, status = grant.check(req.sub, req.argv, { cwd = cwd, boundary = self.boundary, agent = agent,
     sessions = self.sessions, session_count = count, max_sessions = M.MAX_SESSIONS })
   if not g then return refuse(conn, why, status) end
-  local envp = self:child_env(req, g.env_names)
+  local envp = child_env(req, g.env_names)
   local argv = { self.host, table.unpack(g.argv) }
   local child, pipe = core.spawn.fork()
   if child == false then

@@ -37,7 +37,7 @@ M.CONFINE_OPTIONS = {
 
 --- `corral confine`'s usage text.
 M.CONFINE_USAGE =
-  [[corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--json] [--exec] -- CMD ARGS...
+  [[corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--json] [--exec] [--broker] -- CMD ARGS...
 
 Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
 each --extra directory) and nothing else outside the runtime (read-only); an --extra
@@ -60,6 +60,13 @@ adds (magic links and inherited directory fds are then not covered). Under landl
 alone, a nested user namespace can map ids only for CMD itself (its own /proc/PID is
 granted, not its children's), and not uid 0 for a root caller: that needs CAP_SETFCAP
 in the host's user namespace, which is never kept.
+With --broker (and --exec) this corral stays outside as CMD's broker: CMD's own `corral
+run` (create, exec, rm, ls, policy) is sent to it through a socket that only CMD's root
+shows (CORRAL_BROKER names it) and runs as a real sandbox, granted only storage,
+workspace and files inside DIR and the --extra directories and limits no larger than
+CMD's own; a mechanism file, --engine, --link and --receipt are refused. At most 8
+requests at once and 16 live sessions; what CMD left running is ended with it
+(docs/sessions.md).
 Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
 the command's status (127 when it is not found, 126 when it cannot be executed).]]
 
@@ -127,9 +134,9 @@ function M.confine(argv, cli)
       return status
     end
     if opts.broker then
-      local status, berr = require("corral.broker.server").keep(make_spec, confinement.exec)
-      if not status then return cli.fail("confine", berr) end
-      return status
+      local code, berr = require("corral.broker.server").keep(make_spec, confinement.exec)
+      if not code then return cli.fail("confine", berr) end
+      return code
     end
     local _, msg = confinement.exec(spec)
     return cli.fail("confine", msg)
