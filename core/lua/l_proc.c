@@ -9,6 +9,7 @@
  *                                    RLIMIT_NOFILE ("nofile"), soft and hard both n
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -112,16 +113,34 @@ static char **check_strings(lua_State *L, int arg, const char *what)
     return v;
 }
 
-/* core.proc.execve(path, argv, envp, cd): replaces this process (a launch spec's last step).
- * argv and envp are lists of strings ("NAME=value" for envp). Returns only on failure. */
+/* core.proc.execve(path, argv, envp, cd[, stdio]): replaces this process (a launch spec's
+ * last step). argv and envp are lists of strings ("NAME=value" for envp); stdio, three
+ * fds that become 0, 1 and 2 (a broker's child runs on its client's). Returns only on
+ * failure. */
 static int l_execve(lua_State *L)
 {
     const char *path = corral_checkpath(L, 1);
     /* Read before check_strings pushes its scratch space above the arguments. */
     const char *cd = luaL_optstring(L, 4, NULL);
+    int stdio[3] = {-1, -1, -1};
+    if (!lua_isnoneornil(L, 5)) {
+        luaL_checktype(L, 5, LUA_TTABLE);
+        for (int i = 0; i < 3; i++) {
+            lua_geti(L, 5, i + 1);
+            if (corral_getfd(L, -1, &stdio[i]) < 0 || stdio[i] < 0)
+                return luaL_argerror(L, 5, "must hold three open fds");
+            lua_pop(L, 1);
+        }
+    }
     char **argv = check_strings(L, 2, "argv must be a list of strings without NUL");
     char **envp = check_strings(L, 3, "envp must be a list of strings without NUL");
     if (cd && chdir(cd) < 0) return corral_pushfail(L, cd, errno);
+    /* Moved above 2 first, so that one dup2 never overwrites another's source. */
+    for (int i = 0; i < 3 && stdio[0] >= 0; i++)
+        if (stdio[i] <= 2 && (stdio[i] = fcntl(stdio[i], F_DUPFD_CLOEXEC, 3)) < 0)
+            return corral_pushfail(L, "dup", errno);
+    for (int i = 0; i < 3 && stdio[0] >= 0; i++)
+        if (dup2(stdio[i], i) < 0) return corral_pushfail(L, "dup2", errno);
     execve(path, argv, envp);
     return corral_pushfail(L, path, errno);
 }

@@ -2,7 +2,9 @@
  * core.signal.fd(names) → fd: blocks the named signals in this process and returns a
  * signalfd for them, so a Lua loop can poll them beside its other fds (a `corral run`
  * forwards SIGINT/SIGTERM/SIGHUP to the sandbox and still cleans up, instead of dying
- * and leaving its cgroup behind). core.signal.read(fd) → signal number | nil.
+ * and leaving its cgroup behind). core.signal.read(fd) → signal number, whether a
+ * terminal sent it (to its whole process group: a forwarder that also forwards it would
+ * deliver it twice) | nil.
  * core.signal.unblock(names) unblocks them again once the fd is closed: closing it does
  * not, and a caller that lives on (the REPL, a script) would keep Ctrl-C blocked.
  */
@@ -60,7 +62,8 @@ static int l_signal_read(lua_State *L)
     ssize_t r = read(fd, &si, sizeof si);
     if (r != (ssize_t)sizeof si) return corral_pushfail(L, "signal_read", r < 0 ? errno : EAGAIN);
     lua_pushinteger(L, (lua_Integer)si.ssi_signo);
-    return 1;
+    lua_pushboolean(L, si.ssi_code == SI_KERNEL); /* a terminal's, sent to its whole group */
+    return 2;
 }
 
 static int l_signal_unblock(lua_State *L)

@@ -431,6 +431,11 @@ function M.main(argv)
     write_help(c)
     return 0
   end
+  -- inside `corral confine --broker`, the broker outside runs it (corral.broker.client)
+  if os.getenv("CORRAL_BROKER") then
+    local status = require("corral.broker.client").run(argv)
+    if status then return status end
+  end
   local ok, status = xpcall(c.run, debug.traceback, argv)
   if not ok then
     io.stderr:write("corral ", argv[1], ": ", tostring(status), "\n")

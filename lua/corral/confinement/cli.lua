@@ -35,12 +35,14 @@ M.CONFINE_OPTIONS = {
   { "Output", {
     { "json", "flag", nil, "print the spec as JSON" },
     { "exec", "flag", nil, "run the spec instead, exiting with the command's status" },
+    { "broker", "flag", nil, "with --exec: stay outside as a broker, so that CMD's `corral run` gets real " ..
+      "sandboxes (only within CMD's own boundary and limits)" },
   } },
 }
 
 --- `corral confine`'s usage text.
 M.CONFINE_USAGE = "corral confine --permit DIR [--extra PATH]... [--cd DIR] [--layers L] [--read-only PATH]... " ..
-  "[--writable PATH]... [--json] [--exec] -- CMD ARGS...\n" .. [[
+  "[--writable PATH]... [--json] [--exec] [--broker] -- CMD ARGS...\n" .. [[
 
 Builds the launch spec of the control-plane profile: CMD may read and write DIR (and
 each --extra directory) and nothing else outside the runtime (read-only); an --extra
@@ -76,6 +78,13 @@ adds (magic links and inherited directory fds are then not covered). Under landl
 alone, a nested user namespace can map ids only for CMD itself (its own /proc/PID is
 granted, not its children's), and not uid 0 for a root caller: that needs CAP_SETFCAP
 in the host's user namespace, which is never kept.
+With --broker (and --exec) this corral stays outside as CMD's broker: CMD's own `corral
+run` (create, exec, rm, ls, policy) is sent to it through a socket that only CMD's root
+shows (CORRAL_BROKER names it) and runs as a real sandbox, granted only storage,
+workspace and files inside DIR and the --extra directories and limits no larger than
+CMD's own; a mechanism file, --engine, --link and --receipt are refused. At most 8
+requests at once and 16 live sessions; what CMD left running is ended with it
+(docs/sessions.md).
 Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
 the command's status (127 when it is not found, 126 when it cannot be executed).]]
 
@@ -102,15 +111,31 @@ function M.confine(argv, cli)
       end
     end
   end
-  local confinement = require "corral.confinement"
-  local spec, err = confinement.confine({ rest[1], cmdargs }, {
-    permit_path = opts.permit, permit_extra_subpaths = opts.extra, cd = opts.cd,
-    env = core.proc.environ(), layers = opts.layers, read_only = opts["read-only"], writable = opts.writable,
-  })
-  if not spec then
-    if type(err) == "table" and err.argument then err.argument = confine_flag(err.argument) end
-    return cli.fail("confine", err)
+  if opts.broker and not opts.exec then
+    return cli.fail("confine", errors.invalid_argument("--broker", "needs --exec (the broker is the process that " ..
+      "runs the command)"))
   end
+  local confinement = require "corral.confinement"
+  local function make_spec(broker_socket)
+    local env, extra = core.proc.environ(), opts.extra
+    env.CORRAL_BROKER = broker_socket
+    if broker_socket then extra = { broker_socket, table.unpack(opts.extra) } end
+    local spec, err = confinement.confine({ rest[1], cmdargs }, {
+      permit_path = opts.permit, permit_extra_subpaths = extra, cd = opts.cd, env = env, layers = opts.layers,
+    })
+    if not spec then
+      if type(err) == "table" and err.argument then
+        err.argument = confine_flag(err.argument)
+        -- the broker's socket is the first --extra: the user's are numbered from 1
+        local n = broker_socket and err.argument:match("^%-%-extra %(#(%d+)%)$")
+        if n then err.argument = "--extra (#" .. (tonumber(n) - 1) .. ")" end
+      end
+      return nil, err
+    end
+    return spec
+  end
+  local spec, err = make_spec(nil)
+  if not spec then return cli.fail("confine", err) end
   if spec.layers and #spec.layers < 2 then
     io.stderr:write("corral confine: warning: only the ", table.concat(spec.layers, ", "),
       opts.layers and " layer, as --layers asks; " or " layer holds on this host; ", spec.layers[1] == "landlock"
@@ -130,6 +155,11 @@ function M.confine(argv, cli)
     if status then
       io.stderr:write("corral confine: ", why, "\n")
       return status
+    end
+    if opts.broker then
+      local code, berr = require("corral.broker.server").keep(make_spec, confinement.exec)
+      if not code then return cli.fail("confine", berr) end
+      return code
     end
     local _, msg = confinement.exec(spec)
     return cli.fail("confine", msg)

@@ -1,0 +1,230 @@
+-- `corral confine --exec --broker`: a confined agent's `corral run` becomes a request to
+-- the keeper outside, which grants only what the agent could already reach. Each breach
+-- is attempted from inside a real confinement, then its control runs in the same one.
+local core = require "corral.core"
+local h = require "helpers"
+
+local BUILD = h.host:match("^(.*)/[^/]*$")
+local LUA = os.getenv("PWD") .. "/lua"
+
+-- Runs `script` as the agent of a `corral confine --exec --broker --permit box`; the
+-- agent sees the host's build and lua trees (to run corral from them) besides.
+local function agent(box, script, opts)
+  opts = opts or {}
+  local argv = { h.host, "confine", "--exec", "--broker", "--permit", box, "--extra", BUILD, "--extra", LUA }
+  for _, x in ipairs(opts.extra or {}) do
+    argv[#argv + 1] = "--extra"
+    argv[#argv + 1] = x
+  end
+  if opts.layers then
+    argv[#argv + 1] = "--layers"
+    argv[#argv + 1] = opts.layers
+  end
+  for _, a in ipairs({ "--", "/bin/sh", "-c", script, "sh", h.host }) do argv[#argv + 1] = a end
+  local line = (opts.prefix or "") .. require("corral.shell").join(argv) .. " 2>&1"
+  return h.capture({ "sh", "-c", line })
+end
+
+-- Broker directories in root's runtime directory (none may outlive its keeper).
+local function broker_dirs()
+  return #h.sh("ls -d /run/corral/0/broker-* 2>/dev/null"):gsub("[^\n]", "")
+end
+
+-- A python3 client that speaks the wire itself, for requests the corral client never
+-- sends (a session id this broker did not make) and for a flood of idle connections.
+local RAW = [[
+import json, os, socket, sys
+def ask(sub, argv):
+    s = socket.socket(socket.AF_UNIX); s.connect(os.environ["CORRAL_BROKER"])
+    msg = {"op": "request", "sub": sub, "argv": argv, "cwd": os.getcwd(), "env": {}}
+    socket.send_fds(s, [(json.dumps(msg) + "\n").encode()], [0, 1, 2])
+    out = b""
+    while not out.endswith(b"\n") or b'"exit"' not in out and b'"ok":false' not in out:
+        d = s.recv(4096)
+        if not d: break
+        out += d
+    return out.decode()
+]]
+
+describe("corral confine --broker #root", function()
+  local box, outside
+  before_each(function()
+    if core.proc.geteuid() ~= 0 then pending("runs tenant sandboxes as root") end
+    box, outside = h.tmpdir("broker-box"), h.tmpdir("broker-out")
+    h.write(outside .. "/secret", "outside-secret\n")
+    h.write(outside .. "/list", "a.test:443\n")
+  end)
+  after_each(function()
+    -- a tenant's storage is owned by its host id: removed as root, whatever it holds
+    h.rmrf(box)
+    h.rmrf(outside)
+  end)
+
+  it("passes fds with a message (SCM_RIGHTS), and refuses more than the receiver takes", function()
+    local dir = h.tmpdir("broker-fds")
+    local l = assert(core.unix.listen(dir .. "/s"))
+    local c = assert(core.unix.connect(dir .. "/s"))
+    local a = assert(core.unix.accept(l))
+    local rd, wr = assert(core.io.pipe())
+    assert.are.equal(5, assert(core.unix.sendmsg(c, "hello", { wr, wr })))
+    local data, err = core.unix.recvmsg(a, 64, 1, true)
+    assert.is_nil(data)
+    assert.matches("Protocol error", err) -- two came, room for one: refused whole
+    -- control, after: the same with room for both; the fd received writes into our pipe
+    assert(core.unix.sendmsg(c, "again", { wr, wr }))
+    local fds
+    data, fds = assert(core.unix.recvmsg(a, 64, 2, true))
+    assert.are.equal("again", data)
+    assert.are.equal(2, #fds)
+    core.io.write(fds[1], "through")
+    assert.are.equal("through", core.io.read(rd, 64))
+    for _, f in ipairs({ l, c, a, rd, wr, fds[1], fds[2] }) do f:close() end
+    h.rmrf(dir)
+  end)
+
+  it("grants paths inside the agent's boundary only: outside, a symlink out, a .. path, a file extra", function()
+    h.must("ln -s " .. h.quote(outside) .. " " .. h.quote(box .. "/out") .. " && mkdir " .. h.quote(box .. "/ws"))
+    local before = broker_dirs()
+    local o = outside
+    local out, status = agent(box, table.concat({
+      "C=$1",
+      [[try() { "$C" run "$@" -- /bin/sh -c 'echo TENANT-RAN'; echo "rc=$?"; }]],
+      'echo "== outside"; try --storage ' .. o .. "/s",
+      'echo "== symlink"; try --storage out/s',
+      'echo "== workspace-symlink"; try --workspace out',
+      'echo "== dotdot"; try --storage ws/../../' .. o:match("[^/]+$") .. "/s",
+      'echo "== file-extra-as-dir"; try --workspace ' .. o,
+      'echo "== log-outside"; try --log-json ' .. o .. "/log --allow a.test:443",
+      'echo "== control"',
+      '"$C" run --storage ws/../st --workspace ws --allow-file ' .. o .. "/list -- /bin/sh -c " ..
+        [['echo kept > /storage/f; ls -d /workspace; echo TENANT-RAN']],
+      'echo "control-rc=$?"',
+    }, "\n"), { extra = { o .. "/list" } })
+    assert.are.equal(0, status, out)
+    for _, case in ipairs({ "outside", "symlink", "workspace%-symlink", "dotdot", "file%-extra%-as%-dir",
+                            "log%-outside" }) do
+      local part = out:match("== " .. case .. "\n(.-)\n==")
+      assert.truthy(part, case .. ": " .. out)
+      assert.matches("rc=2", part)
+      assert.matches("outside the agent's", part)
+      assert.is_nil(part:find("TENANT-RAN", 1, true), part)
+    end
+    local control = out:match("== control\n(.*)$")
+    assert.matches("TENANT%-RAN", control)
+    assert.matches("control%-rc=0", control)
+    assert.is_nil(h.read(outside .. "/s"), "a storage was made outside")
+    assert.truthy(core.fs.lstat(box .. "/st/f"), out) -- the .. path that stays inside was granted
+    assert.are.equal(before, broker_dirs(), "the broker's directory outlived it")
+  end)
+
+  it("refuses a limit larger than the agent's own and gives the agent's when none is asked", function()
+    local out, status = agent(box, [[
+"$1" run --nofile 1024 -- /bin/sh -c 'echo TENANT-RAN'; echo "attempt-rc=$?"
+"$1" run --nofile 100 -- /bin/sh -c 'echo "given=$(ulimit -n)"'; echo "control-rc=$?"
+"$1" run -- /bin/sh -c 'echo "default=$(ulimit -n)"'
+]], { prefix = "ulimit -n 512; " })
+    assert.are.equal(0, status, out)
+    local attempt = out:match("^(.-)attempt%-rc=2\n")
+    assert.truthy(attempt, out)
+    assert.matches("%-%-nofile: 1024 is larger than the agent's own limit %(512", attempt)
+    assert.is_nil(attempt:find("TENANT-RAN", 1, true))
+    assert.matches("given=100\ncontrol%-rc=0", out)
+    assert.matches("default=512", out)
+  end)
+
+  it("scopes session ids to the broker, refuses a host mechanism, bounds a flood, then serves", function()
+    if not io.open("/usr/bin/python3") then pending("needs /usr/bin/python3 for the raw client") end
+    local out, status = agent(box, [[
+/usr/bin/python3 - <<'EOF'
+]] .. RAW .. [[
+print("other-id", ask("exec", ["operators-own", "--", "/bin/true"]).strip())
+print("mechanism", ask("run", ["--mechanism", "/tmp/x.lua", "--", "/bin/true"]).strip())
+idle = []
+for i in range(8):
+    s = socket.socket(socket.AF_UNIX); s.connect(os.environ["CORRAL_BROKER"]); idle.append(s)
+s = socket.socket(socket.AF_UNIX); s.connect(os.environ["CORRAL_BROKER"])
+print("flood", s.recv(4096).decode().strip())
+for s in idle: s.close()
+print("control", ask("run", ["--", "/bin/sh", "-c", "echo TENANT-RAN"]).replace("\n", " "))
+EOF
+]])
+    assert.are.equal(0, status, out)
+    local function refusal(what)
+      local line = out:match(what .. " ({[^\n]*})")
+      assert.truthy(line, what .. ": " .. out)
+      local r = require("dkjson").decode(line)
+      assert.are.equal(false, r.ok, line)
+      return r
+    end
+    local r = refusal("other%-id")
+    assert.matches("^ID: no session operators%-own made through this broker", r.error)
+    assert.are.equal(2, r.status)
+    assert.matches("^%-%-mechanism: only native or bwrap", refusal("mechanism").error)
+    assert.matches("^broker busy: 8 requests at once", refusal("flood").error)
+    -- control, after the flood: the broker still serves
+    assert.matches("TENANT%-RAN", out)
+    assert.matches('control {"ok":true,"result":{"pid":%d+}} {"ok":true,"result":{"exit":0}}', out)
+  end)
+
+  it("runs a real tenant with an egress allowlist for an agent under Landlock; the tenant cannot reach the socket",
+    function()
+      if not io.open("/usr/bin/python3") then pending("needs /usr/bin/python3 for the HTTP server") end
+      if not h.sh("command -v curl"):find("curl", 1, true) then pending("needs curl in the tenant") end
+      local www = h.tmpdir("broker-www")
+      h.write(www .. "/index.html", "hello-through-the-broker\n")
+      local port = h.free_port()
+      local p, pid = h.child(string.format("exec /usr/bin/python3 -m http.server %d --bind 127.0.0.1 " ..
+        "--directory %s", port, h.quote(www)))
+      h.defer(finally, function()
+        os.execute("kill " .. pid .. " 2>/dev/null")
+        p:close()
+        h.rmrf(www)
+      end)
+      assert(h.wait_for(function()
+        return h.sh(string.format("ss -ltnH 'sport = :%d' | grep -c LISTEN", port)):match("^1")
+      end, 10), "the HTTP server did not start")
+      local connect = [[/usr/bin/python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); ]] ..
+        [[s.connect(sys.argv[1]); print("connected")' ]]
+      local tenant = h.attempt_then_control(
+        connect .. "\"$0\"; curl -s --max-time 5 http://denied.test:" .. port .. "/",
+        "curl -sS --max-time 5 http://allowed.test:" .. port .. "/")
+      local out, status = agent(box, [[
+echo "== agent"
+cat ]] .. outside .. [[/secret; echo "read-outside-rc=$?"
+]] .. connect .. [["$CORRAL_BROKER"
+echo "== tenant"
+"$1" run --allow allowed.test:]] .. port .. [[ --resolve allowed.test=127.0.0.1 --resolve denied.test=127.0.0.1 \
+  --internal 127.0.0.0/8 -- /bin/sh -c ']] .. tenant:gsub("'", "'\\''") .. [[' "$CORRAL_BROKER"
+echo "tenant-rc=$?"
+]], { layers = "landlock" })
+      assert.are.equal(0, status, out)
+      local agent_part = out:match("== agent\n(.-)== tenant")
+      assert.truthy(agent_part, out)
+      -- the agent is under Landlock: a file outside DIR is refused it (not absent: no namespace layer)
+      assert.matches("Permission denied\nread%-outside%-rc=1", agent_part)
+      assert.is_nil(agent_part:find("outside-secret", 1, true))
+      assert.matches("connected", agent_part) -- the agent reaches its broker
+      local tenant_part = out:match("== tenant\n(.*)$")
+      local rc, control, attempt = h.after_attempt(tenant_part, "hello%-through%-the%-broker")
+      h.assert_refused(rc, tenant_part)
+      assert.matches("FileNotFoundError", attempt) -- the socket is absent from the tenant's root
+      assert.is_nil(attempt:find("connected", 1, true))
+      assert.is_nil(attempt:find("hello-through-the-broker", 1, true)) -- denied.test was refused
+      assert.matches("tenant%-rc=0", control)
+    end)
+end)
+
+describe("corral.broker.client outside a confinement", function()
+  it("ignores CORRAL_BROKER where no_new_privs is unset, and runs the command itself", function()
+    local dir = h.tmpdir("broker-fake")
+    -- a listener that is not a broker: a client that trusted the name would hang or fail
+    local l = assert(core.unix.listen(dir .. "/sock"))
+    local out, status = h.capture({ "env", "CORRAL_BROKER=" .. dir .. "/sock", h.host, "run", "--", "/bin/sh", "-c",
+      "echo ran-here" })
+    l:close()
+    h.rmrf(dir)
+    assert.are.equal(0, status, out)
+    assert.matches("CORRAL_BROKER ignored: this process is not confined", out)
+    assert.matches("ran%-here", out)
+  end)
+end)
