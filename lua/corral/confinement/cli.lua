@@ -122,6 +122,7 @@ function M.confine(argv, cli)
     if broker_socket then extra = { broker_socket, table.unpack(opts.extra) } end
     local spec, err = confinement.confine({ rest[1], cmdargs }, {
       permit_path = opts.permit, permit_extra_subpaths = extra, cd = opts.cd, env = env, layers = opts.layers,
+      read_only = opts["read-only"], writable = opts.writable,
     })
     if not spec then
       if type(err) == "table" and err.argument then
