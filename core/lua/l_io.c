@@ -105,10 +105,28 @@ static int l_pipe(lua_State *L)
     return 2;
 }
 
+/* core.io.dup_stdio(fd0, fd1, fd2) → true: makes this process's 0, 1 and 2 copies of the
+ * given fds (a forked child that runs Lua code writing to its own stdio: a custom
+ * mechanism's exec on a session client's fds). Sources at or below 2 are moved above it
+ * first, so that one dup2 never overwrites another's source. */
+static int l_dup_stdio(lua_State *L)
+{
+    int fds[3];
+    for (int i = 0; i < 3; i++) fds[i] = corral_checkfd(L, i + 1);
+    for (int i = 0; i < 3; i++)
+        if (fds[i] <= 2 && (fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3)) < 0)
+            return corral_pushfail(L, "dup", errno);
+    for (int i = 0; i < 3; i++)
+        if (dup2(fds[i], i) < 0) return corral_pushfail(L, "dup2", errno);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 int corral_open_io(lua_State *L)
 {
     static const luaL_Reg fns[] = {
-        {"poll", l_poll}, {"read", l_read}, {"write", l_write}, {"pipe", l_pipe}, {NULL, NULL}};
+        {"poll", l_poll}, {"read", l_read}, {"write", l_write}, {"pipe", l_pipe}, {"dup_stdio", l_dup_stdio},
+        {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

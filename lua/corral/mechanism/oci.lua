@@ -216,6 +216,12 @@ function M.destroy(sb)
   return true
 end
 
+--- The engine's client of the container `start` left running (a live session's init), or nil.
+function M.process_of(sb)
+  local st = state[sb.id]
+  return st and st.process or nil
+end
+
 --- The names of the containers a provisioned sandbox holds (for leak checks).
 function M.containers(sb)
   local st = state[sb.id]

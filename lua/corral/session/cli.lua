@@ -19,8 +19,9 @@ allowlist as a run, sharing its /tmp, /storage and processes. Prints ID once the
 is ready. Every argument is checked first: a bad one is refused naming its flag (exit 2),
 one this host cannot enforce exits 3; nothing is left either way. An ID already live is
 refused. `corral rm ID` removes it; a killed keeper takes its sandbox with it, and the
-next corral create, ls or rm sweeps what stays on disk. Native and bwrap (oci and a
-mechanism in Lua: docs/sessions.md says why not yet).]]
+next corral create, ls or rm sweeps what stays on disk. Every mechanism: native and
+bwrap join the sandbox, oci execs through the engine into the container, a mechanism in
+Lua runs each exec through its exec callback (docs/sessions.md).]]
 
 M.EXEC_USAGE = [[corral exec ID [--env NAME|NAME=VALUE]... [--cwd DIR] [-t] -- CMD ARGS...
 
@@ -97,8 +98,9 @@ local function planned(argv, cli, say)
   local plan
   plan, err = steps.planned(run, require "corral")
   if not plan then return nil, err end
-  if not (plan.mech.join and plan.mech.process_of) or not (plan.mech.name == "native" or plan.mech.name == "bwrap") then
-    return nil, errors.invalid_argument("--mechanism", "a live sandbox is built with native or bwrap only " ..
+  local mechanism = require "corral.mechanism"
+  if mechanism.is_builtin(plan.mech) and not (plan.mech.join or plan.mech.name == "oci") then
+    return nil, errors.invalid_argument("--mechanism", mechanism.label(plan.mech) .. " cannot hold a live sandbox " ..
       "(docs/sessions.md)")
   end
   return { id = id, path = path, run = run, plan = plan }

@@ -99,6 +99,7 @@ end
 
 function Exec:close()
   if not self.fd then return end
+  if self.control then self.control.finish() end
   self.execs[self] = nil
   loop().remove(self)
   self.fd:close()
@@ -118,6 +119,7 @@ function Exec:deadline() return self.due end
 
 function Exec:tick(now)
   if not (self.fd and self.due and now >= self.due) then return end
+  if self.control then self.control.kill() end
   lifecycle.kill_tree(self.proc)
   self.proc:kill()
   self.proc:wait()
@@ -127,6 +129,7 @@ end
 
 --- Kills the exec and what it started that is still beneath it (SIGKILL), and forgets it.
 function Exec:kill()
+  if self.control then self.control.kill() end
   lifecycle.kill_tree(self.proc)
   self.proc:close()
   self:close()
@@ -140,7 +143,9 @@ function Exec:read()
   for line in self.buf:gmatch("([^\n]*)\n") do
     local ok, req = pcall(json.decode, line)
     local sig = ok and type(req) == "table" and req.op == "signal" and math.tointeger(req.signal)
-    if sig and M.SIGNALS[sig] then self.proc:kill(sig) end
+    if sig and M.SIGNALS[sig] then
+      if self.control then self.control.signal(sig) else self.proc:kill(sig) end
+    end
   end
   self.buf = self.buf:match("[^\n]*$")
   if #self.buf > M.LINE_MAX then self:kill() end
@@ -186,7 +191,9 @@ function M.op(session)
       end
       fds = { slave, slave, slave }
     end
-    local proc, err, failed = session.mech.join(session.sb, opts.argv, { stdin = fds[1], stdout = fds[2],
+    -- control: a mechanism whose joined process is not the command's parent (oci's
+    -- engine client) says how to signal and kill the command (corral.session.joins)
+    local proc, err, failed, control = session.mech.join(session.sb, opts.argv, { stdin = fds[1], stdout = fds[2],
       stderr = fds[3], env = opts.env, cwd = opts.cwd, ctty = opts.tty })
     close_all(fds)
     if not proc then
@@ -197,7 +204,7 @@ function M.op(session)
     if master then master:close() end
     local wall = session.sb.limits and session.sb.limits.wall
     local ex = setmetatable({ proc = proc, fd = c.fd, buf = "", execs = session.execs,
-      due = wall and core.clock.monotime() + wall or nil }, Exec)
+      due = wall and core.clock.monotime() + wall or nil, control = control }, Exec)
     session.execs[ex] = true
     loop().add(ex)
     if not ok then ex:kill() end

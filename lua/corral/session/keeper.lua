@@ -36,15 +36,17 @@ M.READY_TIMEOUT = 5
 
 -- The sandbox's waiting init, started by the mechanism; with a helper that builds the
 -- sandbox itself (bwrap: `root_pid`), ready once that sandbox is built.
-local function start_init(corral, mech, sb)
+-- `view` is corral.session.joins' view of mech.
+local function start_init(corral, mech, view, sb)
   local ok, err = corral.start(mech, sb, M.INIT)
   if not ok then return nil, err end
-  if not mech.root_pid then return true end
-  local deadline = core.clock.monotime() + M.READY_TIMEOUT
-  while not mech.root_pid(sb) do
-    if core.clock.monotime() > deadline or not mech.process_of(sb):running() then
+  if not view.root_pid then return true end
+  local timeout = view.ready_timeout or M.READY_TIMEOUT
+  local deadline = core.clock.monotime() + timeout
+  while not view.root_pid(sb) do
+    if core.clock.monotime() > deadline or not view.process_of(sb):running() then
       return nil, require("corral.errors").cannot_enforce(mech.name, "its sandbox did not start within " ..
-        M.READY_TIMEOUT .. " s")
+        timeout .. " s")
     end
     core.io.poll({}, 0.005)
   end
@@ -75,7 +77,7 @@ local function serve(session, held)
   while not session.done do
     local hit = loop().step(1, { held })
     if hit[1] and core.signal.read(held) then session.done = true end
-    if not session.init:running() then session.done = true end
+    if session.init and not session.init:running() then session.done = true end
   end
   return session.rm
 end
@@ -92,10 +94,13 @@ local function keep(run, corral, plan, id, path, ready)
   if not sandbox then return nil, perr end
   reports:start_learning()
   local execs <close> = exec_set()
-  local ok, err = start_init(corral, plan.mech, sandbox.sb)
-  if not ok then return nil, run.renamed(err) end
-  local session = { id = id, mech = plan.mech, sb = sandbox.sb, execs = execs,
-    init = plan.mech.process_of and plan.mech.process_of(sandbox.sb) }
+  local mech, with_init = require("corral.session.joins").view(plan.mech)
+  if with_init then
+    local ok, err = start_init(corral, plan.mech, mech, sandbox.sb)
+    if not ok then return nil, run.renamed(err) end
+  end
+  local session = { id = id, mech = mech, sb = sandbox.sb, execs = execs,
+    init = with_init and mech.process_of(sandbox.sb) or nil }
   local server <close>, lerr = require("corral.control").serve(session_ops(session, corral, plan.mech, sandbox.sb),
     { path = path, fds_max = 3 })
   if not server then
