@@ -395,6 +395,92 @@ describe("sessions", function()
     assert.are.same({}, left_of(k))
   end)
 
+  it("ls counts a session's allowed and denied connections since create (attempt, then control)", function()
+    if not need_root() then return end
+    local cid = id .. "-c"
+    local out, status = h.corral("create", cid, "--allow", "ok.test:" .. port, "--resolve", "ok.test=127.0.0.1",
+      "--internal", "127.0.0.0/8")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", cid) end)
+    local curl = "curl -4 -sS -m 3 -o /dev/null -w 'code=%%{http_code}\\n' http://ok.test:%d/"
+    out = exec(cid, "--", "sh", "-c", h.attempt_then_control(curl:format(port + 1), curl:format(port)))
+    local _, control, attempt = h.after_attempt(out, "code=200")
+    assert.is_nil(attempt:find("code=200", 1, true), out)
+    assert.matches("code=200", control)
+    -- a SYN the ruleset refused is read from its record once a second
+    assert(h.wait_for(function() local e = ls()[cid].egress return e.denied > 0 end, 5), "no denial counted")
+    local e = ls()[cid].egress
+    assert.are.same({ 1, 1, 1 }, { e.allow, e.allowed, e.denied })
+    out = h.corral("ls")
+    assert.matches(cid:gsub("%-", "%%-") .. "%s+session%s+native%s+%S+%s+%d+%s+1 allow 1 ok 1 denied", out)
+  end)
+
+  it("a custom mechanism: each exec through its exec callback, its refusal its own", function()
+    if not need_root() then return end
+    local cid = id .. "-m"
+    local out, status = h.corral("create", cid, "--mechanism", "scripts/examples/command_policy.lua")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", cid) end)
+    assert.are.equal("command_policy", ls()[cid].mechanism)
+    out, status = exec(cid, "--", "python3", "-c", "print(1)")
+    assert.are.equal(2, status, out)
+    assert.matches("python3 is not on command_policy's list", out)
+    out, status = exec(cid, "--env", "K=v", "--", "sh", "-c", "echo $K > /storage/f; exit 4")
+    assert.are.equal(4, status, out)
+    out, status = exec(cid, "--", "cat", "/storage/f")
+    assert.are.equal(0, status, out)
+    assert.matches("\nv\n$", out)
+    out, status = exec("-t", cid, "--", "sh")
+    assert.are_not.equal(0, status, out)
+    assert.matches("%-t", out)
+  end)
+
+  it("oci: execs through the engine's exec into the started container; rm leaves no container", function()
+    if not need_root() then return end
+    local oci = require "corral.mechanism.oci"
+    local eng, why = oci.engine()
+    if not eng then return pending("no OCI engine: " .. tostring(why)) end
+    local cid = id .. "-o"
+    local out, status = h.corral("create", cid, "--mechanism", "oci")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", cid) end)
+    assert.are.equal("oci", ls()[cid].mechanism)
+    out, status = exec(cid, "--env", "K=v", "--cwd", "/tmp", "--", "sh", "-c",
+      "echo kept > /storage/f; id -u; pwd; echo K=$K; grep -E '^CapEff:' /proc/self/status; exit 3")
+    assert.are.equal(3, status, out)
+    assert.matches("\n%d+\n/tmp\nK=v\nCapEff:%s+0+\n", out)
+    assert.are_not.equal("0", out:match("\n(%d+)\n/tmp"))
+    out, status = exec(cid, "--", "cat", "/storage/f")
+    assert.are.equal(0, status, out)
+    assert.matches("\nkept\n$", out)
+    out, status = exec(cid, "--env", "AWS_SECRET_ACCESS_KEY=x", "--", "true")
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-env", out)
+    out, status = exec("-t", cid, "--", "sh", "-c", "tty")
+    assert.are.equal(0, status, out)
+    assert.matches("/dev/pts/%d+", out)
+    -- a forwarded signal reaches the command inside (the engine's client forwards none)
+    local p = io.popen(h.host .. " " .. CLIENT .. " " .. cid .. " -- sh -c 'trap \"echo got-term; exit 7\" TERM; " ..
+      "echo ready; while :; do sleep 0.1; done' 2>&1 & echo client=$!; wait $!; echo status=$?", "r")
+    local client
+    repeat
+      local line = p:read("l")
+      client = client or (line and line:match("^client=(%d+)"))
+    until line == "ready" or line == nil
+    os.execute("kill -TERM " .. client)
+    local rest = p:read("a")
+    p:close()
+    assert.matches("got%-term", rest)
+    assert.matches("status=7", rest)
+    local names = oci.call({ "ps", "--all", "--format", "{{.Names}}" }) or ""
+    local mine = ls()[cid].pid
+    assert.matches("corral%-%x+%-" .. mine .. "%-", names) -- control: the container is there while live
+    out, status = h.corral("rm", cid)
+    assert.are.equal(0, status, out)
+    names = oci.call({ "ps", "--all", "--format", "{{.Names}}" }) or ""
+    assert.is_nil(names:find("-" .. mine .. "-", 1, true), names)
+  end)
+
   it("rm stops and destroys the sandbox and leaves nothing", function()
     if not need_root() then return end
     local k = holdings(id)

@@ -236,6 +236,7 @@ function Server:close()
   if not self.fd then return end
   require("corral.egress.loop").remove(self)
   for c in pairs(self.clients) do self:drop(c) end
+  control_ops.release(self.ops)
   self.fd:close()
   self.fd = nil
   os.remove(self.path)

@@ -91,6 +91,33 @@ function M.parse_tcp_dest(dest)
   return { name = host, port = port }
 end
 
+--- Counts the connection decisions of sandbox `id` from now on (its `connect`, `inbound`
+-- and `udp` events: one each, or the `count` of SYNs or datagrams the ruleset refused).
+-- @tparam string id
+-- @treturn table `{allowed =, denied =}`, kept up to date
+-- @treturn function its subscriber (the token for corral.egress.events.unsubscribe)
+function M.connection_counts(id)
+  local counts = { allowed = 0, denied = 0 }
+  local kinds = { connect = true, inbound = true, udp = true }
+  return counts, require("corral.egress.events").subscribe(function(ev)
+    if ev.sandbox ~= id or not kinds[ev.kind] then return end
+    local key = ev.verdict == "allow" and "allowed" or "denied"
+    counts[key] = counts[key] + (math.tointeger(ev.count) or 1)
+  end)
+end
+
+-- ops table → what `release` undoes once its server closes (weak: ops never served go)
+local taken = setmetatable({}, { __mode = "k" })
+
+--- Releases what `for_run` took for its ops (its event subscriber); corral.control's
+-- server calls it on close.
+-- @tparam table ops
+function M.release(ops)
+  local sub = taken[ops]
+  taken[ops] = nil
+  if sub then require("corral.egress.events").unsubscribe(sub) end
+end
+
 --- The request handlers of one run: what corral.control.serve answers for sandbox sb under mech.
 -- @tparam table mech the mechanism
 -- @tparam table sb the sandbox
@@ -99,7 +126,9 @@ end
 function M.for_run(mech, sb, run)
   local function egress() return require "corral.egress" end
   local started = os.time()
+  local counts, counting = M.connection_counts(sb.id)
   local ops = {}
+  taken[ops] = counting
   function ops.info()
     local p = plane_of(sb.id)
     local policy = egress().policy(sb.id)
@@ -115,6 +144,7 @@ function M.for_run(mech, sb, run)
       egress = p and {
         allow = policy and policy.allowlist and policy.allowlist:texts() or {},
         decide = policy and policy.decide ~= nil, connections = require("corral.egress.loop").count(sb.id),
+        allowed = counts.allowed, denied = counts.denied,
         dns_port = p.dns_port, acceptor_port = p.acceptor_port, service = p.service_addr,
       } or nil,
     }

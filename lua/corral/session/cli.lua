@@ -146,34 +146,51 @@ local function mib(bytes)
   return bytes and string.format("%.1fM", bytes / 1048576) or "-"
 end
 
---- `corral ls [--json]`.
+-- One ls row from a registration and its info answer: a session's (by its id), a
+-- corral-runtime keeper's (mechanism "runtime", its container's id) or a run's.
+local function row_of(reg, info, now)
+  local usage, egress = info.usage or {}, info.egress
+  local runtime = info.mechanism == "corral-runtime"
+  return { id = reg.session or info.id, kind = reg.session and "session" or (runtime and "runtime" or "run"),
+    mechanism = runtime and "runtime" or info.mechanism, pid = info.pid, age = now - (info.started or now),
+    processes = usage.pids or #(info.tenant_pids or {}), memory = usage.memory_current or usage.memory_rss,
+    egress = egress and { allow = #(egress.allow or {}), connections = egress.connections or 0,
+      allowed = egress.allowed or 0, denied = egress.denied or 0 } or nil }
+end
+
+local KIND_ORDER = { session = 1, run = 2, runtime = 3 }
+local LS_FORMAT = "%-20s %-8s %-10s %6s %6s %-26s %9s\n"
+
+--- `corral ls [--json]`: every registration of this user answered at once (sessions,
+-- runs in progress, corral-runtime keepers).
 function M.ls(argv, cli)
   local opts, rest = cli.parse(argv, M.LS_SPEC)
   if not opts then return cli.fail("ls", rest) end
   if rest[1] then return cli.fail("ls", errors.invalid_argument(rest[1], "corral ls takes no operand")) end
-  local live, paths = session.list(), {}
-  for i, s in ipairs(live) do paths[i] = s.path end
+  local control = require "corral.control"
+  session.sweep()
+  local regs, paths = control.list(), {}
+  for i, reg in ipairs(regs) do paths[i] = reg.path end
   local rows, now = {}, os.time()
-  for i, answer in ipairs(require("corral.control").request_all(paths, { op = "info" })) do
-    local info = answer.result
-    if type(info) == "table" then
-      local usage, egress = info.usage or {}, info.egress or {}
-      rows[#rows + 1] = { id = live[i].id, mechanism = info.mechanism, pid = info.pid,
-        age = now - (info.started or now),
-        processes = usage.pids or #(info.tenant_pids or {}), memory = usage.memory_current or usage.memory_rss,
-        egress = info.egress and { allow = #(egress.allow or {}), connections = egress.connections or 0 } or nil }
-    end
+  for i, answer in ipairs(control.request_all(paths, { op = "info" })) do
+    if type(answer.result) == "table" then rows[#rows + 1] = row_of(regs[i], answer.result, now) end
   end
+  table.sort(rows, function(a, b)
+    if a.kind ~= b.kind then return KIND_ORDER[a.kind] < KIND_ORDER[b.kind] end
+    return tostring(a.id) < tostring(b.id)
+  end)
   if opts.json then
     io.write(cli.json().encode(rows), "\n")
     return 0
   end
-  io.write(string.format("%-20s %-10s %6s %6s %-14s %9s\n", "ID", "MECHANISM", "AGE", "PROCS", "EGRESS", "MEMORY"))
+  local out = { string.format(LS_FORMAT, "ID", "KIND", "MECHANISM", "AGE", "PROCS", "EGRESS", "MEMORY") }
   for _, r in ipairs(rows) do
-    local egress = r.egress and string.format("%d allow/%d conn", r.egress.allow, r.egress.connections) or "none"
-    io.write(string.format("%-20s %-10s %6s %6s %-14s %9s\n", r.id, tostring(r.mechanism), age(r.age),
-      tostring(r.processes), egress, mib(r.memory)))
+    local e = r.egress
+    local egress = e and string.format("%d allow %d ok %d denied", e.allow, e.allowed, e.denied) or "none"
+    out[#out + 1] = string.format(LS_FORMAT, tostring(r.id), r.kind, tostring(r.mechanism), age(r.age),
+      tostring(r.processes), egress, mib(r.memory))
   end
+  io.write(table.concat(out))
   return 0
 end
 

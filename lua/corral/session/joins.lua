@@ -58,7 +58,8 @@ local function group_of(pid)
 end
 
 -- The control of one exec's processes inside the container: `signal(sig)` to its
--- command's process groups (those a process of the exec leads), `kill()` its whole tree (stopped until it stops growing).
+-- command's process groups (those a process of the exec leads), `kill()` its whole
+-- tree (stopped until it stops growing); `finish()` removes its env file.
 local function control_of(ns, tag)
   local c = {}
   function c.signal(sig)
