@@ -112,7 +112,8 @@ static int l_pipe(lua_State *L)
 static int l_dup_stdio(lua_State *L)
 {
     int fds[3];
-    for (int i = 0; i < 3; i++) fds[i] = corral_checkfd(L, i + 1);
+    for (int i = 0; i < 3; i++)
+        fds[i] = corral_checkfd(L, i + 1);
     for (int i = 0; i < 3; i++)
         if (fds[i] <= 2 && (fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3)) < 0)
             return corral_pushfail(L, "dup", errno);
@@ -124,9 +125,8 @@ static int l_dup_stdio(lua_State *L)
 
 int corral_open_io(lua_State *L)
 {
-    static const luaL_Reg fns[] = {
-        {"poll", l_poll}, {"read", l_read}, {"write", l_write}, {"pipe", l_pipe}, {"dup_stdio", l_dup_stdio},
-        {NULL, NULL}};
+    static const luaL_Reg fns[] = {{"poll", l_poll}, {"read", l_read},           {"write", l_write},
+                                   {"pipe", l_pipe}, {"dup_stdio", l_dup_stdio}, {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

@@ -36,8 +36,10 @@ run it, 126/127 not executable/not found. docs/sessions.md has the wire protocol
 
 M.LS_USAGE = [[corral ls [--json]
 
-Lists this user's live sandboxes (corral create): id, mechanism, age, processes, egress
-(allowlist entries and open connections), memory. Sweeps what killed keepers left first.]]
+Lists this user's live sandboxes (corral create, kind session), corral runs in progress
+(run) and corral-runtime keepers (runtime, by container id): id, kind, mechanism, age,
+processes, egress (allowlist entries; connections allowed and denied since creation),
+memory. Sweeps what killed keepers left first.]]
 M.LS_SPEC = { json = "flag" }
 
 M.RM_USAGE = [[corral rm ID [ID]...
