@@ -210,6 +210,15 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       local seen = h.capture({ h.host, "-e", "for _, s in ipairs(require('corral.operator').sandboxes()) do "
         .. "print(s.id, s.pid, s.mechanism) end" })
       assert.matches(id .. "%s+" .. keeper.pid .. "%s+corral%-runtime", seen)
+      -- and corral ls lists its keeper: kind and mechanism runtime, by the container's id
+      local ls_out, ls_status = h.corral("ls", "--json")
+      assert.are.equal(0, ls_status, ls_out)
+      local row
+      for _, r in ipairs(require("dkjson").decode(ls_out:match("%b[]")) or {}) do
+        if r.id == id then row = r end
+      end
+      assert.are.same({ "runtime", "runtime", tonumber(keeper.pid) }, { row and row.kind, row and row.mechanism,
+        row and math.tointeger(row.pid) })
       remove(name, id, keeper)
     end)
 

@@ -415,6 +415,44 @@ describe("sessions", function()
     assert.matches(cid:gsub("%-", "%%-") .. "%s+session%s+native%s+%S+%s+%d+%s+1 allow 1 ok 1 denied", out)
   end)
 
+  it("corral attach ID: the REPL attaches to a session; why() and info() answer for it", function()
+    if not need_root() then return end
+    local pty = require "pty"
+    local keeper = ls()[id].pid
+    local out, code = pty.repl("attach " .. id, { 'print("S", info().session, info().pid)\n',
+      'print("W1", why("late.test:' .. port .. '").verdict)\n', 'print("W2", why("ok.test:' .. port .. '").verdict)\n',
+      "os.exit(0)\n" })
+    assert.are.equal(0, code, out)
+    assert.truthy(out:find("attached to " .. id .. "@" .. keeper, 1, true), out)
+    assert.truthy(pty.line_at(out, "S\t" .. id .. "\t" .. keeper), out)
+    assert.truthy(pty.line_at(out, "W1\tdeny"), out)
+    assert.truthy(pty.line_at(out, "W2\tallow"), out)
+  end)
+
+  it("--learn is written at rm with what exec'd processes connected to; --log-json holds their decisions", function()
+    if not need_root() then return end
+    local cid = id .. "-l"
+    local dir = assert(core.fs.mkdtemp("/tmp/corral-session-learn-"))
+    defer(function() core.fs.remove_tree(dir) end)
+    local out, status = h.corral("create", cid, "--resolve", "ok.test=127.0.0.1", "--internal", "127.0.0.0/8",
+      "--learn", dir .. "/learned", "--log-json", dir .. "/log")
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", cid) end)
+    out = exec(cid, "--", "curl", "-4", "-s", "-m", "2", "-o", "/dev/null", "-w", "code=%{http_code}\n",
+      "http://ok.test:" .. port .. "/")
+    assert.is_nil(out:find("code=200", 1, true), out) -- learn mode denies, and records
+    out, status = h.corral("rm", cid)
+    assert.are.equal(0, status, out)
+    local learned = h.read(dir .. "/learned") or ""
+    assert.matches("\nok%.test:" .. port .. "%s+# tcp, 1 connection", learned)
+    local decisions = {}
+    for line in (h.read(dir .. "/log") or ""):gmatch("[^\n]+") do
+      local ev = json.decode(line)
+      if ev.kind == "connect" then decisions[#decisions + 1] = ev.name .. ":" .. ev.port .. " " .. ev.verdict end
+    end
+    assert.are.same({ "ok.test:" .. port .. " deny" }, decisions)
+  end)
+
   it("a custom mechanism: each exec through its exec callback, its refusal its own", function()
     if not need_root() then return end
     local cid = id .. "-m"

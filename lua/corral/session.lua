@@ -66,14 +66,20 @@ end
 
 --- Removes what killed keepers left: their sockets, and (corral.leftovers' pid rule) the
 -- cgroups, temporary storages and name files of dead corral processes.
+-- @tparam[opt] {string,...} paths the session sockets to try (default: every one; `ls`,
+--   which asks every keeper at once, tries only those that did not answer)
 -- @treturn integer how many sockets were removed
-function M.sweep()
+function M.sweep(paths)
   local removed = 0
-  local dir = control.dir()
-  for _, name in ipairs(dir and core.fs.listdir(dir) or {}) do
-    if name:match(control.SESSION_PATTERN) and state_of(dir .. "/" .. name) == "stale" then
-      if os.remove(dir .. "/" .. name) then removed = removed + 1 end
+  if not paths then
+    local dir = control.dir()
+    paths = {}
+    for _, name in ipairs(dir and core.fs.listdir(dir) or {}) do
+      if name:match(control.SESSION_PATTERN) then paths[#paths + 1] = dir .. "/" .. name end
     end
+  end
+  for _, path in ipairs(paths) do
+    if state_of(path) == "stale" and os.remove(path) then removed = removed + 1 end
   end
   resources.sweep_cgroups()
   leftovers.sweep_own("/tmp", "corral-run-")

@@ -170,13 +170,18 @@ function M.ls(argv, cli)
   if not opts then return cli.fail("ls", rest) end
   if rest[1] then return cli.fail("ls", errors.invalid_argument(rest[1], "corral ls takes no operand")) end
   local control = require "corral.control"
-  session.sweep()
+  session.sweep({})
   local regs, paths = control.list(), {}
   for i, reg in ipairs(regs) do paths[i] = reg.path end
-  local rows, now = {}, os.time()
+  local rows, silent, now = {}, {}, os.time()
   for i, answer in ipairs(control.request_all(paths, { op = "info" })) do
-    if type(answer.result) == "table" then rows[#rows + 1] = row_of(regs[i], answer.result, now) end
+    if type(answer.result) == "table" then
+      rows[#rows + 1] = row_of(regs[i], answer.result, now)
+    elseif regs[i].session then
+      silent[#silent + 1] = paths[i]
+    end
   end
+  session.sweep(silent) -- a keeper killed: its socket answers nothing
   table.sort(rows, function(a, b)
     if a.kind ~= b.kind then return KIND_ORDER[a.kind] < KIND_ORDER[b.kind] end
     return tostring(a.id) < tostring(b.id)
