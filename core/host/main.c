@@ -718,8 +718,9 @@ int main(int argc, char **argv)
     /* On every confined launch: no Lua state, nothing loaded. */
     if (argc > 1 && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
-    /* On every exec into a live sandbox: a client of its keeper, nothing loaded either. */
-    if (argc > 1 && strcmp(argv[1], "exec") == 0 &&
+    /* On every exec into a live sandbox: a client of its keeper, nothing loaded either.
+     * Not as corral-runtime, whose `exec` is the OCI runtime's (an engine's exec). */
+    if (argc > 1 && strcmp(argv[1], "exec") == 0 && !invoked_as_runtime(argv[0]) &&
         !corral_session_exec_wants_help(argc - 1, argv + 1))
         return corral_session_exec_main(argc - 1, argv + 1);
 
