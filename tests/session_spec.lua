@@ -187,7 +187,7 @@ describe("sessions", function()
     if not need_root() then return end
     local bad = id .. "-bad"
     for _, case in ipairs({ { { "--memory", "zz" }, "--memory" }, { { "--allow", "garbage" }, "--allow" },
-                            { { "--mechanism", "oci" }, "--mechanism" },
+                            { { "--mechanism", "/nonexistent/corral-mechanism.lua" }, "--mechanism" },
                             { { "--receipt", "/tmp/r" }, "--receipt" } }) do
       local argv = { "create", bad }
       for _, a in ipairs(case[1]) do argv[#argv + 1] = a end
