@@ -4,14 +4,24 @@
 local core = require "corral.core"
 local h = require "helpers"
 
-local BUILD = h.host:match("^(.*)/[^/]*$")
-local LUA = os.getenv("PWD") .. "/lua"
+-- The tree holding the host's build and lua directories: granted to the agent (to run
+-- corral from it), where the broker keeps corral's own code read-only.
+local TREE = h.host:match("^(.*)/[^/]*/[^/]*$")
 
--- Runs `script` as the agent of a `corral confine --exec --broker --permit box`; the
--- agent sees the host's build and lua trees (to run corral from them) besides.
+-- Runs `script` as the agent of a `corral confine --exec --broker --permit box --extra TREE`;
+-- with `opts.copy`, TREE is not granted and the agent runs a copy of corral in its box as
+-- its client (under Landlock alone, where corral's own code may not lie in the boundary).
 local function agent(box, script, opts)
   opts = opts or {}
-  local argv = { h.host, "confine", "--exec", "--broker", "--permit", box, "--extra", BUILD, "--extra", LUA }
+  local argv = { h.host, "confine", "--exec", "--broker", "--permit", box }
+  local client = h.host
+  if opts.copy then
+    client = box .. "/.corral/bin/corral"
+    h.must(string.format("mkdir -p %s/.corral/bin && cp %s %s && cp -r %s/lua %s/.corral/", h.quote(box),
+      h.quote(h.host), h.quote(client), h.quote(TREE), h.quote(box)))
+  else
+    argv[#argv + 1], argv[#argv + 2] = "--extra", TREE
+  end
   for _, x in ipairs(opts.extra or {}) do
     argv[#argv + 1] = "--extra"
     argv[#argv + 1] = x
@@ -20,7 +30,7 @@ local function agent(box, script, opts)
     argv[#argv + 1] = "--layers"
     argv[#argv + 1] = opts.layers
   end
-  for _, a in ipairs({ "--", "/bin/sh", "-c", script, "sh", h.host }) do argv[#argv + 1] = a end
+  for _, a in ipairs({ "--", "/bin/sh", "-c", script, "sh", client }) do argv[#argv + 1] = a end
   local line = (opts.prefix or "") .. require("corral.shell").join(argv) .. " 2>&1"
   return h.capture({ "sh", "-c", line })
 end
@@ -196,7 +206,7 @@ echo "== tenant"
 "$1" run --allow allowed.test:]] .. port .. [[ --resolve allowed.test=127.0.0.1 --resolve denied.test=127.0.0.1 \
   --internal 127.0.0.0/8 -- /bin/sh -c ']] .. tenant:gsub("'", "'\\''") .. [[' "$CORRAL_BROKER"
 echo "tenant-rc=$?"
-]], { layers = "landlock" })
+]], { layers = "landlock", copy = true })
       assert.are.equal(0, status, out)
       local agent_part = out:match("== agent\n(.-)== tenant")
       assert.truthy(agent_part, out)

@@ -75,6 +75,8 @@ local function acquire_workspace(sb, st)
   local fd, err = core.fs.open_dir(sb.workspace_path)
   if not fd then return nil, require("corral.errors").invalid_argument("workspace_path", tostring(err)) end
   st.workspace = fd
+  local held, herr = require("corral.broker.boundary").held("workspace_path", fd, sb.workspace_path)
+  if not held then return nil, herr end
   local id = sandbox.host_id(sb)
   if core.fs.lstat(fd).uid == id then return true end
   local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id, sandbox.storage_path(sb))
@@ -94,6 +96,10 @@ end
 function M.acquire(sb, opts)
   opts = opts or {}
   local trees = opts.trees and core.proc.geteuid() == 0
+  if not trees then
+    local named = require("corral.broker.boundary").named({ sandbox.storage_path(sb), sb.workspace_path })
+    if named then return nil, named end
+  end
   local ok, lock, userns, made_storage = storage.prepare(sb, opts)
   if not ok then return nil, lock end
   local err, made_image

@@ -15,6 +15,8 @@
 local core = require "corral.core"
 local grant = require "corral.broker.grant"
 local agent_limits = require "corral.broker.agent_limits"
+local bound = require "corral.broker.boundary"
+local own_code = require "corral.broker.own_code"
 local json = require "corral.json"
 local leftovers = require "corral.leftovers"
 local proctree = require "corral.proctree"
@@ -115,13 +117,16 @@ function Broker:accept()
   end
 end
 
-local function child_env(req, env_names)
-  local envp = {}
+-- The environment of the broker's `corral`: the keeper's runtime variables, the boundary
+-- it enforces again at its own resolution (corral.broker.boundary), then the agent's.
+local function child_env(req, env_names, boundary)
+  local envp = { bound.VAR .. "=" .. bound.encode(boundary), table.unpack(own_code.search_env()) }
+  local seen = { [bound.VAR] = true }
   for _, k in ipairs(KEEPER_ENV) do
     local v = os.getenv(k)
     if v then envp[#envp + 1] = k .. "=" .. v end
+    seen[k] = true
   end
-  local seen = {}
   local function take(k)
     local v = req.env[k]
     if not seen[k] and type(v) == "string" and not v:find("%z") then envp[#envp + 1] = k .. "=" .. v end
@@ -162,7 +167,7 @@ function Broker:start(conn, data, fds)
   local g, why, status = grant.check(req.sub, req.argv, { cwd = cwd, boundary = self.boundary, agent = agent,
     sessions = self.sessions, session_count = count, max_sessions = M.MAX_SESSIONS })
   if not g then return refuse(conn, why, status) end
-  local envp = child_env(req, g.env_names)
+  local envp = child_env(req, g.env_names, self.boundary)
   local argv = { self.host, table.unpack(g.argv) }
   local child, pipe = core.spawn.fork()
   if child == false then

@@ -120,10 +120,21 @@ function M.confine(argv, cli)
     local env, extra = core.proc.environ(), opts.extra
     env.CORRAL_BROKER = broker_socket
     if broker_socket then extra = { broker_socket, table.unpack(opts.extra) } end
-    local spec, err = confinement.confine({ rest[1], cmdargs }, {
-      permit_path = opts.permit, permit_extra_subpaths = extra, cd = opts.cd, env = env, layers = opts.layers,
-      read_only = opts["read-only"], writable = opts.writable,
-    })
+    local function confine(read_only)
+      return confinement.confine({ rest[1], cmdargs }, {
+        permit_path = opts.permit, permit_extra_subpaths = extra, cd = opts.cd, env = env, layers = opts.layers,
+        read_only = read_only, writable = opts.writable,
+      })
+    end
+    local spec, err = confine(opts["read-only"])
+    if spec and opts.broker then
+      -- corral's own code inside the boundary: read-only, or no broker (corral.broker.own_code)
+      local roots = { opts.permit, table.unpack(opts.extra) }
+      local code, cerr = require("corral.broker.own_code").read_only(roots, spec.layers)
+      if not code then return nil, cerr end
+      if #code > 0 then spec, err = confine(table.move(code, 1, #code, #opts["read-only"] + 1,
+        { table.unpack(opts["read-only"]) })) end
+    end
     if not spec then
       if type(err) == "table" and err.argument then
         err.argument = confine_flag(err.argument)

@@ -162,6 +162,22 @@ memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
 variable; 3 when this host cannot enforce a protection. A command can exit with these
 numbers itself: corral's own say so on stderr.]]
 
+-- Under a broker, the files its checks granted are opened again here with no symlink
+-- followed and used through their fds (corral.broker.boundary): one swapped after the
+-- broker's check is refused, not followed out of the agent's boundary.
+local function pin_brokered(opts)
+  local boundary = require "corral.broker.boundary"
+  local ways = { ["allow-file"] = boundary.file, ["log-json"] = boundary.child, learn = boundary.child }
+  for flag, way in pairs(ways) do
+    if opts[flag] and opts[flag] ~= "-" then
+      local at, err = way("--" .. flag, opts[flag])
+      if not at then return nil, err end
+      opts[flag] = at
+    end
+  end
+  return true
+end
+
 --- The corral.run request the flags say (every value checked, each refusal naming its
 -- flag), and the caller's name of each argument (corral.run.steps' `names`). Shared by
 -- `corral run` and `corral create` (corral.session.cli).
@@ -172,6 +188,8 @@ numbers itself: corral's own say so on stderr.]]
 -- @return[2] nil
 -- @treturn[2] table the refusal
 function M.request(opts, argv)
+  local pinned, perr = pin_brokered(opts)
+  if not pinned then return nil, perr end
   local run_options = require "corral.egress.run_options"
   local network, nerr = run_options.network(opts)
   if nerr then return nil, nerr end

@@ -1,0 +1,132 @@
+--- The agent's boundary as a brokered `corral` holds it. The broker checks each path of a
+-- request, then runs `corral SUB …` with the resolved strings; between the two an agent
+-- could swap a checked directory for a symlink out. So the broker also hands its child
+-- the boundary (CORRAL_BROKER_BOUNDARY, set on the child it spawns: the agent names no
+-- variable of corral's own), and the child opens each granted path again with no symlink
+-- anywhere on it (core.fs.open_dir, open_path), requires the opened object's own path to
+-- be the string the broker granted (invariant 3) and inside the boundary, and then uses
+-- the object through its fd (/proc/self/fd/N), never the name again.
+-- @module corral.broker.boundary
+local core = require "corral.core"
+local errors = require "corral.errors"
+
+local M = {}
+
+--- The variable the broker sets on its own child.
+M.VAR = "CORRAL_BROKER_BOUNDARY"
+
+-- The fds pinned for this process's life: what their /proc/self/fd paths name.
+local pinned = {}
+
+--- The boundary this process was handed by its broker, or nil outside one.
+-- @treturn table|nil `{dirs = {…}, files = {…}}` (resolved)
+function M.get()
+  local text = os.getenv(M.VAR)
+  if not text or text == "" then return nil end
+  local ok, b = pcall(require("corral.json").decode, text)
+  -- a broken variable is no boundary at all: refuse everything rather than nothing
+  if not ok or type(b) ~= "table" then return { dirs = {}, files = {} } end
+  return { dirs = type(b.dirs) == "table" and b.dirs or {}, files = type(b.files) == "table" and b.files or {} }
+end
+
+--- The variable's value for a boundary.
+function M.encode(b)
+  return require("corral.json").encode({ dirs = b.dirs, files = b.files })
+end
+
+local function inside(b, path, files_too)
+  for _, d in ipairs(b.dirs) do
+    if core.path.is_beneath(path, d) then return true end
+  end
+  for _, f in ipairs(files_too and b.files or {}) do
+    if f == path then return true end
+  end
+  return false
+end
+
+-- Where the object an fd holds lies now (the kernel's name for it).
+local function real(fd)
+  return core.fs.readlink("/proc/self/fd/" .. fd:fileno())
+end
+
+-- Opens `path` (the string the broker granted) with no symlink on the way and checks
+-- the object is that path, inside the boundary; its /proc/self/fd path, or nil and why.
+local function pin(b, flag, path, dir, files_too)
+  local fd, err = (dir and core.fs.open_dir or core.fs.open_path)(path)
+  if not fd then return nil, errors.invalid_argument(flag, tostring(err) .. " (opened with no symlink followed, " ..
+    "as the broker granted it)") end
+  local at = real(fd)
+  if at ~= path or not inside(b, at, files_too) then
+    fd:close()
+    return nil, errors.invalid_argument(flag, path .. " changed after the broker checked it (now " .. tostring(at) ..
+      "): refused")
+  end
+  pinned[#pinned + 1] = fd
+  return "/proc/self/fd/" .. fd:fileno()
+end
+
+--- A directory granted by the broker, pinned: the path this process uses for it.
+-- @tparam string flag the CLI flag, for errors
+-- @tparam string path as granted (resolved)
+-- @treturn string `/proc/self/fd/N` (the directory itself) or `path` outside a broker;
+--   or nil and invalid_argument
+function M.dir(flag, path)
+  local b = M.get()
+  if not b then return path end
+  return pin(b, flag, path, true)
+end
+
+--- Whether a directory this process opened with no symlink followed (`fd`, from `path`
+-- as the broker granted it) is that path, inside the boundary.
+-- @treturn true, or nil and invalid_argument (always true outside a broker)
+function M.held(flag, fd, path)
+  local b = M.get()
+  if not b then return true end
+  local at = real(fd)
+  if at ~= path or not inside(b, at) then
+    return nil, errors.invalid_argument(flag, path .. " changed after the broker checked it (now " .. tostring(at) ..
+      "): refused")
+  end
+  return true
+end
+
+--- Why a sandbox whose storage or workspace the mechanism binds by name (not from the
+-- directory this process opened: corral not root) cannot take a path the broker granted,
+-- or nil: a name is resolved again when bound, after every check.
+-- @tparam {string,...} paths the storage path and the workspace (nil ones skipped)
+function M.named(paths)
+  local b = M.get()
+  if not b then return nil end
+  for _, p in pairs(paths) do
+    if inside(b, p) then
+      return errors.cannot_enforce("filesystem_confinement", p .. ": through a broker, a storage or workspace " ..
+        "in the agent's boundary is shown from the directory corral opened and checked, which needs corral " ..
+        "to run as root (unprivileged, it is bound by its name, which the agent could swap)")
+    end
+  end
+  return nil
+end
+
+--- A file to read (a boundary file too), pinned as `dir` pins a directory.
+function M.file(flag, path)
+  local b = M.get()
+  if not b then return path end
+  return pin(b, flag, path, false, true)
+end
+
+--- A path whose last component may not exist yet (a storage, a file to write): its
+-- parent pinned, the last component appended (whose own opener must not follow a link).
+-- @treturn string `/proc/self/fd/N/NAME` or `path` outside a broker; or nil and invalid_argument
+function M.child(flag, path)
+  local b = M.get()
+  if not b then return path end
+  local parent, base = path:match("^(.*)/([^/]+)$")
+  if not parent or base == "." or base == ".." then
+    return nil, errors.invalid_argument(flag, path .. ": not a path")
+  end
+  local at, err = pin(b, flag, parent == "" and "/" or parent, true)
+  if not at then return nil, err end
+  return at .. "/" .. base
+end
+
+return M
