@@ -29,9 +29,27 @@ function M.get()
   return { dirs = type(b.dirs) == "table" and b.dirs or {}, files = type(b.files) == "table" and b.files or {} }
 end
 
---- The variable's value for a boundary.
-function M.encode(b)
-  return require("corral.json").encode({ dirs = b.dirs, files = b.files })
+--- The variable's value for a boundary and the sessions the broker made.
+-- @tparam table b `dirs`, `files`
+-- @tparam table sessions id → true
+function M.encode(b, sessions)
+  local ids = {}
+  for id in pairs(sessions or {}) do ids[#ids + 1] = id end
+  table.sort(ids)
+  return require("corral.json").encode({ dirs = b.dirs, files = b.files, sessions = ids })
+end
+
+--- The sessions this process's broker made (what its `ls` shows), or nil outside one.
+-- @treturn table|nil id → true
+function M.sessions()
+  local text = os.getenv(M.VAR)
+  if not text or text == "" then return nil end
+  local ok, b = pcall(require("corral.json").decode, text)
+  local set = {}
+  for _, id in ipairs(ok and type(b) == "table" and type(b.sessions) == "table" and b.sessions or {}) do
+    set[id] = true
+  end
+  return set
 end
 
 local function inside(b, path, files_too)

@@ -118,9 +118,11 @@ function Broker:accept()
 end
 
 -- The environment of the broker's `corral`: the keeper's runtime variables, the boundary
--- it enforces again at its own resolution (corral.broker.boundary), then the agent's.
-local function child_env(req, env_names, boundary)
-  local envp = { bound.VAR .. "=" .. bound.encode(boundary), table.unpack(own_code.search_env()) }
+-- it enforces again at its own resolution and the sessions its `ls` shows
+-- (corral.broker.boundary), then the agent's.
+local function child_env(req, env_names, broker)
+  local envp = { bound.VAR .. "=" .. bound.encode(broker.boundary, broker.sessions),
+                 table.unpack(own_code.search_env()) }
   local seen = { [bound.VAR] = true }
   for _, k in ipairs(KEEPER_ENV) do
     local v = os.getenv(k)
@@ -167,7 +169,7 @@ function Broker:start(conn, data, fds)
   local g, why, status = grant.check(req.sub, req.argv, { cwd = cwd, boundary = self.boundary, agent = agent,
     sessions = self.sessions, session_count = count, max_sessions = M.MAX_SESSIONS })
   if not g then return refuse(conn, why, status) end
-  local envp = child_env(req, g.env_names, self.boundary)
+  local envp = child_env(req, g.env_names, self)
   local argv = { self.host, table.unpack(g.argv) }
   local child, pipe = core.spawn.fork()
   if child == false then

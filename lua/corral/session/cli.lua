@@ -150,6 +150,15 @@ function M.ls(argv, cli)
   if not opts then return cli.fail("ls", rest) end
   if rest[1] then return cli.fail("ls", errors.invalid_argument(rest[1], "corral ls takes no operand")) end
   local live, paths = session.list(), {}
+  -- through a broker: the sessions it made, none of the operator's own
+  local own = require("corral.broker.boundary").sessions()
+  if own then
+    local mine = {}
+    for _, s in ipairs(live) do
+      if own[s.id] then mine[#mine + 1] = s end
+    end
+    live = mine
+  end
   for i, s in ipairs(live) do paths[i] = s.path end
   local rows, now = {}, os.time()
   for i, answer in ipairs(require("corral.control").request_all(paths, { op = "info" })) do
