@@ -8,6 +8,10 @@ local h = require "helpers"
 -- corral from it), where the broker keeps corral's own code read-only.
 local TREE = h.host:match("^(.*)/[^/]*/[^/]*$")
 
+local function plain(text)
+  return (text:gsub("%p", "%%%0"))
+end
+
 -- Runs `script` as the agent of a `corral confine --exec --broker --permit box --extra TREE`;
 -- with `opts.copy`, TREE is not granted and the agent runs a copy of corral in its box as
 -- its client (under Landlock alone, where corral's own code may not lie in the boundary).
@@ -30,7 +34,9 @@ local function agent(box, script, opts)
     argv[#argv + 1] = "--layers"
     argv[#argv + 1] = opts.layers
   end
-  for _, a in ipairs({ "--", "/bin/sh", "-c", script, "sh", client }) do argv[#argv + 1] = a end
+  for _, a in ipairs({ "--", "/bin/sh", "-c", script, "sh", client, table.unpack(opts.args or {}) }) do
+    argv[#argv + 1] = a
+  end
   local line = (opts.prefix or "") .. require("corral.shell").join(argv) .. " 2>&1"
   return h.capture({ "sh", "-c", line })
 end
@@ -126,6 +132,122 @@ describe("corral confine --broker #root", function()
     assert.truthy(core.fs.lstat(box .. "/st/f"), out) -- the .. path that stays inside was granted
     assert.are.equal(before, broker_dirs(), "the broker's directory outlived it")
   end)
+
+  it("never follows a directory swapped for a symlink out between the broker's check and its corral's use",
+    function()
+      if not io.open("/usr/bin/python3") then pending("needs /usr/bin/python3 for the swapper (renameat2)") end
+      h.write(outside .. "/canary", "untouched\n")
+      local listing = h.sh("ls -A " .. h.quote(outside))
+      -- d and e, w and x trade places atomically (RENAME_EXCHANGE), each pair a directory
+      -- inside and a symlink to the directory outside; requests name d (storages) and w (a
+      -- workspace, files) until the broker's corral has refused a swapped one 4 times (the
+      -- race met), at most 60
+      local out, status = agent(box, [[
+C=$1 OUT=$2
+mkdir d w; echo a.test:443 > w/list; ln -s "$OUT" e; ln -s "$OUT" x
+/usr/bin/python3 -c '
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+while not os.path.exists("stop"):
+    libc.renameat2(-100, b"d", -100, b"e", 2); libc.renameat2(-100, b"w", -100, b"x", 2); time.sleep(0.0003)
+' &
+T='cat /workspace/secret /storage/../canary 2>/dev/null; echo pwned > /workspace/canary; echo f > /storage/f'
+n=0 hits=0
+while [ $n -lt 60 ] && [ $hits -lt 4 ]; do
+  if [ $((n % 2)) = 0 ]; then out=$("$C" run --storage d/s$n -- /bin/sh -c "$T" 2>&1)
+  else out=$("$C" run --workspace w --allow-file w/list --log-json w/log$n -- /bin/sh -c "$T" 2>&1); fi
+  echo "$out"
+  case "$out" in *"changed after the broker checked it"*|*"with no symlink followed"*) hits=$((hits + 1));; esac
+  n=$((n + 1))
+done
+touch stop; wait
+echo "requests=$n hits=$hits"
+[ -d d ] || mv -T e d; [ -d w ] || mv -T x w
+echo "== control"
+"$C" run --storage d/ctl --workspace w -- /bin/sh -c 'echo inside > /workspace/w; echo CONTROL-RAN'
+echo "control-rc=$?"
+]], { args = { outside } })
+      assert.are.equal(0, status, out)
+      assert.are.equal("untouched\n", h.read(outside .. "/canary"), out)
+      assert.are.equal(listing, h.sh("ls -A " .. h.quote(outside)), "something was made outside: " .. out)
+      assert.is_nil(out:find("outside-secret", 1, true), out)
+      local hits = tonumber(out:match("requests=%d+ hits=(%d+)"))
+      assert.truthy(hits and hits >= 1, "the race was never met: " .. out)
+      local control = out:match("== control\n(.*)$")
+      assert.matches("CONTROL%-RAN\ncontrol%-rc=0", control)
+      assert.are.equal("inside\n", h.read(box .. "/w/w"))
+    end)
+
+  it("serves a session's create, exec, policy, ls and rm; lists and reaches only the broker's own sessions",
+    function()
+      local op = "op-broker-" .. core.proc.getpid()
+      h.must(h.quote(h.host) .. " create " .. op .. " >/dev/null")
+      h.defer(finally, function() os.execute(h.quote(h.host) .. " rm " .. op .. " >/dev/null 2>&1") end)
+      local out, status = agent(box, [[
+C=$1 OP=$2
+echo "== attempt"
+"$C" ls; "$C" ls --json; echo
+"$C" exec "$OP" -- /bin/sh -c 'echo OPERATOR-REACHED'; echo "exec-op-rc=$?"
+"$C" policy "$OP" --allow b.test:443; echo "policy-op-rc=$?"
+"$C" rm "$OP"; echo "rm-op-rc=$?"
+echo "== control"
+"$C" create mine --allow a.test:443; echo "create-rc=$?"
+"$C" ls; "$C" ls --json; echo
+echo from-stdin | "$C" exec mine -- /bin/sh -c 'read l; echo "got $l in $(cat /proc/1/comm)"; exit 7'
+echo "exec-rc=$?"
+"$C" policy mine --allow b.test:443; echo "policy-rc=$?"
+"$C" exec mine -- /bin/sh -c 'trap "echo GOT-TERM; exit 3" TERM; echo ready; sleep 30 & wait' > sig.out &
+P=$!; i=0
+while ! grep -q ready sig.out 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -TERM $P; wait $P; echo "signal-rc=$?"; cat sig.out
+"$C" rm mine; echo "rm-rc=$?"
+"$C" ls --json
+]], { args = { op } })
+      assert.are.equal(0, status, out)
+      local attempt, control = out:match("== attempt\n(.-)== control\n(.*)$")
+      assert.truthy(attempt, out)
+      assert.matches("^ID[^\n]*\n%[%]\n", attempt) -- the operator's session is not listed, text nor JSON
+      assert.matches("ID: no session " .. op:gsub("%-", "%%-") .. " made through this broker", attempt)
+      assert.is_nil(attempt:find("OPERATOR-REACHED", 1, true))
+      for _, what in ipairs({ "exec", "policy", "rm" }) do assert.matches(what .. "%-op%-rc=2", attempt) end
+      assert.truthy(h.sh(h.quote(h.host) .. " ls"):find(op, 1, true), "the operator's session is gone")
+      -- control, after: the agent's own session, through the same broker
+      assert.matches("create%-rc=0", control)
+      assert.matches("\nmine%s+native", control)
+      assert.matches('%[{[^\n]*"id":"mine"', control)
+      assert.is_nil(control:find(op, 1, true), control)
+      assert.matches("got from%-stdin in corral%-init\nexec%-rc=7", control)
+      assert.matches("a.test:443\nb.test:443\npolicy%-rc=0", control)
+      assert.matches("signal%-rc=3\nready\nGOT%-TERM", control)
+      assert.matches("rm%-rc=0\n%[%]", control)
+    end)
+
+  it("keeps corral's own code in the boundary read-only, or refuses to start without a namespace layer",
+    function()
+      local module = TREE .. "/lua/corral/json.lua"
+      local before = h.read(module)
+      local out, status = agent(box, [[
+echo "== attempt"
+echo 'os.exit(99)' >> ]] .. h.quote(module) .. [[; echo "module-rc=$?"
+echo "== control"
+echo mine > own; cat own; "$1" run -- /bin/sh -c 'echo TENANT-RAN'; echo "control-rc=$?"
+]])
+      assert.are.equal(0, status, out)
+      local attempt, control = out:match("== attempt\n(.-)== control\n(.*)$")
+      assert.matches("Read%-only file system\nmodule%-rc=2", attempt)
+      assert.are.equal(before, h.read(module))
+      assert.matches("mine\nTENANT%-RAN\ncontrol%-rc=0", control)
+      -- under Landlock alone nothing can hold it read-only: no broker starts
+      out, status = agent(box, "echo AGENT-RAN", { layers = "landlock" })
+      assert.are.equal(3, status, out)
+      assert.matches("%-%-broker: " .. plain(TREE), out)
+      assert.is_nil(out:find("AGENT-RAN", 1, true))
+      -- a boundary directory that is code itself cannot be made read-only within it
+      out, status = h.capture({ h.host, "confine", "--exec", "--broker", "--permit", box, "--extra", TREE .. "/lua",
+        "--", "/bin/true" })
+      assert.are.equal(2, status, out)
+      assert.matches("%-%-broker: " .. plain(TREE .. "/lua") .. " holds corral's own code", out)
+    end)
 
   it("refuses a limit larger than the agent's own and gives the agent's when none is asked", function()
     local out, status = agent(box, [[

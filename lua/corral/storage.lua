@@ -155,7 +155,7 @@ function M.prepare(sb, opts)
   local unclaimed = disk.unclaimed(sb)
   if unclaimed then return nil, unclaimed end
   -- under a broker, made and locked through its parent pinned (corral.broker.boundary)
-  local at, aerr = require("corral.broker.boundary").child("storage", path)
+  local at, aerr = require("corral.broker.boundary").storage(path)
   if not at then return nil, aerr end
   local made, err, errno = core.fs.mkdir(at, tonumber("700", 8))
   if made then

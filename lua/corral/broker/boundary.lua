@@ -18,10 +18,18 @@ M.VAR = "CORRAL_BROKER_BOUNDARY"
 -- The fds pinned for this process's life: what their /proc/self/fd paths name.
 local pinned = {}
 
+-- The storage and workspace the broker granted (resolved strings), when the request
+-- named them.
+local granted = {}
+
+-- Read when this module loads (corral.cli loads it first): a run clears its own
+-- environment before its mechanism loads (corral.hardening), the variable with it.
+local TEXT = os.getenv(M.VAR)
+
 --- The boundary this process was handed by its broker, or nil outside one.
 -- @treturn table|nil `{dirs = {…}, files = {…}}` (resolved)
 function M.get()
-  local text = os.getenv(M.VAR)
+  local text = TEXT
   if not text or text == "" then return nil end
   local ok, b = pcall(require("corral.json").decode, text)
   -- a broken variable is no boundary at all: refuse everything rather than nothing
@@ -42,7 +50,7 @@ end
 --- The sessions this process's broker made (what its `ls` shows), or nil outside one.
 -- @treturn table|nil id → true
 function M.sessions()
-  local text = os.getenv(M.VAR)
+  local text = TEXT
   if not text or text == "" then return nil end
   local ok, b = pcall(require("corral.json").decode, text)
   local set = {}
@@ -94,13 +102,14 @@ function M.dir(flag, path)
   return pin(b, flag, path, true)
 end
 
---- Whether a directory this process opened with no symlink followed (`fd`, from `path`
--- as the broker granted it) is that path, inside the boundary.
+--- Whether the workspace this process opened with no symlink followed (`fd`, from
+-- `path`) is the one the broker granted, inside the boundary.
 -- @treturn true, or nil and invalid_argument (always true outside a broker)
 function M.held(flag, fd, path)
   local b = M.get()
   if not b then return true end
   local at = real(fd)
+  path = granted.workspace or path
   if at ~= path or not inside(b, at) then
     return nil, errors.invalid_argument(flag, path .. " changed after the broker checked it (now " .. tostring(at) ..
       "): refused")
@@ -130,6 +139,26 @@ function M.file(flag, path)
   local b = M.get()
   if not b then return path end
   return pin(b, flag, path, false, true)
+end
+
+--- Records the `--storage` or `--workspace` the broker granted; `storage` and `held`
+-- then hold corral to it.
+-- @tparam string kind "storage" or "workspace"
+function M.grant(kind, path)
+  granted[kind] = path
+end
+
+--- The path to make and lock a sandbox's storage by: outside a broker, or for a storage
+-- corral makes itself (none was asked), `path`; else the granted storage, its parent
+-- pinned, and only when `path` (what this process resolved) is still that one.
+-- @treturn string, or nil and invalid_argument
+function M.storage(path)
+  if not M.get() or not granted.storage then return path end
+  if path ~= granted.storage then
+    return nil, errors.invalid_argument("storage", granted.storage .. " changed after the broker checked it (now " ..
+      path .. "): refused")
+  end
+  return M.child("storage", path)
 end
 
 --- A path whose last component may not exist yet (a storage, a file to write): its

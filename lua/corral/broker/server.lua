@@ -151,7 +151,7 @@ local function well_formed(req)
   return true
 end
 
-function Broker:start(conn, data, fds)
+function Broker:launch(conn, data, fds)
   local ok, req = pcall(json.decode, data)
   if #fds ~= 3 or not ok or not well_formed(req) then
     return refuse(conn, "not a broker request (one JSON line with fds 0, 1 and 2 attached)")
@@ -176,11 +176,17 @@ function Broker:start(conn, data, fds)
     core.proc.execve(self.host, argv, envp, cwd, fds)
     core.proc.exit(core.exit.NOTFOUND)
   end
-  for _, f in ipairs(fds) do f:close() end
   if not child then return refuse(conn, "cannot start corral: " .. tostring(pipe), 1) end
   pipe:close()
   conn.child, conn.sub, conn.session = child, req.sub, g.session
   send(conn.fd, { ok = true, result = { pid = child:pid() } })
+end
+
+-- A request started or refused: either way the agent's fds are closed here at once (a
+-- refused one kept would hold the client's stdout open, its reader waiting for the end).
+function Broker:start(conn, data, fds)
+  self:launch(conn, data, fds)
+  for _, f in ipairs(fds) do f:close() end
 end
 
 function Broker:on_conn(conn)

@@ -167,6 +167,10 @@ numbers itself: corral's own say so on stderr.]]
 -- broker's check is refused, not followed out of the agent's boundary.
 local function pin_brokered(opts)
   local boundary = require "corral.broker.boundary"
+  if boundary.get() then
+    boundary.grant("storage", opts.storage)
+    boundary.grant("workspace", opts.workspace)
+  end
   local ways = { ["allow-file"] = boundary.file, ["log-json"] = boundary.child, learn = boundary.child }
   for flag, way in pairs(ways) do
     if opts[flag] and opts[flag] ~= "-" then
