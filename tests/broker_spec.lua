@@ -249,6 +249,26 @@ echo mine > own; cat own; "$1" run -- /bin/sh -c 'echo TENANT-RAN'; echo "contro
       assert.matches("%-%-broker: " .. plain(TREE .. "/lua") .. " holds corral's own code", out)
     end)
 
+  it("serves an agent under the bwrap layer: its tenant runs, corral's own code stays read-only", function()
+    if not h.sh("command -v bwrap"):find("bwrap", 1, true) then pending("needs bubblewrap for the bwrap layer") end
+    local module = TREE .. "/lua/corral/json.lua"
+    local out, status = agent(box, [[
+echo "== attempt"
+echo 'os.exit(99)' >> ]] .. h.quote(module) .. [[; echo "module-rc=$?"
+cat ]] .. h.quote(outside .. "/secret") .. [[; echo "outside-rc=$?"
+echo "== control"
+"$1" run --storage st --allow a.test:443 -- /bin/sh -c 'echo kept > /storage/f; echo TENANT-RAN'; echo "control-rc=$?"
+]], { layers = "bwrap,landlock" })
+    assert.are.equal(0, status, out)
+    local attempt, control = out:match("== attempt\n(.-)== control\n(.*)$")
+    assert.truthy(attempt, out)
+    assert.matches("Read%-only file system\nmodule%-rc=2", attempt)
+    assert.matches("No such file or directory\noutside%-rc=1", attempt) -- bwrap's root has no such path
+    assert.is_nil(attempt:find("outside-secret", 1, true))
+    assert.matches("TENANT%-RAN\ncontrol%-rc=0", control)
+    assert.are.equal("kept\n", h.read(box .. "/st/f"))
+  end)
+
   it("refuses a limit larger than the agent's own and gives the agent's when none is asked", function()
     local out, status = agent(box, [[
 "$1" run --nofile 1024 -- /bin/sh -c 'echo TENANT-RAN'; echo "attempt-rc=$?"
@@ -359,4 +379,30 @@ describe("corral.broker.client outside a confinement", function()
     assert.matches("CORRAL_BROKER ignored: this process is not confined", out)
     assert.matches("ran%-here", out)
   end)
+end)
+
+describe("corral confine --broker as an unprivileged operator", function()
+  it("runs the agent's tenants; a storage in the boundary, which only root can show from its checked fd, is refused",
+    function()
+      local missing = h.test_user_missing()
+      if missing then pending(missing) end
+      local box = h.tmpdir("broker-user")
+      h.defer(finally, function() h.rmrf(box) end)
+      h.must("chown " .. h.TEST_UID .. " " .. h.quote(box))
+      local script = table.concat({
+        'cd "$2"',
+        [["$1" run --storage st -- /bin/sh -c 'echo TENANT-RAN'; echo "attempt-rc=$?"]],
+        [["$1" run --allow a.test:443 -- /bin/sh -c 'echo "TENANT-RAN as $(id -u)"'; echo "control-rc=$?"]],
+      }, "\n")
+      local out, status = h.capture(h.as_test_user({ h.host, "confine", "--exec", "--broker", "--permit", box,
+        "--extra", TREE, "--", "/bin/sh", "-c", script, "sh", h.host, box }))
+      assert.are.equal(0, status, out)
+      local attempt, control = out:match("^(.-attempt%-rc=%d+\n)(.*)$")
+      assert.truthy(attempt, out)
+      assert.matches("cannot_enforce: filesystem_confinement: " .. plain(box) .. "/st: through a broker", attempt)
+      assert.matches("attempt%-rc=3", attempt)
+      assert.is_nil(attempt:find("TENANT-RAN", 1, true))
+      assert.is_nil(core.fs.lstat(box .. "/st"), "the refused storage was made")
+      assert.matches("TENANT%-RAN as 0\ncontrol%-rc=0", control)
+    end)
 end)

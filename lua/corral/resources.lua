@@ -97,7 +97,7 @@ function M.acquire(sb, opts)
   opts = opts or {}
   local trees = opts.trees and core.proc.geteuid() == 0
   if not trees then
-    local named = require("corral.broker.boundary").named({ sandbox.storage_path(sb), sb.workspace_path })
+    local named = require("corral.broker.boundary").named()
     if named then return nil, named end
   end
   local ok, lock, userns, made_storage = storage.prepare(sb, opts)

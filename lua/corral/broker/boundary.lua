@@ -117,21 +117,17 @@ function M.held(flag, fd, path)
   return true
 end
 
---- Why a sandbox whose storage or workspace the mechanism binds by name (not from the
--- directory this process opened: corral not root) cannot take a path the broker granted,
--- or nil: a name is resolved again when bound, after every check.
--- @tparam {string,...} paths the storage path and the workspace (nil ones skipped)
-function M.named(paths)
-  local b = M.get()
-  if not b then return nil end
-  for _, p in pairs(paths) do
-    if inside(b, p) then
-      return errors.cannot_enforce("filesystem_confinement", p .. ": through a broker, a storage or workspace " ..
-        "in the agent's boundary is shown from the directory corral opened and checked, which needs corral " ..
-        "to run as root (unprivileged, it is bound by its name, which the agent could swap)")
-    end
-  end
-  return nil
+--- Why a sandbox whose storage and workspace the mechanism binds by name (not from the
+-- directory this process opened: corral not root) cannot take one the broker granted, or
+-- nil: a name is resolved again when bound, after every check.
+function M.named()
+  if not M.get() then return nil end
+  local p = granted.storage or granted.workspace
+  if not p then return nil end
+  return errors.cannot_enforce("filesystem_confinement", p .. ": through a broker, a storage or workspace in " ..
+    "the agent's boundary is shown from the directory corral opened and checked, which needs corral to run as " ..
+    "root (unprivileged, it is bound by its name, which the agent could swap); without --storage and " ..
+    "--workspace the tenant gets a storage corral makes")
 end
 
 --- A file to read (a boundary file too), pinned as `dir` pins a directory.
