@@ -82,9 +82,10 @@ With --broker (and --exec) this corral stays outside as CMD's broker: CMD's own 
 run` (create, exec, rm, ls, policy) is sent to it through a socket that only CMD's root
 shows (CORRAL_BROKER names it) and runs as a real sandbox, granted only storage,
 workspace and files inside DIR and the --extra directories and limits no larger than
-CMD's own; a mechanism file, --engine, --link and --receipt are refused. At most 8
-requests at once and 16 live sessions; what CMD left running is ended with it
-(docs/sessions.md).
+CMD's own; a mechanism file, --engine, --link, --receipt and --disk are refused. At most
+8 requests at once and 16 live sessions; what CMD left running is ended with it. corral's
+own code inside the boundary is kept read-only (the ns or bwrap layer; under Landlock
+alone --broker refuses) (docs/sessions.md).
 Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
 the command's status (127 when it is not found, 126 when it cannot be executed).]]
 
