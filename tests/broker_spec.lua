@@ -162,7 +162,7 @@ while [ $n -lt 60 ] && [ $hits -lt 4 ]; do
 done
 touch stop; wait
 echo "requests=$n hits=$hits"
-[ -d d ] || mv -T e d; [ -d w ] || mv -T x w
+for p in d:e w:x; do [ -L "${p%:*}" ] && rm "${p%:*}" && mv -T "${p#*:}" "${p%:*}"; done
 echo "== control"
 "$C" run --storage d/ctl --workspace w -- /bin/sh -c 'echo inside > /workspace/w; echo CONTROL-RAN'
 echo "control-rc=$?"
@@ -267,6 +267,29 @@ echo "== control"
     assert.is_nil(attempt:find("outside-secret", 1, true))
     assert.matches("TENANT%-RAN\ncontrol%-rc=0", control)
     assert.are.equal("kept\n", h.read(box .. "/st/f"))
+  end)
+
+  it("never lets the agent's environment choose what the broker's corral loads or runs", function()
+    if not h.sh("command -v bwrap"):find("bwrap", 1, true) then pending("needs bubblewrap for --mechanism bwrap") end
+    local out, status = agent(box, [[
+C=$1 OUT=$2
+mkdir bin; printf '#!/bin/sh\ntouch %s/BY-AGENT-BWRAP\nexec /usr/bin/bwrap "$@"\n' "$OUT" > bin/bwrap
+chmod +x bin/bwrap
+echo "== attempt"
+PATH="$PWD/bin:$PATH" "$C" run --mechanism bwrap -- /bin/sh -c 'echo TENANT-RAN'; echo "path-rc=$?"
+LD_PRELOAD="$PWD/x.so" "$C" run --env LD_PRELOAD -- /bin/true; echo "preload-rc=$?"
+"$C" run --env CORRAL_BROKER_BOUNDARY -- /bin/true; echo "boundary-rc=$?"
+echo "== control"
+FOO='a b' "$C" run --env FOO -- /bin/sh -c 'echo "tenant sees [$FOO]"'; echo "control-rc=$?"
+]], { args = { outside } })
+    assert.are.equal(0, status, out)
+    local attempt, control = out:match("== attempt\n(.-)== control\n(.*)$")
+    assert.truthy(attempt, out)
+    assert.is_nil(core.fs.lstat(outside .. "/BY-AGENT-BWRAP"), "the agent's bwrap ran outside: " .. out)
+    assert.matches("TENANT%-RAN\npath%-rc=0", attempt) -- the keeper's PATH found the real one
+    assert.matches("%-%-env: LD_PRELOAD is read by the broker's own corral as it starts[^\n]*\npreload%-rc=2", attempt)
+    assert.matches("%-%-env: CORRAL_BROKER_BOUNDARY is read by[^\n]*\nboundary%-rc=2", attempt)
+    assert.matches("tenant sees %[a b%]\ncontrol%-rc=0", control)
   end)
 
   it("refuses a limit larger than the agent's own and gives the agent's when none is asked", function()

@@ -37,14 +37,29 @@ function M.get()
   return { dirs = type(b.dirs) == "table" and b.dirs or {}, files = type(b.files) == "table" and b.files or {} }
 end
 
---- The variable's value for a boundary and the sessions the broker made.
+--- The variable's value for a boundary, the sessions the broker made and the agent's
+-- --env values.
 -- @tparam table b `dirs`, `files`
 -- @tparam table sessions id → true
-function M.encode(b, sessions)
+-- @tparam table env name → value
+function M.encode(b, sessions, env)
   local ids = {}
   for id in pairs(sessions or {}) do ids[#ids + 1] = id end
   table.sort(ids)
-  return require("corral.json").encode({ dirs = b.dirs, files = b.files, sessions = ids })
+  return require("corral.json").encode({ dirs = b.dirs, files = b.files, sessions = ids, env = env or {} })
+end
+
+--- The agent's values of the variables its request names with --env (a run's tenant
+-- takes them from here, not from this process's environment), or nil outside a broker.
+-- @treturn table|nil name → value
+function M.environment()
+  if not TEXT or TEXT == "" then return nil end
+  local ok, b = pcall(require("corral.json").decode, TEXT)
+  local env = {}
+  for k, v in pairs(ok and type(b) == "table" and type(b.env) == "table" and b.env or {}) do
+    if type(k) == "string" and type(v) == "string" then env[k] = v end
+  end
+  return env
 end
 
 --- The sessions this process's broker made (what its `ls` shows), or nil outside one.

@@ -98,6 +98,17 @@ local function parse(argv, kinds, short)
   return flags, rest
 end
 
+-- Variables the loader and libc read at a process's start (glibc's list of those it
+-- drops for setuid programs) and corral's own.
+local START_UP = { GCONV_PATH = true, GETCONF_DIR = true, GLIBC_TUNABLES = true, HOSTALIASES = true,
+  LOCALDOMAIN = true, LOCPATH = true, NIS_PATH = true, NLSPATH = true, RESOLV_HOST_CONF = true,
+  RES_OPTIONS = true, TMPDIR = true, TZDIR = true, XDG_RUNTIME_DIR = true, PATH = true, HOME = true }
+
+local function start_up_variable(name)
+  return START_UP[name] or name:match("^LD_") or name:match("^MALLOC_") or name:match("^CORRAL_")
+    or name:match("^LUA_")
+end
+
 -- The absolute form of `p` given relative to the agent's working directory, or nil.
 local function absolute(p, cwd)
   if p == "" or p:find("[%z\n\r]") then return nil end
@@ -254,9 +265,10 @@ function M.check(sub, argv, ctx)
       -- NAME alone: its value is taken from the agent's environment; NAME=VALUE as given
       local named = v:match("^[%a_][%w_]*$")
       if not named and not v:match("^[%a_][%w_]*=") then return refuse(flag, "takes NAME or NAME=VALUE") end
-      -- a name alone also sets it in the broker's corral's environment: none of corral's own
-      if named and (v:match("^CORRAL_") or v == "XDG_RUNTIME_DIR" or v == "TMPDIR") then
-        return refuse(flag, v .. " is the broker's own (give " .. v .. "=VALUE for the tenant)")
+      -- `exec`'s client takes a name's value from its own environment: none that a
+      -- process's start-up (the loader, libc) or corral reads
+      if named and start_up_variable(v) then
+        return refuse(flag, v .. " is read by the broker's own corral as it starts; not passed through the broker")
       end
       if named then env_names[#env_names + 1] = v end
     elseif class ~= "pass" and class ~= "mechanism" then
