@@ -269,28 +269,32 @@ echo "== control"
     assert.are.equal("kept\n", h.read(box .. "/st/f"))
   end)
 
-  it("never lets the agent's environment choose what the broker's corral loads or runs", function()
-    if not h.sh("command -v bwrap"):find("bwrap", 1, true) then pending("needs bubblewrap for --mechanism bwrap") end
-    local out, status = agent(box, [[
-C=$1 OUT=$2
-mkdir bin; printf '#!/bin/sh\ntouch %s/BY-AGENT-BWRAP\nexec /usr/bin/bwrap "$@"\n' "$OUT" > bin/bwrap
-chmod +x bin/bwrap
+  it("never lets the agent's environment, or a PATH entry it can write, choose what the broker's corral runs",
+    function()
+      if not h.sh("command -v bwrap"):find("bwrap", 1, true) then pending("needs bubblewrap for --mechanism bwrap") end
+      -- the agent's bwrap: on the PATH its client is given, and first on the operator's
+      h.must("mkdir " .. h.quote(box .. "/bin"))
+      h.write(box .. "/bin/bwrap", "#!/bin/sh\ntouch " .. outside .. "/BY-AGENT-BWRAP\nexec /usr/bin/bwrap \"$@\"\n")
+      h.must("chmod +x " .. h.quote(box .. "/bin/bwrap"))
+      local out, status = agent(box, [[
+C=$1
 echo "== attempt"
 PATH="$PWD/bin:$PATH" "$C" run --mechanism bwrap -- /bin/sh -c 'echo TENANT-RAN'; echo "path-rc=$?"
 LD_PRELOAD="$PWD/x.so" "$C" run --env LD_PRELOAD -- /bin/true; echo "preload-rc=$?"
 "$C" run --env CORRAL_BROKER_BOUNDARY -- /bin/true; echo "boundary-rc=$?"
 echo "== control"
 FOO='a b' "$C" run --env FOO -- /bin/sh -c 'echo "tenant sees [$FOO]"'; echo "control-rc=$?"
-]], { args = { outside } })
-    assert.are.equal(0, status, out)
-    local attempt, control = out:match("== attempt\n(.-)== control\n(.*)$")
-    assert.truthy(attempt, out)
-    assert.is_nil(core.fs.lstat(outside .. "/BY-AGENT-BWRAP"), "the agent's bwrap ran outside: " .. out)
-    assert.matches("TENANT%-RAN\npath%-rc=0", attempt) -- the keeper's PATH found the real one
-    assert.matches("%-%-env: LD_PRELOAD is read by the broker's own corral as it starts[^\n]*\npreload%-rc=2", attempt)
-    assert.matches("%-%-env: CORRAL_BROKER_BOUNDARY is read by[^\n]*\nboundary%-rc=2", attempt)
-    assert.matches("tenant sees %[a b%]\ncontrol%-rc=0", control)
-  end)
+]], { prefix = "PATH=" .. h.quote(box) .. "/bin:$PATH " })
+      assert.are.equal(0, status, out)
+      local attempt, control = out:match("== attempt\n(.-)== control\n(.*)$")
+      assert.truthy(attempt, out)
+      assert.is_nil(core.fs.lstat(outside .. "/BY-AGENT-BWRAP"), "the agent's bwrap ran outside: " .. out)
+      assert.matches("TENANT%-RAN\npath%-rc=0", attempt) -- the keeper's PATH, less the box, found the real one
+      assert.matches("%-%-env: LD_PRELOAD is read by the broker's own corral as it starts[^\n]*\npreload%-rc=2",
+        attempt)
+      assert.matches("%-%-env: CORRAL_BROKER_BOUNDARY is read by[^\n]*\nboundary%-rc=2", attempt)
+      assert.matches("tenant sees %[a b%]\ncontrol%-rc=0", control)
+    end)
 
   it("refuses a limit larger than the agent's own and gives the agent's when none is asked", function()
     local out, status = agent(box, [[

@@ -119,6 +119,19 @@ function Broker:accept()
   end
 end
 
+-- The keeper's PATH without the directories the agent may write (or relative ones):
+-- the broker's corral finds bwrap, setsid and unshare on it, outside the boundary.
+local function outside_path(path, boundary)
+  local keep = {}
+  for dir in path:gmatch("[^:]+") do
+    local r = dir:sub(1, 1) == "/" and (core.path.resolve(dir) or dir)
+    local inside = not r
+    for _, d in ipairs(r and boundary.dirs or {}) do inside = inside or core.path.is_beneath(r, d) end
+    if not inside then keep[#keep + 1] = dir end
+  end
+  return table.concat(keep, ":")
+end
+
 -- The agent's value of each name (strings without NUL; TERM too, a tenant's base).
 local function agent_values(req, names)
   local env = {}
@@ -139,6 +152,7 @@ local function child_env(req, sub, env_names, broker)
                  table.unpack(own_code.search_env()) }
   for _, k in ipairs(KEEPER_ENV) do
     local v = os.getenv(k)
+    if k == "PATH" and v then v = outside_path(v, broker.boundary) end
     if v then envp[#envp + 1] = k .. "=" .. v end
   end
   local from_agent = { values.TERM and "TERM" or nil }
