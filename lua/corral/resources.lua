@@ -109,7 +109,7 @@ function M.acquire(sb, opts)
   local function refuse(e)
     M.release(st)
     if made_image then os.remove(require("corral.disk").image_path(sb)) end
-    if made_storage then os.remove(sandbox.storage_path(sb)) end
+    if made_storage then os.remove(made_storage) end
     return nil, e
   end
   if sb.limits and sb.limits.disk then

@@ -124,7 +124,8 @@ end
 -- @treturn[1] userdata the lock (a corral.fd on the directory; close it to release)
 -- @treturn[1] userdata|nil the idmapped mount's user namespace, when the directory is
 --   shown through one
--- @treturn[1] boolean|nil whether this call made the directory (a caller refusing the run
+-- @treturn[1] string|nil when this call made the directory, the path it was made by (under
+--   a broker, beneath the pinned parent: remove it by that) (a caller refusing the run
 --   afterwards removes it)
 -- @return[2] nil and invalid_argument/cannot_enforce
 function M.prepare(sb, opts)
@@ -246,7 +247,7 @@ function M.prepare(sb, opts)
         tostring(merr)))
     end
   end
-  return true, lock, userns, made
+  return true, lock, userns, made and at
 end
 
 return M
