@@ -231,6 +231,41 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       remove(name, id, nil)
     end)
 
+    -- `corral conformance --mechanism oci --runtime corral-runtime`: the same egress checks
+    -- native runs, each container's plane its keeper's (no plane in corral's process), each
+    -- attempt before its control. The delegate alone, given the same annotations, must void
+    -- every check (a network none: the controls fail): the plane the checks held came
+    -- from corral-runtime, not from the engine.
+    it("holds every conformance egress check through corral-runtime; its delegate alone voids them", function()
+      local why = missing("podman")
+      if why then return pending(why) end
+      local function census(runtime)
+        local out = h.capture({ h.host, "conformance", "--mechanism", "oci", "--runtime", runtime, "--only",
+          "egress", "--json" })
+        return assert(json.decode(out:match("{.*}") or ""), out), out
+      end
+      local n = 0
+      for _, c in ipairs(require("corral.conformance").ids()) do if c.group == "egress" then n = n + 1 end end
+      local before = h.sh("ls " .. ROOT .. " 2>/dev/null | grep -v '^$' || true")
+      local report, out = census(RUNTIME)
+      assert.are.equal(n, #report.results, out)
+      for _, r in ipairs(report.results) do assert.are.equal("held", r.outcome, r.id .. ": " .. r.detail) end
+      assert.are.equal(n, report.census.groups.egress.held)
+      -- every container deleted: no keeper's directory left behind
+      assert.are.equal(before, h.sh("ls " .. ROOT .. " 2>/dev/null | grep -v '^$' || true"))
+      local delegate = h.capture({ RUNTIME, "--version" }):match("%(delegate: (.-)%)")
+      report, out = census(delegate)
+      assert.are.equal(n, #report.results, out)
+      for _, r in ipairs(report.results) do assert.are.equal("void", r.outcome, r.id .. ": " .. r.detail) end
+      -- bad input: --runtime names the flag, exit 2
+      local bad, status = h.capture({ h.host, "conformance", "--mechanism", "native", "--runtime", RUNTIME })
+      assert.are.equal(2, status, bad)
+      assert.matches("--runtime", bad, nil, true)
+      bad, status = h.capture({ h.host, "conformance", "--mechanism", "oci", "--runtime", "/nonexistent/rt" })
+      assert.are.equal(2, status, bad)
+      assert.matches("--runtime: /nonexistent/rt", bad, nil, true)
+    end)
+
     it("refuses a malformed or unknown annotation by name, leaving nothing; a good one runs", function()
       local why = missing("podman")
       if why then return pending(why) end

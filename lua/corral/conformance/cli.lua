@@ -4,7 +4,8 @@
 -- @module corral.conformance.cli
 local M = {}
 
-M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--only GROUP] [--json] [--receipt FILE]
+M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--runtime PATH] [--only GROUP] [--json]
+                          [--receipt FILE]
 
 Runs every conformance check against the mechanism (default native): one breach
 attempted from inside a sandbox, then a control in the same sandbox. Each check is
@@ -13,10 +14,36 @@ filesystem credentials process privilege resources network egress cross_sandbox.
 Exits 1 when anything is breached. Ctrl-C, SIGTERM or SIGHUP end the running check
 through its tear-down (its sandboxes, targets and scratch removed) and exit 128+N.
 --receipt FILE writes the census as a signed receipt (each check's outcome and the
-digest of its evidence; docs/receipts.md), which `corral verify FILE` checks.]]
+digest of its evidence; docs/receipts.md), which `corral verify FILE` checks.
+--runtime PATH (with --mechanism oci) runs each container under the OCI runtime PATH
+(podman --runtime PATH), an egress allowlist handed to it as corral.dev/ annotations:
+with corral-runtime, the egress group is its keepers' planes (docs/kubernetes.md).]]
 
 --- The flags `corral conformance` accepts (corral.cli.parse's spec).
-M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value" }
+M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value", runtime = "value" }
+
+-- --runtime PATH: oci's podman runs its containers under PATH; nil, or an error naming the flag.
+local function use_runtime(opts)
+  local errors = require "corral.errors"
+  if (opts.mechanism or "native") ~= "oci" then
+    return errors.invalid_argument("--runtime", "only with --mechanism oci (podman runs the containers under it)")
+  end
+  local core = require "corral.core"
+  local path = opts.runtime:find("/", 1, true) and opts.runtime or core.path.resolve_executable(opts.runtime)
+  -- links followed to see the file; the path given is kept (corral-runtime is a link to
+  -- the host, which acts on the name it was called by)
+  local real, st = path and path:sub(1, 1) == "/" and path, nil
+  for _ = 1, 16 do
+    st = real and core.fs.lstat(real)
+    if not (st and st.type == "link") then break end
+    local to = core.fs.readlink(real)
+    real = to and (to:sub(1, 1) == "/" and to or real:match("^(.*/)") .. to)
+  end
+  if not (st and st.type == "file" and st.mode & tonumber("111", 8) ~= 0) then
+    return errors.invalid_argument("--runtime", tostring(opts.runtime) .. ": not an executable file")
+  end
+  require("corral.mechanism.oci").config.runtime = path
+end
 
 -- The census as a signed receipt: every check's outcome and its evidence's digest (the
 -- SHA-256 of the result's canonical JSON, which --json prints whole).
@@ -83,6 +110,10 @@ function M.run(argv, cli)
   if not opts then return cli.fail("conformance", rest) end
   if #rest > 0 then
     return cli.fail("conformance", errors.invalid_argument(rest[1], "unexpected argument"))
+  end
+  if opts.runtime then
+    local rerr = use_runtime(opts)
+    if rerr then return cli.fail("conformance", rerr) end
   end
   local prepared, started
   if opts.receipt then
