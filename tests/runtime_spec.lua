@@ -210,7 +210,13 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       local seen = h.capture({ h.host, "-e", "for _, s in ipairs(require('corral.operator').sandboxes()) do "
         .. "print(s.id, s.pid, s.mechanism) end" })
       assert.matches(id .. "%s+" .. keeper.pid .. "%s+corral%-runtime", seen)
+      -- podman names no --log: the summary is kept in the node's log directory
+      local kept = "/var/log/corral-runtime/" .. id .. ".summary.json"
+      h.defer(finally, function() os.remove(kept) end)
       remove(name, id, keeper)
+      local summary = assert(json.decode(h.read(kept) or ""), "no summary at " .. kept)
+      assert.are.equal("deleted", summary.ended)
+      assert.matches("denied other.test", table.concat(summary.decisions, "\n"), nil, true)
     end)
 
     it("a container whose keeper died has no network at all, and delete still leaves nothing", function()
@@ -300,6 +306,68 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
         linux = { namespaces = { { type = "mount" }, { type = "pid" } } } }))
       return root, bundle
     end
+
+    -- `corral-runtime run` on a bundle of its own (runc's foreground run: create, start,
+    -- wait, delete by the delegate itself, no `delete` from any engine): the container
+    -- reaches only its allowed name; its keeper ends when the delegate forgets it, leaving
+    -- nothing in the state root and its summary in CORRAL_RUNTIME_LOG_DIR, where a summary
+    -- older than SUMMARY_DAYS is swept and a recent one kept. `features` is the delegate's.
+    it("runs a bundle with an allowlist through `run`; its summary outlives it; features pass through", function()
+      local why = missing("runc")
+      if why then return pending(why) end
+      if not net then return pending("the test internet was not started (no engine installed)") end
+      local root = h.tmpdir("rt-run")
+      h.defer(finally, function() h.rmrf(root) end)
+      local logs = root .. "/logs"
+      h.sh("mkdir -p " .. logs .. " " .. root .. "/bundle && touch -d '8 days ago' " .. logs .. "/old.summary.json "
+        .. "&& touch -d '6 days ago' " .. logs .. "/recent.summary.json")
+      local ann = {}
+      for i = 2, #annotations("-"), 2 do
+        local k, v = annotations("-")[i]:match("^([^=]+)=(.*)$")
+        ann[k] = v
+      end
+      local function bind(src, dst) return { destination = dst, type = "bind", source = src, options = { "rbind", "ro" } } end
+      local args = { "python3", "/t/client.py" }
+      for _, d in ipairs(destinations()) do args[#args + 1] = d end
+      h.write(root .. "/bundle/config.json", json.encode({ ociVersion = "1.0.2", hostname = "rt",
+        root = { path = dir .. "/rootfs", readonly = true },
+        process = { terminal = false, user = { uid = 0, gid = 0 }, args = args, env = { "PATH=/usr/bin:/bin" },
+          cwd = "/", noNewPrivileges = true },
+        mounts = { { destination = "/proc", type = "proc", source = "proc" },
+          { destination = "/dev", type = "tmpfs", source = "tmpfs", options = { "nosuid", "mode=755" } },
+          bind("/usr", "/usr"), bind(dir, "/t") },
+        annotations = ann,
+        linux = { namespaces = { { type = "pid" }, { type = "mount" }, { type = "ipc" }, { type = "uts" } } } }))
+      local id = "corral-rt-run-" .. h.own_pid()
+      local out, status = h.capture({ "env", "CORRAL_RUNTIME_LOG_DIR=" .. logs, RUNTIME, "--root", root .. "/state",
+        "run", "--bundle", root .. "/bundle", id })
+      assert.are.equal(0, status, out)
+      assert_only_allowed(out)
+      -- the keeper saw the delegate forget the container, wrote its summary and ended
+      local path = logs .. "/" .. id .. ".summary.json"
+      assert.truthy(h.wait_for(function() return io.open(path) end, 5), "no summary at " .. path)
+      local summary = assert(json.decode(h.read(path)))
+      assert.are.equal(id, summary.id)
+      assert.is_true(summary.allowed >= 1 and summary.denied >= 3, h.read(path))
+      local said = table.concat(summary.decisions, "\n")
+      for _, d in ipairs({ "denied other.test", "denied " .. net.ip .. ":" .. allowed, "denied api.test:" .. denied_port }) do
+        assert.matches(d, said, nil, true)
+      end
+      assert.matches("delegate no longer knows", summary.ended, nil, true)
+      assert.matches("600", h.sh("stat -c %a " .. path))
+      assert.truthy(h.wait_for(function() return not io.open(root .. "/state/" .. id) end, 5), "state dir left")
+      assert.are.equal("", h.sh("pgrep -f '[k]eeper " .. root .. "/state' || true"))
+      assert.is_nil(io.open(logs .. "/old.summary.json"), "a summary older than 7 days was kept")
+      assert.truthy(io.open(logs .. "/recent.summary.json"), "a recent summary was swept")
+      -- features: the delegate's own JSON, untouched
+      local mine, st1 = h.capture({ RUNTIME, "features" })
+      assert.are.equal(0, st1, mine)
+      local delegate = h.capture({ RUNTIME, "--version" }):match("%(delegate: (.-)%)")
+      local theirs = h.capture({ delegate, "features" })
+      local f = assert(json.decode(mine), mine)
+      assert.truthy(f.ociVersionMax, mine)
+      assert.are.same(json.decode(theirs), f)
+    end)
 
     it("reads annotations with corral run's grammar, each refusal naming its annotation", function()
       local parser = require "corral.runtime.annotations"
