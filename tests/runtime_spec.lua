@@ -326,7 +326,9 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
         local k, v = annotations("-")[i]:match("^([^=]+)=(.*)$")
         ann[k] = v
       end
-      local function bind(src, dst) return { destination = dst, type = "bind", source = src, options = { "rbind", "ro" } } end
+      local function bind(src, dst)
+        return { destination = dst, type = "bind", source = src, options = { "rbind", "ro" } }
+      end
       local args = { "python3", "/t/client.py" }
       for _, d in ipairs(destinations()) do args[#args + 1] = d end
       h.write(root .. "/bundle/config.json", json.encode({ ociVersion = "1.0.2", hostname = "rt",
@@ -350,7 +352,8 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       assert.are.equal(id, summary.id)
       assert.is_true(summary.allowed >= 1 and summary.denied >= 3, h.read(path))
       local said = table.concat(summary.decisions, "\n")
-      for _, d in ipairs({ "denied other.test", "denied " .. net.ip .. ":" .. allowed, "denied api.test:" .. denied_port }) do
+      for _, d in ipairs({ "denied other.test", "denied " .. net.ip .. ":" .. allowed,
+                           "denied api.test:" .. denied_port }) do
         assert.matches(d, said, nil, true)
       end
       assert.matches("delegate no longer knows", summary.ended, nil, true)

@@ -133,11 +133,11 @@ function M.main(root, id)
   if learner then learner.finish() end
   local lines = collector.finish()
   local result = { id = id, ended = why, allowed = counts.allowed, denied = counts.denied, decisions = lines }
-  local text = json.encode(result) .. "\n"
+  local encoded = json.encode(result) .. "\n"
   local out = io.open(dir .. "/summary.json", "w")
-  if out then out:write(text) out:close() end
+  if out then out:write(encoded) out:close() end
   -- the engine may have named no --log (podman): the summary outlives the state directory
-  if req.summary then state.keep_summary(req.summary, text) end
+  if req.summary then state.keep_summary(req.summary, encoded) end
   state.log({ log = req.log, log_format = req.log_format }, "info", string.format(
     "corral egress summary: %d allowed, %d denied (%s)", counts.allowed, counts.denied, why), { corral = result })
   -- a container the delegate forgot gets no `delete` (`run` ended): its directory goes now

@@ -92,8 +92,8 @@ end
 
 --- Removes the summaries older than `SUMMARY_DAYS` from the log directory.
 -- @treturn integer how many were removed
-function M.sweep_summaries(dir, now)
-  local n, limit = 0, (now or os.time()) - M.SUMMARY_DAYS * 86400
+function M.sweep_summaries(dir)
+  local n, limit = 0, os.time() - M.SUMMARY_DAYS * 86400
   for _, name in ipairs(core.fs.listdir(dir) or {}) do
     local st = name:match("%.summary%.json$") and core.fs.lstat(dir .. "/" .. name)
     if st and st.type == "file" and st.mtime_ns // 1000000000 < limit then
