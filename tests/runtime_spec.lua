@@ -372,6 +372,39 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       assert.are.same(json.decode(theirs), f)
     end)
 
+    it("renders oci's network as annotations corral-runtime reads back; what they cannot carry is refused",
+      function()
+      local annotate = require "corral.mechanism.oci.annotate"
+      local parser = require "corral.runtime.annotations"
+      local asked = {}
+      local resolve = function(name) asked[#asked + 1] = name return { "127.0.0.1" } end
+      -- what annotations cannot carry: refused, never dropped
+      for _, case in ipairs({ { allow = { "*.a.test:443" }, resolve = resolve },
+                              { allow = { "a.test:80,443" } },
+                              { allow = { "a.test:80" }, learn = true },
+                              { allow = { "a.test:80" }, link = { peer_netns = "/run/netns/x" } } }) do
+        local ok, err = annotate.flags(case)
+        assert.is_nil(ok)
+        assert.are.equal("cannot_enforce", err.code, tostring(err))
+      end
+      -- control: a resolver asked once per allowed name, its answer a table the keeper reads
+      local flags = assert(annotate.flags({ allow = { "a.test:80", "udp:a.test:123", "b.test:443" },
+        internal = { "127.0.0.0/8" }, resolve = resolve, idle = 90, sni = "match" }))
+      table.sort(asked)
+      assert.are.same({ "a.test", "b.test" }, asked)
+      local ann = {}
+      for i = 1, #flags, 2 do
+        assert.are.equal("--annotation", flags[i])
+        local k, v = flags[i + 1]:match("^([^=]+)=(.*)$")
+        ann[k] = v
+      end
+      local network = assert(parser.network(ann))
+      assert.are.same({ "a.test:80", "udp:a.test:123", "b.test:443" }, network.allow)
+      assert.are.same({ "127.0.0.1" }, network.resolve["b.test"])
+      assert.are.equal(90, network.idle)
+      assert.are.equal("match", network.sni)
+    end)
+
     it("reads annotations with corral run's grammar, each refusal naming its annotation", function()
       local parser = require "corral.runtime.annotations"
       local network = assert(parser.network({ ["corral.dev/allow"] = "a.test:443,\n b.test:80\nudp:c.test:123",
