@@ -49,7 +49,9 @@ local function use_runtime(opts)
   local path = opts.runtime:find("/", 1, true) and opts.runtime or core.path.resolve_executable(opts.runtime)
   -- the path given is kept (corral-runtime is a link to the host, which acts on the name it
   -- was called by); the resolver says whether it leads to an executable file
-  if not (path and core.path.resolve_executable(path)) then
+  local real = path and core.path.resolve_executable(path)
+  local st = real and core.fs.lstat(real)
+  if not (st and st.type == "file" and st.mode & tonumber("111", 8) ~= 0) then
     return errors.invalid_argument("--runtime", tostring(opts.runtime) .. ": not an executable file")
   end
   require("corral.mechanism.oci").config.runtime = path
