@@ -92,6 +92,7 @@ function M.new(netns, sandbox)
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
     attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or sni_hold.SNI_DEFAULT,
+    terminator = sandbox.terminator,
     held = {}, n_held = 0, resolving = {}, n_resolving = 0 }, Acceptor)
   -- as many connections as this process's fds can hold (see corral.egress.fdlimit)
   if self.max_connections then
@@ -345,6 +346,17 @@ function Acceptor:upstream(w, addrs, rerr)
   end
   ctx.upstream = type(upstream) == "table" and upstream[1] or upstream
   ctx.upstreams = type(upstream) == "table" and upstream or nil
+  -- A host a secret is bound to: TLS is terminated here and the relay carries the
+  -- terminator's own TLS to the server (corral.egress.terminated).
+  if self.terminator and self.terminator:bound(name, port) then
+    local inner, terr = self.terminator:terminate(client, name, port)
+    if not inner then
+      -- the terminator took the client and reset it
+      ctx.verdict, ctx.reason, ctx.bytes, ctx.by = "deny", "TLS termination: " .. tostring(terr), 0, "policy"
+      return events.emit(ctx)
+    end
+    client, guard, ctx.terminated = inner, nil, true
+  end
   -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
   -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
   -- which the ruleset's mark rules exempt from the redirect.

@@ -87,6 +87,40 @@ function M.network(opts)
   return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
 end
 
+--- Adds --secret, --secret-file and --ca-file to `network` (see `corral.egress.secrets`):
+-- the secrets' names, hosts and stand-ins, their values kept by that module. Read before
+-- corral's own environment is cleared.
+-- @tparam table|nil network the table from `network` and `apply`
+-- @tparam table opts parsed options
+-- @treturn[1] table|nil network
+-- @return[2] nil
+-- @treturn[2] table invalid_argument naming the flag
+function M.secrets(network, opts)
+  local given_secret = #(opts.secret or {}) > 0 or #(opts["secret-file"] or {}) > 0
+  if not given_secret then
+    if opts["ca-file"] then
+      return nil, errors.invalid_argument("--ca-file", "applies to the hosts a --secret is bound to: give --secret too")
+    end
+    return network
+  end
+  local flag = #(opts.secret or {}) > 0 and "--secret" or "--secret-file"
+  if not network or #(network.allow or {}) == 0 or network.learn then
+    return nil, errors.invalid_argument(flag, "binds a secret to hosts the sandbox connects to: give --allow for "
+      .. "them too (and not --learn)")
+  end
+  local list, err = require("corral.egress.secrets").parse(opts, core.proc.environ())
+  if not list then return nil, err end
+  local ca = opts["ca-file"]
+  if ca then
+    local st = core.fs.lstat(ca)
+    if not st or st.type ~= "file" then
+      return nil, errors.invalid_argument("--ca-file", ca .. ": not a regular file")
+    end
+  end
+  network.secrets, network.ca_file = list, ca
+  return network
+end
+
 --- Whether the namespace a --link names is there: asked of the host after `combination`,
 -- so that a --link refused for what it is given with is refused for that first.
 -- @tparam table|nil network the table from `network`

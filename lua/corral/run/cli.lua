@@ -51,6 +51,11 @@ M.OPTIONS = {
   } },
   { "Environment", {
     { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
+    { "secret", "list", "NAME@HOST[:PORT][,HOST...]", "NAME holds a stand-in; the value (corral's $NAME) "
+      .. "is put into request headers toward HOST only (TLS terminated there)" },
+    { "secret-file", "list", "NAME=PATH@HOST[:PORT][,HOST...]", "as --secret, the value read from PATH "
+      .. "(a 0600 file of yours)" },
+    { "ca-file", "value", "FILE", "with --secret: trust FILE's CA for the bound hosts, besides the host's store" },
   } },
   { "Network and egress", {
     { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432, "
@@ -174,6 +179,8 @@ function M.run(argv, cli)
   local network, nerr = run_options.network(opts)
   if nerr then return cli.fail("run", nerr) end
   network, nerr = run_options.apply(network, opts)
+  if nerr then return cli.fail("run", nerr) end
+  network, nerr = run_options.secrets(network, opts)
   if nerr then return cli.fail("run", nerr) end
   local meant, cerr = run_options.combination(network, opts)
   if not meant then return cli.fail("run", cerr) end

@@ -1,0 +1,482 @@
+/*
+ * TLS termination for bound hosts (see intercept.h): the shared state, one thread per
+ * connection, and each connection's two TLS legs over non-blocking sockets.
+ *
+ * Non-blocking, because a blocking read could wait for application data while the other
+ * leg has bytes to move: a TLS 1.3 server sends its session tickets before any answer,
+ * and a read that consumed only those would then block before the request was sent.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "http1.h"
+#include "intercept.h"
+#include "tls_ca.h"
+
+#define EVENTS_MAX 4096
+#define HANDSHAKE_MS 10000
+#define WRITE_MS 60000
+#define STACK_BYTES (512 * 1024)
+#define CONNS_MAX 4096
+
+struct corral_intercept {
+    pthread_mutex_t lock;
+    int refs; /* the owner's, and one per live thread */
+    bool closing;
+    int evfd;
+    SSL_CTX *server, *client;
+    struct corral_tls_ca *ca;
+    struct corral_intercept_secret *secrets;
+    size_t n_secrets;
+    struct corral_intercept_event *q;
+    size_t qlen;
+    uint64_t next_conn;
+    int live[CONNS_MAX]; /* each live connection's client fd, to end them at free; -1 */
+};
+
+struct conn {
+    struct corral_intercept *ic;
+    int client, up; /* the tenant's socket; this side of the socketpair */
+    uint64_t id;
+    int port;
+    int slot;
+    char name[256];
+    SSL *cs, *us;
+    struct corral_http1 *http;
+    struct corral_http1_conf conf;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void release(struct corral_intercept *ic)
+{
+    pthread_mutex_lock(&ic->lock);
+    bool last = --ic->refs == 0;
+    pthread_mutex_unlock(&ic->lock);
+    if (!last) return;
+    SSL_CTX_free(ic->server);
+    SSL_CTX_free(ic->client);
+    corral_tls_ca_free(ic->ca);
+    for (size_t i = 0; i < ic->n_secrets; i++) {
+        free((char *)ic->secrets[i].stand_in);
+        if (ic->secrets[i].value)
+            OPENSSL_clear_free((char *)ic->secrets[i].value, strlen(ic->secrets[i].value));
+        for (size_t j = 0; j < ic->secrets[i].n_hosts; j++)
+            free((char *)ic->secrets[i].hosts[j]);
+        free((void *)ic->secrets[i].hosts);
+    }
+    free(ic->secrets);
+    free(ic->q);
+    close(ic->evfd);
+    pthread_mutex_destroy(&ic->lock);
+    free(ic);
+}
+
+static void emit(struct corral_intercept *ic, const struct corral_intercept_event *ev, uint64_t conn)
+{
+    pthread_mutex_lock(&ic->lock);
+    if (ic->qlen < EVENTS_MAX) {
+        ic->q[ic->qlen] = *ev;
+        ic->q[ic->qlen++].conn = conn;
+        uint64_t one = 1;
+        (void)!write(ic->evfd, &one, sizeof one);
+    }
+    pthread_mutex_unlock(&ic->lock);
+}
+
+static void emit_failure(struct conn *c, const char *why)
+{
+    struct corral_intercept_event ev = {.kind = CORRAL_INTERCEPT_FAILED};
+    snprintf(ev.host, sizeof ev.host, "%s", c->name);
+    snprintf(ev.reason, sizeof ev.reason, "%s", why);
+    emit(c->ic, &ev, c->id);
+}
+
+/* Waits until fd is ready for what the last TLS call wanted, up to the deadline.
+ * Returns 0, or -1 (timed out, or the call failed for another reason). */
+static int wait_for(SSL *s, int fd, int r, int64_t deadline)
+{
+    int e = SSL_get_error(s, r);
+    short want = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+    if (!want) return -1;
+    int64_t left = deadline - now_ms();
+    if (left <= 0) return -1;
+    struct pollfd p = {fd, want, 0};
+    return poll(&p, 1, (int)left) == 1 ? 0 : -1;
+}
+
+static int handshake(SSL *s, int fd, bool server)
+{
+    int64_t deadline = now_ms() + HANDSHAKE_MS;
+    for (;;) {
+        int r = server ? SSL_accept(s) : SSL_connect(s);
+        if (r == 1) return 0;
+        if (wait_for(s, fd, r, deadline) < 0) return -1;
+    }
+}
+
+static int write_all(SSL *s, int fd, const char *p, size_t n)
+{
+    int64_t deadline = now_ms() + WRITE_MS;
+    while (n) {
+        int r = SSL_write(s, p, (int)(n > 1 << 20 ? 1 << 20 : n));
+        if (r > 0) {
+            p += r;
+            n -= (size_t)r;
+            deadline = now_ms() + WRITE_MS;
+        } else if (wait_for(s, fd, r, deadline) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The 403 (or 400) a refused request gets: why, in words a client's user can act on. */
+static void answer(struct conn *c, const struct corral_intercept_event *ev)
+{
+    char body[CORRAL_INTERCEPT_TEXT * 4], msg[sizeof body + 256];
+    snprintf(body, sizeof body, "corral: request refused: %s\n", ev->reason);
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     ev->status, ev->status == 400 ? "Bad Request" : "Forbidden", strlen(body), body);
+    write_all(c->cs, c->client, msg, (size_t)n);
+}
+
+static void answer_failure(struct conn *c, const char *why)
+{
+    struct corral_intercept_event ev = {.status = 502};
+    snprintf(ev.reason, sizeof ev.reason, "%s", why);
+    char body[CORRAL_INTERCEPT_TEXT * 4], msg[sizeof body + 256];
+    snprintf(body, sizeof body, "corral: %s\n", ev.reason);
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     strlen(body), body);
+    write_all(c->cs, c->client, msg, (size_t)n);
+}
+
+static void upstream_names(struct conn *c)
+{
+    unsigned char bin[16];
+    bool ip = inet_pton(AF_INET, c->name, bin) == 1 || inet_pton(AF_INET6, c->name, bin) == 1;
+    if (ip) {
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->us), c->name);
+    } else {
+        SSL_set_tlsext_host_name(c->us, c->name);
+        SSL_set1_host(c->us, c->name);
+    }
+}
+
+/* Both handshakes: the tenant's under a leaf for the name, then the server's, verified.
+ * Returns 0, or -1 with the failure logged (and, past the tenant's, answered). */
+static int open_legs(struct conn *c)
+{
+    struct corral_intercept *ic = c->ic;
+    X509 *cert;
+    EVP_PKEY *key;
+    pthread_mutex_lock(&ic->lock);
+    int r = corral_tls_ca_leaf(ic->ca, c->name, &cert, &key);
+    pthread_mutex_unlock(&ic->lock);
+    c->cs = r == 0 ? SSL_new(ic->server) : NULL;
+    c->us = c->cs ? SSL_new(ic->client) : NULL;
+    if (!c->us || SSL_use_certificate(c->cs, cert) != 1 || SSL_use_PrivateKey(c->cs, key) != 1 ||
+        SSL_set_fd(c->cs, c->client) != 1 || SSL_set_fd(c->us, c->up) != 1) {
+        emit_failure(c, "TLS could not be set up (out of memory, or too many names)");
+        return -1;
+    }
+    if (handshake(c->cs, c->client, true) < 0) {
+        char why[CORRAL_INTERCEPT_TEXT * 2];
+        snprintf(why, sizeof why, "the tenant's TLS handshake for %s failed: %s", c->name,
+                 ERR_reason_error_string(ERR_peek_last_error()) ?: "no answer within 10 s");
+        emit_failure(c, why);
+        return -1;
+    }
+    upstream_names(c);
+    if (handshake(c->us, c->up, false) < 0) {
+        long v = SSL_get_verify_result(c->us);
+        char why[CORRAL_INTERCEPT_TEXT * 2];
+        if (v != X509_V_OK)
+            snprintf(why, sizeof why, "the certificate of %s does not verify: %s (--ca-file adds a CA)",
+                     c->name, X509_verify_cert_error_string(v));
+        else
+            snprintf(why, sizeof why, "TLS to %s upstream failed: %s", c->name,
+                     ERR_reason_error_string(ERR_peek_last_error()) ?: "the server ended the connection");
+        emit_failure(c, why);
+        answer_failure(c, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads what leg s has (0: nothing yet, -1: it ended or failed, else the count). */
+static int read_leg(SSL *s, char *buf, size_t max)
+{
+    int r = SSL_read(s, buf, (int)max);
+    if (r > 0) return r;
+    int e = SSL_get_error(s, r);
+    return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
+}
+
+static void deliver(struct conn *c, const char *p, size_t n)
+{
+    struct corral_intercept_event ev[8];
+    size_t k = corral_http1_response(c->http, p, n, ev, 8);
+    for (size_t i = 0; i < k; i++)
+        emit(c->ic, &ev[i], c->id);
+}
+
+/* Client bytes through the request check: sent on, or the request refused. Returns 0 to
+ * go on, -1 to end the connection. */
+static int forward_request(struct conn *c, const char *p, size_t n)
+{
+    struct corral_buf out = {0};
+    struct corral_intercept_event ev;
+    int r = corral_http1_request(c->http, p, n, &out, &ev);
+    int sent = out.n ? write_all(c->us, c->up, out.p, out.n) : 0;
+    corral_buf_free(&out);
+    if (r == 0) return sent;
+    if (r == -ENOMEM) return -1;
+    emit(c->ic, &ev, c->id);
+    if (!corral_http1_awaiting(c->http)) answer(c, &ev);
+    return -1;
+}
+
+static void relay_legs(struct conn *c)
+{
+    char buf[16384];
+    bool client_open = true;
+    for (;;) {
+        struct pollfd p[2] = {{c->client, client_open ? POLLIN : 0, 0}, {c->up, POLLIN, 0}};
+        bool pending = (client_open && SSL_pending(c->cs)) || SSL_pending(c->us);
+        if (poll(p, 2, pending ? 0 : -1) < 0 && errno != EINTR) return;
+        if (client_open && (p[0].revents || SSL_pending(c->cs))) {
+            int n = read_leg(c->cs, buf, sizeof buf);
+            if (n < 0) {
+                client_open = false;
+                if (forward_request(c, NULL, 0) < 0) return;
+                SSL_shutdown(c->us);
+            } else if (n > 0 && forward_request(c, buf, (size_t)n) < 0) {
+                return;
+            }
+        }
+        if (p[1].revents || SSL_pending(c->us)) {
+            int n = read_leg(c->us, buf, sizeof buf);
+            if (n < 0) {
+                deliver(c, NULL, 0);
+                SSL_shutdown(c->cs);
+                return;
+            }
+            if (n > 0) {
+                deliver(c, buf, (size_t)n);
+                if (write_all(c->cs, c->client, buf, (size_t)n) < 0) return;
+            }
+        }
+        if (c->ic->closing) return;
+    }
+}
+
+static void *conn_main(void *arg)
+{
+    struct conn *c = arg;
+    struct corral_intercept *ic = c->ic;
+    c->conf = (struct corral_http1_conf){c->name, c->port, ic->secrets, ic->n_secrets};
+    c->http = corral_http1_new(&c->conf);
+    if (c->http && open_legs(c) == 0) relay_legs(c);
+    corral_http1_free(c->http);
+    SSL_free(c->cs);
+    SSL_free(c->us);
+    ERR_clear_error();
+    pthread_mutex_lock(&ic->lock);
+    ic->live[c->slot] = -1;
+    pthread_mutex_unlock(&ic->lock);
+    close(c->client);
+    close(c->up);
+    free(c);
+    release(ic);
+    return NULL;
+}
+
+static int alpn_http1(SSL *s, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                      unsigned inlen, void *arg)
+{
+    (void)s;
+    (void)arg;
+    static const unsigned char h1[] = "\x08http/1.1";
+    unsigned char *sel;
+    if (SSL_select_next_proto(&sel, outlen, h1, sizeof h1 - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_NOACK;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+static int make_contexts(struct corral_intercept *ic, const char *ca_file)
+{
+    ic->server = SSL_CTX_new(TLS_server_method());
+    ic->client = SSL_CTX_new(TLS_client_method());
+    if (!ic->server || !ic->client) return -ENOMEM;
+    SSL_CTX_set_min_proto_version(ic->server, TLS1_2_VERSION);
+    SSL_CTX_set_min_proto_version(ic->client, TLS1_2_VERSION);
+    SSL_CTX_set_alpn_select_cb(ic->server, alpn_http1, NULL);
+    SSL_CTX_set_verify(ic->client, SSL_VERIFY_PEER, NULL);
+    if (SSL_CTX_set_default_verify_paths(ic->client) != 1) return -EINVAL;
+    if (ca_file && SSL_CTX_load_verify_locations(ic->client, ca_file, NULL) != 1) return -EINVAL;
+    static const unsigned char h1[] = "\x08http/1.1";
+    if (SSL_CTX_set_alpn_protos(ic->client, h1, sizeof h1 - 1) != 0) return -ENOMEM;
+    SSL_CTX_set_mode(ic->server, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_mode(ic->client, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    return 0;
+}
+
+static int copy_secrets(struct corral_intercept *ic, const struct corral_intercept_opts *o)
+{
+    ic->secrets = calloc(o->n_secrets ? o->n_secrets : 1, sizeof *ic->secrets);
+    if (!ic->secrets) return -ENOMEM;
+    for (size_t i = 0; i < o->n_secrets; i++, ic->n_secrets++) {
+        const struct corral_intercept_secret *s = &o->secrets[i];
+        struct corral_intercept_secret *d = &ic->secrets[i];
+        const char **hosts = calloc(s->n_hosts ? s->n_hosts : 1, sizeof *hosts);
+        d->hosts = hosts;
+        d->stand_in = strdup(s->stand_in);
+        d->value = strdup(s->value);
+        if (!hosts || !d->stand_in || !d->value) return -ENOMEM;
+        for (size_t j = 0; j < s->n_hosts; j++, d->n_hosts++)
+            if (!(hosts[j] = strdup(s->hosts[j]))) return -ENOMEM;
+    }
+    return 0;
+}
+
+int corral_intercept_new(const struct corral_intercept_opts *opts, struct corral_intercept **out)
+{
+    struct corral_intercept *ic = calloc(1, sizeof *ic);
+    if (!ic) return -ENOMEM;
+    pthread_mutex_init(&ic->lock, NULL);
+    ic->refs = 1;
+    for (size_t i = 0; i < CONNS_MAX; i++)
+        ic->live[i] = -1;
+    ic->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    ic->q = malloc(EVENTS_MAX * sizeof *ic->q);
+    int r = ic->evfd < 0 ? -errno : !ic->q ? -ENOMEM : corral_tls_ca_new(&ic->ca);
+    if (r == 0) r = make_contexts(ic, opts->ca_file);
+    if (r == 0) r = copy_secrets(ic, opts);
+    if (r < 0) {
+        if (ic->evfd < 0) ic->evfd = eventfd(0, EFD_CLOEXEC);
+        release(ic);
+        return r;
+    }
+    *out = ic;
+    return 0;
+}
+
+void corral_intercept_free(struct corral_intercept *ic)
+{
+    if (!ic) return;
+    pthread_mutex_lock(&ic->lock);
+    ic->closing = true;
+    for (size_t i = 0; i < CONNS_MAX; i++)
+        if (ic->live[i] >= 0) shutdown(ic->live[i], SHUT_RDWR);
+    pthread_mutex_unlock(&ic->lock);
+    release(ic);
+}
+
+int corral_intercept_fd(const struct corral_intercept *ic)
+{
+    return ic->evfd;
+}
+
+const char *corral_intercept_ca_pem(const struct corral_intercept *ic)
+{
+    return corral_tls_ca_pem(ic->ca);
+}
+
+static void reset_close(int fd)
+{
+    struct linger l = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close(fd);
+}
+
+int corral_intercept_start(struct corral_intercept *ic, int client_fd, const char *name, int port,
+                           int *up_fd)
+{
+    int sv[2] = {-1, -1};
+    struct conn *c = calloc(1, sizeof *c);
+    int r = !c ? -ENOMEM : strlen(name) >= sizeof c->name ? -ENAMETOOLONG : 0;
+    if (r == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) r = -errno;
+    if (r == 0 && (fcntl(client_fd, F_SETFL, fcntl(client_fd, F_GETFL) | O_NONBLOCK) < 0 ||
+                   fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0))
+        r = -errno;
+    pthread_mutex_lock(&ic->lock);
+    int slot = -1;
+    for (int i = 0; r == 0 && i < CONNS_MAX && slot < 0; i++)
+        if (ic->live[i] < 0) slot = i;
+    if (r == 0 && slot < 0) r = -EUSERS;
+    if (r == 0) {
+        ic->live[slot] = client_fd;
+        ic->refs++;
+        c->id = ++ic->next_conn;
+    }
+    pthread_mutex_unlock(&ic->lock);
+    if (r < 0) goto fail;
+    c->ic = ic;
+    c->client = client_fd;
+    c->up = sv[0];
+    c->port = port;
+    c->slot = slot;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, STACK_BYTES);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    r = -pthread_create(&t, &attr, conn_main, c);
+    pthread_attr_destroy(&attr);
+    if (r == 0) {
+        *up_fd = sv[1];
+        return 0;
+    }
+    pthread_mutex_lock(&ic->lock);
+    ic->live[slot] = -1;
+    ic->refs--;
+    pthread_mutex_unlock(&ic->lock);
+fail:
+    free(c);
+    reset_close(client_fd);
+    if (sv[0] >= 0) close(sv[0]);
+    if (sv[1] >= 0) close(sv[1]);
+    return r;
+}
+
+size_t corral_intercept_take(struct corral_intercept *ic, struct corral_intercept_event *ev,
+                             size_t max)
+{
+    pthread_mutex_lock(&ic->lock);
+    size_t n = ic->qlen < max ? ic->qlen : max;
+    memcpy(ev, ic->q, n * sizeof *ev);
+    memmove(ic->q, ic->q + n, (ic->qlen - n) * sizeof *ev);
+    ic->qlen -= n;
+    uint64_t v;
+    if (ic->qlen == 0) (void)!read(ic->evfd, &v, sizeof v);
+    pthread_mutex_unlock(&ic->lock);
+    return n;
+}
