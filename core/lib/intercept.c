@@ -217,8 +217,10 @@ static int open_legs(struct conn *c)
         long v = SSL_get_verify_result(c->us);
         char why[CORRAL_INTERCEPT_TEXT * 2];
         if (v != X509_V_OK)
-            snprintf(why, sizeof why, "the certificate of %s does not verify: %s (--ca-file adds a CA)",
-                     c->name, X509_verify_cert_error_string(v));
+            snprintf(why, sizeof why, "the certificate of %s does not verify: %s%s", c->name,
+                     X509_verify_cert_error_string(v),
+                     v == X509_V_ERR_HOSTNAME_MISMATCH ? " (it names another host)"
+                                                       : " (--ca-file adds a CA to trust)");
         else
             snprintf(why, sizeof why, "TLS to %s upstream failed: %s", c->name,
                      ERR_reason_error_string(ERR_peek_last_error()) ?: "the server ended the connection");

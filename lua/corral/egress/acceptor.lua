@@ -92,7 +92,7 @@ function M.new(netns, sandbox)
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
     attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or sni_hold.SNI_DEFAULT,
-    terminator = sandbox.terminator,
+    terminator = sandbox.terminator, secrets = sandbox.secrets,
     held = {}, n_held = 0, resolving = {}, n_resolving = 0 }, Acceptor)
   -- as many connections as this process's fds can hold (see corral.egress.fdlimit)
   if self.max_connections then

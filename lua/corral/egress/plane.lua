@@ -116,7 +116,7 @@ function M.new(id, network)
   end
   local what
   self.responder, what, err = responder.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
-    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME, learn = network.learn })
+    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME, learn = network.learn, secrets = network.secrets })
   if not self.responder then return fail(what, err) end
   self.dns_port = self.responder.port
   if network.secrets then
@@ -126,7 +126,7 @@ function M.new(id, network)
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
     idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay,
-    sni = network.sni, terminator = self.terminator })
+    sni = network.sni, terminator = self.terminator, secrets = network.secrets })
   if not self.acceptor then return fail("acceptor", err) end
   self.acceptor_port = self.acceptor.port
   -- learn mode: every port reaches the acceptor, which records what was wanted (nil);

@@ -212,11 +212,26 @@ end
 --- Whether text holds a stand-in of list, and which secret's name.
 -- @tparam {table,...} list
 -- @tparam string text
+-- @tparam[opt] boolean any_case compare without case (a DNS name)
 -- @treturn string|nil the secret's name
-function M.stand_in_in(list, text)
+function M.stand_in_in(list, text, any_case)
+  if any_case then text = text:lower() end
   for _, s in ipairs(list or {}) do
-    if text:find(s.stand_in, 1, true) then return s.name end
+    if text:find(any_case and s.stand_in:lower() or s.stand_in, 1, true) then return s.name end
   end
+end
+
+--- Why a first flight corral sees in the clear (plain HTTP, spliced) is refused: it
+-- carries a stand-in, which goes nowhere but a bound host's request headers over TLS.
+-- @tparam {table,...} list `network.secrets`
+-- @tparam string data the bytes
+-- @tparam string dest where the connection goes (name:port)
+-- @treturn string|nil
+function M.clear_leak(list, data, dest)
+  local name = M.stand_in_in(list, data)
+  if not name then return nil end
+  return string.format("the stand-in of %s in the clear toward %s: it is put into request headers only over "
+    .. "TLS to the hosts --secret %s@HOST binds", name, dest, name)
 end
 
 return M
