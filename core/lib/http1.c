@@ -116,7 +116,8 @@ static int replace_all(struct corral_buf *b, const char *from, const char *to)
     size_t fl = strlen(from), tl = strlen(to);
     const char *s = b->p, *end = b->p + b->n, *hit;
     while ((hit = memmem(s, (size_t)(end - s), from, fl))) {
-        if (corral_buf_add(&o, s, (size_t)(hit - s)) < 0 || corral_buf_add(&o, to, tl) < 0) goto oom;
+        if (corral_buf_add(&o, s, (size_t)(hit - s)) < 0 || corral_buf_add(&o, to, tl) < 0)
+            goto oom;
         s = hit + fl;
     }
     if (corral_buf_add(&o, s, (size_t)(end - s)) < 0) goto oom;
@@ -180,8 +181,9 @@ static int substitute(struct corral_http1 *h, const char *field, struct corral_b
         bool in_basic = basic && holds(plain.p, plain.n, s->stand_in);
         if (!in_value && !in_basic) continue;
         if (!bound_to(s, c->name)) {
-            r = refuse(h, 1, "a secret's stand-in in header %s toward %s, a host that secret is not "
-                             "bound to (--secret NAME@%s would admit it)",
+            r = refuse(h, 1,
+                       "a secret's stand-in in header %s toward %s, a host that secret is not "
+                       "bound to (--secret NAME@%s would admit it)",
                        field, c->name, c->name);
             break;
         }
@@ -213,17 +215,21 @@ static int end_header(struct corral_http1 *h)
     h->in_value = false;
     const char *f = h->field.p ? h->field.p : "";
     if (strcasecmp(f, "host") == 0) {
-        if (h->host_seen) return refuse(h, 0, "two Host headers on a connection to %s", h->conf->name);
+        if (h->host_seen)
+            return refuse(h, 0, "two Host headers on a connection to %s", h->conf->name);
         h->host_seen = true;
         if (!host_matches(h->conf, h->value.p ? h->value.p : ""))
-            return refuse(h, 0, "Host %.200s on a connection to %s (each request on it must name %s)",
+            return refuse(h, 0,
+                          "Host %.200s on a connection to %s (each request on it must name %s)",
                           h->value.p ? h->value.p : "", h->conf->name, h->conf->name);
     }
     if (strcasecmp(f, "expect") == 0) h->expect = true;
     if (!h->value.p) corral_buf_add(&h->value, "", 0);
     if (substitute(h, f, &h->value) != 0) return -1;
-    if (corral_buf_add(&h->head, h->field.p, h->field.n) < 0 || corral_buf_add(&h->head, ": ", 2) < 0 ||
-        corral_buf_add(&h->head, h->value.p, h->value.n) < 0 || corral_buf_add(&h->head, "\r\n", 2) < 0)
+    if (corral_buf_add(&h->head, h->field.p, h->field.n) < 0 ||
+        corral_buf_add(&h->head, ": ", 2) < 0 ||
+        corral_buf_add(&h->head, h->value.p, h->value.n) < 0 ||
+        corral_buf_add(&h->head, "\r\n", 2) < 0)
         return -1;
     buf_clear(&h->field);
     buf_clear(&h->value);
@@ -261,8 +267,8 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 }
 
 /* Whether any stand-in is in p[0..n) — the target, a body — where none may be. */
-static const struct corral_intercept_secret *stand_in_in(const struct corral_http1 *h, const char *p,
-                                                         size_t n)
+static const struct corral_intercept_secret *stand_in_in(const struct corral_http1 *h,
+                                                         const char *p, size_t n)
 {
     for (size_t i = 0; i < h->conf->n_secrets; i++)
         if (holds(p, n, h->conf->secrets[i].stand_in)) return &h->conf->secrets[i];
@@ -279,7 +285,8 @@ static void path_of(const struct corral_buf *url, char *out, size_t size)
 /* Moves what is held (head, body) to out: the request starts to leave. */
 static int flush(struct corral_http1 *h)
 {
-    if (corral_buf_add(h->out, h->head.p, h->head.n) < 0 || corral_buf_add(h->out, h->body.p, h->body.n) < 0)
+    if (corral_buf_add(h->out, h->head.p, h->head.n) < 0 ||
+        corral_buf_add(h->out, h->body.p, h->body.n) < 0)
         return -1;
     buf_clear(&h->head);
     buf_clear(&h->body);
@@ -293,15 +300,18 @@ static int on_headers_complete(http_parser *p)
     if (end_header(h) != 0) return -1;
     const char *url = h->url.p ? h->url.p : "";
     const char *method = http_method_str(p->method);
-    if (!h->host_seen) return refuse(h, 0, "a request without Host on a connection to %s", h->conf->name);
+    if (!h->host_seen)
+        return refuse(h, 0, "a request without Host on a connection to %s", h->conf->name);
     if (p->method == HTTP_CONNECT || p->upgrade)
-        return refuse(h, 0, "%s on a terminated connection to %s: only plain HTTP requests are relayed",
+        return refuse(h, 0,
+                      "%s on a terminated connection to %s: only plain HTTP requests are relayed",
                       p->upgrade ? "Upgrade" : "CONNECT", h->conf->name);
     if (url[0] != '/' && !(p->method == HTTP_OPTIONS && strcmp(url, "*") == 0))
         return refuse(h, 0, "target %.100s is not a path on %s", url, h->conf->name);
     if (stand_in_in(h, h->url.p, h->url.n))
-        return refuse(h, 1, "a secret's stand-in in the URL toward %s: a secret is put only in request "
-                            "headers, never in a URL (it would reach logs and referrers)",
+        return refuse(h, 1,
+                      "a secret's stand-in in the URL toward %s: a secret is put only in request "
+                      "headers, never in a URL (it would reach logs and referrers)",
                       h->conf->name);
     if (h->qlen == PENDING_MAX) return refuse(h, 0, "more than %d requests pipelined", PENDING_MAX);
     char line[64 + 8];
@@ -338,8 +348,9 @@ static int on_body(http_parser *p, const char *at, size_t n)
     bool found = stand_in_in(h, at, n) || stand_in_in(h, seam.p, seam.n);
     corral_buf_free(&seam);
     if (found)
-        return refuse(h, 1, "a secret's stand-in in a request body toward %s: a secret is put only "
-                            "in request headers",
+        return refuse(h, 1,
+                      "a secret's stand-in in a request body toward %s: a secret is put only "
+                      "in request headers",
                       h->conf->name);
     h->bytes_up += n;
     h->q[(h->qhead + h->qlen - 1) % PENDING_MAX].bytes_up = h->bytes_up;
@@ -390,7 +401,7 @@ static int resp_complete(http_parser *p)
 {
     struct corral_http1 *h = of(p);
     if (p->status_code < 200 && p->status_code != 101) return 0; /* 100 Continue: more to come */
-    if (!h->qlen) return -1;                                      /* an answer nobody asked */
+    if (!h->qlen) return -1;                                     /* an answer nobody asked */
     struct pending *q = &h->q[h->qhead];
     h->qhead = (h->qhead + 1) % PENDING_MAX;
     h->qlen--;

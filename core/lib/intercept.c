@@ -92,7 +92,8 @@ static void release(struct corral_intercept *ic)
     free(ic);
 }
 
-static void emit(struct corral_intercept *ic, const struct corral_intercept_event *ev, uint64_t conn)
+static void emit(struct corral_intercept *ic, const struct corral_intercept_event *ev,
+                 uint64_t conn)
 {
     pthread_mutex_lock(&ic->lock);
     if (ic->qlen < EVENTS_MAX) {
@@ -156,10 +157,11 @@ static void answer(struct conn *c, const struct corral_intercept_event *ev)
 {
     char body[CORRAL_INTERCEPT_TEXT * 4], msg[sizeof body + 256];
     snprintf(body, sizeof body, "corral: request refused: %s\n", ev->reason);
-    int n = snprintf(msg, sizeof msg,
-                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     ev->status, ev->status == 400 ? "Bad Request" : "Forbidden", strlen(body), body);
+    int n =
+        snprintf(msg, sizeof msg,
+                 "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                 ev->status, ev->status == 400 ? "Bad Request" : "Forbidden", strlen(body), body);
     write_all(c->cs, c->client, msg, (size_t)n);
 }
 
@@ -223,7 +225,8 @@ static int open_legs(struct conn *c)
                                                        : " (--ca-file adds a CA to trust)");
         else
             snprintf(why, sizeof why, "TLS to %s upstream failed: %s", c->name,
-                     ERR_reason_error_string(ERR_peek_last_error()) ?: "the server ended the connection");
+                     ERR_reason_error_string(ERR_peek_last_error())
+                         ?: "the server ended the connection");
         emit_failure(c, why);
         answer_failure(c, why);
         return -1;
@@ -319,8 +322,8 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-static int alpn_http1(SSL *s, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
-                      unsigned inlen, void *arg)
+static int alpn_http1(SSL *s, const unsigned char **out, unsigned char *outlen,
+                      const unsigned char *in, unsigned inlen, void *arg)
 {
     (void)s;
     (void)arg;

@@ -59,7 +59,8 @@ static void read_secret(lua_State *L, int t, size_t i, struct corral_intercept_s
     if (!s->stand_in || !s->value || !*s->stand_in)
         luaL_error(L, "secrets[%d]: a stand-in and a value, strings", (int)i);
     lua_pop(L, 2);
-    if (lua_getfield(L, -1, "hosts") != LUA_TTABLE) luaL_error(L, "secrets[%d].hosts: a list", (int)i);
+    if (lua_getfield(L, -1, "hosts") != LUA_TTABLE)
+        luaL_error(L, "secrets[%d].hosts: a list", (int)i);
     size_t nh = lua_rawlen(L, -1);
     const char **hosts = lua_newuserdatauv(L, (nh ? nh : 1) * sizeof *hosts, 0);
     lua_setfield(L, LUA_REGISTRYINDEX, "corral.tls.hosts"); /* alive until the next call */

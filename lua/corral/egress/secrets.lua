@@ -79,11 +79,11 @@ local function parse_hosts(text)
   for item in (text .. ","):gmatch("([^,]*),") do
     local host, port = item:match("^([^:]+):(%d+)$")
     host, port = host or item, tonumber(port) or M.DEFAULT_PORT
+    if core.inet.parse(host) then return nil, string.format('"%s": bind a name, not an address', item) end
     local name, why = address.normalize_name(host)
     if not name or host:find("*", 1, true) then
       return nil, string.format('"%s" is not a host name (%s)', item, why or "no wildcard: name each host")
     end
-    if core.inet.parse(host) then return nil, string.format('"%s": bind a name, not an address', item) end
     if port < 1 or port > 65535 then return nil, string.format('"%s": a port is 1-65535', item) end
     hosts[#hosts + 1] = { host = name, port = port }
   end

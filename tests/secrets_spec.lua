@@ -1,0 +1,275 @@
+-- Secrets the tenant never holds (`corral run --secret`, corral.egress.secrets): real
+-- clients in a native tenant (curl, python3 urllib and http.client, git, node's fetch)
+-- against HTTPS and HTTP servers this file starts on loopback, under a CA it makes with
+-- openssl. The servers log every request they receive: what reached them is what the
+-- tests judge. Every refusal runs before a control in the same run.
+local h = require "helpers"
+
+local REAL = "ghp_RealValue0123456789abcdefABCDEFghij42"
+local OTHER = "sk-ant-OtherValue0123456789abcdefXYZ"
+
+describe("secrets #netns", function()
+  local dir, https_port, http_port, servers
+
+  local function sh(script)
+    local out, status = h.sh(script)
+    assert(status == 0, out)
+    return out
+  end
+
+  -- A server of tests/fixtures/secrets_server.py in the background; its pid.
+  local function start_server(port, log, tls)
+    local cmd = string.format("/usr/bin/python3 %s/tests/fixtures/secrets_server.py %d %s %s %s/bare%s",
+      os.getenv("PWD"), port, log, REAL, dir, tls and (" " .. dir .. "/srv.pem " .. dir .. "/srv.key") or "")
+    local p = assert(io.popen(cmd .. " > " .. log .. ".out 2>&1 & echo $!"))
+    local pid = p:read("l")
+    p:close()
+    assert(h.wait_for(function() return (h.read(log .. ".out") or ""):find("ready", 1, true) end, 5),
+      h.read(log .. ".out"))
+    return pid
+  end
+
+  setup(function()
+    dir = h.tmpdir("secrets")
+    -- the test's CA, and a server certificate for api.test and b.test (not wrong.test)
+    sh(string.format([[cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+      -keyout ca.key -out ca.pem -days 2 -subj /CN=secrets-test-ca 2>&1 && \
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout srv.key -out srv.csr \
+      -subj /CN=api.test 2>&1 && printf 'subjectAltName=DNS:api.test,DNS:b.test\n' > ext && \
+      openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 \
+      -extfile ext 2>&1 && \
+      git init -q --bare bare && git init -q work && cd work && echo hello > README && git add README && \
+      git -c user.name=t -c user.email=t@t commit -qm first && git push -q ../bare HEAD:main 2>&1 && \
+      cd ../bare && git symbolic-ref HEAD refs/heads/main && git update-server-info]], dir))
+    https_port, http_port = h.free_port(), h.free_port()
+    servers = { start_server(https_port, dir .. "/https.log", true), start_server(http_port, dir .. "/http.log") }
+  end)
+
+  teardown(function()
+    for _, pid in ipairs(servers or {}) do os.execute("kill " .. pid) end
+    if dir then h.rmrf(dir) end
+  end)
+
+  -- `corral run` with api.test, b.test, wrong.test (HTTPS), plain.test (HTTP) and
+  -- *.api.test allowed, GITHUB_TOKEN bound to api.test and OTHER_KEY to b.test; o.args
+  -- added, o.env more of corral's variables, o.no_ca without the test's CA.
+  local function run(script, o)
+    o = o or {}
+    local argv = { "env", "GITHUB_TOKEN=" .. REAL, "OTHER_KEY=" .. OTHER }
+    for _, e in ipairs(o.env or {}) do argv[#argv + 1] = e end
+    for _, a in ipairs({ h.host, "run",
+      "--allow", "api.test:" .. https_port, "--allow", "b.test:" .. https_port, "--allow", "wrong.test:" .. https_port,
+      "--allow", "plain.test:" .. http_port, "--allow", "*.api.test",
+      "--internal", "127.0.0.0/8", "--resolve", "api.test=127.0.0.1", "--resolve", "b.test=127.0.0.1",
+      "--resolve", "wrong.test=127.0.0.1", "--resolve", "plain.test=127.0.0.1",
+      "--secret", "GITHUB_TOKEN@api.test:" .. https_port, "--secret", "OTHER_KEY@b.test:" .. https_port,
+      "--log-json", dir .. "/events.jsonl" }) do
+      argv[#argv + 1] = a
+    end
+    if not o.no_ca then
+      argv[#argv + 1], argv[#argv + 2] = "--ca-file", dir .. "/ca.pem"
+    end
+    for _, a in ipairs(o.args or {}) do argv[#argv + 1] = a end
+    for _, a in ipairs({ "--", "sh", "-c", "P=" .. https_port .. "; Q=" .. http_port .. "; " .. script }) do
+      argv[#argv + 1] = a
+    end
+    os.remove(dir .. "/events.jsonl")
+    return h.capture(argv)
+  end
+
+  local function requests(log)
+    local json, out = require "dkjson", {}
+    for line in (h.read(dir .. "/" .. log) or ""):gmatch("[^\n]+") do out[#out + 1] = assert(json.decode(line)) end
+    return out
+  end
+
+  local function events()
+    local json, out = require "dkjson", {}
+    for line in (h.read(dir .. "/events.jsonl") or ""):gmatch("[^\n]+") do out[#out + 1] = assert(json.decode(line)) end
+    return out
+  end
+
+  local function reset_logs()
+    for _, f in ipairs({ "https.log", "http.log" }) do h.write(dir .. "/" .. f, "") end
+  end
+
+  it("gives the tenant a stand-in of the same shape, and the bound host the value, from curl, python, git and "
+    .. "node", function()
+    reset_logs()
+    local storage = dir .. "/st1"
+    local node = os.execute("command -v node >/dev/null") and
+      ([[node -e 'fetch("https://api.test:"+process.env.P+"/node", ]]
+        .. [[{headers: {authorization: "Bearer " + process.env.GITHUB_TOKEN}}).then(r => r.text())]]
+        .. [[.then(t => process.stdout.write("node:" + t))'; ]])
+      or ""
+    local out, status = run([[
+      export P; echo "standin=$GITHUB_TOKEN"
+      curl -sS https://api.test:$P/curl -H "Authorization: token $GITHUB_TOKEN"
+      /usr/bin/python3 -c 'import os, urllib.request as u
+print("py:" + u.urlopen(u.Request("https://api.test:%s/py" % os.environ["P"],
+  headers={"Authorization": "Bearer " + os.environ["GITHUB_TOKEN"]})).read().decode(), end="")'
+      ]] .. node .. [[
+      git clone -q "https://x-access-token:$GITHUB_TOKEN@api.test:$P/repo.git" /tmp/clone && cat /tmp/clone/README
+      # everything corral could have left the value in, for the host to search
+      { env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline;
+        find /etc /storage /tmp /run /dev/shm -xdev -type f -size -4M -readable -exec cat {} + ; } \
+        > /tmp/dump 2>/dev/null; cp /tmp/dump /storage/dump
+      grep -c "BEGIN CERTIFICATE" "$SSL_CERT_FILE" >/dev/null && echo "bundle=$SSL_CERT_FILE"
+    ]], { args = { "--storage", storage } })
+    assert.are.equal(0, status, out)
+    local stand_in = out:match("standin=(%S+)")
+    assert.truthy(stand_in and stand_in ~= REAL and #stand_in == #REAL and stand_in:sub(1, 4) == "ghp_", out)
+    assert.is_nil(stand_in:sub(5):find("[^%w]"), stand_in)
+    assert.matches("ok GET /curl", out, 1, true)
+    assert.matches("py:ok GET /py", out, 1, true)
+    assert.matches("hello", out, 1, true) -- git's clone, with the token as its password
+    assert.matches("bundle=/etc/ssl/certs/ca-certificates.crt", out, 1, true)
+    local dump = assert(h.read(storage .. "/dump"))
+    assert.truthy(#dump > 10000 and dump:find(stand_in, 1, true), "the dump holds the stand-in")
+    assert.is_nil(dump:find(REAL, 1, true), "the real value is readable inside")
+    assert.is_nil(dump:find("PRIVATE KEY", 1, true), "a private key is readable inside")
+    assert.is_nil(out:find(REAL, 1, true))
+    local seen = {}
+    for _, r in ipairs(requests("https.log")) do
+      seen[r.path] = r.headers.Authorization or r.headers.authorization or ""
+    end
+    assert.are.equal("token " .. REAL, seen["/curl"])
+    assert.are.equal("Bearer " .. REAL, seen["/py"])
+    if node ~= "" then assert.are.equal("Bearer " .. REAL, seen["/node"]) else pending("node is not installed") end
+    assert.truthy(seen["/repo.git/HEAD"] and seen["/repo.git/HEAD"]:find("^Basic "), "git sent no credentials")
+    -- each request logged, with whether a secret was put in, never its value
+    local logged = {}
+    for _, e in ipairs(events()) do
+      if e.kind == "request" then logged[e.path] = e end
+    end
+    assert.truthy(logged["/curl"] and logged["/curl"].secret_used == true and logged["/curl"].status == 200)
+    assert.are.equal("GET", logged["/curl"].method)
+    assert.is_nil((h.read(dir .. "/events.jsonl") or ""):find(REAL, 1, true))
+    h.rmrf(storage)
+  end)
+
+  it("refuses the stand-in anywhere but a bound host's headers, each attempt then its control", function()
+    reset_logs()
+    local out, status = run([[
+      export P; T=$GITHUB_TOKEN
+      echo "query:"; curl -sS "https://api.test:$P/q?t=$T"
+      echo "body:"; curl -sS https://api.test:$P/body -d "tok=$T"
+      echo "other:"; curl -sS https://b.test:$P/other -H "Authorization: token $T"
+      echo "plain:"; curl -sS http://plain.test:$Q/plain -H "Authorization: token $T"
+      echo "plainbound:"; curl -sS http://api.test:$P/plainbound -H "Authorization: token $T"; echo "rc=$?"
+      echo "dns:"; getent hosts "$T.api.test"; echo "dns=$?"
+      echo "host:"; curl -sS https://api.test:$P/host -H "Host: b.test"
+      /usr/bin/python3 - <<'PY'
+import http.client, os
+c = http.client.HTTPSConnection("api.test", int(os.environ["P"]))
+c.request("GET", "/first", headers={"Authorization": "token " + os.environ["GITHUB_TOKEN"]})
+r = c.getresponse(); print("first", r.status, r.read().decode().strip())
+c.request("GET", "/second", headers={"Host": "b.test"})
+r = c.getresponse(); print("second", r.status, r.read().decode().strip())
+PY
+      echo "control:"; curl -sS https://api.test:$P/control -H "Authorization: token $T"
+      curl -sS https://b.test:$P/bcontrol -H "X-Key: $OTHER_KEY"
+      curl -sS http://plain.test:$Q/plaincontrol
+      getent hosts x.api.test >/dev/null; echo "dnscontrol=$?"
+    ]])
+    assert.are.equal(0, status, out)
+    local function refused(label, why)
+      local section = out:match(label .. ":\n([^\n]*)")
+      assert.truthy(section and section:find("corral: request refused: ", 1, true) and section:find(why, 1, true),
+        label .. ": " .. out)
+    end
+    refused("query", "in the URL toward api.test")
+    refused("body", "in a request body toward api.test")
+    refused("other", "toward b.test, a host that secret is not bound to (--secret NAME@b.test would admit it)")
+    refused("plain", "in the clear toward plain.test:" .. http_port)
+    refused("host", "Host b.test on a connection to api.test")
+    refused("plainbound", "in the clear toward api.test:" .. https_port)
+    assert.matches("dns=2", out, 1, true)
+    assert.matches("first 200 ok GET /first", out, 1, true)
+    assert.matches("second 403 corral: request refused: Host b.test on a connection to api.test", out, 1, true)
+    -- the controls, after every attempt, in the same sandbox
+    assert.matches("ok GET /control", out, 1, true)
+    assert.matches("ok GET /bcontrol", out, 1, true)
+    assert.matches("ok GET /plaincontrol", out, 1, true)
+    assert.matches("dnscontrol=0", out, 1, true)
+    -- nothing refused reached a server; the controls did, with the values
+    local paths = {}
+    for _, f in ipairs({ "https.log", "http.log" }) do
+      for _, r in ipairs(requests(f)) do paths[r.path:gsub("%?.*", "")] = r end
+    end
+    for _, p in ipairs({ "/q", "/body", "/other", "/plain", "/plainbound", "/host", "/second" }) do
+      assert.is_nil(paths[p], p .. " reached a server")
+    end
+    assert.are.equal("token " .. REAL, paths["/control"].headers.Authorization)
+    assert.are.equal(OTHER, paths["/bcontrol"].headers["X-Key"])
+    assert.truthy(paths["/first"] and paths["/plaincontrol"])
+    -- every refusal of a stand-in is logged as an attempted leak
+    local leaks = 0
+    for _, e in ipairs(events()) do
+      if e.verdict == "deny" and e.leak then leaks = leaks + 1 end
+    end
+    assert.truthy(leaks >= 6, "leaks logged: " .. leaks)
+  end)
+
+  it("refuses an upstream whose certificate names another host (control: the right one), and one no trusted CA "
+    .. "signed", function()
+    reset_logs()
+    local script = [[
+      echo "wrong:"; curl -sS https://wrong.test:$P/wrong
+      echo "right:"; curl -sS https://api.test:$P/right -H "Authorization: token $GITHUB_TOKEN"
+    ]]
+    local out, status = run(script, { env = { "WRONG_TOKEN=ghp_WrongValue0123456789abc" },
+      args = { "--secret", "WRONG_TOKEN@wrong.test:" .. https_port } })
+    assert.are.equal(0, status, out)
+    assert.matches("wrong:\ncorral: the certificate of wrong.test does not verify: hostname mismatch (it names "
+      .. "another host)", out, 1, true)
+    assert.matches("right:\nok GET /right", out, 1, true)
+    -- without the test's CA, the same server is refused, saying which flag trusts it
+    out, status = run(script, { no_ca = true })
+    assert.are.equal(0, status, out)
+    assert.matches("right:\ncorral: the certificate of api.test does not verify: unable to get local issuer "
+      .. "certificate (--ca-file adds a CA to trust)", out, 1, true)
+    local paths = {}
+    for _, r in ipairs(requests("https.log")) do paths[#paths + 1] = r.path end
+    assert.are.same({ "/right" }, paths)
+  end)
+
+  it("refuses bad --secret, --secret-file and --ca-file values naming the flag (exit 2)", function()
+    local file = dir .. "/token"
+    h.write(file, REAL .. "\n")
+    os.execute("chmod 644 " .. file)
+    local base = { "--allow", "api.test:443", "--resolve", "api.test=127.0.0.1", "--internal", "127.0.0.0/8" }
+    local cases = {
+      { { "--secret", "GITHUB_TOKEN@api.test" }, "--secret", "give --allow", true },
+      { { "--secret", "NOPE_UNSET@api.test" }, "--secret", "NOPE_UNSET is not set in corral's environment" },
+      { { "--secret", "GITHUB_TOKEN" }, "--secret", "expected NAME@HOST" },
+      { { "--secret", "GITHUB_TOKEN@10.0.0.1" }, "--secret", "bind a name, not an address" },
+      { { "--secret", "GITHUB_TOKEN@api.test:0" }, "--secret", "a port is 1-65535" },
+      { { "--secret", "SHORT@api.test" }, "--secret", "shorter than 8 characters" },
+      { { "--secret-file", "T=" .. file .. "@api.test" }, "--secret-file", "lets others read it; chmod 600 it" },
+      { { "--secret-file", "T=" .. dir .. "@api.test" }, "--secret-file", "not a regular file" },
+      { { "--secret", "GITHUB_TOKEN@api.test", "--env", "GITHUB_TOKEN" }, "--env", "is bound by --secret" },
+      { { "--ca-file", dir .. "/ca.pem" }, "--ca-file", "give --secret too" },
+    }
+    for _, c in ipairs(cases) do
+      local argv = { "env", "GITHUB_TOKEN=" .. REAL, "SHORT=abc", h.host, "run" }
+      if not c[4] then table.move(base, 1, #base, #argv + 1, argv) end
+      table.move(c[1], 1, #c[1], #argv + 1, argv)
+      table.move({ "--", "true" }, 1, 2, #argv + 1, argv)
+      local out, status = h.capture(argv)
+      assert.are.equal(2, status, table.concat(c[1], " ") .. ": " .. out)
+      assert.matches(c[2] .. ": ", out, 1, true)
+      assert.matches(c[3], out, 1, true)
+      assert.is_nil(out:find(REAL, 1, true))
+    end
+    -- control: the same file, 0600, is taken
+    os.execute("chmod 600 " .. file)
+    local argv = { h.host, "run" }
+    table.move(base, 1, #base, #argv + 1, argv)
+    table.move({ "--secret-file", "T=" .. file .. "@api.test", "--", "sh", "-c", "echo ${#T} ${T%%_*}" }, 1, 6,
+      #argv + 1, argv)
+    local out, status = h.capture(argv)
+    assert.are.equal(0, status, out)
+    assert.matches("^" .. #REAL .. " ghp\n", out)
+  end)
+end)
