@@ -139,6 +139,15 @@ connection, and a Host inside TLS (domain fronting behind an allowed SNI), are n
 seen. --learn FILE answers every name, denies and records every connection, and writes
 the suggested allowlist to FILE for --allow-file.
 
+--secret NAME@HOST[:PORT][,HOST...] (the value from corral's own $NAME; --secret-file
+NAME=PATH@HOST... from a 0600 file of yours) gives the tenant NAME holding a stand-in of
+the same shape; TLS to each HOST (port 443 unless written) is terminated under a per-run
+CA the tenant trusts, every HTTP/1.1 request on it must name HOST, and the value replaces
+the stand-in in request headers only. The stand-in in a URL, a body, a header toward
+another host, plain HTTP or a DNS name is refused (403 where a request is visible) and
+logged as a leak. Upstream certificates are verified against the host's store
+(--ca-file FILE adds a CA). README.md, "Secrets the tenant never holds".
+
 A flag that cannot apply is refused (exit 2), naming it: --internal, --resolve, --link,
 --idle, --max-connections and --sni without an --allow entry; --idle, --max-connections
 and --sni when every entry is udp:, --sni when none names a host; --udp-idle and
