@@ -152,29 +152,17 @@ static int write_all(SSL *s, int fd, const char *p, size_t n)
     return 0;
 }
 
-/* The 403 (or 400) a refused request gets: why, in words a client's user can act on. */
-static void answer(struct conn *c, const struct corral_intercept_event *ev)
+/* The answer corral itself gives the tenant: status, and why in words a client's user
+ * (or an agent reading its output) can act on; the connection ends after it. */
+static void answer(struct conn *c, int status, const char *prefix, const char *why)
 {
+    const char *text = status == 400 ? "Bad Request" : status == 502 ? "Bad Gateway" : "Forbidden";
     char body[CORRAL_INTERCEPT_TEXT * 4], msg[sizeof body + 256];
-    snprintf(body, sizeof body, "corral: request refused: %s\n", ev->reason);
-    int n =
-        snprintf(msg, sizeof msg,
-                 "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                 ev->status, ev->status == 400 ? "Bad Request" : "Forbidden", strlen(body), body);
-    write_all(c->cs, c->client, msg, (size_t)n);
-}
-
-static void answer_failure(struct conn *c, const char *why)
-{
-    struct corral_intercept_event ev = {.status = 502};
-    snprintf(ev.reason, sizeof ev.reason, "%s", why);
-    char body[CORRAL_INTERCEPT_TEXT * 4], msg[sizeof body + 256];
-    snprintf(body, sizeof body, "corral: %s\n", ev.reason);
+    snprintf(body, sizeof body, "corral: %s%s\n", prefix, why);
     int n = snprintf(msg, sizeof msg,
-                     "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     strlen(body), body);
+                     status, text, strlen(body), body);
     write_all(c->cs, c->client, msg, (size_t)n);
 }
 
@@ -228,7 +216,7 @@ static int open_legs(struct conn *c)
                      ERR_reason_error_string(ERR_peek_last_error())
                          ?: "the server ended the connection");
         emit_failure(c, why);
-        answer_failure(c, why);
+        answer(c, 502, "", why);
         return -1;
     }
     return 0;
@@ -263,7 +251,7 @@ static int forward_request(struct conn *c, const char *p, size_t n)
     if (r == 0) return sent;
     if (r == -ENOMEM) return -1;
     emit(c->ic, &ev, c->id);
-    if (!corral_http1_awaiting(c->http)) answer(c, &ev);
+    if (!corral_http1_awaiting(c->http)) answer(c, ev.status, "request refused: ", ev.reason);
     return -1;
 }
 
