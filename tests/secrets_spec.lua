@@ -124,6 +124,9 @@ print("py:" + u.urlopen(u.Request("https://api.test:%s/py" % os.environ["P"],
     assert.matches("py:ok GET /py", out, 1, true)
     assert.matches("hello", out, 1, true) -- git's clone, with the token as its password
     assert.matches("bundle=/etc/ssl/certs/ca-certificates.crt", out, 1, true)
+    -- the summary counts the requests and those that carried the value
+    local n, used = out:match("terminated TLS: api%.test: (%d+) requests, (%d+) with a secret put in")
+    assert.truthy(n and tonumber(n) >= 4 and tonumber(used) >= 3, out)
     local dump = assert(h.read(storage .. "/dump"))
     assert.truthy(#dump > 10000 and dump:find(stand_in, 1, true), "the dump holds the stand-in")
     assert.is_nil(dump:find(REAL, 1, true), "the real value is readable inside")
