@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -416,6 +418,9 @@ int corral_intercept_start(struct corral_intercept *ic, int client_fd, const cha
     struct conn *c = calloc(1, sizeof *c);
     int r = !c ? -ENOMEM : strlen(name) >= sizeof c->name ? -ENAMETOOLONG : 0;
     if (r == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) r = -errno;
+    /* each TLS record is written whole: no reason to wait for the peer's ACK (Nagle) */
+    int one = 1;
+    setsockopt(client_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (r == 0 && (fcntl(client_fd, F_SETFL, fcntl(client_fd, F_GETFL) | O_NONBLOCK) < 0 ||
                    fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0))
         r = -errno;
