@@ -237,6 +237,23 @@ PY
     assert.are.same({ "/right" }, paths)
   end)
 
+  it("holds under bwrap too: the value toward the bound host, a refusal then its control", function()
+    if not os.execute("command -v bwrap >/dev/null") then return pending("bwrap is not installed") end
+    reset_logs()
+    local out, status = run([[
+      echo "query:"; curl -sS "https://api.test:$P/bq?t=$GITHUB_TOKEN"
+      echo "control:"; curl -sS https://api.test:$P/bcontrol -H "Authorization: token $GITHUB_TOKEN"
+      cat /proc/[0-9]*/environ | grep -c "$GITHUB_TOKEN" >/dev/null && echo "standin-seen"
+    ]], { args = { "--mechanism", "bwrap" } })
+    assert.are.equal(0, status, out)
+    assert.matches("query:\ncorral: request refused: a secret's stand-in in the URL", out, 1, true)
+    assert.matches("control:\nok GET /bcontrol", out, 1, true)
+    assert.matches("standin-seen", out, 1, true)
+    local got = {}
+    for _, r in ipairs(requests("https.log")) do got[#got + 1] = r.path .. " " .. (r.headers.Authorization or "") end
+    assert.are.same({ "/bcontrol token " .. REAL }, got)
+  end)
+
   it("refuses bad --secret, --secret-file and --ca-file values naming the flag (exit 2)", function()
     local file = dir .. "/token"
     h.write(file, REAL .. "\n")
