@@ -70,7 +70,7 @@ HOST_LIBS = $(call libflag,$(LUA_LIBDIR)) $(call libflag,$(CAP_LIBDIR)) $(call l
 # sign.c and its binding link libcrypto: they are built into corral/sign.so alone
 SIGN_SRC := core/lib/sign.c core/lua/l_sign.c
 # TLS termination for bound secrets links libssl and libhttp_parser: corral/tls.so alone
-TLS_LIB  := core/lib/tls_ca.c core/lib/http1.c core/lib/intercept.c
+TLS_LIB  := core/lib/tls_ca.c core/lib/standin.c core/lib/http1.c core/lib/intercept.c
 TLS_SRC  := $(TLS_LIB) core/lua/l_tls.c
 LIB_SRC  := $(filter-out $(SIGN_SRC) $(TLS_SRC),$(sort $(wildcard core/lib/*.c)))
 BIND_SRC := $(filter-out $(SIGN_SRC) $(TLS_SRC),$(sort $(wildcard core/lua/*.c)))

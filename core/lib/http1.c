@@ -15,7 +15,6 @@
 #include <strings.h>
 
 #include <http_parser.h>
-#include <openssl/evp.h>
 
 #include "http1.h"
 
@@ -30,7 +29,7 @@ struct pending {
 };
 
 struct corral_http1 {
-    const struct corral_http1_conf *conf;
+    const struct corral_conn_conf *conf;
     http_parser req, resp;
     /* the request being read */
     struct corral_buf url, field, value, head, body;
@@ -48,36 +47,6 @@ struct corral_http1 {
     struct corral_intercept_event *done;
     size_t ndone, maxdone;
 };
-
-int corral_buf_add(struct corral_buf *b, const void *p, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) return -ENOMEM;
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
-
-void corral_buf_free(struct corral_buf *b)
-{
-    free(b->p);
-    b->p = NULL;
-    b->n = b->cap = 0;
-}
-
-static void buf_clear(struct corral_buf *b)
-{
-    b->n = 0;
-    if (b->p) b->p[0] = '\0';
-}
 
 static struct corral_http1 *of(http_parser *p)
 {
@@ -97,118 +66,6 @@ __attribute__((format(printf, 3, 4))) static int refuse(struct corral_http1 *h, 
     return -1;
 }
 
-static bool bound_to(const struct corral_intercept_secret *s, const char *name)
-{
-    for (size_t i = 0; i < s->n_hosts; i++)
-        if (strcasecmp(s->hosts[i], name) == 0) return true;
-    return false;
-}
-
-static bool holds(const char *p, size_t n, const char *needle)
-{
-    return memmem(p, n, needle, strlen(needle)) != NULL;
-}
-
-/* Replaces every occurrence of from in b by to. */
-static int replace_all(struct corral_buf *b, const char *from, const char *to)
-{
-    struct corral_buf o = {0};
-    size_t fl = strlen(from), tl = strlen(to);
-    const char *s = b->p, *end = b->p + b->n, *hit;
-    while ((hit = memmem(s, (size_t)(end - s), from, fl))) {
-        if (corral_buf_add(&o, s, (size_t)(hit - s)) < 0 || corral_buf_add(&o, to, tl) < 0)
-            goto oom;
-        s = hit + fl;
-    }
-    if (corral_buf_add(&o, s, (size_t)(end - s)) < 0) goto oom;
-    corral_buf_free(b);
-    *b = o;
-    return 0;
-oom:
-    corral_buf_free(&o);
-    return -ENOMEM;
-}
-
-/* Basic credentials (user:password, base64): decoded into out, or -1 when value is not
- * "Basic <base64>". */
-static int basic_decode(const struct corral_buf *value, struct corral_buf *out)
-{
-    if (value->n < 7 || strncasecmp(value->p, "Basic ", 6) != 0) return -1;
-    const char *b64 = value->p + 6;
-    while (*b64 == ' ')
-        b64++;
-    size_t n = strlen(b64);
-    while (n && (b64[n - 1] == ' ' || b64[n - 1] == '\t'))
-        n--;
-    if (n == 0 || n % 4) return -1;
-    unsigned char *raw = malloc(n);
-    if (!raw) return -1;
-    int len = EVP_DecodeBlock(raw, (const unsigned char *)b64, (int)n);
-    if (len < 0) {
-        free(raw);
-        return -1;
-    }
-    len -= (b64[n - 1] == '=') + (b64[n - 2] == '='); /* DecodeBlock counts the padding */
-    int r = corral_buf_add(out, raw, (size_t)len);
-    free(raw);
-    return r;
-}
-
-static int basic_encode(struct corral_buf *value, const struct corral_buf *plain)
-{
-    size_t n = 4 * ((plain->n + 2) / 3) + 1;
-    unsigned char *b64 = malloc(n);
-    if (!b64) return -ENOMEM;
-    EVP_EncodeBlock(b64, (const unsigned char *)plain->p, (int)plain->n);
-    buf_clear(value);
-    int r = corral_buf_add(value, "Basic ", 6);
-    if (r == 0) r = corral_buf_add(value, b64, strlen((char *)b64));
-    free(b64);
-    return r;
-}
-
-/* The secrets in one header's value: each stand-in replaced by its value where the secret
- * is bound to this connection's name, refused where it is not. */
-static int substitute(struct corral_http1 *h, const char *field, struct corral_buf *value)
-{
-    const struct corral_http1_conf *c = h->conf;
-    struct corral_buf plain = {0};
-    bool basic = strcasecmp(field, "authorization") == 0 && basic_decode(value, &plain) == 0;
-    int r = 0;
-    for (size_t i = 0; i < c->n_secrets && r == 0; i++) {
-        const struct corral_intercept_secret *s = &c->secrets[i];
-        bool in_value = holds(value->p, value->n, s->stand_in);
-        bool in_basic = basic && holds(plain.p, plain.n, s->stand_in);
-        if (!in_value && !in_basic) continue;
-        if (!bound_to(s, c->name)) {
-            r = refuse(h, 1,
-                       "a secret's stand-in in header %s toward %s, a host that secret is not "
-                       "bound to (--secret NAME@%s would admit it)",
-                       field, c->name, c->name);
-            break;
-        }
-        h->secret_used = true;
-        if (in_value) r = replace_all(value, s->stand_in, s->value);
-        if (r == 0 && in_basic) {
-            r = replace_all(&plain, s->stand_in, s->value);
-            if (r == 0) r = basic_encode(value, &plain);
-        }
-    }
-    corral_buf_free(&plain);
-    return r;
-}
-
-/* Whether a Host value names the connection's host (and its port, when it gives one). */
-static bool host_matches(const struct corral_http1_conf *c, const char *v)
-{
-    size_t nl = strlen(c->name);
-    if (strncasecmp(v, c->name, nl) != 0) return false;
-    if (v[nl] == '\0' || (v[nl] == '.' && v[nl + 1] == '\0')) return true;
-    char port[16];
-    snprintf(port, sizeof port, ":%d", c->port);
-    return strcmp(v + nl, port) == 0;
-}
-
 static int end_header(struct corral_http1 *h)
 {
     if (!h->in_value) return 0;
@@ -218,30 +75,37 @@ static int end_header(struct corral_http1 *h)
         if (h->host_seen)
             return refuse(h, 0, "two Host headers on a connection to %s", h->conf->name);
         h->host_seen = true;
-        if (!host_matches(h->conf, h->value.p ? h->value.p : ""))
+        if (!corral_standin_host_matches(h->conf, h->value.p ? h->value.p : ""))
             return refuse(h, 0,
                           "Host %.200s on a connection to %s (each request on it must name %s)",
                           h->value.p ? h->value.p : "", h->conf->name, h->conf->name);
     }
     if (strcasecmp(f, "expect") == 0) h->expect = true;
     if (!h->value.p) corral_buf_add(&h->value, "", 0);
-    if (substitute(h, f, &h->value) != 0) return -1;
+    bool used = false;
+    int r = corral_standin_header(h->conf, f, &h->value, &used, h->why, sizeof h->why);
+    h->secret_used |= used;
+    if (r == 1) {
+        h->status = 403;
+        h->leak = 1;
+    }
+    if (r != 0) return -1;
     if (corral_buf_add(&h->head, h->field.p, h->field.n) < 0 ||
         corral_buf_add(&h->head, ": ", 2) < 0 ||
         corral_buf_add(&h->head, h->value.p, h->value.n) < 0 ||
         corral_buf_add(&h->head, "\r\n", 2) < 0)
         return -1;
-    buf_clear(&h->field);
-    buf_clear(&h->value);
+    corral_buf_clear(&h->field);
+    corral_buf_clear(&h->value);
     return h->head.n > HEAD_MAX ? refuse(h, 0, "request head over %d bytes", HEAD_MAX) : 0;
 }
 
 static int on_message_begin(http_parser *p)
 {
     struct corral_http1 *h = of(p);
-    buf_clear(&h->url);
-    buf_clear(&h->head);
-    buf_clear(&h->body);
+    corral_buf_clear(&h->url);
+    corral_buf_clear(&h->head);
+    corral_buf_clear(&h->body);
     h->in_value = h->host_seen = h->expect = h->secret_used = h->headed = h->current = false;
     h->bytes_up = 0;
     return 0;
@@ -266,15 +130,6 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     return corral_buf_add(&h->value, at, n);
 }
 
-/* Whether any stand-in is in p[0..n) — the target, a body — where none may be. */
-static const struct corral_intercept_secret *stand_in_in(const struct corral_http1 *h,
-                                                         const char *p, size_t n)
-{
-    for (size_t i = 0; i < h->conf->n_secrets; i++)
-        if (holds(p, n, h->conf->secrets[i].stand_in)) return &h->conf->secrets[i];
-    return NULL;
-}
-
 /* What a pending entry logs: the target without its query. */
 static void path_of(const struct corral_buf *url, char *out, size_t size)
 {
@@ -288,8 +143,8 @@ static int flush(struct corral_http1 *h)
     if (corral_buf_add(h->out, h->head.p, h->head.n) < 0 ||
         corral_buf_add(h->out, h->body.p, h->body.n) < 0)
         return -1;
-    buf_clear(&h->head);
-    buf_clear(&h->body);
+    corral_buf_clear(&h->head);
+    corral_buf_clear(&h->body);
     h->headed = true;
     return 0;
 }
@@ -308,7 +163,7 @@ static int on_headers_complete(http_parser *p)
                       p->upgrade ? "Upgrade" : "CONNECT", h->conf->name);
     if (url[0] != '/' && !(p->method == HTTP_OPTIONS && strcmp(url, "*") == 0))
         return refuse(h, 0, "target %.100s is not a path on %s", url, h->conf->name);
-    if (stand_in_in(h, h->url.p, h->url.n))
+    if (corral_standin_in(h->conf, h->url.p, h->url.n))
         return refuse(h, 1,
                       "a secret's stand-in in the URL toward %s: a secret is put only in request "
                       "headers, never in a URL (it would reach logs and referrers)",
@@ -345,7 +200,7 @@ static int on_body(http_parser *p, const char *at, size_t n)
     if (corral_buf_add(&seam, h->body.p ? h->body.p + h->body.n - tail : "", tail) < 0 ||
         corral_buf_add(&seam, at, n < 128 ? n : 128) < 0)
         return -1;
-    bool found = stand_in_in(h, at, n) || stand_in_in(h, seam.p, seam.n);
+    bool found = corral_standin_in(h->conf, at, n) || corral_standin_in(h->conf, seam.p, seam.n);
     corral_buf_free(&seam);
     if (found)
         return refuse(h, 1,
@@ -361,7 +216,7 @@ static int on_body(http_parser *p, const char *at, size_t n)
     }
     if (corral_buf_add(&h->body, at, n) < 0) return -1;
     if ((p->flags & F_CHUNKED) && corral_buf_add(&h->body, "\r\n", 2) < 0) return -1;
-    return h->head.n + h->body.n > CORRAL_HTTP1_HOLD_MAX ? flush(h) : 0;
+    return h->head.n + h->body.n > CORRAL_HOLD_MAX ? flush(h) : 0;
 }
 
 static int on_message_complete(http_parser *p)
@@ -425,7 +280,7 @@ static const http_parser_settings RESP = {
     .on_message_complete = resp_complete,
 };
 
-struct corral_http1 *corral_http1_new(const struct corral_http1_conf *conf)
+struct corral_http1 *corral_http1_new(const struct corral_conn_conf *conf)
 {
     struct corral_http1 *h = calloc(1, sizeof *h);
     if (!h) return NULL;

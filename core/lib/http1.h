@@ -11,31 +11,12 @@
 
 #include <stddef.h>
 
-#include "intercept.h"
-
-/* A growable byte buffer. */
-struct corral_buf {
-    char *p;
-    size_t n, cap;
-};
-
-int corral_buf_add(struct corral_buf *b, const void *p, size_t n);
-void corral_buf_free(struct corral_buf *b);
+#include "standin.h"
 
 struct corral_http1;
 
-struct corral_http1_conf {
-    const char *name; /* the connection's host: every Host must name it */
-    int port;
-    const struct corral_intercept_secret *secrets;
-    size_t n_secrets;
-};
-
-/* Most a request's head and held body may buffer before its bytes start to leave. */
-#define CORRAL_HTTP1_HOLD_MAX (1024 * 1024)
-
 /* A parser pair for one connection (conf is kept, not copied); NULL without memory. */
-struct corral_http1 *corral_http1_new(const struct corral_http1_conf *conf);
+struct corral_http1 *corral_http1_new(const struct corral_conn_conf *conf);
 void corral_http1_free(struct corral_http1 *h);
 
 /*

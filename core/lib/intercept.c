@@ -60,7 +60,7 @@ struct conn {
     char name[256];
     SSL *cs, *us;
     struct corral_http1 *http;
-    struct corral_http1_conf conf;
+    struct corral_conn_conf conf;
 };
 
 static int64_t now_ms(void)
@@ -295,7 +295,7 @@ static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     struct corral_intercept *ic = c->ic;
-    c->conf = (struct corral_http1_conf){c->name, c->port, ic->secrets, ic->n_secrets};
+    c->conf = (struct corral_conn_conf){c->name, c->port, ic->secrets, ic->n_secrets};
     c->http = corral_http1_new(&c->conf);
     if (c->http && open_legs(c) == 0) relay_legs(c);
     corral_http1_free(c->http);
