@@ -70,7 +70,7 @@ HOST_LIBS = $(call libflag,$(LUA_LIBDIR)) $(call libflag,$(CAP_LIBDIR)) $(call l
 # sign.c and its binding link libcrypto: they are built into corral/sign.so alone
 SIGN_SRC := core/lib/sign.c core/lua/l_sign.c
 # TLS termination for bound secrets links libssl and libhttp_parser: corral/tls.so alone
-TLS_LIB  := core/lib/tls_ca.c core/lib/standin.c core/lib/http1.c core/lib/intercept.c
+TLS_LIB  := core/lib/tls_ca.c core/lib/standin.c core/lib/http1.c core/lib/h2.c core/lib/intercept.c
 TLS_SRC  := $(TLS_LIB) core/lua/l_tls.c
 LIB_SRC  := $(filter-out $(SIGN_SRC) $(TLS_SRC),$(sort $(wildcard core/lib/*.c)))
 BIND_SRC := $(filter-out $(SIGN_SRC) $(TLS_SRC),$(sort $(wildcard core/lua/*.c)))
@@ -143,14 +143,14 @@ $(SIGN_SO): $(BUILD)/obj/lua/l_sign.o $(BUILD)/obj/lib/sign.o
 	@echo "  LD      $@"
 	@$(CC) $(LIBFLAG) $(SAN) $(LDFLAGS) -o $@ $^ $(call libflag,$(CRYPTO_LIBDIR)) -lcrypto
 
-# Secrets' TLS termination (core/lib/intercept.h): libssl, libcrypto and libhttp_parser,
+# Secrets' TLS termination (core/lib/intercept.h): libssl, libcrypto, libhttp_parser, libnghttp2,
 # mapped only by a run that binds a secret (`require "corral.tls"`), for the same reason.
 TLS_OBJ := $(TLS_LIB:core/lib/%.c=$(BUILD)/obj/lib/%.o) $(BUILD)/obj/lua/l_tls.o
 $(TLS_SO): $(TLS_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(LIBFLAG) $(SAN) $(LDFLAGS) -o $@ $^ $(call libflag,$(CRYPTO_LIBDIR)) -lssl -lcrypto \
-	    -lhttp_parser -lpthread
+	    -lhttp_parser -lnghttp2 -lpthread
 
 $(BUILD)/tests/test_sign: tests/c/test_sign.c $(CTEST_HDR) $(HEADERS) $(BUILD)/obj/lib/sign.o $(LIBCORE)
 	@mkdir -p $(dir $@)

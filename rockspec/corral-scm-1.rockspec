@@ -29,6 +29,7 @@ external_dependencies = {
    -- corral/tls.so alone (--secret's TLS termination)
    SSL = { header = "openssl/ssl.h", library = "ssl" },
    HTTP_PARSER = { header = "http_parser.h", library = "http_parser" },
+   NGHTTP2 = { header = "nghttp2/nghttp2.h", library = "nghttp2" },
 }
 build = {
    type = "make",

@@ -9,7 +9,7 @@ local REAL = "ghp_RealValue0123456789abcdefABCDEFghij42"
 local OTHER = "sk-ant-OtherValue0123456789abcdefXYZ"
 
 describe("secrets #netns", function()
-  local dir, https_port, http_port, servers
+  local dir, https_port, http_port, h2_port, servers
 
   local function sh(script)
     local out, status = h.sh(script)
@@ -18,8 +18,8 @@ describe("secrets #netns", function()
   end
 
   -- A server of tests/fixtures/secrets_server.py in the background; its pid.
-  local function start_server(port, log, tls)
-    local cmd = string.format("/usr/bin/python3 %s/tests/fixtures/secrets_server.py %d %s %s %s/bare%s",
+  local function start_server(port, log, tls, cmd)
+    cmd = cmd or string.format("/usr/bin/python3 %s/tests/fixtures/secrets_server.py %d %s %s %s/bare%s",
       os.getenv("PWD"), port, log, REAL, dir, tls and (" " .. dir .. "/srv.pem " .. dir .. "/srv.key") or "")
     local p = assert(io.popen(cmd .. " > " .. log .. ".out 2>&1 & echo $!"))
     local pid = p:read("l")
@@ -41,8 +41,13 @@ describe("secrets #netns", function()
       git init -q --bare bare && git init -q work && cd work && echo hello > README && git add README && \
       git -c user.name=t -c user.email=t@t commit -qm first && git push -q ../bare HEAD:main 2>&1 && \
       cd ../bare && git symbolic-ref HEAD refs/heads/main && git update-server-info]], dir))
-    https_port, http_port = h.free_port(), h.free_port()
+    https_port, http_port, h2_port = h.free_port(), h.free_port(), h.free_port()
     servers = { start_server(https_port, dir .. "/https.log", true), start_server(http_port, dir .. "/http.log") }
+    if os.execute("command -v node >/dev/null") then
+      servers[3] = start_server(h2_port, dir .. "/h2.log", true,
+        string.format("node %s/tests/fixtures/secrets_h2_server.js %d %s %s/srv.pem %s/srv.key", os.getenv("PWD"),
+          h2_port, dir .. "/h2.log", dir, dir))
+    end
   end)
 
   teardown(function()
@@ -59,10 +64,11 @@ describe("secrets #netns", function()
     for _, e in ipairs(o.env or {}) do argv[#argv + 1] = e end
     for _, a in ipairs({ h.host, "run",
       "--allow", "api.test:" .. https_port, "--allow", "b.test:" .. https_port, "--allow", "wrong.test:" .. https_port,
-      "--allow", "plain.test:" .. http_port, "--allow", "*.api.test",
+      "--allow", "plain.test:" .. http_port, "--allow", "*.api.test", "--allow", "api.test:" .. h2_port,
       "--internal", "127.0.0.0/8", "--resolve", "api.test=127.0.0.1", "--resolve", "b.test=127.0.0.1",
       "--resolve", "wrong.test=127.0.0.1", "--resolve", "plain.test=127.0.0.1",
-      "--secret", "GITHUB_TOKEN@api.test:" .. https_port, "--secret", "OTHER_KEY@b.test:" .. https_port,
+      "--secret", "GITHUB_TOKEN@api.test:" .. https_port .. ",api.test:" .. h2_port,
+      "--secret", "OTHER_KEY@b.test:" .. https_port,
       "--log-json", dir .. "/events.jsonl" }) do
       argv[#argv + 1] = a
     end
@@ -70,9 +76,8 @@ describe("secrets #netns", function()
       argv[#argv + 1], argv[#argv + 2] = "--ca-file", dir .. "/ca.pem"
     end
     for _, a in ipairs(o.args or {}) do argv[#argv + 1] = a end
-    for _, a in ipairs({ "--", "sh", "-c", "P=" .. https_port .. "; Q=" .. http_port .. "; " .. script }) do
-      argv[#argv + 1] = a
-    end
+    local vars = string.format("P=%d; Q=%d; H=%d; ", https_port, http_port, h2_port)
+    for _, a in ipairs({ "--", "sh", "-c", vars .. script }) do argv[#argv + 1] = a end
     os.remove(dir .. "/events.jsonl")
     return h.capture(argv)
   end
@@ -90,7 +95,7 @@ describe("secrets #netns", function()
   end
 
   local function reset_logs()
-    for _, f in ipairs({ "https.log", "http.log" }) do h.write(dir .. "/" .. f, "") end
+    for _, f in ipairs({ "https.log", "http.log", "h2.log" }) do h.write(dir .. "/" .. f, "") end
   end
 
   it("gives the tenant a stand-in of the same shape, and the bound host the value, from curl, python, git and "
@@ -212,6 +217,56 @@ PY
       if e.verdict == "deny" and e.leak then leaks = leaks + 1 end
     end
     assert.truthy(leaks >= 6, "leaks logged: " .. leaks)
+  end)
+
+  it("checks every HTTP/2 stream: a second stream naming another :authority refused, the first and a later one "
+    .. "(controls) on the same connection answered with the value", function()
+    if not servers[3] then return pending("node is not installed (the HTTP/2 test server)") end
+    reset_logs()
+    local out, status = run([[
+      T=$GITHUB_TOKEN; W=' %{http_version} %{num_connects}\n'
+      curl -sS --http2 https://api.test:$H/one -H "Authorization: token $T" -w "$W" \
+        --next --http2 https://api.test:$H/two -H "Host: b.test" -w "$W" \
+        --next --http2 https://api.test:$H/three -H "Authorization: token $T" -w "$W"
+      echo "path:"; curl -sS --http2 "https://api.test:$H/p?t=$T"
+      echo "body:"; curl -sS --http2 https://api.test:$H/b -d "t=$T"
+      echo "trailers:"; curl -sS --http2 https://api.test:$H/trailers -d x=1 -D - -w "$W" |
+        tr -d '\r' | grep -E '^(ok|x-check| 2)'
+      echo "h1:"; curl -sS --http1.1 https://api.test:$H/h1 -H "Authorization: token $T" -w "$W"
+      echo "fallback:"; curl -sS --http2 https://api.test:$P/fallback -H "Authorization: token $T" -w "$W"
+    ]])
+    assert.are.equal(0, status, out)
+    assert.matches("ok h2.0 GET /one\n 2 1\n", out, 1, true)
+    assert.matches("corral: request refused: :authority b.test on a connection to api.test (each request on it must "
+      .. "name api.test)\n 2 0\n", out, 1, true)
+    assert.matches("ok h2.0 GET /three\n 2 0\n", out, 1, true) -- the same connection, after the refusal
+    assert.matches("path:\ncorral: request refused: a secret's stand-in in the URL toward api.test", out, 1, true)
+    assert.matches("body:\ncorral: request refused: a secret's stand-in in a request body toward api.test", out, 1,
+      true)
+    assert.matches("trailers:\nok h2.0 POST /trailers\nx-check: done\n 2 1", out, 1, true)
+    assert.matches("h1:\nok h1.1 GET /h1\n 1.1 1", out, 1, true)
+    -- a server without HTTP/2: the tenant is offered HTTP/1.1 alone
+    assert.matches("fallback:\nok GET /fallback\n 1.1 1", out, 1, true)
+    local got = {}
+    for _, r in ipairs(requests("h2.log")) do got[r.path:gsub("%?.*", "")] = r end
+    for _, p in ipairs({ "/two", "/p", "/b" }) do assert.is_nil(got[p], p .. " reached the server") end
+    assert.are.equal("token " .. REAL, got["/one"].headers.authorization)
+    assert.are.equal("token " .. REAL, got["/three"].headers.authorization)
+    assert.are.equal("2.0", got["/three"].version)
+    assert.are.equal("x=1", got["/trailers"].body)
+    assert.are.equal("token " .. REAL, got["/h1"].headers.authorization)
+    local denied, leaks, allowed = {}, 0, {}
+    for _, e in ipairs(events()) do
+      if e.kind == "request" and e.verdict == "deny" then
+        denied[e.path] = e.reason
+        leaks = leaks + (e.leak and 1 or 0)
+      end
+      if e.kind == "request" and e.verdict == "allow" then allowed[e.path] = e end
+    end
+    assert.matches(":authority b.test", denied["/two"] or "", 1, true)
+    assert.are.equal(2, leaks)
+    assert.truthy(allowed["/one"] and allowed["/one"].secret_used and allowed["/one"].status == 200)
+    assert.are.equal(3, allowed["/trailers"].bytes_up)
   end)
 
   it("refuses an upstream whose certificate names another host (control: the right one), and one no trusted CA "

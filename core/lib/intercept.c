@@ -26,6 +26,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "h2.h"
 #include "http1.h"
 #include "intercept.h"
 #include "tls_ca.h"
@@ -59,6 +60,9 @@ struct conn {
     int slot;
     char name[256];
     SSL *cs, *us;
+    int up_state; /* the server's handshake: 0 not yet, 1 done, -1 failed (up_why) */
+    bool h2;      /* both legs speak HTTP/2 */
+    char up_why[CORRAL_INTERCEPT_TEXT * 2];
     struct corral_http1 *http;
     struct corral_conn_conf conf;
 };
@@ -168,7 +172,10 @@ static void answer(struct conn *c, int status, const char *prefix, const char *w
     write_all(c->cs, c->client, msg, (size_t)n);
 }
 
-static void upstream_names(struct conn *c)
+static const unsigned char ALPN_H2[] = "\x02h2\x08http/1.1", ALPN_H1[] = "\x08http/1.1";
+
+/* The server's handshake, offering HTTP/2 when the tenant did; its name verified. */
+static void connect_upstream(struct conn *c, bool h2)
 {
     unsigned char bin[16];
     bool ip = inet_pton(AF_INET, c->name, bin) == 1 || inet_pton(AF_INET6, c->name, bin) == 1;
@@ -178,10 +185,52 @@ static void upstream_names(struct conn *c)
         SSL_set_tlsext_host_name(c->us, c->name);
         SSL_set1_host(c->us, c->name);
     }
+    if (h2) SSL_set_alpn_protos(c->us, ALPN_H2, sizeof ALPN_H2 - 1);
+    c->up_state = 1;
+    if (handshake(c->us, c->up, false) == 0) {
+        const unsigned char *sel;
+        unsigned len;
+        SSL_get0_alpn_selected(c->us, &sel, &len);
+        c->h2 = len == 2 && memcmp(sel, "h2", 2) == 0;
+        return;
+    }
+    c->up_state = -1;
+    long v = SSL_get_verify_result(c->us);
+    if (v != X509_V_OK)
+        snprintf(c->up_why, sizeof c->up_why, "the certificate of %s does not verify: %s%s",
+                 c->name, X509_verify_cert_error_string(v),
+                 v == X509_V_ERR_HOSTNAME_MISMATCH ? " (it names another host)"
+                                                   : " (--ca-file adds a CA to trust)");
+    else
+        snprintf(c->up_why, sizeof c->up_why, "TLS to %s upstream failed: %s", c->name,
+                 ERR_reason_error_string(ERR_peek_last_error())
+                     ?: "the server ended the connection");
+    ERR_clear_error();
 }
 
-/* Both handshakes: the tenant's under a leaf for the name, then the server's, verified.
- * Returns 0, or -1 with the failure logged (and, past the tenant's, answered). */
+/* The tenant's ALPN, chosen once the server has chosen its own: HTTP/2 to the tenant only
+ * over HTTP/2 to the server, so each leg's requests map one to one. */
+static int alpn_select(SSL *s, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned inlen, void *arg)
+{
+    (void)arg;
+    struct conn *c = SSL_get_app_data(s);
+    unsigned char *sel;
+    unsigned char len;
+    bool offers_h2 =
+        SSL_select_next_proto(&sel, &len, ALPN_H2, 3, in, inlen) == OPENSSL_NPN_NEGOTIATED;
+    if (c->up_state == 0) connect_upstream(c, offers_h2);
+    const unsigned char *want = c->h2 ? ALPN_H2 : ALPN_H1;
+    unsigned wlen = c->h2 ? 3 : sizeof ALPN_H1 - 1;
+    if (SSL_select_next_proto(&sel, outlen, want, wlen, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_NOACK;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* Both handshakes: the tenant's under a leaf for the name, the server's (verified) from
+ * inside it once the tenant's offer is known. Returns 0, or -1 with the failure logged
+ * (and, past the tenant's, answered). */
 static int open_legs(struct conn *c)
 {
     struct corral_intercept *ic = c->ic;
@@ -197,6 +246,7 @@ static int open_legs(struct conn *c)
         emit_failure(c, "TLS could not be set up (out of memory, or too many names)");
         return -1;
     }
+    SSL_set_app_data(c->cs, c);
     if (handshake(c->cs, c->client, true) < 0) {
         char why[CORRAL_INTERCEPT_TEXT * 2];
         snprintf(why, sizeof why, "the tenant's TLS handshake for %s failed: %s", c->name,
@@ -204,21 +254,10 @@ static int open_legs(struct conn *c)
         emit_failure(c, why);
         return -1;
     }
-    upstream_names(c);
-    if (handshake(c->us, c->up, false) < 0) {
-        long v = SSL_get_verify_result(c->us);
-        char why[CORRAL_INTERCEPT_TEXT * 2];
-        if (v != X509_V_OK)
-            snprintf(why, sizeof why, "the certificate of %s does not verify: %s%s", c->name,
-                     X509_verify_cert_error_string(v),
-                     v == X509_V_ERR_HOSTNAME_MISMATCH ? " (it names another host)"
-                                                       : " (--ca-file adds a CA to trust)");
-        else
-            snprintf(why, sizeof why, "TLS to %s upstream failed: %s", c->name,
-                     ERR_reason_error_string(ERR_peek_last_error())
-                         ?: "the server ended the connection");
-        emit_failure(c, why);
-        answer(c, 502, "", why);
+    if (c->up_state == 0) connect_upstream(c, false);
+    if (c->up_state < 0) {
+        emit_failure(c, c->up_why);
+        answer(c, 502, "", c->up_why);
         return -1;
     }
     return 0;
@@ -291,13 +330,66 @@ static void relay_legs(struct conn *c)
     }
 }
 
+static void emit_h2(struct conn *c, struct corral_h2 *h)
+{
+    struct corral_intercept_event ev[8];
+    size_t k;
+    while ((k = corral_h2_take(h, ev, 8)))
+        for (size_t i = 0; i < k; i++)
+            emit(c->ic, &ev[i], c->id);
+}
+
+/* Both legs' HTTP/2 sessions: what each sends fed to h, what h has for each written. */
+static void relay_h2(struct conn *c)
+{
+    struct corral_h2 *h = corral_h2_new(&c->conf);
+    struct corral_buf to_tenant = {0}, to_up = {0};
+    char buf[16384];
+    bool up_open = true;
+    while (h && corral_h2_output(h, &to_tenant, &to_up) == 0) {
+        if (up_open && to_up.n && write_all(c->us, c->up, to_up.p, to_up.n) < 0) {
+            up_open = false;
+            corral_h2_upstream_ended(h);
+        }
+        if (to_tenant.n && write_all(c->cs, c->client, to_tenant.p, to_tenant.n) < 0) break;
+        corral_buf_clear(&to_tenant);
+        corral_buf_clear(&to_up);
+        emit_h2(c, h);
+        if (corral_h2_done(h) || c->ic->closing) break;
+        struct pollfd p[2] = {{c->client, POLLIN, 0}, {c->up, up_open ? POLLIN : 0, 0}};
+        bool pending = SSL_pending(c->cs) || (up_open && SSL_pending(c->us));
+        if (poll(p, 2, pending ? 0 : -1) < 0 && errno != EINTR) break;
+        if (p[0].revents || SSL_pending(c->cs)) {
+            int n = read_leg(c->cs, buf, sizeof buf);
+            if (n < 0) break;
+            if (n > 0) corral_h2_from_tenant(h, buf, (size_t)n);
+        }
+        if (up_open && (p[1].revents || SSL_pending(c->us))) {
+            int n = read_leg(c->us, buf, sizeof buf);
+            if (n < 0 || (n > 0 && corral_h2_from_upstream(h, buf, (size_t)n) < 0)) {
+                up_open = false;
+                corral_h2_upstream_ended(h);
+            }
+        }
+    }
+    if (h) emit_h2(c, h);
+    corral_h2_free(h);
+    corral_buf_free(&to_tenant);
+    corral_buf_free(&to_up);
+}
+
 static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     struct corral_intercept *ic = c->ic;
     c->conf = (struct corral_conn_conf){c->name, c->port, ic->secrets, ic->n_secrets};
     c->http = corral_http1_new(&c->conf);
-    if (c->http && open_legs(c) == 0) relay_legs(c);
+    if (c->http && open_legs(c) == 0) {
+        if (c->h2)
+            relay_h2(c);
+        else
+            relay_legs(c);
+    }
     corral_http1_free(c->http);
     SSL_free(c->cs);
     SSL_free(c->us);
@@ -312,19 +404,6 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-static int alpn_http1(SSL *s, const unsigned char **out, unsigned char *outlen,
-                      const unsigned char *in, unsigned inlen, void *arg)
-{
-    (void)s;
-    (void)arg;
-    static const unsigned char h1[] = "\x08http/1.1";
-    unsigned char *sel;
-    if (SSL_select_next_proto(&sel, outlen, h1, sizeof h1 - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
-        return SSL_TLSEXT_ERR_NOACK;
-    *out = sel;
-    return SSL_TLSEXT_ERR_OK;
-}
-
 static int make_contexts(struct corral_intercept *ic, const char *ca_file)
 {
     ic->server = SSL_CTX_new(TLS_server_method());
@@ -332,12 +411,11 @@ static int make_contexts(struct corral_intercept *ic, const char *ca_file)
     if (!ic->server || !ic->client) return -ENOMEM;
     SSL_CTX_set_min_proto_version(ic->server, TLS1_2_VERSION);
     SSL_CTX_set_min_proto_version(ic->client, TLS1_2_VERSION);
-    SSL_CTX_set_alpn_select_cb(ic->server, alpn_http1, NULL);
+    SSL_CTX_set_alpn_select_cb(ic->server, alpn_select, NULL);
     SSL_CTX_set_verify(ic->client, SSL_VERIFY_PEER, NULL);
     if (SSL_CTX_set_default_verify_paths(ic->client) != 1) return -EINVAL;
     if (ca_file && SSL_CTX_load_verify_locations(ic->client, ca_file, NULL) != 1) return -EINVAL;
-    static const unsigned char h1[] = "\x08http/1.1";
-    if (SSL_CTX_set_alpn_protos(ic->client, h1, sizeof h1 - 1) != 0) return -ENOMEM;
+    if (SSL_CTX_set_alpn_protos(ic->client, ALPN_H1, sizeof ALPN_H1 - 1) != 0) return -ENOMEM;
     SSL_CTX_set_mode(ic->server, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_mode(ic->client, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     return 0;
