@@ -269,6 +269,87 @@ PY
     assert.are.equal(3, allowed["/trailers"].bytes_up)
   end)
 
+  it("holds request rules (--allow https://HOST/PATH, --method) on HTTP/2 and HTTP/1.1, each refusal before its "
+    .. "control", function()
+    if not servers[3] then return pending("node is not installed (the HTTP/2 test server)") end
+    reset_logs()
+    local out, status = run([[
+      T=$GITHUB_TOKEN; A="Authorization: token $T"
+      echo "path:"; curl -sS --http2 https://api.test:$H/repos/other -H "$A"
+      echo "dot:"; curl -sS --http1.1 --path-as-is https://api.test:$H/repos/acme/../other -H "$A"
+      echo "method:"; curl -sS --http2 -X DELETE https://api.test:$H/repos/acme/p -H "$A"
+      echo "method1:"; curl -sS -X DELETE https://api.test:$P/elsewhere -H "$A"
+      echo "control:"; curl -sS --http2 https://api.test:$H/repos/acme/x -H "$A"
+      curl -sS --http1.1 https://api.test:$H/repos/acme/y -H "$A"
+      curl -sS -o /dev/null -w "head=%{http_code}\n" --http2 -I https://api.test:$H/repos/acme/z
+      curl -sS https://api.test:$P/elsewhere -H "$A"
+    ]], { args = { "--allow", "https://api.test:" .. h2_port .. "/repos/acme/*", "--method", "GET,HEAD" } })
+    assert.are.equal(0, status, out)
+    local where = "api.test:" .. h2_port
+    assert.matches("path:\ncorral: request refused: path /repos/other on " .. where .. " is under no --allow https://"
+      .. where .. "/... entry (--allow 'https://" .. where .. "/repos/other' would admit it)", out, 1, true)
+    assert.matches("dot:\ncorral: request refused: path /repos/acme/../other on " .. where .. " has a dot segment",
+      out, 1, true)
+    assert.matches("method:\ncorral: request refused: DELETE is not among --method GET,HEAD (--method GET,HEAD,"
+      .. "DELETE would admit it)", out, 1, true)
+    assert.matches("method1:\ncorral: request refused: DELETE is not among --method", out, 1, true)
+    assert.matches("control:\nok h2.0 GET /repos/acme/x\nok h1.1 GET /repos/acme/y\nhead=200\nok GET /elsewhere\n",
+      out, 1, true)
+    local got = {}
+    for _, f in ipairs({ "h2.log", "https.log" }) do
+      for _, r in ipairs(requests(f)) do got[#got + 1] = r.method .. " " .. r.path end
+    end
+    table.sort(got)
+    assert.are.same({ "GET /elsewhere", "GET /repos/acme/x", "GET /repos/acme/y", "HEAD /repos/acme/z" }, got)
+  end)
+
+  it("asks network.request (header names, never values) under the decide budget: a refusal, an exhausted budget, "
+    .. "then the control", function()
+    local corral = require "corral"
+    local list = assert(require("corral.egress.secrets").parse({ secret = { "GITHUB_TOKEN@api.test:" .. https_port } },
+      { GITHUB_TOKEN = REAL }))
+    reset_logs()
+    local seen, root = {}, h.tmpdir("secrets-hook")
+    os.execute("chmod 0711 " .. root)
+    local sb = assert(corral.sandbox({ id = "secrets-hook", storage_root = root, network = {
+      allow = { "api.test:" .. https_port }, internal = { "127.0.0.0/8" }, resolve = { ["api.test"] = "127.0.0.1" },
+      secrets = list, ca_file = dir .. "/ca.pem", budget = 5000,
+      request = function(r)
+        seen[#seen + 1] = r
+        if r.path == "/loop" then while true do end end
+        if r.path == "/deny" then return false, "no " .. r.method .. " here" end
+        return true
+      end } }))
+    local ok, err = corral.provision("native", sb)
+    if ok then
+      ok, err = corral.exec("native", sb, { "sh", "-c", string.format([[
+        A="Authorization: token $GITHUB_TOKEN"
+        echo "deny:"; curl -sS https://api.test:%d/deny -H "$A"
+        echo "loop:"; curl -sS https://api.test:%d/loop -H "$A"
+        echo "control:"; curl -sS https://api.test:%d/fine?q=1 -H "$A" -H "X-Trace: 1"
+      ]], https_port, https_port, https_port) }, { output = root .. "/out" })
+    end
+    corral.destroy("native", sb)
+    local out = h.read(root .. "/out") or ""
+    h.rmrf(root)
+    assert(ok, tostring(err and (err.detail or err.message) or err))
+    assert.matches("deny:\ncorral: request refused: refused by the network's request hook: no GET here", out, 1, true)
+    assert.matches("loop:\ncorral: request refused: refused by the network's request hook: request hook exceeded its "
+      .. "budget of 5000 instructions", out, 1, true)
+    assert.matches("control:\nok GET /fine?q=1", out, 1, true)
+    local got = {}
+    for _, r in ipairs(requests("https.log")) do got[#got + 1] = r.path .. " " .. r.headers.Authorization end
+    assert.are.same({ "/fine?q=1 token " .. REAL }, got)
+    -- the hook saw method, host, port, the path without its query and header names only
+    local last = seen[#seen]
+    assert.are.same({ "GET", "api.test", https_port, "/fine" }, { last.method, last.host, last.port, last.path })
+    table.sort(last.headers)
+    assert.are.same({ "accept", "authorization", "host", "user-agent", "x-trace" }, last.headers)
+    for _, r in ipairs(seen) do
+      for _, n in ipairs(r.headers) do assert.is_nil(n:find("ghp_", 1, true)) end
+    end
+  end)
+
   it("refuses an upstream whose certificate names another host (control: the right one), and one no trusted CA "
     .. "signed", function()
     reset_logs()
@@ -325,6 +406,12 @@ PY
       { { "--secret-file", "T=" .. dir .. "@api.test" }, "--secret-file", "not a regular file" },
       { { "--secret", "GITHUB_TOKEN@api.test", "--env", "GITHUB_TOKEN" }, "--env", "is bound by --secret" },
       { { "--ca-file", dir .. "/ca.pem" }, "--ca-file", "give --secret too" },
+      { { "--secret", "GITHUB_TOKEN@api.test", "--allow", "https://b.test/x" }, "--allow",
+        "https://b.test/x: a path is enforced only where TLS is terminated: bind a secret to b.test:443" },
+      { { "--secret", "GITHUB_TOKEN@api.test", "--allow", "http://api.test/x" }, "--allow",
+        "a path is enforced on https:// entries only" },
+      { { "--secret", "GITHUB_TOKEN@api.test", "--method", "GET,B@D" }, "--method", '"B@D" is not a method' },
+      { { "--method", "GET" }, "--method", "applies to requests on the hosts a --secret is bound to" },
     }
     for _, c in ipairs(cases) do
       local argv = { "env", "GITHUB_TOKEN=" .. REAL, "SHORT=abc", h.host, "run" }

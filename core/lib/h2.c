@@ -289,16 +289,26 @@ static int check_request(struct corral_h2 *h, struct stream *s)
                       "a secret's stand-in in the URL toward %s: a secret is put only in request "
                       "headers, never in a URL (it would reach logs and referrers)",
                       c->name);
+    struct corral_buf names = {0};
     for (size_t i = 0; i < s->req.n; i++) {
-        char why[CORRAL_INTERCEPT_TEXT * 2];
+        char why[CORRAL_INTERCEPT_TEXT * 3];
         if (s->req.name[i].p[0] == ':') continue;
+        if (corral_buf_add(&names, s->req.name[i].p, s->req.name[i].n) < 0 ||
+            corral_buf_add(&names, "\n", 1) < 0) {
+            corral_buf_free(&names);
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
         if (strcasecmp(s->req.name[i].p, "expect") == 0) s->expect = true;
         int r =
             corral_standin_header(c, s->req.name[i].p, &s->req.value[i], &s->used, why, sizeof why);
+        if (r != 0) corral_buf_free(&names);
         if (r == 1) return refuse(h, s, 1, "%s", why);
         if (r < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
-    return 0;
+    char why[CORRAL_INTERCEPT_TEXT * 3];
+    int ok = corral_standin_ask(c, method, path, names.p ? names.p : "", why, sizeof why);
+    corral_buf_free(&names);
+    return ok ? 0 : refuse(h, s, 0, "%s", why);
 }
 
 /* The request leaves: its headers, and its body as it comes. */

@@ -32,10 +32,10 @@ struct corral_http1 {
     const struct corral_conn_conf *conf;
     http_parser req, resp;
     /* the request being read */
-    struct corral_buf url, field, value, head, body;
+    struct corral_buf url, field, value, head, body, names;
     bool in_value, host_seen, expect, secret_used, headed, current;
     uint64_t bytes_up;
-    char why[CORRAL_INTERCEPT_TEXT * 2];
+    char why[CORRAL_INTERCEPT_TEXT * 3];
     int status, leak;
     struct corral_buf *out;
     /* requests sent, waiting for their responses (a ring) */
@@ -81,6 +81,8 @@ static int end_header(struct corral_http1 *h)
                           h->value.p ? h->value.p : "", h->conf->name, h->conf->name);
     }
     if (strcasecmp(f, "expect") == 0) h->expect = true;
+    if (corral_buf_add(&h->names, f, strlen(f)) < 0 || corral_buf_add(&h->names, "\n", 1) < 0)
+        return -1;
     if (!h->value.p) corral_buf_add(&h->value, "", 0);
     bool used = false;
     int r = corral_standin_header(h->conf, f, &h->value, &used, h->why, sizeof h->why);
@@ -106,6 +108,7 @@ static int on_message_begin(http_parser *p)
     corral_buf_clear(&h->url);
     corral_buf_clear(&h->head);
     corral_buf_clear(&h->body);
+    corral_buf_clear(&h->names);
     h->in_value = h->host_seen = h->expect = h->secret_used = h->headed = h->current = false;
     h->bytes_up = 0;
     return 0;
@@ -169,6 +172,12 @@ static int on_headers_complete(http_parser *p)
                       "headers, never in a URL (it would reach logs and referrers)",
                       h->conf->name);
     if (h->qlen == PENDING_MAX) return refuse(h, 0, "more than %d requests pipelined", PENDING_MAX);
+    if (!corral_standin_ask(h->conf, method, url, h->names.p ? h->names.p : "", h->why,
+                            sizeof h->why)) {
+        h->status = 403;
+        h->leak = 0;
+        return -1;
+    }
     char line[64 + 8];
     struct corral_buf head = {0};
     snprintf(line, sizeof line, "%s ", method);
@@ -294,7 +303,7 @@ struct corral_http1 *corral_http1_new(const struct corral_conn_conf *conf)
 void corral_http1_free(struct corral_http1 *h)
 {
     if (!h) return;
-    struct corral_buf *b[] = {&h->url, &h->field, &h->value, &h->head, &h->body};
+    struct corral_buf *b[] = {&h->url, &h->field, &h->value, &h->head, &h->body, &h->names};
     for (size_t i = 0; i < sizeof b / sizeof *b; i++)
         corral_buf_free(b[i]);
     free(h);

@@ -49,7 +49,18 @@ struct corral_intercept {
     struct corral_intercept_event *q;
     size_t qlen;
     uint64_t next_conn;
+    bool ask;
+    pthread_cond_t answered; /* on the monotonic clock */
+    struct ask *asks;        /* the requests waiting for an answer */
+    uint64_t next_ticket;
     int live[CONNS_MAX]; /* each live connection's client fd, to end them at free; -1 */
+};
+
+struct ask {
+    struct ask *next;
+    uint64_t ticket;
+    int state; /* 0 waiting, 1 allowed, 2 refused (why) */
+    char why[CORRAL_INTERCEPT_TEXT * 3];
 };
 
 struct conn {
@@ -94,6 +105,7 @@ static void release(struct corral_intercept *ic)
     free(ic->secrets);
     free(ic->q);
     close(ic->evfd);
+    pthread_cond_destroy(&ic->answered);
     pthread_mutex_destroy(&ic->lock);
     free(ic);
 }
@@ -108,6 +120,51 @@ static void emit(struct corral_intercept *ic, const struct corral_intercept_even
         uint64_t one = 1;
         (void)!write(ic->evfd, &one, sizeof one);
     }
+    pthread_mutex_unlock(&ic->lock);
+}
+
+/* The request in ev asked of the caller (corral_intercept_answer), this connection waiting
+ * up to CORRAL_INTERCEPT_ASK_MS; see corral_conn_conf.ask. */
+static int ask_caller(void *arg, struct corral_intercept_event *ev)
+{
+    struct conn *c = arg;
+    struct corral_intercept *ic = c->ic;
+    struct ask a = {0};
+    pthread_mutex_lock(&ic->lock);
+    a.ticket = ev->ticket = ++ic->next_ticket;
+    a.next = ic->asks;
+    ic->asks = &a;
+    pthread_mutex_unlock(&ic->lock);
+    emit(ic, ev, c->id);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += CORRAL_INTERCEPT_ASK_MS / 1000;
+    pthread_mutex_lock(&ic->lock);
+    int r = 0;
+    while (!a.state && !ic->closing && r != ETIMEDOUT)
+        r = pthread_cond_timedwait(&ic->answered, &ic->lock, &until);
+    for (struct ask **p = &ic->asks; *p; p = &(*p)->next)
+        if (*p == &a) {
+            *p = a.next;
+            break;
+        }
+    pthread_mutex_unlock(&ic->lock);
+    if (a.state == 1) return 1;
+    snprintf(ev->reason, sizeof ev->reason, "%s",
+             a.state == 2 ? a.why : "the request rules gave no answer within 10 s");
+    return 0;
+}
+
+void corral_intercept_answer(struct corral_intercept *ic, uint64_t ticket, int allow,
+                             const char *why)
+{
+    pthread_mutex_lock(&ic->lock);
+    for (struct ask *a = ic->asks; a; a = a->next)
+        if (a->ticket == ticket && !a->state) {
+            a->state = allow ? 1 : 2;
+            snprintf(a->why, sizeof a->why, "%s", why ? why : "refused by the request rules");
+        }
+    pthread_cond_broadcast(&ic->answered);
     pthread_mutex_unlock(&ic->lock);
 }
 
@@ -347,6 +404,7 @@ static void relay_h2(struct conn *c)
     char buf[16384];
     bool up_open = true;
     while (h && corral_h2_output(h, &to_tenant, &to_up) == 0) {
+        emit_h2(c, h); /* before the answers leave: logged by the time the tenant has them */
         if (up_open && to_up.n && write_all(c->us, c->up, to_up.p, to_up.n) < 0) {
             up_open = false;
             corral_h2_upstream_ended(h);
@@ -354,7 +412,6 @@ static void relay_h2(struct conn *c)
         if (to_tenant.n && write_all(c->cs, c->client, to_tenant.p, to_tenant.n) < 0) break;
         corral_buf_clear(&to_tenant);
         corral_buf_clear(&to_up);
-        emit_h2(c, h);
         if (corral_h2_done(h) || c->ic->closing) break;
         struct pollfd p[2] = {{c->client, POLLIN, 0}, {c->up, up_open ? POLLIN : 0, 0}};
         bool pending = SSL_pending(c->cs) || (up_open && SSL_pending(c->us));
@@ -382,7 +439,8 @@ static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     struct corral_intercept *ic = c->ic;
-    c->conf = (struct corral_conn_conf){c->name, c->port, ic->secrets, ic->n_secrets};
+    c->conf = (struct corral_conn_conf){
+        c->name, c->port, ic->secrets, ic->n_secrets, ic->ask ? ask_caller : NULL, c};
     c->http = corral_http1_new(&c->conf);
     if (c->http && open_legs(c) == 0) {
         if (c->h2)
@@ -444,7 +502,13 @@ int corral_intercept_new(const struct corral_intercept_opts *opts, struct corral
     struct corral_intercept *ic = calloc(1, sizeof *ic);
     if (!ic) return -ENOMEM;
     pthread_mutex_init(&ic->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ic->answered, &ca);
+    pthread_condattr_destroy(&ca);
     ic->refs = 1;
+    ic->ask = opts->ask;
     for (size_t i = 0; i < CONNS_MAX; i++)
         ic->live[i] = -1;
     ic->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -468,6 +532,7 @@ void corral_intercept_free(struct corral_intercept *ic)
     ic->closing = true;
     for (size_t i = 0; i < CONNS_MAX; i++)
         if (ic->live[i] >= 0) shutdown(ic->live[i], SHUT_RDWR);
+    pthread_cond_broadcast(&ic->answered);
     pthread_mutex_unlock(&ic->lock);
     release(ic);
 }

@@ -42,12 +42,19 @@ struct corral_intercept_opts {
     const char *ca_file; /* PEM trusted besides the host's store; NULL: none */
     const struct corral_intercept_secret *secrets;
     size_t n_secrets;
+    /* every request that passes the rules above is also asked of the caller (an ASK event,
+     * answered by corral_intercept_answer; no answer within ASK_MS is a refusal) */
+    int ask;
 };
+
+#define CORRAL_INTERCEPT_ASK_MS 10000
 
 enum corral_intercept_kind {
     CORRAL_INTERCEPT_REQUEST = 1, /* a request answered (status, bytes) */
     CORRAL_INTERCEPT_REFUSED,     /* a request refused (reason; leak set for a stand-in) */
     CORRAL_INTERCEPT_FAILED,      /* a connection ended before any request (reason) */
+    CORRAL_INTERCEPT_ASK,         /* may this request go? (ticket, method, host, port, path,
+                                     names); its connection waits for the answer */
 };
 
 #define CORRAL_INTERCEPT_TEXT 256
@@ -62,6 +69,9 @@ struct corral_intercept_event {
     uint64_t bytes_up, bytes_down;    /* the request's and the response's bodies */
     int secret_used, leak;
     char reason[CORRAL_INTERCEPT_TEXT * 3];
+    uint64_t ticket; /* an ASK's, for its answer */
+    int port;
+    char names[CORRAL_INTERCEPT_TEXT * 2]; /* an ASK's header names, lower-case, one a line */
 };
 
 /* A new interceptor with its own CA; the secrets are copied. Returns 0 or -errno
@@ -83,6 +93,11 @@ const char *corral_intercept_ca_pem(const struct corral_intercept *ic);
  * upstream (its bytes are the upstream TLS session). Returns 0 or -errno. */
 int corral_intercept_start(struct corral_intercept *ic, int client_fd, const char *name, int port,
                            int *up_fd);
+
+/* Answers the ASK with this ticket: allow, or a refusal for why (the 403's words). An
+ * unknown ticket (answered late, its connection gone) is ignored. */
+void corral_intercept_answer(struct corral_intercept *ic, uint64_t ticket, int allow,
+                             const char *why);
 
 /* Copies up to max queued events into ev and clears the eventfd once none is left.
  * Returns how many. */

@@ -158,3 +158,21 @@ bool corral_standin_host_matches(const struct corral_conn_conf *c, const char *v
     snprintf(port, sizeof port, ":%d", c->port);
     return strcmp(v + nl, port) == 0;
 }
+
+int corral_standin_ask(const struct corral_conn_conf *c, const char *method, const char *target,
+                       const char *names, char *why, size_t why_size)
+{
+    if (!c->ask) return 1;
+    struct corral_intercept_event ev = {.kind = CORRAL_INTERCEPT_ASK, .port = c->port};
+    size_t n = strcspn(target, "?#");
+    snprintf(ev.method, sizeof ev.method, "%s", method);
+    snprintf(ev.host, sizeof ev.host, "%s", c->name);
+    snprintf(ev.path, sizeof ev.path, "%.*s", (int)(n < sizeof ev.path ? n : sizeof ev.path - 1),
+             target);
+    snprintf(ev.names, sizeof ev.names, "%s", names);
+    for (char *p = ev.names; *p; p++)
+        if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
+    if (c->ask(c->ask_arg, &ev)) return 1;
+    snprintf(why, why_size, "%s", ev.reason);
+    return 0;
+}

@@ -29,6 +29,10 @@ struct corral_conn_conf {
     int port;
     const struct corral_intercept_secret *secrets;
     size_t n_secrets;
+    /* asks whether a request may go (ev: kind ASK, its method, host, port, path and names
+     * filled); 1 yes, 0 no with ev->reason filled. NULL: every request may. */
+    int (*ask)(void *arg, struct corral_intercept_event *ev);
+    void *ask_arg;
 };
 
 /* Most a request's head and held body may buffer before its bytes start to leave. */
@@ -50,5 +54,11 @@ const struct corral_intercept_secret *corral_standin_in(const struct corral_conn
 /* Whether a Host (or :authority) value names the connection's host, and its port when it
  * gives one. */
 bool corral_standin_host_matches(const struct corral_conn_conf *c, const char *v);
+
+/* The conf's ask, for a request that passed the stand-in rules: target is cut at its
+ * query, names are its header names one a line. Returns 1 when it may go (or nothing is
+ * asked), 0 with why filled when not. */
+int corral_standin_ask(const struct corral_conn_conf *c, const char *method, const char *target,
+                       const char *names, char *why, size_t why_size);
 
 #endif

@@ -3,15 +3,14 @@
  * (corral/tls.so, `luaopen_corral_tls`): it alone links libssl and libhttp_parser, and
  * only a run that binds a secret loads it (corral.egress.secrets).
  *
- *   new{ca_file =, secrets = {{stand_in =, value =, hosts = {name, ...}}, ...}} → interceptor
- *   ic:ca_pem()                   → the run CA's certificate, PEM
- *   ic:terminate(fd, name, port)  → fd: the socket to relay to the real upstream (the
- *                                   client fd is taken: closed in the caller's userdata)
- *   ic:events()                   → {{kind =, conn =, method =, host =, path =, status =,
- *                                     bytes_up =, bytes_down =, secret_used =, leak =,
- *                                     reason =}, ...}
- *   ic:fileno()                   → the eventfd the loop polls (readable while events wait)
- *   ic:close()                    (also __gc, __close)
+ *   new{ca_file =, ask =, secrets = {{stand_in =, value =, hosts = {name, ...}}, ...}} →
+ * interceptor ic:ca_pem()                   → the run CA's certificate, PEM ic:terminate(fd, name,
+ * port)  → fd: the socket to relay to the real upstream (the client fd is taken: closed in the
+ * caller's userdata) ic:events()                   → {{kind =, conn =, method =, host =, path =,
+ * status =, bytes_up =, bytes_down =, secret_used =, leak =, reason =}, ...} ic:answer(ticket,
+ * allow, why) answers an "ask" event (new{ask = true}: each request that passed the stand-in rules,
+ * with ticket, port and names, its header names) ic:fileno()                   → the eventfd the
+ * loop polls (readable while events wait) ic:close()                    (also __gc, __close)
  *
  * Fds cross as core's corral.fd userdata (core/lua/lcorral.h), which core.so defines:
  * corral.core must be loaded first. An OS failure is nil, "what: strerror", errno.
@@ -80,6 +79,8 @@ static int l_new(lua_State *L)
     struct corral_intercept_opts o = {0};
     lua_getfield(L, 1, "ca_file");
     o.ca_file = luaL_optstring(L, -1, NULL);
+    lua_getfield(L, 1, "ask");
+    o.ask = lua_toboolean(L, -1);
     lua_getfield(L, 1, "secrets");
     luaL_checktype(L, -1, LUA_TTABLE);
     size_t n = lua_rawlen(L, -1);
@@ -147,9 +148,35 @@ static void set_text(lua_State *L, const char *k, const char *v)
     lua_setfield(L, -2, k);
 }
 
+/* An ASK's ticket, port and header names (a list) into the table on top. */
+static void push_ask(lua_State *L, const struct corral_intercept_event *e)
+{
+    lua_pushinteger(L, (lua_Integer)e->ticket);
+    lua_setfield(L, -2, "ticket");
+    lua_pushinteger(L, e->port);
+    lua_setfield(L, -2, "port");
+    lua_newtable(L);
+    lua_Integer k = 0;
+    for (const char *p = e->names; *p;) {
+        size_t n = strcspn(p, "\n");
+        lua_pushlstring(L, p, n);
+        lua_rawseti(L, -2, ++k);
+        p += n + (p[n] == '\n');
+    }
+    lua_setfield(L, -2, "names");
+}
+
+static int l_answer(lua_State *L)
+{
+    struct corral_intercept *ic = check(L);
+    lua_Integer ticket = luaL_checkinteger(L, 2);
+    corral_intercept_answer(ic, (uint64_t)ticket, lua_toboolean(L, 3), luaL_optstring(L, 4, NULL));
+    return 0;
+}
+
 static int l_events(lua_State *L)
 {
-    static const char *const KIND[] = {"", "request", "refused", "failed"};
+    static const char *const KIND[] = {"", "request", "refused", "failed", "ask"};
     struct corral_intercept *ic = check(L);
     struct corral_intercept_event ev[64];
     lua_newtable(L);
@@ -178,6 +205,7 @@ static int l_events(lua_State *L)
             lua_setfield(L, -2, "secret_used");
             lua_pushboolean(L, e->leak);
             lua_setfield(L, -2, "leak");
+            if (e->kind == CORRAL_INTERCEPT_ASK) push_ask(L, e);
             lua_rawseti(L, -2, (lua_Integer)++k);
         }
     }
@@ -188,7 +216,8 @@ int luaopen_corral_tls(lua_State *L)
 {
     static const luaL_Reg methods[] = {
         {"ca_pem", l_ca_pem}, {"fileno", l_fileno}, {"terminate", l_terminate},
-        {"events", l_events}, {"close", l_close},   {NULL, NULL},
+        {"events", l_events}, {"answer", l_answer}, {"close", l_close},
+        {NULL, NULL},
     };
     if (luaL_getmetatable(L, CORRAL_FD_TYPE) != LUA_TTABLE)
         return luaL_error(L, "corral.tls: load corral.core first (its fds are core's)");

@@ -33,7 +33,8 @@ M.DEFAULTS = { max_connections = 4096, idle = 0, connect_timeout = 10, attempt_d
 
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
                 max_connections = true, idle = true, connect_timeout = true, link = true, sni = true,
-                learn = true, udp_idle = true, max_udp_flows = true, secrets = true, ca_file = true }
+                learn = true, udp_idle = true, max_udp_flows = true, secrets = true, ca_file = true,
+                requests = true, request = true }
 local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
 
 local function bad(detail)
@@ -143,6 +144,10 @@ function M.check(network)
     if why then return bad(why) end
   end
   if network.ca_file ~= nil and type(network.ca_file) ~= "string" then return bad("ca_file must be a path") end
+  if network.request ~= nil and type(network.request) ~= "function" then return bad("request must be a function") end
+  if (network.request ~= nil or network.requests ~= nil) and network.secrets == nil then
+    return bad("request rules apply on the hosts a secret is bound to: give secrets too")
+  end
   local ui = network.udp_idle
   if ui ~= nil and (type(ui) ~= "number" or ui ~= ui or ui <= 0 or ui > 86400 * 365) then
     return bad("udp_idle must be a number of seconds above 0 (a UDP flow has no end of its own), at most a year")

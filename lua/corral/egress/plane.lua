@@ -120,7 +120,9 @@ function M.new(id, network)
   if not self.responder then return fail(what, err) end
   self.dns_port = self.responder.port
   if network.secrets then
-    self.terminator, err = terminated.new(id, network.secrets, network.ca_file)
+    local rq = network.requests or {}
+    self.terminator, err = terminated.new(id, network.secrets, network.ca_file,
+      { rules = rq.rules, methods = rq.methods, hook = network.request, budget = network.budget })
     if not self.terminator then return fail("TLS termination for --secret", err) end
   end
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,

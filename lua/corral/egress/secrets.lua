@@ -196,17 +196,18 @@ end
 -- a value leaves this module.
 -- @tparam {table,...} list `network.secrets`
 -- @tparam[opt] string ca_file trusted besides the host's store (`--ca-file`)
+-- @tparam[opt] boolean ask each request is asked of the caller (`corral.egress.request_rules`)
 -- @treturn[1] userdata
 -- @return[2] nil
 -- @treturn[2] string why
-function M.terminator(list, ca_file)
+function M.terminator(list, ca_file, ask)
   local spec = {}
   for i, s in ipairs(list) do
     local hosts = {}
     for j, h in ipairs(s.hosts) do hosts[j] = h.host end
     spec[i] = { stand_in = s.stand_in, value = values[s.stand_in], hosts = hosts }
   end
-  return require("corral.tls").new({ ca_file = ca_file, secrets = spec })
+  return require("corral.tls").new({ ca_file = ca_file, secrets = spec, ask = ask })
 end
 
 --- Whether text holds a stand-in of list, and which secret's name.

@@ -10,8 +10,12 @@
 --   stand-in was where no secret may go.
 -- - `tls`: a terminated connection that ended before any request (a handshake failed, the
 --   server's certificate did not verify); verdict deny, reason.
+--
+-- With request rules (`corral.egress.request_rules`), each request is asked of `drain`,
+-- which answers it at once.
 -- @module corral.egress.terminated
 local events = require "corral.egress.events"
+local request_rules = require "corral.egress.request_rules"
 local secrets = require "corral.egress.secrets"
 
 local M = {}
@@ -22,13 +26,16 @@ Terminated.__index = Terminated
 -- @tparam string id
 -- @tparam {table,...} list `network.secrets`
 -- @tparam[opt] string ca_file `network.ca_file`
+-- @tparam[opt] table requests `{rules =, methods =, hook =, budget =}` (see `corral.egress.request_rules`)
 -- @treturn[1] table
 -- @return[2] nil
 -- @treturn[2] string why
-function M.new(id, list, ca_file)
-  local tls, err = secrets.terminator(list, ca_file)
+function M.new(id, list, ca_file, requests)
+  requests = requests or {}
+  local ask = request_rules.any(requests)
+  local tls, err = secrets.terminator(list, ca_file, ask)
   if not tls then return nil, err end
-  return setmetatable({ id = id, list = list, tls = tls }, Terminated)
+  return setmetatable({ id = id, list = list, tls = tls, requests = ask and requests or nil }, Terminated)
 end
 
 --- Whether connections to name:port are terminated.
@@ -50,12 +57,17 @@ end
 --- Logs what the terminator reported.
 function Terminated:drain()
   for _, ev in ipairs(self.tls:events()) do
+    if ev.kind == "ask" then
+      self.tls:answer(ev.ticket, request_rules.judge(self.requests, ev))
+      goto next
+    end
     local request = ev.kind ~= "failed"
     events.emit({ sandbox = self.id, kind = request and "request" or "tls", name = ev.host, method = ev.method,
       path = ev.path, status = ev.status, verdict = ev.kind == "request" and "allow" or "deny",
       reason = ev.reason, bytes = (ev.bytes_up or 0) + (ev.bytes_down or 0), bytes_up = ev.bytes_up,
       bytes_down = ev.bytes_down, secret_used = request and ev.secret_used or nil,
       leak = ev.leak or nil, connection = ev.conn })
+    ::next::
   end
 end
 
