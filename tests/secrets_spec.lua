@@ -350,6 +350,51 @@ PY
     end
   end)
 
+  it("--upstream-proxy: every relayed connection through CONNECT to the address corral checked; a private one "
+    .. "refused before any CONNECT, a proxy's refusal a refusal, then the controls", function()
+    reset_logs()
+    local proxy_port, plog = h.free_port(), dir .. "/proxy.log"
+    h.write(plog, "")
+    local pid = start_server(proxy_port, plog, false, string.format(
+      "/usr/bin/python3 %s/tests/fixtures/connect_proxy.py %d %s 127.0.0.2", os.getenv("PWD"), proxy_port, plog))
+    local out, status = run([[
+      echo "private:"; curl -sS --max-time 5 https://private.test:$P/private; echo "rc=$?"
+      echo "refused:"; curl -sS --max-time 5 http://deny.test:$Q/deny; echo "rc=$?"
+      echo "control:"; curl -sS https://api.test:$P/via -H "Authorization: token $GITHUB_TOKEN"
+      curl -sS http://plain.test:$Q/plainvia
+      curl -sS -k https://wrong.test:$P/spliced
+    ]], { args = { "--upstream-proxy", "http://127.0.0.1:" .. proxy_port, "--allow", "private.test:" .. https_port,
+      "--resolve", "private.test=10.9.9.9", "--allow", "deny.test:" .. http_port,
+      "--resolve", "deny.test=127.0.0.2" } })
+    os.execute("kill " .. pid)
+    assert.are.equal(0, status, out)
+    assert.matches("private:\n[^\n]*\nrc=[1-9]", out)
+    assert.matches("resolved into a refused range (10.9.9.9: 10.9.9.9 is private", out, 1, true)
+    assert.matches("refused:\n[^\n]*\nrc=[1-9]", out)
+    assert.matches("control:\nok GET /via\nok GET /plainvia\nok GET /spliced\n", out, 1, true)
+    assert.matches("upstream refused 127.0.0.2", out, 1, true)
+    -- the proxy was asked for addresses only, never for the private one
+    local asked = {}
+    for line in h.read(plog):gmatch("[^\n]+") do asked[#asked + 1] = line end
+    local want = { "CONNECT 127.0.0.1:" .. http_port .. " HTTP/1.1", "CONNECT 127.0.0.1:" .. https_port
+      .. " HTTP/1.1", "CONNECT 127.0.0.1:" .. https_port .. " HTTP/1.1", "CONNECT 127.0.0.2:" .. http_port
+      .. " HTTP/1.1" }
+    table.sort(asked)
+    table.sort(want)
+    assert.are.same(want, asked)
+    local got = {}
+    for _, f in ipairs({ "https.log", "http.log" }) do
+      for _, r in ipairs(requests(f)) do got[r.path] = r.headers.Authorization or "" end
+    end
+    assert.are.same({ ["/via"] = "token " .. REAL, ["/plainvia"] = "", ["/spliced"] = "" }, got)
+    local via = 0
+    for _, e in ipairs(events()) do
+      local through = e.proxy == "http://127.0.0.1:" .. proxy_port
+      if e.kind == "connect" and e.verdict == "allow" and through then via = via + 1 end
+    end
+    assert.truthy(via >= 3, "connect events naming the proxy: " .. via)
+  end)
+
   it("refuses an upstream whose certificate names another host (control: the right one), and one no trusted CA "
     .. "signed", function()
     reset_logs()
@@ -412,6 +457,10 @@ PY
         "a path is enforced on https:// entries only" },
       { { "--secret", "GITHUB_TOKEN@api.test", "--method", "GET,B@D" }, "--method", '"B@D" is not a method' },
       { { "--method", "GET" }, "--method", "applies to requests on the hosts a --secret is bound to" },
+      { { "--upstream-proxy", "socks5://127.0.0.1:1080" }, "--upstream-proxy", "expected http://HOST:PORT" },
+      { { "--upstream-proxy", "http://127.0.0.1:1" }, "--upstream-proxy", "give --allow too", true },
+      { { "--upstream-proxy", "http://127.0.0.1:1", "--allow", "udp:ntp.test:123" }, "--upstream-proxy",
+        "carries TCP only" },
     }
     for _, c in ipairs(cases) do
       local argv = { "env", "GITHUB_TOKEN=" .. REAL, "SHORT=abc", h.host, "run" }

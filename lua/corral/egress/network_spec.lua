@@ -34,7 +34,7 @@ M.DEFAULTS = { max_connections = 4096, idle = 0, connect_timeout = 10, attempt_d
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
                 max_connections = true, idle = true, connect_timeout = true, link = true, sni = true,
                 learn = true, udp_idle = true, max_udp_flows = true, secrets = true, ca_file = true,
-                requests = true, request = true }
+                requests = true, request = true, upstream_proxy = true }
 local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
 
 local function bad(detail)
@@ -145,6 +145,10 @@ function M.check(network)
   end
   if network.ca_file ~= nil and type(network.ca_file) ~= "string" then return bad("ca_file must be a path") end
   if network.request ~= nil and type(network.request) ~= "function" then return bad("request must be a function") end
+  local up = network.upstream_proxy
+  if up ~= nil and (type(up) ~= "table" or type(up.ip) ~= "string" or math.type(up.port) ~= "integer") then
+    return bad("upstream_proxy must be {ip =, port =} (corral.egress.upstream_proxy.parse)")
+  end
   if (network.request ~= nil or network.requests ~= nil) and network.secrets == nil then
     return bad("request rules apply on the hosts a secret is bound to: give secrets too")
   end

@@ -128,7 +128,8 @@ function M.new(id, network)
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
     idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay,
-    sni = network.sni, terminator = self.terminator, secrets = network.secrets })
+    sni = network.sni, terminator = self.terminator, secrets = network.secrets,
+    upstream_proxy = network.upstream_proxy })
   if not self.acceptor then return fail("acceptor", err) end
   self.acceptor_port = self.acceptor.port
   -- learn mode: every port reaches the acceptor, which records what was wanted (nil);

@@ -90,6 +90,17 @@ function M.network(opts)
     link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
              peer_address = peer ~= "" and peer or nil }
   end
+  local proxy
+  if opts["upstream-proxy"] then
+    local why
+    proxy, why = require("corral.egress.upstream_proxy").parse(opts["upstream-proxy"])
+    if not proxy then return invalid("--upstream-proxy", "%s", why) end
+    for _, e in ipairs(allow) do
+      if e:match("^[uU][dD][pP]:") then
+        return invalid("--upstream-proxy", "carries TCP only: %s (a udp: entry) cannot go through it", e)
+      end
+    end
+  end
   local methods
   if opts.method then
     local why
@@ -98,7 +109,8 @@ function M.network(opts)
   end
   if #allow == 0 and #(opts.internal or {}) == 0 and not resolve and not link then return nil end
   local requests = (#rules > 0 or methods) and { rules = rules, methods = methods } or nil
-  return { allow = allow, internal = opts.internal, resolve = resolve, link = link, requests = requests }
+  return { allow = allow, internal = opts.internal, resolve = resolve, link = link, requests = requests,
+    upstream_proxy = proxy }
 end
 
 --- Adds --secret, --secret-file and --ca-file to `network` (see `corral.egress.secrets`):
@@ -225,7 +237,7 @@ function M.combination(network, opts)
   end
   if not allowed and not opts.learn then
     for _, f in ipairs({ "internal", "resolve", "link", "idle", "max-connections", "sni", "udp-idle",
-                         "max-udp-flows" }) do
+                         "max-udp-flows", "upstream-proxy", "method" }) do
       if given(opts[f]) then return refuse("--" .. f, NO_NETWORK) end
     end
     if not given(opts["service-port"]) and given(opts["log-json"]) then

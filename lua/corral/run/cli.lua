@@ -61,6 +61,8 @@ M.OPTIONS = {
     { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432, "
       .. "udp:ntp.test:123; https://HOST/PATH[*] on a --secret host: only those paths" },
     { "allow-file", "value", "FILE", "--allow entries from FILE, one per line (# comments)" },
+    { "upstream-proxy", "value", "URL", "http://HOST:PORT: every relayed connection through its CONNECT "
+      .. "(asked for the address corral checked)" },
     { "method", "value", "M[,M...]", "with --secret: requests on its hosts use one of these methods, e.g. GET,HEAD" },
     { "internal", "list", "CIDR", "admit a private range that an allowed name resolves into" },
     { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
