@@ -435,6 +435,26 @@ PY
     assert.are.same({ "/bcontrol token " .. REAL }, got)
   end)
 
+  for _, name in ipairs({ "native", "bwrap" }) do
+    it("holds the secrets conformance group against " .. name, function()
+      if name == "bwrap" and not os.execute("command -v bwrap >/dev/null") then
+        return pending("bwrap is not installed")
+      end
+      for _, tool in ipairs({ "openssl", "curl", "node" }) do
+        if not os.execute("command -v " .. tool .. " >/dev/null") then
+          return pending("no " .. tool .. " on the host")
+        end
+      end
+      local out, status = h.capture({ h.host, "conformance", "--mechanism", name, "--only", "secrets", "--json" })
+      assert.are.equal(0, status, out)
+      local report = assert(require("dkjson").decode(out:match("{.*}")), out)
+      local n = #require("corral.conformance").checks("secrets")
+      for _, r in ipairs(report.results) do assert.are.equal("held", r.outcome, r.id .. ": " .. r.detail) end
+      assert.are.equal(n, #report.results)
+      assert.are.equal(n, report.census.groups.secrets.held)
+    end)
+  end
+
   it("refuses bad --secret, --secret-file and --ca-file values naming the flag (exit 2)", function()
     local file = dir .. "/token"
     h.write(file, REAL .. "\n")
