@@ -54,11 +54,7 @@ s.listen(0, "127.0.0.1", () => fs.writeFileSync(ready, s.address().port + " 0\n"
 ]]
 
 local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
+  return (core.fs.read(path))
 end
 
 -- A CA and a server certificate for bound.test and other.test in dir, by the host's openssl.
@@ -151,45 +147,33 @@ end
 local CONTROL = "a request to bound.test over TLS with the stand-in in Authorization reaches the server with the "
   .. "value put in; A's own storage"
 
+-- A check whose attempt is one curl: script is a format of the port (e[port]) and the
+-- marker, or a function of both.
+local function curl_check(id, guarantee, what, script, port, o)
+  return {
+    id = id, needs = EG, tools = { "curl" }, guarantee = guarantee, attempt = what,
+    control = CONTROL,
+    run = function(w)
+      local e, why = setup(w, o)
+      if not e then return why end
+      local n = w:token()
+      local args = type(script) == "function" and script(e[port], n) or string.format(script, e[port], n)
+      return attempt(w, e, "curl -sS --max-time 5 " .. args, n)
+    end,
+  }
+end
+
+
 return {
-  {
-    id = "secrets.other_host", needs = EG, tools = { "curl" },
-    guarantee = "the stand-in sent to another allowed host is refused, the request never sent",
-    attempt = "curl http://other.test:Q/<marker> with the stand-in in Authorization",
-    control = CONTROL,
-    run = function(w)
-      local e, why = setup(w)
-      if not e then return why end
-      local n = w:token()
-      return attempt(w, e, string.format('curl -sS --max-time 5 http://other.test:%d/%s -H "Authorization: token '
-        .. '$CF_TOKEN"', e.q, n), n)
-    end,
-  },
-  {
-    id = "secrets.plain_bound", needs = EG, tools = { "curl" },
-    guarantee = "the stand-in sent to the bound host over plain HTTP is refused (only TLS gets the value)",
-    attempt = "curl http://bound.test:Q/<marker> with the stand-in in Authorization",
-    control = CONTROL,
-    run = function(w)
-      local e, why = setup(w)
-      if not e then return why end
-      local n = w:token()
-      return attempt(w, e, string.format('curl -sS --max-time 5 http://bound.test:%d/%s -H "Authorization: token '
-        .. '$CF_TOKEN"', e.q, n), n)
-    end,
-  },
-  {
-    id = "secrets.query", needs = EG, tools = { "curl" },
-    guarantee = "the stand-in in a URL's query toward the bound host is refused, never sent nor replaced",
-    attempt = "curl https://bound.test:P/<marker>?t=<stand-in>",
-    control = CONTROL,
-    run = function(w)
-      local e, why = setup(w)
-      if not e then return why end
-      local n = w:token()
-      return attempt(w, e, string.format('curl -sS --max-time 5 "https://bound.test:%d/%s?t=$CF_TOKEN"', e.p, n), n)
-    end,
-  },
+  curl_check("secrets.other_host", "the stand-in sent to another allowed host is refused, the request never sent",
+    "curl http://other.test:Q/<marker> with the stand-in in Authorization",
+    'http://other.test:%d/%s -H "Authorization: token $CF_TOKEN"', "q"),
+  curl_check("secrets.plain_bound",
+    "the stand-in sent to the bound host over plain HTTP is refused (only TLS gets the value)",
+    "curl http://bound.test:Q/<marker> with the stand-in in Authorization",
+    'http://bound.test:%d/%s -H "Authorization: token $CF_TOKEN"', "q"),
+  curl_check("secrets.query", "the stand-in in a URL's query toward the bound host is refused, never sent nor replaced",
+    "curl https://bound.test:P/<marker>?t=<stand-in>", '"https://bound.test:%d/%s?t=$CF_TOKEN"', "p"),
   {
     id = "secrets.dns", needs = EG, tools = { "getent", "curl" },
     guarantee = "a DNS name carrying the stand-in is not answered: never resolved by the host, never connected",
@@ -232,20 +216,13 @@ c.request("GET", "/%s", headers={"Host": "other.test"}); print("second", c.getre
       return attempt(w, e, "python3 /storage/ka.py", n)
     end,
   },
-  {
-    id = "secrets.h2_authority", needs = EG, tools = { "curl" },
-    guarantee = "an HTTP/2 stream whose :authority names another host is refused on a terminated connection",
-    attempt = "curl --http2: GET /first to bound.test, then on the same connection GET /<marker> with "
-      .. ":authority other.test",
-    control = CONTROL,
-    run = function(w)
-      local e, why = setup(w, { h2 = true })
-      if not e then return why end
-      local n = w:token()
-      return attempt(w, e, string.format('curl -sS --max-time 5 --http2 https://bound.test:%d/first --next --http2 '
-        .. 'https://bound.test:%d/%s -H "Host: other.test"', e.p, e.p, n), n)
-    end,
-  },
+  curl_check("secrets.h2_authority",
+    "an HTTP/2 stream whose :authority names another host is refused on a terminated connection",
+    "curl --http2: GET /first to bound.test, then on the same connection GET /<marker> with :authority other.test",
+    function(p, n)
+      return string.format('--http2 https://bound.test:%d/first --next --http2 https://bound.test:%d/%s -H "Host: '
+        .. 'other.test"', p, p, n)
+    end, "p", { h2 = true }),
   {
     id = "secrets.readable", needs = EG, tools = { "find", "xargs" },
     guarantee = "the value is in nothing the tenant can read (environment, /proc, files), nor is a private key "
@@ -272,18 +249,8 @@ c.request("GET", "/%s", headers={"Host": "other.test"}); print("second", c.getre
       return r
     end,
   },
-  {
-    id = "secrets.upstream_name", needs = EG, tools = { "curl" },
-    guarantee = "an upstream whose certificate names another host never gets the request (nor the value)",
-    attempt = "curl https://wrong.test:P/<marker> with the stand-in (wrong.test is bound, its server's "
-      .. "certificate names bound.test and other.test)",
-    control = CONTROL,
-    run = function(w)
-      local e, why = setup(w)
-      if not e then return why end
-      local n = w:token()
-      return attempt(w, e, string.format('curl -sS --max-time 5 https://wrong.test:%d/%s -H "Authorization: token '
-        .. '$CF_TOKEN"', e.p, n), n)
-    end,
-  },
+  curl_check("secrets.upstream_name",
+    "an upstream whose certificate names another host never gets the request (nor the value)",
+    "curl https://wrong.test:P/<marker> with the stand-in (wrong.test is bound, its server's certificate names "
+      .. "bound.test and other.test)", 'https://wrong.test:%d/%s -H "Authorization: token $CF_TOKEN"', "p"),
 }
