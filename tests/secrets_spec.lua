@@ -171,6 +171,20 @@ print("requests:" + r.text, end="")']])
     assert.are.equal("token " .. REAL, requests("https.log")[1].headers.Authorization)
   end)
 
+  it("gives gh api (GH_HOST with a port, GH_ENTERPRISE_TOKEN bound) the value toward the bound host", function()
+    if not os.execute("command -v gh >/dev/null") then return pending("gh is not installed") end
+    reset_logs()
+    local out, status = run([[HOME=/tmp GH_HOST=api.test:$P gh api /user; echo "rc=$?"]],
+      { env = { "GH_ENTERPRISE_TOKEN=" .. REAL },
+        args = { "--secret", "GH_ENTERPRISE_TOKEN@api.test:" .. https_port } })
+    assert.are.equal(0, status, out)
+    assert.matches("ok GET /api/v3/user\nrc=0", out, 1, true)
+    local got = requests("https.log")
+    assert.are.equal(1, #got)
+    assert.are.equal("token " .. REAL, got[1].headers.Authorization)
+    assert.matches("GitHub CLI", got[1].headers["User-Agent"], 1, true)
+  end)
+
   it("refuses the stand-in anywhere but a bound host's headers, each attempt then its control", function()
     reset_logs()
     local out, status = run([[
