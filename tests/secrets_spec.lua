@@ -488,6 +488,8 @@ PY
       { { "--method", "GET" }, "--method", "applies to requests on the hosts a --secret is bound to" },
       { { "--upstream-proxy", "socks5://127.0.0.1:1080" }, "--upstream-proxy", "expected http://HOST:PORT" },
       { { "--upstream-proxy", "http://127.0.0.1:1" }, "--upstream-proxy", "give --allow too", true },
+      { { "--learn", dir .. "/learned", "--upstream-proxy", "http://127.0.0.1:1" }, "--upstream-proxy",
+        "with --learn, which relays nothing", true },
       { { "--upstream-proxy", "http://127.0.0.1:1", "--allow", "udp:ntp.test:123" }, "--upstream-proxy",
         "carries TCP only" },
     }

@@ -235,6 +235,11 @@ function M.combination(network, opts)
       .. "recorded, so FILE would not be the list the command needs; run --learn without it, then "
       .. "--allow-file FILE")
   end
+  for _, f in ipairs({ "upstream-proxy", "method" }) do
+    if opts.learn and given(opts[f]) then
+      return refuse("--" .. f, "with --learn, which relays nothing: run --learn without it")
+    end
+  end
   if not allowed and not opts.learn then
     for _, f in ipairs({ "internal", "resolve", "link", "idle", "max-connections", "sni", "udp-idle",
                          "max-udp-flows", "upstream-proxy", "method" }) do
