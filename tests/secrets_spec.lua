@@ -263,6 +263,7 @@ PY
         tr -d '\r' | grep -E '^(ok|x-check| 2)'
       echo "h1:"; curl -sS --http1.1 https://api.test:$H/h1 -H "Authorization: token $T" -w "$W"
       echo "fallback:"; curl -sS --http2 https://api.test:$P/fallback -H "Authorization: token $T" -w "$W"
+      echo "last:"; curl -sS --http2 https://api.test:$H/slowend
     ]])
     assert.are.equal(0, status, out)
     assert.matches("ok h2.0 GET /one\n 2 1\n", out, 1, true)
@@ -296,6 +297,10 @@ PY
     assert.are.equal(2, leaks)
     assert.truthy(allowed["/one"] and allowed["/one"].secret_used and allowed["/one"].status == 200)
     assert.are.equal(3, allowed["/trailers"].bytes_up)
+    -- the last request, whose client had its whole body before the stream's end: logged
+    -- before the run ended
+    assert.matches("last:\nok h2.0 GET /slowend\n", out, 1, true)
+    assert.truthy(allowed["/slowend"] and allowed["/slowend"].status == 200, "the last request was not logged")
   end)
 
   it("holds request rules (--allow https://HOST/PATH, --method) on HTTP/2 and HTTP/1.1, each refusal before its "

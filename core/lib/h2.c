@@ -35,7 +35,7 @@ struct stream {
     char method[24], path[CORRAL_INTERCEPT_TEXT];
     int status;
     bool headed, expect, used, submitted, req_eof, resp_started, resp_eof, refused;
-    bool down_closed, up_closed;
+    bool down_closed, up_closed, logged;
     struct headers trailers; /* the response's, sent after its body */
     bool has_trailers;
     struct corral_buf body_up, body_down; /* not yet passed on, from their offsets */
@@ -43,6 +43,7 @@ struct stream {
     char seam[SEAM];
     size_t nseam;
     uint64_t bytes_up, bytes_down;
+    int64_t length; /* the response's content-length; -1: none */
 };
 
 struct corral_h2 {
@@ -118,6 +119,7 @@ static struct stream *stream_new(struct corral_h2 *h, int32_t id)
     struct stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->down = id;
+    s->length = -1;
     s->next = h->streams;
     if (h->streams) h->streams->prev = s;
     h->streams = s;
@@ -167,6 +169,17 @@ static struct corral_intercept_event *event(struct corral_h2 *h, int kind, struc
     return e;
 }
 
+/* Logs s's request once, before the tenant can have all of its response: when its
+ * content-length is in, or its last frame is made (nghttp2 closes a stream only at a
+ * later send, and a client holding content-length bytes need not wait for the end), or
+ * else when it closes. */
+static int log_request(struct corral_h2 *h, struct stream *s)
+{
+    if (s->logged || !s->headed || s->refused) return 0;
+    s->logged = true;
+    return event(h, CORRAL_INTERCEPT_REQUEST, s) ? 0 : -1;
+}
+
 /* --- the bodies, each way ---------------------------------------------------------- */
 
 /* Drops what was passed on from the front of b once it is most of it. */
@@ -200,6 +213,7 @@ static ssize_t read_body(struct corral_h2 *h, struct stream *s, bool to_up, uint
     compact(b, off);
     if (eof && *off == 0 && b->n == 0) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        if (!to_up) log_request(h, s);
         if (!to_up && s->has_trailers) {
             nghttp2_nv *nv = nv_of(&s->trailers);
             if (nv && nghttp2_submit_trailer(h->down, s->down, nv, s->trailers.n) == 0)
@@ -398,8 +412,11 @@ static int upstream_headers(struct corral_h2 *h, struct stream *s, bool end)
     } else if (nv && !s->resp_started) {
         s->status = code;
         s->resp_started = true;
+        const char *cl = header(&s->resp, "content-length");
+        s->length = cl ? strtoll(cl, NULL, 10) : -1;
         nghttp2_data_provider dp = {.source.ptr = s, .read_callback = read_cb};
         r = nghttp2_submit_response(h->down, s->down, nv, s->resp.n, end ? NULL : &dp);
+        if (end && r == 0) r = log_request(h, s);
     } else if (nv) {
         /* trailers: sent once the body has gone */
         headers_free(&s->trailers);
@@ -472,6 +489,8 @@ static int on_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t
     }
     if (corral_buf_add(&s->body_down, p, n) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
     nghttp2_session_resume_data(h->down, s->down);
+    if (s->length >= 0 && s->bytes_down >= (uint64_t)s->length && log_request(h, s) < 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
     return 0;
 }
 
@@ -484,8 +503,7 @@ static int on_close(nghttp2_session *ss, int32_t id, uint32_t code, void *ud)
     if (ss == h->down) {
         s->down_closed = true;
         if (s->up && !s->up_closed) nghttp2_submit_rst_stream(h->up, 0, s->up, NGHTTP2_CANCEL);
-        if (s->headed && !s->refused && !event(h, CORRAL_INTERCEPT_REQUEST, s))
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        if (log_request(h, s) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
     } else {
         s->up_closed = true;
         s->resp_eof = true;
