@@ -17,11 +17,14 @@
 
 #include "h2.h"
 
-#define WINDOW (1024 * 1024)    /* each stream's, each way */
-#define CONN_WINDOW (16 << 20)  /* the connection's, from the server */
-#define STREAMS_MAX 100         /* the tenant's concurrent streams */
-#define SEAM 128                /* a body's tail kept to find a stand-in split across reads */
-#define HEADERS_MAX (64 * 1024) /* one header block's bytes */
+#define WINDOW (1024 * 1024)   /* each stream's, each way */
+#define CONN_WINDOW (16 << 20) /* the connection's, from the server */
+#define STREAMS_MAX 100        /* the tenant's concurrent streams */
+#define SEAM 128               /* a body's tail kept to find a stand-in split across reads */
+#define HEADERS_MAX (64 * 1024)
+#define HELD_MAX                                                                                   \
+    (4 * CORRAL_HOLD_MAX) /* what all of a connection's streams may hold */ /* one header block's  \
+                                                                               bytes */
 
 struct headers {
     struct corral_buf *name, *value;
@@ -52,6 +55,7 @@ struct corral_h2 {
     struct stream *streams;
     struct corral_intercept_event *ev;
     size_t nev, cap;
+    size_t held; /* request body bytes held, not yet submitted, over every stream */
     bool broken;
 };
 
@@ -128,6 +132,7 @@ static struct stream *stream_new(struct corral_h2 *h, int32_t id)
 
 static void stream_free(struct corral_h2 *h, struct stream *s)
 {
+    if (!s->submitted) h->held -= s->body_up.n;
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -330,6 +335,7 @@ static int submit_up(struct corral_h2 *h, struct stream *s)
 {
     nghttp2_nv *nv = nv_of(&s->req);
     if (!nv) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    h->held -= s->body_up.n;
     nghttp2_data_provider dp = {.source.ptr = s, .read_callback = read_cb};
     bool body = !s->req_eof || s->body_up.n;
     int32_t id = nghttp2_submit_request(h->up, NULL, nv, s->req.n, body ? &dp : NULL, s);
@@ -371,8 +377,10 @@ static int request_body(struct corral_h2 *h, struct stream *s, const uint8_t *p,
     s->bytes_up += n;
     if (corral_buf_add(&s->body_up, p, n) < 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (s->submitted) return nghttp2_session_resume_data(h->up, s->up), 0;
-    nghttp2_session_consume(h->down, s->down, n); /* held: bounded by CORRAL_HOLD_MAX */
-    return s->body_up.n > CORRAL_HOLD_MAX ? submit_up(h, s) : 0;
+    /* held: the window opens at once, so the holding is bounded here, per stream and in all */
+    nghttp2_session_consume(h->down, s->down, n);
+    h->held += n;
+    return s->body_up.n > CORRAL_HOLD_MAX || h->held > HELD_MAX ? submit_up(h, s) : 0;
 }
 
 /* A frame of the tenant's, whole: a request's headers, its trailers, or its body's end. */

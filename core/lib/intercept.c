@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 #define WRITE_MS 60000
 #define STACK_BYTES (512 * 1024)
 #define CONNS_MAX 4096
+#define FREE_WAIT_S 5 /* how long free waits for the connections' threads */
 
 struct corral_intercept {
     pthread_mutex_t lock;
@@ -53,8 +55,15 @@ struct corral_intercept {
     pthread_cond_t answered; /* on the monotonic clock */
     struct ask *asks;        /* the requests waiting for an answer */
     uint64_t next_ticket;
-    int live[CONNS_MAX]; /* each live connection's client fd, to end them at free; -1 */
+    /* each connection's slot: its legs' fds (shut down at free; -1 once ended) and its
+     * thread, joined once ended (at the next start, or at free: no thread may run this
+     * module's code once its owner is done with it) */
+    int live[CONNS_MAX], live_up[CONNS_MAX];
+    pthread_t tid[CONNS_MAX];
+    unsigned char state[CONNS_MAX]; /* SLOT_FREE, SLOT_RUNNING, SLOT_ENDED, SLOT_JOINING */
 };
+
+enum { SLOT_FREE, SLOT_RUNNING, SLOT_ENDED, SLOT_JOINING };
 
 struct ask {
     struct ask *next;
@@ -439,6 +448,12 @@ static void *conn_main(void *arg)
 {
     struct conn *c = arg;
     struct corral_intercept *ic = c->ic;
+    /* OpenSSL writes without MSG_NOSIGNAL: a write to a leg whose peer has gone must fail
+     * with EPIPE on this thread, not end the host (whose other threads leave it default) */
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, NULL);
     c->conf = (struct corral_conn_conf){
         c->name, c->port, ic->secrets, ic->n_secrets, ic->ask ? ask_caller : NULL, c};
     c->http = corral_http1_new(&c->conf);
@@ -452,12 +467,16 @@ static void *conn_main(void *arg)
     SSL_free(c->cs);
     SSL_free(c->us);
     ERR_clear_error();
+    int slot = c->slot;
     pthread_mutex_lock(&ic->lock);
-    ic->live[c->slot] = -1;
+    ic->live[slot] = ic->live_up[slot] = -1; /* before the close: free shuts down no reused fd */
     pthread_mutex_unlock(&ic->lock);
     close(c->client);
     close(c->up);
     free(c);
+    pthread_mutex_lock(&ic->lock);
+    if (ic->state[slot] == SLOT_RUNNING) ic->state[slot] = SLOT_ENDED; /* else being joined */
+    pthread_mutex_unlock(&ic->lock);
     release(ic);
     return NULL;
 }
@@ -510,7 +529,7 @@ int corral_intercept_new(const struct corral_intercept_opts *opts, struct corral
     ic->refs = 1;
     ic->ask = opts->ask;
     for (size_t i = 0; i < CONNS_MAX; i++)
-        ic->live[i] = -1;
+        ic->live[i] = ic->live_up[i] = -1;
     ic->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     ic->q = malloc(EVENTS_MAX * sizeof *ic->q);
     int r = ic->evfd < 0 ? -errno : !ic->q ? -ENOMEM : corral_tls_ca_new(&ic->ca);
@@ -525,15 +544,42 @@ int corral_intercept_new(const struct corral_intercept_opts *opts, struct corral
     return 0;
 }
 
+/* Joins the threads of the slots in state `from` (all not free when from is SLOT_FREE),
+ * each until `until` (CLOCK_REALTIME; NULL: no limit); one that outlives it keeps its
+ * slot and its hold on ic. Called by the owner only, never under the lock. */
+static void join_slots(struct corral_intercept *ic, int from, const struct timespec *until)
+{
+    for (int i = 0; i < CONNS_MAX; i++) {
+        pthread_mutex_lock(&ic->lock);
+        int st = ic->state[i];
+        bool take = from == SLOT_FREE ? st == SLOT_RUNNING || st == SLOT_ENDED : st == from;
+        pthread_t t = ic->tid[i];
+        if (take) ic->state[i] = SLOT_JOINING;
+        pthread_mutex_unlock(&ic->lock);
+        if (!take) continue;
+        int r = until ? pthread_timedjoin_np(t, NULL, until) : pthread_join(t, NULL);
+        pthread_mutex_lock(&ic->lock);
+        ic->state[i] = r == 0 ? SLOT_FREE : SLOT_RUNNING; /* a thread that outlived until */
+        pthread_mutex_unlock(&ic->lock);
+    }
+}
+
 void corral_intercept_free(struct corral_intercept *ic)
 {
     if (!ic) return;
     pthread_mutex_lock(&ic->lock);
     ic->closing = true;
-    for (size_t i = 0; i < CONNS_MAX; i++)
+    for (size_t i = 0; i < CONNS_MAX; i++) {
         if (ic->live[i] >= 0) shutdown(ic->live[i], SHUT_RDWR);
+        if (ic->live_up[i] >= 0) shutdown(ic->live_up[i], SHUT_RDWR);
+    }
     pthread_cond_broadcast(&ic->answered);
     pthread_mutex_unlock(&ic->lock);
+    /* every leg is shut: each thread ends at its next poll */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FREE_WAIT_S;
+    join_slots(ic, SLOT_FREE, &until);
     release(ic);
 }
 
@@ -567,13 +613,16 @@ int corral_intercept_start(struct corral_intercept *ic, int client_fd, const cha
     if (r == 0 && (fcntl(client_fd, F_SETFL, fcntl(client_fd, F_GETFL) | O_NONBLOCK) < 0 ||
                    fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0))
         r = -errno;
+    join_slots(ic, SLOT_ENDED, NULL); /* ended: each returns at once */
     pthread_mutex_lock(&ic->lock);
     int slot = -1;
     for (int i = 0; r == 0 && i < CONNS_MAX && slot < 0; i++)
-        if (ic->live[i] < 0) slot = i;
+        if (ic->state[i] == SLOT_FREE) slot = i;
     if (r == 0 && slot < 0) r = -EUSERS;
     if (r == 0) {
         ic->live[slot] = client_fd;
+        ic->live_up[slot] = sv[0];
+        ic->state[slot] = SLOT_RUNNING;
         ic->refs++;
         c->id = ++ic->next_conn;
     }
@@ -588,18 +637,20 @@ int corral_intercept_start(struct corral_intercept *ic, int client_fd, const cha
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, STACK_BYTES);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    r = -pthread_create(&t, &attr, conn_main, c);
+    /* the slot's tid is written under the lock before the thread can end and be joined */
+    pthread_mutex_lock(&ic->lock);
+    r = -pthread_create(&ic->tid[slot], &attr, conn_main, c);
+    if (r < 0) {
+        ic->live[slot] = ic->live_up[slot] = -1;
+        ic->state[slot] = SLOT_FREE;
+        ic->refs--;
+    }
+    pthread_mutex_unlock(&ic->lock);
     pthread_attr_destroy(&attr);
     if (r == 0) {
         *up_fd = sv[1];
         return 0;
     }
-    pthread_mutex_lock(&ic->lock);
-    ic->live[slot] = -1;
-    ic->refs--;
-    pthread_mutex_unlock(&ic->lock);
 fail:
     free(c);
     reset_close(client_fd);
