@@ -14,7 +14,8 @@
  * complete, so a refused one never leaves; past that it streams, and a stand-in found
  * later resets the upstream before the request ends.
  *
- * Each connection runs on a thread of its own (blocking only itself); the upstream TLS
+ * Each connection runs on a thread of its own (blocking only itself, SIGPIPE blocked:
+ * a write to a leg whose peer has gone fails there); the upstream TLS
  * is spoken over one end of a socketpair whose other end the caller hands to the splice
  * relay (core/lib/relay.h), which connects, counts, times out and cuts it as any other.
  * Nothing calls back: what happens is queued as events, and an eventfd is readable while
@@ -78,8 +79,9 @@ struct corral_intercept_event {
  * (-EINVAL: the CA file cannot be read as PEM). */
 int corral_intercept_new(const struct corral_intercept_opts *opts, struct corral_intercept **out);
 
-/* Ends every live connection (their threads finish on their own) and drops the caller's
- * hold; the memory goes with the last thread. NULL is a no-op. */
+/* Ends every live connection (both legs shut down) and waits for their threads, up to
+ * 5 s, so that none runs this module's code once the caller is done (a thread that
+ * outlives the wait keeps the memory, which goes with the last thread). NULL is a no-op. */
 void corral_intercept_free(struct corral_intercept *ic);
 
 /* An eventfd, readable while events wait for corral_intercept_take. */
