@@ -99,8 +99,9 @@ describe("corral CLI", function()
     local groups = {
       ["Sandbox"] = { "mechanism", "engine", "id", "storage", "workspace" },
       ["Limits"] = { "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" },
-      ["Environment"] = { "env" },
-      ["Network and egress"] = { "allow", "allow-file", "internal", "resolve", "service-port", "link", "idle",
+      ["Environment"] = { "env", "secret", "secret-file", "ca-file" },
+      ["Network and egress"] = { "allow", "allow-file", "upstream-proxy", "method",
+                                 "internal", "resolve", "service-port", "link", "idle",
                                  "max-connections", "udp-idle", "max-udp-flows", "sni", "learn" },
       ["Output"] = { "log-json", "verbose", "receipt" },
     }
@@ -116,7 +117,7 @@ describe("corral CLI", function()
     end
     -- every option run accepts is listed: one that parses but is not in the help fails here
     local listed = select(2, out:gsub("\n  %-%-[%w-]+", ""))
-    assert.are.equal(28, listed)
+    assert.are.equal(33, listed)
     for cmd, option in pairs({ confine = "extra", sbpl = "permit", probe = "json" }) do
       out, status = h.corral("help", cmd)
       assert.are.equal(0, status, out)
