@@ -41,6 +41,7 @@ typedef struct {
     int signaled; /* init itself was killed (limit, stop): signal number */
     int job;      /* a command joined into a running sandbox, leading its own group: the
                      terminal's signals go to the group, as its init would forward them */
+    int killed;   /* we sent it SIGKILL (kill, close) */
 } process;
 
 static void *scratch(lua_State *L, size_t size)
@@ -361,7 +362,11 @@ static void reap(process *p, int flags)
     while (r < 0 && errno == EINTR);
     if (r != p->pid) return;
     p->reaped = 1;
-    if (WIFSIGNALED(ws)) {
+    /* A job's end reads as the init that used to wait for it reported it (an exit with
+     * 128+N, reaper.h), unless it was we who killed it, as we killed that init. */
+    if (WIFSIGNALED(ws) && p->job && !p->killed) {
+        p->code = corral_status_code(ws);
+    } else if (WIFSIGNALED(ws)) {
         p->signaled = WTERMSIG(ws);
         p->code = 128 + p->signaled;
     } else {
@@ -410,6 +415,7 @@ static int l_kill(lua_State *L)
         return 1;
     }
     /* Through the pidfd: a recycled pid can never be hit. */
+    if (sig == SIGKILL) p->killed = 1;
     if ((sig = corral_pidfd_signal(p->pidfd, sig)) < 0) return corral_pushfail(L, "kill", sig);
     lua_pushboolean(L, 1);
     return 1;
@@ -433,6 +439,7 @@ static int l_close(lua_State *L)
 {
     process *p = checkproc(L);
     if (!p->reaped && p->pid > 0) {
+        p->killed = 1;
         if (p->pidfd >= 0) corral_pidfd_signal(p->pidfd, SIGKILL);
         reap(p, 0);
     }
