@@ -781,6 +781,22 @@ describe("corral.run from Lua", function()
     -- the forwarded signals were blocked for the run only: the caller lives on
     assert.are.equal(mask, blocked())
   end)
+
+  it("gives a low nofile limit to a caller holding more fds than that limit #root", function()
+    local said = {}
+    local hooks = { say = function(line) said[#said + 1] = line end }
+    -- control first: the limit itself is given when the caller holds few fds
+    local status = run.execute({ argv = { "sh", "-c", "test $(ulimit -n) = 100" }, limits = { nofile = 100 } }, hooks)
+    assert.are.equal(0, status, table.concat(said, "\n"))
+    -- 150 more of the caller's own: they once filled every number beneath the limit in
+    -- the sandbox's init, whose own pipe then failed (EMFILE: "fork tenant")
+    local held = {}
+    for i = 1, 150 do held[i] = assert(io.open("/dev/null")) end
+    status = run.execute({ argv = { "sh", "-c", "test $(ulimit -n) = 100" }, limits = { nofile = 100 } }, hooks)
+    for _, f in ipairs(held) do f:close() end
+    assert.are.equal(0, status, table.concat(said, "\n"))
+    assert.are.same({}, said)
+  end)
 end)
 
 describe("resources.sweep", function()

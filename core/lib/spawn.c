@@ -285,14 +285,48 @@ static void apply_rlimits(const struct corral_spawn_plan *p, int errfd)
     }
 }
 
-/* stdio as the plan says, and everything beyond 0-2 closed at exec but for the fds the
- * caller keeps. */
+#define KEEP_MAX 64
+
+/* Closes every fd from 3 up but errfd and the caller's keep_fds. The caller's other fds
+ * would otherwise stay open in this child until exec (CLOEXEC alone), and with a low
+ * RLIMIT_NOFILE already set, the init's own pipe then fails with EMFILE when they hold
+ * every number beneath the limit. No allocation here: more fds to keep than KEEP_MAX are
+ * left to CLOEXEC instead. */
+static int close_all_but(const struct corral_spawn_plan *p, int errfd)
+{
+    int keep[KEEP_MAX + 1];
+    size_t n = 0;
+    if (p->n_keep_fds >= KEEP_MAX) return 0;
+    keep[n++] = errfd;
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        keep[n++] = p->keep_fds[i];
+    for (size_t i = 1; i < n; i++) /* insertion sort: a handful of fds */
+        for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    unsigned from = 3;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] < (int)from) continue;
+        if ((unsigned)keep[i] > from &&
+            syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0) < 0)
+            return -errno;
+        from = (unsigned)keep[i] + 1;
+    }
+    return syscall(SYS_close_range, from, ~0U, 0) < 0 ? -errno : 0;
+}
+
+/* stdio as the plan says, and everything beyond 0-2 closed but for the fds the caller
+ * keeps (and errfd, closed at exec). */
 static void set_stdio_and_fds(const struct corral_spawn_plan *p, int errfd)
 {
     for (int i = 0; i < 3; i++)
         if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
         child_fail(errfd, STEP_FDS, errno);
+    int r = close_all_but(p, errfd);
+    if (r < 0) child_fail(errfd, STEP_FDS, -r);
     for (size_t i = 0; i < p->n_keep_fds; i++)
         if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
 }
