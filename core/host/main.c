@@ -724,12 +724,14 @@ int main(int argc, char **argv)
 
     open_closed_std_fds();
 
+    /* As corral-runtime, argv is runc's: its `exec` is an engine's, never corral's. */
+    int fast = argc > 1 && !invoked_as_runtime(argv[0]);
     /* On every confined launch: no Lua state, nothing loaded. */
-    if (argc > 1 && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
+    if (fast && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
     /* On every exec into a live sandbox: a client of its keeper, nothing loaded either;
      * inside `corral confine --broker`, the broker's client (lua/corral/broker/client.lua). */
-    if (argc > 1 && strcmp(argv[1], "exec") == 0 &&
+    if (fast && strcmp(argv[1], "exec") == 0 &&
         !corral_session_exec_wants_help(argc - 1, argv + 1) && !brokered())
         return corral_session_exec_main(argc - 1, argv + 1);
 

@@ -135,6 +135,14 @@ function M.acquire(sb, opts)
     -- source-port slices by storage path, unique per sandbox (the id is not)
     st.plane.port_key = sandbox.storage_path(sb)
     require("corral.egress.loop").add(st.plane)
+    if st.plane.terminator then
+      -- the run's CA into the tenant's trust (corral.egress.secrets)
+      local _, berr = name_files.write_ca_bundle(st.names, st.plane.terminator:ca_pem())
+      if berr then
+        return refuse(require("corral.errors").cannot_enforce("network_restriction", "the tenant's CA bundle: "
+          .. tostring(berr)))
+      end
+    end
     if sb.service_port then
       ok, err = st.plane:serve(sb.service_port)
       if not ok then return refuse(err) end

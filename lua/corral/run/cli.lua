@@ -51,11 +51,19 @@ M.OPTIONS = {
   } },
   { "Environment", {
     { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
+    { "secret", "list", "NAME@HOST[:PORT][,HOST...]", "NAME holds a stand-in; the value (corral's $NAME) "
+      .. "is put into request headers toward HOST only (TLS terminated there)" },
+    { "secret-file", "list", "NAME=PATH@HOST[:PORT][,HOST...]", "as --secret, the value read from PATH "
+      .. "(a 0600 file of yours)" },
+    { "ca-file", "value", "FILE", "with --secret: trust FILE's CA for the bound hosts, besides the host's store" },
   } },
   { "Network and egress", {
     { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432, "
-      .. "udp:ntp.test:123" },
+      .. "udp:ntp.test:123; https://HOST/PATH[*] on a --secret host: only those paths" },
     { "allow-file", "value", "FILE", "--allow entries from FILE, one per line (# comments)" },
+    { "upstream-proxy", "value", "URL", "http://HOST:PORT: every relayed connection through its CONNECT "
+      .. "(asked for the address corral checked)" },
+    { "method", "value", "M[,M...]", "with --secret: requests on its hosts use one of these methods, e.g. GET,HEAD" },
     { "internal", "list", "CIDR", "admit a private range that an allowed name resolves into" },
     { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
     { "service-port", "value", "N", "relay a port on 127.0.0.1 (printed on stderr) to port N inside" },
@@ -134,6 +142,15 @@ connection, and a Host inside TLS (domain fronting behind an allowed SNI), are n
 seen. --learn FILE answers every name, denies and records every connection, and writes
 the suggested allowlist to FILE for --allow-file.
 
+--secret NAME@HOST[:PORT][,HOST...] (the value from corral's own $NAME; --secret-file
+NAME=PATH@HOST... from a 0600 file of yours) gives the tenant NAME holding a stand-in of
+the same shape; TLS to each HOST (port 443 unless written) is terminated under a per-run
+CA the tenant trusts, every HTTP/1.1 request on it must name HOST, and the value replaces
+the stand-in in request headers only. The stand-in in a URL, a body, a header toward
+another host, plain HTTP or a DNS name is refused (403 where a request is visible) and
+logged as a leak. Upstream certificates are verified against the host's store
+(--ca-file FILE adds a CA). README.md, "Secrets the tenant never holds".
+
 A flag that cannot apply is refused (exit 2), naming it: --internal, --resolve, --link,
 --idle, --max-connections and --sni without an --allow entry; --idle, --max-connections
 and --sni when every entry is udp:, --sni when none names a host; --udp-idle and
@@ -198,6 +215,8 @@ function M.request(opts, argv)
   local network, nerr = run_options.network(opts)
   if nerr then return nil, nerr end
   network, nerr = run_options.apply(network, opts)
+  if nerr then return nil, nerr end
+  network, nerr = run_options.secrets(network, opts)
   if nerr then return nil, nerr end
   local meant, cerr = run_options.combination(network, opts)
   if not meant then return nil, cerr end
