@@ -69,8 +69,11 @@ HOST_LIBS = $(call libflag,$(LUA_LIBDIR)) $(call libflag,$(CAP_LIBDIR)) $(call l
 
 # sign.c and its binding link libcrypto: they are built into corral/sign.so alone
 SIGN_SRC := core/lib/sign.c core/lua/l_sign.c
-LIB_SRC  := $(filter-out $(SIGN_SRC),$(sort $(wildcard core/lib/*.c)))
-BIND_SRC := $(filter-out $(SIGN_SRC),$(sort $(wildcard core/lua/*.c)))
+# TLS termination for bound secrets links libssl and libhttp_parser: corral/tls.so alone
+TLS_LIB  := core/lib/tls_ca.c core/lib/standin.c core/lib/http1.c core/lib/h2.c core/lib/intercept.c
+TLS_SRC  := $(TLS_LIB) core/lua/l_tls.c
+LIB_SRC  := $(filter-out $(SIGN_SRC) $(TLS_SRC),$(sort $(wildcard core/lib/*.c)))
+BIND_SRC := $(filter-out $(SIGN_SRC) $(TLS_SRC),$(sort $(wildcard core/lua/*.c)))
 HOST_SRC := $(sort $(wildcard core/host/*.c))
 LIB_OBJ  := $(LIB_SRC:core/lib/%.c=$(BUILD)/obj/lib/%.o)
 BIND_OBJ := $(BIND_SRC:core/lua/%.c=$(BUILD)/obj/lua/%.o)
@@ -86,13 +89,14 @@ LUAC_STAMP = $(BUILD)/luac/.built
 
 CORE_SO  = corral/core.so
 SIGN_SO  = corral/sign.so
+TLS_SO   = corral/tls.so
 HOST     = $(BUILD)/corral
 WRAPPER  = $(BUILD)/corral-exec-confined
 LIBCORE  = $(BUILD)/libcorral.a
 
 .PHONY: uninstall all deps test test-c demo install lint asan fuzz bench bench-tools clean
 
-all: $(CORE_SO) $(SIGN_SO) $(HOST) $(WRAPPER) $(LUAC_STAMP) $(BUILD)/corral-runtime
+all: $(CORE_SO) $(SIGN_SO) $(TLS_SO) $(HOST) $(WRAPPER) $(LUAC_STAMP) $(BUILD)/corral-runtime
 
 # corral-runtime is the host under another name (core/host/main.c dispatches on it): an
 # engine calls it with runc's command line, and a link costs no extra exec.
@@ -143,6 +147,15 @@ $(SIGN_SO): $(BUILD)/obj/lua/l_sign.o $(BUILD)/obj/lib/sign.o
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(LIBFLAG) $(SAN) $(LDFLAGS) -o $@ $^ $(call libflag,$(CRYPTO_LIBDIR)) -lcrypto
+
+# Secrets' TLS termination (core/lib/intercept.h): libssl, libcrypto, libhttp_parser, libnghttp2,
+# mapped only by a run that binds a secret (`require "corral.tls"`), for the same reason.
+TLS_OBJ := $(TLS_LIB:core/lib/%.c=$(BUILD)/obj/lib/%.o) $(BUILD)/obj/lua/l_tls.o
+$(TLS_SO): $(TLS_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	@$(CC) $(LIBFLAG) $(SAN) $(LDFLAGS) -o $@ $^ $(call libflag,$(CRYPTO_LIBDIR)) -lssl -lcrypto \
+	    -lhttp_parser -lnghttp2 -lpthread
 
 $(BUILD)/tests/test_sign: tests/c/test_sign.c $(CTEST_HDR) $(HEADERS) $(BUILD)/obj/lib/sign.o $(LIBCORE)
 	@mkdir -p $(dir $@)
@@ -226,6 +239,7 @@ install: all
 	ln -sf corral $(DESTDIR)$(INST_BINDIR)/corral-runtime
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
 	install -m 0755 $(SIGN_SO) $(DESTDIR)$(INST_LIBDIR)/corral/sign.so
+	install -m 0755 $(TLS_SO) $(DESTDIR)$(INST_LIBDIR)/corral/tls.so
 	cd lua && find corral -name '*.lua' -exec install -D -m 0644 {} \
 	    $(DESTDIR)$(INST_LUADIR)/{} \;
 	install -d $(DESTDIR)$(INST_LIBDIR)/corral/luac
@@ -237,7 +251,8 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_BINDIR)/corral-exec-confined \
 	    $(DESTDIR)$(INST_BINDIR)/corral-runtime \
-	    $(DESTDIR)$(INST_LIBDIR)/corral/core.so $(DESTDIR)$(INST_LIBDIR)/corral/sign.so
+	    $(DESTDIR)$(INST_LIBDIR)/corral/core.so $(DESTDIR)$(INST_LIBDIR)/corral/sign.so \
+	    $(DESTDIR)$(INST_LIBDIR)/corral/tls.so
 	rm -rf $(DESTDIR)$(INST_LIBDIR)/corral/luac
 	rm -rf $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_DOCDIR) \
 	    $(DESTDIR)$(PREFIX)/share/corral

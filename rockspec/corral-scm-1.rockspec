@@ -26,6 +26,10 @@ external_dependencies = {
    SECCOMP = { header = "seccomp.h", library = "seccomp" },
    -- corral/sign.so alone (receipts' signatures): docs/receipts.md
    CRYPTO = { header = "openssl/evp.h", library = "crypto" },
+   -- corral/tls.so alone (--secret's TLS termination)
+   SSL = { header = "openssl/ssl.h", library = "ssl" },
+   HTTP_PARSER = { header = "http_parser.h", library = "http_parser" },
+   NGHTTP2 = { header = "nghttp2/nghttp2.h", library = "nghttp2" },
 }
 build = {
    type = "make",

@@ -99,8 +99,9 @@ describe("corral CLI", function()
     local groups = {
       ["Sandbox"] = { "mechanism", "engine", "id", "storage", "workspace" },
       ["Limits"] = { "memory", "pids", "cpu", "wall", "fsize", "nofile", "disk" },
-      ["Environment"] = { "env" },
-      ["Network and egress"] = { "allow", "allow-file", "internal", "resolve", "service-port", "link", "idle",
+      ["Environment"] = { "env", "secret", "secret-file", "ca-file" },
+      ["Network and egress"] = { "allow", "allow-file", "upstream-proxy", "method",
+                                 "internal", "resolve", "service-port", "link", "idle",
                                  "max-connections", "udp-idle", "max-udp-flows", "sni", "learn" },
       ["Output"] = { "log-json", "verbose", "receipt" },
     }
@@ -116,7 +117,7 @@ describe("corral CLI", function()
     end
     -- every option run accepts is listed: one that parses but is not in the help fails here
     local listed = select(2, out:gsub("\n  %-%-[%w-]+", ""))
-    assert.are.equal(28, listed)
+    assert.are.equal(33, listed)
     for cmd, option in pairs({ confine = "extra", sbpl = "permit", probe = "json" }) do
       out, status = h.corral("help", cmd)
       assert.are.equal(0, status, out)
@@ -779,6 +780,22 @@ describe("corral.run from Lua", function()
     assert.are.equal(0, own_temps())
     -- the forwarded signals were blocked for the run only: the caller lives on
     assert.are.equal(mask, blocked())
+  end)
+
+  it("gives a low nofile limit to a caller holding more fds than that limit #root", function()
+    local said = {}
+    local hooks = { say = function(line) said[#said + 1] = line end }
+    -- control first: the limit itself is given when the caller holds few fds
+    local status = run.execute({ argv = { "sh", "-c", "test $(ulimit -n) = 100" }, limits = { nofile = 100 } }, hooks)
+    assert.are.equal(0, status, table.concat(said, "\n"))
+    -- 150 more of the caller's own: they once filled every number beneath the limit in
+    -- the sandbox's init, whose own pipe then failed (EMFILE: "fork tenant")
+    local held = {}
+    for i = 1, 150 do held[i] = assert(io.open("/dev/null")) end
+    status = run.execute({ argv = { "sh", "-c", "test $(ulimit -n) = 100" }, limits = { nofile = 100 } }, hooks)
+    for _, f in ipairs(held) do f:close() end
+    assert.are.equal(0, status, table.concat(said, "\n"))
+    assert.are.same({}, said)
   end)
 end)
 

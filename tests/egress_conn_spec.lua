@@ -442,7 +442,9 @@ describe("egress connections #root #netns", function()
 
   it("--allow: the tenant's own loopback and a single label are refused saying why; URL forms work", function()
     for _, bad in ipairs({ { "127.0.0.1:8080", "own loopback" }, { "localhost:8080", "own loopback" },
-      { "garbage", "single%-label name" }, { "https://pypi.org/simple/", "cannot be enforced" } }) do
+      { "garbage", "single%-label name" },
+      { "https://pypi.org/simple/", "a path is enforced only where TLS is terminated: bind a secret to " ..
+        "pypi%.org:443 with %-%-secret" } }) do
       local out, status = h.corral("run", "--allow", bad[1], "--", "true")
       assert.are.equal(2, status, out)
       assert.matches("--allow", out, nil, true)

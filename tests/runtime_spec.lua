@@ -219,7 +219,13 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       end
       assert.are.same({ "runtime", "runtime", tonumber(keeper.pid) }, { row and row.kind, row and row.mechanism,
         row and math.tointeger(row.pid) })
+      -- podman names no --log: the summary is kept in the node's log directory
+      local kept = "/var/log/corral-runtime/" .. id .. ".summary.json"
+      h.defer(finally, function() os.remove(kept) end)
       remove(name, id, keeper)
+      local summary = assert(json.decode(h.read(kept) or ""), "no summary at " .. kept)
+      assert.are.equal("deleted", summary.ended)
+      assert.matches("denied other.test", table.concat(summary.decisions, "\n"), nil, true)
     end)
 
     it("a container whose keeper died has no network at all, and delete still leaves nothing", function()
@@ -238,6 +244,54 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       assert.matches("alive\n$", out)
       assert.are.equal("", h.read(dir .. "/server.log"))
       remove(name, id, nil)
+    end)
+
+    -- `corral conformance --mechanism oci --runtime corral-runtime`: the same egress checks
+    -- native runs, each container's plane its keeper's (no plane in corral's process), each
+    -- attempt before its control. The delegate alone, given the same annotations, must void
+    -- every check (a network none: the controls fail): the plane the checks held came
+    -- from corral-runtime, not from the engine.
+    it("holds every conformance egress check through corral-runtime; its delegate alone voids them", function()
+      local why = missing("podman")
+      if why then return pending(why) end
+      local function census(runtime)
+        local out = h.capture({ h.host, "conformance", "--mechanism", "oci", "--runtime", runtime, "--only",
+          "egress", "--json" })
+        return assert(json.decode(out:match("{.*}") or ""), out), out
+      end
+      local n = 0
+      for _, c in ipairs(require("corral.conformance").ids()) do if c.group == "egress" then n = n + 1 end end
+      local before = h.sh("ls " .. ROOT .. " 2>/dev/null | grep -v '^$' || true")
+      -- the summaries each container's keeper leaves in the node's log directory: the test's go
+      local LOGS = "/var/log/corral-runtime"
+      local kept = h.sh("ls " .. LOGS .. " 2>/dev/null || true")
+      h.defer(finally, function()
+        local had = {}
+        for f in kept:gmatch("[^\n]+") do had[f] = true end
+        for f in h.sh("ls " .. LOGS .. " 2>/dev/null || true"):gmatch("[^\n]+") do
+          if not had[f] and f:match("^%x+%.summary%.json$") then os.remove(LOGS .. "/" .. f) end
+        end
+      end)
+      local report, out = census(RUNTIME)
+      assert.are.equal(n, #report.results, out)
+      for _, r in ipairs(report.results) do assert.are.equal("held", r.outcome, r.id .. ": " .. r.detail) end
+      assert.are.equal(n, report.census.groups.egress.held)
+      -- every container deleted: no keeper's directory left behind
+      assert.are.equal(before, h.sh("ls " .. ROOT .. " 2>/dev/null | grep -v '^$' || true"))
+      local delegate = h.capture({ RUNTIME, "--version" }):match("%(delegate: (.-)%)")
+      report, out = census(delegate)
+      assert.are.equal(n, #report.results, out)
+      for _, r in ipairs(report.results) do assert.are.equal("void", r.outcome, r.id .. ": " .. r.detail) end
+      -- bad input: --runtime names the flag, exit 2
+      local bad, status = h.capture({ h.host, "conformance", "--mechanism", "native", "--runtime", RUNTIME })
+      assert.are.equal(2, status, bad)
+      assert.matches("--runtime", bad, nil, true)
+      bad, status = h.capture({ h.host, "conformance", "--mechanism", "oci", "--runtime", "/nonexistent/rt" })
+      assert.are.equal(2, status, bad)
+      assert.matches("--runtime: /nonexistent/rt", bad, nil, true)
+      bad, status = h.capture({ h.host, "conformance", "--mechanism", "oci", "--runtime", "/tmp" })
+      assert.are.equal(2, status, bad)
+      assert.matches("--runtime: /tmp: not an executable file", bad, nil, true)
     end)
 
     it("refuses a malformed or unknown annotation by name, leaving nothing; a good one runs", function()
@@ -274,6 +328,104 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
         linux = { namespaces = { { type = "mount" }, { type = "pid" } } } }))
       return root, bundle
     end
+
+    -- `corral-runtime run` on a bundle of its own (runc's foreground run: create, start,
+    -- wait, delete by the delegate itself, no `delete` from any engine): the container
+    -- reaches only its allowed name; its keeper ends when the delegate forgets it, leaving
+    -- nothing in the state root and its summary in CORRAL_RUNTIME_LOG_DIR, where a summary
+    -- older than SUMMARY_DAYS is swept and a recent one kept. `features` is the delegate's.
+    it("runs a bundle with an allowlist through `run`; its summary outlives it; features pass through", function()
+      local why = missing("runc")
+      if why then return pending(why) end
+      if not net then return pending("the test internet was not started (no engine installed)") end
+      local root = h.tmpdir("rt-run")
+      h.defer(finally, function() h.rmrf(root) end)
+      local logs = root .. "/logs"
+      h.sh("mkdir -p " .. logs .. " " .. root .. "/bundle && touch -d '8 days ago' " .. logs .. "/old.summary.json "
+        .. "&& touch -d '6 days ago' " .. logs .. "/recent.summary.json")
+      local ann = {}
+      for i = 2, #annotations("-"), 2 do
+        local k, v = annotations("-")[i]:match("^([^=]+)=(.*)$")
+        ann[k] = v
+      end
+      local function bind(src, dst)
+        return { destination = dst, type = "bind", source = src, options = { "rbind", "ro" } }
+      end
+      local args = { "python3", "/t/client.py" }
+      for _, d in ipairs(destinations()) do args[#args + 1] = d end
+      h.write(root .. "/bundle/config.json", json.encode({ ociVersion = "1.0.2", hostname = "rt",
+        root = { path = dir .. "/rootfs", readonly = true },
+        process = { terminal = false, user = { uid = 0, gid = 0 }, args = args, env = { "PATH=/usr/bin:/bin" },
+          cwd = "/", noNewPrivileges = true },
+        mounts = { { destination = "/proc", type = "proc", source = "proc" },
+          { destination = "/dev", type = "tmpfs", source = "tmpfs", options = { "nosuid", "mode=755" } },
+          bind("/usr", "/usr"), bind(dir, "/t") },
+        annotations = ann,
+        linux = { namespaces = { { type = "pid" }, { type = "mount" }, { type = "ipc" }, { type = "uts" } } } }))
+      local id = "corral-rt-run-" .. h.own_pid()
+      local out, status = h.capture({ "env", "CORRAL_RUNTIME_LOG_DIR=" .. logs, RUNTIME, "--root", root .. "/state",
+        "run", "--bundle", root .. "/bundle", id })
+      assert.are.equal(0, status, out)
+      assert_only_allowed(out)
+      -- the keeper saw the delegate forget the container, wrote its summary and ended
+      local path = logs .. "/" .. id .. ".summary.json"
+      assert.truthy(h.wait_for(function() return io.open(path) end, 5), "no summary at " .. path)
+      local summary = assert(json.decode(h.read(path)))
+      assert.are.equal(id, summary.id)
+      assert.is_true(summary.allowed >= 1 and summary.denied >= 3, h.read(path))
+      local said = table.concat(summary.decisions, "\n")
+      for _, d in ipairs({ "denied other.test", "denied " .. net.ip .. ":" .. allowed,
+                           "denied api.test:" .. denied_port }) do
+        assert.matches(d, said, nil, true)
+      end
+      assert.matches("delegate no longer knows", summary.ended, nil, true)
+      assert.matches("600", h.sh("stat -c %a " .. path))
+      assert.truthy(h.wait_for(function() return not io.open(root .. "/state/" .. id) end, 5), "state dir left")
+      assert.are.equal("", h.sh("pgrep -f '[k]eeper " .. root .. "/state' || true"))
+      assert.is_nil(io.open(logs .. "/old.summary.json"), "a summary older than 7 days was kept")
+      assert.truthy(io.open(logs .. "/recent.summary.json"), "a recent summary was swept")
+      -- features: the delegate's own JSON, untouched
+      local mine, st1 = h.capture({ RUNTIME, "features" })
+      assert.are.equal(0, st1, mine)
+      local delegate = h.capture({ RUNTIME, "--version" }):match("%(delegate: (.-)%)")
+      local theirs = h.capture({ delegate, "features" })
+      local f = assert(json.decode(mine), mine)
+      assert.truthy(f.ociVersionMax, mine)
+      assert.are.same(json.decode(theirs), f)
+    end)
+
+    it("renders oci's network as annotations corral-runtime reads back; what they cannot carry is refused",
+      function()
+      local annotate = require "corral.mechanism.oci.annotate"
+      local parser = require "corral.runtime.annotations"
+      local asked = {}
+      local resolve = function(name) asked[#asked + 1] = name return { "127.0.0.1" } end
+      -- what annotations cannot carry: refused, never dropped
+      for _, case in ipairs({ { allow = { "*.a.test:443" }, resolve = resolve },
+                              { allow = { "a.test:80,443" } },
+                              { allow = { "a.test:80" }, learn = true },
+                              { allow = { "a.test:80" }, link = { peer_netns = "/run/netns/x" } } }) do
+        local ok, err = annotate.flags(case)
+        assert.is_nil(ok)
+        assert.are.equal("cannot_enforce", err.code, tostring(err))
+      end
+      -- control: a resolver asked once per allowed name, its answer a table the keeper reads
+      local flags = assert(annotate.flags({ allow = { "a.test:80", "udp:a.test:123", "b.test:443" },
+        internal = { "127.0.0.0/8" }, resolve = resolve, idle = 90, sni = "match" }))
+      table.sort(asked)
+      assert.are.same({ "a.test", "b.test" }, asked)
+      local ann = {}
+      for i = 1, #flags, 2 do
+        assert.are.equal("--annotation", flags[i])
+        local k, v = flags[i + 1]:match("^([^=]+)=(.*)$")
+        ann[k] = v
+      end
+      local network = assert(parser.network(ann))
+      assert.are.same({ "a.test:80", "udp:a.test:123", "b.test:443" }, network.allow)
+      assert.are.same({ "127.0.0.1" }, network.resolve["b.test"])
+      assert.are.equal(90, network.idle)
+      assert.are.equal("match", network.sni)
+    end)
 
     it("reads annotations with corral run's grammar, each refusal naming its annotation", function()
       local parser = require "corral.runtime.annotations"

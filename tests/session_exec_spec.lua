@@ -163,6 +163,28 @@ describe("corral exec into a live sandbox", function()
     assert.truthy(plain:find("not a tty", 1, true), plain)
   end)
 
+  it("holds the command itself, no copy of the keeper beside it (docs/sessions.md)", function()
+    local list = h.capture({ h.host, "ls", "--json" })
+    local keeper
+    for _, s in ipairs(require("dkjson").decode(list) or {}) do
+      if s.id == ID then keeper = s.pid end
+    end
+    assert.truthy(keeper, list)
+    local marker = "8" .. tostring(core_pid()) .. ".5"
+    local out = h.sh([[
+      f=$(mktemp); "$1" exec "$2" -- sh -c "echo ready; exec sleep $3" >"$f" & pid=$!
+      while ! grep -q ready "$f"; do kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+      rm -f "$f"
+      for c in $(cat /proc/$4/task/$4/children); do
+        echo "child $(cat /proc/$c/comm) $(tr '\0' ' ' </proc/$c/cmdline)"
+      done
+      kill -TERM $pid; wait $pid 2>/dev/null; true]], h.host, ID, marker, keeper)
+    -- control: the scan sees the keeper's children (the sandbox's waiting init is one)
+    assert.truthy(out:find("child corral-init", 1, true), out)
+    assert.truthy(out:find("child sleep sleep " .. marker, 1, true), out)
+    assert.are.equal(1, select(2, out:gsub("child corral%-init", "")), out)
+  end)
+
   it("a client killed takes its command with it; the sandbox serves the next exec", function()
     local marker = "7" .. tostring(core_pid()) .. ".5" -- sleep's argument, found in /proc
     local out = h.sh([[

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -708,6 +709,14 @@ static void *exit_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return realloc(ptr, nsize);
 }
 
+/* Whether a broker outside serves this process's corral requests: CORRAL_BROKER named and
+ * no_new_privs set (the confinement wrapper sets it; the broker client checks the rest). */
+static int brokered(void)
+{
+    const char *b = getenv("CORRAL_BROKER");
+    return b != NULL && b[0] != '\0' && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
+}
+
 int main(int argc, char **argv)
 {
     lua_State *L;
@@ -715,13 +724,15 @@ int main(int argc, char **argv)
 
     open_closed_std_fds();
 
+    /* As corral-runtime, argv is runc's: its `exec` is an engine's, never corral's. */
+    int fast = argc > 1 && !invoked_as_runtime(argv[0]);
     /* On every confined launch: no Lua state, nothing loaded. */
-    if (argc > 1 && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
+    if (fast && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
-    /* On every exec into a live sandbox: a client of its keeper, nothing loaded either.
-     * Not as corral-runtime, whose `exec` is the OCI runtime's (an engine's exec). */
-    if (argc > 1 && strcmp(argv[1], "exec") == 0 && !invoked_as_runtime(argv[0]) &&
-        !corral_session_exec_wants_help(argc - 1, argv + 1))
+    /* On every exec into a live sandbox: a client of its keeper, nothing loaded either;
+     * inside `corral confine --broker`, the broker's client (lua/corral/broker/client.lua). */
+    if (fast && strcmp(argv[1], "exec") == 0 &&
+        !corral_session_exec_wants_help(argc - 1, argv + 1) && !brokered())
         return corral_session_exec_main(argc - 1, argv + 1);
 
     L = luaL_newstate();

@@ -31,7 +31,7 @@ int corral_status_code(int wstatus)
 /* What a terminal sends its foreground job: the whole group gets it, as a shell's child
  * does under Ctrl-C. dash running `sleep 4; echo after`, told by pid alone, defers
  * SIGINT until its sleep returns (measured: 4.0 s; the group: 0.3 s). */
-static int is_terminal_signal(int sig)
+int corral_is_terminal_signal(int sig)
 {
     return sig == SIGHUP || sig == SIGINT || sig == SIGQUIT || sig == SIGTERM || sig == SIGWINCH;
 }
@@ -39,7 +39,7 @@ static int is_terminal_signal(int sig)
 static void forward(pid_t child, int sig, int to_group)
 {
     /* the group is gone (every member exited) or was never made: the child alone */
-    if (to_group && is_terminal_signal(sig) && kill(-child, sig) == 0) return;
+    if (to_group && corral_is_terminal_signal(sig) && kill(-child, sig) == 0) return;
     kill(child, sig);
 }
 

@@ -23,6 +23,10 @@ int corral_reaper_wait(pid_t child, const sigset_t *mask);
  * job; USR1 and USR2 to the child alone. */
 int corral_reaper_wait_job(pid_t child, const sigset_t *mask);
 
+/* Whether a job's whole group gets sig (HUP, INT, QUIT, TERM, WINCH), as a terminal sends
+ * them to its foreground job. */
+int corral_is_terminal_signal(int sig);
+
 /* The status convention: exit code, or 128+signal. */
 int corral_status_code(int wstatus);
 

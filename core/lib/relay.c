@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -105,6 +106,8 @@ struct conn {
     int64_t connect_deadline; /* 0: none */
     struct key_entry *key;
     struct race *race; /* while racing addresses; fd[1] is -1 until one connects */
+    char *preface;     /* opts' preface, until the proxy has answered it */
+    bool proxying;     /* connected to the proxy, its answer awaited */
     int winner;        /* the address index that connected (0 without a race) */
 };
 
@@ -264,6 +267,8 @@ static void race_free(struct corral_relay *r, struct conn *c)
 static void finish(struct corral_relay *r, struct conn *c, int kind, int err)
 {
     race_free(r, c);
+    free(c->preface);
+    c->preface = NULL;
     close_pipes(c);
     c->dead = true;
     if (c->prev)
@@ -409,7 +414,7 @@ static bool pump_turns(struct corral_relay *r, struct conn *c)
     return false;
 }
 
-static void connected(struct corral_relay *r, struct conn *c)
+static void opened(struct corral_relay *r, struct conn *c)
 {
     c->state = OPEN;
     c->rd[1] = c->wr[1] = true;
@@ -417,6 +422,58 @@ static void connected(struct corral_relay *r, struct conn *c)
     touch(r, c);
     push_event(r, c, CORRAL_RELAY_CONNECTED, 0);
     arm_for(r, c);
+}
+
+/* The TCP connect is done: the relay opens, or, with a preface, the proxy is asked
+ * first. Returns whether c is still live. */
+static bool connected(struct corral_relay *r, struct conn *c)
+{
+    if (!c->preface) {
+        opened(r, c);
+        return true;
+    }
+    size_t n = strlen(c->preface);
+    c->proxying = true;
+    if (send(c->fd[1], c->preface, n, MSG_NOSIGNAL) != (ssize_t)n) {
+        abort_conn(r, c, 1, errno ? errno : EPROTO);
+        return false;
+    }
+    return true;
+}
+
+/* The proxy's answer to the preface, once its head is whole: a 2xx opens the relay (what
+ * follows the head is the tunnel's), anything else fails the connect. */
+static void proxy_answer(struct corral_relay *r, struct conn *c)
+{
+    char head[4096];
+    ssize_t n = recv(c->fd[1], head, sizeof head - 1, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) {
+        abort_conn(r, c, 1, n == 0 ? ECONNRESET : errno);
+        return;
+    }
+    head[n] = '\0';
+    char *end = strstr(head, "\r\n\r\n");
+    if (!end) {
+        if (n == sizeof head - 1) abort_conn(r, c, -1, EPROTO);
+        return;
+    }
+    int major, minor, status;
+    if (sscanf(head, "HTTP/%d.%d %d", &major, &minor, &status) != 3) status = 0;
+    if (status < 200 || status > 299) {
+        abort_conn(r, c, -1, status == 407 ? EACCES : status ? ECONNREFUSED : EPROTO);
+        return;
+    }
+    size_t len = (size_t)(end + 4 - head);
+    if (recv(c->fd[1], head, len, 0) != (ssize_t)len) {
+        abort_conn(r, c, 1, EPROTO);
+        return;
+    }
+    free(c->preface);
+    c->preface = NULL;
+    c->proxying = false;
+    opened(r, c);
+    pump(r, c);
 }
 
 static int prepare(int fd);
@@ -502,8 +559,7 @@ static void race_event(struct corral_relay *r, struct conn *c, size_t i, uint32_
     c->fd[1] = fd;
     c->winner = (int)i;
     race_free(r, c);
-    connected(r, c);
-    pump(r, c);
+    if (connected(r, c)) pump(r, c);
 }
 
 static void handle(struct corral_relay *r, struct conn *c, int side, uint32_t ev)
@@ -520,9 +576,12 @@ static void handle(struct corral_relay *r, struct conn *c, int side, uint32_t ev
             return;
         }
     }
+    if (c->state == CONNECTING && side == 1 && c->proxying) {
+        proxy_answer(r, c);
+        return;
+    }
     if (c->state == CONNECTING && side == 1) {
-        if (!(ev & EPOLLOUT)) return;
-        connected(r, c);
+        if (!(ev & EPOLLOUT) || !connected(r, c)) return;
     }
     if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) c->rd[side] = true;
     if (ev & (EPOLLOUT | EPOLLHUP)) c->wr[side] = true;
@@ -596,6 +655,7 @@ static void free_list(struct conn *c)
 {
     while (c) {
         struct conn *next = c->next;
+        free(c->preface);
         free(c);
         c = next;
     }
@@ -709,6 +769,10 @@ static int add(struct corral_relay *r, int a, int b, enum state state, int conne
     c->connect_deadline =
         state == CONNECTING && connect_timeout_ms > 0 ? r->now_ms + connect_timeout_ms : 0;
     c->key = k;
+    if (o && o->preface && !(c->preface = strdup(o->preface))) {
+        err = -ENOMEM;
+        goto fail;
+    }
     for (int i = 0; i < 2; i++) {
         if (c->fd[i] < 0) continue;
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
@@ -735,6 +799,7 @@ fail:
     if (c) {
         epoll_ctl(r->epfd, EPOLL_CTL_DEL, a, NULL);
         if (b >= 0) epoll_ctl(r->epfd, EPOLL_CTL_DEL, b, NULL);
+        free(c->preface);
         free(c);
     }
     if (k) key_release(r, k);

@@ -28,13 +28,18 @@
 struct corral_relay;
 
 struct corral_relay_opts {
-    int idle_ms;     /* 0: none; else both sockets closed after this long with no byte */
-    const char *key; /* NULL: none; else counted under this key (e.g. a sandbox id) */
-    int max_per_key; /* 0: no cap; else an add that would exceed it fails -EUSERS
-                      * (a cap needs a key: -EINVAL without one) */
-    int hold_a;      /* nonzero: nothing is read from a (the client) until
-                      * corral_relay_release; b to a flows meanwhile, and run reports HELD
-                      * whenever a has new bytes (or its end) for the caller to peek */
+    int idle_ms;         /* 0: none; else both sockets closed after this long with no byte */
+    const char *key;     /* NULL: none; else counted under this key (e.g. a sandbox id) */
+    int max_per_key;     /* 0: no cap; else an add that would exceed it fails -EUSERS
+                          * (a cap needs a key: -EINVAL without one) */
+    const char *preface; /* NULL: none; else written upstream once connected (an HTTP
+                          * proxy's CONNECT request, copied), and the relay opens only
+                          * on the proxy's 2xx answer, its head consumed; any other
+                          * answer fails the connect (EACCES for 407, ECONNREFUSED for
+                          * another status, EPROTO for no HTTP), within its timeout */
+    int hold_a;          /* nonzero: nothing is read from a (the client) until
+                          * corral_relay_release; b to a flows meanwhile, and run reports HELD
+                          * whenever a has new bytes (or its end) for the caller to peek */
 };
 
 enum corral_relay_kind {

@@ -160,6 +160,48 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void init_run(const struct cor
     _exit(corral_reaper_wait_job(tenant, &mask));
 }
 
+/* What the joined command's clone shares with the process that made it (CLONE_VM). */
+struct joined {
+    const struct corral_spawn_plan *p;
+    const sigset_t *old;
+    volatile int exec_errno; /* set by the command when its exec failed */
+};
+
+/* The joined command (no terminal): a group of its own, as tenant_exec's, but a failed
+ * exec is left in shared memory for the set-up process to report (the command is the
+ * spawner's child, which reaps it). */
+CORRAL_OWN_STACK static int joined_exec(void *arg)
+{
+    struct joined *j = arg;
+    const struct corral_spawn_plan *p = j->p;
+    setpgid(0, 0);
+    sigprocmask(SIG_SETMASK, j->old, NULL);
+    execve(p->path, p->argv, p->envp);
+    j->exec_errno = errno;
+    _exit(CORRAL_SPAWN_EXEC_FAILED);
+}
+
+/* A command joined into a running sandbox needs no init of its own: the set-up process
+ * (in the sandbox's namespaces, its protections applied) makes it a child of the spawner
+ * (CLONE_PARENT) in the sandbox's pid namespace, sharing memory until its exec
+ * (CLONE_VM | CLONE_VFORK, as posix_spawn does: no copy of the host's pages), reports its
+ * pid, and exits. The spawner then holds the command itself: its status, its group for
+ * the terminal's signals. No process of the host's memory outlives the exec. */
+CORRAL_OWN_STACK __attribute__((noreturn)) static void join_run(const struct corral_spawn_plan *p,
+                                                                int errfd)
+{
+    static char stack[64 * 1024] __attribute__((aligned(16)));
+    sigset_t mask, old;
+    corral_reaper_block(&mask, &old);
+    struct joined j = {.p = p, .old = &old, .exec_errno = 0};
+    pid_t pid = clone(joined_exec, stack + sizeof stack, CLONE_VM | CLONE_VFORK | CLONE_PARENT, &j);
+    if (pid < 0) child_fail(errfd, STEP_FORK, errno);
+    struct report r = {STEP_COUNT, (int32_t)pid}; /* the command's pid, for the spawner */
+    if (write(errfd, &r, sizeof r) != (ssize_t)sizeof r) _exit(CORRAL_SPAWN_EXEC_FAILED);
+    if (j.exec_errno) child_fail(errfd, STEP_EXEC, j.exec_errno);
+    _exit(0);
+}
+
 /*
  * The init is a fork of the host, so /proc/1/cmdline and environ inside would show the
  * host's command line (--resolve tables, host paths) and environment. Both are this
@@ -243,14 +285,48 @@ static void apply_rlimits(const struct corral_spawn_plan *p, int errfd)
     }
 }
 
-/* stdio as the plan says, and everything beyond 0-2 closed at exec but for the fds the
- * caller keeps. */
+#define KEEP_MAX 64
+
+/* Closes every fd from 3 up but errfd and the caller's keep_fds. The caller's other fds
+ * would otherwise stay open in this child until exec (CLOEXEC alone), and with a low
+ * RLIMIT_NOFILE already set, the init's own pipe then fails with EMFILE when they hold
+ * every number beneath the limit. No allocation here: more fds to keep than KEEP_MAX are
+ * left to CLOEXEC instead. */
+static int close_all_but(const struct corral_spawn_plan *p, int errfd)
+{
+    int keep[KEEP_MAX + 1];
+    size_t n = 0;
+    if (p->n_keep_fds >= KEEP_MAX) return 0;
+    keep[n++] = errfd;
+    for (size_t i = 0; i < p->n_keep_fds; i++)
+        keep[n++] = p->keep_fds[i];
+    for (size_t i = 1; i < n; i++) /* insertion sort: a handful of fds */
+        for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    unsigned from = 3;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] < (int)from) continue;
+        if ((unsigned)keep[i] > from &&
+            syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0) < 0)
+            return -errno;
+        from = (unsigned)keep[i] + 1;
+    }
+    return syscall(SYS_close_range, from, ~0U, 0) < 0 ? -errno : 0;
+}
+
+/* stdio as the plan says, and everything beyond 0-2 closed but for the fds the caller
+ * keeps (and errfd, closed at exec). */
 static void set_stdio_and_fds(const struct corral_spawn_plan *p, int errfd)
 {
     for (int i = 0; i < 3; i++)
         if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) child_fail(errfd, STEP_STDIO, errno);
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
         child_fail(errfd, STEP_FDS, errno);
+    int r = close_all_but(p, errfd);
+    if (r < 0) child_fail(errfd, STEP_FDS, -r);
     for (size_t i = 0; i < p->n_keep_fds; i++)
         if (fcntl(p->keep_fds[i], F_SETFD, 0) < 0) child_fail(errfd, STEP_FDS, errno);
 }
@@ -368,6 +444,9 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void child_main(const struct c
     if (p->seccomp && (r = corral_seccomp_install(p->seccomp)) < 0)
         child_fail(errfd, STEP_SECCOMP, r);
 
+    /* A terminal's command stays beneath the process that made the terminal its session's:
+     * a session leader's exit hangs up its terminal's foreground job. */
+    if (join && !p->ctty) join_run(p, errfd);
     init_run(p, errfd);
 }
 
@@ -496,15 +575,34 @@ static pid_t clone_under_owner(struct owner_clone *o, int *err, const char **ste
     return o->err && o->pid <= 0 ? -1 : o->pid;
 }
 
+/* A joined spawn's set-up process closes its pipe (EOF) by exiting: reaped here, and the
+ * command it made our child (join_run) taken in its place, through a pidfd of its own.
+ * On failure *command, when still > 0, is left for the caller to kill and reap. */
+static int take_command(pid_t *pid, int *pidfd, pid_t *command)
+{
+    int ws;
+    if (waitpid(*pid, &ws, 0) != *pid) return -errno;
+    *pid = -1;
+    close(*pidfd);
+    *pidfd = -1;
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0 || *command <= 0) return -ECHILD;
+    *pidfd = (int)syscall(SYS_pidfd_open, *command, 0);
+    if (*pidfd < 0) return -errno;
+    *pid = *command;
+    *command = -1;
+    return 0;
+}
+
 int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *out,
                  const char **step)
 {
     int errp[2] = {-1, -1}, syncp[2] = {-1, -1}, pidfd = -1, self_pidfd = -1, owner = -1, r = 0;
-    pid_t pid = -1;
+    pid_t pid = -1, command = -1;
     void *empty = NULL;
     *step = "prepare";
     out->pid = -1;
     out->pidfd = -1;
+    out->job = 0;
     if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0) {
         r = -errno;
         goto fail;
@@ -515,6 +613,7 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
         goto fail;
     }
     int join = p->join_pidfd >= 0;
+    int direct = join && !p->ctty; /* join_run: the command is made our child */
     uint64_t flags =
         CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
     if (p->new_net && p->netns_fd < 0) flags |= CLONE_NEWNET;
@@ -588,12 +687,20 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
 
     struct report rep;
     ssize_t n;
-    do
-        n = read(errp[0], &rep, sizeof rep);
-    while (n < 0 && errno == EINTR);
+    for (;;) {
+        do
+            n = read(errp[0], &rep, sizeof rep);
+        while (n < 0 && errno == EINTR);
+        if (n != (ssize_t)sizeof rep || rep.step != STEP_COUNT || !direct) break;
+        command = rep.err; /* join_run's report: the command, our child now */
+    }
     if (n == (ssize_t)sizeof rep) {
         *step = rep.step >= 0 && rep.step < STEP_COUNT ? step_names[rep.step] : "child";
         r = -rep.err;
+        goto fail;
+    }
+    if (direct && (r = take_command(&pid, &pidfd, &command)) < 0) {
+        *step = "join sandbox";
         goto fail;
     }
     close(errp[0]);
@@ -601,9 +708,14 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     corral_caps_free(empty);
     out->pid = pid;
     out->pidfd = pidfd;
+    out->job = direct;
     return 0;
 
 fail:
+    if (command > 0) {
+        kill(command, SIGKILL);
+        waitpid(command, NULL, 0);
+    }
     if (pid > 0) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);

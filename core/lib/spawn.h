@@ -85,8 +85,10 @@ struct corral_spawn_plan {
 };
 
 struct corral_spawn_result {
-    pid_t pid; /* pid 1 of the sandbox, in the host's pid namespace */
+    pid_t pid; /* pid 1 of the sandbox, in the host's pid namespace; joined (join_pidfd):
+                  the command itself, the leader of its own process group (a job) */
     int pidfd; /* CLOEXEC pidfd of that process */
+    int job;   /* 1: pid is a job, whose group gets the terminal's signals (reaper.h) */
 };
 
 /* Spawns per plan. Returns 0, or -errno with *step naming the failed step (a static

@@ -223,6 +223,19 @@ static int l_open_dir(lua_State *L)
     return 1;
 }
 
+/* core.fs.open_path(path) → an O_PATH fd on the file or directory itself, no symlink
+ * followed anywhere (the last component included) | nil, msg, errno (ELOOP: a symlink on
+ * the way). /proc/self/fd/N then names exactly what was opened. */
+static int l_open_path(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    corral_fd *f = corral_newfd(L);
+    int fd = corral_open_no_symlinks(AT_FDCWD, path, O_PATH, CORRAL_OPEN_WALK);
+    if (fd < 0) return corral_pushfail(L, path, fd);
+    f->fd = fd;
+    return 1;
+}
+
 /* core.fs.mark(fd, name) → true | nil, msg, errno (EOPNOTSUPP: the filesystem keeps no
  * such attribute); core.fs.marked(path, name) → boolean | nil, msg, errno. The mark is a
  * trusted.* extended attribute (fs.h). */
@@ -406,6 +419,7 @@ int corral_open_fs(lua_State *L)
                                    {"listdir", l_listdir},
                                    {"lock_dir", l_lock_dir},
                                    {"open_dir", l_open_dir},
+                                   {"open_path", l_open_path},
                                    {"statvfs", l_statvfs},
                                    {"kernel_fs", l_kernel_fs},
                                    {"mkdtemp", l_mkdtemp},

@@ -5,8 +5,11 @@
  *   loop:fileno()                                      -> the epoll fd (readable: call run)
  *   loop:add_pair(fd_a, fd_b [, {idle=s, key=, max_per_key=, hold=bool}])  -> id
  *   loop:add_connect(client_fd, ip, port [, {mark=, timeout=s, idle=s, key=, max_per_key=,
- *                                           netns=fd, attempt_delay=s, hold=bool}])
+ *                                           netns=fd, attempt_delay=s, hold=bool,
+ *                                           preface=s}])
  *                                                      -> id
+ *     preface: a proxy's CONNECT request, written once connected; the relay opens on its
+ *     2xx answer (core/lib/relay.h)
  *     hold: nothing the client sends is relayed until loop:release(id); upstream's bytes
  *     reach it meanwhile, and run reports kind "held" when the client has sent more.
  *   loop:peek(id [, max])                              -> bytes, ended | nil, msg, errno
@@ -138,6 +141,11 @@ static void check_opts(lua_State *L, int arg, struct opts *p)
             luaL_argerror(L, arg, "max_per_key must be a non-negative integer");
         p->o.max_per_key = (int)m;
     }
+    lua_pop(L, 1);
+    if (lua_getfield(L, arg, "preface") == LUA_TSTRING)
+        p->o.preface = lua_tostring(L, -1); /* still referenced by the table */
+    else if (!lua_isnil(L, -1))
+        luaL_argerror(L, arg, "preface must be a string");
     lua_pop(L, 1);
     if (lua_getfield(L, arg, "port_key") == LUA_TSTRING)
         p->port_key = lua_tostring(L, -1); /* still referenced by the table */

@@ -39,6 +39,9 @@ typedef struct {
     int reaped;
     int code;     /* exit code of the sandbox's init (the tenant's status) */
     int signaled; /* init itself was killed (limit, stop): signal number */
+    int job;      /* a command joined into a running sandbox, leading its own group: the
+                     terminal's signals go to the group, as its init would forward them */
+    int killed;   /* we sent it SIGKILL (kill, close) */
 } process;
 
 static void *scratch(lua_State *L, size_t size)
@@ -124,10 +127,10 @@ static const struct {
                     {"core", RLIMIT_CORE},     {"as", RLIMIT_AS},          {"stack", RLIMIT_STACK},
                     {"cpu", RLIMIT_CPU},       {"memlock", RLIMIT_MEMLOCK}};
 
-static int process_new(lua_State *L, pid_t pid, int pidfd)
+static int process_new(lua_State *L, pid_t pid, int pidfd, int job)
 {
     process *p = lua_newuserdatauv(L, sizeof *p, 0);
-    *p = (process){.pid = pid, .pidfd = pidfd};
+    *p = (process){.pid = pid, .pidfd = pidfd, .job = job};
     luaL_setmetatable(L, PROC_TYPE);
     return 1;
 }
@@ -341,7 +344,7 @@ static int l_spawn(lua_State *L)
     for (size_t i = 0; i < ncg; i++)
         close(cgfds[i]);
     if (r < 0) return corral_pushfail(L, lua_pushfstring(L, "spawn: %s", step), r);
-    return process_new(L, res.pid, res.pidfd);
+    return process_new(L, res.pid, res.pidfd, res.job);
 }
 
 static process *checkproc(lua_State *L)
@@ -359,7 +362,11 @@ static void reap(process *p, int flags)
     while (r < 0 && errno == EINTR);
     if (r != p->pid) return;
     p->reaped = 1;
-    if (WIFSIGNALED(ws)) {
+    /* A job's end reads as the init that used to wait for it reported it (an exit with
+     * 128+N, reaper.h), unless it was we who killed it, as we killed that init. */
+    if (WIFSIGNALED(ws) && p->job && !p->killed) {
+        p->code = corral_status_code(ws);
+    } else if (WIFSIGNALED(ws)) {
         p->signaled = WTERMSIG(ws);
         p->code = 128 + p->signaled;
     } else {
@@ -402,7 +409,13 @@ static int l_kill(lua_State *L)
     process *p = checkproc(L);
     int sig = (int)luaL_optinteger(L, 2, SIGKILL);
     if (p->reaped) return corral_pushfail(L, "kill", ESRCH);
+    /* A job's group, while its unreaped leader holds the group's id (reaper.c's forward). */
+    if (p->job && corral_is_terminal_signal(sig) && kill(-p->pid, sig) == 0) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
     /* Through the pidfd: a recycled pid can never be hit. */
+    if (sig == SIGKILL) p->killed = 1;
     if ((sig = corral_pidfd_signal(p->pidfd, sig)) < 0) return corral_pushfail(L, "kill", sig);
     lua_pushboolean(L, 1);
     return 1;
@@ -426,6 +439,7 @@ static int l_close(lua_State *L)
 {
     process *p = checkproc(L);
     if (!p->reaped && p->pid > 0) {
+        p->killed = 1;
         if (p->pidfd >= 0) corral_pidfd_signal(p->pidfd, SIGKILL);
         reap(p, 0);
     }

@@ -5,6 +5,8 @@
 -- with the program's status (the wrapper: 125 no layer, 126, 127). Listed once in
 -- docs/boundary.md.
 -- @module corral.cli
+-- first: what a broker hands its corral is read before a run clears the environment
+require "corral.broker.boundary"
 local confinement_cli = require "corral.confinement.cli"
 local core = require "corral.core"
 local errors = require "corral.errors"

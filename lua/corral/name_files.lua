@@ -112,6 +112,31 @@ end
 
 --- Removes what `write` made; idempotent.
 -- @tparam table t
+--- The host's CA bundle with the run's CA appended, written beside the name files
+-- (`t.ca_bundle`), for the tenant's trust when a secret is bound.
+-- @tparam table t what `write` made
+-- @tparam string pem the run CA's certificate
+-- @treturn[1] string the file's path
+-- @return[2] nil
+-- @treturn[2] string why
+function M.write_ca_bundle(t, pem)
+  local host = M.HOST_CA_BUNDLE and core.fs.read(M.HOST_CA_BUNDLE) or ""
+  if host ~= "" and host:sub(-1) ~= "\n" then host = host .. "\n" end
+  local path = t.dir .. "/ca-certificates.crt"
+  local f, err = io.open(path, "w")
+  if not f then return nil, err end
+  local ok, werr = f:write(host, pem)
+  f:close()
+  if not ok then return nil, werr end
+  local cok, cerr = core.fs.chmod(path, tonumber("644", 8))
+  if not cok then return nil, cerr end
+  t.ca_bundle = path
+  return path
+end
+
+--- The host's bundle of trusted CAs (Debian's ca-certificates).
+M.HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
 function M.remove(t)
   if t and t.dir then
     leftovers.remove_own_tree(t.dir)

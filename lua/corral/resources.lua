@@ -75,6 +75,8 @@ local function acquire_workspace(sb, st)
   local fd, err = core.fs.open_dir(sb.workspace_path)
   if not fd then return nil, require("corral.errors").invalid_argument("workspace_path", tostring(err)) end
   st.workspace = fd
+  local held, herr = require("corral.broker.boundary").held("workspace_path", fd, sb.workspace_path)
+  if not held then return nil, herr end
   local id = sandbox.host_id(sb)
   if core.fs.lstat(fd).uid == id then return true end
   local userns, why, kind = require("corral.idmapped").mapping(fd, sb.workspace_path, id, sandbox.storage_path(sb))
@@ -94,6 +96,10 @@ end
 function M.acquire(sb, opts)
   opts = opts or {}
   local trees = opts.trees and core.proc.geteuid() == 0
+  if not trees then
+    local named = require("corral.broker.boundary").named()
+    if named then return nil, named end
+  end
   local ok, lock, userns, made_storage = storage.prepare(sb, opts)
   if not ok then return nil, lock end
   local err, made_image
@@ -103,7 +109,7 @@ function M.acquire(sb, opts)
   local function refuse(e)
     M.release(st)
     if made_image then os.remove(require("corral.disk").image_path(sb)) end
-    if made_storage then os.remove(sandbox.storage_path(sb)) end
+    if made_storage then os.remove(made_storage) end
     return nil, e
   end
   if sb.limits and sb.limits.disk then
@@ -129,6 +135,14 @@ function M.acquire(sb, opts)
     -- source-port slices by storage path, unique per sandbox (the id is not)
     st.plane.port_key = sandbox.storage_path(sb)
     require("corral.egress.loop").add(st.plane)
+    if st.plane.terminator then
+      -- the run's CA into the tenant's trust (corral.egress.secrets)
+      local _, berr = name_files.write_ca_bundle(st.names, st.plane.terminator:ca_pem())
+      if berr then
+        return refuse(require("corral.errors").cannot_enforce("network_restriction", "the tenant's CA bundle: "
+          .. tostring(berr)))
+      end
+    end
     if sb.service_port then
       ok, err = st.plane:serve(sb.service_port)
       if not ok then return refuse(err) end

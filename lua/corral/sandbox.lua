@@ -177,6 +177,21 @@ local function check_limits(l)
   return out
 end
 
+--- Where the tenant finds its trusted CAs when a secret is bound: the runtime's bundle
+-- shown with the run's CA added (corral.resources writes it, corral.tenant_root binds it).
+M.CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+local CA_VARIABLES = { "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO",
+  "CURL_CA_BUNDLE" }
+
+-- A bound secret's stand-in under its name (corral.egress.secrets made it: worthless
+-- outside this run, so not a credential the hardening list refuses), and the variables
+-- that point clients at the bundle holding the run's CA.
+local function add_stand_ins(env, secrets)
+  if not secrets then return end
+  for _, s in ipairs(secrets) do env[s.name] = s.stand_in end
+  for _, v in ipairs(CA_VARIABLES) do env[v] = M.CA_BUNDLE end
+end
+
 --- Validates a sandbox description once.
 -- @tparam table t the fields above
 -- @treturn table a new sandbox (`t` unmodified), or nil and `invalid_argument`/`refused_env`
@@ -222,6 +237,7 @@ function M.new(t)
     local net, nerr = require("corral.egress.network_spec").check(t.network)
     if not net then return nil, nerr end
     sb.network = net
+    add_stand_ins(sb.env, net.secrets)
   end
   return sb
 end

@@ -124,7 +124,8 @@ end
 -- @treturn[1] userdata the lock (a corral.fd on the directory; close it to release)
 -- @treturn[1] userdata|nil the idmapped mount's user namespace, when the directory is
 --   shown through one
--- @treturn[1] boolean|nil whether this call made the directory (a caller refusing the run
+-- @treturn[1] string|nil when this call made the directory, the path it was made by (under
+--   a broker, beneath the pinned parent: remove it by that) (a caller refusing the run
 --   afterwards removes it)
 -- @return[2] nil and invalid_argument/cannot_enforce
 function M.prepare(sb, opts)
@@ -154,17 +155,20 @@ function M.prepare(sb, opts)
   end
   local unclaimed = disk.unclaimed(sb)
   if unclaimed then return nil, unclaimed end
-  local made, err, errno = core.fs.mkdir(path, tonumber("700", 8))
+  -- under a broker, made and locked through its parent pinned (corral.broker.boundary)
+  local at, aerr = require("corral.broker.boundary").storage(path)
+  if not at then return nil, aerr end
+  local made, err, errno = core.fs.mkdir(at, tonumber("700", 8))
   if made then
-    local ok, cerr = core.fs.chown(path, id, id)
+    local ok, cerr = core.fs.chown(at, id, id)
     if not ok then
-      core.fs.remove_tree(path)
+      core.fs.remove_tree(at)
       return cannot(cerr)
     end
   elseif errno ~= core.errno.EEXIST then
     return cannot(err, errno)
   else
-    local st = core.fs.lstat(path)
+    local st = core.fs.lstat(at)
     if st and st.type == "link" then
       -- never followed: where it points could change between the checks and the mount
       return nil, errors.invalid_argument("storage", path .. " is a symbolic link; give the directory itself")
@@ -176,7 +180,7 @@ function M.prepare(sb, opts)
   -- the lock is taken before the holder check, which sees only ids already running, so
   -- two provisions of one storage at once cannot both pass it; and every decision below is
   -- about the directory it holds, whatever the path names by then
-  local lock, lerr, lerrno = core.fs.lock_dir(path)
+  local lock, lerr, lerrno = core.fs.lock_dir(at)
   if not lock then
     if lerrno == core.errno.EAGAIN then
       return nil, errors.invalid_argument("storage", path .. " is in use by another sandbox")
@@ -189,7 +193,7 @@ function M.prepare(sb, opts)
   -- a refused run leaves nothing it made: the directory is still empty here
   local function refuse(e)
     lock:close()
-    if made then os.remove(path) end
+    if made then os.remove(at) end
     return nil, e
   end
   local owner = core.fs.lstat(lock).uid
@@ -243,7 +247,7 @@ function M.prepare(sb, opts)
         tostring(merr)))
     end
   end
-  return true, lock, userns, made
+  return true, lock, userns, made and at
 end
 
 return M

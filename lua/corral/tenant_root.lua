@@ -50,6 +50,9 @@ function M.plan(sb, st)
       end
     end
   end
+  if names and names.ca_bundle then
+    mounts[#mounts + 1] = { type = "bind", src = names.ca_bundle, dest = sandbox.CA_BUNDLE, own = true }
+  end
   -- as root, native and bwrap show these as trees this process makes (corral.resources.tree)
   local trees = st and st.trees
   mounts[#mounts + 1] = { type = "bind", src = sandbox.storage_path(sb), dest = "/storage", rw = true,

@@ -407,6 +407,55 @@ static void test_connect(struct corral_relay *r)
     close(up);
 }
 
+/* A proxy preface (--upstream-proxy): the CONNECT request goes first, the client's bytes
+ * wait until the proxy's 2xx; a 407 fails the connect (EACCES) and resets the client.
+ * The refusal first, then the control, whose tunnel's first bytes arrive in the same
+ * segment as the answer's head. */
+static void test_proxy_preface(struct corral_relay *r)
+{
+    static const char PREFACE[] = "CONNECT 192.0.2.1:443 HTTP/1.1\r\nHost: 192.0.2.1:443\r\n\r\n";
+    char buf[128] = {0};
+    int port = 0;
+    int up = corral_tcp_listen("127.0.0.1", 0, &port);
+    CHECK(up >= 0);
+    socklen_t len;
+    struct sockaddr_storage ss = lo_addr(port, &len);
+    struct corral_relay_opts o = {.preface = PREFACE};
+    size_t n = strlen(PREFACE);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int c = -1, a = -1;
+        uint64_t id = 0;
+        CHECK(tcp_pair(&c, &a) == 0);
+        CHECK(write(c, "early", 5) == 5);
+        CHECK(corral_relay_add_connect(r, a, (struct sockaddr *)&ss, len, 0, 2000, &o, &id) == 0);
+        int s = corral_tcp_accept(up, 1000);
+        CHECK(s >= 0);
+        CHECK(read_relayed(r, s, buf, n, 0, 2000) == (ssize_t)n && memcmp(buf, PREFACE, n) == 0);
+        CHECK(find_event(id, CORRAL_RELAY_CONNECTED) == NULL);
+        if (attempt == 0) {
+            const char *no = "HTTP/1.1 407 Proxy Authentication Required\r\n\r\n";
+            CHECK(write(s, no, strlen(no)) == (ssize_t)strlen(no));
+            const struct corral_relay_event *e = wait_event(r, id, CORRAL_RELAY_FAILED, 2000);
+            CHECK(e && e->err == EACCES);
+            CHECK(read_relayed(r, c, buf, sizeof buf, 1, 1000) == -ECONNRESET);
+        } else {
+            const char *yes = "HTTP/1.1 200 Connection established\r\n\r\nbanner";
+            CHECK(write(s, yes, strlen(yes)) == (ssize_t)strlen(yes));
+            CHECK(wait_event(r, id, CORRAL_RELAY_CONNECTED, 2000) != NULL);
+            CHECK(read_relayed(r, c, buf, 6, 0, 2000) == 6 && memcmp(buf, "banner", 6) == 0);
+            CHECK(read_relayed(r, s, buf, 5, 0, 2000) == 5 && memcmp(buf, "early", 5) == 0);
+            close(c);
+            close(s);
+            const struct corral_relay_event *e = wait_event(r, id, CORRAL_RELAY_CLOSED, 2000);
+            CHECK(e && e->bytes_a_to_b == 5 && e->bytes_b_to_a == 6);
+            break;
+        }
+        close(c);
+        close(s);
+    }
+    close(up);
+}
+
 /* Racing addresses (RFC 8305): each failure of the attempt in flight starts the next at
  * once, an unanswered one gives the next its turn after the delay, the first to connect
  * wins. Every attempt comes first, its control (the same race reaching a listener) after. */
@@ -988,6 +1037,7 @@ int main(void)
     test_epipe_survived(r);
     test_idle_timeout(r);
     test_connect(r);
+    test_proxy_preface(r);
     test_race(r);
     test_race_out_of_fds(r);
     test_key_cap(r);

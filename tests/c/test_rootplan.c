@@ -42,12 +42,15 @@ static void test_tables(void)
     CHECK(!in_list(startup, n, "/etc/resolv.conf"));
     const char *const *net = corral_rootplan_network_files(&n);
     CHECK(in_list(net, n, "/etc/resolv.conf") && !in_list(net, n, "/etc/shadow"));
-    /* The tenant's own name files: every one a network file, /etc/hosts among them. */
+    /* The tenant's own name files: every one a network file but nsswitch.conf (a start-up
+     * file) and hostname (the tenant's own name), /etc/hosts among them. */
     size_t n_names;
     const char *const *names = corral_rootplan_name_files(&n_names);
     CHECK(in_list(names, n_names, "/etc/hosts") && in_list(names, n_names, "/etc/nsswitch.conf"));
+    CHECK(in_list(names, n_names, "/etc/hostname"));
     for (size_t i = 0; i < n_names; i++)
-        CHECK(in_list(net, n, names[i]) || strcmp(names[i], "/etc/nsswitch.conf") == 0);
+        CHECK(in_list(net, n, names[i]) || strcmp(names[i], "/etc/nsswitch.conf") == 0 ||
+              strcmp(names[i], "/etc/hostname") == 0);
 }
 
 static void test_boundary(void)

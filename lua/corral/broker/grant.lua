@@ -21,7 +21,8 @@ local M = {}
 local RUN = {
   mechanism = "mechanism", id = "pass", storage = "storage", workspace = "dir",
   memory = "limit", pids = "limit", cpu = "limit", wall = "pass", fsize = "limit", nofile = "limit",
-  disk = "limit", env = "env", allow = "pass", ["allow-file"] = "file_read", internal = "pass",
+  disk = "its image is made by name beside the storage, where a swapped directory could redirect it",
+  env = "env", allow = "pass", ["allow-file"] = "file_read", internal = "pass",
   resolve = "pass", ["service-port"] = "pass", idle = "pass", ["max-connections"] = "pass",
   ["udp-idle"] = "pass", ["max-udp-flows"] = "pass", sni = "pass", learn = "file_write",
   ["log-json"] = "file_write", verbose = "pass",
@@ -95,6 +96,17 @@ local function parse(argv, kinds, short)
     i = i + 1
   end
   return flags, rest
+end
+
+-- Variables the loader and libc read at a process's start (glibc's list of those it
+-- drops for setuid programs) and corral's own.
+local START_UP = { GCONV_PATH = true, GETCONF_DIR = true, GLIBC_TUNABLES = true, HOSTALIASES = true,
+  LOCALDOMAIN = true, LOCPATH = true, NIS_PATH = true, NLSPATH = true, RESOLV_HOST_CONF = true,
+  RES_OPTIONS = true, TMPDIR = true, TZDIR = true, XDG_RUNTIME_DIR = true, PATH = true, HOME = true }
+
+local function start_up_variable(name)
+  return START_UP[name] or name:match("^LD_") or name:match("^MALLOC_") or name:match("^CORRAL_")
+    or name:match("^LUA_")
 end
 
 -- The absolute form of `p` given relative to the agent's working directory, or nil.
@@ -177,7 +189,6 @@ local LIMITS = {
   cpu = { parse = sandbox.parse_decimal, under = { cpu = "its cpu cgroup quota or online CPUs" } },
   nofile = { parse = sandbox.parse_integer, under = { nofile = "its ulimit -n" } },
   fsize = { parse = sandbox.parse_size, under = { fsize = "its ulimit -f" } },
-  disk = { parse = sandbox.parse_size, under = { fsize = "its ulimit -f (the disk is one file)" } },
 }
 -- Limits the agent's process carries that a tenant would not inherit: given when absent.
 local INHERITED = { "nofile", "fsize" }
@@ -227,7 +238,7 @@ function M.check(sub, argv, ctx)
   local flags, rest, status = parse(argv, kinds, spec.short)
   if not flags then return nil, rest, status end
   local out, env_names, given = { sub }, {}, {}
-  local session, storage
+  local session
   if spec.session then
     local why
     session, why, status = check_session(spec, table.remove(rest, 1), ctx)
@@ -247,7 +258,6 @@ function M.check(sub, argv, ctx)
       local r, why, st = PATH_CHECKS[class](flag, abs, ctx.boundary)
       if not r then return nil, why, st end
       v = r
-      if f.name == "storage" then storage = r end
     elseif class == "limit" then
       local ok, why, st = check_limit(f.name, v, ctx.agent)
       if not ok then return nil, why, st end
@@ -255,19 +265,16 @@ function M.check(sub, argv, ctx)
       -- NAME alone: its value is taken from the agent's environment; NAME=VALUE as given
       local named = v:match("^[%a_][%w_]*$")
       if not named and not v:match("^[%a_][%w_]*=") then return refuse(flag, "takes NAME or NAME=VALUE") end
+      -- `exec`'s client takes a name's value from its own environment: none that a
+      -- process's start-up (the loader, libc) or corral reads
+      if named and start_up_variable(v) then
+        return refuse(flag, v .. " is read by the broker's own corral as it starts; not passed through the broker")
+      end
       if named then env_names[#env_names + 1] = v end
     elseif class ~= "pass" and class ~= "mechanism" then
       return refuse(flag, class)
     end
     out[#out + 1] = v == true and flag or (flag .. "=" .. v)
-  end
-  if given.disk then
-    -- the disk image lies beside the storage, in its parent
-    local parent = storage and storage:match("^(.*)/[^/]+$")
-    if not parent or not in_dirs(parent == "" and "/" or parent, ctx.boundary) then
-      return refuse("--disk", "needs a --storage whose parent directory is inside the agent's boundary " ..
-        "(the image is kept there)")
-    end
   end
   if spec.kinds == run_kinds then
     for _, name in ipairs(INHERITED) do

@@ -15,6 +15,8 @@
 local core = require "corral.core"
 local grant = require "corral.broker.grant"
 local agent_limits = require "corral.broker.agent_limits"
+local bound = require "corral.broker.boundary"
+local own_code = require "corral.broker.own_code"
 local json = require "corral.json"
 local leftovers = require "corral.leftovers"
 local proctree = require "corral.proctree"
@@ -29,9 +31,11 @@ local REQUEST_TIMEOUT, GRACE, MESSAGE_MAX = 5, 3, 65536
 local SIGNALS = { "INT", "TERM", "HUP", "QUIT", "USR1", "USR2" }
 local FORWARDED = { [1] = true, [2] = true, [3] = true, [10] = true, [12] = true, [15] = true }
 -- What the real corral is given from the keeper's own environment: where its runtime
--- directory and scratch are. Everything a tenant sees comes from the agent's.
-local KEEPER_ENV = { "XDG_RUNTIME_DIR", "TMPDIR" }
-local AGENT_ENV = { "PATH", "HOME", "LANG", "TERM", "TZ" }
+-- directory, scratch, state and tools are. The agent's values never set what corral
+-- itself reads (PATH finds bwrap; the loader reads LD_*): a tenant's --env values reach
+-- `run` and `create` inside the boundary variable; only `exec`'s C client takes them
+-- from its environment, and grant refuses the names a process's start-up reads there.
+local KEEPER_ENV = { "XDG_RUNTIME_DIR", "TMPDIR", "PATH", "HOME", "LANG", "TZ", "CORRAL_STATE_DIR" }
 local PREFIX = "broker-"
 
 local function send(fd, t)
@@ -115,20 +119,47 @@ function Broker:accept()
   end
 end
 
-local function child_env(req, env_names)
-  local envp = {}
+-- The keeper's PATH without the directories the agent may write (or relative ones):
+-- the broker's corral finds bwrap, setsid and unshare on it, outside the boundary.
+local function outside_path(path, boundary)
+  local keep = {}
+  for dir in path:gmatch("[^:]+") do
+    local r = dir:sub(1, 1) == "/" and (core.path.resolve(dir) or dir)
+    local inside = not r
+    for _, d in ipairs(r and boundary.dirs or {}) do inside = inside or core.path.is_beneath(r, d) end
+    if not inside then keep[#keep + 1] = dir end
+  end
+  return table.concat(keep, ":")
+end
+
+-- The agent's value of each name (strings without NUL; TERM too, a tenant's base).
+local function agent_values(req, names)
+  local env = {}
+  for _, k in ipairs({ "TERM", table.unpack(names) }) do
+    local v = req.env[k]
+    if type(v) == "string" and not v:find("%z") then env[k] = v end
+  end
+  return env
+end
+
+-- The environment of the broker's `corral`: the boundary it enforces again at its own
+-- resolution, the sessions its `ls` shows and the tenant's --env values
+-- (corral.broker.boundary), the keeper's own variables, the agent's TERM; for `exec`
+-- the --env names grant let through.
+local function child_env(req, sub, env_names, broker)
+  local values = agent_values(req, env_names)
+  local envp = { bound.VAR .. "=" .. bound.encode(broker.boundary, broker.sessions, values),
+                 table.unpack(own_code.search_env()) }
   for _, k in ipairs(KEEPER_ENV) do
     local v = os.getenv(k)
+    if k == "PATH" and v then v = outside_path(v, broker.boundary) end
     if v then envp[#envp + 1] = k .. "=" .. v end
   end
-  local seen = {}
-  local function take(k)
-    local v = req.env[k]
-    if not seen[k] and type(v) == "string" and not v:find("%z") then envp[#envp + 1] = k .. "=" .. v end
-    seen[k] = true
+  local from_agent = { values.TERM and "TERM" or nil }
+  if sub == "exec" then table.move(env_names, 1, #env_names, #from_agent + 1, from_agent) end
+  for _, k in ipairs(from_agent) do
+    if values[k] then envp[#envp + 1] = k .. "=" .. values[k] end
   end
-  for _, k in ipairs(AGENT_ENV) do take(k) end
-  for _, k in ipairs(env_names) do take(k) end
   return envp
 end
 
@@ -144,7 +175,7 @@ local function well_formed(req)
   return true
 end
 
-function Broker:start(conn, data, fds)
+function Broker:launch(conn, data, fds)
   local ok, req = pcall(json.decode, data)
   if #fds ~= 3 or not ok or not well_formed(req) then
     return refuse(conn, "not a broker request (one JSON line with fds 0, 1 and 2 attached)")
@@ -162,18 +193,24 @@ function Broker:start(conn, data, fds)
   local g, why, status = grant.check(req.sub, req.argv, { cwd = cwd, boundary = self.boundary, agent = agent,
     sessions = self.sessions, session_count = count, max_sessions = M.MAX_SESSIONS })
   if not g then return refuse(conn, why, status) end
-  local envp = child_env(req, g.env_names)
+  local envp = child_env(req, req.sub, g.env_names, self)
   local argv = { self.host, table.unpack(g.argv) }
   local child, pipe = core.spawn.fork()
   if child == false then
     core.proc.execve(self.host, argv, envp, cwd, fds)
     core.proc.exit(core.exit.NOTFOUND)
   end
-  for _, f in ipairs(fds) do f:close() end
   if not child then return refuse(conn, "cannot start corral: " .. tostring(pipe), 1) end
   pipe:close()
   conn.child, conn.sub, conn.session = child, req.sub, g.session
   send(conn.fd, { ok = true, result = { pid = child:pid() } })
+end
+
+-- A request started or refused: either way the agent's fds are closed here at once (a
+-- refused one kept would hold the client's stdout open, its reader waiting for the end).
+function Broker:start(conn, data, fds)
+  self:launch(conn, data, fds)
+  for _, f in ipairs(fds) do f:close() end
 end
 
 function Broker:on_conn(conn)

@@ -82,9 +82,10 @@ With --broker (and --exec) this corral stays outside as CMD's broker: CMD's own 
 run` (create, exec, rm, ls, policy) is sent to it through a socket that only CMD's root
 shows (CORRAL_BROKER names it) and runs as a real sandbox, granted only storage,
 workspace and files inside DIR and the --extra directories and limits no larger than
-CMD's own; a mechanism file, --engine, --link and --receipt are refused. At most 8
-requests at once and 16 live sessions; what CMD left running is ended with it
-(docs/sessions.md).
+CMD's own; a mechanism file, --engine, --link, --receipt and --disk are refused. At most
+8 requests at once and 16 live sessions; what CMD left running is ended with it. corral's
+own code inside the boundary is kept read-only (the ns or bwrap layer; under Landlock
+alone --broker refuses) (docs/sessions.md).
 Exit 2: an invalid argument; 3: this host cannot enforce the confinement; with --exec,
 the command's status (127 when it is not found, 126 when it cannot be executed).]]
 
@@ -120,10 +121,21 @@ function M.confine(argv, cli)
     local env, extra = core.proc.environ(), opts.extra
     env.CORRAL_BROKER = broker_socket
     if broker_socket then extra = { broker_socket, table.unpack(opts.extra) } end
-    local spec, err = confinement.confine({ rest[1], cmdargs }, {
-      permit_path = opts.permit, permit_extra_subpaths = extra, cd = opts.cd, env = env, layers = opts.layers,
-      read_only = opts["read-only"], writable = opts.writable,
-    })
+    local function confine(read_only)
+      return confinement.confine({ rest[1], cmdargs }, {
+        permit_path = opts.permit, permit_extra_subpaths = extra, cd = opts.cd, env = env, layers = opts.layers,
+        read_only = read_only, writable = opts.writable,
+      })
+    end
+    local spec, err = confine(opts["read-only"])
+    if spec and opts.broker then
+      -- corral's own code inside the boundary: read-only, or no broker (corral.broker.own_code)
+      local roots = { opts.permit, table.unpack(opts.extra) }
+      local code, cerr = require("corral.broker.own_code").read_only(roots, spec.layers)
+      if not code then return nil, cerr end
+      if #code > 0 then spec, err = confine(table.move(code, 1, #code, #opts["read-only"] + 1,
+        { table.unpack(opts["read-only"]) })) end
+    end
     if not spec then
       if type(err) == "table" and err.argument then
         err.argument = confine_flag(err.argument)

@@ -4,8 +4,8 @@
 -- @module corral.conformance.cli
 local M = {}
 
-M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--session] [--only GROUP] [--json]
-  [--receipt FILE]
+M.USAGE = [[corral conformance [--mechanism native|bwrap|oci|FILE.lua] [--session] [--runtime PATH]
+  [--only GROUP] [--json] [--receipt FILE]
 
 Runs every conformance check against the mechanism (default native): one breach
 attempted from inside a sandbox, then a control in the same sandbox. Each check is
@@ -17,10 +17,14 @@ through its tear-down (its sandboxes, targets and scratch removed) and exit 128+
 digest of its evidence; docs/receipts.md), which `corral verify FILE` checks.
 --session runs every command of every check as `corral exec` runs it: exec'd into a
 live sandbox (its waiting init already there) instead of a sandbox of its own, so the
-census is that of exec'd processes (native and bwrap; docs/sessions.md).]]
+census is that of exec'd processes (native and bwrap; docs/sessions.md).
+--runtime PATH (with --mechanism oci) runs each container under the OCI runtime PATH
+(podman --runtime PATH), an egress allowlist handed to it as corral.dev/ annotations:
+with corral-runtime, the egress group is its keepers' planes (docs/kubernetes.md).]]
 
 --- The flags `corral conformance` accepts (corral.cli.parse's spec).
-M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value", session = "flag" }
+M.SPEC = { mechanism = "value", only = "value", json = "flag", receipt = "value", session = "flag",
+           runtime = "value" }
 
 -- The mechanism the suite runs against: its name, or with --session that mechanism with
 -- every command exec'd into a live sandbox (corral.mechanism.session).
@@ -33,6 +37,24 @@ local function mechanism_of(opts)
   local mech, werr = require("corral.mechanism.session").wrap(base)
   if not mech then return nil, errors.invalid_argument("--session", werr.detail .. ", not " .. name) end
   return mech
+end
+
+-- --runtime PATH: oci's podman runs its containers under PATH; nil, or an error naming the flag.
+local function use_runtime(opts)
+  local errors = require "corral.errors"
+  if (opts.mechanism or "native") ~= "oci" then
+    return errors.invalid_argument("--runtime", "only with --mechanism oci (podman runs the containers under it)")
+  end
+  local core = require "corral.core"
+  local path = opts.runtime:find("/", 1, true) and opts.runtime or core.path.resolve_executable(opts.runtime)
+  -- the path given is kept (corral-runtime is a link to the host, which acts on the name it
+  -- was called by); the resolver says whether it leads to an executable file
+  local real = path and core.path.resolve_executable(path)
+  local st = real and core.fs.lstat(real)
+  if not (st and st.type == "file" and st.mode & tonumber("111", 8) ~= 0) then
+    return errors.invalid_argument("--runtime", tostring(opts.runtime) .. ": not an executable file")
+  end
+  require("corral.mechanism.oci").config.runtime = path
 end
 
 -- The census as a signed receipt: every check's outcome and its evidence's digest (the
@@ -100,6 +122,10 @@ function M.run(argv, cli)
   if not opts then return cli.fail("conformance", rest) end
   if #rest > 0 then
     return cli.fail("conformance", errors.invalid_argument(rest[1], "unexpected argument"))
+  end
+  if opts.runtime then
+    local rerr = use_runtime(opts)
+    if rerr then return cli.fail("conformance", rerr) end
   end
   local prepared, started
   if opts.receipt then

@@ -17,7 +17,7 @@ local M = {}
 
 --- The guarantee groups, in report order; each is `corral.conformance.<group>`.
 M.GROUPS = { "filesystem", "credentials", "process", "privilege", "resources", "network", "egress",
-             "cross_sandbox" }
+             "secrets", "cross_sandbox" }
 
 --- The four outcomes.
 M.OUTCOMES = { "held", "breached", "unavailable", "void" }

@@ -23,6 +23,7 @@ local loop = require "corral.egress.loop"
 local refusal = require "corral.egress.refusal"
 local relays = require "corral.egress.relays"
 local sni_hold = require "corral.egress.sni_hold"
+local upstream_proxy = require "corral.egress.upstream_proxy"
 
 local M = {}
 
@@ -83,7 +84,7 @@ end
 -- @tparam table sandbox `{id =, synth = its synthetic allocator, registry = where its
 --   policy lives, resolve_with = the operator's resolver (a function, or name → {addr,...};
 --   nil: the host's), link = network.link | nil, mark = the host's mark, max_connections =,
---   idle =, connect_timeout =}`
+--   idle =, connect_timeout =, upstream_proxy = (corral.egress.upstream_proxy) | nil}`
 -- @treturn[1] table the acceptor, with `port`
 -- @return[2] nil
 -- @treturn[2] string why
@@ -92,6 +93,7 @@ function M.new(netns, sandbox)
     resolve_with = sandbox.resolve_with, link = sandbox.link, mark = sandbox.mark,
     max_connections = sandbox.max_connections, idle = sandbox.idle, connect_timeout = sandbox.connect_timeout,
     attempt_delay = sandbox.attempt_delay, netns = netns, sni = sandbox.sni or sni_hold.SNI_DEFAULT,
+    terminator = sandbox.terminator, secrets = sandbox.secrets, upstream_proxy = sandbox.upstream_proxy,
     held = {}, n_held = 0, resolving = {}, n_resolving = 0 }, Acceptor)
   -- as many connections as this process's fds can hold (see corral.egress.fdlimit)
   if self.max_connections then
@@ -345,14 +347,30 @@ function Acceptor:upstream(w, addrs, rerr)
   end
   ctx.upstream = type(upstream) == "table" and upstream[1] or upstream
   ctx.upstreams = type(upstream) == "table" and upstream or nil
+  -- A host a secret is bound to: TLS is terminated here and the relay carries the
+  -- terminator's own TLS to the server (corral.egress.terminated).
+  if self.terminator and self.terminator:bound(name, port) then
+    local inner, terr = self.terminator:terminate(client, name, port)
+    if not inner then
+      -- the terminator took the client and reset it
+      ctx.verdict, ctx.reason, ctx.bytes, ctx.by = "deny", "TLS termination: " .. tostring(terr), 0, "policy"
+      return events.emit(ctx)
+    end
+    client, guard, ctx.terminated = inner, nil, true
+  end
   -- Upstream from the host's netns, or — with a link — from the sandbox's own netns
   -- through a mark-checked socket (mark written, read back and compared; no fd otherwise),
   -- which the ruleset's mark rules exempt from the redirect.
   -- The connection joins its destination's relay (`corral.egress.relays`), which is what
   -- `recheck` cuts when the policy stops allowing the destination.
-  local id, cerr, cerrno = relays.connect(client, upstream, port, {
+  local to, to_port, preface = upstream, port, nil
+  if self.upstream_proxy then
+    to, to_port, preface = upstream_proxy.route(self.upstream_proxy, upstream, port)
+    ctx.proxy = self.upstream_proxy.text
+  end
+  local id, cerr, cerrno = relays.connect(client, to, to_port, {
     timeout = self.connect_timeout, idle = self.idle, key = self.id, max_per_key = self.max_connections,
-    port_key = w.port_key, attempt_delay = self.attempt_delay,
+    port_key = w.port_key, attempt_delay = self.attempt_delay, preface = preface,
     mark = self.link and self.mark or nil, netns = self.link and self.netns or nil,
     on_held = guard and function(cid) sni_hold.check_held(self, cid, guard) end or nil },
     { name = name, ip = (not name) and ip or nil, port = port }, ctx)

@@ -80,12 +80,14 @@ end
 -- @tparam function fn the hook
 -- @tparam table ctx what it is given (already a copy)
 -- @tparam[opt] integer budget instructions (default `DEFAULT_BUDGET`)
+-- @tparam[opt] string label the hook's name in reasons ("decide" unless given)
 -- @treturn[1] boolean true to allow
 -- @treturn string the hook's reason, or why its answer counts as a deny
-function M.run_hook(fn, ctx, budget)
+function M.run_hook(fn, ctx, budget, label)
   budget = budget or M.DEFAULT_BUDGET
+  label = label or "decide"
   if math.type(budget) ~= "integer" or budget < 1 then
-    return false, "decide hook budget must be a positive integer, got " .. tostring(budget)
+    return false, label .. " hook budget must be a positive integer, got " .. tostring(budget)
   end
   local co = coroutine.create(fn)
   local exhausted = false
@@ -102,15 +104,15 @@ function M.run_hook(fn, ctx, budget)
   local status = coroutine.status(co)
   coroutine.close(co)
   if exhausted then
-    return false, string.format("decide hook exceeded its budget of %d instructions", budget)
+    return false, string.format("%s hook exceeded its budget of %d instructions", label, budget)
   end
-  if not res[1] then return false, "decide hook failed: " .. tostring(res[2]):sub(1, REASON_MAX) end
-  if status ~= "dead" then return false, "decide hook yielded; it must return an answer" end
+  if not res[1] then return false, label .. " hook failed: " .. tostring(res[2]):sub(1, REASON_MAX) end
+  if status ~= "dead" then return false, label .. " hook yielded; it must return an answer" end
   local answer, reason = res[2], res[3]
   if type(reason) ~= "string" then reason = nil else reason = reason:sub(1, REASON_MAX) end
-  if answer == true or answer == "allow" then return true, reason or "allowed by the decide hook" end
-  if answer == false or answer == "deny" then return false, reason or "denied by the decide hook" end
-  return false, string.format("decide hook returned %s; it must return true/false or \"allow\"/\"deny\"",
+  if answer == true or answer == "allow" then return true, reason or ("allowed by the " .. label .. " hook") end
+  if answer == false or answer == "deny" then return false, reason or ("denied by the " .. label .. " hook") end
+  return false, string.format("%s hook returned %s; it must return true/false or \"allow\"/\"deny\"", label,
     describe(answer))
 end
 

@@ -33,7 +33,8 @@ M.DEFAULTS = { max_connections = 4096, idle = 0, connect_timeout = 10, attempt_d
 
 local KNOWN = { allow = true, decide = true, internal = true, resolve = true, budget = true,
                 max_connections = true, idle = true, connect_timeout = true, link = true, sni = true,
-                learn = true, udp_idle = true, max_udp_flows = true }
+                learn = true, udp_idle = true, max_udp_flows = true, secrets = true, ca_file = true,
+                requests = true, request = true, upstream_proxy = true }
 local LINK = { peer_netns = true, address = true, peer_address = true, gateway = true }
 
 local function bad(detail)
@@ -93,7 +94,8 @@ end
 --   resolve = fn|table?, budget = n?, max_connections = n?, idle = s? (0: none), connect_timeout = s?,
 --   link = {peer_netns =, address =, peer_address? =, gateway =}?, sni = "match"|"require"|"off"?,
 --   learn = boolean? (answer every name, relay nothing it was not allowed: `corral.egress.learn`),
---   udp_idle = s? (> 0), max_udp_flows = n?}` (see `corral.egress.udp`)
+--   udp_idle = s? (> 0), max_udp_flows = n?} (see `corral.egress.udp`), secrets = {...}? (made by
+--   `corral.egress.secrets.parse`), ca_file = path? (trusted upstream besides the host's store)`
 -- @treturn[1] table the network table, checked
 -- @return[2] nil
 -- @treturn[2] table `invalid_argument` naming the field or entry and the reason
@@ -136,6 +138,19 @@ function M.check(network)
     if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0 or v > 86400 * 365) then
       return bad(k .. " must be a number of seconds (0: none, at most a year)")
     end
+  end
+  if network.secrets ~= nil then
+    local why = require("corral.egress.secrets").check(network.secrets)
+    if why then return bad(why) end
+  end
+  if network.ca_file ~= nil and type(network.ca_file) ~= "string" then return bad("ca_file must be a path") end
+  if network.request ~= nil and type(network.request) ~= "function" then return bad("request must be a function") end
+  local up = network.upstream_proxy
+  if up ~= nil and (type(up) ~= "table" or type(up.ip) ~= "string" or math.type(up.port) ~= "integer") then
+    return bad("upstream_proxy must be {ip =, port =} (corral.egress.upstream_proxy.parse)")
+  end
+  if (network.request ~= nil or network.requests ~= nil) and network.secrets == nil then
+    return bad("request rules apply on the hosts a secret is bound to: give secrets too")
   end
   local ui = network.udp_idle
   if ui ~= nil and (type(ui) ~= "number" or ui ~= ui or ui <= 0 or ui > 86400 * 365) then

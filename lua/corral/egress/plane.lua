@@ -32,6 +32,7 @@ local acceptor = require "corral.egress.acceptor"
 local service = require "corral.egress.service"
 local ruleset = require "corral.egress.ruleset"
 local udp = require "corral.egress.udp"
+local terminated = require "corral.egress.terminated"
 local name_files = require "corral.name_files"
 
 local M = {}
@@ -115,13 +116,20 @@ function M.new(id, network)
   end
   local what
   self.responder, what, err = responder.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
-    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME, learn = network.learn })
+    ipv4_only = self.link ~= nil, hostname = M.HOSTNAME, learn = network.learn, secrets = network.secrets })
   if not self.responder then return fail(what, err) end
   self.dns_port = self.responder.port
+  if network.secrets then
+    local rq = network.requests or {}
+    self.terminator, err = terminated.new(id, network.secrets, network.ca_file,
+      { rules = rq.rules, methods = rq.methods, hook = network.request, budget = network.budget })
+    if not self.terminator then return fail("TLS termination for --secret", err) end
+  end
   self.acceptor, err = acceptor.new(self.netns, { id = id, synth = self.synth, registry = self.registry,
     resolve_with = resolve_with, link = self.link, mark = M.MARK, max_connections = self.max_connections,
     idle = self.idle, connect_timeout = self.connect_timeout, attempt_delay = self.attempt_delay,
-    sni = network.sni })
+    sni = network.sni, terminator = self.terminator, secrets = network.secrets,
+    upstream_proxy = network.upstream_proxy })
   if not self.acceptor then return fail("acceptor", err) end
   self.acceptor_port = self.acceptor.port
   -- learn mode: every port reaches the acceptor, which records what was wanted (nil);
@@ -318,6 +326,7 @@ function Plane:watch()
   if self.acceptor then add(self.acceptor:watch(self.port_key)) end
   if self.service then add(self.service:watch()) end
   if self.udp then add(self.udp:watch()) end
+  if self.terminator then add(self.terminator:watch()) end
   return w
 end
 
@@ -357,7 +366,7 @@ function Plane:close()
   if self.netns and self:refuses() then pcall(self.read_refused, self) end
   if self.udp then pcall(self.udp.close, self.udp) end
   self.registry:remove(self.id)
-  for _, k in ipairs({ "responder", "service", "acceptor", "udp", "netns" }) do
+  for _, k in ipairs({ "responder", "service", "acceptor", "terminator", "udp", "netns" }) do
     if self[k] then self[k]:close(); self[k] = nil end
   end
 end

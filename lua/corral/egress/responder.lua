@@ -25,6 +25,7 @@ local address = require "corral.egress.address"
 local decision = require "corral.egress.decision"
 local events = require "corral.egress.events"
 local loop = require "corral.egress.loop"
+local secrets = require "corral.egress.secrets"
 
 local M = {}
 local Responder = {}
@@ -56,7 +57,8 @@ M.NAME_CACHE = 4096
 -- @treturn[2] string why
 function M.new(netns, sandbox)
   local self = setmetatable({ id = sandbox.id, synth = sandbox.synth, registry = sandbox.registry,
-    ipv4_only = sandbox.ipv4_only, hostname = sandbox.hostname, learn = sandbox.learn, tcp_dns = {}, names = {},
+    ipv4_only = sandbox.ipv4_only, hostname = sandbox.hostname, learn = sandbox.learn, secrets = sandbox.secrets,
+    tcp_dns = {}, names = {},
     names_n = 0 },
     Responder)
   -- The responder holds port 53 itself, so a resolver configured at a loopback address
@@ -128,6 +130,14 @@ function Responder:answer(query)
     return core.dns.answer(query, rcode)
   end
   local name = q.name
+  local leaked = self.secrets and secrets.stand_in_in(self.secrets, name, true)
+  if leaked then
+    -- a name is read by every resolver on its way: a stand-in never leaves in one
+    events.emit({ sandbox = self.id, kind = "dns", name = M.printable(name), qtype = q.qtype, answer = "refused",
+      verdict = "deny", leak = true, bytes = 0, reason = "the stand-in of " .. leaked .. " in a DNS name: "
+        .. "it is put into request headers only, over TLS to the hosts --secret " .. leaked .. "@HOST binds" })
+    return core.dns.answer(query, core.dns.REFUSED)
+  end
   if q.hostname and self.hostname and q.qclass == 1 and address.normalize_name(name) == self.hostname then
     return self:answer_hostname(query, q)
   end

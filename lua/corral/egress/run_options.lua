@@ -10,6 +10,7 @@ local core = require "corral.core"
 local errors = require "corral.errors"
 local address = require "corral.egress.address"
 local grammar = require "corral.egress.grammar"
+local request_rules = require "corral.egress.request_rules"
 -- a count in plain decimal ("64"; tonumber would take "0x40" and " 64")
 local parse_integer = require("corral.sandbox").parse_integer
 
@@ -27,16 +28,22 @@ function M.network(opts)
   local function invalid(option, fmt, ...)
     return nil, errors.invalid_argument(option, string.format(fmt, ...))
   end
-  -- the grammar's own refusals (single-label names, loopback, URL paths …), by option
+  -- a path entry (request_rules) admits its destination and adds a rule; the grammar's
+  -- own refusals (single-label names, loopback, other URL paths …), by option
+  local rules = {}
   local function check_entry(e)
-    local _, aerr = grammar.parse_entry(e)
-    if aerr then return aerr.detail end
+    local dest, rule, rwhy = request_rules.split(e)
+    if rwhy then return nil, rwhy end
+    rules[#rules + 1] = rule
+    local _, aerr = grammar.parse_entry(dest or e)
+    if aerr then return nil, aerr.detail end
+    return dest or e
   end
   local allow = {}
   for _, e in ipairs(opts.allow or {}) do
-    local why = check_entry(e)
+    local entry, why = check_entry(e)
     if why then return invalid("--allow", "%s", why) end
-    allow[#allow + 1] = e
+    allow[#allow + 1] = entry
   end
   if opts["allow-file"] then
     local file = opts["allow-file"]
@@ -48,9 +55,9 @@ function M.network(opts)
       n = n + 1
       line = line:gsub("#.*", ""):match("^%s*(.-)%s*$")
       if line ~= "" then
-        local why = check_entry(line)
+        local entry, why = check_entry(line)
         if why then return invalid("--allow-file", "%s:%d: %s", file, n, why) end
-        allow[#allow + 1] = line
+        allow[#allow + 1] = entry
       end
     end
   end
@@ -83,8 +90,75 @@ function M.network(opts)
     link = { peer_netns = ns:find("/", 1, true) and ns or ("/run/netns/" .. ns), address = addr, gateway = gw,
              peer_address = peer ~= "" and peer or nil }
   end
+  local proxy
+  if opts["upstream-proxy"] then
+    local why
+    proxy, why = require("corral.egress.upstream_proxy").parse(opts["upstream-proxy"])
+    if not proxy then return invalid("--upstream-proxy", "%s", why) end
+    for _, e in ipairs(allow) do
+      if e:match("^[uU][dD][pP]:") then
+        return invalid("--upstream-proxy", "carries TCP only: %s (a udp: entry) cannot go through it", e)
+      end
+    end
+  end
+  local methods
+  if opts.method then
+    local why
+    methods, why = request_rules.methods(opts.method)
+    if not methods then return invalid("--method", "%s", why) end
+  end
   if #allow == 0 and #(opts.internal or {}) == 0 and not resolve and not link then return nil end
-  return { allow = allow, internal = opts.internal, resolve = resolve, link = link }
+  local requests = (#rules > 0 or methods) and { rules = rules, methods = methods } or nil
+  return { allow = allow, internal = opts.internal, resolve = resolve, link = link, requests = requests,
+    upstream_proxy = proxy }
+end
+
+--- Adds --secret, --secret-file and --ca-file to `network` (see `corral.egress.secrets`):
+-- the secrets' names, hosts and stand-ins, their values kept by that module; and checks
+-- that the request rules (--allow https://HOST/PATH, --method) fall on hosts they bind.
+-- Read before corral's own environment is cleared.
+-- @tparam table|nil network the table from `network` and `apply`
+-- @tparam table opts parsed options
+-- @treturn[1] table|nil network
+-- @return[2] nil
+-- @treturn[2] table invalid_argument naming the flag
+function M.secrets(network, opts)
+  local given_secret = #(opts.secret or {}) > 0 or #(opts["secret-file"] or {}) > 0
+  local secrets = require "corral.egress.secrets"
+  if not given_secret then
+    if opts["ca-file"] then
+      return nil, errors.invalid_argument("--ca-file", "applies to the hosts a --secret is bound to: give --secret too")
+    end
+    if opts.method and not (network and network.requests) then
+      return nil, errors.invalid_argument("--method", "applies to requests on the hosts a --secret is bound to: "
+        .. "give --secret too")
+    end
+    if network and network.requests then
+      local flag, why = request_rules.check(network.requests, nil, secrets.bound)
+      if flag then return nil, errors.invalid_argument(flag, why) end
+    end
+    return network
+  end
+  local flag = #(opts.secret or {}) > 0 and "--secret" or "--secret-file"
+  if not network or #(network.allow or {}) == 0 or network.learn then
+    return nil, errors.invalid_argument(flag, "binds a secret to hosts the sandbox connects to: give --allow for "
+      .. "them too (and not --learn)")
+  end
+  local list, err = secrets.parse(opts, core.proc.environ())
+  if not list then return nil, err end
+  if network.requests then
+    local rflag, why = request_rules.check(network.requests, list, secrets.bound)
+    if rflag then return nil, errors.invalid_argument(rflag, why) end
+  end
+  local ca = opts["ca-file"]
+  if ca then
+    local st = core.fs.lstat(ca)
+    if not st or st.type ~= "file" then
+      return nil, errors.invalid_argument("--ca-file", ca .. ": not a regular file")
+    end
+  end
+  network.secrets, network.ca_file = list, ca
+  return network
 end
 
 --- Whether the namespace a --link names is there: asked of the host after `combination`,
@@ -161,9 +235,14 @@ function M.combination(network, opts)
       .. "recorded, so FILE would not be the list the command needs; run --learn without it, then "
       .. "--allow-file FILE")
   end
+  for _, f in ipairs({ "upstream-proxy", "method" }) do
+    if opts.learn and given(opts[f]) then
+      return refuse("--" .. f, "with --learn, which relays nothing: run --learn without it")
+    end
+  end
   if not allowed and not opts.learn then
     for _, f in ipairs({ "internal", "resolve", "link", "idle", "max-connections", "sni", "udp-idle",
-                         "max-udp-flows" }) do
+                         "max-udp-flows", "upstream-proxy", "method" }) do
       if given(opts[f]) then return refuse("--" .. f, NO_NETWORK) end
     end
     if not given(opts["service-port"]) and given(opts["log-json"]) then

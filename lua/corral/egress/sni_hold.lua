@@ -24,12 +24,19 @@
 -- it), and anything inside TLS — an allowed SNI with another Host in the encrypted
 -- request (domain fronting through a CDN that routes by that inner Host) passes. The
 -- check binds the name a client announces in the clear to the address it connected to;
--- it does not close domain fronting.
+-- it does not close domain fronting (a host a secret is bound to is terminated instead:
+-- `corral.egress.terminated` checks every request's Host).
+--
+-- With a secret bound (`corral.egress.secrets`), a first flight that carries a stand-in in
+-- the clear (plain HTTP to any host, the bound one too) is refused, a visible HTTP request
+-- with a 403 saying why. Inside TLS to a host that is not terminated a stand-in is
+-- invisible here, and worthless: only the terminator puts a value in its place.
 -- @module corral.egress.sni_hold
 local core = require "corral.core"
 local loop = require "corral.egress.loop"
 local refusal = require "corral.egress.refusal"
 local relays = require "corral.egress.relays"
+local secrets = require "corral.egress.secrets"
 
 local M = {}
 
@@ -135,6 +142,12 @@ function M.check(acceptor, client, timed_out)
   acceptor.n_held = acceptor.n_held - 1
   if h.polled then loop.changed() end
   if v ~= true then return refusal.deny(client, h.ctx, v) end
+  local leak = acceptor.secrets and secrets.clear_leak(acceptor.secrets, data, h.name .. ":" .. h.port)
+  if leak then
+    if core.sni.parse(data) == "http" then return refusal.forbidden(client, h.ctx, leak) end
+    h.ctx.leak = true
+    return refusal.deny(client, h.ctx, leak)
+  end
   if h.lowat then core.sni.lowat(client, 1) end
   -- Nothing seen yet (only silence ends the wait with no bytes): the client's first
   -- bytes, whenever they come, are still checked before any is relayed.
@@ -158,6 +171,8 @@ function M.check_held(acceptor, id, h)
   local final = ended or #data >= core.sni.PEEK_MAX
   local v = M.sni_verdict(data, h.name, acceptor.sni, final, h.ip)
   if v == nil then return end
+  local leak = v == true and acceptor.secrets and secrets.clear_leak(acceptor.secrets, data, h.name .. ":" .. h.port)
+  if leak then return relays.cut(id, leak) end
   if v == true then return relays.release(id) end
   relays.cut(id, v)
 end

@@ -92,9 +92,10 @@ end
 function M.start(opts)
   opts = opts or {}
   local out = opts.out or io.stderr
-  local self = { order = {}, count = {} }
+  local self = { order = {}, count = {}, hosts = {}, requests = {} }
   function self.on(ev)
     if opts.sandbox and ev.sandbox ~= opts.sandbox then return end
+    if ev.kind == "request" and ev.verdict == "allow" then self.request(ev) end
     local ok, line = pcall(M.line, ev)
     if not ok or not line then return end
     if not self.count[line] then
@@ -103,6 +104,16 @@ function M.start(opts)
       if opts.verbose then out:write("corral run: ", line, "\n") end
     end
     self.count[line] = self.count[line] + 1
+  end
+  -- requests on terminated TLS (--secret), counted by host
+  function self.request(ev)
+    local r = self.requests[ev.name]
+    if not r then
+      r = { n = 0, used = 0 }
+      self.requests[ev.name] = r
+      self.hosts[#self.hosts + 1] = ev.name
+    end
+    r.n, r.used = r.n + 1, r.used + (ev.secret_used and 1 or 0)
   end
   function self.lines()
     local t = {}
@@ -119,6 +130,11 @@ function M.start(opts)
       out:write("corral run: egress: ", #t == 1 and "1 decision" or (#t .. " decisions"),
         " the tenant may not have expected:\n")
       for _, l in ipairs(t) do out:write("  ", l, "\n") end
+    end
+    for _, host in ipairs(self.hosts) do
+      local r = self.requests[host]
+      out:write(string.format("corral run: terminated TLS: %s: %d request%s, %d with a secret put in\n", host, r.n,
+        r.n == 1 and "" or "s", r.used))
     end
     return t
   end

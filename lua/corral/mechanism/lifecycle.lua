@@ -88,10 +88,16 @@ function M.share(mech, state, opts)
   return mech
 end
 
+--- SIGSTOP: its number on Linux (x86, arm, powerpc, riscv, s390).
+M.SIGSTOP = 19
+
 --- Kills what is beneath a process (SIGKILL), twice over to catch one forking meanwhile:
 -- a command joined into a running sandbox is no pid 1, and its end would not end them.
+-- The process itself is stopped first (SIGSTOP; its caller kills it): it starts nothing
+-- more, and runs nothing once its children are gone (a shell's next line).
 -- @param proc a corral.process
 function M.kill_tree(proc)
+  proc:kill(M.SIGSTOP)
   for _ = 1, 2 do
     for _, p in ipairs(proctree.descendants(proc:pid())) do core.proc.kill(p, 9) end
   end

@@ -32,6 +32,17 @@ function M.constructed_capabilities()
   return c
 end
 
+-- A joined command enters a root already built (core.spawn makes no tree, no mount):
+-- of the root plan it takes what the joining process applies itself (environment, cwd,
+-- rlimits, cgroup), which stays the same while the process it joins runs; so it is
+-- planned once per started process, not on every exec.
+local function joined_root(sb, st)
+  if st and st.joined and st.joined.process == st.process then return st.joined.root end
+  local root = tenant_root.plan(sb, st)
+  if st then st.joined = { process = st.process, root = root } end
+  return root
+end
+
 --- The core.spawn.start plan for argv in sb, argv[1] resolved through the tenant's PATH.
 -- @tparam table sb a validated sandbox
 -- @tparam[opt] table st the host's state for it (nil: not provisioned)
@@ -44,9 +55,9 @@ end
 -- @treturn[2] nil and cannot_enforce when a detached tree cannot be made
 function M.plan(sb, st, argv, opts)
   opts = opts or {}
-  local root = tenant_root.plan(sb, st)
+  local root = opts.join and joined_root(sb, st) or tenant_root.plan(sb, st)
   local binds, links = {}, {}
-  for _, m in ipairs(root.mounts) do
+  for _, m in ipairs(opts.join and {} or root.mounts) do
     if m.type == "symlink" then
       links[#links + 1] = { target = m.target, path = m.dest }
     else

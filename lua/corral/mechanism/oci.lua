@@ -30,6 +30,10 @@
 --   but in the host's user namespace and beside an engine that runs as root; corral
 --   does not build the separation native does.
 --
+-- With `config.runtime` (a path to corral-runtime) podman runs every container under it,
+-- and an allowlist goes to it as `corral.dev/` annotations (corral.mechanism.oci.annotate):
+-- the plane is then the runtime's keeper's, one per container, and none is made here.
+--
 -- The pieces: the engine client and its configuration (corral.mechanism.oci.engine,
 -- `M.config`), corral's image (corral.mechanism.oci.image), the root plan rendered into
 -- engine flags (corral.mechanism.oci.render), runs and their signals
@@ -38,6 +42,7 @@
 -- cycle's (corral.mechanism.lifecycle).
 -- @module corral.mechanism.oci
 local errors = require "corral.errors"
+local annotate = require "corral.mechanism.oci.annotate"
 local lifecycle = require "corral.mechanism.lifecycle"
 local resources = require "corral.resources"
 local tenant_root = require "corral.tenant_root"
@@ -131,11 +136,25 @@ local function prepare(sb)
   local view = {}
   for k, v in pairs(sb) do view[k] = v end
   view.limits = nil
+  if engine.config.runtime then
+    -- under corral-runtime the plane is its keeper's, one per container, from annotations
+    if sb.service_port then
+      return nil, errors.cannot_enforce("network_restriction", "a service_port under oci with config.runtime: " ..
+        "corral-runtime has no inbound relay")
+    end
+    view.network = nil
+  end
   return setmetatable(view, getmetatable(sb))
 end
 
--- The image, once the storage and the egress plane are held.
+-- The image, once the storage and the egress plane are held; under corral-runtime, the
+-- annotations that ask it for the plane.
 local function ready(sb, st)
+  if engine.config.runtime and sb.network then
+    local flags, err = annotate.flags(sb.network)
+    if not flags then return nil, err end
+    st.annotations = flags
+  end
   return image.ensure(tenant_root.plan(sb, st))
 end
 

@@ -51,11 +51,19 @@ M.OPTIONS = {
   } },
   { "Environment", {
     { "env", "list", "NAME", "pass the caller's NAME, unless it is credential-shaped" },
+    { "secret", "list", "NAME@HOST[:PORT][,HOST...]", "NAME holds a stand-in; the value (corral's $NAME) "
+      .. "is put into request headers toward HOST only (TLS terminated there)" },
+    { "secret-file", "list", "NAME=PATH@HOST[:PORT][,HOST...]", "as --secret, the value read from PATH "
+      .. "(a 0600 file of yours)" },
+    { "ca-file", "value", "FILE", "with --secret: trust FILE's CA for the bound hosts, besides the host's store" },
   } },
   { "Network and egress", {
     { "allow", "list", "ENTRY", "may connect there: pypi.org:443, *.pythonhosted.org, 10.0.0.0/8:5432, "
-      .. "udp:ntp.test:123" },
+      .. "udp:ntp.test:123; https://HOST/PATH[*] on a --secret host: only those paths" },
     { "allow-file", "value", "FILE", "--allow entries from FILE, one per line (# comments)" },
+    { "upstream-proxy", "value", "URL", "http://HOST:PORT: every relayed connection through its CONNECT "
+      .. "(asked for the address corral checked)" },
+    { "method", "value", "M[,M...]", "with --secret: requests on its hosts use one of these methods, e.g. GET,HEAD" },
     { "internal", "list", "CIDR", "admit a private range that an allowed name resolves into" },
     { "resolve", "list", "NAME=ADDR", "NAME is ADDR on the host, instead of what the resolver says" },
     { "service-port", "value", "N", "relay a port on 127.0.0.1 (printed on stderr) to port N inside" },
@@ -134,6 +142,15 @@ connection, and a Host inside TLS (domain fronting behind an allowed SNI), are n
 seen. --learn FILE answers every name, denies and records every connection, and writes
 the suggested allowlist to FILE for --allow-file.
 
+--secret NAME@HOST[:PORT][,HOST...] (the value from corral's own $NAME; --secret-file
+NAME=PATH@HOST... from a 0600 file of yours) gives the tenant NAME holding a stand-in of
+the same shape; TLS to each HOST (port 443 unless written) is terminated under a per-run
+CA the tenant trusts, every HTTP/1.1 request on it must name HOST, and the value replaces
+the stand-in in request headers only. The stand-in in a URL, a body, a header toward
+another host, plain HTTP or a DNS name is refused (403 where a request is visible) and
+logged as a leak. Upstream certificates are verified against the host's store
+(--ca-file FILE adds a CA). README.md, "Secrets the tenant never holds".
+
 A flag that cannot apply is refused (exit 2), naming it: --internal, --resolve, --link,
 --idle, --max-connections and --sni without an --allow entry; --idle, --max-connections
 and --sni when every entry is udp:, --sni when none names a host; --udp-idle and
@@ -162,6 +179,26 @@ memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
 variable; 3 when this host cannot enforce a protection. A command can exit with these
 numbers itself: corral's own say so on stderr.]]
 
+-- Under a broker, the files its checks granted are opened again here with no symlink
+-- followed and used through their fds (corral.broker.boundary): one swapped after the
+-- broker's check is refused, not followed out of the agent's boundary.
+local function pin_brokered(opts)
+  local boundary = require "corral.broker.boundary"
+  if boundary.get() then
+    boundary.grant("storage", opts.storage)
+    boundary.grant("workspace", opts.workspace)
+  end
+  local ways = { ["allow-file"] = boundary.file, ["log-json"] = boundary.child, learn = boundary.child }
+  for flag, way in pairs(ways) do
+    if opts[flag] and opts[flag] ~= "-" then
+      local at, err = way("--" .. flag, opts[flag])
+      if not at then return nil, err end
+      opts[flag] = at
+    end
+  end
+  return true
+end
+
 --- The corral.run request the flags say (every value checked, each refusal naming its
 -- flag), and the caller's name of each argument (corral.run.steps' `names`). Shared by
 -- `corral run` and `corral create` (corral.session.cli).
@@ -172,10 +209,14 @@ numbers itself: corral's own say so on stderr.]]
 -- @return[2] nil
 -- @treturn[2] table the refusal
 function M.request(opts, argv)
+  local pinned, perr = pin_brokered(opts)
+  if not pinned then return nil, perr end
   local run_options = require "corral.egress.run_options"
   local network, nerr = run_options.network(opts)
   if nerr then return nil, nerr end
   network, nerr = run_options.apply(network, opts)
+  if nerr then return nil, nerr end
+  network, nerr = run_options.secrets(network, opts)
   if nerr then return nil, nerr end
   local meant, cerr = run_options.combination(network, opts)
   if not meant then return nil, cerr end

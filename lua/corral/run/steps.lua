@@ -146,7 +146,8 @@ end
 -- it runs (os.execute, /proc/<pid>/environ) finds anything else.
 local function take_environment(run)
   local env, keep = {}, table.move(M.KEEP_ENV, 1, #M.KEEP_ENV, 1, {})
-  local host_env = core.proc.environ()
+  -- under a broker, the agent's values (corral.broker.boundary), never this process's
+  local host_env = require("corral.broker.boundary").environment() or core.proc.environ()
   for _, var in ipairs(run.req.env or {}) do
     if host_env[var] == nil then return run.invalid("env", var .. " is not set in this environment") end
     env[var] = host_env[var]

@@ -137,6 +137,7 @@ end
 -- Removes what dead keepers left of containers the delegate no longer knows.
 local function sweep(g)
   state.sweep(g.root, function(id) return delegate.knows(g, id) end)
+  state.sweep_summaries(annotations.log_dir())
 end
 
 local function end_keeper(root, id)
@@ -196,7 +197,8 @@ local function create(argv0, g, path)
   dir, err = state.make(g.root, o.id)
   if not dir then return refuse(g, errors.cannot_enforce("network_restriction", err)) end
   local req = { id = o.id, network = network, log = g.log, log_format = g.log_format,
-    delegate_dir = g.root .. "/" .. delegate.SUBDIR, log_json = opts["log-json"], learn = opts.learn }
+    delegate_dir = g.root .. "/" .. delegate.SUBDIR, log_json = opts["log-json"], learn = opts.learn,
+    summary = annotations.log_dir() .. "/" .. o.id .. ".summary.json" }
   local f = io.open(dir .. "/keeper.json", "w")
   f:write(require("corral.json").encode(req))
   f:close()

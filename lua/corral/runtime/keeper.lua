@@ -3,7 +3,8 @@
 -- runtime's exit and is no child of the engine's), which makes and programs the plane
 -- before the container's first process exists, serves its responder, acceptor and
 -- relay on the egress loop, logs every decision, registers with corral.control (so
--- `corral ls`/`attach` see it), and ends at `delete` (SIGTERM) with a summary.
+-- `corral ls`/`attach` see it), and ends at `delete` (SIGTERM) with a summary, written into
+-- its directory and, as it outlives that, to `CORRAL_RUNTIME_LOG_DIR/<id>.summary.json`.
 --
 -- A keeper that dies leaves the container with no network: the netns holds only lo and
 -- the ruleset, whose redirects lead to sockets that closed with the keeper. It ends by
@@ -132,10 +133,15 @@ function M.main(root, id)
   if learner then learner.finish() end
   local lines = collector.finish()
   local result = { id = id, ended = why, allowed = counts.allowed, denied = counts.denied, decisions = lines }
+  local encoded = json.encode(result) .. "\n"
   local out = io.open(dir .. "/summary.json", "w")
-  if out then out:write(json.encode(result), "\n") out:close() end
+  if out then out:write(encoded) out:close() end
+  -- the engine may have named no --log (podman): the summary outlives the state directory
+  if req.summary then state.keep_summary(req.summary, encoded) end
   state.log({ log = req.log, log_format = req.log_format }, "info", string.format(
     "corral egress summary: %d allowed, %d denied (%s)", counts.allowed, counts.denied, why), { corral = result })
+  -- a container the delegate forgot gets no `delete` (`run` ended): its directory goes now
+  if why ~= "deleted" then core.fs.remove_tree(dir) end
   return 0
 end
 

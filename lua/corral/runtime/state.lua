@@ -1,6 +1,7 @@
 --- corral-runtime's directory of one container, `<root>/<id>/` (mode 0700): `keeper`
 -- (the keeper's pid and its netns fd), `decisions.jsonl` (every egress decision, one
--- JSON object a line), `summary.json` (written by the keeper as it ends), `keeper.log`
+-- JSON object a line), `summary.json` (written by the keeper as it ends, and kept
+-- `SUMMARY_DAYS` as `<log dir>/<id>.summary.json` once the directory is gone), `keeper.log`
 -- (its stderr); and the messages corral-runtime writes to the engine's `--log` file in
 -- the format it asks (`--log-format json|text`, runc's).
 -- @module corral.runtime.state
@@ -71,6 +72,36 @@ function M.log(g, level, msg, fields)
   if not f then return end
   f:write(M.log_line(g.log_format, level, msg, fields))
   f:close()
+end
+
+--- Days a container's summary is kept in the log directory (`<id>.summary.json`).
+M.SUMMARY_DAYS = 7
+
+--- Writes a container's summary to `path` (a new file, 0600, its directory made 0700):
+-- it outlives the state directory, which `delete` removes.
+function M.keep_summary(path, text)
+  core.fs.mkdir(path:match("^(.*)/"), tonumber("700", 8))
+  local tmp = path .. ".tmp"
+  local f = io.open(tmp, "w")
+  if not f then return end
+  core.fs.chmod(tmp, tonumber("600", 8))
+  f:write(text)
+  f:close()
+  os.rename(tmp, path)
+end
+
+--- Removes the summaries older than `SUMMARY_DAYS` from the log directory.
+-- @treturn integer how many were removed
+function M.sweep_summaries(dir)
+  local n, limit = 0, os.time() - M.SUMMARY_DAYS * 86400
+  for _, name in ipairs(core.fs.listdir(dir) or {}) do
+    local st = name:match("%.summary%.json$") and core.fs.lstat(dir .. "/" .. name)
+    if st and st.type == "file" and st.mtime_ns // 1000000000 < limit then
+      os.remove(dir .. "/" .. name)
+      n = n + 1
+    end
+  end
+  return n
 end
 
 --- Removes the directories of containers whose keeper died and whose delegate no longer

@@ -172,6 +172,15 @@ function M.ls(argv, cli)
   local control = require "corral.control"
   session.sweep({})
   local regs, paths = control.list(), {}
+  -- through a broker: the sessions it made, none of the operator's own (nor runs)
+  local own = require("corral.broker.boundary").sessions()
+  if own then
+    local mine = {}
+    for _, reg in ipairs(regs) do
+      if reg.session and own[reg.session] then mine[#mine + 1] = reg end
+    end
+    regs = mine
+  end
   for i, reg in ipairs(regs) do paths[i] = reg.path end
   local rows, silent, now = {}, {}, os.time()
   for i, answer in ipairs(control.request_all(paths, { op = "info" })) do

@@ -27,6 +27,12 @@ local function send(fd, t, fds)
   return core.unix.sendmsg(fd, json.encode(t) .. "\n", fds)
 end
 
+-- The two answers every exec sends, `{"ok":true,"result":{KEY:N}}`: the bytes
+-- corral.json writes for them, without an encoder's walk on each exec.
+local function send_result(fd, key, n, fds)
+  return core.unix.sendmsg(fd, string.format('{"ok":true,"result":{"%s":%d}}\n', key, n), fds)
+end
+
 -- A refusal (the protocol's `status`), and the connection closed.
 local function refuse(fd, status, text)
   send(fd, { ok = false, error = text, status = status })
@@ -82,6 +88,8 @@ local function checked(sb, req, fds)
     return nil, "exec passes exactly 3 fds (its 0, 1 and 2) without -t, got " .. #fds
   end
   local function size(v) return math.tointeger(v) and v >= 0 and v <= 65535 and v or 0 end
+  -- nothing asked over the sandbox's own: its environment as planned once (env nil)
+  if req.env == nil and not tty then env = nil end
   return { argv = argv, env = env, cwd = req.cwd, tty = tty, rows = size(req.rows), cols = size(req.cols) }
 end
 
@@ -109,7 +117,7 @@ end
 -- The command ended: its status, then the connection closed.
 function Exec:ended()
   local code = self.proc:wait()
-  send(self.fd, { ok = true, result = { exit = code } })
+  send_result(self.fd, "exit", code)
   self:close()
 end
 
@@ -123,7 +131,7 @@ function Exec:tick(now)
   lifecycle.kill_tree(self.proc)
   self.proc:kill()
   self.proc:wait()
-  send(self.fd, { ok = true, result = { exit = core.exit.WALL } })
+  send_result(self.fd, "exit", core.exit.WALL)
   self:close()
 end
 
@@ -200,7 +208,7 @@ function M.op(session)
       if master then master:close() end
       return refuse(c.fd, failure(opts.argv, err, failed))
     end
-    local ok = send(c.fd, { ok = true, result = { pid = proc:pid() } }, master and { master } or nil)
+    local ok = send_result(c.fd, "pid", proc:pid(), master and { master } or nil)
     if master then master:close() end
     local wall = session.sb.limits and session.sb.limits.wall
     local ex = setmetatable({ proc = proc, fd = c.fd, buf = "", execs = session.execs,

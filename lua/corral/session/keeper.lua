@@ -129,6 +129,10 @@ function M.run(run, plan, id, path, ready_fd)
     ready_fd:close()
   end
   local corral = require "corral"
+  -- Each exec forks this process (core.spawn), which leaves every page of it
+  -- copy-on-write: a collector that marks the whole heap on each cycle then pays a page
+  -- fault per page it writes. Generational collection walks only the young objects.
+  collectgarbage("generational")
   local ok, rm, err = pcall(keep, run, corral, plan, id, path, ready)
   if not ok then rm, err = nil, "keeper failed: " .. tostring(rm) end
   if not told then

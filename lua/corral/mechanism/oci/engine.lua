@@ -21,6 +21,8 @@ M.config = {
   engine = nil,  -- "podman", "docker" or a path; nil: the first of them on PATH
   image = nil,   -- an image to run instead of corral's own (it then supplies the runtime)
   timeout = 60,  -- seconds for each engine call that is not the tenant's own command
+  runtime = nil, -- podman's OCI runtime instead of the one in `engines.podman.global`: a path to
+                 -- corral-runtime, which then builds the egress plane (corral.mechanism.oci.annotate)
   engines = {
     podman = { global = { "--runtime", "runc", "--cgroup-manager", "cgroupfs" },
                ulimits = { nofile = "1024:1024", nproc = "1024:1024" }, run = {} },
@@ -90,7 +92,15 @@ end
 --- The engine's argv for a subcommand: its path, the configured global flags, args.
 function M.argv_of(eng, args)
   local full = { eng.path }
-  for _, v in ipairs(eng.conf.global or {}) do full[#full + 1] = v end
+  local runtime, replaced = eng.kind == "podman" and M.config.runtime, false
+  for _, v in ipairs(eng.conf.global or {}) do
+    if runtime and full[#full] == "--runtime" then v, replaced = runtime, true end
+    full[#full + 1] = v
+  end
+  if runtime and not replaced then
+    full[#full + 1] = "--runtime"
+    full[#full + 1] = runtime
+  end
   for _, v in ipairs(args) do full[#full + 1] = v end
   return full
 end

@@ -5,7 +5,8 @@
 -- root read-only, `--cap-drop ALL`, no-new-privileges, the tenant seccomp filter as a
 -- profile (corral.mechanism.oci.seccomp), the plan's unprivileged host id as the user,
 -- memory, cpu and pids caps, and the network: corral's own sandbox netns when it has an
--- egress plane (`--network ns:PATH`), else none.
+-- egress plane (`--network ns:PATH`), else none (with, under corral-runtime, the
+-- annotations asking it for its plane).
 -- @module corral.mechanism.oci.render
 local core = require "corral.core"
 local errors = require "corral.errors"
@@ -82,7 +83,9 @@ local function root_flags(sb, st, root, eng)
   if st.plane then
     add("--network", "ns:/proc/" .. core.proc.getpid() .. "/fd/" .. st.plane.netns:fileno())
   else
+    -- a runtime that ignores the annotations leaves the container this new, empty netns
     add("--network", "none")
+    for _, v in ipairs(st.annotations or {}) do a[#a + 1] = v end
   end
   for _, v in ipairs(eng.conf.run or {}) do a[#a + 1] = v end
   return a
