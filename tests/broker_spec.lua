@@ -213,7 +213,7 @@ kill -TERM $P; wait $P; echo "signal-rc=$?"; cat sig.out
       assert.truthy(h.sh(h.quote(h.host) .. " ls"):find(op, 1, true), "the operator's session is gone")
       -- control, after: the agent's own session, through the same broker
       assert.matches("create%-rc=0", control)
-      assert.matches("\nmine%s+native", control)
+      assert.matches("\nmine%s+session%s+native", control)
       assert.matches('%[{[^\n]*"id":"mine"', control)
       assert.is_nil(control:find(op, 1, true), control)
       assert.matches("got from%-stdin in corral%-init\nexec%-rc=7", control)
