@@ -122,23 +122,18 @@ end
 -- @tparam integer pid
 -- @treturn {integer,...} parents before their children, `pid` excluded
 function M.subtree(pid)
-  local out, queue, seen = {}, { pid }, { [pid] = true }
-  local i = 1
+  local parent, queue, i = {}, { pid }, 1
   while queue[i] do
     local p = queue[i]
     i = i + 1
     for _, tid in ipairs(core.fs.listdir("/proc/" .. p .. "/task") or {}) do
       for c in (proc_file(p, "task/" .. tid .. "/children") or ""):gmatch("%d+") do
         c = tonumber(c)
-        if not seen[c] then
-          seen[c] = true
-          out[#out + 1] = c
-          queue[#queue + 1] = c
-        end
+        if c ~= pid and not parent[c] then parent[c], queue[#queue + 1] = p, c end
       end
     end
   end
-  return out
+  return M.beneath(parent, { pid })
 end
 
 -- /proc reports CPU time in USER_HZ ticks, 100 a second on every Linux architecture
