@@ -295,6 +295,13 @@ describe("sessions", function()
     assert.matches("code=200", control)
     pout, status = h.corral("policy", id .. "-none", "--allow", "x.test:1")
     assert.are.equal(2, status, pout)
+    -- refusals name the flag and say the entry once, never the Lua field
+    pout, status = h.corral("policy", id, "--allow", "bad entry")
+    assert.are.equal(2, status, pout)
+    assert.matches('^corral policy: invalid_argument: %-%-allow: "bad entry": contains whitespace\n$', pout)
+    pout, status = h.corral("policy", id, "--revoke", "late.test:" .. port)
+    assert.are.equal(2, status, pout)
+    assert.matches("^corral policy: invalid_argument: %-%-revoke: late%.test:" .. port .. " is not in ", pout)
   end)
 
   it("another uid cannot use the socket; its owner can", function()

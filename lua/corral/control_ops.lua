@@ -187,7 +187,8 @@ function M.for_run(mech, sb, run)
     local ok, err = need_plane()
     if not ok then return nil, err end
     local e, aerr = egress().allow(sb.id, req.entry)
-    if not e then return nil, aerr end
+    -- the detail alone: the caller names its own argument (--allow, allow()), not the Lua field
+    if not e then return nil, type(aerr) == "table" and aerr.detail or aerr end
     return { allowed = e.text, allow = egress().policy(sb.id).allowlist:texts() }
   end
   function ops.revoke(req)

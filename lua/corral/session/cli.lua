@@ -273,7 +273,8 @@ function M.policy(argv, cli)
     for _, entry in ipairs(step[2]) do
       local r, rerr = session.request(id, { op = step[1], entry = entry, cut = opts.cut or nil })
       if not r then
-        return cli.fail("policy", errors.invalid_argument("--" .. step[1], entry .. ": " .. tostring(rerr)))
+        -- the keeper's refusal names the entry where it is about one entry
+        return cli.fail("policy", errors.invalid_argument("--" .. step[1], tostring(rerr)))
       end
       allow = r.allow
     end
