@@ -273,15 +273,18 @@ describe("confine (control-plane profile) #root", function()
     end
     h.defer(finally, function() os.execute("kill " .. table.concat(pids, " ") .. " 2>/dev/null") end)
     assert(h.wait_for(function()
-      return h.sh('echo | socat - UNIX-CONNECT:"$1/granted.sock"; echo | socat - UNIX-CONNECT:"$1/sibling.sock"',
+      return h.sh('echo | socat -t 5 - UNIX-CONNECT:"$1/granted.sock"; ' ..
+        'echo | socat -t 5 - UNIX-CONNECT:"$1/sibling.sock"',
         dir):match("granted%-answers\nsibling%-answers")
     end), "control: both listeners answer on the host")
     return dir
   end
 
   -- Connect to the sibling first (the attempt), then to the granted socket (the control).
-  local SOCKETS = h.attempt_then_control('echo | socat - UNIX-CONNECT:"$1/sibling.sock"',
-    'echo | socat - UNIX-CONNECT:"$1/granted.sock"')
+  -- -t 5: after its input ends, socat waits up to 5 s (not its default 0.5 s) for the
+  -- answer, which a loaded host's forked listener took longer than that to send.
+  local SOCKETS = h.attempt_then_control('echo | socat -t 5 - UNIX-CONNECT:"$1/sibling.sock"',
+    'echo | socat -t 5 - UNIX-CONNECT:"$1/granted.sock"')
 
   it("grants one unix socket alone: it answers, its sibling in the same directory does not", function()
     local dir = two_sockets()
