@@ -69,7 +69,6 @@ if not started.ok then
   io.stderr:write("session_client: ", tostring(started.error), "\n")
   os.exit(started.status or 1)
 end
-io.stderr:write("started ", tostring(started.result.pid), "\n")
 local watch = { fd, sigs }
 if master then
   watch[3] = master
