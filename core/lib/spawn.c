@@ -38,6 +38,7 @@
 #include "ns.h"
 #include "reaper.h"
 #include "spawn.h"
+#include "spawn_join.h"
 #include "util.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -603,6 +604,12 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     out->pid = -1;
     out->pidfd = -1;
     out->job = 0;
+    if (p->join_pidfd >= 0 && !p->ctty) {
+        r = corral_spawn_join_direct(p, out, step);
+        if (r != -ENOTSUP) return r;
+        *step = "prepare";
+        r = 0;
+    }
     if (pipe2(errp, O_CLOEXEC) < 0 || pipe2(syncp, O_CLOEXEC) < 0) {
         r = -errno;
         goto fail;
