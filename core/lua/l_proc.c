@@ -7,6 +7,9 @@
  *   core.proc.set_nofile(soft)    -> true | nil, msg, errno (the hard limit unchanged)
  *   core.proc.limit(name, n)      -> true | nil, msg, errno: RLIMIT_FSIZE ("fsize") or
  *                                    RLIMIT_NOFILE ("nofile"), soft and hard both n
+ *   core.proc.set_title(text)     -> true | nil, msg, errno: /proc/self/cmdline (what ps
+ *                                    shows) becomes text, cut to the original's length;
+ *                                    nothing of the original arguments stays
  */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -205,6 +208,39 @@ static int l_detach(lua_State *L)
     return 2;
 }
 
+/* The bounds of this process's argument area: /proc/self/stat's fields 48 and 49. */
+static int argument_area(unsigned long *start, unsigned long *end)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int err = errno;
+    close(fd);
+    if (n <= 0) return n < 0 ? -err : -EIO;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    for (int field = 2; p && field < 48; field++)
+        p = strchr(p + 1, ' ');
+    if (!p || sscanf(p, " %lu %lu", start, end) != 2 || *end <= *start) return -EIO;
+    return 0;
+}
+
+static int l_set_title(lua_State *L)
+{
+    size_t len;
+    const char *text = luaL_checklstring(L, 1, &len);
+    unsigned long start, end;
+    int r = argument_area(&start, &end);
+    if (r < 0) return corral_pushfail(L, "set_title", -r);
+    size_t room = end - start;
+    if (len >= room) len = room - 1;
+    memset((void *)start, 0, room);
+    memcpy((void *)start, text, len);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 /* core.proc.kill(pid, [sig]) → true: a signal (default SIGKILL) by pid, for the
  * processes of a watched child's tree, which the host holds no pidfd for. A process
  * stopped before it is signalled cannot exit, so its pid cannot be recycled. */
@@ -287,7 +323,8 @@ int corral_open_proc(lua_State *L)
                                    {"detach", l_detach},     {"replace_environ", l_replace_environ},
                                    {"kill", l_kill_pid},     {"find_owned", l_find_owned},
                                    {"nofile", l_nofile},     {"set_nofile", l_set_nofile},
-                                   {"limit", l_limit},       {NULL, NULL}};
+                                   {"limit", l_limit},       {"set_title", l_set_title},
+                                   {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
     return 0;
 }

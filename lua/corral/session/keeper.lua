@@ -128,9 +128,13 @@ function M.run(run, plan, id, path, ready_fd)
     core.io.write(ready_fd, json.encode(t) .. "\n")
     ready_fd:close()
   end
+  -- An exec is born in the sandbox's pid namespace sharing this process's memory
+  -- (core.spawn's join), its command line this one's until its exec: `corral create`'s
+  -- arguments (host paths, the allowlist) are no business of the sandbox's.
+  core.proc.set_title("corral-keeper " .. id)
   local corral = require "corral"
-  -- Each exec forks this process (core.spawn), which leaves every page of it
-  -- copy-on-write: a collector that marks the whole heap on each cycle then pays a page
+  -- Without root each exec forks this process (core.spawn), which leaves every page of
+  -- it copy-on-write: a collector that marks the whole heap on each cycle then pays a page
   -- fault per page it writes. Generational collection walks only the young objects.
   collectgarbage("generational")
   local ok, rm, err = pcall(keep, run, corral, plan, id, path, ready)
