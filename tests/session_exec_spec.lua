@@ -185,6 +185,70 @@ describe("corral exec into a live sandbox", function()
     assert.are.equal(1, select(2, out:gsub("child corral%-init", "")), out)
   end)
 
+  -- The keeper's pid, from `corral ls --json`.
+  local function keeper_pid()
+    local list = h.capture({ h.host, "ls", "--json" })
+    for _, s in ipairs(require("dkjson").decode(list) or {}) do
+      if s.id == ID then return s.pid end
+    end
+    error("no keeper for " .. ID .. " in " .. list)
+  end
+
+  -- /proc/PID/stat's fields after the name, numbered as proc(5) numbers them.
+  local function stat(pid)
+    local fields, i = {}, 2
+    for word in h.read("/proc/" .. pid .. "/stat"):match("%) (.*)$"):gmatch("%S+") do
+      i = i + 1
+      fields[i] = tonumber(word) or word
+    end
+    return fields
+  end
+
+  it("the keeper's command line is its id alone: an exec shares its memory until its exec", function()
+    local pid = keeper_pid()
+    local cmdline = h.read("/proc/" .. pid .. "/cmdline"):gsub("%z+$", "")
+    assert.are.equal("corral-keeper " .. ID, cmdline)
+    -- control: the exec that follows still runs
+    local out, status = exec("--", "sh", "-c", "echo ran")
+    assert.are.equal(0, status, out)
+    assert.are.equal("ran\n", out)
+  end)
+
+  it("an exec copies none of the keeper's memory (as root): no page faults of its own per exec", function()
+    if core.proc.geteuid() ~= 0 then return pending("the one-clone join is root's (its pid namespace)") end
+    local pid = keeper_pid()
+    exec("--", "/bin/true") -- the first exec's one-time faults (a module loaded, a table grown)
+    local before = stat(pid)
+    h.sh([[for i in $(seq 20); do "$1" exec "$2" -- /bin/true || echo failed; done]], h.host, ID)
+    local after = stat(pid)
+    -- a fork of the keeper per exec faulted ~66 of its pages each (copy-on-write)
+    local own = (after[10] - before[10]) / 20
+    assert.is_true(own < 20, "the keeper faulted " .. own .. " pages per exec")
+    -- control: the faults are counted, and the keeper's: its reaped children's (each
+    -- /bin/true's own start-up) add up in its cminflt
+    assert.is_true(after[11] - before[11] >= 20 * 10, "children's faults: " .. (after[11] - before[11]))
+  end)
+
+  it("100 execs leave the keeper's fds, threads, children and memory where they were", function()
+    local pid = keeper_pid()
+    local function usage()
+      local fds = #(core.fs.listdir("/proc/" .. pid .. "/fd") or {})
+      local status = h.read("/proc/" .. pid .. "/status")
+      local children = h.read("/proc/" .. pid .. "/task/" .. pid .. "/children")
+      return fds, tonumber(status:match("Threads:%s*(%d+)")), select(2, children:gsub("%d+", "")),
+        tonumber(status:match("VmRSS:%s*(%d+)"))
+    end
+    exec("--", "/bin/true")
+    local fds, threads, children, rss = usage()
+    local out = h.sh([[for i in $(seq 100); do "$1" exec "$2" -- /bin/true || echo failed; done]], h.host, ID)
+    assert.are.equal("", out)
+    local fds2, threads2, children2, rss2 = usage()
+    assert.are.same({ fds, threads, children }, { fds2, threads2, children2 })
+    assert.is_true(rss2 - rss < 512, "RSS grew from " .. rss .. " kB to " .. rss2 .. " kB")
+    -- control: the counts are the keeper's (its waiting init is a child of its)
+    assert.is_true(fds > 3 and children >= 1, fds .. " fds, " .. children .. " children")
+  end)
+
   it("a client killed takes its command with it; the sandbox serves the next exec", function()
     local marker = "7" .. tostring(core_pid()) .. ".5" -- sleep's argument, found in /proc
     local out = h.sh([[
