@@ -323,8 +323,9 @@ int corral_open_proc(lua_State *L)
                                    {"detach", l_detach},     {"replace_environ", l_replace_environ},
                                    {"kill", l_kill_pid},     {"find_owned", l_find_owned},
                                    {"nofile", l_nofile},     {"set_nofile", l_set_nofile},
-                                   {"limit", l_limit},       {"set_title", l_set_title},
-                                   {NULL, NULL}};
+                                   {"limit", l_limit},       {NULL, NULL}};
     luaL_setfuncs(L, fns, 0);
+    lua_pushcfunction(L, l_set_title);
+    lua_setfield(L, -2, "set_title");
     return 0;
 }
