@@ -79,19 +79,12 @@ static int drop_capabilities(int last_cap)
     return syscall(SYS_capset, &hd, none) < 0 ? -errno : 0;
 }
 
-/* stdio as planned, and every other fd closed (the few the plan keeps left open). */
+/* stdio as planned, and every other fd closed. */
 static int set_fds(const struct corral_spawn_plan *p)
 {
     for (int i = 0; i < 3; i++)
         if (p->stdio[i] >= 0 && dup2(p->stdio[i], i) < 0) return -errno;
-    unsigned from = 3;
-    for (size_t i = 0; i < p->n_keep_fds; i++) {
-        unsigned k = (unsigned)p->keep_fds[i];
-        if (k > from && syscall(SYS_close_range, from, k - 1, 0) < 0) return -errno;
-        if (k >= from) from = k + 1;
-        if (fcntl((int)k, F_SETFD, 0) < 0) return -errno;
-    }
-    return syscall(SYS_close_range, from, ~0U, 0) < 0 ? -errno : 0;
+    return syscall(SYS_close_range, 3, ~0U, 0) < 0 ? -errno : 0;
 }
 
 static int direct_run(void *arg)
@@ -115,8 +108,8 @@ static int direct_run(void *arg)
         (syscall(SYS_setgroups, 0, NULL) < 0 && errno != EPERM) ||
         syscall(SYS_setresuid, 0, 0, 0) < 0)
         FAIL(d, "set ids", errno);
-    /* The id change cleared it. Should we die before the exec, the sandbox's init,
-     * which dies with us, takes its pid namespace and this process with it. */
+    /* The id change cleared it. Should the caller die before the exec, the sandbox's
+     * init, which dies with it, takes its pid namespace and this process along. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (chdir(p->cwd ? p->cwd : "/") < 0) FAIL(d, "chdir", errno);
     for (size_t i = 0; i < p->n_rlimits; i++) {
@@ -171,7 +164,8 @@ int corral_spawn_join_direct(const struct corral_spawn_plan *p, struct corral_sp
                              const char **step)
 {
     *step = "join sandbox";
-    if (geteuid() != 0 || p->join_pidfd < 0 || p->ctty || p->plain) return -ENOTSUP;
+    if (geteuid() != 0 || p->join_pidfd < 0 || p->ctty || p->plain || p->n_keep_fds)
+        return -ENOTSUP;
     int own = open("/proc/thread-self/ns/pid", O_RDONLY | O_CLOEXEC);
     if (own < 0) return -ENOTSUP;
     if (setns(p->join_pidfd, CLONE_NEWPID) < 0) {
