@@ -150,8 +150,12 @@ function Server:accept()
     end
     return
   end
-  self.clients[{ fd = fd, buf = "" }] = true
+  local c = { fd = fd, buf = "" }
+  self.clients[c] = true
   require("corral.egress.loop").changed()
+  -- a client writes its request as it connects (a session's exec): read it now, not a
+  -- turn of the loop later
+  if (core.io.poll({ fd }, 0) or {})[1] then self:read(c) end
 end
 
 -- Fds a client passed (SCM_RIGHTS) that no op took: closed with the line they came with.

@@ -88,8 +88,9 @@ local function checked(sb, req, fds)
     return nil, "exec passes exactly 3 fds (its 0, 1 and 2) without -t, got " .. #fds
   end
   local function size(v) return math.tointeger(v) and v >= 0 and v <= 65535 and v or 0 end
-  -- nothing asked over the sandbox's own: its environment as planned once (env nil)
-  if req.env == nil and not tty then env = nil end
+  -- nothing asked over the sandbox's own (no env, or an empty one, as the C client
+  -- sends): its environment as planned once (env nil)
+  if (req.env == nil or next(req.env) == nil) and not tty then env = nil end
   return { argv = argv, env = env, cwd = req.cwd, tty = tty, rows = size(req.rows), cols = size(req.cols) }
 end
 
