@@ -99,7 +99,9 @@ describe("corral exec into a live sandbox", function()
   end
 
   setup(function()
-    local out, status = h.corral("create", ID)
+    -- created ignoring SIGUSR1 and SIGUSR2, as a caller may: the keeper inherits that,
+    -- its commands must not
+    local out, status = h.capture({ "sh", "-c", 'trap "" USR1 USR2; exec "$0" create "$1" 2>&1', h.host, ID })
     created = status == 0
     assert.are.equal(0, status, out)
   end)
@@ -227,6 +229,23 @@ describe("corral exec into a live sandbox", function()
     -- control: the faults are counted, and the keeper's: its reaped children's (each
     -- /bin/true's own start-up) add up in its cminflt
     assert.is_true(after[11] - before[11] >= 20 * 10, "children's faults: " .. (after[11] - before[11]))
+  end)
+
+  it("the command starts with the default dispositions and nothing blocked, whatever the keeper's", function()
+    local function masks(text)
+      local m = {}
+      for _, name in ipairs({ "SigBlk", "SigIgn", "SigCgt" }) do m[name] = text:match(name .. ":%s*(%x+)") end
+      return m
+    end
+    local out, status = exec("--", "cat", "/proc/self/status")
+    assert.are.equal(0, status, out)
+    assert.are.same({ SigBlk = ("0"):rep(16), SigIgn = ("0"):rep(16), SigCgt = ("0"):rep(16) }, masks(out))
+    -- control: the keeper itself blocks, catches (its signalfd, its SIGINT) and ignores
+    -- (SIGUSR1 and SIGUSR2, from its caller) signals
+    local keeper = masks(h.read("/proc/" .. keeper_pid() .. "/status"))
+    assert.are_not.equal(("0"):rep(16), keeper.SigBlk)
+    assert.are_not.equal(("0"):rep(16), keeper.SigCgt)
+    assert.are.equal(0xa00, tonumber(keeper.SigIgn, 16) & 0xa00, keeper.SigIgn)
   end)
 
   it("100 execs leave the keeper's fds, threads, children and memory where they were", function()

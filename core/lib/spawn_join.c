@@ -91,11 +91,17 @@ static int direct_run(void *arg)
 {
     struct direct *d = arg;
     const struct corral_spawn_plan *p = d->p;
-    for (int sig = 1; sig < NSIG && sig <= 64; sig++) {
-        if (!(d->handled >> (sig - 1) & 1) || sig == SIGKILL || sig == SIGSTOP) continue;
-        struct sigaction dfl = {.sa_handler = SIG_DFL};
-        sigaction(sig, &dfl, NULL);
-    }
+    /* The raw system call: glibc's refuses the two signals it reserves (32, 33), which
+     * a caller that ignores them would hand on ignored. */
+    struct {
+        void (*handler)(int);
+        unsigned long flags;
+        void (*restorer)(void);
+        uint64_t mask;
+    } dfl = {SIG_DFL, 0, NULL, 0};
+    for (int sig = 1; sig <= 64; sig++)
+        if ((d->handled >> (sig - 1) & 1) && sig != SIGKILL && sig != SIGSTOP)
+            syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
     /* in the sandbox's cgroup before anything of it runs ("0": the writer itself) */
     for (size_t i = 0; i < p->n_cgroup_fds; i++)
         if (write(p->cgroup_procs_fds[i], "0\n", 2) != 2) FAIL(d, "cgroup attach", errno);
