@@ -135,8 +135,10 @@ function M.run(run, plan, id, path, ready_fd)
   local corral = require "corral"
   -- Without root each exec forks this process (core.spawn), which leaves every page of
   -- it copy-on-write: a collector that marks the whole heap on each cycle then pays a page
-  -- fault per page it writes. Generational collection walks only the young objects.
-  collectgarbage("generational")
+  -- fault per page it writes. Generational collection walks only the young objects; a
+  -- major collection once the heap has grown by half (not doubled, Lua's default) keeps
+  -- what a thousand execs leave behind them to a few hundred kB.
+  collectgarbage("generational", 20, 50)
   local ok, rm, err = pcall(keep, run, corral, plan, id, path, ready)
   if not ok then rm, err = nil, "keeper failed: " .. tostring(rm) end
   if not told then
