@@ -121,6 +121,14 @@ $(BUILD)/gen/seccomp_tables.h: core/gen/seccomp_tables.c core/lib/seccomp.c core
 	    core/lib/seccomp.c core/lib/tier_seccomp.c $(EXT_LIBS)
 	@$(BUILD)/gen/seccomp_tables > $@.tmp && mv $@.tmp $@
 
+# The tables of `corral confine --exec`'s C fast path, from the Lua modules that own them
+# (core/gen/confine_fast_tables.lua): one list of protected names and probe-cache key parts.
+$(BUILD)/gen/confine_fast_tables.h: core/gen/confine_fast_tables.lua lua/corral/confinement/protected.lua \
+    lua/corral/probe_cache.lua
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	@$(LUA) core/gen/confine_fast_tables.lua lua > $@.tmp && mv $@.tmp $@
+
 $(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o \
     $(BUILD)/obj/lib/tier.o $(BUILD)/obj/lua/l_tier.o: \
     $(BUILD)/gen/seccomp_tables.h
@@ -166,7 +174,8 @@ $(BUILD)/tests/test_sign: tests/c/test_sign.c $(CTEST_HDR) $(HEADERS) $(BUILD)/o
 # The host exports the Lua API (-rdynamic) so that C modules it loads (cjson, …)
 # bind to the same interpreter. core/host also holds the exec-confined wrapper (a
 # program of its own: it prints its diagnostic and exits, which core/lib never does).
-$(HOST): $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS) $(BUILD)/gen/seccomp_tables.h
+$(HOST): $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS) $(BUILD)/gen/seccomp_tables.h \
+    $(BUILD)/gen/confine_fast_tables.h
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(HOST_DEFS) $(CFLAGS) -fvisibility=default -rdynamic $(LDFLAGS) \

@@ -1,8 +1,9 @@
 /*
  * The `corral` executable: Lua 5.4's standalone interpreter contract (options -e -l -i -v
  * -E -W -- -, the `arg` table, LUA_INIT, errors with a traceback) with the core linked in
- * and preloaded as "corral.core", plus these additions: the `exec-confined` and `exec`
- * fast paths (core/host/confine.c, core/host/session_exec.c; their `--help` is cli.lua's),
+ * and preloaded as "corral.core", plus these additions: the `exec-confined`, `exec` and
+ * `confine --exec` fast paths (core/host/confine.c, core/host/session_exec.c,
+ * core/host/confine_fast.c; their `--help` is cli.lua's),
  * subcommands from lua/corral/cli.lua (an unknown one is an error there, unless a file of that name
  * exists), `--version`, `--help` and `-h` alone on the line, and a REPL with history, whose results
  * print and whose Tab completes through lua/corral/repl.lua (`corral.host.repl()` opens it from
@@ -29,6 +30,7 @@
 
 #include "compiled.h"
 #include "confine.h"
+#include "confine_fast.h"
 #include "console.h"
 #include "session_exec.h"
 #include "exitcodes.h"
@@ -729,6 +731,12 @@ int main(int argc, char **argv)
     /* On every confined launch: no Lua state, nothing loaded. */
     if (fast && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
+    /* `corral confine --exec` that needs no Lua (core/host/confine_fast.h): the spec built
+     * and the wrapper run here; anything else is declined to the Lua path below. */
+    if (fast && strcmp(argv[1], "confine") == 0) {
+        int handled = confine_fast_main(argc, argv);
+        if (handled != CORRAL_CONFINE_FAST_DECLINE) return handled;
+    }
     /* On every exec into a live sandbox: a client of its keeper, nothing loaded either;
      * inside `corral confine --broker`, the broker's client (lua/corral/broker/client.lua). */
     if (fast && strcmp(argv[1], "exec") == 0 &&
