@@ -870,6 +870,7 @@ int confine_fast_main(int argc, char **argv)
     struct list args = {0};
     const char *debug = getenv(CORRAL_CONFINE_FAST_DEBUG);
     int show = debug && strcmp(debug, "spec") == 0;
+    int announce = debug && strcmp(debug, "run") == 0;
     if (argc < 2 || strcmp(argv[1], "confine") != 0) return CORRAL_CONFINE_FAST_DECLINE;
     if (build(&f, argc, argv, &args) < 0) {
         if (!show || !f.exec) return CORRAL_CONFINE_FAST_DECLINE;
@@ -877,6 +878,7 @@ int confine_fast_main(int argc, char **argv)
         return CORRAL_CONFINE_FAST_DECLINED_EXIT;
     }
     if (show) return print_spec(&f, &args);
+    if (announce) fputs("corral confine: fast path\n", stderr);
     /* as corral.confinement.exec would become the wrapper: its directory, this
      * environment, SIGINT as the host found it */
     if (chdir(f.cd) < 0) return CORRAL_CONFINE_FAST_DECLINE;

@@ -19,7 +19,8 @@
 
 /* The variable that, set to "spec", makes the fast path print the spec it built as JSON
  * (as `corral confine --json` prints Lua's) instead of running it, and say why when it
- * declines (exit CORRAL_CONFINE_FAST_DECLINED_EXIT). For tests and diagnosis. */
+ * declines (exit CORRAL_CONFINE_FAST_DECLINED_EXIT); set to "run", say on stderr that it
+ * runs the line ("corral confine: fast path"). For tests and diagnosis. */
 #define CORRAL_CONFINE_FAST_DEBUG "CORRAL_CONFINE_FAST_DEBUG"
 #define CORRAL_CONFINE_FAST_DECLINED_EXIT 99
 
