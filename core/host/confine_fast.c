@@ -233,8 +233,8 @@ static void key_identity(struct corral_textbuf *key, const char *k, const char *
     struct stat st;
     char id[128] = "-";
     if (path && lstat(path, &st) == 0)
-        snprintf(id, sizeof id, "%lld:%lld:%lld:%lld", (long long)st.st_dev,
-                 (long long)st.st_ino, (long long)st.st_size,
+        snprintf(id, sizeof id, "%lld:%lld:%lld:%lld", (long long)st.st_dev, (long long)st.st_ino,
+                 (long long)st.st_size,
                  (long long)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
     key_add(key, k, id, strlen(id));
 }
@@ -260,8 +260,8 @@ static char *module_file(const char *host, const char *module)
                                                {"/share/lua/5.4/", "/init.lua"}};
     for (size_t i = 0; i < sizeof templates / sizeof templates[0]; i++) {
         char path[PATH_MAX];
-        if (snprintf(path, sizeof path, "%s%s%s%s", root, templates[i][0], name,
-                     templates[i][1]) >= (int)sizeof path)
+        if (snprintf(path, sizeof path, "%s%s%s%s", root, templates[i][0], name, templates[i][1]) >=
+            (int)sizeof path)
             continue;
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd >= 0) {
@@ -410,7 +410,8 @@ static int cache_line(const char *line, size_t n, char *name, size_t cap)
         if (*d < '0' || *d > '9') return -1;
     size_t o = 0;
     for (const char *c = line + 6; c < tab[0]; c++) {
-        char hex[3] = {c[0] == '%' && c + 2 < tab[0] ? c[1] : 0, c[0] == '%' && c + 2 < tab[0] ? c[2] : 0, 0};
+        char hex[3] = {c[0] == '%' && c + 2 < tab[0] ? c[1] : 0,
+                       c[0] == '%' && c + 2 < tab[0] ? c[2] : 0, 0};
         char ch = *c;
         if (isxdigit((unsigned char)hex[0]) && isxdigit((unsigned char)hex[1])) {
             ch = (char)strtol(hex, NULL, 16);
@@ -497,8 +498,7 @@ static char *resolve_dir(const char *v)
 {
     char *out = NULL;
     if (!path_text_ok(v) || corral_resolve_dir(v, &out) < 0) return NULL;
-    if (corral_rootplan_check_boundary(out, NULL, 0) != CORRAL_BOUNDARY_OK ||
-        holds_host_key(out)) {
+    if (corral_rootplan_check_boundary(out, NULL, 0) != CORRAL_BOUNDARY_OK || holds_host_key(out)) {
         free(out);
         return NULL;
     }
@@ -639,7 +639,8 @@ static void repositories(struct fast *f, const char *root, struct list *found)
                 (long long)st.st_dev != dev)
                 continue;
             char *dotgit = concat3(path, "/.git", "");
-            if (dotgit && lstat(dotgit, &git) == 0 && (S_ISDIR(git.st_mode) || S_ISLNK(git.st_mode)))
+            if (dotgit && lstat(dotgit, &git) == 0 &&
+                (S_ISDIR(git.st_mode) || S_ISLNK(git.st_mode)))
                 list_add(found, path);
             if (queue.n + 1 > depths_cap) {
                 depths_cap *= 2;
