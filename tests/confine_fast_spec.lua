@@ -61,7 +61,8 @@ describe("confine's C fast path #root", function()
       mkdir -p linked/realgit/hooks; ln -s realgit linked/.git
       mkdir -p linked2 && git -C linked2 init -q && mv linked2/.git linked2/gitdir && ln -s gitdir linked2/.git
       echo f > file.txt; echo secret > ../sibling/secret
-      cd ../extra; git init -q; echo e > ../extra-file]], root)
+      cd ../extra; git init -q; echo e > ../extra-file
+      /usr/bin/python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' ../agent.sock]], root)
     h.must("ln -s " .. h.quote(box) .. " " .. h.quote(root .. "/box-link"))
     h.sh([[set -e; mkdir -p "$1/inst/bin"; cp "$2" "$1/inst/bin/corral"; ln -s "$3" "$1/inst/lua"
       if [ "$4" != "$2" ]; then cp "$4" "$1/inst/bin/"; fi]], root, h.host, core.path.resolve("lua"), h.wrapper)
@@ -89,9 +90,11 @@ describe("confine's C fast path #root", function()
       { "--permit through a symlink, and with a trailing slash", function()
         return { "--permit", root .. "/box-link/", "--", "true" } end },
       { "--permit with .. in it", function() return { "--permit", box .. "/sub/../sub/..", "--", "true" } end },
-      { "several --extra: directories and a file", function()
+      { "several --extra: directories, a file and a unix socket", function()
         return { "--permit", box .. "/sub", "--extra", extra, "--extra", root .. "/extra-file", "--extra",
-          sib, "--", "true" } end },
+          sib, "--extra", root .. "/agent.sock", "--", "true" } end },
+      { "a command given by a relative path", function()
+        return { "--permit", box, "--", "scripts/../scripts/run-tests", "--help" } end },
       { "--cd beneath --permit", function()
         return { "--cd", box .. "/sub/deep", "--permit", box, "--", "true" } end },
       { "--cd inside an --extra directory", function()
@@ -159,6 +162,8 @@ describe("confine's C fast path #root", function()
         return { "--permit", box, "--extra", box .. "/file.txt", "--", "true" } end, 2, "--extra" },
       { "a relative --extra", function() return { "--permit", box, "--extra", "extra", "--", "true" } end, 2,
         "--extra" },
+      { "a relative --read-only", function()
+        return { "--permit", box, "--read-only", "file.txt", "--", "true" } end, 2, "--read-only" },
       { "--read-only outside the boundary", function()
         return { "--permit", box, "--read-only", sib .. "/secret", "--", "true" } end, 2, "--read-only" },
       { "--read-only missing", function()
