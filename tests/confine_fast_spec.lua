@@ -62,7 +62,10 @@ describe("confine's C fast path #root", function()
       mkdir -p linked2 && git -C linked2 init -q && mv linked2/.git linked2/gitdir && ln -s gitdir linked2/.git
       echo f > file.txt; echo secret > ../sibling/secret
       cd ../extra; git init -q; echo e > ../extra-file
-      /usr/bin/python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' ../agent.sock]], root)
+      /usr/bin/python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' ../agent.sock
+      mkdir ../big; cd ../big
+      for i in $(seq 10 69); do mkdir -p "r$i/.git/hooks"; echo c > "r$i/.git/config"; done
+      mkdir files; cd files; seq 1 5000 | xargs touch; mkdir -p zz/repo/.git/hooks]], root)
     h.must("ln -s " .. h.quote(box) .. " " .. h.quote(root .. "/box-link"))
     h.sh([[set -e; mkdir -p "$1/inst/bin"; cp "$2" "$1/inst/bin/corral"; ln -s "$3" "$1/inst/lua"
       if [ "$4" != "$2" ]; then cp "$4" "$1/inst/bin/"; fi]], root, h.host, core.path.resolve("lua"), h.wrapper)
@@ -107,6 +110,12 @@ describe("confine's C fast path #root", function()
           root .. "/box-link/.vscode", "--", "true" } end },
       { "--writable dropping a repository nested deeper", function()
         return { "--permit", box, "--writable", box .. "/vendor", "--", "true" } end },
+      { "sixty repositories, and a search stopped at its bound", function()
+        return { "--permit", root .. "/big", "--extra", root .. "/big/files", "--", "true" } end,
+        function(spec)
+          assert.is_true(spec.read_only.stopped)
+          assert.are.equal(60 * 2, #spec.read_only.paths)
+        end },
       { "options in another order", function()
         return { "--extra", extra, "--cd", extra, "--permit", box, "--", "true" } end },
     }
@@ -115,6 +124,7 @@ describe("confine's C fast path #root", function()
         if not layers_hold() then return pending("the ns and landlock layers do not both hold here") end
         local spec = assert_same_spec(host, c[2]())
         assert.are.same({ "ns", "landlock" }, spec.layers)
+        if c[3] then c[3](spec) end
       end)
     end
 

@@ -34,6 +34,13 @@ struct list {
     size_t n, cap;
 };
 
+/* The candidates judged already (the plan's `seen`): a hash set, as a boundary may hold
+ * thousands of repositories, each with its dozen names. */
+struct set {
+    char **slot;
+    size_t cap, n;
+};
+
 struct fast {
     const char *why; /* why the line was declined */
     const char *permit_arg, *cd_arg;
@@ -47,7 +54,8 @@ struct fast {
     struct list extras, extra_kinds; /* kinds: "dir", "file", "socket" */
     struct list roots, read_only, writable, env;
     /* the read-only plan (corral.confinement.protected.plan) */
-    struct list paths, absent, unprotected, unprotected_why, seen;
+    struct list paths, absent, unprotected, unprotected_why;
+    struct set seen;
     int stopped;
 };
 
@@ -57,13 +65,17 @@ static int decline(struct fast *f, const char *why)
     return -1;
 }
 
+/* Set by any allocation that failed on the way: a list missing an entry (a protected
+ * path) would be a weaker spec than Lua's, so the line is then declined. */
+static int alloc_failed;
+
 static int list_add(struct list *l, char *s)
 {
-    if (!s) return -1;
+    if (!s) return alloc_failed = 1, -1;
     if (l->n + 2 > l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
         char **v = realloc(l->v, cap * sizeof *v);
-        if (!v) return -1;
+        if (!v) return alloc_failed = 1, -1;
         l->v = v;
         l->cap = cap;
     }
@@ -72,10 +84,39 @@ static int list_add(struct list *l, char *s)
     return 0;
 }
 
-static int list_has(const struct list *l, const char *s)
+static size_t hash(const char *s)
 {
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->v[i], s) == 0) return 1;
+    size_t h = 14695981039346656037ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* Adds s; returns 1 when it was there already (or cannot be added: alloc_failed). */
+static int set_add(struct set *t, char *s)
+{
+    if (2 * (t->n + 1) > t->cap) {
+        struct set bigger = {calloc(t->cap ? t->cap * 2 : 64, sizeof(char *)),
+                             t->cap ? t->cap * 2 : 64, 0};
+        if (!bigger.slot) return alloc_failed = 1;
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->slot[i]) set_add(&bigger, t->slot[i]);
+        free(t->slot);
+        *t = bigger;
+    }
+    size_t i = hash(s) & (t->cap - 1);
+    for (; t->slot[i]; i = (i + 1) & (t->cap - 1))
+        if (strcmp(t->slot[i], s) == 0) return 1;
+    t->slot[i] = s;
+    t->n++;
+    return 0;
+}
+
+static int set_has(const struct set *t, const char *s)
+{
+    if (!t->cap) return 0;
+    for (size_t i = hash(s) & (t->cap - 1); t->slot[i]; i = (i + 1) & (t->cap - 1))
+        if (strcmp(t->slot[i], s) == 0) return 1;
     return 0;
 }
 
@@ -83,7 +124,7 @@ static char *concat3(const char *a, const char *b, const char *c)
 {
     size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
     char *s = malloc(la + lb + lc + 1);
-    if (!s) return NULL;
+    if (!s) return alloc_failed = 1, NULL;
     memcpy(s, a, la);
     memcpy(s + la, b, lb);
     memcpy(s + la + lb, c, lc + 1);
@@ -621,6 +662,10 @@ static void repositories(struct fast *f, const char *root, struct list *found)
     struct list queue = {0};
     int *depths = malloc(sizeof *depths * 16);
     size_t depths_cap = 16;
+    if (!depths) {
+        alloc_failed = 1;
+        return;
+    }
     list_add(&queue, (char *)root);
     depths[0] = 0;
     for (size_t head = 0; head < queue.n; head++) {
@@ -645,7 +690,10 @@ static void repositories(struct fast *f, const char *root, struct list *found)
             if (queue.n + 1 > depths_cap) {
                 depths_cap *= 2;
                 depths = realloc(depths, sizeof *depths * depths_cap);
-                if (!depths) return;
+                if (!depths) {
+                    alloc_failed = 1;
+                    return;
+                }
             }
             depths[queue.n] = depth + 1;
             list_add(&queue, path);
@@ -661,8 +709,7 @@ static int unprotected(struct fast *f, char *path, char *why)
 /* judge: held, absent, or not protected and why. */
 static void judge(struct fast *f, char *path)
 {
-    if (list_has(&f->seen, path)) return;
-    list_add(&f->seen, path);
+    if (set_add(&f->seen, path)) return;
     struct stat st;
     if (lstat(path, &st) < 0) {
         list_add(&f->absent, path);
@@ -702,10 +749,10 @@ static void add_names(struct fast *f, const char *base, char *const *names, size
         int dropped = 0;
         for (size_t w = 0; w < f->writable.n; w++)
             dropped |= corral_is_beneath(path, f->writable.v[w]);
-        if (dropped || list_has(&f->seen, path)) continue;
+        if (dropped || set_has(&f->seen, path)) continue;
         char *link = linked_on_the_way(base, names[i]);
         if (link) {
-            list_add(&f->seen, path);
+            set_add(&f->seen, path);
             unprotected(f, path, concat3(link, WHY_ON_THE_WAY, ""));
         } else {
             judge(f, path);
@@ -795,7 +842,7 @@ static int wrapper_args(struct fast *f, struct list *args)
     list_add(args, f->cmd);
     for (int i = 1; i < f->cmdc; i++)
         list_add(args, f->cmdv[i]);
-    return args->n == 0 || !args->v ? -1 : 0;
+    return alloc_failed ? -1 : 0;
 }
 
 static void json_list(struct corral_textbuf *b, const char *name, const struct list *l)
@@ -862,7 +909,8 @@ static int build(struct fast *f, int argc, char **argv, struct list *args)
         return decline(f, "the command cannot be resolved");
     if (plan_read_only(f) < 0) return -1;
     if (!command_runnable(f->cmdv[0])) return decline(f, "the command cannot be run");
-    return wrapper_args(f, args) < 0 ? decline(f, "out of memory") : 0;
+    if (wrapper_args(f, args) < 0 || alloc_failed) return decline(f, "out of memory");
+    return 0;
 }
 
 int confine_fast_main(int argc, char **argv)
