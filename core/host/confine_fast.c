@@ -636,14 +636,22 @@ static int print_spec(struct fast *f, const struct list *args)
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
+/* core.proc.host_executable(): this executable, the host whose Lua path the line would
+ * otherwise take (its identity and path name the probe cache). A front that hands over to
+ * a host elsewhere must name that host here instead. */
+static char *host_executable(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    return strdup(exe);
+}
+
 static int build(struct fast *f, int argc, char **argv, struct list *args)
 {
     if (parse_line(f, argc, argv) < 0 || check_process(f) < 0 || collect_env(f) < 0) return -1;
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return decline(f, "/proc/self/exe cannot be read");
-    exe[n] = '\0';
-    if (!(f->host = strdup(exe))) return decline(f, "out of memory");
+    if (!(f->host = host_executable())) return decline(f, "/proc/self/exe cannot be read");
     const char *why = NULL;
     f->wrapper = wrapper_beside(f->host);
     if (!f->wrapper) return decline(f, "out of memory");
