@@ -162,8 +162,8 @@ describe("confine (control-plane profile) #root", function()
     -- a host of its own (its modules found at <exe dir>/../lua), first alone: its spec
     -- names it, and that spec confines; then with the wrapper program copied beside it
     local tree = root .. "/tree"
-    assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host_program .. " " .. tree .. "/build/corral && ln -s " ..
-      h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
+    assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host_program .. " " .. tree ..
+      "/build/corral && ln -s " .. h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
     local host = tree .. "/build/corral"
     h.defer(finally, function() h.forget_probe_cache(host) end) -- it keeps a cache file of its own
     local function spec_cmd()

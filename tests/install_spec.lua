@@ -20,7 +20,8 @@ describe("make install", function()
   it("stages binary, Lua modules, the C module, man pages for corral(1) and each command, docs", function()
     local dest = h.tmpdir("destdir")
     make_install({ "DESTDIR=" .. dest, "PREFIX=/usr" })
-    for _, f in ipairs({ "/usr/bin/corral", "/usr/bin/corral-host", "/usr/bin/corral-exec-confined", "/usr/lib/lua/5.4/corral/core.so",
+    for _, f in ipairs({ "/usr/bin/corral", "/usr/bin/corral-host", "/usr/bin/corral-exec-confined",
+      "/usr/lib/lua/5.4/corral/core.so",
       "/usr/lib/lua/5.4/corral/sign.so",
       "/usr/share/lua/5.4/corral/cli.lua", "/usr/share/lua/5.4/corral/mechanism/native.lua",
       "/usr/share/man/man1/corral.1", "/usr/share/doc/corral/README.md",

@@ -8,6 +8,9 @@
  * print and whose Tab completes through lua/corral/repl.lua (`corral.host.repl()` opens it from
  * Lua, as `corral attach` does).
  *
+ * Installed as `corral-host`: the `corral` a user runs is the front (core/front/front.c),
+ * which serves `corral exec` itself and execs this program with every other argv.
+ *
  * The command line is kept identical to lua5.4's so that `busted --lua=build/corral` can
  * re-exec the host as `build/corral /usr/bin/busted args…` (the sanitizer build runs the
  * whole suite that way).
