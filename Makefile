@@ -209,7 +209,7 @@ $(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $
 # wrapper: statically against musl where musl-gcc is installed, else with $(CC); it needs
 # no library but libc. The Makefile is a prerequisite: a tree built before the front
 # existed holds the host at this very path, newer than these sources.
-FRONT_SRC := core/front/front.c core/host/session_exec.c core/host/session_tty.c \
+FRONT_SRC := core/front/front.c core/host/dispatch.c core/host/session_exec.c core/host/session_tty.c \
              core/lib/session_wire.c core/lib/jsontext.c core/lib/rundir.c core/lib/unix.c \
              core/lib/util.c
 $(FRONT): $(FRONT_SRC) $(HEADERS) Makefile

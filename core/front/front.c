@@ -19,71 +19,54 @@
  *             every confine line goes to the host
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
+#include "dispatch.h"
 #include "exitcodes.h"
 #include "session_exec.h"
+#ifdef CORRAL_CONFINE_FAST
+#include "confine_fast.h"
+#endif
 
 /* The host program's file name, beside the front. */
 #define HOST_NAME "corral-host"
 /* What a served subcommand returns to hand its line to the host after all. */
 #define HAND_OVER (-1)
 
-/* A standard fd the caller closed would be the next fd the client opens (its socket
- * would become its own stdin): each closed one is opened on /dev/null first, the lowest
- * free fd being that one. The host does the same for what it serves. */
-static void open_closed_std_fds(void)
-{
-    for (int fd = 0; fd <= 2; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) return;
-}
-
-/* Whether a broker outside serves this process's corral requests: CORRAL_BROKER named and
- * no_new_privs set (the confinement wrapper sets it; the broker client checks the rest). */
-static int brokered(void)
-{
-    const char *b = getenv("CORRAL_BROKER");
-    return b != NULL && b[0] != '\0' && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
-}
-
 static int serve_exec(int argc, char **argv)
 {
-    if (corral_session_exec_wants_help(argc, argv) || brokered()) return HAND_OVER;
-    open_closed_std_fds();
-    return corral_session_exec_main(argc, argv);
+    if (corral_session_exec_wants_help(argc - 1, argv + 1) || corral_brokered()) return HAND_OVER;
+    corral_open_closed_std_fds();
+    return corral_session_exec_main(argc - 1, argv + 1);
 }
 
-/* `corral confine --exec …`: a fast path for it plugs in here (it returns HAND_OVER for
- * any line it does not serve); until then the host serves every confine line. */
+/* `corral confine --exec …`: the place for its fast path, a libc-neutral
+ * `int confine_fast_main(int argc, char **argv)` (core/host/confine_fast.h) that returns
+ * -1 (HAND_OVER) for a line it does not serve. Built with -DCORRAL_CONFINE_FAST and its
+ * sources in the Makefile's FRONT_SRC; without it the host serves every confine line. */
 static int serve_confine(int argc, char **argv)
 {
+#ifdef CORRAL_CONFINE_FAST
+    return confine_fast_main(argc, argv);
+#else
     (void)argc;
     (void)argv;
     return HAND_OVER;
+#endif
 }
 
+/* The subcommands served here, each handed the whole command line (argv[1] its name). */
 static const struct {
     const char *name;
-    int (*serve)(int argc, char **argv); /* argv[0] is the subcommand */
+    int (*serve)(int argc, char **argv);
 } served[] = {
     {"exec", serve_exec},
     {"confine", serve_confine},
 };
-
-/* Whether the front runs as `corral-runtime` (a link to it): that argv is runc's, whose
- * `exec` is an engine's, never corral's; the host serves all of it. */
-static int invoked_as_runtime(const char *argv0)
-{
-    const char *base = argv0 ? strrchr(argv0, '/') : NULL;
-    base = base ? base + 1 : argv0;
-    return base && strcmp(base, "corral-runtime") == 0;
-}
 
 /* The host's path, into out: HOST_NAME in this program's directory (/proc/self/exe,
  * resolved; argv[0]'s directory where /proc is absent). Returns 0, or -1 when there is
@@ -121,10 +104,10 @@ static int hand_to_host(char **argv)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && !invoked_as_runtime(argv[0]))
+    if (argc > 1 && !corral_invoked_as_runtime(argv[0])) /* runc's argv: the host's */
         for (size_t i = 0; i < sizeof served / sizeof served[0]; i++)
             if (strcmp(argv[1], served[i].name) == 0) {
-                int status = served[i].serve(argc - 1, argv + 1);
+                int status = served[i].serve(argc, argv);
                 if (status != HAND_OVER) return status;
                 break;
             }
