@@ -90,18 +90,20 @@ LUAC_STAMP = $(BUILD)/luac/.built
 CORE_SO  = corral/core.so
 SIGN_SO  = corral/sign.so
 TLS_SO   = corral/tls.so
-HOST     = $(BUILD)/corral
+HOST     = $(BUILD)/corral-host
+FRONT    = $(BUILD)/corral
 WRAPPER  = $(BUILD)/corral-exec-confined
 LIBCORE  = $(BUILD)/libcorral.a
 
 .PHONY: uninstall all deps test test-c demo install lint asan fuzz bench bench-tools clean
 
-all: $(CORE_SO) $(SIGN_SO) $(TLS_SO) $(HOST) $(WRAPPER) $(LUAC_STAMP) $(BUILD)/corral-runtime
+all: $(CORE_SO) $(SIGN_SO) $(TLS_SO) $(HOST) $(FRONT) $(WRAPPER) $(LUAC_STAMP) $(BUILD)/corral-runtime
 
 # corral-runtime is the host under another name (core/host/main.c dispatches on it): an
-# engine calls it with runc's command line, and a link costs no extra exec.
+# engine calls it with runc's command line, and a link to the host itself costs no extra
+# exec (a link to the front works too, through one).
 $(BUILD)/corral-runtime: $(HOST)
-	@ln -sf corral $@
+	@ln -sf corral-host $@
 
 deps:
 	@scripts/install-deps
@@ -211,6 +213,28 @@ $(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $
 	    $(foreach l,cap seccomp,$(call static_or_dyn,$(l))) -lpthread; \
 	fi
 
+# The front (core/front/front.c), the program named `corral`: it serves `corral exec`
+# itself and hands every other command line to the host beside it. Linked like the
+# wrapper: statically against musl where musl-gcc is installed, else with $(CC); it needs
+# no library but libc. The Makefile is a prerequisite: a tree built before the front
+# existed holds the host at this very path, newer than these sources.
+FRONT_SRC := core/front/front.c core/host/dispatch.c core/host/session_exec.c core/host/session_tty.c \
+             core/lib/session_wire.c core/lib/jsontext.c core/lib/rundir.c core/lib/unix.c \
+             core/lib/util.c
+$(FRONT): $(FRONT_SRC) $(HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	@if [ -n "$(MUSL_CC)" ]; then \
+	  echo "  LD      $@ (musl, static)"; \
+	  $(MUSL_CC) -static $(WARN) $(OPT) -D_GNU_SOURCE -ffunction-sections -fdata-sections \
+	    -Wl,--gc-sections -Icore/lib -Icore/host -idirafter /usr/include \
+	    $(if $(MULTIARCH),-idirafter /usr/include/$(MULTIARCH)) $(CFLAGS) $(LDFLAGS) \
+	    -o $@ $(FRONT_SRC); \
+	else \
+	  echo "  LD      $@ ($(CC))"; \
+	  $(CC) $(WARN) $(OPT) $(SAN) -D_GNU_SOURCE -Icore/lib -Icore/host $(CFLAGS) $(LDFLAGS) \
+	    -o $@ $(FRONT_SRC); \
+	fi
+
 $(LUAC_STAMP): $(LUA_MOD) scripts/compile-lua
 	@mkdir -p $(dir $@)
 	@echo "  LUAC    $(dir $@)"
@@ -243,9 +267,10 @@ INST_DOCDIR ?= $(PREFIX)/share/doc/corral
 install: all
 	install -d $(DESTDIR)$(INST_BINDIR) $(DESTDIR)$(INST_LIBDIR)/corral \
 	    $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_MANDIR)/man1 $(DESTDIR)$(INST_DOCDIR)
-	install -m 0755 $(HOST) $(DESTDIR)$(INST_BINDIR)/corral
+	install -m 0755 $(FRONT) $(DESTDIR)$(INST_BINDIR)/corral
+	install -m 0755 $(HOST) $(DESTDIR)$(INST_BINDIR)/corral-host
 	install -m 0755 $(WRAPPER) $(DESTDIR)$(INST_BINDIR)/corral-exec-confined
-	ln -sf corral $(DESTDIR)$(INST_BINDIR)/corral-runtime
+	ln -sf corral-host $(DESTDIR)$(INST_BINDIR)/corral-runtime
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
 	install -m 0755 $(SIGN_SO) $(DESTDIR)$(INST_LIBDIR)/corral/sign.so
 	install -m 0755 $(TLS_SO) $(DESTDIR)$(INST_LIBDIR)/corral/tls.so
@@ -258,7 +283,8 @@ install: all
 	install -D -m 0644 docs/boundary.md $(DESTDIR)$(PREFIX)/share/corral/boundary.md
 
 uninstall:
-	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_BINDIR)/corral-exec-confined \
+	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_BINDIR)/corral-host \
+	    $(DESTDIR)$(INST_BINDIR)/corral-exec-confined \
 	    $(DESTDIR)$(INST_BINDIR)/corral-runtime \
 	    $(DESTDIR)$(INST_LIBDIR)/corral/core.so $(DESTDIR)$(INST_LIBDIR)/corral/sign.so \
 	    $(DESTDIR)$(INST_LIBDIR)/corral/tls.so
@@ -270,14 +296,14 @@ uninstall:
 
 lint:
 	luacheck lua tests scripts/*.lua scripts/examples/*.lua scripts/bench/*.lua
-	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/wrapper/*.c core/gen/*.c tests/c/*.[ch] \
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/wrapper/*.c core/front/*.c core/gen/*.c tests/c/*.[ch] \
 	    scripts/bench/*.c
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
 asan: deps
 	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    build/asan/corral test-c
+	    build/asan/corral build/asan/corral-host test-c
 	@ln -sfn ../lua build/lua  # the host finds its modules at <exe dir>/../lua
 	ASAN_OPTIONS=detect_leaks=0 scripts/run-tests --lua build/asan/corral --build build/asan
 

@@ -162,8 +162,8 @@ describe("confine (control-plane profile) #root", function()
     -- a host of its own (its modules found at <exe dir>/../lua), first alone: its spec
     -- names it, and that spec confines; then with the wrapper program copied beside it
     local tree = root .. "/tree"
-    assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host .. " " .. tree .. "/build/corral && ln -s " ..
-      h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
+    assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host_program .. " " .. tree ..
+      "/build/corral && ln -s " .. h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
     local host = tree .. "/build/corral"
     h.defer(finally, function() h.forget_probe_cache(host) end) -- it keeps a cache file of its own
     local function spec_cmd()
@@ -184,7 +184,7 @@ describe("confine (control-plane profile) #root", function()
   end)
 
   it("survives the wrapper invoked again inside with a wider --permit", function()
-    assert(os.execute("cp " .. h.host .. " " .. box .. "/corral"))
+    assert(os.execute("cp " .. h.host_program .. " " .. box .. "/corral"))
     assert(os.execute("mkdir " .. box .. "/sub"))
     local spec = confine(h.attempt_then_control(
       './corral exec-confined --permit / -- /bin/cat "$1/secret"; echo "ns-rc=$?"; ' ..

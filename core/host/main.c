@@ -9,18 +9,19 @@
  * print and whose Tab completes through lua/corral/repl.lua (`corral.host.repl()` opens it from
  * Lua, as `corral attach` does).
  *
+ * Installed as `corral-host`: the `corral` a user runs is the front (core/front/front.c),
+ * which serves `corral exec` itself and execs this program with every other argv.
+ *
  * The command line is kept identical to lua5.4's so that `busted --lua=build/corral` can
  * re-exec the host as `build/corral /usr/bin/busted args…` (the sanitizer build runs the
  * whole suite that way).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include "confine.h"
 #include "confine_fast.h"
 #include "console.h"
+#include "dispatch.h"
 #include "session_exec.h"
 #include "exitcodes.h"
 
@@ -501,16 +503,6 @@ static int run_command(lua_State *L, int argc, char **argv)
     return run_module_main(L, "corral.cli", argc, argv);
 }
 
-/* Whether the host runs as `corral-runtime` (its name, a link to it): an engine calls an
- * OCI runtime with runc's command line (`--root DIR create …`), which is neither corral's
- * nor lua.c's, so the whole line goes to corral.runtime.cli. */
-static int invoked_as_runtime(const char *argv0)
-{
-    const char *base = argv0 ? strrchr(argv0, '/') : NULL;
-    base = base ? base + 1 : argv0;
-    return base && strcmp(base, "corral-runtime") == 0;
-}
-
 /* corral.host.repl(): the REPL, from Lua (`corral attach` opens it once it has chosen
  * the sandbox). Returns when the user ends it (EOF); os.exit ends the process. */
 static int l_host_repl(lua_State *L)
@@ -616,7 +608,9 @@ static int pmain(lua_State *L)
     int failed = 0;
 
     luaL_checkversion(L);
-    if (invoked_as_runtime(argv[0])) {
+    /* runc's command line (`--root DIR create …`), neither corral's nor lua.c's: the
+     * whole line goes to corral.runtime.cli */
+    if (corral_invoked_as_runtime(argv[0])) {
         luaL_openlibs(L);
         setup_host(L, argv[0]);
         lua_gc(L, LUA_GCRESTART);
@@ -689,15 +683,6 @@ static int confined_wants_help(int argc, char **argv)
     return 0;
 }
 
-/* A standard fd the caller closed (`corral run -- cat <&-`) would be the next fd corral
- * opens (its signalfd became the engine client's stdin, which then hung): each closed
- * one is opened on /dev/null first, the lowest free fd being that one. */
-static void open_closed_std_fds(void)
-{
-    for (int fd = 0; fd <= 2; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) return;
-}
-
 /* The allocator lua_close runs under: every finalizer and to-be-closed variable still
  * runs (a cgroup's __gc removes it, a spawn's ends its process), and what they allocate is
  * real, but the blocks lua_close frees are left to the process's end, which comes right
@@ -711,23 +696,15 @@ static void *exit_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return realloc(ptr, nsize);
 }
 
-/* Whether a broker outside serves this process's corral requests: CORRAL_BROKER named and
- * no_new_privs set (the confinement wrapper sets it; the broker client checks the rest). */
-static int brokered(void)
-{
-    const char *b = getenv("CORRAL_BROKER");
-    return b != NULL && b[0] != '\0' && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
-}
-
 int main(int argc, char **argv)
 {
     lua_State *L;
     int status, code;
 
-    open_closed_std_fds();
+    corral_open_closed_std_fds();
 
     /* As corral-runtime, argv is runc's: its `exec` is an engine's, never corral's. */
-    int fast = argc > 1 && !invoked_as_runtime(argv[0]);
+    int fast = argc > 1 && !corral_invoked_as_runtime(argv[0]);
     /* On every confined launch: no Lua state, nothing loaded. */
     if (fast && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
@@ -740,7 +717,7 @@ int main(int argc, char **argv)
     /* On every exec into a live sandbox: a client of its keeper, nothing loaded either;
      * inside `corral confine --broker`, the broker's client (lua/corral/broker/client.lua). */
     if (fast && strcmp(argv[1], "exec") == 0 &&
-        !corral_session_exec_wants_help(argc - 1, argv + 1) && !brokered())
+        !corral_session_exec_wants_help(argc - 1, argv + 1) && !corral_brokered())
         return corral_session_exec_main(argc - 1, argv + 1);
 
     L = luaL_newstate();

@@ -11,7 +11,8 @@
  *   TEARDOWN         122  `corral run`: the mechanism's destroy failed (said on stderr);
  *                         something of the sandbox may be left behind
  *   WALL             124  `corral run`: the --wall limit ended the sandbox
- *   SETUP            125  a confinement layer could not be built: nothing was executed
+ *   SETUP            125  a confinement layer could not be built, or the front found no
+ *                         host to hand over to: nothing was executed
  *   NOEXEC           126  the command exists but could not be executed (as a shell says)
  *   NOTFOUND         127  the command was not found (as a shell says); also a spawn
  *                         child whose setup failed before exec
