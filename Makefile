@@ -213,26 +213,30 @@ $(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $
 	    $(foreach l,cap seccomp,$(call static_or_dyn,$(l))) -lpthread; \
 	fi
 
-# The front (core/front/front.c), the program named `corral`: it serves `corral exec`
-# itself and hands every other command line to the host beside it. Linked like the
-# wrapper: statically against musl where musl-gcc is installed, else with $(CC); it needs
-# no library but libc. The Makefile is a prerequisite: a tree built before the front
-# existed holds the host at this very path, newer than these sources.
+# The front (core/front/front.c), the program named `corral`: it serves `corral exec` and
+# `corral confine --exec` (the confine fast path, with the wrapper's code) itself and hands
+# every other command line to the host beside it. Linked like the wrapper: statically
+# against musl where musl-gcc is installed, else with $(CC). The Makefile is a
+# prerequisite: a tree built before the front existed holds the host at this very path,
+# newer than these sources.
 FRONT_SRC := core/front/front.c core/host/dispatch.c core/host/session_exec.c core/host/session_tty.c \
-             core/lib/session_wire.c core/lib/jsontext.c core/lib/rundir.c core/lib/unix.c \
-             core/lib/util.c
-$(FRONT): $(FRONT_SRC) $(HEADERS) Makefile
+             core/host/confine_fast.c core/host/confine_fast_cache.c \
+             $(filter-out core/wrapper/exec_confined.c,$(WRAPPER_SRC))
+$(FRONT): $(FRONT_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $(BUILD)/gen/confine_fast_tables.h \
+    $(LIBCORE) Makefile
 	@mkdir -p $(dir $@)
-	@if [ -n "$(MUSL_CC)" ]; then \
+	@if [ -n "$(MUSL_CC)" ] && [ -n "$(CAP_ARCHIVE)" ]; then \
 	  echo "  LD      $@ (musl, static)"; \
 	  $(MUSL_CC) -static $(WARN) $(OPT) -D_GNU_SOURCE -ffunction-sections -fdata-sections \
-	    -Wl,--gc-sections -Icore/lib -Icore/host -idirafter /usr/include \
+	    -Wl,--gc-sections -Icore/lib -Icore/host -I$(BUILD)/gen $(call incflag,$(CAP_INCDIR)) \
+	    $(call incflag,$(SECCOMP_INCDIR)) -idirafter /usr/include \
 	    $(if $(MULTIARCH),-idirafter /usr/include/$(MULTIARCH)) $(CFLAGS) $(LDFLAGS) \
-	    -o $@ $(FRONT_SRC); \
+	    -o $@ $(FRONT_SRC) $(LIB_SRC) $(CAP_ARCHIVE); \
 	else \
 	  echo "  LD      $@ ($(CC))"; \
-	  $(CC) $(WARN) $(OPT) $(SAN) -D_GNU_SOURCE -Icore/lib -Icore/host $(CFLAGS) $(LDFLAGS) \
-	    -o $@ $(FRONT_SRC); \
+	  $(CC) $(CORE_CFLAGS) $(CFLAGS) -Icore/host -I$(BUILD)/gen $(LDFLAGS) -o $@ $(FRONT_SRC) $(LIBCORE) \
+	    $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(SECCOMP_LIBDIR)) \
+	    $(foreach l,cap seccomp,$(call static_or_dyn,$(l))) -lpthread; \
 	fi
 
 $(LUAC_STAMP): $(LUA_MOD) scripts/compile-lua

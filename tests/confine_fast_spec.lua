@@ -67,8 +67,11 @@ describe("confine's C fast path #root", function()
       for i in $(seq 10 69); do mkdir -p "r$i/.git/hooks"; echo c > "r$i/.git/config"; done
       mkdir files; cd files; seq 1 5000 | xargs touch; mkdir -p zz/repo/.git/hooks]], root)
     h.must("ln -s " .. h.quote(box) .. " " .. h.quote(root .. "/box-link"))
+    -- the front (served here) and the host beside it, as make install lays them out
     h.sh([[set -e; mkdir -p "$1/inst/bin"; cp "$2" "$1/inst/bin/corral"; ln -s "$3" "$1/inst/lua"
-      if [ "$4" != "$2" ]; then cp "$4" "$1/inst/bin/"; fi]], root, h.host, core.path.resolve("lua"), h.wrapper)
+      if [ "$4" != "$2" ]; then cp "$4" "$1/inst/bin/"; fi
+      if [ "$5" != "$2" ]; then cp "$5" "$1/inst/bin/corral-host"; fi]],
+      root, h.host, core.path.resolve("lua"), h.wrapper, h.host_program)
     host = root .. "/inst/bin/corral"
     cache = h.capture({ host, "-e", "io.write(require('corral.probe_cache').path())" })
     -- the probe cache holds what holds (a first Lua run probes, and keeps what holds)
@@ -153,6 +156,18 @@ describe("confine's C fast path #root", function()
       local fast, fstatus, lua = both(host, { "--permit", box, "--extra", extra, "--", "true" })
       assert.are.equal(0, fstatus, fast)
       assert.are.equal(lua, fast)
+    end)
+
+    it("the host program run by its own name builds the same spec as the front", function()
+      if not layers_hold() then return pending("the ns and landlock layers do not both hold here") end
+      local own = host:gsub("[^/]*$", "") .. "corral-host"
+      if not core.fs.lstat(own) then return pending("this build has no front: corral is the host") end
+      local args = { "--permit", box, "--extra", extra, "--", "true" }
+      local via_front, fstatus = both(host, args)
+      local via_host, hstatus = both(own, args)
+      assert.are.equal(0, fstatus, via_front)
+      assert.are.equal(0, hstatus, via_host)
+      assert.are.equal(via_front, via_host)
     end)
   end)
 

@@ -28,9 +28,7 @@
 #include "dispatch.h"
 #include "exitcodes.h"
 #include "session_exec.h"
-#ifdef CORRAL_CONFINE_FAST
 #include "confine_fast.h"
-#endif
 
 /* The host program's file name, beside the front. */
 #define HOST_NAME "corral-host"
@@ -44,19 +42,17 @@ static int serve_exec(int argc, char **argv)
     return corral_session_exec_main(argc - 1, argv + 1);
 }
 
-/* `corral confine --exec …`: the place for its fast path, a libc-neutral
- * `int confine_fast_main(int argc, char **argv)` (core/host/confine_fast.h) that returns
- * -1 (HAND_OVER) for a line it does not serve. Built with -DCORRAL_CONFINE_FAST and its
- * sources in the Makefile's FRONT_SRC; without it the host serves every confine line. */
+static int host_path(const char *argv0, char *out, size_t size);
+
+/* `corral confine --exec …` that needs no Lua (core/host/confine_fast.h): the spec built
+ * from the host's probe cache and the wrapper run in this process; any other confine
+ * line goes to the host. */
 static int serve_confine(int argc, char **argv)
 {
-#ifdef CORRAL_CONFINE_FAST
-    return confine_fast_main(argc, argv);
-#else
-    (void)argc;
-    (void)argv;
-    return HAND_OVER;
-#endif
+    char host[PATH_MAX];
+    if (host_path(argv[0], host, sizeof host) < 0) return HAND_OVER;
+    int status = confine_fast_main(argc, argv, host);
+    return status == CORRAL_CONFINE_FAST_DECLINE ? HAND_OVER : status;
 }
 
 /* The subcommands served here, each handed the whole command line (argv[1] its name). */

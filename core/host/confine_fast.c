@@ -636,11 +636,12 @@ static int print_spec(struct fast *f, const struct list *args)
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
-/* core.proc.host_executable(): this executable, the host whose Lua path the line would
- * otherwise take (its identity and path name the probe cache). A front that hands over to
- * a host elsewhere must name that host here instead. */
-static char *host_executable(void)
+/* core.proc.host_executable(): the host whose Lua path the line would otherwise take (its
+ * identity and path name the probe cache): `named` (a front's corral-host), else this
+ * executable. */
+static char *host_executable(const char *named)
 {
+    if (named) return strdup(named);
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return NULL;
@@ -648,10 +649,10 @@ static char *host_executable(void)
     return strdup(exe);
 }
 
-static int build(struct fast *f, int argc, char **argv, struct list *args)
+static int build(struct fast *f, int argc, char **argv, const char *host, struct list *args)
 {
     if (parse_line(f, argc, argv) < 0 || check_process(f) < 0 || collect_env(f) < 0) return -1;
-    if (!(f->host = host_executable())) return decline(f, "/proc/self/exe cannot be read");
+    if (!(f->host = host_executable(host))) return decline(f, "/proc/self/exe cannot be read");
     const char *why = NULL;
     f->wrapper = wrapper_beside(f->host);
     if (!f->wrapper) return decline(f, "out of memory");
@@ -666,7 +667,7 @@ static int build(struct fast *f, int argc, char **argv, struct list *args)
     return 0;
 }
 
-int confine_fast_main(int argc, char **argv)
+int confine_fast_main(int argc, char **argv, const char *host)
 {
     struct fast f = {0};
     struct list args = {0};
@@ -674,7 +675,7 @@ int confine_fast_main(int argc, char **argv)
     int show = debug && strcmp(debug, "spec") == 0;
     int announce = debug && strcmp(debug, "run") == 0;
     if (argc < 2 || strcmp(argv[1], "confine") != 0) return CORRAL_CONFINE_FAST_DECLINE;
-    if (build(&f, argc, argv, &args) < 0) {
+    if (build(&f, argc, argv, host, &args) < 0) {
         if (!show || !f.exec) return CORRAL_CONFINE_FAST_DECLINE;
         fprintf(stderr, "corral confine: fast path declined: %s\n", f.why);
         return CORRAL_CONFINE_FAST_DECLINED_EXIT;

@@ -24,9 +24,11 @@
 #define CORRAL_CONFINE_FAST_DEBUG "CORRAL_CONFINE_FAST_DEBUG"
 #define CORRAL_CONFINE_FAST_DECLINED_EXIT 99
 
-/* argv is the host's: argv[1] is "confine". Returns CORRAL_CONFINE_FAST_DECLINE, or
- * (debug only) an exit status; once the wrapper starts the process exits with its
- * status and this never returns. */
-int confine_fast_main(int argc, char **argv);
+/* argv is the host's: argv[1] is "confine". host: the Lua host's path, whose probe cache
+ * and wrapper the line would use (the front names corral-host beside it); NULL when this
+ * executable is the host. Returns CORRAL_CONFINE_FAST_DECLINE, or (debug only) an exit
+ * status; once the wrapper starts the process exits with its status and this never
+ * returns. */
+int confine_fast_main(int argc, char **argv, const char *host);
 
 #endif

@@ -711,7 +711,7 @@ int main(int argc, char **argv)
     /* `corral confine --exec` that needs no Lua (core/host/confine_fast.h): the spec built
      * and the wrapper run here; anything else is declined to the Lua path below. */
     if (fast && strcmp(argv[1], "confine") == 0) {
-        int handled = confine_fast_main(argc, argv);
+        int handled = confine_fast_main(argc, argv, NULL);
         if (handled != CORRAL_CONFINE_FAST_DECLINE) return handled;
     }
     /* On every exec into a live sandbox: a client of its keeper, nothing loaded either;
