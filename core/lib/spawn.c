@@ -120,21 +120,35 @@ tenant_exec(const struct corral_spawn_plan *p, int fd, const sigset_t *old)
     child_fail(fd, STEP_EXEC, errno);
 }
 
-/* Stays as the init of the pid namespace: forks the command (pid 2), passes a failed exec
- * up to the spawner, then reaps and forwards signals until the command exits. */
+/* What the tenant's clone shares with the init until its exec (CLONE_VM). */
+struct tenant_start {
+    const struct corral_spawn_plan *p;
+    int fd; /* the exec pipe's write end */
+    const sigset_t *old;
+};
+
+CORRAL_OWN_STACK static int tenant_start(void *arg)
+{
+    struct tenant_start *t = arg;
+    tenant_exec(t->p, t->fd, t->old);
+}
+
+/* Stays as the init of the pid namespace: starts the command (pid 2), passes a failed exec
+ * up to the spawner, then reaps and forwards signals until the command exits. The command
+ * shares the init's memory until its exec (CLONE_VM | CLONE_VFORK, as posix_spawn does):
+ * the init is itself a copy of the host, and a fork would copy the host's page tables a
+ * second time only for the exec to drop them. */
 CORRAL_OWN_STACK __attribute__((noreturn)) static void init_run(const struct corral_spawn_plan *p,
                                                                 int errfd)
 {
+    static char stack[64 * 1024] __attribute__((aligned(16)));
     sigset_t mask, old;
     corral_reaper_block(&mask, &old);
     int execp[2];
     if (pipe2(execp, O_CLOEXEC) < 0) child_fail(errfd, STEP_FORK, errno);
-    pid_t tenant = fork();
+    struct tenant_start t = {.p = p, .fd = execp[1], .old = &old};
+    pid_t tenant = clone(tenant_start, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &t);
     if (tenant < 0) child_fail(errfd, STEP_FORK, errno);
-    if (tenant == 0) {
-        close(execp[0]);
-        tenant_exec(p, execp[1], &old);
-    }
     close(execp[1]);
     /* Made from both sides, so the group exists before any signal is forwarded to it;
      * after the tenant's exec this one fails (EACCES), harmlessly. */
