@@ -52,6 +52,21 @@ describe("core.spawn.start #root", function()
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)
 
+  it("starts the command as pid 2 under its init, every capability set empty", function()
+    local pl = plan(dir)
+    pl.argv = { "sh", "-c", "{ echo pid=$$; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status; " ..
+      "cat /proc/1/comm; ls /proc | grep -c '^[0-9]'; } > /out/status" }
+    local p = assert(core.spawn.start(pl))
+    assert.are.equal(0, (p:wait(5)))
+    local out = h.read(dir .. "/status")
+    assert.matches("^pid=2\n", out)
+    for _, set in ipairs({ "Inh", "Prm", "Eff", "Bnd", "Amb" }) do
+      assert.matches("\nCap" .. set .. ":%s+0000000000000000\n", out, nil, set)
+    end
+    -- the init, and the command (the grep and ls run as its children): two processes more
+    assert.matches("\ncorral%-init\n[2-4]\n$", out)
+  end)
+
   it("fails a timed wait with the three values of every binding, ETIMEDOUT", function()
     local pl = plan(dir)
     pl.argv = { "sh", "-c", "sleep 5" }
