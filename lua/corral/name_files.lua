@@ -24,7 +24,7 @@ M.DIR_PATTERN = leftovers.pattern("corral-names-")
 --- The `hosts:` line every tenant's nsswitch.conf holds: its own hosts file, then DNS.
 M.NSSWITCH_HOSTS = "hosts:          files dns"
 
-local swept = false
+local swept = {} -- the places swept by this process
 
 -- A directory anyone may make scratch in safely and the tenant's id may search: root's,
 -- sticky where others may write (no one renames another's entry), searchable by others.
@@ -92,13 +92,14 @@ end
 -- @return[2] nil
 -- @treturn[2] string why
 function M.write(hostname)
-  local bases = M.bases()
-  if not swept then
-    swept = true
-    for _, base in ipairs(bases) do leftovers.sweep_own(base, "corral-names-") end
-  end
   local dir, err
-  for _, base in ipairs(bases) do
+  for _, base in ipairs(M.bases()) do
+    -- each place is swept (once a process) by the makers that try it: one a SIGKILLed
+    -- run left is where that run's successors make theirs
+    if not swept[base] then
+      swept[base] = true
+      leftovers.sweep_own(base, "corral-names-")
+    end
     dir, err = leftovers.make(base, "corral-names-")
     if dir then break end
   end
