@@ -155,6 +155,21 @@ describe("corral host: lua.c command line", function()
     assert.are.equal(1, code)
   end)
 
+  it("runs every finalizer at its end, the last made first, and exits with its own status", function()
+    local fin = "setmetatable({}, {__gc = function() io.write(\"first \") end}); " ..
+      "setmetatable({}, {__gc = function() io.write(\"second \") end}); io.write(\"body \")"
+    local out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "'")
+    assert.are.equal(0, code)
+    assert.are.equal("body second first ", out)
+    out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "' -e 'error(\"boom\")'")
+    assert.are.equal(1, code)
+    assert.are.equal("body second first ", out)
+    -- os.exit(status, true) closes the state itself: the finalizers run, its status stands
+    out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "' -e 'os.exit(5, true)'")
+    assert.are.equal(5, code)
+    assert.are.equal("body second first ", out)
+  end)
+
   it("honours LUA_INIT_5_4 / LUA_INIT (and @file) and ignores them with -E", function()
     local d = tempdir()
     h.write(d .. "/init.lua", 'init_v = "from file"\n')
