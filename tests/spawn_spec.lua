@@ -67,6 +67,21 @@ describe("core.spawn.start #root", function()
     assert.matches("\ncorral%-init\n[2-4]\n$", out)
   end)
 
+  it("hands the command no signal the caller ignores or blocks: each is at its default", function()
+    -- SIGPIPE, SIGUSR1 and SIGHUP ignored by the caller (and corral run blocks SIGTERM itself)
+    local script = "trap '' PIPE USR1 HUP; exec \"$@\""
+    local out, status = h.sh(script, h.host, "run", "--", "grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status")
+    assert.are.equal(0, status, out)
+    local THREE = 0x1201 -- SIGHUP (1), SIGUSR1 (10), SIGPIPE (13): bit n - 1 each
+    local function ignored(text) return tonumber(text:match("SigIgn:%s+(%x+)") or "", 16) end
+    assert.matches("SigBlk:%s+0000000000000000\n", out)
+    assert.are.equal(0, ignored(out) & THREE, out)
+    -- control, after: without corral the same command inherits the three as ignored
+    out, status = h.sh(script, "grep", "-E", "^SigIgn:", "/proc/self/status")
+    assert.are.equal(0, status, out)
+    assert.are.equal(THREE, ignored(out) & THREE, out)
+  end)
+
   it("fails a timed wait with the three values of every binding, ETIMEDOUT", function()
     local pl = plan(dir)
     pl.argv = { "sh", "-c", "sleep 5" }
