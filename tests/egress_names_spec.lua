@@ -128,7 +128,9 @@ describe("a run's name files #root", function()
       or h.sh("stat -f -c %T /dev/shm") ~= "tmpfs\n" then
       return pending("/dev/shm here is not root's sticky, world-writable tmpfs")
     end
-    if h.sh("stat -f -c %T /tmp") == "tmpfs\n" then return pending("/tmp here is a tmpfs: the two cannot be told apart") end
+    if h.sh("stat -f -c %T /tmp") == "tmpfs\n" then
+      return pending("/tmp here is a tmpfs: the two cannot be told apart")
+    end
     local fstype, root = hosts_mount()
     assert.are.equal("tmpfs", fstype)
     assert.matches("^/corral%-names%-%d+%-%w+/hosts$", root)
