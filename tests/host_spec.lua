@@ -163,6 +163,21 @@ describe("corral host: lua.c command line", function()
     assert.are.equal(1, code)
   end)
 
+  it("runs every finalizer at its end, the last made first, and exits with its own status", function()
+    local fin = "setmetatable({}, {__gc = function() io.write(\"first \") end}); " ..
+      "setmetatable({}, {__gc = function() io.write(\"second \") end}); io.write(\"body \")"
+    local out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "'")
+    assert.are.equal(0, code)
+    assert.are.equal("body second first ", out)
+    out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "' -e 'error(\"boom\")'")
+    assert.are.equal(1, code)
+    assert.are.equal("body second first ", out)
+    -- os.exit(status, true) closes the state itself: the finalizers run, its status stands
+    out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "' -e 'os.exit(5, true)'")
+    assert.are.equal(5, code)
+    assert.are.equal("body second first ", out)
+  end)
+
   it("honours LUA_INIT_5_4 / LUA_INIT (and @file) and ignores them with -E", function()
     local d = tempdir()
     h.write(d .. "/init.lua", 'init_v = "from file"\n')
@@ -249,6 +264,17 @@ describe("corral host: additions", function()
     assert.are.equal("source\t" .. source .. "\n", garbage)
     assert.are.equal(0, code)
     assert.are.equal("twin\t" .. source .. "\n", out)
+    -- a source the caller may not read is not stood in for by its twin, which would load
+    if h.test_user_missing() then return end -- (run as root alone, every source is readable)
+    h.must("chmod -R o+rX " .. h.quote(t) .. " && chmod 0600 " .. h.quote(source))
+    local denied, _, dcode = run(CLEAN .. table.concat(h.as_test_user({ h.quote(t .. "/build/corral") }), " ") ..
+      " -e 'print(pcall(require, \"corral.twin_test\"))' 2>&1")
+    h.must("chmod 0644 " .. h.quote(source)) -- control, after: readable, the same twin loads for that user
+    local allowed = run(CLEAN .. table.concat(h.as_test_user({ h.quote(t .. "/build/corral") }), " ") ..
+      " -e 'print(require \"corral.twin_test\")'")
+    assert.are.equal(0, dcode, denied)
+    assert.matches("^false\t", denied)
+    assert.are.equal("twin\t" .. source .. "\n", allowed)
   end)
 
   it("finds the installed twins with a luac program beside it (PREFIX=/usr: /usr/bin/luac)", function()

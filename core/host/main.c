@@ -696,6 +696,33 @@ static void *exit_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return realloc(ptr, nsize);
 }
 
+/* The status main's lua_close ends the process with once every finalizer has run (set,
+ * and `exit_armed`, just before it; an os.exit(status, true) closing the state leaves
+ * the close its own). */
+static int exit_code, exit_armed;
+
+/* The finalizer of the first object the state marks for finalization, which lua_close
+ * runs last (finalizers run in the reverse order of marking): every other finalizer and
+ * to-be-closed variable has run by then. What lua_close has left is the heap's objects
+ * one by one (unlinking each string, writing pages a fork made copy-on-write), which the
+ * process's end releases at once: ~0.4 ms of a `corral run -- /bin/true` here. */
+static int exit_after_finalizers(lua_State *L)
+{
+    (void)L;
+    if (exit_armed) exit(exit_code);
+    return 0;
+}
+
+static void mark_first_finalizer(lua_State *L)
+{
+    lua_newuserdatauv(L, 0, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, exit_after_finalizers);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &exit_code);
+}
+
 int main(int argc, char **argv)
 {
     lua_State *L;
@@ -726,6 +753,7 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     lua_gc(L, LUA_GCSTOP);
+    mark_first_finalizer(L);
     lua_pushcfunction(L, pmain);
     lua_pushinteger(L, argc);
     lua_pushlightuserdata(L, argv);
@@ -733,6 +761,8 @@ int main(int argc, char **argv)
     code = status == LUA_OK ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
     host_report(L, status);
     lua_setallocf(L, exit_alloc, NULL);
+    exit_code = code;
+    exit_armed = 1;
     lua_close(L);
     return code;
 }

@@ -126,7 +126,10 @@ end
 function M.for_run(mech, sb, run)
   local function egress() return require "corral.egress" end
   local started = os.time()
-  local counts, counting = M.connection_counts(sb.id)
+  -- counted only where there is a plane: one is made before its run registers, never
+  -- after, and without one there is no connection to count (nor its event module to load)
+  local counts, counting = { allowed = 0, denied = 0 }, nil
+  if plane_of(sb.id) then counts, counting = M.connection_counts(sb.id) end
   local ops = {}
   taken[ops] = counting
   function ops.info()
