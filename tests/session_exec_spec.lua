@@ -203,3 +203,29 @@ describe("corral exec into a live sandbox", function()
     assert.are.equal("alive\n", again)
   end)
 end)
+
+-- A sandbox of its own: the test kills its keeper.
+describe("corral exec whose keeper is killed under the command", function()
+  it("exits 137, the command having died with its sandbox, and says why (docs/sessions.md)", function()
+    local ID = "exec-spec-k-" .. core_pid()
+    local out, status = h.corral("create", ID)
+    assert.are.equal(0, status, out)
+    local keeper
+    for _, s in ipairs(require("dkjson").decode((h.capture({ h.host, "ls", "--json" }))) or {}) do
+      if s.id == ID then keeper = s.pid end
+    end
+    if not keeper then h.corral("rm", ID) end
+    assert.truthy(keeper, "no keeper listed for " .. ID)
+    out = h.sh([[
+      f=$(mktemp); "$1" exec "$2" -- sh -c 'echo ready; exec sleep 30' >"$f" 2>&1 & pid=$!
+      while ! grep -q ready "$f"; do kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+      cat "$f"; kill -KILL $3; wait $pid; echo "status=$?"; cat "$f"; rm -f "$f"]], h.host, ID, keeper)
+    -- control: the command was running when the keeper was killed
+    assert.truthy(out:find("^ready\n"), out)
+    assert.truthy(out:find("status=137\n", 1, true), out)
+    assert.truthy(out:find("corral exec: the keeper of " .. ID .. " went away before the command ended", 1, true), out)
+    -- the sandbox is gone with it
+    out, status = h.corral("exec", ID, "--", "true")
+    assert.are.equal(2, status, out)
+  end)
+end)
