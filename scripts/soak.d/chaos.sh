@@ -48,14 +48,24 @@ fault_statuses() {
 	esac
 }
 
-# Pids of the processes carrying MARK whose name is (or is not, with !) corral.
+# Pids of the processes beneath RUN (read from /proc with builtins only: a strike must be
+# quicker than the short runs it aims at) whose argv has MARK, named (or not) corral.
 marked() {
-	local mark=$1 want=$2 p comm
-	for p in $(pgrep -f -- "$mark"); do
-		comm=$(cat /proc/"$p"/comm 2>/dev/null) || continue
-		case $want in
-		corral) [ "$comm" = corral ] && echo "$p" ;;
-		tenant) [ "$comm" != corral ] && [ "$comm" != bash ] && echo "$p" ;;
+	local mark=$2 want=$3 p kids comm args queue=("$1")
+	while [ ${#queue[@]} -gt 0 ]; do
+		p=${queue[0]}
+		queue=("${queue[@]:1}")
+		kids=
+		read -r kids 2>/dev/null <"/proc/$p/task/$p/children"
+		# shellcheck disable=SC2206
+		queue+=($kids)
+		read -r comm 2>/dev/null <"/proc/$p/comm" || continue
+		mapfile -d '' args 2>/dev/null <"/proc/$p/cmdline"
+		case " ${args[*]} " in *" $mark "*) ;; *) continue ;; esac
+		case $want:$comm in
+		corral:corral) echo "$p" ;;
+		tenant:corral | tenant:bash) ;;
+		tenant:*) echo "$p" ;;
 		esac
 	done
 }
@@ -69,8 +79,12 @@ strike() {
 	sleep "0.$(printf %03d $((RANDOM % 200)))"
 	while kill -0 "$run" 2>/dev/null; do
 		case $fault in
-		*-corral) pids=$(marked "soakmark-$tag" corral | head -1) ;;
-		*-tenant) pids=$(marked "soakmark-$tag" tenant) ;;
+		*-corral) pids=$(marked "$run" "soakmark-$tag" corral | head -1) ;;
+		*-tenant)
+			pids=$(marked "$run" "soakmark-$tag" tenant)
+			# a session's command runs beneath its keeper, not beneath the exec client
+			[ -n "$pids" ] || pids=$(pgrep -f -- "^sh -c .* soakmark-$tag\$")
+			;;
 		*-keeper) pids=$(pgrep -f -- "create soak-$tag" | tail -1) ;;
 		esac
 		if [ -n "$pids" ]; then
