@@ -36,13 +36,13 @@ apply_env_fault() {
 # Extra statuses a fault explains, comma-separated. 3 and 120 are corral's own refusals
 # (a protection it could not set up, a sandbox that could not start) with their reason on
 # stderr; 137/143 a SIGKILL/SIGTERM that reached the command or corral; 2 a session that
-# no longer exists (its keeper killed); 1 the session client's "keeper went away".
+# no longer exists (its keeper killed), 120 an exec its keeper left before starting it.
 fault_statuses() {
 	case $1 in
 	kill-corral | kill-tenant) echo 137 ;;
 	term-corral | term-tenant) echo 143 ;;
-	kill-keeper) echo 137,2 ;;
-	term-keeper) echo 143,137,2 ;;
+	kill-keeper) echo 137,120,2 ;;
+	term-keeper) echo 143,137,120,2 ;;
 	enospc | emfile) echo 3,120 ;;
 	memcg) echo 3,120,121,137 ;;
 	esac

@@ -31,7 +31,8 @@ NAME's value from this environment, --env NAME=VALUE sets it (credential-shaped 
 and values are refused, naming --env); --cwd DIR starts it there. SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded; if this client goes away, the
 command and everything still beneath it are killed. Exit: the command's status (128+N
-for signal N; 137 when the keeper went away under it, the sandbox killed), 2 for a bad argument or no live sandbox ID, 125 when the sandbox cannot
+for signal N; 137 when the keeper went away under it, the sandbox killed), 120 when it
+went away before starting it, 2 for a bad argument or no live sandbox ID, 125 when the sandbox cannot
 run it, 126/127 not executable/not found. docs/sessions.md has the wire protocol.]]
 
 M.LS_USAGE = [[corral ls [--json]
