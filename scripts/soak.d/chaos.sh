@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: its variables are the worker's
 # The soak's faults (sourced by scripts/soak.d/worker.sh). A worker picks one for each run
 # (pick_fault), sets up the conditions ones before the run (in the run's subshell:
 # apply_env_fault), and strikes the signal ones at a random moment while it runs (strike).

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2016  # sourced; single quotes are the tenant's script
 # The soak's workloads (sourced by scripts/soak.d/worker.sh). Each `wl_NAME TAG` runs real
 # corral commands and appends one `CMD STATUS EXPECTED` line per command to $ST, EXPECTED
 # being the statuses that command gives when no fault hits it (comma-separated). Every
