@@ -17,8 +17,8 @@ holding it: the sandbox waits, and `corral exec ID -- CMD` runs commands in it, 
 the same namespaces, cgroup, seccomp filter, capability set, environment policy and
 allowlist as a run, sharing its /tmp, /storage and processes. Prints ID once the sandbox
 is ready. Every argument is checked first: a bad one is refused naming its flag (exit 2),
-one this host cannot enforce exits 3; nothing is left either way. An ID already live is
-refused. `corral rm ID` removes it; a killed keeper takes its sandbox with it, and the
+one this host cannot enforce exits 3; nothing is left either way; a keeper that ends
+before the sandbox is ready (killed) exits 120. An ID already live is refused. `corral rm ID` removes it; a killed keeper takes its sandbox with it, and the
 next corral create, ls or rm sweeps what stays on disk. Every mechanism: native and
 bwrap join the sandbox, oci execs through the engine into the container, a mechanism in
 Lua runs each exec through its exec callback (docs/sessions.md).]]
@@ -123,8 +123,9 @@ function M.create(argv, cli)
   local said = read_ready(fd)
   fd:close()
   if not said then
+    -- killed, or dead of a failure it could not report: the sandbox could not start
     io.stderr:write("corral create: ", p.id, ": the keeper ended before the sandbox was ready\n")
-    return core.exit.SETUP
+    return core.exit.START_REFUSED
   end
   if not said.ok then
     io.stderr:write("corral create: ", tostring(said.error), "\n")
