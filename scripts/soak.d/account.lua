@@ -57,8 +57,11 @@ function M.summarise(work)
       end
       s.workloads = s.workloads or {}
       s.workloads[wl] = (s.workloads[wl] or 0) + 1
+      s.seconds = s.seconds or {}
+      s.seconds[wl] = (s.seconds[wl] or 0) + (tonumber(secs) or 0)
     end
   end
+  s.elapsed = tonumber(census.slurp(work .. "/elapsed") or "")
   s.canary = lines(work .. "/canary.log")
   local before, after = read_json(work .. "/census-before.json"), read_json(work .. "/census-after.json")
   s.leaks = leaks(before, after)
@@ -87,12 +90,17 @@ end
 
 --- Prints the figures and the goals; returns whether every goal is met.
 function M.report(s, seconds, workers)
+  -- stopped early (Ctrl-C, SIGTERM), the goals scale with the time it ran
+  seconds = math.min(seconds, s.elapsed or seconds)
   local scale = seconds / 600
   print(string.format("soak: %d s, %d workers", seconds, workers))
   print("census before: " .. counts_line(s.census and s.census.before))
   for i, d in ipairs(s.census and s.census.during or {}) do print("census minute " .. i .. ": " .. counts_line(d)) end
   print("census after:  " .. counts_line(s.census and s.census.after))
   print("faults: " .. counts_line(s.faults) .. "; workloads: " .. counts_line(s.workloads))
+  local mean = {}
+  for wl, n in pairs(s.workloads or {}) do mean[wl] = string.format("%.2f s", s.seconds[wl] / n) end
+  print("mean time per workload: " .. counts_line(mean))
   print("verdicts: " .. counts_line(s.verdicts) .. string.format("; slowest run %.1f s", s.slowest or 0))
   if #(s.swept or {}) > 0 then print("sessions a kill left, removed by the sweep: " .. #s.swept) end
   for _, p in ipairs(s.problems or {}) do

@@ -81,6 +81,7 @@ while sleep 1; do
 done
 # shellcheck disable=SC2086
 wait $pids
+echo $(($(date +%s) - DEADLINE + SECONDS_TO_RUN)) >"$WORK/elapsed"
 sweep
 census after
 teardown

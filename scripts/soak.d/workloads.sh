@@ -30,7 +30,7 @@ wl_dns() {
 
 wl_udp() {
 	# shellcheck disable=SC2086
-	"$C" run $ALLOW -- sh -c 'echo ping-$0 | socat -t 2 - UDP:srv.soak.test:'"$UDP_PORT"' | grep -q ping' soakmark-"$1"
+	"$C" run $ALLOW -- sh -c 'echo ping-$0 | socat -t 0.5 - UDP:srv.soak.test:'"$UDP_PORT"' | grep -q ping' soakmark-"$1"
 	note run 0 $?
 }
 
@@ -68,7 +68,7 @@ wl_stall() {
 # A name the host resolves through the private resolv.conf's resolver, which never answers:
 # the connect fails (curl 7 or 56) or --wall ends it (124).
 wl_resolver() {
-	"$C" run --wall 2s --allow hang.soak.test:"$SRV_PORT" --internal 127.0.0.0/8 -- \
+	"$C" run --wall 1s --allow hang.soak.test:"$SRV_PORT" --internal 127.0.0.0/8 -- \
 		sh -c 'curl -s -m 5 http://hang.soak.test:'"$SRV_PORT"'/' soakmark-"$1"
 	note run-resolver 7,28,52,56,124 $?
 }
@@ -111,4 +111,5 @@ wl_step() {
 }
 
 # name weight: how often each is picked
-WORKLOADS="true:4 curl:3 dns:2 udp:2 canary:2 reset:1 stall:1 resolver:1 storage:3 session:2 confine:2 step:1"
+# (the short ones most often: the goal is runs per minute)
+WORKLOADS="true:6 curl:4 dns:2 udp:1 canary:2 reset:1 stall:1 resolver:1 storage:4 session:2 confine:3 step:2"
