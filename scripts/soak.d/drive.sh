@@ -41,6 +41,21 @@ setup() {
 	return 1
 }
 
+# The canaries count: each reached once from here (4 lines), then the log emptied.
+canary_control() {
+	curl -s -m 1 http://127.0.0.1:$CANARY_PORT/ http://127.0.0.2:$SRV_PORT/ http://canary.soak.test:$SRV_PORT/ >/dev/null
+	echo x | socat -t 0.1 - UDP:127.0.0.1:$CANARY_PORT
+	for _ in $(seq 50); do
+		if [ "$(wc -l <"$CANARY_LOG")" = 4 ]; then
+			: >"$CANARY_LOG"
+			return
+		fi
+		sleep 0.1
+	done
+	say "the canaries did not count their control connections: $(cat "$CANARY_LOG")"
+	return 1
+}
+
 teardown() {
 	[ -n "${SERVERS:-}" ] && kill "$SERVERS" 2>/dev/null && wait "$SERVERS" 2>/dev/null
 	[ -n "${MEMCG:-}" ] && rmdir "$MEMCG" 2>/dev/null
@@ -59,7 +74,7 @@ sweep() {
 }
 
 trap 'touch "$STOP"' INT TERM
-setup || { teardown; exit 1; }
+setup && canary_control || { teardown; exit 1; }
 census before
 say "$WORKERS workers for ${SECONDS_TO_RUN}s"
 pids=
