@@ -18,10 +18,11 @@ the same namespaces, cgroup, seccomp filter, capability set, environment policy 
 allowlist as a run, sharing its /tmp, /storage and processes. Prints ID once the sandbox
 is ready. Every argument is checked first: a bad one is refused naming its flag (exit 2),
 one this host cannot enforce exits 3; nothing is left either way; a keeper that ends
-before the sandbox is ready (killed) exits 120. An ID already live is refused. `corral rm ID` removes it; a killed keeper takes its sandbox with it, and the
-next corral create, ls or rm sweeps what stays on disk. Every mechanism: native and
-bwrap join the sandbox, oci execs through the engine into the container, a mechanism in
-Lua runs each exec through its exec callback (docs/sessions.md).]]
+before the sandbox is ready (killed) exits 120. An ID already live is refused. `corral
+rm ID` removes it; a killed keeper takes its sandbox with it, and the next corral create,
+ls or rm sweeps what stays on disk. Every mechanism: native and bwrap join the sandbox,
+oci execs through the engine into the container, a mechanism in Lua runs each exec
+through its exec callback (docs/sessions.md).]]
 
 M.EXEC_USAGE = [[corral exec ID [--env NAME|NAME=VALUE]... [--cwd DIR] [-t] -- CMD ARGS...
 
