@@ -63,9 +63,10 @@ marked() {
 		read -r comm 2>/dev/null <"/proc/$p/comm" || continue
 		mapfile -d '' args 2>/dev/null <"/proc/$p/cmdline"
 		case " ${args[*]} " in *" $mark "*) ;; *) continue ;; esac
-		case $want:$comm in
-		corral:corral) echo "$p" ;;
-		tenant:corral | tenant:bash) ;;
+		# a child corral forks (a probe's) keeps corral's argv under another name: not the tenant
+		case $want:$comm:${args[0]##*/} in
+		corral:corral:*) echo "$p" ;;
+		tenant:corral:* | tenant:bash:* | tenant:*:corral) ;;
 		tenant:*) echo "$p" ;;
 		esac
 	done
