@@ -317,7 +317,12 @@ static int read_answers(struct session *s)
                                      CORRAL_UNIX_FDS_MAX, &nfds, 1);
     if (n == -EAGAIN) return -1;
     if (n <= 0) {
-        if (s->started) return protocol_error(s, "went away before the command ended");
+        /* The sandbox dies with its keeper (its init's parent-death signal ends the pid
+         * namespace), so the command was SIGKILLed: its status says so, as a shell's would. */
+        if (s->started) {
+            protocol_error(s, "went away before the command ended (killed with its sandbox)");
+            return 128 + SIGKILL;
+        }
         fprintf(stderr, PROG ": the keeper of %s closed the connection without an answer\n", s->id);
         return CORRAL_EXIT_START_REFUSED;
     }

@@ -6,7 +6,8 @@
  *   name            code  meaning
  *   USAGE              2  bad arguments or an invalid request (`corral …`)
  *   CANNOT             3  a protection asked for cannot be enforced on this host
- *   START_REFUSED    120  `corral run`: the sandbox could not start
+ *   START_REFUSED    120  `corral run`, `create`, `exec`: the sandbox (or the command in it)
+ *                         could not start
  *   MEMORY           121  `corral run`: the memory cap ended the sandbox
  *   TEARDOWN         122  `corral run`: the mechanism's destroy failed (said on stderr);
  *                         something of the sandbox may be left behind

@@ -17,11 +17,12 @@ holding it: the sandbox waits, and `corral exec ID -- CMD` runs commands in it, 
 the same namespaces, cgroup, seccomp filter, capability set, environment policy and
 allowlist as a run, sharing its /tmp, /storage and processes. Prints ID once the sandbox
 is ready. Every argument is checked first: a bad one is refused naming its flag (exit 2),
-one this host cannot enforce exits 3; nothing is left either way. An ID already live is
-refused. `corral rm ID` removes it; a killed keeper takes its sandbox with it, and the
-next corral create, ls or rm sweeps what stays on disk. Every mechanism: native and
-bwrap join the sandbox, oci execs through the engine into the container, a mechanism in
-Lua runs each exec through its exec callback (docs/sessions.md).]]
+one this host cannot enforce exits 3; nothing is left either way; a keeper that ends
+before the sandbox is ready (killed) exits 120. An ID already live is refused. `corral
+rm ID` removes it; a killed keeper takes its sandbox with it, and the next corral create,
+ls or rm sweeps what stays on disk. Every mechanism: native and bwrap join the sandbox,
+oci execs through the engine into the container, a mechanism in Lua runs each exec
+through its exec callback (docs/sessions.md).]]
 
 M.EXEC_USAGE = [[corral exec ID [--env NAME|NAME=VALUE]... [--cwd DIR] [-t] -- CMD ARGS...
 
@@ -31,7 +32,8 @@ NAME's value from this environment, --env NAME=VALUE sets it (credential-shaped 
 and values are refused, naming --env); --cwd DIR starts it there. SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded; if this client goes away, the
 command and everything still beneath it are killed. Exit: the command's status (128+N
-for signal N), 2 for a bad argument or no live sandbox ID, 125 when the sandbox cannot
+for signal N; 137 when the keeper went away under it, the sandbox killed), 120 when it
+went away before starting it, 2 for a bad argument or no live sandbox ID, 125 when the sandbox cannot
 run it, 126/127 not executable/not found. docs/sessions.md has the wire protocol.]]
 
 M.LS_USAGE = [[corral ls [--json]
@@ -122,8 +124,9 @@ function M.create(argv, cli)
   local said = read_ready(fd)
   fd:close()
   if not said then
+    -- killed, or dead of a failure it could not report: the sandbox could not start
     io.stderr:write("corral create: ", p.id, ": the keeper ended before the sandbox was ready\n")
-    return core.exit.SETUP
+    return core.exit.START_REFUSED
   end
   if not said.ok then
     io.stderr:write("corral create: ", tostring(said.error), "\n")
