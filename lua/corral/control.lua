@@ -15,13 +15,14 @@
 -- uid only from this process's own user namespace (without root, a tenant's ids are the
 -- owner's too, from a user namespace beneath).
 --
--- Requests: `{"op": OP, ...}` with OP one of `info`, `connections`, `decisions` (`n`),
+-- Requests: `{"op": OP, ...}` with OP one of `info`, `status` (what `corral ls` shows;
+-- the connection is closed after its answer), `connections`, `decisions` (`n`),
 -- `ruleset`, `why` (`dest` "host:port"), `allow` (`entry`), `revoke` (`entry`, `cut`).
 -- Answers: `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`.
 -- @module corral.control
 local core = require "corral.core"
 local control_ops = require "corral.control_ops"
-local resources = require "corral.resources"
+local leftovers = require "corral.leftovers"
 local runtime_dir = require "corral.runtime_dir"
 
 local M = {}
@@ -62,7 +63,7 @@ end
 function M.sweep(dir)
   dir = dir or M.dir()
   if not dir then return 0 end
-  return resources.sweep(dir, M.PATTERN, remove_stale)
+  return leftovers.sweep(dir, M.PATTERN, remove_stale)
 end
 
 -- ---- server ---------------------------------------------------------------------------
@@ -150,8 +151,12 @@ function Server:accept()
     end
     return
   end
-  self.clients[{ fd = fd, buf = "" }] = true
+  local c = { fd = fd, buf = "" }
+  self.clients[c] = true
   require("corral.egress.loop").changed()
+  -- a request sent with the connect (corral ls asking 100 keepers) is answered in this
+  -- turn of the loop, not the next
+  if (core.io.poll({ fd }, 0) or {})[1] then self:read(c) end
 end
 
 -- Fds a client passed (SCM_RIGHTS) that no op took: closed with the line they came with.
@@ -192,7 +197,7 @@ function Server:read(c)
       require("corral.egress.loop").changed()
       return
     end
-    if not send_all(c.fd, encode(answer)) then return self:drop(c) end
+    if not send_all(c.fd, encode(answer)) or c.last then return self:drop(c) end
   end
   if #c.buf > M.LINE_MAX then
     send_all(c.fd, encode({ ok = false, error = "request longer than " .. M.LINE_MAX .. " bytes" }))
@@ -201,11 +206,14 @@ function Server:read(c)
 end
 
 -- What an op is handed besides the request: the connection's fds that came with it
--- (`fds`, each taken by setting its slot to nil), and `take()`, after which the op owns
--- the connection (its fd, and `rest`, the bytes read past the request) and no answer is
+-- (`fds`, each taken by setting its slot to nil), `last()`, after which the connection
+-- is closed once its answer is sent, and `take()`, after which the op owns the
+-- connection (its fd, and `rest`, the bytes read past the request) and no answer is
 -- written for it: the op answers when it is ready (a deferred answer).
 local function connection(c)
   local conn = { fds = c.fds }
+  -- the answer is the connection's last: closed once it is sent
+  function conn.last() c.last = true end
   function conn.take()
     c.taken = true
     conn.fd, conn.rest = c.fd, c.buf
@@ -323,69 +331,71 @@ function M.request(path, req, timeout)
 end
 
 --- Sends one request to each registration at once and waits, `timeout` seconds in all,
--- for their answers: a run that does not answer costs one wait, not one each.
+-- for their answers: a run that does not answer costs one wait, not one each. Each
+-- connect is non-blocking (a unix socket's completes at once or fails), so one that
+-- never accepts costs nothing either.
 -- @tparam {string,...} paths the sockets
 -- @tparam table req `{op =, ...}`
 -- @tparam[opt] number timeout seconds (default `TIMEOUT`)
+-- @tparam[opt] function meanwhile called once every request is sent, before the wait
+--   (the caller's own work, done while the servers answer)
 -- @treturn {table,...} for each path, in order: `{result =}` or `{error =}`
-function M.request_all(paths, req, timeout)
+function M.request_all(paths, req, timeout, meanwhile)
   timeout = timeout or M.TIMEOUT
   local deadline = core.clock.monotime() + timeout
-  local out, open = {}, {}
+  local out, waiting = {}, {}
   local line = encode(req)
   for i, path in ipairs(paths) do
-    local fd, err = core.unix.connect(path, math.min(timeout, 1))
+    local fd, err = core.unix.connect(path, 0)
     if fd and not send_all(fd, line) then
       fd:close()
       fd, err = nil, path .. ": the request could not be sent"
     end
     if fd then
-      open[#open + 1] = { i = i, fd = fd, buf = "" }
+      waiting[#waiting + 1] = { i = i, fd = fd, buf = "" }
     else
       out[i] = { error = tostring(err) }
     end
   end
-  local function finish(c, answer)
-    out[c.i] = answer
-    c.fd:close()
-    c.done = true
+  if meanwhile then meanwhile() end
+  -- the answer of one reply line
+  local function answer_of(c, text)
+    local answer = json().decode(text)
+    if type(answer) ~= "table" then return { error = paths[c.i] .. ": not a JSON answer" } end
+    if answer.ok then return { result = answer.result } end
+    return { error = tostring(answer.error) }
   end
-  while true do
-    local waiting = {}
-    for _, c in ipairs(open) do
-      if not c.done then waiting[#waiting + 1] = c end
-    end
+  -- reads what c's socket has; its answer once it is whole
+  local function read(c)
+    local data = core.sock.recv(c.fd, M.LINE_MAX, 0)
+    if not data or data == "" then return { error = paths[c.i] .. ": closed without an answer" } end
+    c.buf = c.buf .. data
+    local text = c.buf:match("^([^\n]*)\n")
+    if text then return answer_of(c, text) end
+    if #c.buf > M.LINE_MAX then return { error = paths[c.i] .. ": answer longer than " .. M.LINE_MAX .. " bytes" } end
+  end
+  while #waiting > 0 do
     local left = deadline - core.clock.monotime()
-    if #waiting == 0 then break end
     if left <= 0 then
-      for _, c in ipairs(waiting) do finish(c, { error = paths[c.i] .. ": no answer within " .. timeout .. " s" }) end
+      for _, c in ipairs(waiting) do out[c.i] = { error = paths[c.i] .. ": no answer within " .. timeout .. " s" } end
       break
     end
     local fds = {}
     for k, c in ipairs(waiting) do fds[k] = c.fd end
-    for _, k in ipairs(core.io.poll(fds, left) or {}) do
-      local c = waiting[k]
-      local data = core.sock.recv(c.fd, M.LINE_MAX, 0)
-      if not data or data == "" then
-        finish(c, { error = paths[c.i] .. ": closed without an answer" })
+    local still, ready = {}, {}
+    for _, k in ipairs(core.io.poll(fds, left) or {}) do ready[k] = true end
+    for k, c in ipairs(waiting) do
+      local answer = ready[k] and read(c)
+      if answer then
+        out[c.i] = answer
+        c.fd:close()
       else
-        c.buf = c.buf .. data
-        local text = c.buf:match("^([^\n]*)\n")
-        if text then
-          local answer = json().decode(text)
-          if type(answer) ~= "table" then
-            finish(c, { error = paths[c.i] .. ": not a JSON answer" })
-          elseif answer.ok then
-            finish(c, { result = answer.result })
-          else
-            finish(c, { error = tostring(answer.error) })
-          end
-        elseif #c.buf > M.LINE_MAX then
-          finish(c, { error = paths[c.i] .. ": answer longer than " .. M.LINE_MAX .. " bytes" })
-        end
+        still[#still + 1] = c
       end
     end
+    waiting = still
   end
+  for _, c in ipairs(waiting) do c.fd:close() end
   return out
 end
 

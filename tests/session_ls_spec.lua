@@ -1,0 +1,150 @@
+-- `corral ls` over live keepers (docs/sessions.md): every keeper asked at once with the
+-- cheap `status` op, whose numbers are info's; one that accepts and never answers costs
+-- one bounded wait and is listed as not answering, while the live session beside it is
+-- listed (the control); once it is gone, its socket is swept and it is listed no more.
+-- Another uid's ls lists none of root's. Run `make` first.
+local core = require "corral.core"
+local h = require "helpers"
+local json = require "dkjson"
+
+local is_root = core.proc.geteuid() == 0
+
+local function defer(fn) h.defer(finally, fn) end
+
+-- ls --json as rows by id, and how long it took.
+local function ls(argv)
+  local t0 = core.clock.monotime()
+  local out, status = h.capture(argv or { h.host, "ls", "--json" })
+  local took = core.clock.monotime() - t0
+  assert.are.equal(0, status, out)
+  local rows = {}
+  for _, r in ipairs(json.decode(out:match("%b[]")) or {}) do rows[r.id] = r end
+  return rows, took, out
+end
+
+local function exists(path) return core.fs.lstat(path) ~= nil end
+
+-- A socket at `path` that accepts every connection and never answers (a stuck keeper):
+-- its process's pid, once it listens.
+local function stuck_keeper(path)
+  local p = assert(io.popen("/usr/bin/python3 -c " .. h.quote([[
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(16)
+held = []
+while True:
+    held.append(s.accept()[0])
+]]) .. " " .. h.quote(path) .. " >/dev/null 2>&1 & echo $!"))
+  local pid = p:read("l")
+  p:close()
+  assert(h.wait_for(function() return exists(path) end, 5), "the stuck keeper did not listen")
+  return pid
+end
+
+describe("corral ls", function()
+  local id = "ls-spec-" .. h.own_pid()
+  local created_out, created_status
+
+  setup(function()
+    if not is_root then return end
+    created_out, created_status = h.corral("create", id, "--allow", "ok.test:443")
+  end)
+
+  teardown(function()
+    if is_root then h.corral("rm", id) end
+  end)
+
+  local function need_root()
+    if not is_root then
+      pending("sessions are built as root here (native, the keeper's cgroups)")
+      return false
+    end
+    assert.are.equal(0, created_status, created_out)
+    return true
+  end
+
+  it("status answers info's numbers, then closes the connection", function()
+    if not need_root() then return end
+    local control = require "corral.control"
+    local path = control.dir() .. "/session-" .. id .. ".sock"
+    local fd <close> = assert(core.unix.connect(path, 2))
+    assert(core.sock.send(fd, '{"op":"status"}\n'))
+    local got = ""
+    local deadline = core.clock.monotime() + 5
+    while core.clock.monotime() < deadline do
+      local data = core.sock.recv(fd, 65536, deadline - core.clock.monotime())
+      if not data or data == "" then break end
+      got = got .. data
+    end
+    -- the whole answer, then the end of the connection (not a wait for another request)
+    assert.matches("^[^\n]+\n$", got)
+    local status = json.decode(got).result
+    local info = assert(control.request(path, { op = "info" }))
+    assert.are.equal(info.pid, status.pid)
+    assert.are.equal(info.mechanism, status.mechanism)
+    assert.are.equal(info.started, status.started)
+    assert.are.equal(info.usage.pids, status.processes)
+    assert.are.equal(2, status.processes) -- the sandbox's init and its waiting process
+    -- resident memory moves a little between two readings; the same order of size
+    local memory = info.usage.memory_current or info.usage.memory_rss
+    assert.truthy(math.abs(status.memory - memory) < memory / 4, status.memory .. " vs " .. memory)
+    assert.are.same({ allow = #info.egress.allow, connections = info.egress.connections,
+      allowed = info.egress.allowed, denied = info.egress.denied }, status.egress)
+  end)
+
+  it("a keeper that accepts and never answers: ls answers within its bound and marks it; once gone, swept",
+    function()
+      if not need_root() then return end
+      local bound = 2 -- ls's usage: a keeper that has not answered within 2 s
+      local stuck = {}
+      for i = 1, 3 do
+        local sid = id .. "-stuck" .. i
+        local path = require("corral.control").dir() .. "/session-" .. sid .. ".sock"
+        stuck[sid] = { path = path, pid = stuck_keeper(path) }
+        defer(function()
+          os.execute("kill " .. stuck[sid].pid .. " 2>/dev/null")
+          os.remove(path)
+        end)
+      end
+      local rows, took = ls()
+      -- three that never answer cost one wait, not three
+      assert.truthy(took < bound + 1.5, string.format("ls took %.2f s with a bound of %g s", took, bound))
+      for sid, s in pairs(stuck) do
+        assert.truthy(rows[sid], sid .. " is not listed")
+        assert.are.equal("session", rows[sid].kind)
+        assert.matches("no answer within", rows[sid].error)
+        assert.is_nil(rows[sid].pid)
+        assert.truthy(exists(s.path), "a live keeper's socket was swept")
+      end
+      -- the control: the live session beside them answered in the same ls
+      assert.truthy(rows[id], id .. " is not listed")
+      assert.is_nil(rows[id].error)
+      assert.are.equal(1, rows[id].egress.allow)
+      local out = h.corral("ls")
+      assert.matches((id .. "-stuck1"):gsub("%-", "%%-") .. "%s+session%s+%-%s+%-%s+%-%s+%(no answer within", out)
+      -- gone (nothing listens at their sockets any more): swept, not listed; the live one is
+      for _, s in pairs(stuck) do os.execute("kill " .. s.pid) end
+      assert(h.wait_for(function()
+        for _, s in pairs(stuck) do
+          if exists("/proc/" .. s.pid) then return false end
+        end
+        return true
+      end, 5), "the stuck keepers did not end")
+      rows = ls()
+      for sid, s in pairs(stuck) do
+        assert.is_nil(rows[sid], sid .. " is still listed")
+        assert.is_false(exists(s.path), s.path .. " was not swept")
+      end
+      assert.truthy(rows[id], id .. " is not listed")
+    end)
+
+  it("another uid's ls lists none of root's sessions; root's lists it", function()
+    if not need_root() then return end
+    local why = h.test_user_missing()
+    if why then return pending(why) end
+    local rows, _, out = ls(h.as_test_user({ h.host, "ls", "--json" }))
+    assert.is_nil(rows[id], out)
+    assert.truthy(ls()[id], id .. " is not listed by its owner")
+  end)
+end)
