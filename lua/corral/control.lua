@@ -21,7 +21,6 @@
 -- Answers: `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`.
 -- @module corral.control
 local core = require "corral.core"
-local control_ops = require "corral.control_ops"
 local leftovers = require "corral.leftovers"
 local runtime_dir = require "corral.runtime_dir"
 
@@ -44,6 +43,8 @@ local serial = 0
 -- dkjson and the egress modules are loaded when a client first asks: most runs are
 -- never asked, and loading them costs a run's start-up some milliseconds.
 local function json() return require "corral.json" end
+-- what a run answers: loaded by a server, not by a client (`corral ls`)
+local function ops_module() return require "corral.control_ops" end
 
 --- The runtime directory of this user's registrations (corral.runtime_dir).
 -- @treturn[1] string the path
@@ -68,8 +69,11 @@ end
 
 -- ---- server ---------------------------------------------------------------------------
 
+-- dkjson's own order: a line on the wire needs none stable, and corral.json's walk and
+-- sort of every key is most of an answer's cost (100 keepers answering one ls).
 local function encode(t)
-  return json().encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
+  json() -- says so when dkjson is missing
+  return require("dkjson").encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
 end
 
 -- Plain data for JSON: error objects and other tables with __tostring as their text.
@@ -244,7 +248,7 @@ function Server:close()
   if not self.fd then return end
   require("corral.egress.loop").remove(self)
   for c in pairs(self.clients) do self:drop(c) end
-  control_ops.release(self.ops)
+  ops_module().release(self.ops)
   self.fd:close()
   self.fd = nil
   os.remove(self.path)
@@ -401,9 +405,9 @@ end
 
 -- ---- what a run answers (corral.control_ops) ------------------------------------------
 
-M.cgroup_usage = control_ops.cgroup_usage
-M.parse_dest = control_ops.parse_dest
-M.run_ops = control_ops.for_run
+function M.cgroup_usage(...) return ops_module().cgroup_usage(...) end
+function M.parse_dest(...) return ops_module().parse_dest(...) end
+function M.run_ops(...) return ops_module().for_run(...) end
 
 --- Registers a run (`corral.run.execute` calls it once the sandbox is provisioned).
 -- @tparam table mech
