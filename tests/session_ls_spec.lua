@@ -1,7 +1,8 @@
 -- `corral ls` over live keepers (docs/sessions.md): every keeper asked at once with the
--- cheap `status` op, whose numbers are info's; one that accepts and never answers costs
--- one bounded wait and is listed as not answering, while the live session beside it is
--- listed (the control); once it is gone, its socket is swept and it is listed no more.
+-- cheap `status` op, whose numbers are info's; those that never answer (accepting or
+-- not) cost one bounded wait and are listed as not answering, while the live session
+-- beside them is listed (the control); once they are gone, their sockets are swept and
+-- they are listed no more.
 -- Another uid's ls lists none of root's. Run `make` first.
 local core = require "corral.core"
 local h = require "helpers"
@@ -24,18 +25,31 @@ end
 
 local function exists(path) return core.fs.lstat(path) ~= nil end
 
--- A socket at `path` that accepts every connection and never answers (a stuck keeper):
--- its process's pid, once it listens.
-local function stuck_keeper(path)
+-- A socket at `path` that never answers (a stuck keeper): one that accepts every
+-- connection, or (`full`) one that accepts none, its backlog filled by its own
+-- connections. Its process's pid, once it listens.
+local function stuck_keeper(path, full)
   local p = assert(io.popen("/usr/bin/python3 -c " .. h.quote([[
-import socket, sys
+import socket, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.bind(sys.argv[1])
-s.listen(16)
 held = []
+if sys.argv[2] == "full":
+    s.listen(0)
+    while True:
+        c = socket.socket(socket.AF_UNIX)
+        c.setblocking(False)
+        try:
+            c.connect(sys.argv[1])
+        except BlockingIOError:
+            break
+        held.append(c)
+    while True:
+        time.sleep(60)
+s.listen(16)
 while True:
     held.append(s.accept()[0])
-]]) .. " " .. h.quote(path) .. " >/dev/null 2>&1 & echo $!"))
+]]) .. " " .. h.quote(path) .. (full and " full" or " accept") .. " >/dev/null 2>&1 & echo $!"))
   local pid = p:read("l")
   p:close()
   assert(h.wait_for(function() return exists(path) end, 5), "the stuck keeper did not listen")
@@ -93,7 +107,7 @@ describe("corral ls", function()
       allowed = info.egress.allowed, denied = info.egress.denied }, status.egress)
   end)
 
-  it("a keeper that accepts and never answers: ls answers within its bound and marks it; once gone, swept",
+  it("keepers that accept (or not) and never answer: ls answers within its bound and marks them; once gone, swept",
     function()
       if not need_root() then return end
       local bound = 2 -- ls's usage: a keeper that has not answered within 2 s
@@ -101,7 +115,8 @@ describe("corral ls", function()
       for i = 1, 3 do
         local sid = id .. "-stuck" .. i
         local path = require("corral.control").dir() .. "/session-" .. sid .. ".sock"
-        stuck[sid] = { path = path, pid = stuck_keeper(path) }
+        -- the third accepts nothing: its connect cannot complete
+        stuck[sid] = { path = path, pid = stuck_keeper(path, i == 3) }
         defer(function()
           os.execute("kill " .. stuck[sid].pid .. " 2>/dev/null")
           os.remove(path)
@@ -113,7 +128,7 @@ describe("corral ls", function()
       for sid, s in pairs(stuck) do
         assert.truthy(rows[sid], sid .. " is not listed")
         assert.are.equal("session", rows[sid].kind)
-        assert.matches("no answer within", rows[sid].error)
+        assert.is_string(rows[sid].error) -- why: no answer in time, or no connection
         assert.is_nil(rows[sid].pid)
         assert.truthy(exists(s.path), "a live keeper's socket was swept")
       end
@@ -122,7 +137,9 @@ describe("corral ls", function()
       assert.is_nil(rows[id].error)
       assert.are.equal(1, rows[id].egress.allow)
       local out = h.corral("ls")
-      assert.matches((id .. "-stuck1"):gsub("%-", "%%-") .. "%s+session%s+%-%s+%-%s+%-%s+%(no answer within", out)
+      for sid in pairs(stuck) do
+        assert.matches(sid:gsub("%-", "%%-") .. "%s+session%s+%-%s+%-%s+%-%s+%(no answer within 2 s%)", out)
+      end
       -- gone (nothing listens at their sockets any more): swept, not listed; the live one is
       for _, s in pairs(stuck) do os.execute("kill " .. s.pid) end
       assert(h.wait_for(function()
