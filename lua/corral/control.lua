@@ -115,9 +115,12 @@ function Server:watch()
 end
 
 function Server:drop(c)
-  self.clients[c] = nil
+  c.dropped = true
   c.fd:close()
-  require("corral.egress.loop").changed()
+  if self.clients[c] then
+    self.clients[c] = nil
+    require("corral.egress.loop").changed()
+  end
 end
 
 function Server:accept()
@@ -155,12 +158,15 @@ function Server:accept()
     end
     return
   end
+  -- A request sent with the connect (corral ls asking 100 keepers) is answered in this
+  -- turn of the loop, not the next; a connection it ends (`status`) is never polled, so
+  -- the loop's list is not rebuilt for it.
   local c = { fd = fd, buf = "" }
-  self.clients[c] = true
-  require("corral.egress.loop").changed()
-  -- a request sent with the connect (corral ls asking 100 keepers) is answered in this
-  -- turn of the loop, not the next
   if (core.io.poll({ fd }, 0) or {})[1] then self:read(c) end
+  if not (c.dropped or c.taken) then
+    self.clients[c] = true
+    require("corral.egress.loop").changed()
+  end
 end
 
 -- Fds a client passed (SCM_RIGHTS) that no op took: closed with the line they came with.
