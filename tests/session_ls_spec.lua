@@ -2,7 +2,7 @@
 -- cheap `status` op, whose numbers are info's; those that never answer (accepting or
 -- not) cost one bounded wait and are listed as not answering, while the live session
 -- beside them is listed (the control); once they are gone, their sockets are swept and
--- they are listed no more.
+-- they are listed no more. A keeper of an older corral, without status, is asked info.
 -- Another uid's ls lists none of root's. Run `make` first.
 local core = require "corral.core"
 local h = require "helpers"
@@ -152,6 +152,41 @@ describe("corral ls", function()
       end
       assert.truthy(rows[id], id .. " is not listed")
     end)
+
+  it("a keeper from before status (it answers unknown op) is listed from its info", function()
+    if not need_root() then return end
+    local sid = id .. "-older"
+    local path = require("corral.control").dir() .. "/session-" .. sid .. ".sock"
+    -- what an older keeper answers: status is no op of its, info is
+    local p = assert(io.popen("/usr/bin/python3 -c " .. h.quote([[
+import json, os, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(16)
+info = {"id": "x", "pid": os.getpid(), "mechanism": "native", "started": int(time.time()),
+        "usage": {"pids": 3, "memory_rss": 1048576}, "tenant_pids": [],
+        "egress": {"allow": ["a.test:443", "b.test:443"], "connections": 0, "allowed": 4, "denied": 5}}
+while True:
+    c = s.accept()[0]
+    op = json.loads(c.makefile().readline())["op"]
+    answer = {"ok": True, "result": info} if op == "info" else {"ok": False, "error": "unknown op " + op}
+    c.sendall((json.dumps(answer) + "\n").encode())
+    c.close()
+]]) .. " " .. h.quote(path) .. " >/dev/null 2>&1 & echo $!"))
+    local pid = p:read("l")
+    p:close()
+    defer(function()
+      os.execute("kill " .. pid .. " 2>/dev/null")
+      os.remove(path)
+    end)
+    assert(h.wait_for(function() return exists(path) end, 5), "the older keeper did not listen")
+    local rows = ls()
+    local row = assert(rows[sid], sid .. " is not listed")
+    assert.are.same({ 3, 1048576, 2, 4, 5, math.tointeger(tonumber(pid)) }, { row.processes, row.memory,
+      row.egress.allow, row.egress.allowed, row.egress.denied, math.tointeger(row.pid) })
+    -- the control: the session of this corral, asked status, in the same ls
+    assert.are.equal(1, rows[id].egress.allow)
+  end)
 
   it("another uid's ls lists none of root's sessions; root's lists it", function()
     if not need_root() then return end
