@@ -52,6 +52,8 @@ local function state_of(path)
     return "live"
   end
   if errno == core.errno.ECONNREFUSED then return "stale" end
+  -- a listener whose backlog is full: a keeper is there, only busy
+  if errno == core.errno.ETIMEDOUT or errno == core.errno.EAGAIN then return "live" end
   return core.fs.lstat(path) and "stale" or "absent"
 end
 
