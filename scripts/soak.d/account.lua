@@ -102,7 +102,7 @@ function M.report(s, seconds, workers)
   for wl, n in pairs(s.workloads or {}) do mean[wl] = string.format("%.2f s", s.seconds[wl] / n) end
   print("mean time per workload: " .. counts_line(mean))
   print("verdicts: " .. counts_line(s.verdicts) .. string.format("; slowest run %.1f s", s.slowest or 0))
-  if #(s.swept or {}) > 0 then print("sessions a kill left, removed by the sweep: " .. #s.swept) end
+  if #(s.swept or {}) > 0 then print("sessions or containers a kill left, removed by the sweep: " .. #s.swept) end
   for _, p in ipairs(s.problems or {}) do
     print("  problem: " .. p.line)
     for line in (p.err or ""):gmatch("[^\n]+") do print("    " .. line) end

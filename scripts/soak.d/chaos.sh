@@ -7,7 +7,7 @@
 # Uses: TINY (a full tmpfs), MEMCG (a memory-limited cgroup directory per hierarchy, or empty).
 
 # name weight; "none" most often, so that most runs also show the fault-free path holds
-FAULTS="none:8 kill-corral:3 term-corral:2 kill-tenant:2 term-tenant:1 kill-keeper:1 term-keeper:1 enospc:1 emfile:1 memcg:1"
+FAULTS="none:8 kill-corral:3 term-corral:2 kill-tenant:2 term-tenant:1 kill-keeper:1 term-keeper:1 kill-engine:1 enospc:1 emfile:1 memcg:1"
 
 # weighted LIST: one name of "name:weight ..."
 # weighted LIST: sets PICKED to one name of "name:weight ..." (no subshell: a worker
@@ -43,6 +43,7 @@ fault_statuses() {
 	kill-corral | kill-tenant) echo 137 ;;
 	term-corral | term-tenant) echo 143 ;;
 	kill-keeper) echo 137,120,2 ;;
+	kill-engine) echo 137 ;;
 	term-keeper) echo 143,137,120,2 ;;
 	enospc | emfile) echo 3,120 ;;
 	memcg) echo 3,120,121,137 ;;
@@ -88,6 +89,7 @@ strike() {
 			[ -n "$pids" ] || pids=$(pgrep -f -- "^sh -c .* soakmark-$tag\$")
 			;;
 		*-keeper) pids=$(pgrep -f -- "create soak-$tag" | tail -1) ;;
+		*-engine) pids=$(pgrep -x -f -- "podman .* soakmark-$tag") ;;
 		esac
 		if [ -n "$pids" ]; then
 			# shellcheck disable=SC2086

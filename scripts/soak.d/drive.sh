@@ -14,6 +14,11 @@ export DEADLINE=$(($(date +%s) + SECONDS_TO_RUN))
 say() { echo "soak: $*" >&2; }
 containers=
 command -v podman >/dev/null && containers=containers
+# the containers' image (with podman and corral-runtime beside corral): links to the
+# host's /usr, which each container binds read-only
+export RUNTIME IMAGE=
+RUNTIME=$(dirname "$C")/corral-runtime
+[ -n "$containers" ] && [ -x "$RUNTIME" ] && IMAGE=localhost/corral-soak:$$
 # through one file name, so that the census's own fd on it reads the same every time
 census() { "$C" "$here/census.lua" "$TINY" $containers >"$WORK/census.json" && mv "$WORK/census.json" "$WORK/census-$1.json"; }
 
@@ -33,6 +38,11 @@ setup() {
 	if [ -n "$memory" ] && [ -d "/sys/fs/cgroup/memory$memory" ]; then
 		MEMCG=/sys/fs/cgroup/memory$memory/soak-mem
 		mkdir -p "$MEMCG" && echo $((48 << 20)) >"$MEMCG/memory.limit_in_bytes"
+	fi
+	if [ -n "$IMAGE" ]; then
+		mkdir -p "$WORK"/rootfs/{usr,etc,proc,sys,dev,tmp}
+		for l in bin lib lib64 sbin; do ln -s usr/$l "$WORK/rootfs/$l"; done
+		tar -C "$WORK/rootfs" -c . | podman import - "$IMAGE" >/dev/null || { say "podman import failed"; return 1; }
 	fi
 	/usr/bin/python3 "$here/servers.py" $SRV_PORT $UDP_PORT $CANARY_PORT "$CANARY_LOG" >"$WORK/servers.out" 2>&1 &
 	SERVERS=$!
@@ -60,6 +70,7 @@ teardown() {
 	[ -n "${SERVERS:-}" ] && kill "$SERVERS" 2>/dev/null && wait "$SERVERS" 2>/dev/null
 	[ -n "${MEMCG:-}" ] && rmdir "$MEMCG" 2>/dev/null
 	umount "$TINY" /etc/resolv.conf /etc/hosts 2>/dev/null
+	[ -n "$IMAGE" ] && podman rmi -f "$IMAGE" >/dev/null 2>&1
 }
 
 # What a killed run or session left for the next corral to sweep: corral ls sweeps dead
@@ -69,6 +80,13 @@ sweep() {
 	for id in $("$C" ls 2>/dev/null | awk '$1 ~ /^soak-/ {print $1}'); do
 		"$C" rm "$id" >/dev/null 2>&1 && echo "$id" >>"$WORK/swept"
 	done
+	# a container whose engine client was killed may be left: the engine removes it (and
+	# corral-runtime's delete ends its keeper)
+	if [ -n "$IMAGE" ]; then
+		for id in $(podman ps -a -q --filter ancestor="$IMAGE"); do
+			podman rm -f -t 0 "$id" >/dev/null 2>&1 && echo "container $id" >>"$WORK/swept"
+		done
+	fi
 	"$C" run -- /bin/true
 	"$C" ls >/dev/null
 }

@@ -4,7 +4,8 @@
 # being the statuses that command gives when no fault hits it (comma-separated). Every
 # tenant command carries the word soakmark-TAG, which is how chaos.sh finds the tenant.
 # Uses: C (corral), SRV_PORT, UDP_PORT, CANARY_PORT, STORE (this worker's kept storage),
-# CONFINE_DIR (this worker's confine boundary), GRANTS (step's grants file).
+# CONFINE_DIR (this worker's confine boundary), GRANTS (step's grants file), IMAGE (the
+# containers' image, empty without podman) and RUNTIME (corral-runtime).
 
 ALLOW="--allow srv.soak.test:$SRV_PORT --allow udp:srv.soak.test:$UDP_PORT --resolve srv.soak.test=127.0.0.1 --internal 127.0.0.1/32"
 
@@ -110,6 +111,21 @@ wl_step() {
 	note step 0 $?
 }
 
+# A container through corral-runtime under podman (when drive.sh made the image): the
+# allowed server answers, the canary's port is refused. Its engine client is what the
+# kill-engine fault strikes.
+wl_container() {
+	podman --runtime "$RUNTIME" --cgroup-manager cgroupfs run --rm --pull never --network none \
+		--ulimit nofile=1024:1024 --ulimit nproc=1024:1024 -v /usr:/usr:ro \
+		--annotation corral.dev/allow=srv.soak.test:"$SRV_PORT" \
+		--annotation corral.dev/resolve=srv.soak.test=127.0.0.1 --annotation corral.dev/internal=127.0.0.1/32 \
+		"$IMAGE" sh -c 'curl -sf -m 5 http://srv.soak.test:'"$SRV_PORT"'/ | grep -qx ok &&
+			! curl -s -m 2 http://srv.soak.test:'"$CANARY_PORT"'/' soakmark-"$1" >/dev/null
+	note container 0 $?
+}
+
 # name weight: how often each is picked
-# (the short ones most often: the goal is runs per minute)
+# (the short ones most often: the goal is runs per minute); SOAK_WORKLOADS replaces it
 WORKLOADS="true:6 curl:4 dns:2 udp:1 canary:2 reset:1 stall:1 resolver:1 storage:4 session:2 confine:3 step:2"
+[ -n "$IMAGE" ] && WORKLOADS="$WORKLOADS container:1"
+WORKLOADS=${SOAK_WORKLOADS:-$WORKLOADS}
