@@ -90,18 +90,20 @@ LUAC_STAMP = $(BUILD)/luac/.built
 CORE_SO  = corral/core.so
 SIGN_SO  = corral/sign.so
 TLS_SO   = corral/tls.so
-HOST     = $(BUILD)/corral
+HOST     = $(BUILD)/corral-host
+FRONT    = $(BUILD)/corral
 WRAPPER  = $(BUILD)/corral-exec-confined
 LIBCORE  = $(BUILD)/libcorral.a
 
 .PHONY: uninstall all deps test test-c demo install lint asan fuzz bench bench-tools clean
 
-all: $(CORE_SO) $(SIGN_SO) $(TLS_SO) $(HOST) $(WRAPPER) $(LUAC_STAMP) $(BUILD)/corral-runtime
+all: $(CORE_SO) $(SIGN_SO) $(TLS_SO) $(HOST) $(FRONT) $(WRAPPER) $(LUAC_STAMP) $(BUILD)/corral-runtime
 
 # corral-runtime is the host under another name (core/host/main.c dispatches on it): an
-# engine calls it with runc's command line, and a link costs no extra exec.
+# engine calls it with runc's command line, and a link to the host itself costs no extra
+# exec (a link to the front works too, through one).
 $(BUILD)/corral-runtime: $(HOST)
-	@ln -sf corral $@
+	@ln -sf corral-host $@
 
 deps:
 	@scripts/install-deps
@@ -120,6 +122,14 @@ $(BUILD)/gen/seccomp_tables.h: core/gen/seccomp_tables.c core/lib/seccomp.c core
 	@$(CC) $(CORE_CFLAGS) $(CFLAGS) -o $(BUILD)/gen/seccomp_tables core/gen/seccomp_tables.c \
 	    core/lib/seccomp.c core/lib/tier_seccomp.c $(EXT_LIBS)
 	@$(BUILD)/gen/seccomp_tables > $@.tmp && mv $@.tmp $@
+
+# The tables of `corral confine --exec`'s C fast path, from the Lua modules that own them
+# (core/gen/confine_fast_tables.lua): one list of protected names and probe-cache key parts.
+$(BUILD)/gen/confine_fast_tables.h: core/gen/confine_fast_tables.lua lua/corral/confinement/protected.lua \
+    lua/corral/probe_cache.lua
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	@$(LUA) core/gen/confine_fast_tables.lua lua > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/lua/l_spawn.o $(BUILD)/obj/lua/l_seccomp.o \
     $(BUILD)/obj/lib/tier.o $(BUILD)/obj/lua/l_tier.o: \
@@ -166,7 +176,8 @@ $(BUILD)/tests/test_sign: tests/c/test_sign.c $(CTEST_HDR) $(HEADERS) $(BUILD)/o
 # The host exports the Lua API (-rdynamic) so that C modules it loads (cjson, …)
 # bind to the same interpreter. core/host also holds the exec-confined wrapper (a
 # program of its own: it prints its diagnostic and exits, which core/lib never does).
-$(HOST): $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS) $(BUILD)/gen/seccomp_tables.h
+$(HOST): $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS) $(BUILD)/gen/seccomp_tables.h \
+    $(BUILD)/gen/confine_fast_tables.h
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(HOST_DEFS) $(CFLAGS) -fvisibility=default -rdynamic $(LDFLAGS) \
@@ -198,6 +209,32 @@ $(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $
 	else \
 	  echo "  LD      $@ ($(CC))"; \
 	  $(CC) $(CORE_CFLAGS) $(CFLAGS) -Icore/host $(LDFLAGS) -o $@ $(WRAPPER_SRC) $(LIBCORE) \
+	    $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(SECCOMP_LIBDIR)) \
+	    $(foreach l,cap seccomp,$(call static_or_dyn,$(l))) -lpthread; \
+	fi
+
+# The front (core/front/front.c), the program named `corral`: it serves `corral exec` and
+# `corral confine --exec` (the confine fast path, with the wrapper's code) itself and hands
+# every other command line to the host beside it. Linked like the wrapper: statically
+# against musl where musl-gcc is installed, else with $(CC). The Makefile is a
+# prerequisite: a tree built before the front existed holds the host at this very path,
+# newer than these sources.
+FRONT_SRC := core/front/front.c core/host/dispatch.c core/host/session_exec.c core/host/session_tty.c \
+             core/host/confine_fast.c core/host/confine_fast_cache.c \
+             $(filter-out core/wrapper/exec_confined.c,$(WRAPPER_SRC))
+$(FRONT): $(FRONT_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $(BUILD)/gen/confine_fast_tables.h \
+    $(LIBCORE) Makefile
+	@mkdir -p $(dir $@)
+	@if [ -n "$(MUSL_CC)" ] && [ -n "$(CAP_ARCHIVE)" ]; then \
+	  echo "  LD      $@ (musl, static)"; \
+	  $(MUSL_CC) -static $(WARN) $(OPT) -D_GNU_SOURCE -ffunction-sections -fdata-sections \
+	    -Wl,--gc-sections -Icore/lib -Icore/host -I$(BUILD)/gen $(call incflag,$(CAP_INCDIR)) \
+	    $(call incflag,$(SECCOMP_INCDIR)) -idirafter /usr/include \
+	    $(if $(MULTIARCH),-idirafter /usr/include/$(MULTIARCH)) $(CFLAGS) $(LDFLAGS) \
+	    -o $@ $(FRONT_SRC) $(LIB_SRC) $(CAP_ARCHIVE); \
+	else \
+	  echo "  LD      $@ ($(CC))"; \
+	  $(CC) $(CORE_CFLAGS) $(CFLAGS) -Icore/host -I$(BUILD)/gen $(LDFLAGS) -o $@ $(FRONT_SRC) $(LIBCORE) \
 	    $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(SECCOMP_LIBDIR)) \
 	    $(foreach l,cap seccomp,$(call static_or_dyn,$(l))) -lpthread; \
 	fi
@@ -234,9 +271,10 @@ INST_DOCDIR ?= $(PREFIX)/share/doc/corral
 install: all
 	install -d $(DESTDIR)$(INST_BINDIR) $(DESTDIR)$(INST_LIBDIR)/corral \
 	    $(DESTDIR)$(INST_LUADIR)/corral $(DESTDIR)$(INST_MANDIR)/man1 $(DESTDIR)$(INST_DOCDIR)
-	install -m 0755 $(HOST) $(DESTDIR)$(INST_BINDIR)/corral
+	install -m 0755 $(FRONT) $(DESTDIR)$(INST_BINDIR)/corral
+	install -m 0755 $(HOST) $(DESTDIR)$(INST_BINDIR)/corral-host
 	install -m 0755 $(WRAPPER) $(DESTDIR)$(INST_BINDIR)/corral-exec-confined
-	ln -sf corral $(DESTDIR)$(INST_BINDIR)/corral-runtime
+	ln -sf corral-host $(DESTDIR)$(INST_BINDIR)/corral-runtime
 	install -m 0755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/corral/core.so
 	install -m 0755 $(SIGN_SO) $(DESTDIR)$(INST_LIBDIR)/corral/sign.so
 	install -m 0755 $(TLS_SO) $(DESTDIR)$(INST_LIBDIR)/corral/tls.so
@@ -249,7 +287,8 @@ install: all
 	install -D -m 0644 docs/boundary.md $(DESTDIR)$(PREFIX)/share/corral/boundary.md
 
 uninstall:
-	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_BINDIR)/corral-exec-confined \
+	rm -f $(DESTDIR)$(INST_BINDIR)/corral $(DESTDIR)$(INST_BINDIR)/corral-host \
+	    $(DESTDIR)$(INST_BINDIR)/corral-exec-confined \
 	    $(DESTDIR)$(INST_BINDIR)/corral-runtime \
 	    $(DESTDIR)$(INST_LIBDIR)/corral/core.so $(DESTDIR)$(INST_LIBDIR)/corral/sign.so \
 	    $(DESTDIR)$(INST_LIBDIR)/corral/tls.so
@@ -261,14 +300,14 @@ uninstall:
 
 lint:
 	luacheck lua tests scripts/*.lua scripts/examples/*.lua scripts/bench/*.lua
-	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/wrapper/*.c core/gen/*.c tests/c/*.[ch] \
+	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/wrapper/*.c core/front/*.c core/gen/*.c tests/c/*.[ch] \
 	    scripts/bench/*.c
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
 asan: deps
 	$(MAKE) BUILD=build/asan OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    build/asan/corral test-c
+	    build/asan/corral build/asan/corral-host test-c
 	@ln -sfn ../lua build/lua  # the host finds its modules at <exe dir>/../lua
 	ASAN_OPTIONS=detect_leaks=0 scripts/run-tests --lua build/asan/corral --build build/asan
 

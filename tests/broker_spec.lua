@@ -21,8 +21,9 @@ local function agent(box, script, opts)
   local client = h.host
   if opts.copy then
     client = box .. "/.corral/bin/corral"
-    h.must(string.format("mkdir -p %s/.corral/bin && cp %s %s && cp -r %s/lua %s/.corral/", h.quote(box),
-      h.quote(h.host), h.quote(client), h.quote(TREE), h.quote(box)))
+    h.must(string.format("mkdir -p %s/.corral/bin && cp %s %s && cp %s %s/.corral/bin/corral-host && " ..
+      "cp -r %s/lua %s/.corral/", h.quote(box), h.quote(h.host), h.quote(client), h.quote(h.host_program),
+      h.quote(box), h.quote(TREE), h.quote(box)))
   else
     argv[#argv + 1], argv[#argv + 2] = "--extra", TREE
   end

@@ -162,8 +162,8 @@ describe("confine (control-plane profile) #root", function()
     -- a host of its own (its modules found at <exe dir>/../lua), first alone: its spec
     -- names it, and that spec confines; then with the wrapper program copied beside it
     local tree = root .. "/tree"
-    assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host .. " " .. tree .. "/build/corral && ln -s " ..
-      h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
+    assert(os.execute("mkdir -p " .. tree .. "/build && cp " .. h.host_program .. " " .. tree ..
+      "/build/corral && ln -s " .. h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua"))
     local host = tree .. "/build/corral"
     h.defer(finally, function() h.forget_probe_cache(host) end) -- it keeps a cache file of its own
     local function spec_cmd()
@@ -184,7 +184,7 @@ describe("confine (control-plane profile) #root", function()
   end)
 
   it("survives the wrapper invoked again inside with a wider --permit", function()
-    assert(os.execute("cp " .. h.host .. " " .. box .. "/corral"))
+    assert(os.execute("cp " .. h.host_program .. " " .. box .. "/corral"))
     assert(os.execute("mkdir " .. box .. "/sub"))
     local spec = confine(h.attempt_then_control(
       './corral exec-confined --permit / -- /bin/cat "$1/secret"; echo "ns-rc=$?"; ' ..
@@ -261,6 +261,33 @@ describe("confine (control-plane profile) #root", function()
       end)
     end
   end
+
+  it("leaves the command no capability the caller held as ambient (CAP_NET_RAW), under both programs", function()
+    if not h.sh("command -v setpriv"):match("setpriv") then return pending("setpriv is not installed") end
+    local raise = { "setpriv", "--inh-caps", "+net_raw", "--ambient-caps", "+net_raw", "--" }
+    local function sets(out)
+      local amb, bnd = out:match("CapAmb:%s+(%x+)"), out:match("CapBnd:%s+(%x+)")
+      return tonumber(amb or "", 16), tonumber(bnd or "", 16)
+    end
+    local NET_RAW = 1 << 13
+    for _, program in ipairs({ { "corral exec-confined", h.host }, { "corral-exec-confined", h.wrapper } }) do
+      local argv = table.move(raise, 1, #raise, 1, {})
+      for _, a in ipairs({ program[2], "exec-confined", "--permit", box, "--", "grep", "^Cap", "/proc/self/status" }) do
+        argv[#argv + 1] = a
+      end
+      local out, status = h.capture(argv)
+      assert.are.equal(0, status, out)
+      local amb, bnd = sets(out)
+      assert.are.equal(0, amb & NET_RAW, program[1] .. ": " .. out)
+      assert.are.equal(0, bnd & NET_RAW, program[1] .. ": " .. out)
+    end
+    -- control, after: setpriv alone hands the command CAP_NET_RAW as ambient
+    local argv = table.move(raise, 1, #raise, 1, {})
+    argv[#argv + 1], argv[#argv + 2], argv[#argv + 3] = "grep", "^Cap", "/proc/self/status"
+    local out, status = h.capture(argv)
+    assert.are.equal(0, status, out)
+    assert.are.equal(NET_RAW, (sets(out)) & NET_RAW, out)
+  end)
 
   -- Two listeners in one directory outside the boundary; the test grants one of them.
   local function two_sockets()

@@ -1041,8 +1041,10 @@ end)
 describe("egress hardening: a SIGKILLed run's name files #root", function()
   local function names_dirs(pid)
     local out = {}
-    for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
-      if name:match("^corral%-names%-" .. pid .. "%-") then out[#out + 1] = "/tmp/" .. name end
+    for _, base in ipairs(require("corral.name_files").bases()) do
+      for _, name in ipairs(core.fs.listdir(base) or {}) do
+        if name:match("^corral%-names%-" .. pid .. "%-") then out[#out + 1] = base .. "/" .. name end
+      end
     end
     return out
   end

@@ -35,10 +35,13 @@ local function add_host_line(line)
   end
 end
 
+-- Every directory of name files a process of `pid` made, in any place they are made.
 local function own_dirs(pid)
   local out = {}
-  for _, name in ipairs(core.fs.listdir("/tmp") or {}) do
-    if name:match("^corral%-names%-" .. pid .. "%-") then out[#out + 1] = name end
+  for _, base in ipairs(name_files.bases()) do
+    for _, name in ipairs(core.fs.listdir(base) or {}) do
+      if name:match("^corral%-names%-" .. pid .. "%-") then out[#out + 1] = base .. "/" .. name end
+    end
   end
   return out
 end
@@ -103,6 +106,39 @@ describe("a name the host's /etc/hosts lists #root #netns", function()
       -- control, after the attempt: its own file, four lines, answers localhost and its hostname
       assert.matches("^4\n::1%s+localhost ip6%-localhost ip6%-loopback\ncorral\n::1%s+corral\n", control, nil, m)
     end
+  end)
+end)
+
+-- The filesystem type and source path of the mount over the tenant's /etc/hosts, as
+-- the tenant's /proc/self/mountinfo says; `prefix` runs before corral (in the same shell).
+local function hosts_mount(prefix)
+  local out, status = h.sh((prefix or "") .. h.quote(h.host) .. " run -- cat /proc/self/mountinfo")
+  assert.are.equal(0, status, out)
+  for line in out:gmatch("[^\n]+") do
+    local root, point, fstype = line:match("^%S+ %S+ %S+ (%S+) (%S+) .- %- (%S+)")
+    if point == "/etc/hosts" then return fstype, root end
+  end
+  error("no mount over /etc/hosts in:\n" .. out)
+end
+
+describe("a run's name files #root", function()
+  it("are made on /dev/shm, a tmpfs, where it is a shared scratch directory; else on /tmp", function()
+    local shm = core.fs.lstat("/dev/shm")
+    if not (shm and shm.type == "dir" and shm.uid == 0 and shm.mode & tonumber("1777", 8) == tonumber("1777", 8))
+      or h.sh("stat -f -c %T /dev/shm") ~= "tmpfs\n" then
+      return pending("/dev/shm here is not root's sticky, world-writable tmpfs")
+    end
+    if h.sh("stat -f -c %T /tmp") == "tmpfs\n" then
+      return pending("/tmp here is a tmpfs: the two cannot be told apart")
+    end
+    local fstype, root = hosts_mount()
+    assert.are.equal("tmpfs", fstype)
+    assert.matches("^/corral%-names%-%d+%-%w+/hosts$", root)
+    -- a /dev/shm the tenant's id cannot search (mode 0700) is passed over for /tmp
+    fstype, root = hosts_mount("unshare -m --propagation private sh -c 'mount -t tmpfs -o mode=0700 shm /dev/shm " ..
+      "&& exec \"$0\" \"$@\"' ")
+    assert.are_not.equal("tmpfs", fstype)
+    assert.matches("/corral%-names%-%d+%-%w+/hosts$", root)
   end)
 end)
 

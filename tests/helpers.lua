@@ -7,6 +7,10 @@ local assert = require "luassert" -- busted's assert: this module is not loaded 
 local M = {}
 
 M.host = os.getenv("CORRAL_HOST") or (os.getenv("PWD") .. "/build/corral")
+-- The host program, which the front (`corral`, core/front) hands every command line it
+-- does not serve to: `corral-host` beside it. A copy of it alone is a whole corral.
+M.host_program = M.host:gsub("[^/]*$", "") .. "corral-host"
+if not os.execute("test -x " .. shell.quote(M.host_program)) then M.host_program = M.host end
 -- The wrapper program a `corral confine` spec names: built beside the host
 -- (core/wrapper), else the host's own `exec-confined` (an asan build has only the host).
 M.wrapper = M.host:gsub("[^/]*$", "") .. "corral-exec-confined"

@@ -14,6 +14,14 @@ local WITH_LUA = "LUA_PATH=" .. h.quote(cwd .. "/lua/?.lua;" .. cwd .. "/lua/?/i
 
 local run = pty.run
 
+-- The shell command that copies corral into dir as it is installed: the front as
+-- dir/corral and, where it is a program of its own, the host beside it.
+local function copy_corral(dir)
+  local line = "cp " .. Q .. " " .. h.quote(dir .. "/corral")
+  if h.host_program == HOST then return line end
+  return line .. " && cp " .. h.quote(h.host_program) .. " " .. h.quote(dir .. "/corral-host")
+end
+
 local function tempdir()
   local d = h.tmpdir("host")
   h.defer(finally, function() h.rmrf(d) end) -- a test may make several
@@ -155,6 +163,21 @@ describe("corral host: lua.c command line", function()
     assert.are.equal(1, code)
   end)
 
+  it("runs every finalizer at its end, the last made first, and exits with its own status", function()
+    local fin = "setmetatable({}, {__gc = function() io.write(\"first \") end}); " ..
+      "setmetatable({}, {__gc = function() io.write(\"second \") end}); io.write(\"body \")"
+    local out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "'")
+    assert.are.equal(0, code)
+    assert.are.equal("body second first ", out)
+    out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "' -e 'error(\"boom\")'")
+    assert.are.equal(1, code)
+    assert.are.equal("body second first ", out)
+    -- os.exit(status, true) closes the state itself: the finalizers run, its status stands
+    out, _, code = run(CLEAN .. Q .. " -e '" .. fin .. "' -e 'os.exit(5, true)'")
+    assert.are.equal(5, code)
+    assert.are.equal("body second first ", out)
+  end)
+
   it("honours LUA_INIT_5_4 / LUA_INIT (and @file) and ignores them with -E", function()
     local d = tempdir()
     h.write(d .. "/init.lua", 'init_v = "from file"\n')
@@ -213,7 +236,7 @@ describe("corral host: additions", function()
     -- A tree of its own: the host at T/build/corral finds T/lua and T/build/luac.
     local t = tempdir()
     h.must("mkdir -p " .. h.quote(t .. "/build/luac") .. " " .. h.quote(t .. "/lua/corral") .. " " ..
-      h.quote(t .. "/stage/corral") .. " && cp " .. Q .. " " .. h.quote(t .. "/build/corral"))
+      h.quote(t .. "/stage/corral") .. " && " .. copy_corral(t .. "/build"))
     local source = t .. "/lua/corral/twin_test.lua"
     h.write(source, "return 'source'")
     local which = CLEAN .. h.quote(t .. "/build/corral") .. " -e 'print(require \"corral.twin_test\")'"
@@ -241,13 +264,24 @@ describe("corral host: additions", function()
     assert.are.equal("source\t" .. source .. "\n", garbage)
     assert.are.equal(0, code)
     assert.are.equal("twin\t" .. source .. "\n", out)
+    -- a source the caller may not read is not stood in for by its twin, which would load
+    if h.test_user_missing() then return end -- (run as root alone, every source is readable)
+    h.must("chmod -R o+rX " .. h.quote(t) .. " && chmod 0600 " .. h.quote(source))
+    local denied, _, dcode = run(CLEAN .. table.concat(h.as_test_user({ h.quote(t .. "/build/corral") }), " ") ..
+      " -e 'print(pcall(require, \"corral.twin_test\"))' 2>&1")
+    h.must("chmod 0644 " .. h.quote(source)) -- control, after: readable, the same twin loads for that user
+    local allowed = run(CLEAN .. table.concat(h.as_test_user({ h.quote(t .. "/build/corral") }), " ") ..
+      " -e 'print(require \"corral.twin_test\")'")
+    assert.are.equal(0, dcode, denied)
+    assert.matches("^false\t", denied)
+    assert.are.equal("twin\t" .. source .. "\n", allowed)
   end)
 
   it("finds the installed twins with a luac program beside it (PREFIX=/usr: /usr/bin/luac)", function()
     local t = tempdir()
     local luadir, twins = t .. "/share/lua/5.4", t .. "/lib/lua/5.4/corral/luac"
     h.must("mkdir -p " .. h.quote(t .. "/bin") .. " " .. h.quote(luadir .. "/corral") .. " " .. h.quote(twins) ..
-      " " .. h.quote(t .. "/stage/corral") .. " && cp " .. Q .. " " .. h.quote(t .. "/bin/corral"))
+      " " .. h.quote(t .. "/stage/corral") .. " && " .. copy_corral(t .. "/bin"))
     local source = luadir .. "/corral/twin_test.lua"
     h.write(source, "return 'source'")
     h.must("sleep 0.01")
@@ -262,8 +296,8 @@ describe("corral host: additions", function()
     assert.are.equal("twin\t" .. source .. "\n", beside)
   end)
 
-  it("records the resolved executable in the registry", function()
-    local real = io.popen("readlink -f " .. Q):read("l")
+  it("records the resolved host program in the registry (the front hands over to it)", function()
+    local real = io.popen("readlink -f " .. h.quote(h.host_program)):read("l")
     local out, _, code = run(CLEAN .. Q
       .. " -e 'print(debug.getregistry()[\"corral.host_executable\"])'")
     assert.are.equal(0, code)
@@ -276,7 +310,7 @@ describe("corral host: additions", function()
     -- installed tree has, so the control holds with corral installed under /usr/local too.
     local tree = tempdir()
     assert.is_true(os.execute("mkdir -p " .. h.quote(tree .. "/build") .. " "
-      .. h.quote(tree .. "/lua") .. " && cp " .. Q .. " " .. h.quote(tree .. "/build/corral")
+      .. h.quote(tree .. "/lua") .. " && " .. copy_corral(tree .. "/build")
       .. " && ln -s " .. h.quote(cwd .. "/lua/corral") .. " " .. h.quote(tree .. "/lua/corral")))
     h.write(tree .. "/lua/host_spec_beside.lua", 'return "beside"\n')
     local env = "cd /tmp && " .. CLEAN .. "-u LUA_PATH -u LUA_PATH_5_4 "
@@ -294,8 +328,7 @@ describe("corral host: additions", function()
   it("finds modules of an installed tree (PREFIX/bin -> PREFIX/share/lua/5.4)", function()
     local prefix = tempdir()
     assert.is_true(os.execute("mkdir -p " .. h.quote(prefix .. "/bin") .. " "
-      .. h.quote(prefix .. "/share/lua/5.4") .. " && cp " .. Q .. " "
-      .. h.quote(prefix .. "/bin/corral")))
+      .. h.quote(prefix .. "/share/lua/5.4") .. " && " .. copy_corral(prefix .. "/bin")))
     h.write(prefix .. "/share/lua/5.4/host_spec_marker.lua", 'return "installed"\n')
     local probe = " -e 'print((require \"host_spec_marker\"))'"
     -- control: the build-tree host does not see the installed tree

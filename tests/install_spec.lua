@@ -20,7 +20,8 @@ describe("make install", function()
   it("stages binary, Lua modules, the C module, man pages for corral(1) and each command, docs", function()
     local dest = h.tmpdir("destdir")
     make_install({ "DESTDIR=" .. dest, "PREFIX=/usr" })
-    for _, f in ipairs({ "/usr/bin/corral", "/usr/bin/corral-exec-confined", "/usr/lib/lua/5.4/corral/core.so",
+    for _, f in ipairs({ "/usr/bin/corral", "/usr/bin/corral-host", "/usr/bin/corral-exec-confined",
+      "/usr/lib/lua/5.4/corral/core.so",
       "/usr/lib/lua/5.4/corral/sign.so",
       "/usr/share/lua/5.4/corral/cli.lua", "/usr/share/lua/5.4/corral/mechanism/native.lua",
       "/usr/share/man/man1/corral.1", "/usr/share/doc/corral/README.md",
@@ -39,7 +40,9 @@ describe("make install", function()
     local out, status = h.capture({ "env", "-i", dest .. "/usr/bin/corral", "help", "confine" })
     assert.are.equal(0, status, out)
     assert.matches("corral confine", out)
-    -- and so does corral-runtime, the host under that name, with its page
+    -- and so does corral-runtime, the host under that name (a link to it, not to the
+    -- front: no exec between an engine and the runtime), with its page
+    assert.are.equal("corral-host\n", h.sh("readlink " .. h.quote(dest .. "/usr/bin/corral-runtime")))
     out, status = h.capture({ "env", "-i", dest .. "/usr/bin/corral-runtime", "--help" })
     assert.are.equal(0, status, out)
     assert.matches("^usage: corral%-runtime", out)

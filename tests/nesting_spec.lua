@@ -33,7 +33,7 @@ describe("nesting inside exec-confined #root", function()
     h.write(box .. "/inner/f", "INNER-DATA\n")
     -- the wrapper a nested agent would run, copied into the boundary where it is
     -- visible in every mode
-    assert(os.execute("cp " .. h.host .. " " .. box .. "/corral"))
+    assert(os.execute("cp " .. h.host_program .. " " .. box .. "/corral"))
     -- searchable and readable by the unprivileged caller outside, so that each denial
     -- below is the confinement's and not the file mode's
     assert(os.execute("chmod 755 " .. root .. " && chmod 644 " .. sib .. "/secret && chown -R 65534:65534 " .. box ..

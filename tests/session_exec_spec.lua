@@ -286,3 +286,51 @@ describe("corral exec into a live sandbox", function()
     assert.are.equal("alive\n", again)
   end)
 end)
+
+-- Each a sandbox of its own: the test kills its keeper.
+describe("corral exec whose keeper is killed", function()
+  local function create(ID)
+    local out, status = h.corral("create", ID)
+    assert.are.equal(0, status, out)
+    local keeper
+    for _, s in ipairs(require("dkjson").decode((h.capture({ h.host, "ls", "--json" }))) or {}) do
+      if s.id == ID then keeper = s.pid end
+    end
+    if not keeper then h.corral("rm", ID) end
+    assert.truthy(keeper, "no keeper listed for " .. ID)
+    return keeper
+  end
+
+  it("before it starts the command: exits 120 and says so (docs/sessions.md)", function()
+    local ID = "exec-spec-s-" .. core_pid()
+    local keeper = create(ID)
+    -- stopped, the keeper accepts nothing; the connect completes in the kernel's backlog
+    local out = h.sh([[
+      kill -STOP $3; f=$(mktemp); "$1" exec "$2" -- sh -c 'echo ran' >"$f" 2>&1 & pid=$!
+      sleep 0.3; kill -0 $pid && echo waiting; kill -KILL $3; wait $pid; echo "status=$?"; cat "$f"; rm -f "$f"]],
+      h.host, ID, keeper)
+    assert.truthy(out:find("^waiting\n"), out) -- control: the client was waiting on the keeper
+    assert.truthy(out:find("status=120\n", 1, true), out)
+    assert.truthy(out:find("corral exec: the keeper of " .. ID .. " closed the connection without an answer", 1, true),
+      out)
+    assert.is_nil(out:find("ran", 1, true), out)
+    h.corral("ls") -- sweeps what the killed keeper left on disk
+  end)
+
+  it("under the command: exits 137, the command having died with its sandbox, and says why", function()
+    local ID = "exec-spec-k-" .. core_pid()
+    local keeper = create(ID)
+    local out, status
+    out = h.sh([[
+      f=$(mktemp); "$1" exec "$2" -- sh -c 'echo ready; exec sleep 30' >"$f" 2>&1 & pid=$!
+      while ! grep -q ready "$f"; do kill -0 $pid 2>/dev/null || break; sleep 0.02; done
+      cat "$f"; kill -KILL $3; wait $pid; echo "status=$?"; cat "$f"; rm -f "$f"]], h.host, ID, keeper)
+    -- control: the command was running when the keeper was killed
+    assert.truthy(out:find("^ready\n"), out)
+    assert.truthy(out:find("status=137\n", 1, true), out)
+    assert.truthy(out:find("corral exec: the keeper of " .. ID .. " went away before the command ended", 1, true), out)
+    -- the sandbox is gone with it
+    out, status = h.corral("exec", ID, "--", "true")
+    assert.are.equal(2, status, out)
+  end)
+end)

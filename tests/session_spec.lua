@@ -402,6 +402,20 @@ describe("sessions", function()
     assert.are.same({}, left_of(k))
   end)
 
+  it("a keeper killed before the sandbox is ready: create exits 120 and says so, nothing live", function()
+    local did = id .. "-d"
+    local out, status = h.corral("create", did, "--mechanism", "tests/fixtures/mechanisms/dying_keeper.lua")
+    assert.are.equal(120, status, out)
+    assert.truthy(out:find("corral create: " .. did .. ": the keeper ended before the sandbox was ready", 1, true), out)
+    out, status = h.corral("exec", did, "--", "true")
+    assert.are.equal(2, status, out)
+    -- control: the same id with a keeper that lives
+    out, status = h.corral("create", did)
+    assert.are.equal(0, status, out)
+    out, status = h.corral("rm", did)
+    assert.are.equal(0, status, out)
+  end)
+
   it("ls counts a session's allowed and denied connections since create (attempt, then control)", function()
     if not need_root() then return end
     local cid = id .. "-c"

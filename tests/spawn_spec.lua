@@ -52,6 +52,36 @@ describe("core.spawn.start #root", function()
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)
 
+  it("starts the command as pid 2 under its init, every capability set empty", function()
+    local pl = plan(dir)
+    pl.argv = { "sh", "-c", "{ echo pid=$$; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status; " ..
+      "cat /proc/1/comm; ls /proc | grep -c '^[0-9]'; } > /out/status" }
+    local p = assert(core.spawn.start(pl))
+    assert.are.equal(0, (p:wait(5)))
+    local out = h.read(dir .. "/status")
+    assert.matches("^pid=2\n", out)
+    for _, set in ipairs({ "Inh", "Prm", "Eff", "Bnd", "Amb" }) do
+      assert.matches("\nCap" .. set .. ":%s+0000000000000000\n", out, nil, set)
+    end
+    -- the init, and the command (the grep and ls run as its children): two processes more
+    assert.matches("\ncorral%-init\n[2-4]\n$", out)
+  end)
+
+  it("hands the command no signal the caller ignores or blocks: each is at its default", function()
+    -- SIGPIPE, SIGUSR1 and SIGHUP ignored by the caller (and corral run blocks SIGTERM itself)
+    local script = "trap '' PIPE USR1 HUP; exec \"$@\""
+    local out, status = h.sh(script, h.host, "run", "--", "grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status")
+    assert.are.equal(0, status, out)
+    local THREE = 0x1201 -- SIGHUP (1), SIGUSR1 (10), SIGPIPE (13): bit n - 1 each
+    local function ignored(text) return tonumber(text:match("SigIgn:%s+(%x+)") or "", 16) end
+    assert.matches("SigBlk:%s+0000000000000000\n", out)
+    assert.are.equal(0, ignored(out) & THREE, out)
+    -- control, after: without corral the same command inherits the three as ignored
+    out, status = h.sh(script, "grep", "-E", "^SigIgn:", "/proc/self/status")
+    assert.are.equal(0, status, out)
+    assert.are.equal(THREE, ignored(out) & THREE, out)
+  end)
+
   it("fails a timed wait with the three values of every binding, ETIMEDOUT", function()
     local pl = plan(dir)
     pl.argv = { "sh", "-c", "sleep 5" }

@@ -1,25 +1,27 @@
 /*
  * The `corral` executable: Lua 5.4's standalone interpreter contract (options -e -l -i -v
  * -E -W -- -, the `arg` table, LUA_INIT, errors with a traceback) with the core linked in
- * and preloaded as "corral.core", plus these additions: the `exec-confined` and `exec`
- * fast paths (core/host/confine.c, core/host/session_exec.c; their `--help` is cli.lua's),
+ * and preloaded as "corral.core", plus these additions: the `exec-confined`, `exec` and
+ * `confine --exec` fast paths (core/host/confine.c, core/host/session_exec.c,
+ * core/host/confine_fast.c; their `--help` is cli.lua's),
  * subcommands from lua/corral/cli.lua (an unknown one is an error there, unless a file of that name
  * exists), `--version`, `--help` and `-h` alone on the line, and a REPL with history, whose results
  * print and whose Tab completes through lua/corral/repl.lua (`corral.host.repl()` opens it from
  * Lua, as `corral attach` does).
+ *
+ * Installed as `corral-host`: the `corral` a user runs is the front (core/front/front.c),
+ * which serves `corral exec` itself and execs this program with every other argv.
  *
  * The command line is kept identical to lua5.4's so that `busted --lua=build/corral` can
  * re-exec the host as `build/corral /usr/bin/busted args…` (the sanitizer build runs the
  * whole suite that way).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,7 +31,9 @@
 
 #include "compiled.h"
 #include "confine.h"
+#include "confine_fast.h"
 #include "console.h"
+#include "dispatch.h"
 #include "session_exec.h"
 #include "exitcodes.h"
 
@@ -499,16 +503,6 @@ static int run_command(lua_State *L, int argc, char **argv)
     return run_module_main(L, "corral.cli", argc, argv);
 }
 
-/* Whether the host runs as `corral-runtime` (its name, a link to it): an engine calls an
- * OCI runtime with runc's command line (`--root DIR create …`), which is neither corral's
- * nor lua.c's, so the whole line goes to corral.runtime.cli. */
-static int invoked_as_runtime(const char *argv0)
-{
-    const char *base = argv0 ? strrchr(argv0, '/') : NULL;
-    base = base ? base + 1 : argv0;
-    return base && strcmp(base, "corral-runtime") == 0;
-}
-
 /* corral.host.repl(): the REPL, from Lua (`corral attach` opens it once it has chosen
  * the sandbox). Returns when the user ends it (EOF); os.exit ends the process. */
 static int l_host_repl(lua_State *L)
@@ -614,7 +608,9 @@ static int pmain(lua_State *L)
     int failed = 0;
 
     luaL_checkversion(L);
-    if (invoked_as_runtime(argv[0])) {
+    /* runc's command line (`--root DIR create …`), neither corral's nor lua.c's: the
+     * whole line goes to corral.runtime.cli */
+    if (corral_invoked_as_runtime(argv[0])) {
         luaL_openlibs(L);
         setup_host(L, argv[0]);
         lua_gc(L, LUA_GCRESTART);
@@ -687,15 +683,6 @@ static int confined_wants_help(int argc, char **argv)
     return 0;
 }
 
-/* A standard fd the caller closed (`corral run -- cat <&-`) would be the next fd corral
- * opens (its signalfd became the engine client's stdin, which then hung): each closed
- * one is opened on /dev/null first, the lowest free fd being that one. */
-static void open_closed_std_fds(void)
-{
-    for (int fd = 0; fd <= 2; fd++)
-        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) return;
-}
-
 /* The allocator lua_close runs under: every finalizer and to-be-closed variable still
  * runs (a cgroup's __gc removes it, a spawn's ends its process), and what they allocate is
  * real, but the blocks lua_close frees are left to the process's end, which comes right
@@ -709,12 +696,31 @@ static void *exit_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return realloc(ptr, nsize);
 }
 
-/* Whether a broker outside serves this process's corral requests: CORRAL_BROKER named and
- * no_new_privs set (the confinement wrapper sets it; the broker client checks the rest). */
-static int brokered(void)
+/* The status main's lua_close ends the process with once every finalizer has run (set,
+ * and `exit_armed`, just before it; an os.exit(status, true) closing the state leaves
+ * the close its own). */
+static int exit_code, exit_armed;
+
+/* The finalizer of the first object the state marks for finalization, which lua_close
+ * runs last (finalizers run in the reverse order of marking): every other finalizer and
+ * to-be-closed variable has run by then. What lua_close has left is the heap's objects
+ * one by one (unlinking each string, writing pages a fork made copy-on-write), which the
+ * process's end releases at once: ~0.4 ms of a `corral run -- /bin/true` here. */
+static int exit_after_finalizers(lua_State *L)
 {
-    const char *b = getenv("CORRAL_BROKER");
-    return b != NULL && b[0] != '\0' && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
+    (void)L;
+    if (exit_armed) exit(exit_code);
+    return 0;
+}
+
+static void mark_first_finalizer(lua_State *L)
+{
+    lua_newuserdatauv(L, 0, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, exit_after_finalizers);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &exit_code);
 }
 
 int main(int argc, char **argv)
@@ -722,17 +728,23 @@ int main(int argc, char **argv)
     lua_State *L;
     int status, code;
 
-    open_closed_std_fds();
+    corral_open_closed_std_fds();
 
     /* As corral-runtime, argv is runc's: its `exec` is an engine's, never corral's. */
-    int fast = argc > 1 && !invoked_as_runtime(argv[0]);
+    int fast = argc > 1 && !corral_invoked_as_runtime(argv[0]);
     /* On every confined launch: no Lua state, nothing loaded. */
     if (fast && strcmp(argv[1], "exec-confined") == 0 && !confined_wants_help(argc, argv))
         return corral_exec_confined_main(argc - 1, argv + 1);
+    /* `corral confine --exec` that needs no Lua (core/host/confine_fast.h): the spec built
+     * and the wrapper run here; anything else is declined to the Lua path below. */
+    if (fast && strcmp(argv[1], "confine") == 0) {
+        int handled = confine_fast_main(argc, argv, NULL);
+        if (handled != CORRAL_CONFINE_FAST_DECLINE) return handled;
+    }
     /* On every exec into a live sandbox: a client of its keeper, nothing loaded either;
      * inside `corral confine --broker`, the broker's client (lua/corral/broker/client.lua). */
     if (fast && strcmp(argv[1], "exec") == 0 &&
-        !corral_session_exec_wants_help(argc - 1, argv + 1) && !brokered())
+        !corral_session_exec_wants_help(argc - 1, argv + 1) && !corral_brokered())
         return corral_session_exec_main(argc - 1, argv + 1);
 
     L = luaL_newstate();
@@ -741,6 +753,7 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
     lua_gc(L, LUA_GCSTOP);
+    mark_first_finalizer(L);
     lua_pushcfunction(L, pmain);
     lua_pushinteger(L, argc);
     lua_pushlightuserdata(L, argv);
@@ -748,6 +761,8 @@ int main(int argc, char **argv)
     code = status == LUA_OK ? (int)lua_tointeger(L, -1) : EXIT_FAILURE;
     host_report(L, status);
     lua_setallocf(L, exit_alloc, NULL);
+    exit_code = code;
+    exit_armed = 1;
     lua_close(L);
     return code;
 }

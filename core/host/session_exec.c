@@ -317,7 +317,12 @@ static int read_answers(struct session *s)
                                      CORRAL_UNIX_FDS_MAX, &nfds, 1);
     if (n == -EAGAIN) return -1;
     if (n <= 0) {
-        if (s->started) return protocol_error(s, "went away before the command ended");
+        /* The sandbox dies with its keeper (its init's parent-death signal ends the pid
+         * namespace), so the command was SIGKILLed: its status says so, as a shell's would. */
+        if (s->started) {
+            protocol_error(s, "went away before the command ended (killed with its sandbox)");
+            return 128 + SIGKILL;
+        }
         fprintf(stderr, PROG ": the keeper of %s closed the connection without an answer\n", s->id);
         return CORRAL_EXIT_START_REFUSED;
     }
@@ -377,11 +382,11 @@ static int forwarded_signals(sigset_t *set, int tty)
 
 static int run_session(const struct exec_args *a)
 {
-    struct session *s = calloc(1, sizeof *s);
-    if (s == NULL) {
-        fprintf(stderr, PROG ": out of memory\n");
-        return 1;
-    }
+    /* The process's one session, static and zero from the start (not cleared here: that
+     * would touch every page of its buffer): a 64 KiB allocation is an mmap and munmap
+     * of its own under musl, on a path that is a few syscalls of work. */
+    static struct session one;
+    struct session *s = &one;
     s->id = a->id;
     s->tty = a->tty;
     s->term.master = -1;
@@ -403,7 +408,6 @@ static int run_session(const struct exec_args *a)
     session_tty_finish(&s->term);
     if (s->sock >= 0) close(s->sock);
     if (s->sigfd >= 0) close(s->sigfd);
-    free(s);
     return status;
 }
 

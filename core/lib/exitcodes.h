@@ -6,12 +6,14 @@
  *   name            code  meaning
  *   USAGE              2  bad arguments or an invalid request (`corral …`)
  *   CANNOT             3  a protection asked for cannot be enforced on this host
- *   START_REFUSED    120  `corral run`: the sandbox could not start
+ *   START_REFUSED    120  `corral run`, `create`, `exec`: the sandbox (or the command in it)
+ *                         could not start
  *   MEMORY           121  `corral run`: the memory cap ended the sandbox
  *   TEARDOWN         122  `corral run`: the mechanism's destroy failed (said on stderr);
  *                         something of the sandbox may be left behind
  *   WALL             124  `corral run`: the --wall limit ended the sandbox
- *   SETUP            125  a confinement layer could not be built: nothing was executed
+ *   SETUP            125  a confinement layer could not be built, or the front found no
+ *                         host to hand over to: nothing was executed
  *   NOEXEC           126  the command exists but could not be executed (as a shell says)
  *   NOTFOUND         127  the command was not found (as a shell says); also a spawn
  *                         child whose setup failed before exec

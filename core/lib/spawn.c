@@ -121,21 +121,35 @@ tenant_exec(const struct corral_spawn_plan *p, int fd, const sigset_t *old)
     child_fail(fd, STEP_EXEC, errno);
 }
 
-/* Stays as the init of the pid namespace: forks the command (pid 2), passes a failed exec
- * up to the spawner, then reaps and forwards signals until the command exits. */
+/* What the tenant's clone shares with the init until its exec (CLONE_VM). */
+struct tenant_start {
+    const struct corral_spawn_plan *p;
+    int fd; /* the exec pipe's write end */
+    const sigset_t *old;
+};
+
+CORRAL_OWN_STACK static int tenant_start(void *arg)
+{
+    struct tenant_start *t = arg;
+    tenant_exec(t->p, t->fd, t->old);
+}
+
+/* Stays as the init of the pid namespace: starts the command (pid 2), passes a failed exec
+ * up to the spawner, then reaps and forwards signals until the command exits. The command
+ * shares the init's memory until its exec (CLONE_VM | CLONE_VFORK, as posix_spawn does):
+ * the init is itself a copy of the host, and a fork would copy the host's page tables a
+ * second time only for the exec to drop them. */
 CORRAL_OWN_STACK __attribute__((noreturn)) static void init_run(const struct corral_spawn_plan *p,
                                                                 int errfd)
 {
+    static char stack[64 * 1024] __attribute__((aligned(16)));
     sigset_t mask, old;
     corral_reaper_block(&mask, &old);
     int execp[2];
     if (pipe2(execp, O_CLOEXEC) < 0) child_fail(errfd, STEP_FORK, errno);
-    pid_t tenant = fork();
+    struct tenant_start t = {.p = p, .fd = execp[1], .old = &old};
+    pid_t tenant = clone(tenant_start, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &t);
     if (tenant < 0) child_fail(errfd, STEP_FORK, errno);
-    if (tenant == 0) {
-        close(execp[0]);
-        tenant_exec(p, execp[1], &old);
-    }
     close(execp[1]);
     /* Made from both sides, so the group exists before any signal is forwarded to it;
      * after the tenant's exec this one fails (EACCES), harmlessly. */
@@ -240,6 +254,37 @@ static void hide_host_arguments(void)
             memset((void *)(uintptr_t)v[f], 0, (size_t)(v[f + 1] - v[f]));
     static const char name[] = "corral-init";
     if (v[48] && v[49] - v[48] > sizeof name) memcpy((void *)(uintptr_t)v[48], name, sizeof name);
+}
+
+/* The hex mask after `key` in /proc/self/status's text, or all ones when it is absent. */
+static uint64_t status_mask(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    if (!p) return ~UINT64_C(0);
+    p += strlen(key);
+    uint64_t v = 0;
+    int digits = 0;
+    for (; digits < 16; p++, digits++) {
+        int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
+        if (d < 0) break;
+        v = v << 4 | (uint64_t)d;
+    }
+    return digits == 16 ? v : ~UINT64_C(0);
+}
+
+/* The signals whose disposition is not the default (caught or ignored, bit sig - 1), from
+ * one read of /proc/self/status rather than a sigaction call for each of the ~62; all of
+ * them when it cannot be read. Only syscalls and stack memory. */
+static uint64_t signals_set_aside(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ~UINT64_C(0);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return ~UINT64_C(0);
+    buf[n] = '\0';
+    return status_mask(buf, "\nSigIgn:\t") | status_mask(buf, "\nSigCgt:\t");
 }
 
 /* Brings up lo in the fresh, otherwise empty network namespace: the tenant may talk to
@@ -393,9 +438,12 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void child_main(const struct c
     prctl(PR_SET_NAME, "corral-init", 0, 0, 0);
     /* The tenant starts with no signal blocked and every handler at its default, whatever
      * the host had: `corral run` blocks SIGTERM to forward it, and a tenant inheriting
-     * the block would ignore the forwarded signal. */
+     * the block would ignore the forwarded signal. Only the signals the host catches or
+     * ignores are reset (every one when that cannot be read). */
+    uint64_t set_aside = signals_set_aside();
     for (int sig = 1; sig < NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
+        if (sig <= 64 && !(set_aside & (UINT64_C(1) << (sig - 1)))) continue;
         struct sigaction dfl = {.sa_handler = SIG_DFL};
         sigaction(sig, &dfl, NULL);
     }

@@ -49,6 +49,30 @@ int corral_unix_listen(const char *path, int backlog, mode_t mode)
     return corral_take_fd(&fd);
 }
 
+/* A unix listener whose backlog is full refuses a non-blocking connect with EAGAIN and
+ * starts nothing (no later POLLOUT means connected): the connect is made again blocking,
+ * the kernel waiting for room up to the send timeout. */
+static int connect_when_room(int *fdp, const struct sockaddr_un *sa, int timeout_ms)
+{
+    int fd = *fdp;
+    struct timeval tv = {0};
+    if (timeout_ms >= 0) {
+        tv.tv_sec = timeout_ms / 1000;
+        tv.tv_usec = (timeout_ms % 1000) * 1000 + (timeout_ms == 0); /* 0 would mean never */
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) return -errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0) return -errno;
+    int r;
+    do
+        r = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return errno == EAGAIN || errno == EINPROGRESS ? -ETIMEDOUT : -errno;
+    struct timeval none = {0};
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none) < 0) return -errno;
+    return corral_take_fd(fdp);
+}
+
 int corral_unix_connect(const char *path, int timeout_ms)
 {
     struct sockaddr_un sa;
@@ -57,7 +81,8 @@ int corral_unix_connect(const char *path, int timeout_ms)
     _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -errno;
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        if (errno != EINPROGRESS && errno != EAGAIN) return -errno;
+        if (errno == EAGAIN) return connect_when_room(&fd, &sa, timeout_ms);
+        if (errno != EINPROGRESS) return -errno;
         int r = corral_poll_fd(fd, POLLOUT, timeout_ms);
         if (r < 0) return r;
         if (r == 0) return -ETIMEDOUT;

@@ -15,13 +15,13 @@
 -- uid only from this process's own user namespace (without root, a tenant's ids are the
 -- owner's too, from a user namespace beneath).
 --
--- Requests: `{"op": OP, ...}` with OP one of `info`, `connections`, `decisions` (`n`),
+-- Requests: `{"op": OP, ...}` with OP one of `info`, `status` (what `corral ls` shows;
+-- the connection is closed after its answer), `connections`, `decisions` (`n`),
 -- `ruleset`, `why` (`dest` "host:port"), `allow` (`entry`), `revoke` (`entry`, `cut`).
 -- Answers: `{"ok": true, "result": ...}` or `{"ok": false, "error": "..."}`.
 -- @module corral.control
 local core = require "corral.core"
-local control_ops = require "corral.control_ops"
-local resources = require "corral.resources"
+local leftovers = require "corral.leftovers"
 local runtime_dir = require "corral.runtime_dir"
 
 local M = {}
@@ -43,6 +43,8 @@ local serial = 0
 -- dkjson and the egress modules are loaded when a client first asks: most runs are
 -- never asked, and loading them costs a run's start-up some milliseconds.
 local function json() return require "corral.json" end
+-- what a run answers: loaded by a server, not by a client (`corral ls`)
+local function ops_module() return require "corral.control_ops" end
 
 --- The runtime directory of this user's registrations (corral.runtime_dir).
 -- @treturn[1] string the path
@@ -62,13 +64,16 @@ end
 function M.sweep(dir)
   dir = dir or M.dir()
   if not dir then return 0 end
-  return resources.sweep(dir, M.PATTERN, remove_stale)
+  return leftovers.sweep(dir, M.PATTERN, remove_stale)
 end
 
 -- ---- server ---------------------------------------------------------------------------
 
+-- dkjson's own order: a line on the wire needs none stable, and corral.json's walk and
+-- sort of every key is most of an answer's cost (100 keepers answering one ls).
 local function encode(t)
-  return json().encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
+  json() -- says so when dkjson is missing
+  return require("dkjson").encode(t, { exception = function(_, v) return tostring(v) end }) .. "\n"
 end
 
 -- Plain data for JSON: error objects and other tables with __tostring as their text.
@@ -110,9 +115,12 @@ function Server:watch()
 end
 
 function Server:drop(c)
-  self.clients[c] = nil
+  c.dropped = true
   c.fd:close()
-  require("corral.egress.loop").changed()
+  if self.clients[c] then
+    self.clients[c] = nil
+    require("corral.egress.loop").changed()
+  end
 end
 
 function Server:accept()
@@ -150,12 +158,15 @@ function Server:accept()
     end
     return
   end
+  -- A request sent with the connect (corral ls asking 100 keepers) is answered in this
+  -- turn of the loop, not the next; a connection it ends (`status`) is never polled, so
+  -- the loop's list is not rebuilt for it.
   local c = { fd = fd, buf = "" }
-  self.clients[c] = true
-  require("corral.egress.loop").changed()
-  -- a client writes its request as it connects (a session's exec): read it now, not a
-  -- turn of the loop later
   if (core.io.poll({ fd }, 0) or {})[1] then self:read(c) end
+  if not (c.dropped or c.taken) then
+    self.clients[c] = true
+    require("corral.egress.loop").changed()
+  end
 end
 
 -- Fds a client passed (SCM_RIGHTS) that no op took: closed with the line they came with.
@@ -196,7 +207,7 @@ function Server:read(c)
       require("corral.egress.loop").changed()
       return
     end
-    if not send_all(c.fd, encode(answer)) then return self:drop(c) end
+    if not send_all(c.fd, encode(answer)) or c.last then return self:drop(c) end
   end
   if #c.buf > M.LINE_MAX then
     send_all(c.fd, encode({ ok = false, error = "request longer than " .. M.LINE_MAX .. " bytes" }))
@@ -205,11 +216,14 @@ function Server:read(c)
 end
 
 -- What an op is handed besides the request: the connection's fds that came with it
--- (`fds`, each taken by setting its slot to nil), and `take()`, after which the op owns
--- the connection (its fd, and `rest`, the bytes read past the request) and no answer is
+-- (`fds`, each taken by setting its slot to nil), `last()`, after which the connection
+-- is closed once its answer is sent, and `take()`, after which the op owns the
+-- connection (its fd, and `rest`, the bytes read past the request) and no answer is
 -- written for it: the op answers when it is ready (a deferred answer).
 local function connection(c)
   local conn = { fds = c.fds }
+  -- the answer is the connection's last: closed once it is sent
+  function conn.last() c.last = true end
   function conn.take()
     c.taken = true
     conn.fd, conn.rest = c.fd, c.buf
@@ -240,7 +254,7 @@ function Server:close()
   if not self.fd then return end
   require("corral.egress.loop").remove(self)
   for c in pairs(self.clients) do self:drop(c) end
-  control_ops.release(self.ops)
+  ops_module().release(self.ops)
   self.fd:close()
   self.fd = nil
   os.remove(self.path)
@@ -327,77 +341,79 @@ function M.request(path, req, timeout)
 end
 
 --- Sends one request to each registration at once and waits, `timeout` seconds in all,
--- for their answers: a run that does not answer costs one wait, not one each.
+-- for their answers: a run that does not answer costs one wait, not one each. Each
+-- connect is non-blocking (a unix socket's completes at once or fails), so one that
+-- never accepts costs nothing either.
 -- @tparam {string,...} paths the sockets
 -- @tparam table req `{op =, ...}`
 -- @tparam[opt] number timeout seconds (default `TIMEOUT`)
+-- @tparam[opt] function meanwhile called once every request is sent, before the wait
+--   (the caller's own work, done while the servers answer)
 -- @treturn {table,...} for each path, in order: `{result =}` or `{error =}`
-function M.request_all(paths, req, timeout)
+function M.request_all(paths, req, timeout, meanwhile)
   timeout = timeout or M.TIMEOUT
   local deadline = core.clock.monotime() + timeout
-  local out, open = {}, {}
+  local out, waiting = {}, {}
   local line = encode(req)
   for i, path in ipairs(paths) do
-    local fd, err = core.unix.connect(path, math.min(timeout, 1))
+    local fd, err = core.unix.connect(path, 0)
     if fd and not send_all(fd, line) then
       fd:close()
       fd, err = nil, path .. ": the request could not be sent"
     end
     if fd then
-      open[#open + 1] = { i = i, fd = fd, buf = "" }
+      waiting[#waiting + 1] = { i = i, fd = fd, buf = "" }
     else
       out[i] = { error = tostring(err) }
     end
   end
-  local function finish(c, answer)
-    out[c.i] = answer
-    c.fd:close()
-    c.done = true
+  if meanwhile then meanwhile() end
+  -- the answer of one reply line
+  local function answer_of(c, text)
+    local answer = json().decode(text)
+    if type(answer) ~= "table" then return { error = paths[c.i] .. ": not a JSON answer" } end
+    if answer.ok then return { result = answer.result } end
+    return { error = tostring(answer.error) }
   end
-  while true do
-    local waiting = {}
-    for _, c in ipairs(open) do
-      if not c.done then waiting[#waiting + 1] = c end
-    end
+  -- reads what c's socket has; its answer once it is whole
+  local function read(c)
+    local data = core.sock.recv(c.fd, M.LINE_MAX, 0)
+    if not data or data == "" then return { error = paths[c.i] .. ": closed without an answer" } end
+    c.buf = c.buf .. data
+    local text = c.buf:match("^([^\n]*)\n")
+    if text then return answer_of(c, text) end
+    if #c.buf > M.LINE_MAX then return { error = paths[c.i] .. ": answer longer than " .. M.LINE_MAX .. " bytes" } end
+  end
+  while #waiting > 0 do
     local left = deadline - core.clock.monotime()
-    if #waiting == 0 then break end
     if left <= 0 then
-      for _, c in ipairs(waiting) do finish(c, { error = paths[c.i] .. ": no answer within " .. timeout .. " s" }) end
+      for _, c in ipairs(waiting) do out[c.i] = { error = paths[c.i] .. ": no answer within " .. timeout .. " s" } end
       break
     end
     local fds = {}
     for k, c in ipairs(waiting) do fds[k] = c.fd end
-    for _, k in ipairs(core.io.poll(fds, left) or {}) do
-      local c = waiting[k]
-      local data = core.sock.recv(c.fd, M.LINE_MAX, 0)
-      if not data or data == "" then
-        finish(c, { error = paths[c.i] .. ": closed without an answer" })
+    local still, ready = {}, {}
+    for _, k in ipairs(core.io.poll(fds, left) or {}) do ready[k] = true end
+    for k, c in ipairs(waiting) do
+      local answer = ready[k] and read(c)
+      if answer then
+        out[c.i] = answer
+        c.fd:close()
       else
-        c.buf = c.buf .. data
-        local text = c.buf:match("^([^\n]*)\n")
-        if text then
-          local answer = json().decode(text)
-          if type(answer) ~= "table" then
-            finish(c, { error = paths[c.i] .. ": not a JSON answer" })
-          elseif answer.ok then
-            finish(c, { result = answer.result })
-          else
-            finish(c, { error = tostring(answer.error) })
-          end
-        elseif #c.buf > M.LINE_MAX then
-          finish(c, { error = paths[c.i] .. ": answer longer than " .. M.LINE_MAX .. " bytes" })
-        end
+        still[#still + 1] = c
       end
     end
+    waiting = still
   end
+  for _, c in ipairs(waiting) do c.fd:close() end
   return out
 end
 
 -- ---- what a run answers (corral.control_ops) ------------------------------------------
 
-M.cgroup_usage = control_ops.cgroup_usage
-M.parse_dest = control_ops.parse_dest
-M.run_ops = control_ops.for_run
+function M.cgroup_usage(...) return ops_module().cgroup_usage(...) end
+function M.parse_dest(...) return ops_module().parse_dest(...) end
+function M.run_ops(...) return ops_module().for_run(...) end
 
 --- Registers a run (`corral.run.execute` calls it once the sandbox is provisioned).
 -- @tparam table mech

@@ -126,9 +126,13 @@ end
 function M.for_run(mech, sb, run)
   local function egress() return require "corral.egress" end
   local started = os.time()
-  local counts, counting = M.connection_counts(sb.id)
+  -- counted only where there is a plane: one is made before its run registers, never
+  -- after, and without one there is no connection to count (nor its event module to load)
+  local counts, counting = { allowed = 0, denied = 0 }, nil
+  if plane_of(sb.id) then counts, counting = M.connection_counts(sb.id) end
   local ops = {}
   taken[ops] = counting
+  local function label() return mech.name or require("corral.mechanism").label(mech) end
   function ops.info()
     local p = plane_of(sb.id)
     local policy = egress().policy(sb.id)
@@ -137,7 +141,7 @@ function M.for_run(mech, sb, run)
     -- without a cgroup to read, what /proc shows of the tenant's processes
     local usage = #cg > 0 and M.cgroup_usage(cg) or require("corral.proctree").usage(tenant)
     return {
-      id = sb.id, pid = core.proc.getpid(), mechanism = mech.name or require("corral.mechanism").label(mech),
+      id = sb.id, pid = core.proc.getpid(), mechanism = label(),
       tenant_pids = tenant, started = started, command = run and run.argv, limits = sb.limits, usage = usage,
       cgroups = cg,
       storage = sb.storage_root and sb.storage_root .. "/" .. sb.id,
@@ -146,6 +150,24 @@ function M.for_run(mech, sb, run)
         decide = policy and policy.decide ~= nil, connections = require("corral.egress.loop").count(sb.id),
         allowed = counts.allowed, denied = counts.denied,
         dns_port = p.dns_port, acceptor_port = p.acceptor_port, service = p.service_addr,
+      } or nil,
+    }
+  end
+  -- What `corral ls` shows, at the cost of a few reads: info's usage without its CPU
+  -- time, its egress counts without the plane's ports. Answered, then the connection is
+  -- closed: one turn of this process's loop for each of 100 sandboxes listed at once.
+  function ops.status(_, conn)
+    local p = plane_of(sb.id)
+    local cg = mech.cgroup_paths and mech.cgroup_paths(sb) or {}
+    local usage = #cg > 0 and M.cgroup_usage(cg) or require("corral.proctree").footprint(children())
+    local policy = p and egress().policy(sb.id)
+    if conn then conn.last() end
+    return {
+      id = sb.id, pid = core.proc.getpid(), mechanism = label(), started = started,
+      processes = usage.pids, memory = usage.memory_current or usage.memory_rss,
+      egress = p and {
+        allow = policy and policy.allowlist and #policy.allowlist:texts() or 0,
+        connections = require("corral.egress.loop").count(sb.id), allowed = counts.allowed, denied = counts.denied,
       } or nil,
     }
   end

@@ -1,9 +1,9 @@
 --- Scratch a corral process makes, and what SIGKILLed ones left of it: each scratch
 -- directory is named `<prefix><pid>-XXXXXX`, so that once that pid is gone the next
 -- process that makes the same kind sweeps it. The one place that knows the naming, the
--- base directory and how a leftover is removed. Small and dependency-free, so that a
--- launch the probe cache answers (`corral confine`) sweeps without loading the sandbox
--- modules.
+-- base directory and how a leftover is removed, cgroups `corral-<pid>-<n>` included.
+-- Small and dependency-free, so that a launch the probe cache answers (`corral
+-- confine`) and `corral ls` sweep without loading the sandbox modules.
 -- @module corral.leftovers
 local core = require "corral.core"
 
@@ -76,6 +76,45 @@ end
 -- @treturn integer how many were removed
 function M.sweep_own(dir, prefix)
   return M.sweep(dir, M.pattern(prefix), M.remove_own_tree)
+end
+
+--- `sweep_own` for several prefixes in one listing of `dir`, each creator's pid looked
+-- up once (a run's scratch and its name files share it).
+-- @tparam string dir
+-- @tparam {string,...} prefixes
+-- @treturn integer how many were removed
+function M.sweep_own_all(dir, prefixes)
+  local patterns, alive, removed = {}, {}, 0
+  for i, prefix in ipairs(prefixes) do patterns[i] = M.pattern(prefix) end
+  for _, name in ipairs(core.fs.listdir(dir) or {}) do
+    for _, pattern in ipairs(patterns) do
+      local pid = name:match(pattern)
+      if pid then
+        if alive[pid] == nil then alive[pid] = core.fs.lstat("/proc/" .. pid) ~= nil end
+        if not alive[pid] and M.remove_own_tree(dir .. "/" .. name) then removed = removed + 1 end
+        break
+      end
+    end
+  end
+  return removed
+end
+
+-- rmdir fails with EBUSY on a cgroup holding a process or a child, so a populated one
+-- is never touched.
+local function remove_empty_cgroup(path)
+  local st = core.fs.lstat(path)
+  return st and st.type == "dir" and os.remove(path)
+end
+
+--- Removes empty `corral-<pid>-<n>` cgroups beneath our own whose creator is gone.
+-- @treturn integer how many were removed
+function M.sweep_cgroups()
+  local info = core.cgroup.info()
+  local removed = 0
+  for _, mine in pairs(info and info.paths or {}) do
+    removed = removed + M.sweep(mine, "^corral%-(%d+)%-%d+$", remove_empty_cgroup)
+  end
+  return removed
 end
 
 return M

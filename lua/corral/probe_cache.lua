@@ -31,26 +31,32 @@ M.NAME = "probes"
 -- The longest path written into the name as it is (escaped); a longer one is named by
 -- its SHA-256. Not hashed always: where the kernel has no AF_ALG, the digest loads
 -- libcrypto, ~6 ms of every CLI call (`corral -e "core.digest.sha256('x')"` under strace).
-local NAME_PATH_MAX = 200
+M.NAME_PATH_MAX = 200
 
 -- Read once at load, like the runtime directory: corral may clear its environment.
 -- Each changes what a probe finds: where it makes scratch files, which programs it runs,
 -- and a deliberate weakening of the tier probe (corral.tier.probe).
+-- The key's lists are data on M: core/host/confine_fast.c, which checks a key before any
+-- Lua state exists, is generated from them.
+M.ENVIRONMENT = { "TMPDIR", "PATH", "CORRAL_TIER_PROBE_MUTATE" }
 local ENVIRONMENT = {}
-for _, name in ipairs({ "TMPDIR", "PATH", "CORRAL_TIER_PROBE_MUTATE" }) do
+for _, name in ipairs(M.ENVIRONMENT) do
   ENVIRONMENT[#ENVIRONMENT + 1] = name .. "=" .. (os.getenv(name) or "")
 end
 
-local SYSCTLS = { "user/max_user_namespaces", "user/max_net_namespaces", "user/max_mnt_namespaces",
+M.SYSCTLS = { "user/max_user_namespaces", "user/max_net_namespaces", "user/max_mnt_namespaces",
   "user/max_pid_namespaces", "user/max_cgroup_namespaces", "user/max_ipc_namespaces",
   "user/max_uts_namespaces", "kernel/unprivileged_userns_clone",
   "kernel/apparmor_restrict_unprivileged_userns", "kernel/seccomp/actions_avail",
   "net/netfilter/nf_conntrack_max" }
-local NAMESPACES = { "user", "mnt", "net", "pid", "cgroup", "ipc", "uts" }
-local STATUS_FIELDS = { "Uid", "Gid", "Groups", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp",
+M.NAMESPACES = { "user", "mnt", "net", "pid", "cgroup", "ipc", "uts" }
+M.STATUS_FIELDS = { "Uid", "Gid", "Groups", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp",
   "Seccomp_filters" }
 -- The programs a probe runs; a new or replaced one may change its answer.
-local PROGRAMS = { "/bin/sh", "/bin/cat", "/usr/bin/unshare", "/usr/bin/bwrap", "/usr/sbin/nft" }
+M.PROGRAMS = { "/bin/sh", "/bin/cat", "/usr/bin/unshare", "/usr/bin/bwrap", "/usr/sbin/nft" }
+
+-- The modules whose files are in the key (their probes' code).
+M.MODULES = { "corral.probe", "corral.probe_cache", "corral.tenant_root" }
 
 -- A file's content for the key ("-" when it cannot be read).
 local function slurp(path) return file.read(path) or "-" end
@@ -69,17 +75,17 @@ function M.key()
   add("boot", slurp("/proc/sys/kernel/random/boot_id"))
   add("release", slurp("/proc/sys/kernel/osrelease"))
   add("kernel", slurp("/proc/sys/kernel/version"))
-  for _, ns in ipairs(NAMESPACES) do add("ns." .. ns, core.fs.readlink("/proc/self/ns/" .. ns) or "-") end
+  for _, ns in ipairs(M.NAMESPACES) do add("ns." .. ns, core.fs.readlink("/proc/self/ns/" .. ns) or "-") end
   -- each field found by a plain search for its name: a pattern tried at every position
   -- of the ~1.4 KB costs ~20 times more (~200 us)
   local status = "\n" .. slurp("/proc/self/status")
-  for _, k in ipairs(STATUS_FIELDS) do
+  for _, k in ipairs(M.STATUS_FIELDS) do
     local _, at = status:find("\n" .. k .. ":", 1, true)
     local value = at and status:sub(at + 1, (status:find("\n", at, true) or 0) - 1)
     add("status." .. k, value and value:match("^[ \t]*(.-)[ \t]*$") or "-")
   end
   add("cgroup", slurp("/proc/self/cgroup"))
-  for _, s in ipairs(SYSCTLS) do add("sysctl." .. s, slurp("/proc/sys/" .. s)) end
+  for _, s in ipairs(M.SYSCTLS) do add("sysctl." .. s, slurp("/proc/sys/" .. s)) end
   add("lsm", slurp("/sys/kernel/security/lsm"))
   add("landlock", core.landlock.abi() or "-")
   add("host", identity(core.proc.host_executable()))
@@ -88,10 +94,10 @@ function M.key()
   -- interpreter loads
   add("core", package.preload["corral.core"] and "host" or
     identity(package.searchpath("corral.core", package.cpath)))
-  for _, m in ipairs({ "corral.probe", "corral.probe_cache", "corral.tenant_root" }) do
+  for _, m in ipairs(M.MODULES) do
     add("module." .. m, identity(package.searchpath(m, package.path)))
   end
-  for _, p in ipairs(PROGRAMS) do add("program." .. p, identity(p)) end
+  for _, p in ipairs(M.PROGRAMS) do add("program." .. p, identity(p)) end
   for _, e in ipairs(ENVIRONMENT) do add("env", e) end
   return table.concat(lines, "\n")
 end
@@ -134,7 +140,7 @@ function M.path()
   local host = core.proc.host_executable() or "-"
   -- "%" and "/" escaped: one name per path, and no path separator in it
   local name = host:gsub("[%%/]", { ["%"] = "%25", ["/"] = "%2F" })
-  if #name > NAME_PATH_MAX then name = core.digest.sha256(host):sub(1, 12) end
+  if #name > M.NAME_PATH_MAX then name = core.digest.sha256(host):sub(1, 12) end
   return dir .. "/" .. M.NAME .. "-" .. name
 end
 

@@ -13,23 +13,8 @@ local M = {}
 --- Removes what SIGKILLed corral processes left in `dir` (corral.leftovers).
 M.sweep = require("corral.leftovers").sweep
 
--- rmdir fails with EBUSY on a cgroup holding a process or a child, so a populated one
--- is never touched.
-local function remove_empty_cgroup(path)
-  local st = core.fs.lstat(path)
-  return st and st.type == "dir" and os.remove(path)
-end
-
---- Removes empty `corral-<pid>-<n>` cgroups beneath our own whose creator is gone.
--- @treturn integer how many were removed
-function M.sweep_cgroups()
-  local info = core.cgroup.info()
-  local removed = 0
-  for _, own in pairs(info and info.paths or {}) do
-    removed = removed + M.sweep(own, "^corral%-(%d+)%-%d+$", remove_empty_cgroup)
-  end
-  return removed
-end
+--- Removes empty `corral-<pid>-<n>` cgroups beneath our own whose creator is gone (corral.leftovers).
+M.sweep_cgroups = require("corral.leftovers").sweep_cgroups
 
 --- Whether the sandbox needs an egress plane (an allowlist or a service port).
 function M.needs_plane(sb)

@@ -12,7 +12,6 @@ local core = require "corral.core"
 local control = require "corral.control"
 local errors = require "corral.errors"
 local leftovers = require "corral.leftovers"
-local resources = require "corral.resources"
 
 local M = {}
 
@@ -53,6 +52,8 @@ local function state_of(path)
     return "live"
   end
   if errno == core.errno.ECONNREFUSED then return "stale" end
+  -- a listener whose backlog is full: a keeper is there, only busy
+  if errno == core.errno.ETIMEDOUT or errno == core.errno.EAGAIN then return "live" end
   return core.fs.lstat(path) and "stale" or "absent"
 end
 
@@ -64,13 +65,24 @@ function M.live(id)
   return path ~= nil and state_of(path) == "live"
 end
 
+--- Removes the sockets of killed keepers among `paths` (nothing listens on them).
+-- @tparam {string,...} paths session sockets
+-- @treturn table the paths removed, as a set
+-- @treturn integer how many
+function M.sweep_sockets(paths)
+  local removed, n = {}, 0
+  for _, path in ipairs(paths) do
+    if state_of(path) == "stale" and os.remove(path) then removed[path], n = true, n + 1 end
+  end
+  return removed, n
+end
+
 --- Removes what killed keepers left: their sockets, and (corral.leftovers' pid rule) the
 -- cgroups, temporary storages and name files of dead corral processes.
 -- @tparam[opt] {string,...} paths the session sockets to try (default: every one; `ls`,
 --   which asks every keeper at once, tries only those that did not answer)
 -- @treturn integer how many sockets were removed
 function M.sweep(paths)
-  local removed = 0
   if not paths then
     local dir = control.dir()
     paths = {}
@@ -78,12 +90,9 @@ function M.sweep(paths)
       if name:match(control.SESSION_PATTERN) then paths[#paths + 1] = dir .. "/" .. name end
     end
   end
-  for _, path in ipairs(paths) do
-    if state_of(path) == "stale" and os.remove(path) then removed = removed + 1 end
-  end
-  resources.sweep_cgroups()
-  leftovers.sweep_own("/tmp", "corral-run-")
-  leftovers.sweep_own("/tmp", "corral-names-")
+  local _, removed = M.sweep_sockets(paths)
+  leftovers.sweep_cgroups()
+  leftovers.sweep_own_all("/tmp", { "corral-run-", "corral-names-" })
   return removed
 end
 

@@ -1,13 +1,17 @@
 /*
  * core/lib/unix.c's fd passing: fds sent with a message arrive as the same open files,
  * CLOEXEC; a message carrying more than the receiver takes is refused whole, with no fd
- * left open; a message without fds reads as one.
+ * left open; a message without fds reads as one. A connect to a listener whose backlog
+ * is full waits for room, up to its timeout, and never hands back an unconnected socket.
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -73,9 +77,47 @@ static void test_too_many_refused_whole(void)
     close(sv[1]);
 }
 
+/* Whether fd is connected: a connected unix socket has a peer. */
+static int connected(int fd)
+{
+    struct sockaddr_un sa;
+    socklen_t len = sizeof sa;
+    return getpeername(fd, (struct sockaddr *)&sa, &len) == 0;
+}
+
+static void test_connect_waits_for_a_full_backlog(void)
+{
+    char dir[] = "/tmp/corral-test-unix-XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/sock", dir);
+    int lfd = corral_unix_listen(path, 0, 0600);
+    CHECK(lfd >= 0);
+    /* fill the backlog: connections the listener never accepts */
+    int held[4], n = 0, fd;
+    while (n < 4 && (fd = corral_unix_connect(path, 100)) >= 0)
+        held[n++] = fd;
+    CHECK(n >= 1 && n < 4);
+    CHECK(fd == -ETIMEDOUT); /* the attempt past the backlog waited, then said so */
+    for (int i = 0; i < n; i++)
+        CHECK(connected(held[i]));
+    /* control: once one is accepted there is room, and the next connect is a connection */
+    int a = accept(lfd, NULL, NULL);
+    CHECK(a >= 0);
+    fd = corral_unix_connect(path, 1000);
+    CHECK(fd >= 0 && connected(fd));
+    close(fd);
+    close(a);
+    for (int i = 0; i < n; i++)
+        close(held[i]);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_passes_fds();
     test_too_many_refused_whole();
+    test_connect_waits_for_a_full_backlog();
     return DONE();
 }

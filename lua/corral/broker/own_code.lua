@@ -1,6 +1,6 @@
 --- corral's own code as a broker runs it outside the boundary: the executable, the
--- confinement wrapper and the OCI runtime beside it, its compiled module twins and every
--- directory its module search paths name. An agent that could write one of them inside its boundary
+-- front, the confinement wrapper and the OCI runtime beside it, its compiled module
+-- twins and every directory its module search paths name. An agent that could write one of them inside its boundary
 -- would have the broker run its code, unconfined; so those inside are bound read-only
 -- (confine's read-only paths, which only a namespace layer holds) or the broker refuses
 -- to start. And the broker's `corral` searches absolute directories only: the default
@@ -29,6 +29,8 @@ function M.paths()
     raw[#raw + 1] = require("corral.confine_wrapper").beside(host)
     local exedir = host:match("^(.*)/[^/]*$") or "/"
     raw[#raw + 1] = exedir .. "/luac"
+    -- the front (`corral`, core/front), which the operator runs and which hands over to it
+    raw[#raw + 1] = exedir .. "/corral"
     -- the OCI runtime beside it: an engine the operator pointed at it runs it outside too
     raw[#raw + 1] = exedir .. "/corral-runtime"
     raw[#raw + 1] = (exedir:match("^(.*)/[^/]*$") or "") .. "/lib/lua/5.4/corral/luac"

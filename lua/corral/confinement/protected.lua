@@ -36,6 +36,16 @@ M.HOME = {
 -- children are depth 1), at most this many entries looked at in all.
 M.DEPTH, M.ENTRIES = 3, 5000
 
+--- Why a protected name is not held: the texts the plan lists beside it (a count of
+-- hard links, or the symlink on the way, goes before `hard_links` and `on_the_way`).
+-- Data, like the lists above: core/host/confine_fast.c's copy is generated from them.
+M.WHY = {
+  link = "a symlink: the link itself could be replaced; give --read-only with its target",
+  special = "neither a file nor a directory",
+  hard_links = " hard links: another name of it could be written",
+  on_the_way = " on its way is a symlink; give --read-only with its target",
+}
+
 local function lstat(path) return core.fs.lstat(path) end
 
 -- Every git repository (a directory holding a .git directory) beneath `root`, breadth
@@ -83,13 +93,11 @@ local function judge(plan, path)
   if not st then
     plan.absent[#plan.absent + 1] = path
   elseif st.type == "link" then
-    plan.unprotected[#plan.unprotected + 1] = { path = path, why = "a symlink: the link itself could be " ..
-      "replaced; give --read-only with its target" }
+    plan.unprotected[#plan.unprotected + 1] = { path = path, why = M.WHY.link }
   elseif st.type ~= "dir" and st.type ~= "file" then
-    plan.unprotected[#plan.unprotected + 1] = { path = path, why = "neither a file nor a directory" }
+    plan.unprotected[#plan.unprotected + 1] = { path = path, why = M.WHY.special }
   elseif st.type == "file" and st.nlink > 1 then
-    plan.unprotected[#plan.unprotected + 1] = { path = path, why = st.nlink ..
-      " hard links: another name of it could be written" }
+    plan.unprotected[#plan.unprotected + 1] = { path = path, why = st.nlink .. M.WHY.hard_links }
   else
     plan.paths[#plan.paths + 1] = path
   end
@@ -131,8 +139,7 @@ function M.plan(roots, read_only, writable)
       local link = not dropped(path, writable) and not plan.seen[path] and linked_on_the_way(base, n)
       if link then
         plan.seen[path] = true
-        plan.unprotected[#plan.unprotected + 1] = { path = path, why = link .. " on its way is a symlink; " ..
-          "give --read-only with its target" }
+        plan.unprotected[#plan.unprotected + 1] = { path = path, why = link .. M.WHY.on_the_way }
       elseif link == nil then
         judge(plan, path)
       end

@@ -17,11 +17,12 @@ holding it: the sandbox waits, and `corral exec ID -- CMD` runs commands in it, 
 the same namespaces, cgroup, seccomp filter, capability set, environment policy and
 allowlist as a run, sharing its /tmp, /storage and processes. Prints ID once the sandbox
 is ready. Every argument is checked first: a bad one is refused naming its flag (exit 2),
-one this host cannot enforce exits 3; nothing is left either way. An ID already live is
-refused. `corral rm ID` removes it; a killed keeper takes its sandbox with it, and the
-next corral create, ls or rm sweeps what stays on disk. Every mechanism: native and
-bwrap join the sandbox, oci execs through the engine into the container, a mechanism in
-Lua runs each exec through its exec callback (docs/sessions.md).]]
+one this host cannot enforce exits 3; nothing is left either way; a keeper that ends
+before the sandbox is ready (killed) exits 120. An ID already live is refused. `corral
+rm ID` removes it; a killed keeper takes its sandbox with it, and the next corral create,
+ls or rm sweeps what stays on disk. Every mechanism: native and bwrap join the sandbox,
+oci execs through the engine into the container, a mechanism in Lua runs each exec
+through its exec callback (docs/sessions.md).]]
 
 M.EXEC_USAGE = [[corral exec ID [--env NAME|NAME=VALUE]... [--cwd DIR] [-t] -- CMD ARGS...
 
@@ -31,7 +32,8 @@ NAME's value from this environment, --env NAME=VALUE sets it (credential-shaped 
 and values are refused, naming --env); --cwd DIR starts it there. SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded; if this client goes away, the
 command and everything still beneath it are killed. Exit: the command's status (128+N
-for signal N), 2 for a bad argument or no live sandbox ID, 125 when the sandbox cannot
+for signal N; 137 when the keeper went away under it, the sandbox killed), 120 when it
+went away before starting it, 2 for a bad argument or no live sandbox ID, 125 when the sandbox cannot
 run it, 126/127 not executable/not found. docs/sessions.md has the wire protocol.]]
 
 M.LS_USAGE = [[corral ls [--json]
@@ -39,7 +41,8 @@ M.LS_USAGE = [[corral ls [--json]
 Lists this user's live sandboxes (corral create, kind session), corral runs in progress
 (run) and corral-runtime keepers (runtime, by container id): id, kind, mechanism, age,
 processes, egress (allowlist entries; connections allowed and denied since creation),
-memory. Sweeps what killed keepers left first.]]
+memory. Every keeper is asked at once; one that has not answered within 2 s is listed
+as not answering. Sweeps what killed keepers left.]]
 M.LS_SPEC = { json = "flag" }
 
 M.RM_USAGE = [[corral rm ID [ID]...
@@ -122,8 +125,9 @@ function M.create(argv, cli)
   local said = read_ready(fd)
   fd:close()
   if not said then
+    -- killed, or dead of a failure it could not report: the sandbox could not start
     io.stderr:write("corral create: ", p.id, ": the keeper ended before the sandbox was ready\n")
-    return core.exit.SETUP
+    return core.exit.START_REFUSED
   end
   if not said.ok then
     io.stderr:write("corral create: ", tostring(said.error), "\n")
@@ -148,49 +152,110 @@ local function mib(bytes)
   return bytes and string.format("%.1fM", bytes / 1048576) or "-"
 end
 
--- One ls row from a registration and its info answer: a session's (by its id), a
--- corral-runtime keeper's (mechanism "runtime", its container's id) or a run's.
-local function row_of(reg, info, now)
-  local usage, egress = info.usage or {}, info.egress
-  local runtime = info.mechanism == "corral-runtime"
-  return { id = reg.session or info.id, kind = reg.session and "session" or (runtime and "runtime" or "run"),
-    mechanism = runtime and "runtime" or info.mechanism, pid = info.pid, age = now - (info.started or now),
-    processes = usage.pids or #(info.tenant_pids or {}), memory = usage.memory_current or usage.memory_rss,
-    egress = egress and { allow = #(egress.allow or {}), connections = egress.connections or 0,
-      allowed = egress.allowed or 0, denied = egress.denied or 0 } or nil }
+-- One ls row from a registration and its status answer (or an older keeper's info): a
+-- session's (by its id), a corral-runtime keeper's (mechanism "runtime", its container's
+-- id) or a run's.
+local function row_of(reg, a, now)
+  local usage, e = a.usage or {}, a.egress
+  local runtime = a.mechanism == "corral-runtime"
+  return { id = reg.session or a.id, kind = reg.session and "session" or (runtime and "runtime" or "run"),
+    mechanism = runtime and "runtime" or a.mechanism, pid = a.pid, age = now - (a.started or now),
+    processes = a.processes or usage.pids or #(a.tenant_pids or {}),
+    memory = a.memory or usage.memory_current or usage.memory_rss,
+    egress = e and { allow = type(e.allow) == "table" and #e.allow or e.allow or 0, connections = e.connections or 0,
+      allowed = e.allowed or 0, denied = e.denied or 0 } or nil }
+end
+
+--- Seconds `corral ls` waits for all the keepers' answers together: one that accepts and
+-- never answers is listed as not answering once they are up.
+M.LS_TIMEOUT = 2
+
+-- Each registration's status, all asked at once; a keeper from before `status` (an
+-- older corral's, still running) is asked `info`.
+local function statuses(control, paths, meanwhile)
+  local answers = control.request_all(paths, { op = "status" }, M.LS_TIMEOUT, meanwhile)
+  local older, at = {}, {}
+  for i, a in ipairs(answers) do
+    if a.error and a.error:find("^unknown op status") then older[#older + 1], at[#older + 1] = paths[i], i end
+  end
+  if #older > 0 then
+    for k, a in ipairs(control.request_all(older, { op = "info" }, M.LS_TIMEOUT)) do answers[at[k]] = a end
+  end
+  return answers
+end
+
+-- The registrations that did not answer: a killed keeper's socket is swept (and what it
+-- left, should it have died since the sweep ls began with); a live one that did not
+-- answer in time is a row that says so.
+local function unanswered(failed, why)
+  local sockets = {}
+  for _, reg in ipairs(failed) do
+    if reg.session then sockets[#sockets + 1] = reg.path end
+  end
+  local gone, n = session.sweep_sockets(sockets)
+  if n > 0 then session.sweep({}) end
+  local rows = {}
+  for _, reg in ipairs(failed) do
+    if not gone[reg.path] and core.fs.lstat(reg.path) then
+      rows[#rows + 1] = { id = reg.session or ("pid " .. tostring(reg.pid)), kind = reg.session and "session" or "run",
+        error = why[reg] }
+    end
+  end
+  return rows
 end
 
 local KIND_ORDER = { session = 1, run = 2, runtime = 3 }
 local LS_FORMAT = "%-20s %-8s %-10s %6s %6s %-26s %9s\n"
 
---- `corral ls [--json]`: every registration of this user answered at once (sessions,
--- runs in progress, corral-runtime keepers).
+-- The registrations of this user ls shows: through a broker, the sessions it made, none
+-- of the operator's own (nor runs).
+local function visible(control)
+  local regs = control.list()
+  local own = require("corral.broker.boundary").sessions()
+  if not own then return regs end
+  local mine = {}
+  for _, reg in ipairs(regs) do
+    if reg.session and own[reg.session] then mine[#mine + 1] = reg end
+  end
+  return mine
+end
+
+local function ls_text(rows)
+  local out = { string.format(LS_FORMAT, "ID", "KIND", "MECHANISM", "AGE", "PROCS", "EGRESS", "MEMORY") }
+  for _, r in ipairs(rows) do
+    local e = r.egress
+    local egress = e and string.format("%d allow %d ok %d denied", e.allow, e.allowed, e.denied) or "none"
+    if r.error then
+      out[#out + 1] = string.format(LS_FORMAT, tostring(r.id), r.kind, "-", "-", "-",
+        "(no answer within " .. M.LS_TIMEOUT .. " s)", "-")
+    else
+      out[#out + 1] = string.format(LS_FORMAT, tostring(r.id), r.kind, tostring(r.mechanism), age(r.age),
+        tostring(r.processes), egress, mib(r.memory))
+    end
+  end
+  return table.concat(out)
+end
+
+--- `corral ls [--json]`: every registration of this user asked at once (sessions, runs
+-- in progress, corral-runtime keepers), `LS_TIMEOUT` seconds at most.
 function M.ls(argv, cli)
   local opts, rest = cli.parse(argv, M.LS_SPEC)
   if not opts then return cli.fail("ls", rest) end
   if rest[1] then return cli.fail("ls", errors.invalid_argument(rest[1], "corral ls takes no operand")) end
   local control = require "corral.control"
-  session.sweep({})
-  local regs, paths = control.list(), {}
-  -- through a broker: the sessions it made, none of the operator's own (nor runs)
-  local own = require("corral.broker.boundary").sessions()
-  if own then
-    local mine = {}
-    for _, reg in ipairs(regs) do
-      if reg.session and own[reg.session] then mine[#mine + 1] = reg end
-    end
-    regs = mine
-  end
+  local regs, paths = visible(control), {}
   for i, reg in ipairs(regs) do paths[i] = reg.path end
-  local rows, silent, now = {}, {}, os.time()
-  for i, answer in ipairs(control.request_all(paths, { op = "info" })) do
+  local rows, failed, why, now = {}, {}, {}, os.time()
+  -- what killed keepers left is swept while the live ones answer
+  for i, answer in ipairs(statuses(control, paths, function() session.sweep({}) end)) do
     if type(answer.result) == "table" then
       rows[#rows + 1] = row_of(regs[i], answer.result, now)
-    elseif regs[i].session then
-      silent[#silent + 1] = paths[i]
+    else
+      failed[#failed + 1], why[regs[i]] = regs[i], tostring(answer.error)
     end
   end
-  session.sweep(silent) -- a keeper killed: its socket answers nothing
+  local marked = unanswered(failed, why)
+  table.move(marked, 1, #marked, #rows + 1, rows)
   table.sort(rows, function(a, b)
     if a.kind ~= b.kind then return KIND_ORDER[a.kind] < KIND_ORDER[b.kind] end
     return tostring(a.id) < tostring(b.id)
@@ -199,14 +264,7 @@ function M.ls(argv, cli)
     io.write(cli.json().encode(rows), "\n")
     return 0
   end
-  local out = { string.format(LS_FORMAT, "ID", "KIND", "MECHANISM", "AGE", "PROCS", "EGRESS", "MEMORY") }
-  for _, r in ipairs(rows) do
-    local e = r.egress
-    local egress = e and string.format("%d allow %d ok %d denied", e.allow, e.allowed, e.denied) or "none"
-    out[#out + 1] = string.format(LS_FORMAT, tostring(r.id), r.kind, tostring(r.mechanism), age(r.age),
-      tostring(r.processes), egress, mib(r.memory))
-  end
-  io.write(table.concat(out))
+  io.write(ls_text(rows))
   return 0
 end
 
