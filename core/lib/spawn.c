@@ -275,7 +275,7 @@ static uint64_t status_mask(const char *text, const char *key)
 /* The signals whose disposition is not the default (caught or ignored, bit sig - 1), from
  * one read of /proc/self/status rather than a sigaction call for each of the ~62; all of
  * them when it cannot be read. Only syscalls and stack memory. */
-static uint64_t signals_set_aside(void)
+uint64_t corral_signals_set_aside(void)
 {
     char buf[4096];
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -440,7 +440,7 @@ CORRAL_OWN_STACK __attribute__((noreturn)) static void child_main(const struct c
      * the host had: `corral run` blocks SIGTERM to forward it, and a tenant inheriting
      * the block would ignore the forwarded signal. Only the signals the host catches or
      * ignores are reset (every one when that cannot be read). */
-    uint64_t set_aside = signals_set_aside();
+    uint64_t set_aside = corral_signals_set_aside();
     for (int sig = 1; sig < NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP) continue;
         if (sig <= 64 && !(set_aside & (UINT64_C(1) << (sig - 1)))) continue;

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <sys/resource.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "mount.h"
@@ -95,6 +96,11 @@ struct corral_spawn_result {
  * string). On failure nothing is left running. */
 int corral_spawn(const struct corral_spawn_plan *plan, struct corral_spawn_result *out,
                  const char **step);
+
+/* The signals whose disposition here is not the default (caught or ignored; bit sig - 1),
+ * from one read of /proc/self/status; all of them when it cannot be read. Only system
+ * calls and stack memory: a spawn's child may call it. */
+uint64_t corral_signals_set_aside(void);
 
 /* Signals a process through its pidfd (a recycled pid can never be hit). 0 or -errno. */
 int corral_pidfd_signal(int pidfd, int sig);

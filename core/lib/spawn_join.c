@@ -48,7 +48,7 @@
 /* What the command and the thread that made it share: its plan, and its failure. */
 struct direct {
     const struct corral_spawn_plan *p;
-    uint64_t handled; /* signals ignored or caught here (bit N-1: signal N) */
+    uint64_t handled; /* corral_signals_set_aside() */
     int last_cap;
     const char *step; /* the step that failed, or NULL */
     int err;
@@ -136,22 +136,6 @@ static int direct_run(void *arg)
     FAIL(d, "exec", errno);
 }
 
-/* The signals this process ignores or catches (/proc/thread-self/status: SigIgn, SigCgt),
- * whose dispositions the command resets: one read instead of a system call per signal.
- * Unread: every signal. */
-static uint64_t handled_signals(void)
-{
-    char buf[4096];
-    int fd = open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0) close(fd);
-    if (n <= 0) return ~0ULL;
-    buf[n] = '\0';
-    const char *ign = strstr(buf, "\nSigIgn:\t"), *cgt = strstr(buf, "\nSigCgt:\t");
-    if (!ign || !cgt) return ~0ULL;
-    return strtoull(ign + 9, NULL, 16) | strtoull(cgt + 9, NULL, 16);
-}
-
 /* The running kernel's last capability (/proc/sys/kernel/cap_last_cap), read once. */
 static int last_capability(void)
 {
@@ -179,7 +163,8 @@ int corral_spawn_join_direct(const struct corral_spawn_plan *p, struct corral_sp
         close(own);
         return err == EPERM ? -ENOTSUP : -err;
     }
-    struct direct d = {.p = p, .handled = handled_signals(), .last_cap = last_capability()};
+    struct direct d = {
+        .p = p, .handled = corral_signals_set_aside(), .last_cap = last_capability()};
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
