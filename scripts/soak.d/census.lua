@@ -27,10 +27,13 @@ c["driver RSS KiB"], c["driver Lua KiB"] = nil, nil
 
 local keepers, procs, fds, rss = {}, 0, 0, 0
 for _, pid in ipairs(census.numeric_entries("/proc")) do
-  if (census.slurp("/proc/" .. pid .. "/comm") or "") == "corral\n" and pid ~= tostring(core.proc.getpid()) then
+  local comm = census.slurp("/proc/" .. pid .. "/comm") or ""
+  -- the front (corral exec) or the host it hands every other command to
+  if (comm == "corral\n" or comm == "corral-host\n") and pid ~= tostring(core.proc.getpid()) then
     procs = procs + 1
     local cmdline = (census.slurp("/proc/" .. pid .. "/cmdline") or ""):gsub("%z", " ")
-    if cmdline:match(" create ") then keepers[#keepers + 1] = pid .. " " .. cmdline end
+    -- a keeper titles itself `corral-keeper ID`
+    if cmdline:match("^corral%-keeper ") then keepers[#keepers + 1] = pid .. " " .. cmdline end
     fds = fds + #(core.fs.listdir("/proc/" .. pid .. "/fd") or {})
     rss = math.max(rss, census.kib(census.slurp("/proc/" .. pid .. "/status"), "VmRSS"))
   end

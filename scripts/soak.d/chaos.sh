@@ -64,10 +64,11 @@ marked() {
 		read -r comm 2>/dev/null <"/proc/$p/comm" || continue
 		mapfile -d '' args 2>/dev/null <"/proc/$p/cmdline"
 		case " ${args[*]} " in *" $mark "*) ;; *) continue ;; esac
-		# a child corral forks (a probe's) keeps corral's argv under another name: not the tenant
+		# a child corral forks (a probe's) keeps corral's argv under another name: not the tenant;
+		# corral is the front (exec) or corral-host (every other command, handed over)
 		case $want:$comm:${args[0]##*/} in
-		corral:corral:*) echo "$p" ;;
-		tenant:corral:* | tenant:bash:* | tenant:*:corral) ;;
+		corral:corral:* | corral:corral-host:*) echo "$p" ;;
+		tenant:corral:* | tenant:corral-host:* | tenant:bash:* | tenant:*:corral) ;;
 		tenant:*) echo "$p" ;;
 		esac
 	done
@@ -88,7 +89,7 @@ strike() {
 			# a session's command runs beneath its keeper, not beneath the exec client
 			[ -n "$pids" ] || pids=$(pgrep -f -- "^sh -c .* soakmark-$tag\$")
 			;;
-		*-keeper) pids=$(pgrep -f -- "create soak-$tag" | tail -1) ;;
+		*-keeper) pids=$(pgrep -f -- "^corral-keeper soak-$tag( |\$)" | tail -1) ;;
 		*-engine) pids=$(pgrep -x -f -- "podman .* soakmark-$tag") ;;
 		esac
 		if [ -n "$pids" ]; then
