@@ -1,10 +1,9 @@
 --- The `corral` subcommands, called by the host (core/host/main.c) when its first
 -- argument names a command: parse and print only, the work is the library's.
 --
--- Exit: 0 success, 1 failure, 2 bad usage, 3 `cannot_enforce`, 120 `resource` (a
--- resource ran out for a moment, corral.transient); `confine --exec` exits
--- with the program's status (the wrapper: 125 no layer, 126, 127). Listed once in
--- docs/boundary.md.
+-- Exit: 0 success, 1 failure, 2 bad usage, 3 `cannot_enforce`, 120 `resource`; `confine
+-- --exec` exits with the program's status (the wrapper: 125 no layer, 126, 127). Listed
+-- once in docs/boundary.md.
 -- @module corral.cli
 -- first: what a broker hands its corral is read before a run clears the environment
 require "corral.broker.boundary"
@@ -12,7 +11,6 @@ local confinement_cli = require "corral.confinement.cli"
 local core = require "corral.core"
 local errors = require "corral.errors"
 local run_cli = require "corral.run.cli"
-local transient = require "corral.transient"
 
 local M = {}
 
@@ -289,9 +287,8 @@ command("probe", "establish which protections hold on this host, by doing them",
   [[corral probe [--json] [--fresh]
 
 Each capability runs a control that must succeed and then the breach that must be
-denied. Prints capability, holds/absent, the detail measured, and what it gates;
-"unknown" when a resource ran out while probing (file descriptors, memory, space:
-not a protection this host lacks; probed again at the next call).
+denied. Prints capability, holds/absent, the detail measured, and what it gates
+("unknown" when a resource ran out while probing: it runs again at the next call).
 Results that hold are kept for the boot and host state (in the caller's runtime
 directory) and marked "(probed at HH:MM:SS)"; any change of that state, and any launch
 whose enforcement step fails, probes again; --fresh does it now. Ctrl-C, SIGTERM or
@@ -320,11 +317,7 @@ SIGHUP stop it after the current probe, whose result is dropped, and it exits 12
       io.write(json().encode(results), "\n")
       return 0
     end
-    for _, r in ipairs(results) do
-      io.write(string.format("%-26s %-7s %s%s%s\n", r.name, r.holds and "holds" or r.ran_out and "unknown" or "absent",
-        r.ran_out and r.detail .. transient.suffix(r.ran_out) or r.detail, r.kept and os.date(" (probed at %H:%M:%S)", r.probed_at) or "",
-        #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or ""))
-    end
+    for _, r in ipairs(results) do io.write(probe.line(r), "\n") end
     return 0
   end, PROBE_OPTIONS)
 

@@ -72,7 +72,7 @@ local probes = {
         if code == 0 then return true, "a confined child read its own storage; a sibling's was absent" end
         if code == 10 then return false, "control failed: the child could not read its own storage: " .. trim(out) end
         if code == 11 then return false, "breach: the sibling's storage was readable" end
-        return false, "child failed: " .. trim(out) .. " (" .. tostring(code) .. ")"
+        return false, "child failed: " .. (out and trim(out) .. " (" .. tostring(code) .. ")" or said(out, code))
       end)
     end,
   },
@@ -310,6 +310,18 @@ local probes = {
 --   for a moment, and the probe runs again at the next call
 function M.check(name)
   return check(name)
+end
+
+--- A result as `corral probe` prints it: name, "holds", "absent" or "unknown" (a
+-- resource ran out while probing: neither), the detail, when it was kept, what it gates.
+-- @tparam table r from `M.check`
+-- @treturn string
+function M.line(r)
+  local verdict, detail = r.holds and "holds" or "absent", tostring(r.detail)
+  if r.ran_out then verdict, detail = "unknown", detail .. transient.suffix(r.ran_out) end
+  return string.format("%-26s %-7s %s%s%s", r.name, verdict, detail,
+    r.kept and os.date(" (probed at %H:%M:%S)", r.probed_at) or "",
+    #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or "")
 end
 
 --- The refusal for a result that does not hold: `resource` when it is not known (a
