@@ -171,7 +171,10 @@ local probes = {
         if not (out:find("No space left", 1, true) or out:find("quota exceeded", 1, true)) then
           return false, "the write failed, but not for want of room: " .. trim(out)
         end
-        if not out:find("control-ok", 1, true) then return false, "control failed: " .. trim(out) end
+        -- the control's words only: the attempt's ENOSPC is the verdict, not a host running out
+        if not out:find("control-ok", 1, true) then
+          return false, "control failed: " .. trim(out:match("attempt=%d+\n(.*)"))
+        end
         return true, "a write of 16 MiB into a disk of 8 MiB failed with ENOSPC; a small write then succeeded"
       end)
     end,
