@@ -83,6 +83,25 @@ describe("a transient resource failure #root", function()
     assert.matches("\ncorral run: cannot_enforce: [^\n]*Read%-only file system[^\n]*\nstatus=3\n$", out)
   end)
 
+  it("a probe's child killed from outside is noted as a resource that ran out; control: the same child " ..
+    "left alone ends 0 with nothing noted", function()
+    -- the marker is split in the host's argv, so that only the probe's child carries it whole
+    local script = [[
+      "$0" -e "local pc = require 'corral.probe_child'
+        local out, code = pc.tenant({ '/bin/sh', '-c', 'sleep $2; : corral-test-' .. 'killed-$1' })
+        print(code, pc.take_ran_out())" &
+      p=$! i=0 k=
+      while [ "$2" != 0 ] && [ $i -lt 200 ] && [ -z "$k" ]; do
+        k=$(pgrep -f -- "corral-test-killed-$1\$"); [ -n "$k" ] || sleep 0.02; i=$((i+1))
+      done
+      [ -z "$k" ] || kill -KILL $k
+      wait $p]]
+    local out = h.capture({ "sh", "-c", script, host, tostring(core.proc.getpid()), "5" })
+    assert.matches("^137\ta probe's child was killed by signal 9, which it did not raise itself\n$", out)
+    out = h.capture({ "sh", "-c", script, host, tostring(core.proc.getpid()), "0" })
+    assert.are.equal("0\tnil\n", out)
+  end)
+
   it("the rule: each resource errno and its text, and a kill from outside, are transient; a fault, " ..
     "EPERM and EROFS are not", function()
     local transient = require "corral.transient"
