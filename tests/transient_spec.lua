@@ -13,12 +13,7 @@ describe("a transient resource failure #root", function()
 
   setup(function()
     root = h.tmpdir("transient")
-    h.sh([[set -e; mkdir -p "$1/inst/bin"; cp "$2" "$1/inst/bin/corral"; ln -s "$3" "$1/inst/lua"
-      if [ "$4" != "$2" ]; then cp "$4" "$1/inst/bin/"; fi
-      if [ "$5" != "$2" ]; then cp "$5" "$1/inst/bin/corral-host"; fi]],
-      root, h.host, core.path.resolve("lua"), h.wrapper, h.host_program)
-    host = root .. "/inst/bin/corral"
-    cache = h.capture({ host, "-e", "io.write(require('corral.probe_cache').path())" })
+    host, cache = h.private_host(root)
   end)
 
   teardown(function()
