@@ -21,9 +21,12 @@ describe("a transient resource failure #root", function()
     h.rmrf(root)
   end)
 
-  -- `corral run -- true` with at most `fds` descriptors: its output and status
-  local function run_with_fds(fds)
-    return h.sh('ulimit -n "$2" && exec "$1" run -- true 2>&1', host, tostring(fds))
+  -- `corral ARGS...` (default: run -- true) with at most `fds` descriptors: its output
+  -- and status
+  local function run_with_fds(fds, ...)
+    local args = select("#", ...) > 0 and { ... } or { "run", "--", "true" }
+    return h.sh('fds=$1 host=$2; shift 2; ulimit -n "$fds" && exec "$host" "$@" 2>&1', tostring(fds), host,
+      table.unpack(args))
   end
 
   -- what the probe cache keeps ("" when there is no file)
@@ -41,6 +44,23 @@ describe("a transient resource failure #root", function()
     out, status = h.capture({ host, "run", "--", "true" })
     assert.are.equal(0, status, out)
     assert.matches("\nholds\tuser_namespaces\t", kept())
+  end)
+
+  it("out of fds with a cold probe cache, create and confine (its Lua path) exit 120 too, never 3 nor " ..
+    "fewer layers; control: without the limit both work", function()
+    local id = "transient-" .. core.proc.getpid()
+    for _, args in ipairs({ { "create", id }, { "confine", "--permit", root, "--exec", "--", "true" } }) do
+      os.remove(cache)
+      local out, status = run_with_fds(16, table.unpack(args))
+      assert.are.equal(120, status, out)
+      assert.matches("^corral " .. args[1] .. ": setup failed: probing [%w_.]+: .*%(this process ran out " ..
+        "of file descriptors; " .. NOT_LACKED .. "\n$", out)
+    end
+    local out, status = h.capture({ host, "create", id })
+    h.capture({ host, "rm", id })
+    assert.are.equal(0, status, out)
+    out, status = h.capture({ host, "confine", "--permit", root, "--exec", "--", "true" })
+    assert.are.equal(0, status, out)
   end)
 
   it("out of fds with a warm probe cache: exit 120 naming fds, the cache kept; control: without the " ..
