@@ -68,12 +68,7 @@ describe("confine's C fast path #root", function()
       mkdir files; cd files; seq 1 5000 | xargs touch; mkdir -p zz/repo/.git/hooks]], root)
     h.must("ln -s " .. h.quote(box) .. " " .. h.quote(root .. "/box-link"))
     -- the front (served here) and the host beside it, as make install lays them out
-    h.sh([[set -e; mkdir -p "$1/inst/bin"; cp "$2" "$1/inst/bin/corral"; ln -s "$3" "$1/inst/lua"
-      if [ "$4" != "$2" ]; then cp "$4" "$1/inst/bin/"; fi
-      if [ "$5" != "$2" ]; then cp "$5" "$1/inst/bin/corral-host"; fi]],
-      root, h.host, core.path.resolve("lua"), h.wrapper, h.host_program)
-    host = root .. "/inst/bin/corral"
-    cache = h.capture({ host, "-e", "io.write(require('corral.probe_cache').path())" })
+    host, cache = h.private_host(root)
     -- the probe cache holds what holds (a first Lua run probes, and keeps what holds)
     local out, status = h.capture({ host, "confine", "--json", "--permit", box, "--", "true" })
     assert(status == 0, out)

@@ -110,6 +110,20 @@ end
 --- Runs argv (a list) and returns output and status.
 M.capture = shell.capture
 
+--- A copy of corral under `root`/inst, laid out as make install lays it (the front, the
+-- host beside it, the wrapper, its Lua modules): a host with a probe cache file of its
+-- own, which no other test rewrites.
+-- @treturn string the copy's `corral`
+-- @treturn string its probe cache file
+function M.private_host(root)
+  M.sh([[set -e; mkdir -p "$1/inst/bin"; cp "$2" "$1/inst/bin/corral"; ln -s "$3" "$1/inst/lua"
+    if [ "$4" != "$2" ]; then cp "$4" "$1/inst/bin/"; fi
+    if [ "$5" != "$2" ]; then cp "$5" "$1/inst/bin/corral-host"; fi]],
+    root, M.host, core.path.resolve("lua"), M.wrapper, M.host_program)
+  local host = root .. "/inst/bin/corral"
+  return host, shell.capture({ host, "-e", "io.write(require('corral.probe_cache').path())" })
+end
+
 --- Runs the corral host with the given arguments.
 function M.corral(...)
   return shell.capture({ M.host, ... })

@@ -39,6 +39,10 @@ static void push_errno_constants(lua_State *L)
         {"ENFILE", ENFILE},
         {"EPIPE", EPIPE},
         {"ECONNRESET", ECONNRESET},
+        {"ENOMEM", ENOMEM},
+        {"ENOSPC", ENOSPC},
+        {"ENOBUFS", ENOBUFS},
+        {"EDQUOT", EDQUOT},
     };
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -1,9 +1,9 @@
 --- The `corral` subcommands, called by the host (core/host/main.c) when its first
 -- argument names a command: parse and print only, the work is the library's.
 --
--- Exit: 0 success, 1 failure, 2 bad usage, 3 `cannot_enforce`; `confine --exec` exits
--- with the program's status (the wrapper: 125 no layer, 126, 127). Listed once in
--- docs/boundary.md.
+-- Exit: 0 success, 1 failure, 2 bad usage, 3 `cannot_enforce`, 120 `resource`; `confine
+-- --exec` exits with the program's status (the wrapper: 125 no layer, 126, 127). Listed
+-- once in docs/boundary.md.
 -- @module corral.cli
 -- first: what a broker hands its corral is read before a run clears the environment
 require "corral.broker.boundary"
@@ -24,6 +24,7 @@ end
 local function fail(cmd, err)
   io.stderr:write(string.format("corral %s: %s\n", cmd, tostring(err)))
   if errors.is(err, "cannot_enforce") then return EXIT_CANNOT end
+  if errors.is(err, "resource") then return core.exit.START_REFUSED end
   if errors.is(err) then return EXIT_USAGE end
   return 1
 end
@@ -286,7 +287,8 @@ command("probe", "establish which protections hold on this host, by doing them",
   [[corral probe [--json] [--fresh]
 
 Each capability runs a control that must succeed and then the breach that must be
-denied. Prints capability, holds/absent, the detail measured, and what it gates.
+denied. Prints capability, holds/absent, the detail measured, and what it gates
+("unknown" when a resource ran out while probing: it runs again at the next call).
 Results that hold are kept for the boot and host state (in the caller's runtime
 directory) and marked "(probed at HH:MM:SS)"; any change of that state, and any launch
 whose enforcement step fails, probes again; --fresh does it now. Ctrl-C, SIGTERM or
@@ -315,11 +317,7 @@ SIGHUP stop it after the current probe, whose result is dropped, and it exits 12
       io.write(json().encode(results), "\n")
       return 0
     end
-    for _, r in ipairs(results) do
-      io.write(string.format("%-26s %-7s %s%s%s\n", r.name, r.holds and "holds" or "absent",
-        r.detail, r.kept and os.date(" (probed at %H:%M:%S)", r.probed_at) or "",
-        #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or ""))
-    end
+    for _, r in ipairs(results) do io.write(probe.line(r), "\n") end
     return 0
   end, PROBE_OPTIONS)
 

@@ -240,9 +240,15 @@ end
 --- The confinement layers that hold on this host (probed once per process).
 -- @treturn {string,...} layer names in order, a subset of {"ns", "landlock"}
 -- @treturn string what the probes saw
+-- @return[2] nil when a probe is not known (a resource ran out while probing: never
+--   fewer layers for it)
+-- @treturn[2] table the `resource` refusal
 function M.layers()
   local ns = probe.check("confinement.namespace")
   local ll = probe.check("confinement.landlock")
+  for _, r in ipairs({ ns, ll }) do
+    if r.ran_out then return nil, probe.refusal(r) end
+  end
   local layers = {}
   local detail = string.format("namespace: %s; landlock: %s", ns.detail, ll.detail)
   if ns.holds then
@@ -250,6 +256,7 @@ function M.layers()
   else
     -- bubblewrap builds the namespace layer where corral cannot
     local bw = probe.check("confinement.bwrap")
+    if bw.ran_out then return nil, probe.refusal(bw) end
     if bw.holds then layers[#layers + 1] = "bwrap" end
     detail = detail .. "; bwrap layer: " .. bw.detail
   end
@@ -265,7 +272,7 @@ local function chosen_layers(names)
     for _, l in ipairs(names) do
       if l == want then
         local r = probe.check(LAYER_PROBES[l])
-        if not r.holds then return nil, errors.cannot_enforce(LAYER_PROBES[l], r.detail) end
+        if not r.holds then return nil, probe.refusal(r) end
         layers[#layers + 1] = l
       end
     end
@@ -280,6 +287,7 @@ local function linux_spec(cmd, args, o)
     if not layers then return nil, detail end
   else
     layers, detail = M.layers()
+    if not layers then return nil, detail end
   end
   if #layers == 0 then
     return nil, errors.cannot_enforce("filesystem_confinement",

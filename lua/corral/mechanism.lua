@@ -257,7 +257,8 @@ end
 -- asked of the host probe.
 -- @tparam table mech
 -- @tparam table sb
--- @treturn true, or nil and cannot_enforce naming the first absent capability
+-- @treturn true, or nil and cannot_enforce naming the first absent capability (`resource`
+--   when its probe is not known: a resource ran out while probing)
 function M.gate(mech, sb)
   local required, rerr = list(mech, "required_capabilities", sb)
   if not required then return nil, errors.cannot_enforce("mechanism", rerr) end
@@ -287,7 +288,7 @@ function M.gate(mech, sb)
       if not ok then
         return nil, errors.cannot_enforce(cap, "no probe establishes it: " .. tostring(result))
       end
-      if not result.holds then return nil, errors.cannot_enforce(cap, result.detail) end
+      if not result.holds then return nil, probe.refusal(result) end
     end
   end
   return true

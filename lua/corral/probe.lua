@@ -5,10 +5,12 @@
 -- and those that hold for the boot and host state (corral.probe_cache).
 -- @module corral.probe
 local core = require "corral.core"
+local errors = require "corral.errors"
 local leftovers = require "corral.leftovers"
 local probe_cache = require "corral.probe_cache"
 local probe_child = require "corral.probe_child"
 local shell = require "corral.shell"
+local transient = require "corral.transient"
 
 local M = {}
 
@@ -35,6 +37,21 @@ echo control > /storage/control && read -r got < /storage/control && [ "$got" = 
 
 local function trim(s) return (tostring(s or ""):gsub("%s+$", "")) end
 
+-- A child's words: its output, or why it did not start (probe_child.tenant's nil, why).
+local function said(out, why)
+  if out == nil then return "spawn failed: " .. tostring(why) end
+  return trim(out)
+end
+
+-- What ran out when a probe did not hold for it (corral.transient): its child's spawn,
+-- end or output (`noted`), or the system's text in its detail; never a breach, which
+-- is a verdict. Such a probe is "not known", not "absent".
+local function unknown_because(noted, detail)
+  detail = tostring(detail)
+  if detail:find("^breach") then return nil end
+  return noted or transient.of(detail)
+end
+
 local probes = {
   {
     name = "filesystem_confinement",
@@ -55,7 +72,7 @@ local probes = {
         if code == 0 then return true, "a confined child read its own storage; a sibling's was absent" end
         if code == 10 then return false, "control failed: the child could not read its own storage: " .. trim(out) end
         if code == 11 then return false, "breach: the sibling's storage was readable" end
-        return false, "child failed: " .. trim(out) .. " (" .. tostring(code) .. ")"
+        return false, "child failed: " .. (out and trim(out) .. " (" .. tostring(code) .. ")" or said(out, code))
       end)
     end,
   },
@@ -77,7 +94,7 @@ local probes = {
       lfd:close()
       if code == 0 then return true, "the host reached its loopback listener; a child in an empty netns could not" end
       if code == 11 then return false, "breach: the child reached the host's loopback listener" end
-      return false, "child failed: " .. trim(out)
+      return false, "child failed: " .. said(out, code)
     end,
   },
   {
@@ -111,7 +128,7 @@ local probes = {
       local out, code = probe_child.tenant({ "/bin/sh", "-c", [[
         grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
         unshare -U true 2>/dev/null && echo nested-userns-ok; exit 0]] })
-      if code ~= 0 then return false, "control failed: the child did not run: " .. trim(out) end
+      if code ~= 0 then return false, "control failed: the child did not run: " .. said(out, code) end
       local eff, bnd = out:match("CapEff:%s*(%x+)"), out:match("CapBnd:%s*(%x+)")
       local nnp = out:match("NoNewPrivs:%s*(%d)")
       if not eff then return false, "control failed: no status read: " .. trim(out) end
@@ -154,7 +171,10 @@ local probes = {
         if not (out:find("No space left", 1, true) or out:find("quota exceeded", 1, true)) then
           return false, "the write failed, but not for want of room: " .. trim(out)
         end
-        if not out:find("control-ok", 1, true) then return false, "control failed: " .. trim(out) end
+        -- the control's words only: the attempt's ENOSPC is the verdict, not a host running out
+        if not out:find("control-ok", 1, true) then
+          return false, "control failed: " .. trim(out:match("attempt=%d+\n(.*)"))
+        end
         return true, "a write of 16 MiB into a disk of 8 MiB failed with ENOSPC; a small write then succeeded"
       end)
     end,
@@ -166,7 +186,7 @@ local probes = {
       local out, code = probe_child.tenant({ "/bin/cat", "/proc/self/uid_map", "/proc/self/status" },
         { seccomp = false })
       if not out then return false, "spawn failed: " .. tostring(code) end
-      if code ~= 0 then return false, "child failed: " .. trim(out) end
+      if code ~= 0 then return false, "child failed: " .. said(out, code) end
       local first, outside = out:match("^%s*(%d+)%s+(%d+)%s+%d+")
       local uid = out:match("\nUid:%s*(%d+)")
       if first ~= "0" or outside == "0" or uid ~= "0" then return false, "unexpected mapping: " .. trim(out) end
@@ -183,11 +203,11 @@ local probes = {
       local control, ccode = probe_child.tenant(argv, { seccomp = false })
       local filtered, fcode = probe_child.tenant(argv, { seccomp = true })
       if ccode ~= 0 then
-        return false, "control failed: unshare(CLONE_NEWUSER) fails even without the filter: " .. trim(control)
+        return false, "control failed: unshare(CLONE_NEWUSER) fails even without the filter: " .. said(control, ccode)
       end
       if fcode == 0 then return false, "breach: the filter let unshare(CLONE_NEWUSER) through" end
       if not (filtered or ""):find("not permitted", 1, true) then
-        return false, "the filtered child failed otherwise than EPERM: " .. trim(filtered)
+        return false, "the filtered child failed otherwise than EPERM: " .. said(filtered, fcode)
       end
       return true, "without the filter a nested user namespace is created; with it, refused (EPERM)"
     end,
@@ -240,7 +260,7 @@ local probes = {
           "; no nft binary to attempt the breach with"
       end
       if code == 11 or not intact then return false, "breach: a tenant flushed the ruleset: " .. trim(out) end
-      if code ~= 0 then return false, "child failed: " .. trim(out) end
+      if code ~= 0 then return false, "child failed: " .. said(out, code) end
       return true, "ruleset applied in one batch and read back" .. where ..
         "; a tenant's `nft flush ruleset` was refused"
     end,
@@ -288,9 +308,35 @@ local probes = {
 -- @tparam string name a probe name, e.g. "confinement.landlock"
 -- @treturn table `{name =, holds =, detail =, gates =, probed_at =}` (`kept` when read from what
 --   an earlier process probed this boot), and `advice` (corral.probe_advice's
---   missing pieces) when it does not hold for a reason a setting would change
+--   missing pieces) when it does not hold for a reason a setting would change, or
+--   `ran_out` (what ran out, corral.transient) when it is not known: a resource ran out
+--   for a moment, and the probe runs again at the next call
 function M.check(name)
   return check(name)
+end
+
+--- A result as `corral probe` prints it: name, "holds", "absent" or "unknown" (a
+-- resource ran out while probing: neither), the detail, when it was kept, what it gates.
+-- @tparam table r from `M.check`
+-- @treturn string
+function M.line(r)
+  local verdict, detail = r.holds and "holds" or "absent", tostring(r.detail)
+  if r.ran_out then verdict, detail = "unknown", detail .. transient.suffix(r.ran_out) end
+  return string.format("%-26s %-7s %s%s%s", r.name, verdict, detail,
+    r.kept and os.date(" (probed at %H:%M:%S)", r.probed_at) or "",
+    #r.gates > 0 and ("  [gates: " .. table.concat(r.gates, ", ") .. "]") or "")
+end
+
+--- The refusal for a result that does not hold: `resource` when it is not known (a
+-- resource ran out while probing), else `cannot_enforce` naming the capability.
+-- @tparam table result from `M.check`
+-- @treturn table|nil nil when it holds
+function M.refusal(result)
+  if result.holds then return nil end
+  if result.ran_out then
+    return errors.resource(result.name, "probing " .. result.name .. ": " .. tostring(result.detail), result.ran_out)
+  end
+  return errors.new("cannot_enforce", { capability = result.name, detail = tostring(result.detail) })
 end
 
 -- One probe; with `signals` (a core.signal.fd the caller holds), a signal that arrived
@@ -312,18 +358,23 @@ check = function(name, signals)
                         probed_at = k.at, kept = true }
         return cache[name]
       end
+      probe_child.take_ran_out()
       local ok, holds, detail, extra = pcall(p.run)
       local sig = signals and core.signal.read(signals)
       if sig then return { name = name, interrupted = sig, gates = p.gates } end
       if not ok then holds, detail = false, "probe error: " .. tostring(holds) end
-      local advice
+      local advice, ran_out = nil, probe_child.take_ran_out()
       if not holds then
         -- What is missing and the setting that provides it (corral.probe_advice).
         local suffix, pieces = require("corral.probe_advice").advice(name)
         if suffix then detail, advice = tostring(detail) .. suffix, pieces end
+        ran_out = not advice and unknown_because(ran_out, detail)
       end
-      cache[name] = { name = name, holds = holds and true or false, detail = detail,
-                      gates = p.gates, extra = extra, advice = advice, probed_at = os.time() }
+      local r = { name = name, holds = holds and true or false, detail = detail, gates = p.gates, extra = extra,
+                  advice = advice, ran_out = ran_out or nil, probed_at = os.time() }
+      -- not known is not kept, even for this process: the resource may be back
+      if ran_out then return r end
+      cache[name] = r
       if holds then
         kept[name] = { detail = detail, extra = extra, at = os.time() }
         probe_cache.store(kept)

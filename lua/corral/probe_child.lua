@@ -6,8 +6,22 @@
 local core = require "corral.core"
 local file = require "corral.file"
 local leftovers = require "corral.leftovers"
+local transient = require "corral.transient"
 
 local M = {}
+
+-- What ran out while the current probe's children ran (corral.transient), or nil.
+local ran_out
+
+--- What ran out since the last call (a spawn that failed for want of a resource, a
+-- child killed by a signal it did not raise, output that could not be written), and
+-- forgets it: a probe that saw one is "not known" (corral.probe).
+-- @treturn string|nil
+function M.take_ran_out()
+  local what = ran_out
+  ran_out = nil
+  return what
+end
 
 -- A private scratch directory for a probe, in $TMPDIR or /tmp (corral.leftovers). Without
 -- $TMPDIR and with /tmp read-only (a `corral confine` nested in another, whose /tmp is the
@@ -40,25 +54,44 @@ read -r got < control || exit 10
 if read -r got 2>/dev/null < "$1"; then exit 11; fi
 exit 0]]
 
+-- Why a child left no output, when its output file cannot take a byte
+-- (a full $TMPDIR: the child's own words were lost to ENOSPC), else nil.
+local function unwritable(path)
+  local f, err, errno = io.open(path, "a")
+  if f then
+    f:setvbuf("no")
+    local _, werr, werrno = f:write("\n")
+    f:close()
+    err, errno = werr, werrno
+  end
+  if not err then return nil end
+  ran_out = ran_out or transient.of(errno)
+  return "its output could not be written to " .. path .. ": " .. tostring(err)
+end
+
 -- Spawns `plan` with stdin from /dev/null (a verdict must not depend on the caller's
 -- stdin: a directory there fails every layer probe), output into a scratch file, killed
--- after 10 s. Returns the output and the exit code (128+signal), or nil, error.
+-- after 10 s. Returns the output and the exit code (128+signal), or nil, error. What ran
+-- out on the way is noted (`M.take_ran_out`).
 local function run_captured(plan)
   local out_path, drop = scratch_file()
   local out = assert(io.open(out_path, "w"))
   local devnull = assert(io.open("/dev/null"))
   plan.stdin, plan.stdout, plan.stderr = devnull, out, out
-  local proc, err = core.spawn.start(plan)
+  local proc, err, errno = core.spawn.start(plan)
   devnull:close()
   out:close()
   if not proc then
     drop()
+    ran_out = ran_out or transient.of(errno)
     return nil, err
   end
   local code = proc:wait(10)
   if not code then proc:kill(); code = proc:wait() end
   proc:close()
+  ran_out = ran_out or transient.killed(code)
   local text = file.read(out_path) or ""
+  if text:find("^%s*$") then text = unwritable(out_path) or text end
   drop()
   return text, code
 end

@@ -44,7 +44,8 @@ end
 local function outcome(result, xerr, argv, say)
   if not result then
     say(tostring(xerr))
-    return errors.is(xerr, "cannot_enforce") and M.EXIT.not_started or M.EXIT.invalid
+    return (errors.is(xerr, "cannot_enforce") or errors.is(xerr, "resource")) and M.EXIT.not_started or
+      M.EXIT.invalid
   end
   if result.error and (result.code == core.exit.NOTFOUND or result.code == core.exit.NOEXEC) then
     local cmd = tostring(argv[1])

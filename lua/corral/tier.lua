@@ -22,6 +22,13 @@ function M.earned()
   return probe.check()
 end
 
+-- The refusal for a probe that is not known (a resource ran out while probing: never
+-- a step at S0 for it), or nil.
+local function unknown(earned)
+  if not earned.ran_out then return nil end
+  return errors.resource("tier S1", "probing tier S1: " .. tostring(earned.detail), earned.ran_out)
+end
+
 local function environment(names)
   local host, env = core.proc.environ(), {}
   for _, name in ipairs(names) do
@@ -142,6 +149,7 @@ function M.step(spec)
     return nil, errors.invalid_argument("cmd", argv[1] .. ": not found")
   end
   local earned = probe.check()
+  if earned.ran_out then return nil, unknown(earned) end
   if spec.min_tier == "S1" and earned.tier ~= "S1" then
     return nil, errors.cannot_enforce("tier S1", "this host did not earn it: " .. tostring(earned.detail))
   end
@@ -284,6 +292,7 @@ function M.s2(spec)
   if not fuel or fuel < 1 then return nil, errors.invalid_argument("fuel", "must be a positive integer") end
   if not memory or memory < 1 then return nil, errors.invalid_argument("memory", "must be a positive integer") end
   local earned = probe.check()
+  if earned.ran_out then return nil, unknown(earned) end
   if earned.tier ~= "S1" then
     return nil, errors.cannot_enforce("tier S2", "its child must be confined at S1, which this host did not " ..
       "earn: " .. tostring(earned.detail))

@@ -36,7 +36,7 @@ apply_env_fault() {
 
 # Extra statuses a fault explains, comma-separated. 3 and 120 are corral's own refusals
 # (a protection it could not set up, a sandbox that could not start) with their reason on
-# stderr; 137/143 a SIGKILL/SIGTERM that reached the command or corral; 2 a session that
+# stderr; a resource that ran out is 120, never 3 (lua/corral/transient.lua); 137/143 a SIGKILL/SIGTERM that reached the command or corral; 2 a session that
 # no longer exists (its keeper killed), 120 an exec its keeper left before starting it.
 fault_statuses() {
 	case $1 in
@@ -45,7 +45,7 @@ fault_statuses() {
 	kill-keeper) echo 137,120,2 ;;
 	kill-engine) echo 137 ;;
 	term-keeper) echo 143,137,120,2 ;;
-	enospc | emfile) echo 3,120 ;;
+	enospc | emfile) echo 120 ;;
 	memcg) echo 3,120,121,137 ;;
 	esac
 }

@@ -174,8 +174,9 @@ at a terminal).
 
 Exit status: the command's own (128+N when killed by signal N; 127 when it is not
 found, 126 when it cannot be executed, under every built-in mechanism); 121 when the
-memory cap ended it; 124 when --wall did; 120 when the sandbox could not start;
-122 when the mechanism could not tear it down; 2 for an invalid argument or a refused
+memory cap ended it; 124 when --wall did; 120 when the sandbox could not start, or
+a resource ran out for a moment (file descriptors, memory, disk space: "setup failed",
+not a protection this host lacks); 122 when the mechanism could not tear it down; 2 for an invalid argument or a refused
 variable; 3 when this host cannot enforce a protection. A command can exit with these
 numbers itself: corral's own say so on stderr.]]
 

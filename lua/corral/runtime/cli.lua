@@ -89,6 +89,7 @@ local function refuse(g, err)
   io.stderr:write(msg, "\n")
   state.log(g, "error", msg)
   if errors.is(err, "invalid_argument") then return core.exit.USAGE end
+  if errors.is(err, "resource") then return core.exit.START_REFUSED end
   return errors.is(err, "cannot_enforce") and core.exit.CANNOT or 1
 end
 

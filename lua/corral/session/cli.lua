@@ -61,9 +61,11 @@ without --allow has no network to open.
 With --canonical: prints the exact bytes a receipt's commitment covers (`corral verify`).]]
 M.POLICY_SPEC = { allow = "list", revoke = "list", cut = "flag", canonical = "flag" }
 
--- The status a refusal exits with, as `corral run`'s (2 invalid, 3 cannot enforce).
+-- The status a refusal exits with, as `corral run`'s (2 invalid, 3 cannot enforce,
+-- 120 a resource that ran out for a moment).
 local function status_of(code)
   if code == "cannot_enforce" then return core.exit.CANNOT end
+  if code == "resource" then return core.exit.START_REFUSED end
   if code then return core.exit.USAGE end
   return 1
 end

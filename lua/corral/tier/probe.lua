@@ -13,6 +13,7 @@ local core = require "corral.core"
 local leftovers = require "corral.leftovers"
 local policy = require "corral.tier.policy"
 local shell = require "corral.shell"
+local transient = require "corral.transient"
 
 local M = {}
 
@@ -184,7 +185,9 @@ end
 
 --- Runs the S1 probe (cached per process unless `mutate` is given).
 -- @tparam[opt] string mutate a deliberate weakening (see the module's description)
--- @treturn table `{tier = "S1"|"S0", mechanism = string|nil, detail =, probe = {control, attempts}}`
+-- @treturn table `{tier = "S1"|"S0", mechanism = string|nil, detail =, probe = {control, attempts}}`,
+--   and `ran_out` (what ran out, corral.transient) when S1 is not known: a step then fails
+--   (corral.tier) instead of running at S0
 function M.check(mutate)
   mutate = mutate or os.getenv("CORRAL_TIER_PROBE_MUTATE")
   if mutate == "" then mutate = nil end
@@ -202,7 +205,9 @@ function M.check(mutate)
   local r = { tier = holds and "S1" or "S0", mechanism = holds and ("landlock/" .. abi .. "+seccomp") or nil,
     abi = holds and abi or nil, detail = detail, probe = report or { control = false, attempts = {} },
     mutate = mutate }
-  if not mutate then cached = r end
+  -- a resource that ran out while probing: not known, and not kept (corral.transient)
+  r.ran_out = not holds and not mutate and transient.of(tostring(detail)) or nil
+  if not mutate and not r.ran_out then cached = r end
   return r
 end
 
