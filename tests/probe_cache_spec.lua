@@ -195,6 +195,7 @@ describe("corral probe under a signal #root", function()
     local tree = h.tmpdir("other-build")
     h.must("mkdir -p " .. tree .. "/build && cp " .. h.quote(h.host) .. " " .. tree .. "/build/corral && ln -s " ..
       h.quote(os.getenv("PWD") .. "/lua") .. " " .. tree .. "/lua")
+    if h.host_program ~= h.host then h.must("cp " .. h.quote(h.host_program) .. " " .. tree .. "/build/corral-host") end
     local other = tree .. "/build/corral"
     corral_probe()
     local mine = assert(h.read(FILE))

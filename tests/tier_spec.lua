@@ -15,7 +15,8 @@ local tier = require "corral.tier"
 local expect_s1 = os.getenv("CORRAL_EXPECT_S1") or ((h.sh("id -u")):match("^0\n") and "1" or "0")
 expect_s1 = expect_s1 == "1"
 
-local HOST = assert(core.path.resolve_file(h.host))
+-- the host program itself: the front `corral` would exec it, a second exec a step may deny
+local HOST = assert(core.path.resolve_file(h.host_program))
 local earned = probe.check()
 
 local function s1_or_pending()

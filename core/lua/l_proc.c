@@ -42,7 +42,8 @@ static int push_if_executable(lua_State *L, const char *candidate)
 
 /* The host sets the registry field at start-up (core/host/main.c). Loaded as
  * corral/core.so into another interpreter, look beside the module: the build tree keeps
- * the host at ../build/corral, a LuaRocks or `make install` tree at ../../../../bin. */
+ * the host at ../build/corral-host, a LuaRocks or `make install` tree at ../../../../bin;
+ * then PATH. */
 static int l_host_executable(lua_State *L)
 {
     if (lua_getfield(L, LUA_REGISTRYINDEX, "corral.host_executable") == LUA_TSTRING) return 1;
@@ -53,7 +54,10 @@ static int l_host_executable(lua_State *L)
         if (snprintf(dir, sizeof dir, "%s", info.dli_fname) < (int)sizeof dir) {
             char *slash = strrchr(dir, '/');
             if (slash) *slash = '\0';
-            static const char *const rel[] = {"/../build/corral", "/../../../../bin/corral"};
+            /* the host, which the front `corral` beside it hands its commands to; a build
+             * without a front has only `corral` */
+            static const char *const rel[] = {"/../build/corral-host", "/../build/corral",
+                                              "/../../../../bin/corral-host", "/../../../../bin/corral"};
             for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
                 char cand[PATH_MAX + 32];
                 snprintf(cand, sizeof cand, "%s%s", slash ? dir : ".", rel[i]);
@@ -61,13 +65,16 @@ static int l_host_executable(lua_State *L)
             }
         }
     }
-    char *found = NULL;
-    if (corral_resolve_executable("corral", getenv("PATH"), &found) == 0 && found[0] == '/') {
-        int ok = push_if_executable(L, found);
-        free(found);
-        if (ok) return 1;
-    } else {
-        free(found);
+    static const char *const names[] = {"corral-host", "corral"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *found = NULL;
+        if (corral_resolve_executable(names[i], getenv("PATH"), &found) == 0 && found[0] == '/') {
+            int ok = push_if_executable(L, found);
+            free(found);
+            if (ok) return 1;
+        } else {
+            free(found);
+        }
     }
     luaL_pushfail(L);
     lua_pushliteral(L, "the corral executable was not found beside corral/core.so or on PATH");
