@@ -57,7 +57,8 @@ static int l_host_executable(lua_State *L)
             /* the host, which the front `corral` beside it hands its commands to; a build
              * without a front has only `corral` */
             static const char *const rel[] = {"/../build/corral-host", "/../build/corral",
-                                              "/../../../../bin/corral-host", "/../../../../bin/corral"};
+                                              "/../../../../bin/corral-host",
+                                              "/../../../../bin/corral"};
             for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
                 char cand[PATH_MAX + 32];
                 snprintf(cand, sizeof cand, "%s%s", slash ? dir : ".", rel[i]);
