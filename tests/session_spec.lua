@@ -75,7 +75,7 @@ end
 -- Everything of `held` still on the host, as a list of texts (empty: nothing left). A
 -- namespace's inode number is reused once it is freed, so a process in a netns of that
 -- number counts only if it started before `held.ended` (another sandbox's made since
--- does not).
+-- does not); taken before the rm that frees it, as ticks are 10 ms apart.
 local function left_of(held)
   local left = {}
   if exists("/proc/" .. held.keeper) then left[#left + 1] = "keeper " .. held.keeper end
@@ -354,8 +354,8 @@ describe("sessions", function()
     assert.are.equal(0, status, out)
     assert.matches("/proc/self/fd/0 %-> /dev/pts/%d+", out)
     local k = holdings(bid)
+    k.ended = ticks_now() -- before rm: the netns's number may be reused once rm frees it
     out, status = h.corral("rm", bid)
-    k.ended = ticks_now()
     assert.are.equal(0, status, out)
     assert.are.same({}, left_of(k))
   end)
@@ -544,8 +544,10 @@ describe("sessions", function()
     if not need_root() then return end
     local k = holdings(id)
     assert.are_not.same({}, left_of(k)) -- control: while live, the keeper's objects are found
-    local out, status = h.corral("rm", id)
+    -- what the sandbox ran started before rm; a netns inode is reused as soon as it is
+    -- freed, so a process another test starts after rm may show the same one
     k.ended = ticks_now()
+    local out, status = h.corral("rm", id)
     assert.are.equal(0, status, out)
     assert.are.equal(id .. "\n", out)
     assert.are.same({}, left_of(k))

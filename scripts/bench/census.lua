@@ -5,8 +5,8 @@
 --
 -- `run_private(script, args)` (root) moves the driver into a cgroup of its own beneath
 -- each of its cgroups (corral makes a sandbox's cgroup beneath its caller's), runs
--- `corral script --inside args…` in new pid, mount and network namespaces with /tmp and
--- /run/corral on tmpfs of their own, and returns the JSON it printed: every process,
+-- `corral script --inside args…` in new pid, mount and network namespaces with /tmp,
+-- /dev/shm and /run/corral on tmpfs of their own, and returns the JSON it printed: every process,
 -- orphan (pid 1 there inherits them), network namespace, mount, nft table in the
 -- caller's netns, temporary directory and control socket the census sees is that run's.
 -- Afterwards it moves back and removes its cgroups; a sandbox cgroup left beneath them
@@ -20,7 +20,7 @@
 --   cgroups       directories beneath the driver's own cgroups, in every hierarchy
 --   nft tables    `nft list tables` in the caller's netns
 --   driver fds    the driver's own open fds
---   temp dirs     /tmp/corral-*
+--   temp dirs     /tmp/corral-* and /dev/shm/corral-*
 --   registrations control sockets in corral's runtime directory (/run/corral/UID)
 -- Each comes with the list of what it counted, so a leak is an object that was not there
 -- before (`new_items`): counts alone would not do, as an object can also go meanwhile (a
@@ -124,6 +124,7 @@ function M.run_private(script, args)
     "sh", "-c", "exec 9<\"$1\" && ip link set lo up && " ..
     "mount -t tmpfs -o mode=1777 corral-bench-tmp /tmp && " ..
     "mount -t tmpfs -o mode=0755 corral-bench-run /run/corral && " ..
+    "mount -t tmpfs -o mode=1777 corral-bench-shm /dev/shm && " ..
     "case \"$1\" in /tmp/*|/run/corral/*) " ..
     "mkdir -p \"$1\" && mount --no-canonicalize --bind /proc/self/fd/9 \"$1\";; esac && " ..
     "shift && exec \"$@\" 9<&-", "sh", M.ROOT,
@@ -227,8 +228,11 @@ function M.census()
   for _, own in ipairs(M.own_cgroups()) do cgroup_dirs(cg, own, 0) end
   c.cgroups, items.cgroups = #cg, cg
   local tmp = {}
-  for _, n in ipairs(core.fs.listdir("/tmp") or {}) do
-    if n:match("^corral%-") then tmp[#tmp + 1] = "/tmp/" .. n end
+  -- a run's name files are made on /dev/shm (corral.name_files), its storage on /tmp
+  for _, dir in ipairs({ "/tmp", "/dev/shm" }) do
+    for _, n in ipairs(core.fs.listdir(dir) or {}) do
+      if n:match("^corral%-") then tmp[#tmp + 1] = dir .. "/" .. n end
+    end
   end
   c["temp dirs"], items["temp dirs"] = #tmp, tmp
   local socks = {}
