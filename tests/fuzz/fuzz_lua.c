@@ -1,6 +1,6 @@
 /*
  * The driver of the Lua targets: each is tests/fuzz/lua/<name>.lua, a chunk that returns
- * a function of one input (a string), run in a Lua 5.4 state of its own that loads the
+ * a callable of one input (a string), run in a Lua 5.4 state of its own that loads the
  * project's modules from lua/ and its C modules from ./corral/ (run from the
  * repository's root). The function is called under pcall: a Lua error is an input the
  * parser refused, which is fine; an error that is a table with `fuzz_check` (raised by
