@@ -250,8 +250,34 @@ $(BUILD)/tests/%: tests/c/%.c $(CTEST_HDR) $(HEADERS) $(LIBCORE)
 	@echo "  LD      $@"
 	@$(CC) $(CORE_CFLAGS) $(CFLAGS) -Itests/c -o $@ $< $(LIBCORE) $(EXT_LIBS)
 
-# The corpus replay includes the fuzz targets themselves (their checks run on every input).
-$(BUILD)/tests/test_fuzz_corpus: $(wildcard tests/fuzz/fuzz_*.c)
+# The fuzz targets' corpora replayed by `make test` (tests/c/test_fuzz_corpus.c): each C
+# target (tests/fuzz/fuzz_<name>.c) built as an object of its own, its entry point renamed
+# fuzz_<name>_one, with the library code it drives; the Lua targets through
+# tests/fuzz/fuzz_lua.c. All of it under ASan and UBSan where $(CC) links them, so that a
+# sanitizer's report fails the replay as a crash does; without them, it replays plain.
+FUZZ_SAN = $(shell printf 'int main(void){return 0;}\n' | $(CC) -fsanitize=address,undefined \
+             -x c -o /dev/null - 2>/dev/null && echo -fsanitize=address,undefined \
+             -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+FUZZ_C_TARGETS := sni dns session_wire http1 h2
+FUZZ_LIB_sni          := core/lib/sni.c
+FUZZ_LIB_dns          := core/lib/dns.c
+FUZZ_LIB_session_wire := core/lib/session_wire.c core/lib/jsontext.c
+FUZZ_LIB_http1        := core/lib/http1.c core/lib/standin.c
+FUZZ_LIB_h2           := core/lib/h2.c core/lib/standin.c
+FUZZ_REPLAY_SRC := $(sort $(foreach t,$(FUZZ_C_TARGETS),$(FUZZ_LIB_$(t))))
+FUZZ_REPLAY_DEP := $(wildcard tests/fuzz/*.c tests/fuzz/*.h) $(FUZZ_REPLAY_SRC)
+FUZZ_CFLAGS = $(WARN) -O1 -g -D_GNU_SOURCE -Icore/lib $(call incflag,$(LUA_INCDIR))
+
+$(BUILD)/tests/test_fuzz_corpus: tests/c/test_fuzz_corpus.c $(CTEST_HDR) $(HEADERS) $(FUZZ_REPLAY_DEP)
+	@mkdir -p $(dir $@) $(BUILD)/fuzz-replay
+	@echo "  LD      $@"
+	@san='$(FUZZ_SAN)'; for t in $(FUZZ_C_TARGETS); do \
+	  $(CC) $(FUZZ_CFLAGS) $$san -DLLVMFuzzerTestOneInput=fuzz_$${t}_one -c \
+	    -o $(BUILD)/fuzz-replay/fuzz_$$t.o tests/fuzz/fuzz_$$t.c || exit 1; \
+	done; \
+	$(CC) $(FUZZ_CFLAGS) $$san -Itests/c -o $@ $< $(foreach t,$(FUZZ_C_TARGETS),$(BUILD)/fuzz-replay/fuzz_$(t).o) \
+	    tests/fuzz/fuzz_lua.c $(FUZZ_REPLAY_SRC) $(call libflag,$(LUA_LIBDIR)) -l$(LUA_LIBNAME) \
+	    -lhttp_parser -lnghttp2 $(call libflag,$(CRYPTO_LIBDIR)) -lcrypto -ldl -lm
 
 test-c: $(CTEST_BIN)
 
@@ -301,6 +327,7 @@ uninstall:
 lint:
 	luacheck lua tests scripts/*.lua scripts/examples/*.lua scripts/bench/*.lua
 	clang-format --dry-run --Werror core/lib/*.[ch] core/lua/*.[ch] core/host/*.[ch] core/wrapper/*.c core/front/*.c core/gen/*.c tests/c/*.[ch] \
+	    tests/fuzz/*.[ch] \
 	    scripts/bench/*.c
 
 # The whole suite, through the host, under AddressSanitizer and UBSan.
@@ -311,7 +338,7 @@ asan: deps
 	@ln -sfn ../lua build/lua  # the host finds its modules at <exe dir>/../lua
 	ASAN_OPTIONS=detect_leaks=0 scripts/run-tests --lua build/asan/corral --build build/asan
 
-fuzz: deps
+fuzz: deps all
 	@scripts/run-fuzz
 
 # The C drivers the bench scripts run (scripts/bench/*.c), under the core's warnings.

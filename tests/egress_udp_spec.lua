@@ -108,6 +108,30 @@ describe("egress udp: the summary's words and the learned lines", function()
       wanted = { ["api.test:443"] = 2, ["udp:ntp.test:123"] = 1 }, names = {}, connected = {} })
     assert.matches("\napi%.test:443  # tcp, 2 connections\nudp:ntp%.test:123  # udp, 1 flow\n", text)
   end)
+
+  it("lists only what --allow-file takes back: a name or port it would refuse is a comment saying why", function()
+    -- found by the learn fuzz target (tests/fuzz/corpus/learn): in learn mode every
+    -- hostname is answered, a single-label one too, and one refused line refused the file
+    local seen = { order = { "api.test:443", "db:5432", "udp:dns.test:53" },
+      wanted = { ["api.test:443"] = 1, ["db:5432"] = 3, ["udp:dns.test:53"] = 1 }, names = {}, connected = {} }
+    local text, listed = learn.render(seen)
+    assert.are.equal(1, listed)
+    assert.matches("\n# db:5432  # tcp, 3 connections; not an entry %-%-allow%-file takes: .*single%-label", text)
+    assert.matches("\n# udp:dns%.test:53  # udp, 1 flow; not an entry %-%-allow%-file takes: .*port 53", text)
+    local path = os.tmpname()
+    h.write(path, text)
+    local network, err = require("corral.egress.run_options").network({ ["allow-file"] = path })
+    os.remove(path)
+    assert.is_nil(err)
+    assert.are.same({ "api.test:443" }, network.allow)
+    -- the control: the same refused entry as a line of its own refuses the whole file
+    local bare = os.tmpname()
+    h.write(bare, "api.test:443\ndb:5432\n")
+    local none, why = require("corral.egress.run_options").network({ ["allow-file"] = bare })
+    os.remove(bare)
+    assert.is_nil(none)
+    assert.matches("single%-label", tostring(why))
+  end)
 end)
 
 describe("egress udp #root #netns", function()

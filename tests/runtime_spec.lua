@@ -495,6 +495,30 @@ attempt("bind8080", lambda: socket.socket().bind(("127.0.0.1", 8080)))
       assert_nothing_left(root .. "/s", "c1", keeper)
     end)
 
+    it("refuses a config.json whose members it reads have another shape: exit 2 naming --bundle, nothing made",
+      function()
+      if not is_root or not built then return pending("needs root and corral-runtime beside the host") end
+      -- found by the runtime fuzz target (tests/fuzz/corpus/runtime/crash-*): each of these raised
+      local root, bundle = scratch_bundle("rt-shape", "api.test:99999")
+      local good = h.read(bundle .. "/config.json")
+      for _, member in ipairs({ { "annotations", "corral.dev/allow" }, { "linux", "x" },
+          { "linux", { namespaces = { 7 } } }, { "linux", { sysctl = "net.x" } } }) do
+        local cfg = json.decode(good)
+        cfg[member[1]] = member[2]
+        h.write(bundle .. "/config.json", json.encode(cfg))
+        local out, status = h.capture({ RUNTIME, "--root", root .. "/state", "create", "--bundle", bundle, "c1" })
+        assert.are.equal(2, status, out)
+        assert.matches("--bundle", out, nil, true)
+        assert.matches(member[1], out, nil, true)
+        assert.is_nil(io.open(root .. "/state/c1"))
+      end
+      -- the control: the same config in its own shape is read, and refused for its annotation
+      h.write(bundle .. "/config.json", good)
+      local out, status = h.capture({ RUNTIME, "--root", root .. "/state", "create", "--bundle", bundle, "c1" })
+      assert.are.equal(2, status, out)
+      assert.matches("corral.dev/allow", out, nil, true)
+    end)
+
     it("writes its refusal to --log in the format asked, exit 2, nothing made", function()
       if not is_root or not built then return pending("needs root and corral-runtime beside the host") end
       local root, bundle = scratch_bundle("rt-root", "api.test:99999")

@@ -196,6 +196,7 @@ print("requests:" + r.text, end="")']])
       echo "plainbound:"; curl -sS http://api.test:$P/plainbound -H "Authorization: token $T"; echo "rc=$?"
       echo "dns:"; getent hosts "$T.api.test"; echo "dns=$?"
       echo "host:"; curl -sS https://api.test:$P/host -H "Host: b.test"
+      echo "name:"; curl -sS https://api.test:$P/name -H "X-$T: 1"
       /usr/bin/python3 - <<'PY'
 import http.client, os
 c = http.client.HTTPSConnection("api.test", int(os.environ["P"]))
@@ -220,6 +221,7 @@ PY
     refused("other", "toward b.test, a host that secret is not bound to (--secret NAME@b.test would admit it)")
     refused("plain", "in the clear toward plain.test:" .. http_port)
     refused("host", "Host b.test on a connection to api.test")
+    refused("name", "in a header's name toward api.test") -- found by tests/fuzz/fuzz_http1.c
     refused("plainbound", "in the clear toward api.test:" .. https_port)
     assert.matches("dns=2", out, 1, true)
     assert.matches("first 200 ok GET /first", out, 1, true)
@@ -234,7 +236,7 @@ PY
     for _, f in ipairs({ "https.log", "http.log" }) do
       for _, r in ipairs(requests(f)) do paths[r.path:gsub("%?.*", "")] = r end
     end
-    for _, p in ipairs({ "/q", "/body", "/other", "/plain", "/plainbound", "/host", "/second" }) do
+    for _, p in ipairs({ "/q", "/body", "/other", "/plain", "/plainbound", "/host", "/name", "/second" }) do
       assert.is_nil(paths[p], p .. " reached a server")
     end
     assert.are.equal("token " .. REAL, paths["/control"].headers.Authorization)
@@ -245,7 +247,7 @@ PY
     for _, e in ipairs(events()) do
       if e.verdict == "deny" and e.leak then leaks = leaks + 1 end
     end
-    assert.truthy(leaks >= 6, "leaks logged: " .. leaks)
+    assert.truthy(leaks >= 7, "leaks logged: " .. leaks)
   end)
 
   it("checks every HTTP/2 stream: a second stream naming another :authority refused, the first and a later one "

@@ -633,6 +633,7 @@ bool corral_h2_done(const struct corral_h2 *h)
 size_t corral_h2_take(struct corral_h2 *h, struct corral_intercept_event *ev, size_t max)
 {
     size_t n = h->nev < max ? h->nev : max;
+    if (n == 0) return 0; /* h->ev may be NULL yet: memcpy from NULL is undefined */
     memcpy(ev, h->ev, n * sizeof *ev);
     memmove(h->ev, h->ev + n, (h->nev - n) * sizeof *ev);
     h->nev -= n;

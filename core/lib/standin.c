@@ -114,6 +114,14 @@ static int basic_encode(struct corral_buf *value, const struct corral_buf *plain
 int corral_standin_header(const struct corral_conn_conf *c, const char *field,
                           struct corral_buf *value, bool *used, char *why, size_t why_size)
 {
+    if (corral_standin_in(c, field, strlen(field))) {
+        /* a name is never rewritten, so a stand-in there would leave as it is */
+        snprintf(why, why_size,
+                 "a secret's stand-in in a header's name toward %s: a secret is put only in a "
+                 "header's value",
+                 c->name);
+        return 1;
+    }
     struct corral_buf plain = {0};
     bool basic = strcasecmp(field, "authorization") == 0 && basic_decode(value, &plain) == 0;
     int r = 0;

@@ -41,7 +41,8 @@ struct corral_conn_conf {
 /*
  * The secrets in one request header's value (field: its name, any case): each stand-in
  * replaced by its value where the secret is bound to the connection's name (inside
- * `Authorization: Basic` credentials too; *used set), refused where it is not.
+ * `Authorization: Basic` credentials too; *used set), refused where it is not, and refused
+ * in the field name itself (a name is never rewritten).
  * Returns 0; 1 refused (why filled; always a leak); -ENOMEM.
  */
 int corral_standin_header(const struct corral_conn_conf *c, const char *field,

@@ -198,16 +198,16 @@ function Server:read(c)
     local line, rest = c.buf:match("^([^\n]*)\n(.*)$")
     if not line then break end
     c.buf = rest
-    local answer = self:answer(line, c)
+    local text = M.answer_line(self.ops, line, c)
     close_fds(c.fds)
     c.fds = nil
-    if c.taken then
+    if not text then
       -- the op answers on this connection itself, from now on (a session's exec, rm)
       self.clients[c] = nil
       require("corral.egress.loop").changed()
       return
     end
-    if not send_all(c.fd, encode(answer)) or c.last then return self:drop(c) end
+    if not send_all(c.fd, text) or c.last then return self:drop(c) end
   end
   if #c.buf > M.LINE_MAX then
     send_all(c.fd, encode({ ok = false, error = "request longer than " .. M.LINE_MAX .. " bytes" }))
@@ -247,6 +247,21 @@ function Server:answer(line, c)
   if not ok then return { ok = false, error = "op " .. req.op .. " failed: " .. tostring(result):match("^[^\n]*") } end
   if result == nil then return { ok = false, error = tostring(err) } end
   return { ok = true, result = plain(result) }
+end
+
+--- One request line answered by `ops` as a server answers it: the answer's JSON line,
+-- or nil once the op took the connection. `client` is the connection's record (`{fd =,
+-- buf =, fds =}`; nil: none, and an op that needs one fails). The server's own step,
+-- named so that the fuzz targets (tests/fuzz/lua/control.lua, session.lua) drive what
+-- a client's bytes reach without a socket.
+-- @tparam table ops
+-- @tparam string line
+-- @tparam[opt] table client
+-- @treturn string|nil
+function M.answer_line(ops, line, client)
+  local answer = Server.answer({ ops = ops }, line, client)
+  if client and client.taken then return nil end
+  return encode(answer)
 end
 
 --- Stops serving and removes the registration; idempotent.

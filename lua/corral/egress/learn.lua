@@ -10,6 +10,7 @@
 local events = require "corral.egress.events"
 local errors = require "corral.errors"
 local core = require "corral.core"
+local grammar = require "corral.egress.grammar"
 
 local M = {}
 
@@ -56,6 +57,8 @@ end
 --- The suggested allowlist from what was recorded (see `start`).
 -- @tparam table seen `{wanted = {entry = count}, order = {entry...}, names = {name = count}}`
 -- @treturn string the file's text
+-- @treturn integer how many entries it lists (an entry --allow-file would refuse is a
+--   comment)
 function M.render(seen)
   local out = { "# corral run --learn: what the program connected to (each denied), with how often;",
     "# review, then: corral run --allow-file THIS-FILE -- ..." }
@@ -65,12 +68,20 @@ function M.render(seen)
     if seen.wanted[a] ~= seen.wanted[b] then return seen.wanted[a] > seen.wanted[b] end
     return a < b
   end)
+  local listed = 0
   for _, e in ipairs(entries) do
     local n = seen.wanted[e]
-    if e:sub(1, 4) == "udp:" then
-      out[#out + 1] = string.format("%s  # udp, %d flow%s", e, n, n == 1 and "" or "s")
+    local how = e:sub(1, 4) == "udp:" and string.format("udp, %d flow%s", n, n == 1 and "" or "s")
+      or string.format("tcp, %d connection%s", n, n == 1 and "" or "s")
+    -- what --allow-file would refuse (a single-label name, port 53 …) is said, never
+    -- listed: one such line would refuse the whole file
+    local _, refused = grammar.parse_entry(e)
+    if refused then
+      out[#out + 1] = string.format("# %s  # %s; not an entry --allow-file takes: %s", e, how,
+        tostring(refused.detail or refused):gsub("\n", " "))
     else
-      out[#out + 1] = string.format("%s  # tcp, %d connection%s", e, n, n == 1 and "" or "s")
+      listed = listed + 1
+      out[#out + 1] = string.format("%s  # %s", e, how)
     end
   end
   local only = {}
@@ -81,7 +92,7 @@ function M.render(seen)
   end
   table.sort(only)
   for _, l in ipairs(only) do out[#out + 1] = l end
-  return table.concat(out, "\n") .. "\n"
+  return table.concat(out, "\n") .. "\n", listed
 end
 
 --- Starts recording the events of sandbox `opts.sandbox` (all, without it). FILE is
@@ -124,14 +135,15 @@ function M.start(path, opts)
     finish = function()
       events.unsubscribe(on)
       if not file then return nil, ferr end
-      file:write(M.render(seen))
+      local text, listed = M.render(seen)
+      file:write(text)
       file:close()
       local now = core.fs.lstat(path)
       if not now or now.type ~= "file" then
         return nil, path .. " was replaced during the run (now " .. (now and now.type or "missing") ..
           "); nothing was written through what replaced it"
       end
-      return true, #seen.order
+      return true, listed
     end,
     cancel = function() events.unsubscribe(on) end,
   }

@@ -29,7 +29,45 @@ function M.read(bundle)
   if type(config) ~= "table" then
     return nil, errors.invalid_argument("--bundle", path .. ": not a JSON object (" .. tostring(derr) .. ")")
   end
+  local why = M.misshapen(config)
+  if why then return nil, errors.invalid_argument("--bundle", path .. ": " .. why) end
   return config
+end
+
+-- dkjson marks what it decodes `__jsontype` "object" or "array"
+local function jsontype(v) return type(v) == "table" and (getmetatable(v) or {}).__jsontype end
+local function is_object(v) return type(v) == "table" and jsontype(v) ~= "array" end
+local function is_array(v) return type(v) == "table" and jsontype(v) ~= "object" end
+
+-- The members corral reads or rewrites, by the shape each must have when present.
+local SHAPES = {
+  { "annotations", is_object, "an object" },
+  { "linux", is_object, "an object" },
+  { "linux.namespaces", is_array, "an array" },
+  { "linux.sysctl", is_object, "an object" },
+  { "process", is_object, "an object" },
+  { "process.capabilities", is_object, "an object" },
+}
+
+--- What in config does not have the shape corral reads it as (nil when all does): the
+-- OCI runtime spec's, for the members `confine` and the annotations touch.
+-- @tparam table config decoded by corral.json
+-- @treturn string|nil
+function M.misshapen(config)
+  for _, s in ipairs(SHAPES) do
+    local v, parent = config, nil
+    for k in s[1]:gmatch("[^.]+") do
+      parent, v = v, is_object(v) and v[k] or nil
+    end
+    if v ~= nil and is_object(parent) and not s[2](v) then return s[1] .. " must be " .. s[3] end
+  end
+  for _, n in ipairs(config.linux and config.linux.namespaces or {}) do
+    if not is_object(n) then return "linux.namespaces must hold objects" end
+  end
+  local caps = config.process and config.process.capabilities or {}
+  for k, list in pairs(caps) do
+    if not is_array(list) then return "process.capabilities." .. tostring(k) .. " must be an array" end
+  end
 end
 
 local function drop(list, set)

@@ -72,6 +72,11 @@ local function session_ops(session, corral, mech, sb)
   return ops
 end
 
+--- The ops a session's socket answers (`session`: `id`, `mech`, `sb`, `execs`, `init`),
+-- named so that the fuzz target tests/fuzz/lua/session.lua answers what a client sends
+-- without a sandbox.
+M.ops = session_ops
+
 -- Serves until rm or a terminating signal; returns the rm connection, if any.
 local function serve(session, held)
   while not session.done do
