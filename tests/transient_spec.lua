@@ -78,6 +78,21 @@ describe("a transient resource failure #root", function()
     assert.are.equal(0, status, out)
   end)
 
+  it("out of fds with a warm probe cache, confine --exec (the wrapper, its C fast path) exits 120 naming " ..
+    "the resource and keeps the cache; control: without the limit it runs", function()
+    local out, status = h.capture({ host, "confine", "--permit", root, "--exec", "--", "true" })
+    assert.are.equal(0, status, out)
+    local before = kept()
+    assert.matches("\nholds\tuser_namespaces\t", before)
+    out, status = run_with_fds(12, "confine", "--permit", root, "--exec", "--", "true")
+    assert.are.equal(120, status, out)
+    assert.matches("^corral exec%-confined: .*: [%w ]+ %(a resource ran out for a moment; " .. NOT_LACKED .. "\n$",
+      out)
+    assert.are.equal(before, kept()) -- the wrapper removed it on any failure before
+    out, status = h.capture({ host, "confine", "--permit", root, "--exec", "--", "true" })
+    assert.are.equal(0, status, out)
+  end)
+
   it("a full $TMPDIR: exit 120 with the reason naming the space; control: with room it runs; " ..
     "a read-only $TMPDIR (a lasting lack, cold cache) is still exit 3", function()
     -- a 64 KiB tmpfs in a mount namespace of this test's own: nothing outlives it

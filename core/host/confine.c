@@ -115,17 +115,32 @@ static void open_probe_cache(const char *path)
     probe_cache_name = slash + 1;
 }
 
+/* Set when the failure diag reported was a resource running out (corral_errno_transient):
+ * the wrapper then exits START_REFUSED, as a run does, not SETUP. */
+static int ran_out;
+
 __attribute__((format(printf, 2, 3))) static void diag(int err, const char *fmt, ...)
 {
-    /* The wrapper's only output: one line on stderr before it exits. */
-    if (probe_cache_dir >= 0) unlinkat(probe_cache_dir, probe_cache_name, 0);
+    /* The wrapper's only output: one line on stderr before it exits. A resource that ran
+     * out says nothing of the host's layers: the probe cache stays. */
+    if (err && corral_errno_transient(err))
+        ran_out = 1;
+    else if (probe_cache_dir >= 0)
+        unlinkat(probe_cache_dir, probe_cache_name, 0);
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "corral exec-confined: ");
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     if (err) fprintf(stderr, ": %s", strerror(err < 0 ? -err : err));
+    if (ran_out) fputs(" (a resource ran out for a moment; not a protection this host lacks)", stderr);
     fputc('\n', stderr);
+}
+
+/* The status of a layer that could not be built: START_REFUSED when a resource ran out. */
+static int setup_status(void)
+{
+    return ran_out ? CORRAL_EXIT_START_REFUSED : CORRAL_EXIT_SETUP;
 }
 
 /* A resolved path opened with no symlink anywhere on it (core/lib/path.c); binds and
@@ -827,23 +842,23 @@ static int check_read_only(const struct confine_opts *o)
 /* Runs in pid 1 of the new namespaces (or in the wrapper itself without the ns layer). */
 static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, const sigset_t *old)
 {
-    if (o->layer_ns && build_root(o) < 0) return CORRAL_EXIT_SETUP;
-    if (check_read_only(o) < 0) return CORRAL_EXIT_SETUP;
+    if (o->layer_ns && build_root(o) < 0) return setup_status();
+    if (check_read_only(o) < 0) return setup_status();
     if (chdir(o->cd) < 0) {
         /* the spec always passes --cd: by default the --permit directory itself */
         diag(errno, "cannot enter the working directory %s (--cd; by default --permit)", o->cd);
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
-    if (o->layer_landlock && apply_landlock(o) < 0) return CORRAL_EXIT_SETUP;
+    if (o->layer_landlock && apply_landlock(o) < 0) return setup_status();
     if (o->n_identities > 0) keep_setfcap = root_of_child_userns();
     int r = keep_setfcap ? corral_caps_drop_all_but(CAP_SETFCAP) : corral_caps_drop_all();
     if (r < 0) {
         diag(r, "%s", "dropping capabilities");
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         diag(errno, "%s", "no_new_privs");
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
     /* The command may share the caller's terminal: TIOCSTI (where
      * dev.tty.legacy_tiocsti=1) would type commands into the caller's shell, which runs
@@ -855,7 +870,7 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, c
     r = corral_seccomp_install(&tty); /* only reads the table */
     if (r < 0) {
         diag(r, "%s", "seccomp (terminal ioctls)");
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
     if (keep_setfcap) {
         /* CAP_SETFCAP is kept for nested id maps only: no file capability with it */
@@ -865,14 +880,14 @@ static int confine_and_run(const struct confine_opts *o, const sigset_t *mask, c
         r = corral_seccomp_install(&noxattr);
         if (r < 0) {
             diag(r, "%s", "seccomp (extended attributes)");
-            return CORRAL_EXIT_SETUP;
+            return setup_status();
         }
     }
     if (!o->layer_ns) return exec_command(o, old);
     pid_t child = fork();
     if (child < 0) {
         diag(errno, "%s", "fork");
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
     if (child == 0) _exit(exec_command(o, old));
     return corral_reaper_wait(child, mask);
@@ -887,15 +902,15 @@ int corral_exec_confined_main(int argc, char **argv)
     }
     load_root_plan();
     struct confine_opts o = {.permit_fd = -1};
-    if (parse(argc, argv, &o) < 0) return CORRAL_EXIT_SETUP;
+    if (parse(argc, argv, &o) < 0) return setup_status();
     if (!inside_boundary(&o, o.cd)) {
         diag(0, "--cd %s is outside the boundary", o.cd);
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
-    if (check_stdio() < 0) return CORRAL_EXIT_SETUP;
-    if (check_identities(&o) < 0) return CORRAL_EXIT_SETUP;
+    if (check_stdio() < 0) return setup_status();
+    if (check_identities(&o) < 0) return setup_status();
     if (plan_home(&o, o.layer_ns || o.layer_bwrap || o.n_identities > 0) < 0)
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
 
     if (o.layer_bwrap) {
         /* bubblewrap binds from paths: hand it the checked directories themselves
@@ -927,7 +942,7 @@ int corral_exec_confined_main(int argc, char **argv)
             int fd = i == 0 ? o.permit_fd : o.extra_fds[i - 1];
             if (fstat(fd, &st) < 0) {
                 diag(errno, "%s", "fstat boundary");
-                return CORRAL_EXIT_SETUP;
+                return setup_status();
             }
             snprintf(ids[i], sizeof ids[i], "%llu:%llu", (unsigned long long)st.st_dev,
                      (unsigned long long)st.st_ino);
@@ -953,7 +968,7 @@ int corral_exec_confined_main(int argc, char **argv)
                                        .with_landlock = o.layer_landlock};
         int br = corral_confine_bwrap_exec(&l);
         diag(br, "%s", "bwrap layer");
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
 
     sigset_t mask, old;
@@ -963,7 +978,7 @@ int corral_exec_confined_main(int argc, char **argv)
     int r = enter_namespaces();
     if (r < 0) {
         diag(r, "namespace layer: %s", "unshare");
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
     /* A pidfd on ourselves lets pid 1 see whether we died before its death signal was
      * armed: the parent lives outside its pid namespace, so getppid() reads 0. */
@@ -971,14 +986,14 @@ int corral_exec_confined_main(int argc, char **argv)
     pid_t init = fork();
     if (init < 0) {
         diag(errno, "%s", "fork");
-        return CORRAL_EXIT_SETUP;
+        return setup_status();
     }
     if (init == 0) {
         /* The tree dies with the wrapper: pid 1's death kills the whole namespace. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (self >= 0) {
             struct pollfd p = {.fd = self, .events = POLLIN};
-            if (poll(&p, 1, 0) > 0) _exit(CORRAL_EXIT_SETUP);
+            if (poll(&p, 1, 0) > 0) _exit(setup_status());
             close(self);
         }
         _exit(confine_and_run(&o, &mask, &old));

@@ -68,3 +68,19 @@ ssize_t corral_write_nosigpipe(int fd, const void *buf, size_t len)
     errno = err;
     return n;
 }
+
+int corral_errno_transient(int err)
+{
+    switch (err < 0 ? -err : err) {
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case ENOSPC:
+    case EDQUOT:
+    case EAGAIN:
+    case ENOBUFS:
+        return 1;
+    default:
+        return 0;
+    }
+}

@@ -66,6 +66,11 @@ int corral_write_file(const char *path, const char *text, size_t len);
  * number of ready fds (0: timed out) or -errno. */
 int corral_poll_fd(int fd, short events, int timeout_ms);
 
+/* 1 when errno err (or -err) says a resource ran out for a moment (fds, memory, space, a
+ * quota, a process limit, kernel buffers): a failure to retry, never a protection the
+ * host lacks. The same set as lua/corral/transient.lua's. */
+int corral_errno_transient(int err);
+
 /* 1 when the absolute path is dir itself or lies beneath it, else 0. A plain string
  * test on resolved paths: "/a/bc" is not beneath "/a/b", and every absolute path is
  * beneath "/". */

@@ -50,6 +50,14 @@ fault_statuses() {
 	esac
 }
 
+# The signal a fault sends (KILL or TERM), or nothing for the others.
+signal_of() {
+	case $1 in
+	kill-*) echo KILL ;;
+	term-*) echo TERM ;;
+	esac
+}
+
 # Pids of the processes beneath RUN (read from /proc with builtins only: a strike must be
 # quicker than the short runs it aims at) whose argv has MARK, named (or not) corral.
 marked() {

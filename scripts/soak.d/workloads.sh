@@ -94,8 +94,11 @@ wl_session() {
 	[ "$(tail -n 1 "$ST")" = "create 0 0" ] || return
 	"$C" exec "$id" -- sh -c 'echo kept >/tmp/f; sleep 0.2' soakmark-"$1"
 	note exec 0 $?
-	"$C" exec "$id" -- sh -c 'grep -qx kept /tmp/f && curl -sf -m 5 http://srv.soak.test:'"$SRV_PORT"'/ >/dev/null' soakmark-"$1"
-	note exec 0 $?
+	# the second reads what the first wrote: only after it completed
+	if [ "$(tail -n 1 "$ST")" = "exec 0 0" ]; then
+		"$C" exec "$id" -- sh -c 'grep -qx kept /tmp/f && curl -sf -m 5 http://srv.soak.test:'"$SRV_PORT"'/ >/dev/null' soakmark-"$1"
+		note exec 0 $?
+	fi
 	"$C" rm "$id" >/dev/null
 	note rm 0 $?
 }
