@@ -133,7 +133,8 @@ __attribute__((format(printf, 2, 3))) static void diag(int err, const char *fmt,
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     if (err) fprintf(stderr, ": %s", strerror(err < 0 ? -err : err));
-    if (ran_out) fputs(" (a resource ran out for a moment; not a protection this host lacks)", stderr);
+    if (ran_out)
+        fputs(" (a resource ran out for a moment; not a protection this host lacks)", stderr);
     fputc('\n', stderr);
 }
 
@@ -909,8 +910,7 @@ int corral_exec_confined_main(int argc, char **argv)
     }
     if (check_stdio() < 0) return setup_status();
     if (check_identities(&o) < 0) return setup_status();
-    if (plan_home(&o, o.layer_ns || o.layer_bwrap || o.n_identities > 0) < 0)
-        return setup_status();
+    if (plan_home(&o, o.layer_ns || o.layer_bwrap || o.n_identities > 0) < 0) return setup_status();
 
     if (o.layer_bwrap) {
         /* bubblewrap binds from paths: hand it the checked directories themselves
