@@ -64,4 +64,27 @@ describe("leftovers", function()
     assert.are.equal("/tmp", base("TMPDIR=relative"))
     assert.are.equal(dir, base("TMPDIR=" .. h.quote(dir .. "//")))
   end)
+
+  it("puts sweeps off while a put_off scope is open, runs them once at run or close", function()
+    local ran = {}
+    local function sweep(name) return function() ran[#ran + 1] = name end end
+    do
+      local scope <close> = leftovers.put_off()
+      leftovers.sweep_soon(sweep("a"))
+      leftovers.sweep_soon(sweep("b"))
+      assert.are.same({}, ran) -- put off
+      scope.run()
+      assert.are.same({ "a", "b" }, ran)
+      scope.run()
+      assert.are.same({ "a", "b" }, ran) -- once
+    end
+    do
+      local scope <close> = leftovers.put_off() -- luacheck: ignore
+      leftovers.sweep_soon(sweep("c"))
+      assert.are.same({ "a", "b" }, ran)
+    end
+    assert.are.same({ "a", "b", "c" }, ran) -- a scope that ends without run runs them
+    leftovers.sweep_soon(sweep("d")) -- control: no scope open, it runs at once
+    assert.are.same({ "a", "b", "c", "d" }, ran)
+  end)
 end)

@@ -50,6 +50,32 @@ function M.sweep(dir, pattern, remove)
   return removed
 end
 
+-- The sweeps put off by the open `put_off` scope (nil: none is open).
+local later
+
+--- Runs a sweep now, or, while a `put_off` scope is open, when that scope runs its sweeps.
+-- @tparam function fn the sweep
+function M.sweep_soon(fn)
+  if later then later[#later + 1] = fn else fn() end
+end
+
+--- Puts off every `sweep_soon` from now until the returned value's `run` (or its close):
+-- a sweep removes what dead processes left, which nothing made meanwhile depends on, so a
+-- caller that waits anyway does it then (corral.run: while the sandbox's init builds its
+-- root).
+-- @treturn table `run()` runs the sweeps put off, once; a to-be-closed value that runs
+--   them when it closes
+function M.put_off()
+  local mine = {}
+  later = mine
+  local scope = {}
+  function scope.run()
+    if later == mine then later = nil end
+    while #mine > 0 do table.remove(mine, 1)() end
+  end
+  return setmetatable(scope, { __close = scope.run })
+end
+
 -- Whether path is ours and of this type: never a link, nor what another user made.
 local function own(path, type)
   local st = core.fs.lstat(path)

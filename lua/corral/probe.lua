@@ -348,7 +348,7 @@ check = function(name, signals)
   if not swept then
     -- once a process, before its first probe or gate: what a killed one left goes
     swept = true
-    M.sweep()
+    leftovers.sweep_soon(M.sweep)
   end
   for _, p in ipairs(probes) do
     if p.name == name then

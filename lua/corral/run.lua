@@ -4,6 +4,7 @@
 -- @module corral.run
 local core = require "corral.core"
 local errors = require "corral.errors"
+local leftovers = require "corral.leftovers"
 local steps = require "corral.run.steps"
 
 local M = {}
@@ -133,6 +134,9 @@ local function in_sandbox(run, held, registration)
   local plan, err = steps.planned(run, corral)
   if not plan then return nil, err end
   local reports <close> = setmetatable({ run = run }, steps.Reports) -- closed after the storage
+  -- the sweeps of what dead processes left wait for the spawn's set-up (`alongside`), or
+  -- run when the run ends without one
+  local sweeps <close> = leftovers.put_off()
   local storage <close>, serr = steps.storage_of(run, plan.args, true)
   if serr then return nil, serr end
   local sandbox <close>, perr = steps.provisioned(run, corral, plan, storage, reports)
@@ -145,6 +149,7 @@ local function in_sandbox(run, held, registration)
   local function alongside()
     registration.value = announced(run, corral, plan, sandbox.sb)
     if storage.temp then steps.sweep_temp() end
+    sweeps.run()
   end
   local result, xerr = run_command(corral, plan.mech, sandbox.sb, run.req.argv, held, alongside)
   reports.ran = result ~= nil
