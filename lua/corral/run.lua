@@ -146,6 +146,10 @@ local function in_sandbox(run, held, registration)
   if early then return { signal = early, sandbox = sandbox } end
   reports:start_learning()
   if run.hooks.witness then run.hooks.witness.began(corral, plan.mech, sandbox.sb) end
+  -- what the registration loads is loaded first: once the init is made, every page this
+  -- process writes is copied from the init that shares it (~1 ms for these modules)
+  require "corral.control_ops"
+  require "corral.egress.loop"
   local function alongside()
     registration.value = announced(run, corral, plan, sandbox.sb)
     if storage.temp then steps.sweep_temp() end
