@@ -87,4 +87,18 @@ describe("leftovers", function()
     leftovers.sweep_soon(sweep("d")) -- control: no scope open, it runs at once
     assert.are.same({ "a", "b", "c", "d" }, ran)
   end)
+
+  it("puts off sweep_own_soon too, then sweeps each prefix of a directory at run", function()
+    local a, b = dir .. "/corral-a-" .. dead .. "-x1", dir .. "/corral-b-" .. dead .. "-x2"
+    local live = dir .. "/corral-a-" .. core.proc.getpid() .. "-x3" -- this process's own
+    for _, d in ipairs({ a, b, live }) do assert(core.fs.mkdir(d, tonumber("700", 8))) end
+    local scope <close> = leftovers.put_off()
+    leftovers.sweep_own_soon(dir, "corral-a-")
+    leftovers.sweep_own_soon(dir, "corral-b-")
+    assert.is_truthy(core.fs.lstat(a) and core.fs.lstat(b)) -- put off
+    scope.run()
+    assert.is_nil(core.fs.lstat(a))
+    assert.is_nil(core.fs.lstat(b))
+    assert.is_truthy(core.fs.lstat(live)) -- control: a live pid's stays
+  end)
 end)

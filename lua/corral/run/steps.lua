@@ -69,7 +69,7 @@ Storage.__close = Storage.remove_temp
 
 --- Removes the temporary storages that runs now gone made (a SIGKILLed run leaves its own).
 function M.sweep_temp()
-  leftovers.sweep_own(TEMP_DIR, TEMP_PREFIX)
+  leftovers.sweep_own_soon(TEMP_DIR, TEMP_PREFIX)
 end
 
 --- The storage (a to-be-closed value: a temporary one is removed when it closes), made
