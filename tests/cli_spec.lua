@@ -680,6 +680,23 @@ describe("corral CLI", function()
     h.rmrf(outside)
   end)
 
+  it("run refused at provisioning still sweeps what dead probes left (the sweeps run as it ends)", function()
+    local dead = h.sh("sh -c 'echo $$'"):match("%d+") -- a process that has exited
+    local stale = "/tmp/corral-probe-" .. dead .. "-sweep4"
+    local st = h.tmpdir("sweep-busy")
+    assert(os.execute("mkdir " .. stale))
+    -- the storage held by another holder's lock: the provision is refused
+    local holder = io.popen("exec flock -n " .. h.quote(st) .. " -c 'read -r _'", "w")
+    h.wait_for(function() return not os.execute("flock -n " .. h.quote(st) .. " true") end)
+    local out, status = h.corral("run", "--storage", st, "--", "true")
+    holder:close()
+    assert.are.equal(2, status, out)
+    assert.matches("in use by another sandbox", out)
+    assert.is_nil(h.sh("test -e " .. stale .. " && echo present"):match("present"))
+    os.execute("rm -rf " .. stale)
+    h.rmrf(st)
+  end)
+
   it("sbpl prints the deny-default profile with the resolved boundary", function()
     os.execute("ln -sfn " .. box .. " " .. root .. "/link")
     local out, status = h.corral("sbpl", "--permit", root .. "/link")

@@ -64,4 +64,41 @@ describe("leftovers", function()
     assert.are.equal("/tmp", base("TMPDIR=relative"))
     assert.are.equal(dir, base("TMPDIR=" .. h.quote(dir .. "//")))
   end)
+
+  it("puts sweeps off while a put_off scope is open, runs them once at run or close", function()
+    local ran = {}
+    local function sweep(name) return function() ran[#ran + 1] = name end end
+    do
+      local scope <close> = leftovers.put_off()
+      leftovers.sweep_soon(sweep("a"))
+      leftovers.sweep_soon(sweep("b"))
+      assert.are.same({}, ran) -- put off
+      scope.run()
+      assert.are.same({ "a", "b" }, ran)
+      scope.run()
+      assert.are.same({ "a", "b" }, ran) -- once
+    end
+    do
+      local scope <close> = leftovers.put_off() -- luacheck: ignore
+      leftovers.sweep_soon(sweep("c"))
+      assert.are.same({ "a", "b" }, ran)
+    end
+    assert.are.same({ "a", "b", "c" }, ran) -- a scope that ends without run runs them
+    leftovers.sweep_soon(sweep("d")) -- control: no scope open, it runs at once
+    assert.are.same({ "a", "b", "c", "d" }, ran)
+  end)
+
+  it("puts off sweep_own_soon too, then sweeps each prefix of a directory at run", function()
+    local a, b = dir .. "/corral-a-" .. dead .. "-x1", dir .. "/corral-b-" .. dead .. "-x2"
+    local live = dir .. "/corral-a-" .. core.proc.getpid() .. "-x3" -- this process's own
+    for _, d in ipairs({ a, b, live }) do assert(core.fs.mkdir(d, tonumber("700", 8))) end
+    local scope <close> = leftovers.put_off()
+    leftovers.sweep_own_soon(dir, "corral-a-")
+    leftovers.sweep_own_soon(dir, "corral-b-")
+    assert.is_truthy(core.fs.lstat(a) and core.fs.lstat(b)) -- put off
+    scope.run()
+    assert.is_nil(core.fs.lstat(a))
+    assert.is_nil(core.fs.lstat(b))
+    assert.is_truthy(core.fs.lstat(live)) -- control: a live pid's stays
+  end)
 end)

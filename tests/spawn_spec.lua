@@ -52,6 +52,22 @@ describe("core.spawn.start #root", function()
     assert.are.equal("ran\n", h.read(dir .. "/marker"))
   end)
 
+  it("calls plan.meanwhile once, before it returns, while the init builds the root", function()
+    local pl, calls = plan(dir), 0
+    pl.meanwhile = function() calls = calls + 1 end
+    local p = assert(core.spawn.start(pl))
+    assert.are.equal(1, calls) -- before start returned: the caller's work overlapped the set-up
+    assert.are.equal(0, (p:wait(5)))
+    assert.are.equal("ran\n", h.read(dir .. "/marker"))
+    -- an error it raises stays its own: the spawn goes on (the caller keeps what it needs)
+    os.remove(dir .. "/marker")
+    pl.meanwhile = function() calls = calls + 1 error("meanwhile failed") end
+    p = assert(core.spawn.start(pl))
+    assert.are.equal(2, calls)
+    assert.are.equal(0, (p:wait(5)))
+    assert.are.equal("ran\n", h.read(dir .. "/marker"))
+  end)
+
   it("starts the command as pid 2 under its init, every capability set empty", function()
     local pl = plan(dir)
     pl.argv = { "sh", "-c", "{ echo pid=$$; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status; " ..

@@ -739,6 +739,7 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     }
     close(syncp[1]);
     syncp[1] = -1;
+    if (p->meanwhile) p->meanwhile(p->meanwhile_arg);
 
     struct report rep;
     ssize_t n;

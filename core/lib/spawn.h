@@ -78,6 +78,11 @@ struct corral_spawn_plan {
                         where it expects its sources (an idmapped storage, a disk) and the
                         host's mount table never holds them */
     size_t n_attach;
+    /* NULL, or called once in the parent after the child is released and before its
+       report is awaited: the caller's own work done while the child builds the root
+       (never on the path that joins a running sandbox directly) */
+    void (*meanwhile)(void *arg);
+    void *meanwhile_arg;
     int ctty;       /* 1: fd 0 (a pty's slave) becomes the controlling terminal of the
                        command's new session, and the command its foreground job */
     int join_pidfd; /* >= 0: run inside the namespaces of this running sandbox's init

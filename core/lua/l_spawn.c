@@ -65,6 +65,22 @@ static const char *opt_string(lua_State *L, int t, const char *field)
     return s;
 }
 
+/* plan.meanwhile: the caller's function, run while the child builds its root. Its
+ * errors stay its own (it keeps them: corral.run's housekeeping); one raised here is
+ * dropped rather than thrown past the spawn's open descriptors. */
+struct meanwhile {
+    lua_State *L;
+    int fn;
+};
+
+static void call_meanwhile(void *arg)
+{
+    struct meanwhile *m = arg;
+    if (!lua_checkstack(m->L, 2)) return;
+    lua_pushvalue(m->L, m->fn);
+    if (lua_pcall(m->L, 0, 0, 0) != LUA_OK) lua_pop(m->L, 1);
+}
+
 static int opt_bool(lua_State *L, int t, const char *field)
 {
     lua_getfield(L, t, field);
@@ -325,6 +341,13 @@ static int l_spawn(lua_State *L)
                              sizeof corral_tenant_filter / sizeof corral_tenant_filter[0]};
     int r = 0;
     if (opt_bool(L, 1, "seccomp")) plan.seccomp = &bpf;
+
+    struct meanwhile mw = {L, 0};
+    if (lua_getfield(L, 1, "meanwhile") == LUA_TFUNCTION) {
+        mw.fn = lua_gettop(L);
+        plan.meanwhile = call_meanwhile;
+        plan.meanwhile_arg = &mw;
+    }
 
     struct corral_spawn_result res;
     const char *step = "";

@@ -50,6 +50,57 @@ function M.sweep(dir, pattern, remove)
   return removed
 end
 
+-- The sweeps put off by the open `put_off` scope (nil: none is open).
+local later
+
+--- Runs a sweep now, or, while a `put_off` scope is open, when that scope runs its sweeps.
+-- @tparam function fn the sweep
+function M.sweep_soon(fn)
+  if later then later[#later + 1] = fn else fn() end
+end
+
+--- `sweep_own(dir, prefix)` now, or put off as `sweep_soon`'s; those put off for one
+-- directory then share its listing (a run's /tmp: its storages and the probes' scratch).
+-- @tparam string dir
+-- @tparam string prefix
+function M.sweep_own_soon(dir, prefix)
+  if later then later[#later + 1] = { dir = dir, prefix = prefix } else M.sweep_own(dir, prefix) end
+end
+
+-- Runs sweeps put off: each directory's own sweeps in one listing, then the others.
+local function run_all(sweeps)
+  local by_dir, dirs = {}, {}
+  for _, s in ipairs(sweeps) do
+    if type(s) == "table" then
+      if not by_dir[s.dir] then by_dir[s.dir], dirs[#dirs + 1] = {}, s.dir end
+      table.insert(by_dir[s.dir], s.prefix)
+    end
+  end
+  for _, dir in ipairs(dirs) do M.sweep_own_all(dir, by_dir[dir]) end
+  for _, s in ipairs(sweeps) do
+    if type(s) == "function" then s() end
+  end
+end
+
+--- Puts off every `sweep_soon` from now until the returned value's `run` (or its close):
+-- a sweep removes what dead processes left, which nothing made meanwhile depends on, so a
+-- caller that waits anyway does it then (corral.run: while the sandbox's init builds its
+-- root).
+-- @treturn table `run()` runs the sweeps put off, once; a to-be-closed value that runs
+--   them when it closes
+function M.put_off()
+  local mine = {}
+  later = mine
+  local scope = {}
+  function scope.run()
+    if later == mine then later = nil end
+    local sweeps = table.move(mine, 1, #mine, 1, {})
+    for i = #mine, 1, -1 do mine[i] = nil end
+    run_all(sweeps)
+  end
+  return setmetatable(scope, { __close = scope.run })
+end
+
 -- Whether path is ours and of this type: never a link, nor what another user made.
 local function own(path, type)
   local st = core.fs.lstat(path)

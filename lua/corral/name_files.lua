@@ -98,7 +98,7 @@ function M.write(hostname)
     -- run left is where that run's successors make theirs
     if not swept[base] then
       swept[base] = true
-      leftovers.sweep_own(base, "corral-names-")
+      leftovers.sweep_own_soon(base, "corral-names-")
     end
     dir, err = leftovers.make(base, "corral-names-")
     if dir then break end

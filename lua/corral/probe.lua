@@ -17,6 +17,7 @@ local M = {}
 local cache = {}
 local check -- (name, signals) → result; M.check's body
 local swept = false -- whether this process has swept the scratch of dead ones
+local SCRATCH_PREFIX = "corral-probe-" -- probe_child's scratch (corral.leftovers)
 -- what the probe cache held when this process first asked (nil: not read yet)
 local kept
 
@@ -25,7 +26,7 @@ local kept
 -- @tparam[opt] string dir where to look (default: $TMPDIR, or /tmp)
 -- @treturn integer how many were removed
 function M.sweep(dir)
-  return leftovers.sweep_own(dir or leftovers.base(), "corral-probe-")
+  return leftovers.sweep_own(dir or leftovers.base(), SCRATCH_PREFIX)
 end
 
 -- A write past the cap of the probe's disk, then the control in the same sandbox: room
@@ -348,7 +349,7 @@ check = function(name, signals)
   if not swept then
     -- once a process, before its first probe or gate: what a killed one left goes
     swept = true
-    M.sweep()
+    leftovers.sweep_own_soon(leftovers.base(), SCRATCH_PREFIX)
   end
   for _, p in ipairs(probes) do
     if p.name == name then

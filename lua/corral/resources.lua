@@ -5,6 +5,7 @@
 local core = require "corral.core"
 local sandbox = require "corral.sandbox"
 local storage = require "corral.storage"
+local leftovers = require "corral.leftovers"
 local limits = require "corral.limits"
 local name_files = require "corral.name_files"
 
@@ -14,7 +15,7 @@ local M = {}
 M.sweep = require("corral.leftovers").sweep
 
 --- Removes empty `corral-<pid>-<n>` cgroups beneath our own whose creator is gone (corral.leftovers).
-M.sweep_cgroups = require("corral.leftovers").sweep_cgroups
+M.sweep_cgroups = leftovers.sweep_cgroups
 
 --- Whether the sandbox needs an egress plane (an allowlist or a service port).
 function M.needs_plane(sb)
@@ -106,7 +107,9 @@ function M.acquire(sb, opts)
     if not ok then return refuse(err) end
   end
   -- swept on every provision, so a SIGKILLed run's cgroup need not wait for one with limits
-  if core.proc.geteuid() == 0 and core.cgroup then pcall(M.sweep_cgroups) end
+  if core.proc.geteuid() == 0 and core.cgroup then
+    leftovers.sweep_soon(function() pcall(M.sweep_cgroups) end)
+  end
   st.cgroup, err = limits.cgroup(sb)
   if err then return refuse(err) end
   st.names, err = name_files.write(name_files.HOSTNAME)

@@ -4,6 +4,7 @@
 -- @module corral.run
 local core = require "corral.core"
 local errors = require "corral.errors"
+local leftovers = require "corral.leftovers"
 local steps = require "corral.run.steps"
 
 local M = {}
@@ -97,15 +98,30 @@ end
 
 -- The held signals go to the sandbox, and this process stays to clean up (dying here
 -- would leave the cgroup behind); a custom mechanism's exec runs in a watched child
--- (corral.mechanism.watch) bounded by --wall and these signals.
-local function run_command(corral, mech, sb, argv, held)
+-- (corral.mechanism.watch) bounded by --wall and these signals. `alongside` is the run's
+-- own work that need not precede the spawn: done while the sandbox's init builds its root
+-- where the mechanism offers that wait (`exec_meanwhile`: two cores overlap it), else
+-- before the command starts; and once in any case (a spawn that failed early skips it).
+local function run_command(corral, mech, sb, argv, held, alongside)
   local terminal <close> = saved_terminal() -- luacheck: ignore
   local result, xerr
-  if corral.mechanism.is_builtin(mech) then
-    result, xerr = corral.exec(mech, sb, argv, { signals = held.fd })
-  else
-    result, xerr = require("corral.mechanism.watch").exec(mech, sb, argv, {}, held.fd)
+  if not corral.mechanism.is_builtin(mech) then
+    alongside()
+    return require("corral.mechanism.watch").exec(mech, sb, argv, {}, held.fd)
   end
+  if not mech.exec_meanwhile then
+    alongside()
+    return corral.exec(mech, sb, argv, { signals = held.fd })
+  end
+  local done, raised = false, nil
+  local function meanwhile()
+    done = true
+    local ok, err = pcall(alongside)
+    if not ok then raised = err end
+  end
+  result, xerr = corral.exec(mech, sb, argv, { signals = held.fd, meanwhile = meanwhile })
+  if raised then error(raised, 0) end
+  if not done then alongside() end
   return result, xerr
 end
 
@@ -118,7 +134,10 @@ local function in_sandbox(run, held, registration)
   local plan, err = steps.planned(run, corral)
   if not plan then return nil, err end
   local reports <close> = setmetatable({ run = run }, steps.Reports) -- closed after the storage
-  local storage <close>, serr = steps.storage_of(run, plan.args)
+  -- the sweeps of what dead processes left wait for the spawn's set-up (`alongside`), or
+  -- run when the run ends without one
+  local sweeps <close> = leftovers.put_off()
+  local storage <close>, serr = steps.storage_of(run, plan.args, true)
   if serr then return nil, serr end
   local sandbox <close>, perr = steps.provisioned(run, corral, plan, storage, reports)
   if not sandbox then return nil, perr end
@@ -127,8 +146,16 @@ local function in_sandbox(run, held, registration)
   if early then return { signal = early, sandbox = sandbox } end
   reports:start_learning()
   if run.hooks.witness then run.hooks.witness.began(corral, plan.mech, sandbox.sb) end
-  registration.value = announced(run, corral, plan, sandbox.sb)
-  local result, xerr = run_command(corral, plan.mech, sandbox.sb, run.req.argv, held)
+  -- what the registration loads is loaded first: once the init is made, every page this
+  -- process writes is copied from the init that shares it (~1 ms for these modules)
+  require "corral.control_ops"
+  require "corral.egress.loop"
+  local function alongside()
+    registration.value = announced(run, corral, plan, sandbox.sb)
+    if storage.temp then steps.sweep_temp() end
+    sweeps.run()
+  end
+  local result, xerr = run_command(corral, plan.mech, sandbox.sb, run.req.argv, held, alongside)
   reports.ran = result ~= nil
   return { result = result, xerr = xerr, sandbox = sandbox }
 end

@@ -50,7 +50,9 @@ end
 -- @tparam[opt] table opts stdin/stdout/stderr; `join`: the command joins a running
 --   sandbox, whose root is built already (no tree is made); `env` (name → value, checked
 --   by the caller) and `cwd` instead of the sandbox's; `ctty`: stdin is a pty's slave
---   that becomes the command's controlling terminal
+--   that becomes the command's controlling terminal; `meanwhile`: a function called
+--   once the sandbox's init is made, while it builds the root (not when the command
+--   joins a running sandbox directly)
 -- @treturn table plan
 -- @treturn[2] nil and cannot_enforce when a detached tree cannot be made
 function M.plan(sb, st, argv, opts)
@@ -84,6 +86,7 @@ function M.plan(sb, st, argv, opts)
     binds = binds, symlinks = links, proc = root.proc, dev = root.dev, tmp_mib = root.tmp_mib,
     seccomp = true, rlimits = root.rlimits, cgroup_procs = root.cgroup_procs,
     stdin = opts.stdin, stdout = opts.stdout, stderr = opts.stderr,
+    meanwhile = opts.meanwhile,
   }
 end
 
@@ -128,5 +131,8 @@ local function spawn(sb, st, argv, opts)
 end
 
 lifecycle.build(M, spawn, { trees = true }, nil, true)
+
+--- exec's `opts.meanwhile` is called while the sandbox's init builds its root (plan's).
+M.exec_meanwhile = true
 
 return M

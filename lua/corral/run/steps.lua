@@ -67,15 +67,22 @@ function Storage:remove_temp()
 end
 Storage.__close = Storage.remove_temp
 
+--- Removes the temporary storages that runs now gone made (a SIGKILLed run leaves its own).
+function M.sweep_temp()
+  leftovers.sweep_own_soon(TEMP_DIR, TEMP_PREFIX)
+end
+
 --- The storage (a to-be-closed value: a temporary one is removed when it closes), made
 -- after every argument is checked, so an invalid value leaves nothing behind.
 -- @tparam table run the context
 -- @tparam table args run_request.arguments'
+-- @tparam[opt] boolean sweep_later the caller calls `sweep_temp` itself once a temporary
+--   storage is made (corral.run: while the sandbox's init builds its root)
 -- @treturn table the storage (`root`, `id`, `temp`), and an error when none could be made
-function M.storage_of(run, args)
+function M.storage_of(run, args, sweep_later)
   local storage = setmetatable({ run = run, root = args.root, id = args.id }, Storage)
   if not run.req.storage then
-    leftovers.sweep_own(TEMP_DIR, TEMP_PREFIX)
+    if not sweep_later then M.sweep_temp() end
     local made, terr = storage:new_temp()
     if not made then return storage, terr end
   end
