@@ -220,7 +220,7 @@ $(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $
 # prerequisite: a tree built before the front existed holds the host at this very path,
 # newer than these sources.
 FRONT_SRC := core/front/front.c core/host/dispatch.c core/host/session_exec.c core/host/session_tty.c \
-             core/host/confine_fast.c core/host/confine_fast_cache.c \
+             core/host/confine_fast.c core/host/confine_fast_cache.c core/host/confine_fast_protected.c \
              $(filter-out core/wrapper/exec_confined.c,$(WRAPPER_SRC))
 $(FRONT): $(FRONT_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $(BUILD)/gen/confine_fast_tables.h \
     $(LIBCORE) Makefile

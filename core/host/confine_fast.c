@@ -19,7 +19,7 @@
 #include "confine.h"
 #include "confine_fast.h"
 #include "confine_fast_cache.h"
-#include "confine_fast_tables.h" /* generated, see core/gen/confine_fast_tables.lua */
+#include "confine_fast_plan.h"
 #include "jsontext.h"
 #include "path.h"
 #include "rootplan.h"
@@ -27,38 +27,7 @@
 
 extern char **environ;
 
-/* A growing list of strings (NULL-terminated once anything was added). */
-struct list {
-    char **v;
-    size_t n, cap;
-};
-
-/* The candidates judged already (the plan's `seen`): a hash set, as a boundary may hold
- * thousands of repositories, each with its dozen names. */
-struct set {
-    char **slot;
-    size_t cap, n;
-};
-
-struct fast {
-    const char *why; /* why the line was declined */
-    const char *permit_arg, *cd_arg;
-    struct list extra_args, ro_args, wr_args;
-    int exec;
-    char **cmdv; /* the command and its arguments (after `--`) */
-    int cmdc;
-    char *host, *wrapper; /* the host executable, and the wrapper program a spec names */
-    char *cache_path;
-    char *permit, *cd, *cmd;
-    struct list extras, extra_kinds; /* kinds: "dir", "file", "socket" */
-    struct list roots, read_only, writable, env;
-    /* the read-only plan (corral.confinement.protected.plan) */
-    struct list paths, absent, unprotected, unprotected_why;
-    struct set seen;
-    int stopped;
-};
-
-static int decline(struct fast *f, const char *why)
+int cf_decline(struct fast *f, const char *why)
 {
     if (!f->why) f->why = why;
     return -1;
@@ -66,15 +35,15 @@ static int decline(struct fast *f, const char *why)
 
 /* Set by any allocation that failed on the way: a list missing an entry (a protected
  * path) would be a weaker spec than Lua's, so the line is then declined. */
-static int alloc_failed;
+int cf_alloc_failed;
 
-static int list_add(struct list *l, char *s)
+int cf_list_add(struct list *l, char *s)
 {
-    if (!s) return alloc_failed = 1, -1;
+    if (!s) return cf_alloc_failed = 1, -1;
     if (l->n + 2 > l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
         char **v = realloc(l->v, cap * sizeof *v);
-        if (!v) return alloc_failed = 1, -1;
+        if (!v) return cf_alloc_failed = 1, -1;
         l->v = v;
         l->cap = cap;
     }
@@ -91,15 +60,15 @@ static uint64_t hash(const char *s)
     return h;
 }
 
-/* Adds s; returns 1 when it was there already (or cannot be added: alloc_failed). */
-static int set_add(struct set *t, char *s)
+/* Adds s; returns 1 when it was there already (or cannot be added: cf_alloc_failed). */
+int cf_set_add(struct set *t, char *s)
 {
     if (2 * (t->n + 1) > t->cap) {
         struct set bigger = {calloc(t->cap ? t->cap * 2 : 64, sizeof(char *)),
                              t->cap ? t->cap * 2 : 64, 0};
-        if (!bigger.slot) return alloc_failed = 1;
+        if (!bigger.slot) return cf_alloc_failed = 1;
         for (size_t i = 0; i < t->cap; i++)
-            if (t->slot[i]) set_add(&bigger, t->slot[i]);
+            if (t->slot[i]) cf_set_add(&bigger, t->slot[i]);
         free(t->slot);
         *t = bigger;
     }
@@ -111,7 +80,7 @@ static int set_add(struct set *t, char *s)
     return 0;
 }
 
-static int set_has(const struct set *t, const char *s)
+int cf_set_has(const struct set *t, const char *s)
 {
     if (!t->cap) return 0;
     for (size_t i = hash(s) & (t->cap - 1); t->slot[i]; i = (i + 1) & (t->cap - 1))
@@ -119,18 +88,18 @@ static int set_has(const struct set *t, const char *s)
     return 0;
 }
 
-static char *concat3(const char *a, const char *b, const char *c)
+char *cf_concat3(const char *a, const char *b, const char *c)
 {
     size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
     char *s = malloc(la + lb + lc + 1);
-    if (!s) return alloc_failed = 1, NULL;
+    if (!s) return cf_alloc_failed = 1, NULL;
     memcpy(s, a, la);
     memcpy(s + la, b, lb);
     memcpy(s + la + lb, c, lc + 1);
     return s;
 }
 
-static int compare_strings(const void *a, const void *b)
+int cf_compare_strings(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -151,26 +120,26 @@ static int parse_line(struct fast *f, int argc, char **argv)
                     strcmp(a, "--extra") == 0 || strcmp(a, "--read-only") == 0 ||
                     strcmp(a, "--writable") == 0;
         /* --json, --broker, --layers, --help, --name=value, an operand before `--`... */
-        if (!value) return decline(f, "an option or operand it does not cover");
+        if (!value) return cf_decline(f, "an option or operand it does not cover");
         if (i + 1 >= argc || strcmp(argv[i + 1], "--") == 0)
-            return decline(f, "an option without its value");
+            return cf_decline(f, "an option without its value");
         const char *v = argv[++i];
         int r = 0;
         if (strcmp(a, "--permit") == 0 || strcmp(a, "--cd") == 0) {
             const char **slot = a[2] == 'p' ? &f->permit_arg : &f->cd_arg;
-            if (*slot) return decline(f, "an option given twice");
+            if (*slot) return cf_decline(f, "an option given twice");
             *slot = v;
         } else {
             struct list *l = strcmp(a, "--extra") == 0       ? &f->extra_args
                              : strcmp(a, "--read-only") == 0 ? &f->ro_args
                                                              : &f->wr_args;
-            r = list_add(l, (char *)v);
+            r = cf_list_add(l, (char *)v);
         }
-        if (r < 0) return decline(f, "out of memory");
+        if (r < 0) return cf_decline(f, "out of memory");
     }
-    if (!f->exec) return decline(f, "not --exec");
-    if (!f->permit_arg) return decline(f, "no --permit");
-    if (i + 1 >= argc) return decline(f, "no command");
+    if (!f->exec) return cf_decline(f, "not --exec");
+    if (!f->permit_arg) return cf_decline(f, "no --permit");
+    if (i + 1 >= argc) return cf_decline(f, "no command");
     f->cmdv = argv + i + 1;
     f->cmdc = argc - i - 1;
     return 0;
@@ -185,11 +154,11 @@ static int check_process(struct fast *f)
     static const char *const lua_only[] = {"LUA_INIT_5_4", "LUA_INIT", "CORRAL_BROKER",
                                            "CORRAL_BROKER_BOUNDARY"};
     for (size_t i = 0; i < sizeof lua_only / sizeof lua_only[0]; i++)
-        if (getenv(lua_only[i])) return decline(f, "a variable the Lua host acts on is set");
+        if (getenv(lua_only[i])) return cf_decline(f, "a variable the Lua host acts on is set");
     for (int fd = 0; fd <= 2; fd++) {
         struct stat st;
         if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
-            return decline(f, "a directory on a standard fd");
+            return cf_decline(f, "a directory on a standard fd");
     }
     return 0;
 }
@@ -208,12 +177,12 @@ static int compare_names(const void *a, const void *b)
 static int collect_env(struct fast *f)
 {
     for (char **e = environ; e && *e; e++)
-        if (strchr(*e, '=') && list_add(&f->env, *e) < 0) return decline(f, "out of memory");
+        if (strchr(*e, '=') && cf_list_add(&f->env, *e) < 0) return cf_decline(f, "out of memory");
     if (f->env.n) qsort(f->env.v, f->env.n, sizeof *f->env.v, compare_names);
     for (size_t i = 0; i < f->env.n; i++) {
-        if (f->env.v[i][0] == '=') return decline(f, "a variable with an empty name");
+        if (f->env.v[i][0] == '=') return cf_decline(f, "a variable with an empty name");
         if (i > 0 && compare_names(&f->env.v[i - 1], &f->env.v[i]) == 0)
-            return decline(f, "a variable set twice");
+            return cf_decline(f, "a variable set twice");
     }
     return 0;
 }
@@ -323,7 +292,7 @@ static char *resolve_protected(const char *v, int must_exist, const struct list 
         if (!parent || !*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
             corral_resolve_dir(parent[0] ? parent : "/", &dir) < 0)
             return NULL;
-        out = concat3(strcmp(dir, "/") == 0 ? "" : dir, "/", base);
+        out = cf_concat3(strcmp(dir, "/") == 0 ? "" : dir, "/", base);
     } else if (r < 0) {
         return NULL;
     }
@@ -343,202 +312,36 @@ static char *resolve_protected(const char *v, int must_exist, const struct list 
 
 static int check_opts(struct fast *f)
 {
-    if (!(f->permit = resolve_dir(f->permit_arg))) return decline(f, "--permit is refused");
+    if (!(f->permit = resolve_dir(f->permit_arg))) return cf_decline(f, "--permit is refused");
     for (size_t i = 0; i < f->extra_args.n; i++) {
         const char *kind = NULL;
-        if (list_add(&f->extras, resolve_extra(f->extra_args.v[i], &kind)) < 0)
-            return decline(f, "an --extra is refused");
-        list_add(&f->extra_kinds, (char *)kind);
+        if (cf_list_add(&f->extras, resolve_extra(f->extra_args.v[i], &kind)) < 0)
+            return cf_decline(f, "an --extra is refused");
+        cf_list_add(&f->extra_kinds, (char *)kind);
     }
-    list_add(&f->roots, f->permit);
+    cf_list_add(&f->roots, f->permit);
     for (size_t i = 0; i < f->extras.n; i++)
-        if (strcmp(f->extra_kinds.v[i], "dir") == 0) list_add(&f->roots, f->extras.v[i]);
+        if (strcmp(f->extra_kinds.v[i], "dir") == 0) cf_list_add(&f->roots, f->extras.v[i]);
     for (size_t i = 0; i < f->extras.n; i++) {
         if (strcmp(f->extra_kinds.v[i], "dir") == 0) continue;
         for (size_t k = 0; k < f->roots.n; k++)
             if (corral_is_beneath(f->extras.v[i], f->roots.v[k]))
-                return decline(f, "a file --extra inside the boundary");
+                return cf_decline(f, "a file --extra inside the boundary");
     }
     for (size_t i = 0; i < f->ro_args.n; i++)
-        if (list_add(&f->read_only, resolve_protected(f->ro_args.v[i], 1, &f->roots)) < 0)
-            return decline(f, "a --read-only is refused");
+        if (cf_list_add(&f->read_only, resolve_protected(f->ro_args.v[i], 1, &f->roots)) < 0)
+            return cf_decline(f, "a --read-only is refused");
     for (size_t i = 0; i < f->wr_args.n; i++)
-        if (list_add(&f->writable, resolve_protected(f->wr_args.v[i], 0, &f->roots)) < 0)
-            return decline(f, "a --writable is refused");
+        if (cf_list_add(&f->writable, resolve_protected(f->wr_args.v[i], 0, &f->roots)) < 0)
+            return cf_decline(f, "a --writable is refused");
     f->cd = f->permit;
     if (f->cd_arg) {
-        if (!(f->cd = resolve_dir(f->cd_arg))) return decline(f, "--cd is refused");
+        if (!(f->cd = resolve_dir(f->cd_arg))) return cf_decline(f, "--cd is refused");
         int inside = corral_is_beneath(f->cd, f->permit);
         for (size_t i = 0; i < f->extras.n; i++)
             inside |= corral_is_beneath(f->cd, f->extras.v[i]);
-        if (!inside) return decline(f, "--cd outside the boundary");
+        if (!inside) return cf_decline(f, "--cd outside the boundary");
     }
-    return 0;
-}
-
-/* ---- the read-only plan (corral.confinement.protected.plan) ----------------------------- */
-
-/* listdir: the names in byte order without . and .., or an empty list. */
-static struct list listdir(const char *dir)
-{
-    struct list names = {0};
-    DIR *d = opendir(dir);
-    if (!d) return names;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            list_add(&names, strdup(e->d_name));
-    closedir(d);
-    if (names.n) qsort(names.v, names.n, sizeof *names.v, compare_strings);
-    return names;
-}
-
-/* Every git repository beneath root, breadth first within the bounds. */
-static void repositories(struct fast *f, const char *root, struct list *found)
-{
-    struct stat rst;
-    long long dev = lstat(root, &rst) == 0 ? (long long)rst.st_dev : -1;
-    long left = PROTECTED_ENTRIES;
-    struct list queue = {0};
-    int *depths = malloc(sizeof *depths * 16);
-    size_t depths_cap = 16;
-    if (!depths) {
-        alloc_failed = 1;
-        return;
-    }
-    list_add(&queue, (char *)root);
-    depths[0] = 0;
-    for (size_t head = 0; head < queue.n; head++) {
-        int depth = depths[head];
-        struct list names = depth < PROTECTED_DEPTH ? listdir(queue.v[head]) : (struct list){0};
-        for (size_t i = 0; i < names.n; i++) {
-            if (left == 0) {
-                f->stopped = 1;
-                return;
-            }
-            left--;
-            if (strcmp(names.v[i], ".git") == 0) continue;
-            char *path = concat3(queue.v[head], "/", names.v[i]);
-            struct stat st, git;
-            if (!path || lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) ||
-                (long long)st.st_dev != dev)
-                continue;
-            char *dotgit = concat3(path, "/.git", "");
-            if (dotgit && lstat(dotgit, &git) == 0 &&
-                (S_ISDIR(git.st_mode) || S_ISLNK(git.st_mode)))
-                list_add(found, path);
-            if (queue.n + 1 > depths_cap) {
-                depths_cap *= 2;
-                depths = realloc(depths, sizeof *depths * depths_cap);
-                if (!depths) {
-                    alloc_failed = 1;
-                    return;
-                }
-            }
-            depths[queue.n] = depth + 1;
-            list_add(&queue, path);
-        }
-    }
-}
-
-static int unprotected(struct fast *f, char *path, char *why)
-{
-    return list_add(&f->unprotected, path) < 0 || list_add(&f->unprotected_why, why) < 0 ? -1 : 0;
-}
-
-/* judge: held, absent, or not protected and why. */
-static void judge(struct fast *f, char *path)
-{
-    if (set_add(&f->seen, path)) return;
-    struct stat st;
-    if (lstat(path, &st) < 0) {
-        list_add(&f->absent, path);
-    } else if (S_ISLNK(st.st_mode)) {
-        unprotected(f, path, WHY_LINK);
-    } else if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
-        unprotected(f, path, WHY_SPECIAL);
-    } else if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
-        char n[32];
-        snprintf(n, sizeof n, "%lu", (unsigned long)st.st_nlink);
-        unprotected(f, path, concat3(n, WHY_HARD_LINKS, ""));
-    } else {
-        list_add(&f->paths, path);
-    }
-}
-
-/* The first symlink among the directories of name beneath base, or NULL. */
-static char *linked_on_the_way(const char *base, const char *name)
-{
-    for (const char *slash = strchr(name, '/'); slash; slash = strchr(slash + 1, '/')) {
-        if (slash == name || slash[-1] == '/') continue;
-        char *at = malloc(strlen(base) + 2 + (size_t)(slash - name));
-        struct stat st;
-        if (!at) return NULL;
-        sprintf(at, "%s/%.*s", base, (int)(slash - name), name);
-        if (lstat(at, &st) == 0 && S_ISLNK(st.st_mode)) return at;
-        free(at);
-    }
-    return NULL;
-}
-
-static void add_names(struct fast *f, const char *base, char *const *names, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        char *path = concat3(base, "/", names[i]);
-        if (!path) continue;
-        int dropped = 0;
-        for (size_t w = 0; w < f->writable.n; w++)
-            dropped |= corral_is_beneath(path, f->writable.v[w]);
-        if (dropped || set_has(&f->seen, path)) continue;
-        char *link = linked_on_the_way(base, names[i]);
-        if (link) {
-            set_add(&f->seen, path);
-            unprotected(f, path, concat3(link, WHY_ON_THE_WAY, ""));
-        } else {
-            judge(f, path);
-        }
-    }
-}
-
-static size_t count(const char *const *v)
-{
-    size_t n = 0;
-    while (v[n])
-        n++;
-    return n;
-}
-
-static int plan_read_only(struct fast *f)
-{
-    for (size_t i = 0; i < f->read_only.n; i++)
-        judge(f, f->read_only.v[i]);
-    for (size_t r = 0; r < f->roots.n; r++) {
-        const char *root = f->roots.v[r];
-        add_names(f, root, (char *const *)protected_home, count(protected_home));
-        struct list repos = {0};
-        list_add(&repos, (char *)root);
-        repositories(f, root, &repos);
-        for (size_t i = 0; i < repos.n; i++) {
-            add_names(f, repos.v[i], (char *const *)protected_repository,
-                      count(protected_repository));
-            char *modules = concat3(repos.v[i], "/.git/modules", "");
-            struct list subs = modules ? listdir(modules) : (struct list){0};
-            struct list names = {0};
-            for (size_t s = 0; s < subs.n; s++) {
-                list_add(&names, concat3(".git/modules/", subs.v[s], "/config"));
-                list_add(&names, concat3(".git/modules/", subs.v[s], "/hooks"));
-            }
-            add_names(f, repos.v[i], names.v, names.n);
-        }
-    }
-    /* a --writable inside a path that stays read-only is refused there */
-    for (size_t w = 0; w < f->writable.n; w++)
-        for (size_t p = 0; p < f->paths.n; p++)
-            if (strcmp(f->writable.v[w], f->paths.v[p]) != 0 &&
-                corral_is_beneath(f->writable.v[w], f->paths.v[p]))
-                return decline(f, "a --writable inside a read-only path");
-    if (f->paths.n) qsort(f->paths.v, f->paths.n, sizeof *f->paths.v, compare_strings);
-    if (f->absent.n) qsort(f->absent.v, f->absent.n, sizeof *f->absent.v, compare_strings);
     return 0;
 }
 
@@ -564,25 +367,25 @@ static int wrapper_args(struct fast *f, struct list *args)
 {
     static char *const fixed[] = {"exec-confined", "--layers", "ns,landlock", "--permit"};
     for (size_t i = 0; i < 4; i++)
-        list_add(args, fixed[i]);
-    list_add(args, f->permit);
+        cf_list_add(args, fixed[i]);
+    cf_list_add(args, f->permit);
     for (size_t i = 0; i < f->extras.n; i++) {
-        list_add(args, "--extra");
-        list_add(args, f->extras.v[i]);
+        cf_list_add(args, "--extra");
+        cf_list_add(args, f->extras.v[i]);
     }
     for (size_t i = 0; i < f->paths.n; i++) {
-        list_add(args, "--read-only");
-        list_add(args, f->paths.v[i]);
+        cf_list_add(args, "--read-only");
+        cf_list_add(args, f->paths.v[i]);
     }
-    list_add(args, "--cd");
-    list_add(args, f->cd);
-    list_add(args, "--probe-cache");
-    list_add(args, f->cache_path);
-    list_add(args, "--");
-    list_add(args, f->cmd);
+    cf_list_add(args, "--cd");
+    cf_list_add(args, f->cd);
+    cf_list_add(args, "--probe-cache");
+    cf_list_add(args, f->cache_path);
+    cf_list_add(args, "--");
+    cf_list_add(args, f->cmd);
     for (int i = 1; i < f->cmdc; i++)
-        list_add(args, f->cmdv[i]);
-    return alloc_failed ? -1 : 0;
+        cf_list_add(args, f->cmdv[i]);
+    return cf_alloc_failed ? -1 : 0;
 }
 
 static void json_list(struct corral_textbuf *b, const char *name, const struct list *l)
@@ -602,10 +405,10 @@ static int print_spec(struct fast *f, const struct list *args)
 {
     struct corral_textbuf b = {0};
     struct list layers = {0}, names = {0};
-    list_add(&layers, "ns");
-    list_add(&layers, "landlock");
+    cf_list_add(&layers, "ns");
+    cf_list_add(&layers, "landlock");
     for (size_t i = 0; i < f->env.n; i++)
-        list_add(&names, strndup(f->env.v[i], strcspn(f->env.v[i], "=")));
+        cf_list_add(&names, strndup(f->env.v[i], strcspn(f->env.v[i], "=")));
     const char *cmd = f->wrapper;
     corral_textbuf_addstr(&b, "{");
     json_list(&b, "args", args);
@@ -652,18 +455,18 @@ static char *host_executable(const char *named)
 static int build(struct fast *f, int argc, char **argv, const char *host, struct list *args)
 {
     if (parse_line(f, argc, argv) < 0 || check_process(f) < 0 || collect_env(f) < 0) return -1;
-    if (!(f->host = host_executable(host))) return decline(f, "/proc/self/exe cannot be read");
+    if (!(f->host = host_executable(host))) return cf_decline(f, "/proc/self/exe cannot be read");
     const char *why = NULL;
     f->wrapper = wrapper_beside(f->host);
-    if (!f->wrapper) return decline(f, "out of memory");
+    if (!f->wrapper) return cf_decline(f, "out of memory");
     if (!(f->cache_path = corral_fast_probe_cache(f->host, f->wrapper, &why)))
-        return decline(f, why);
+        return cf_decline(f, why);
     if (check_opts(f) < 0) return -1;
     if (corral_resolve_executable(f->cmdv[0], getenv("PATH"), &f->cmd) < 0)
-        return decline(f, "the command cannot be resolved");
-    if (plan_read_only(f) < 0) return -1;
-    if (!command_runnable(f->cmdv[0])) return decline(f, "the command cannot be run");
-    if (wrapper_args(f, args) < 0 || alloc_failed) return decline(f, "out of memory");
+        return cf_decline(f, "the command cannot be resolved");
+    if (cf_plan_read_only(f) < 0) return -1;
+    if (!command_runnable(f->cmdv[0])) return cf_decline(f, "the command cannot be run");
+    if (wrapper_args(f, args) < 0 || cf_alloc_failed) return cf_decline(f, "out of memory");
     return 0;
 }
 
