@@ -156,7 +156,11 @@ describe("corral exec into a live sandbox", function()
     local inner = "stty rows 33 cols 111; before=$(stty -g); " .. h.quote(h.host) .. " exec -t " .. ID ..
       " -- sh -c 'tty; stty size; test -t 0 && echo in-tty'; echo status=$?; " ..
       "test \"$(stty -g)\" = \"$before\" && echo restored"
-    local out = pty.run("script -qec " .. h.quote(inner) .. " /dev/null </dev/null")
+    -- script's input stays open (a fifo a sleeper holds) until the command is done: at the
+    -- end of its input script types the EOF character, which, typed while the command
+    -- runs, its terminal would echo as the user's
+    local out = pty.run("d=$(mktemp -d) && mkfifo \"$d/in\" && { sleep 30 >\"$d/in\" & s=$!; } && " ..
+      "script -qec " .. h.quote(inner) .. " /dev/null <\"$d/in\"; kill $s; rm -r \"$d\"")
     out = out:gsub("\r", "")
     assert.truthy(out:find("/dev/pts/%d+\n33 111\nin%-tty\nstatus=0\nrestored\n"), out)
     -- control: the same command without -t has no terminal

@@ -44,6 +44,12 @@ c["loop devices"] = #items["loop devices"]
 if with_containers then
   items.containers = lines_of("timeout 20 podman ps -a --format '{{.ID}} {{.Names}}'", ".")
   c.containers = #items.containers
+  -- corral-runtime's state of each container (the host's: the engine's state is too)
+  local states = {}
+  for _, n in ipairs(core.fs.listdir("/run/corral-runtime") or {}) do
+    if not n:match("^%.") then states[#states + 1] = "/run/corral-runtime/" .. n end
+  end
+  c["runtime states"], items["runtime states"] = #states, states
 end
 local left = {}
 for _, n in ipairs(core.fs.listdir(tiny) or {}) do

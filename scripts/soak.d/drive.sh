@@ -16,7 +16,7 @@ containers=
 command -v podman >/dev/null && containers=containers
 # the containers' image (with podman and corral-runtime beside corral): links to the
 # host's /usr, which each container binds read-only
-export RUNTIME IMAGE=
+export RUNTIME IMAGE= RUNTIME_ROOT=/run/corral-runtime
 RUNTIME=$(dirname "$C")/corral-runtime
 [ -n "$containers" ] && [ -x "$RUNTIME" ] && IMAGE=localhost/corral-soak:$$
 # through one file name, so that the census's own fd on it reads the same every time
@@ -85,6 +85,16 @@ sweep() {
 	if [ -n "$IMAGE" ]; then
 		for id in $(podman ps -a -q --filter ancestor="$IMAGE"); do
 			podman rm -f -t 0 "$id" >/dev/null 2>&1 && echo "container $id" >>"$WORK/swept"
+		done
+		# a client killed mid-create can leave a container the engine has forgotten:
+		# corral-runtime's state (and the delegate's) with no engine to delete it
+		local known
+		known=$(podman ps -a -q --no-trunc)
+		for dir in "$RUNTIME_ROOT"/*/; do
+			id=$(basename "$dir")
+			[ -d "$dir" ] && ! grep -qx "$id" <<<"$known" || continue
+			"$RUNTIME" --root "$RUNTIME_ROOT" delete --force "$id" >/dev/null 2>&1 &&
+				echo "forgotten container $id" >>"$WORK/swept"
 		done
 	fi
 	"$C" run -- /bin/true
