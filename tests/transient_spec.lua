@@ -93,6 +93,18 @@ describe("a transient resource failure #root", function()
     assert.are.equal(0, status, out)
   end)
 
+  it("out of fds, corral step exits 120 naming the resource, never a traceback; control: without the " ..
+    "limit it steps", function()
+    local grants = root .. "/grants.lua"
+    h.write(grants, 'return { read = { "/etc" } }\n')
+    local out, status = run_with_fds(12, "step", "--grants", grants, "--", "/usr/bin/head", "-1", "/etc/hostname")
+    assert.are.equal(120, status, out)
+    assert.matches("^corral step: setup failed: .*%(this process ran out of file descriptors; " .. NOT_LACKED ..
+      "\n$", out)
+    out, status = h.capture({ host, "step", "--grants", grants, "--", "/usr/bin/head", "-1", "/etc/hostname" })
+    assert.are.equal(0, status, out)
+  end)
+
   it("a full $TMPDIR: exit 120 with the reason naming the space; control: with room it runs; " ..
     "a read-only $TMPDIR (a lasting lack, cold cache) is still exit 3", function()
     -- a 64 KiB tmpfs in a mount namespace of this test's own: nothing outlives it

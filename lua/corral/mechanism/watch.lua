@@ -225,7 +225,7 @@ function M.exec(mech, sb, argv, opts, signals)
     local e = report.error
     if e.code and errors.codes[e.code] then
       return nil, errors.new(e.code, { argument = e.argument, capability = e.capability, detail = e.detail,
-                                       detail_format = e.detail_format })
+                                       detail_format = e.detail_format, resource = e.resource })
     end
     return nil, errors.invalid_argument("mechanism " .. label, tostring(e.detail))
   end

@@ -37,7 +37,7 @@ function M.context(req, hooks)
     if not names[key] then return err end
     local detail = err.detail_format and string.format(err.detail_format, names[key]) or err.detail
     return errors.new(err.code, { argument = names[key], capability = err.capability, detail = detail,
-                                  errno = err.errno })
+                                  errno = err.errno, resource = err.resource })
   end
   return run
 end

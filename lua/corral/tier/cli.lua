@@ -67,8 +67,11 @@ local function as_flag(err, flag)
   if not errors.is(err) then return err end
   local what = err.capability or err.argument
   local named = (what and what ~= flag) and (flag .. " " .. what) or flag
-  if err.capability then return errors.new(err.code, { capability = named, detail = err.detail }) end
-  return errors.new(err.code, { argument = named, detail = err.detail })
+  -- `resource`: what ran out, which a resource error's text names
+  if err.capability then
+    return errors.new(err.code, { capability = named, detail = err.detail, resource = err.resource })
+  end
+  return errors.new(err.code, { argument = named, detail = err.detail, resource = err.resource })
 end
 
 local function load_grants(path)
