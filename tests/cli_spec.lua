@@ -686,8 +686,11 @@ describe("corral CLI", function()
     local st = h.tmpdir("sweep-busy")
     assert(os.execute("mkdir " .. stale))
     -- the storage held by another holder's lock: the provision is refused
-    local holder = io.popen("exec flock -n " .. h.quote(st) .. " -c 'read -r _'", "w")
-    h.wait_for(function() return not os.execute("flock -n " .. h.quote(st) .. " true") end)
+    -- the holder waits for the lock (without -n: the probe below holds it for a moment,
+    -- and a holder that gave up then would leave the storage free)
+    local holder = io.popen("exec flock " .. h.quote(st) .. " -c 'read -r _'", "w")
+    assert.is_true(h.wait_for(function() return not os.execute("flock -n " .. h.quote(st) .. " true") end, 20),
+      "the holder never took the lock")
     local out, status = h.corral("run", "--storage", st, "--", "true")
     holder:close()
     assert.are.equal(2, status, out)
