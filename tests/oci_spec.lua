@@ -554,6 +554,56 @@ for h in sys.argv[2:]: go(h)
     assert.truthy(there > 0, "no kill left a container or a client behind: nothing was swept")
   end)
 
+  it("deletes through podman's runtime a created container of a dead corral the engine forgot; " ..
+    "control: a living owner's stays", function()
+    if not need_engine() then return end
+    local runc = core.path.resolve_executable("runc")
+    local busybox = core.fs.lstat("/bin/busybox") and "/bin/busybox"
+    if engine().kind ~= "podman" or not runc or not busybox then
+      pending("needs podman, runc and a static /bin/busybox")
+      return
+    end
+    -- a pid with no process: a child that has ended
+    local gone = assert(core.spawn.start({ plain = true, path = "/bin/true", argv = { "true" }, env = {} }))
+    local dead = gone:pid()
+    gone:wait()
+    gone:close()
+    local suffix = core.proc.getpid() .. "-" .. dead
+    local ids = { dead = "corral-spec-dead-" .. suffix, live = "corral-spec-live-" .. suffix }
+    -- what a podman client killed mid-create leaves: runc's "created" container, its init
+    -- waiting to be started, with the owner annotation podman handed it
+    local function create(id, owner)
+      local bundle = root .. "/" .. id
+      assert(h.sh("mkdir -p " .. bundle .. "/rootfs && cp " .. busybox .. " " .. bundle .. "/rootfs/busybox && " ..
+        runc .. " spec --bundle " .. bundle .. " && echo ok") == "ok\n")
+      local json = require "corral.json"
+      local config = json.decode(h.read(bundle .. "/config.json"))
+      config.process.terminal = false
+      config.process.args = { "/busybox", "sleep", "60" }
+      config.annotations = { ["corral.owner"] = tostring(owner) }
+      local f = assert(io.open(bundle .. "/config.json", "w"))
+      f:write(json.encode(config))
+      f:close()
+      local out = h.sh(runc .. " create --bundle " .. bundle .. " " .. id .. " </dev/null >/dev/null 2>&1 && echo ok")
+      assert.are.equal("ok\n", out, "runc create " .. id)
+    end
+    local function state(id)
+      return h.sh(runc .. " state " .. id .. " 2>/dev/null | grep -o '\"status\": *\"[a-z]*\"' || true")
+    end
+    local ok, err = pcall(function()
+      create(ids.dead, dead)
+      create(ids.live, core.proc.getpid())
+      assert.matches("created", state(ids.dead))
+      local out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--storage",
+        root .. "/sweeper", "--", "/bin/true")
+      assert.are.equal(0, status, out)
+      assert.are.equal("", state(ids.dead), "the dead owner's container is still in runc's list")
+      assert.matches("created", state(ids.live)) -- control: its owner lives
+    end)
+    for _, id in pairs(ids) do h.sh(runc .. " delete --force " .. id .. " >/dev/null 2>&1 || true") end
+    if not ok then error(err, 0) end
+  end)
+
   -- Runs script under corral run (its own process group), signals corral once the script
   -- is up (how.at_once: at once, while the engine is still starting the container;
   -- how.group: the whole group that signal how.times times, as a terminal's Ctrl-C

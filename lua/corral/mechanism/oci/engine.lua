@@ -105,22 +105,32 @@ function M.argv_of(eng, args)
   return full
 end
 
---- Runs an engine subcommand to completion (at most `M.config.timeout` seconds).
--- @tparam {string,...} args the subcommand and its arguments
--- @treturn[1] string its stdout
--- @return[2] nil
--- @treturn[2] table cannot_enforce("oci", the command and the engine's own words)
--- @treturn[2] integer the exit status
-function M.call(args)
-  local eng, why = M.engine()
-  if not eng then return nil, errors.cannot_enforce("oci", why) end
-  local full = M.argv_of(eng, args)
+--- The argv of podman's OCI runtime (the one its global flags or `M.config.runtime` name,
+-- at its default root, as podman's conmon runs it) for args; nil when the engine is not
+-- podman or the runtime is not found.
+function M.runtime_argv(args)
+  local eng = M.engine()
+  if not eng or eng.kind ~= "podman" then return nil end
+  local runtime = M.config.runtime
+  for i, v in ipairs(eng.conf.global or {}) do
+    if not runtime and v == "--runtime" then runtime = eng.conf.global[i + 1] end
+  end
+  local path = runtime and (runtime:sub(1, 1) == "/" and runtime or core.path.resolve_executable(runtime))
+  if not path or path:sub(1, 1) ~= "/" then return nil end
+  local full = { path }
+  table.move(args, 1, #args, 2, full)
+  return full
+end
+
+-- Runs full (an engine's or its runtime's argv) to completion, at most
+-- `M.config.timeout` seconds, in a private directory: as `call`.
+local function run(full)
   local dir, derr = M.private_dir()
   if not dir then return nil, errors.cannot_enforce("oci", "a private directory for the engine: " .. tostring(derr)) end
   local out_path = dir .. "/out"
   local out, err_f = io.open(out_path, "w"), io.open(out_path .. ".err", "w")
   local devnull = io.open("/dev/null")
-  local proc, serr = core.spawn.start({ plain = true, new_session = true, path = eng.path, argv = full,
+  local proc, serr = core.spawn.start({ plain = true, new_session = true, path = full[1], argv = full,
     env = M.ENV, cwd = dir, stdin = devnull, stdout = out, stderr = err_f })
   devnull:close()
   out:close()
@@ -142,6 +152,25 @@ function M.call(args)
     or not code and string.format("no answer within %d s", M.config.timeout)
     or string.format("status %d: %s", code, (stderr:gsub("%s+$", "")))
   return nil, errors.cannot_enforce("oci", "`" .. shell.join(full) .. "` failed (" .. what .. ")"), code
+end
+
+--- Runs an engine subcommand to completion (at most `M.config.timeout` seconds).
+-- @tparam {string,...} args the subcommand and its arguments
+-- @treturn[1] string its stdout
+-- @return[2] nil
+-- @treturn[2] table cannot_enforce("oci", the command and the engine's own words)
+-- @treturn[2] integer the exit status
+function M.call(args)
+  local eng, why = M.engine()
+  if not eng then return nil, errors.cannot_enforce("oci", why) end
+  return run(M.argv_of(eng, args))
+end
+
+--- Runs a subcommand of podman's OCI runtime (`runtime_argv`), as `call`.
+function M.runtime_call(args)
+  local full = M.runtime_argv(args)
+  if not full then return nil, errors.cannot_enforce("oci", "no OCI runtime of podman's to call") end
+  return run(full)
 end
 
 --- Removes a container at once (SIGKILL to what runs in it: podman's `rm --force`

@@ -8,6 +8,7 @@
 -- @module corral.mechanism.oci.marks
 local core = require "corral.core"
 local file = require "corral.file"
+local json = require "corral.json"
 local leftovers = require "corral.leftovers"
 local proctree = require "corral.proctree"
 local resources = require "corral.resources"
@@ -61,13 +62,34 @@ local function end_clients(names)
   end
 end
 
+-- Deletes, through podman's OCI runtime, each container it still holds whose
+-- `corral.owner` annotation names a pid with no process. The engine can forget a
+-- container its runtime still holds: a client killed while the runtime was creating it
+-- leaves a "created" container (its init waiting to be started, forever) that podman no
+-- longer lists, so `rm` cannot reach it. Asked at every sweep, not only when a mark
+-- outlived its process: the runtime's create may end after that mark's sweep looked.
+local function sweep_runtime()
+  local out = engine.runtime_call({ "list", "--format", "json" })
+  local ok, list = pcall(json.decode, out or "null")
+  if not ok or type(list) ~= "table" then return 0 end
+  local removed = 0
+  for _, c in ipairs(list) do
+    local owner = type(c) == "table" and type(c.annotations) == "table" and c.annotations["corral.owner"]
+    if type(c.id) == "string" and type(owner) == "string" and owner:match("^%d+$")
+      and not core.fs.lstat("/proc/" .. owner) and engine.runtime_call({ "delete", "--force", c.id }) then
+      removed = removed + 1
+    end
+  end
+  return removed
+end
+
 --- Removes the containers of corral processes that are gone (SIGKILL leaves them no
 -- chance to): when some process's mark (`owner-PID`) outlived it, the engine clients
 -- it started are killed first (one still creating its container would otherwise add it
 -- after the sweep looked), then every container labelled `corral.owner=PID` whose PID
--- has no process, and each container the mark names, are removed. A mark goes only
--- once its containers have, so one the engine could not remove is tried again by the
--- next sweep.
+-- has no process, and each container the mark names, are removed, and last what the
+-- engine's runtime still holds of them. A mark goes only once its containers have, so
+-- one the engine could not remove is tried again by the next sweep.
 -- @treturn integer how many were removed
 function M.sweep()
   local dir = engine.scratch_dir()
@@ -79,7 +101,7 @@ function M.sweep()
     for name in (file.read(path) or ""):gmatch("[^\n]+") do named[name] = path:match("(%d+)$") end
     return true
   end)
-  if #dead == 0 then return 0 end
+  if #dead == 0 then return sweep_runtime() end
   end_clients(named)
   local out, err = engine.call({ "ps", "--all", "--filter", "label=corral.owner", "--format",
     "{{.Names}} {{index .Labels \"corral.owner\"}}" })
@@ -96,6 +118,7 @@ function M.sweep()
   for name in pairs(named) do
     if engine.remove(name) then removed = removed + 1 end
   end
+  removed = removed + sweep_runtime()
   for _, path in ipairs(dead) do
     if not kept[path:match("(%d+)$")] then os.remove(path) end
   end

@@ -52,7 +52,11 @@ local function root_flags(sb, st, root, eng)
       -- the engine would also copy all the tenant prints into a log file on the host, with
       -- no bound (conmon's k8s-file: 192 MB for a 200 MB print); the attached streams stay
       "--log-driver", "none")
-  if eng.kind == "podman" then add("--read-only-tmpfs=false", "--pull", "never") end
+  if eng.kind == "podman" then
+    -- the owner also as an annotation: podman hands annotations to its OCI runtime, whose
+    -- own list then names the owner of a container podman has forgotten (marks.sweep)
+    add("--read-only-tmpfs=false", "--pull", "never", "--annotation", "corral.owner=" .. core.proc.getpid())
+  end
   if not engine.config.image then
     for _, m in ipairs(root.mounts) do
       if m.type == "bind" and (not m.optional or core.fs.lstat(m.src)) then
