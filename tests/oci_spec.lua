@@ -590,9 +590,12 @@ for h in sys.argv[2:]: go(h)
     local function state(id)
       return h.sh(runc .. " state " .. id .. " 2>/dev/null | grep -o '\"status\": *\"[a-z]*\"' || true")
     end
+    local mark = require("corral.mechanism.oci.marks").path(dead)
     local ok, err = pcall(function()
       create(ids.dead, dead)
       create(ids.live, core.proc.getpid())
+      -- and the mark a SIGKILLed corral leaves, which makes the next one sweep
+      assert(io.open(mark, "w")):close()
       assert.matches("created", state(ids.dead))
       local out, status = h.corral("run", "--mechanism", "oci", "--engine", engine().path, "--storage",
         root .. "/sweeper", "--", "/bin/true")
@@ -601,7 +604,10 @@ for h in sys.argv[2:]: go(h)
       assert.matches("created", state(ids.live)) -- control: its owner lives
     end)
     for _, id in pairs(ids) do h.sh(runc .. " delete --force " .. id .. " >/dev/null 2>&1 || true") end
+    local mark_left = core.fs.lstat(mark)
+    os.remove(mark)
     if not ok then error(err, 0) end
+    assert.is_nil(mark_left, "the sweep left the dead owner's mark")
   end)
 
   -- Runs script under corral run (its own process group), signals corral once the script

@@ -46,28 +46,52 @@ local function clients_of(names)
   return found
 end
 
+-- The container ids (conmon's `-c ID`) in the argvs of pids, as a set of words.
+local function container_ids(pids)
+  local ids = {}
+  for _, pid in ipairs(pids) do
+    local argv = proctree.argv(pid)
+    for i, word in ipairs(argv) do
+      if word == "-c" and argv[i + 1] then ids[argv[i + 1]] = true end
+    end
+  end
+  return ids
+end
+
+-- Waits (until the monotonic time `until_`) for the pids of list() to end.
+local function wait_gone(list, until_)
+  local pids = list()
+  while #pids > 0 and core.clock.monotime() < until_ do
+    core.io.poll({}, 0.05)
+    pids = list()
+  end
+end
+
 -- Ends a dead corral's engine clients first, so that no container appears after the
--- sweep looked: each is killed and waited for (up to 5 s).
+-- sweep looked: each (podman's client, its conmon) is killed and waited for, then the
+-- runtime's own `create` a killed conmon started, which runs on to its end and would
+-- add its container after the runtime's list was read (5 s at most in all).
 local function end_clients(names)
   local pids = clients_of(names)
+  local ids = container_ids(pids)
   for _, pid in ipairs(pids) do core.proc.kill(pid, 9) end
   local until_ = core.clock.monotime() + 5
-  while #pids > 0 and core.clock.monotime() < until_ do
+  wait_gone(function()
     local alive = {}
     for _, pid in ipairs(pids) do
       if core.fs.lstat("/proc/" .. pid) then alive[#alive + 1] = pid end
     end
-    pids = alive
-    if #pids > 0 then core.io.poll({}, 0.05) end
-  end
+    return alive
+  end, until_)
+  wait_gone(function() return clients_of(ids) end, until_)
 end
 
 -- Deletes, through podman's OCI runtime, each container it still holds whose
 -- `corral.owner` annotation names a pid with no process. The engine can forget a
 -- container its runtime still holds: a client killed while the runtime was creating it
 -- leaves a "created" container (its init waiting to be started, forever) that podman no
--- longer lists, so `rm` cannot reach it. Asked at every sweep, not only when a mark
--- outlived its process: the runtime's create may end after that mark's sweep looked.
+-- longer lists, so `rm` cannot reach it. Asked only when a mark outlived its process
+-- (the runtime's list reads every container it holds: ~10 ms, far more with many).
 local function sweep_runtime()
   local out = engine.runtime_call({ "list", "--format", "json" })
   local ok, list = pcall(json.decode, out or "null")
@@ -101,7 +125,7 @@ function M.sweep()
     for name in (file.read(path) or ""):gmatch("[^\n]+") do named[name] = path:match("(%d+)$") end
     return true
   end)
-  if #dead == 0 then return sweep_runtime() end
+  if #dead == 0 then return 0 end
   end_clients(named)
   local out, err = engine.call({ "ps", "--all", "--filter", "label=corral.owner", "--format",
     "{{.Names}} {{index .Labels \"corral.owner\"}}" })
