@@ -98,6 +98,56 @@ describe("core.spawn.start #root", function()
     assert.are.equal(THREE, ignored(out) & THREE, out)
   end)
 
+  -- A spawner that clones a sandbox holds that sandbox's owner ids for the clone; killed
+  -- then, its parent-death SIGKILL to its other sandboxes' inits must still land (it is
+  -- checked as a signal from the ids the spawner died with).
+  it("a spawner SIGKILLed while it clones under one owner's ids takes another owner's sandbox with it", function()
+    local script = [[
+      local core = require "corral.core"
+      local function plan(uid, cmd)
+        return { path = "/usr/bin/sh", argv = { "sh", "-c", cmd }, env = { "PATH=/usr/bin" }, cwd = "/",
+          new_net = true, uid = uid, gid = uid, binds = { { src = "/usr", dest = "/usr" } },
+          symlinks = { { target = "usr/lib", path = "/lib" }, { target = "usr/lib64", path = "/lib64" } } }
+      end
+      local a = assert(core.spawn.start(plan(2000000101, "sleep 60")))
+      io.stdout:write(a:pid(), "\n")
+      io.stdout:flush()
+      while true do -- sandboxes of another owner, one after the other, until killed
+        local b = core.spawn.start(plan(2000000102, "true"))
+        if b then b:wait() b:close() end
+      end]]
+    local function alive(pid)
+      local stat = h.read("/proc/" .. pid .. "/stat")
+      return stat ~= nil and not stat:match("^%d+ %b() [ZX]")
+    end
+    local outlived, killed = {}, 0
+    for i = 1, 12 do
+      local out = dir .. "/spawner-" .. i
+      local f = assert(io.open(out, "w"))
+      local spawner = assert(core.spawn.start({ plain = true, path = h.host_program,
+        argv = { h.host_program, "-e", script }, env = { "PATH=/usr/bin:/bin" }, stdout = f }))
+      f:close()
+      local init
+      h.wait_for(function()
+        init = tonumber((h.read(out) or ""):match("^(%d+)\n"))
+        return init
+      end, 10)
+      assert.truthy(init, "the spawner never started its first sandbox")
+      assert.is_true(alive(init)) -- control: the first sandbox runs while its spawner lives
+      os.execute("sleep 0." .. (1 + i % 3)) -- into its loop of clones under the other owner
+      spawner:kill(9)
+      spawner:wait()
+      spawner:close()
+      killed = killed + 1
+      if not h.wait_for(function() return not alive(init) end, 5) then
+        outlived[#outlived + 1] = init
+        core.proc.kill(init, 9)
+      end
+    end
+    assert.are.equal(12, killed)
+    assert.are.same({}, outlived, "inits that outlived their SIGKILLed spawner")
+  end)
+
   it("fails a timed wait with the three values of every binding, ETIMEDOUT", function()
     local pl = plan(dir)
     pl.argv = { "sh", "-c", "sleep 5" }

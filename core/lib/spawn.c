@@ -15,6 +15,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/sched.h>
+#include <linux/securebits.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -517,6 +518,13 @@ static int write_pid(int fd, pid_t pid)
  * (inotify instances, …) to the owner, and a root-owned tenant holding 128 inotify
  * instances leaves every root process on the host without. Raw syscalls: credentials are
  * per thread, and glibc's wrappers would change every thread of the host process.
+ *
+ * The effective capabilities stay up while the ids are the owner's (SECBIT_NO_SETUID_FIXUP
+ * for the clone alone): a host SIGKILLed in this window dies holding the owner's ids, and
+ * the parent-death SIGKILL it then sends each of its other sandboxes' inits is checked as
+ * a signal from that user; without CAP_KILL it is refused, and those inits and their
+ * tenants outlive it (`corral conformance --only cross_sandbox` killed at random: one
+ * run in ~10 left one). The child puts the bits back before anything else.
  */
 static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, long owner_uid, long owner_gid,
                             int *err)
@@ -531,11 +539,16 @@ static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, long owner_uid,
         }
     }
     int switched = 0;
+    long bits = -1;
     if (owner_uid >= 0 && owner_gid >= 0) {
-        if (syscall(SYS_setresgid, -1, (gid_t)owner_gid, -1) < 0 ||
+        bits = syscall(SYS_prctl, PR_GET_SECUREBITS, 0, 0, 0, 0);
+        if (bits < 0 ||
+            syscall(SYS_prctl, PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 ||
+            syscall(SYS_setresgid, -1, (gid_t)owner_gid, -1) < 0 ||
             syscall(SYS_setresuid, -1, (uid_t)owner_uid, -1) < 0) {
             *err = errno;
             syscall(SYS_setresgid, -1, 0, -1);
+            if (bits >= 0) syscall(SYS_prctl, PR_SET_SECUREBITS, bits, 0, 0, 0);
             if (saved >= 0) {
                 if (setns(saved, CLONE_NEWNET) < 0) abort();
                 close(saved);
@@ -546,11 +559,16 @@ static pid_t clone_in_netns(struct clone_args *ca, int netns_fd, long owner_uid,
     }
     pid_t pid = (pid_t)syscall(SYS_clone3, ca, sizeof *ca);
     *err = errno;
-    if (pid == 0) return 0;
-    /* The saved uid is still 0, so root comes back (and with it the effective
-     * capabilities) before anything else runs on this thread. */
+    /* the child holds every capability of its new user namespace, CAP_SETPCAP among them */
+    if (pid == 0) {
+        if (switched && syscall(SYS_prctl, PR_SET_SECUREBITS, bits, 0, 0, 0) < 0) _exit(127);
+        return 0;
+    }
+    /* The saved uid is still 0, so root comes back before anything else runs on this
+     * thread, then the bits as they were. */
     if (switched &&
-        (syscall(SYS_setresuid, -1, 0, -1) < 0 || syscall(SYS_setresgid, -1, 0, -1) < 0))
+        (syscall(SYS_setresuid, -1, 0, -1) < 0 || syscall(SYS_setresgid, -1, 0, -1) < 0 ||
+         syscall(SYS_prctl, PR_SET_SECUREBITS, bits, 0, 0, 0) < 0))
         abort();
     if (saved >= 0) {
         if (setns(saved, CLONE_NEWNET) < 0) abort();
