@@ -148,6 +148,44 @@ describe("core.spawn.start #root", function()
     assert.are.same({}, outlived, "inits that outlived their SIGKILLed spawner")
   end)
 
+  -- The child waits for its release while the spawner attaches it to its cgroups. Here
+  -- the "cgroup.procs" is a full FIFO: the spawner's write of the pid waits while a helper
+  -- kills the child, then lets the write through, so the release meets a child that is gone.
+  it("a child killed before its release fails the spawn with how it ended; the spawner lives on", function()
+    local fifo, ready = dir .. "/procs", dir .. "/ready"
+    assert(os.execute("mkfifo " .. fifo))
+    local script = string.format("local fifo, ready = %q, %q\n", fifo, ready) .. [[
+      local core = require "corral.core"
+      while not io.open(ready) do core.io.poll({}, 0.01) end
+      local p, msg = core.spawn.start({ path = "/usr/bin/sh", argv = { "sh", "-c", "true" }, env = {}, cwd = "/",
+        new_net = true, uid = 65534, gid = 65534, binds = { { src = "/usr", dest = "/usr" } },
+        symlinks = { { target = "usr/lib", path = "/lib" }, { target = "usr/lib64", path = "/lib64" } },
+        cgroup_procs = { fifo } })
+      print(p and "started" or msg)]]
+    local out = dir .. "/spawner.out"
+    local f = assert(io.open(out, "w"))
+    local spawner = assert(core.spawn.start({ plain = true, path = h.host_program,
+      argv = { h.host_program, "-e", script }, env = { "PATH=/usr/bin:/bin" }, stdout = f }))
+    f:close()
+    local helper = assert(core.spawn.start({ plain = true, path = "/bin/sh", env = { "PATH=/usr/bin:/bin" },
+      argv = { "sh", "-c", [[
+        exec 3<>"$1"
+        head -c 65536 /dev/zero >&3
+        touch "$3"
+        until pid=$(pgrep -P "$2" -x corral-init); do sleep 0.01; done
+        kill -9 "$pid"
+        until [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" = Z ]; do sleep 0.01; done
+        dd of=/dev/null bs=65536 count=1 <&3 2>/dev/null]], "helper", fifo, tostring(spawner:pid()), ready } }))
+    local helped = helper:wait(20)
+    local code = spawner:wait(20)
+    spawner:close()
+    helper:close()
+    assert.are.equal(0, helped, "the helper did not kill the child before its release")
+    -- the spawner was not ended by SIGPIPE (128 + 13): the spawn failed, and said how
+    assert.are.equal(0, code, h.read(out))
+    assert.matches("^spawn: release child %(it was killed by signal 9 first%)", h.read(out))
+  end)
+
   it("fails a timed wait with the three values of every binding, ETIMEDOUT", function()
     local pl = plan(dir)
     pl.argv = { "sh", "-c", "sleep 5" }

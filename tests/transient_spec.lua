@@ -162,5 +162,13 @@ describe("a transient resource failure #root", function()
     local e = errors.cannot_enforce("filesystem_confinement", "spawn: build root: Too many open files")
     assert.is_true(errors.is(e, "resource"))
     assert.is_true(errors.is(errors.cannot_enforce("seccomp", "x: Operation not permitted"), "cannot_enforce"))
+    -- a sandbox's first process killed from outside before its release (core.spawn's
+    -- words): a setup failure naming the signal; one it raised itself is not transient
+    local killed = errors.cannot_enforce("filesystem_confinement",
+      "spawn: release child (it was killed by signal 9 first): Broken pipe", core.errno.EPIPE)
+    assert.is_true(errors.is(killed, "resource"))
+    assert.matches("killed by signal 9 before it was released; " .. NOT_LACKED, tostring(killed))
+    assert.is_true(errors.is(errors.cannot_enforce("filesystem_confinement",
+      "spawn: release child (it was killed by signal 11 first): Broken pipe", core.errno.EPIPE), "cannot_enforce"))
   end)
 end)

@@ -508,6 +508,22 @@ static int write_pid(int fd, pid_t pid)
     return 0;
 }
 
+/* The release step's name when the child had already ended: how it ended, once reaped
+ * here (*pid is then -1; a static buffer: spawns are made from one thread, the caller's). */
+static const char *died_before_release(pid_t *pid)
+{
+    static char why[96];
+    int ws = 0;
+    if (waitpid(*pid, &ws, 0) != *pid) return "release child";
+    *pid = -1;
+    if (WIFSIGNALED(ws))
+        snprintf(why, sizeof why, "release child (it was killed by signal %d first)", WTERMSIG(ws));
+    else
+        snprintf(why, sizeof why, "release child (it exited with status %d first)",
+                 WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+    return why;
+}
+
 /*
  * clone3 from this thread, in netns_fd when given: not on a corral_ns_run_in thread,
  * because the child's PDEATHSIG follows the thread that cloned it and would fire when
@@ -751,8 +767,11 @@ int corral_spawn(const struct corral_spawn_plan *p, struct corral_spawn_result *
     for (size_t i = 0; i < p->n_cgroup_fds; i++)
         if ((r = write_pid(p->cgroup_procs_fds[i], pid)) < 0) goto fail;
     *step = "release child";
-    if (write(syncp[1], "x", 1) != 1) {
+    /* a child killed before its release (from outside: the OOM killer, a stray kill) has
+     * closed its end: that is EPIPE here, never a SIGPIPE that ends the caller unnamed */
+    if (corral_write_nosigpipe(syncp[1], "x", 1) != 1) {
         r = -EPIPE;
+        *step = died_before_release(&pid);
         goto fail;
     }
     close(syncp[1]);

@@ -37,6 +37,12 @@ function M.of(e)
       if e:find(r[i], 1, true) then return r[2] end
     end
   end
+  -- a sandbox's first process killed from outside before its release (core.spawn's
+  -- "release child (it was killed by signal N first)")
+  local sig = type(e) == "string" and tonumber(e:match("it was killed by signal (%d+) first"))
+  if sig and not SELF_RAISED[sig] then
+    return string.format("the sandbox's first process was killed by signal %d before it was released", sig)
+  end
   return nil
 end
 
