@@ -402,6 +402,34 @@ describe("sessions", function()
     assert.are.same({}, left_of(k))
   end)
 
+  it("a sandbox whose init was killed is gone: exec exits 2 saying so, the keeper ends and leaves nothing", function()
+    if not need_root() then return end
+    local kid, tmp = id .. "-i", h.tmpdir("init-killed")
+    defer(function() h.rmrf(tmp) end)
+    local out, status = h.corral("create", kid)
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", kid) end)
+    local k = holdings(kid)
+    -- control: the sandbox runs commands while its init lives
+    out, status = exec(kid, "--", "true")
+    assert.are.equal(0, status, out)
+    -- the exec's request waits at the socket of a stopped keeper while the init is
+    -- killed: the keeper answers it before it looks at its init again
+    out, status = h.sh([[
+      kill -STOP "$1" && kill -KILL "$2" &&
+      { "$3" exec "$4" -- true >"$5" 2>&1; echo $? >"$5.status"; } &
+      sleep 0.5; kill -CONT "$1"; wait]], tostring(k.keeper), tostring(k.init), h.host, kid, tmp .. "/exec")
+    assert.are.equal(0, status, out)
+    out, status = h.read(tmp .. "/exec"), tonumber(h.read(tmp .. "/exec.status"))
+    assert.are.equal(2, status, out)
+    assert.matches("no live sandbox " .. kid:gsub("%p", "%%%0") .. ": its init has ended", out)
+    assert.truthy(h.wait_for(function() return not exists("/proc/" .. k.keeper) end, 5), "the keeper lives on")
+    out, status = h.corral("ls")
+    assert.are.equal(0, status, out)
+    assert.is_nil(out:find(kid, 1, true), out)
+    assert.are.same({}, left_of(k))
+  end)
+
   it("a keeper killed before the sandbox is ready: create exits 120 and says so, nothing live", function()
     local did = id .. "-d"
     local out, status = h.corral("create", did, "--mechanism", "tests/fixtures/mechanisms/dying_keeper.lua")

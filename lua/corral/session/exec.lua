@@ -190,6 +190,13 @@ function M.op(session)
       close_all(fds)
       return refuse(c.fd, core.exit.USAGE, why)
     end
+    -- the sandbox's init killed from outside: the sandbox is gone, as it is once the
+    -- keeper (which notices within a second) has ended; never a join that cannot be
+    if session.init and not session.init:running() then
+      close_all(fds)
+      session.done = true
+      return refuse(c.fd, core.exit.USAGE, "no live sandbox " .. session.id .. ": its init has ended")
+    end
     local master, slave
     if opts.tty then
       -- through the sandbox's root: its init's, or the process the mechanism names
