@@ -321,6 +321,24 @@ describe("corral exec whose keeper is killed", function()
     h.corral("ls") -- sweeps what the killed keeper left on disk
   end)
 
+  it("while it sends the request: exits 120 and says so, never 1 (found by the soak)", function()
+    local ID = "exec-spec-q-" .. core_pid()
+    local keeper = create(ID)
+    -- a request larger than the socket's buffer: the client is still sending it when the
+    -- stopped keeper is killed, so its send fails rather than its wait for an answer
+    local out = h.sh([[
+      kill -STOP $3; f=$(mktemp); big=$(head -c 100000 /dev/zero | tr '\0' x)
+      "$1" exec "$2" -- sh -c 'echo ran' "$big" "$big" "$big" "$big" "$big" >"$f" 2>&1 & pid=$!
+      sleep 0.3; kill -0 $pid && echo waiting; kill -KILL $3; wait $pid; echo "status=$?"; cat "$f"; rm -f "$f"]],
+      h.host, ID, keeper)
+    assert.truthy(out:find("^waiting\n"), out) -- control: the client was held in its send
+    assert.truthy(out:find("status=120\n", 1, true), out)
+    assert.truthy(out:find("corral exec: the keeper of " .. ID .. " closed the connection before it took the request",
+      1, true), out)
+    assert.is_nil(out:find("ran", 1, true), out)
+    h.corral("ls") -- sweeps what the killed keeper left on disk
+  end)
+
   it("under the command: exits 137, the command having died with its sandbox, and says why", function()
     local ID = "exec-spec-k-" .. core_pid()
     local keeper = create(ID)

@@ -282,6 +282,17 @@ static int protocol_error(struct session *s, const char *what)
     return 1;
 }
 
+/* The request could not be sent: a keeper that went away meanwhile (killed) started
+ * nothing, which is 120 as for a keeper that closed without an answer. */
+static int request_unsent(struct session *s, int err)
+{
+    if (err != EPIPE && err != ECONNRESET && err != ENOTCONN)
+        return protocol_error(s, "took no request");
+    fprintf(stderr, PROG ": the keeper of %s closed the connection before it took the request\n",
+            s->id);
+    return CORRAL_EXIT_START_REFUSED;
+}
+
 /* One answer line: -1 to go on, else the exit status. */
 static int on_answer(struct session *s, const char *line, size_t len, int *master)
 {
@@ -400,8 +411,8 @@ static int run_session(const struct exec_args *a)
     } else if ((s->sock = connect_keeper(a->id)) < 0) {
         status = -s->sock;
         s->sock = -1;
-    } else if (send_request(s->sock, a) < 0) {
-        status = protocol_error(s, "took no request");
+    } else if ((status = send_request(s->sock, a)) < 0) {
+        status = request_unsent(s, -status);
     } else {
         status = serve(s);
     }
