@@ -195,9 +195,11 @@ $(HOST): $(HOST_SRC) $(wildcard core/host/*.h) $(BIND_OBJ) $(LIBCORE) $(HEADERS)
 MUSL_CC     ?= $(if $(SAN),,$(shell command -v musl-gcc 2>/dev/null))
 CAP_ARCHIVE  = $(filter /%,$(shell $(CC) -print-file-name=libcap.a))
 MULTIARCH    = $(shell $(CC) -print-multiarch 2>/dev/null)
-WRAPPER_SRC := core/wrapper/exec_confined.c core/host/confine.c core/host/confine_bwrap.c \
-               core/host/confine_readonly.c
-$(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $(LIBCORE)
+
+# The recipe of a program of its own in C (the wrapper, the front), $(1) its sources:
+# statically against musl where musl-gcc is installed (no glibc start-up on a launch's
+# path), else with $(CC).
+define link_c_program
 	@mkdir -p $(dir $@)
 	@if [ -n "$(MUSL_CC)" ] && [ -n "$(CAP_ARCHIVE)" ]; then \
 	  echo "  LD      $@ (musl, static)"; \
@@ -205,13 +207,19 @@ $(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $
 	    -Wl,--gc-sections -Icore/lib -Icore/host -I$(BUILD)/gen $(call incflag,$(CAP_INCDIR)) \
 	    $(call incflag,$(SECCOMP_INCDIR)) -idirafter /usr/include \
 	    $(if $(MULTIARCH),-idirafter /usr/include/$(MULTIARCH)) $(CFLAGS) $(LDFLAGS) \
-	    -o $@ $(WRAPPER_SRC) $(LIB_SRC) $(CAP_ARCHIVE); \
+	    -o $@ $(1) $(LIB_SRC) $(CAP_ARCHIVE); \
 	else \
 	  echo "  LD      $@ ($(CC))"; \
-	  $(CC) $(CORE_CFLAGS) $(CFLAGS) -Icore/host $(LDFLAGS) -o $@ $(WRAPPER_SRC) $(LIBCORE) \
+	  $(CC) $(CORE_CFLAGS) $(CFLAGS) -Icore/host -I$(BUILD)/gen $(LDFLAGS) -o $@ $(1) $(LIBCORE) \
 	    $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(SECCOMP_LIBDIR)) \
 	    $(foreach l,cap seccomp,$(call static_or_dyn,$(l))) -lpthread; \
 	fi
+endef
+
+WRAPPER_SRC := core/wrapper/exec_confined.c core/host/confine.c core/host/confine_bwrap.c \
+               core/host/confine_readonly.c
+$(WRAPPER): $(WRAPPER_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $(LIBCORE)
+	$(call link_c_program,$(WRAPPER_SRC))
 
 # The front (core/front/front.c), the program named `corral`: it serves `corral exec` and
 # `corral confine --exec` (the confine fast path, with the wrapper's code) itself and hands
@@ -224,20 +232,7 @@ FRONT_SRC := core/front/front.c core/host/dispatch.c core/host/session_exec.c co
              $(filter-out core/wrapper/exec_confined.c,$(WRAPPER_SRC))
 $(FRONT): $(FRONT_SRC) $(LIB_SRC) $(HEADERS) $(BUILD)/gen/seccomp_tables.h $(BUILD)/gen/confine_fast_tables.h \
     $(LIBCORE) Makefile
-	@mkdir -p $(dir $@)
-	@if [ -n "$(MUSL_CC)" ] && [ -n "$(CAP_ARCHIVE)" ]; then \
-	  echo "  LD      $@ (musl, static)"; \
-	  $(MUSL_CC) -static $(WARN) $(OPT) -D_GNU_SOURCE -ffunction-sections -fdata-sections \
-	    -Wl,--gc-sections -Icore/lib -Icore/host -I$(BUILD)/gen $(call incflag,$(CAP_INCDIR)) \
-	    $(call incflag,$(SECCOMP_INCDIR)) -idirafter /usr/include \
-	    $(if $(MULTIARCH),-idirafter /usr/include/$(MULTIARCH)) $(CFLAGS) $(LDFLAGS) \
-	    -o $@ $(FRONT_SRC) $(LIB_SRC) $(CAP_ARCHIVE); \
-	else \
-	  echo "  LD      $@ ($(CC))"; \
-	  $(CC) $(CORE_CFLAGS) $(CFLAGS) -Icore/host -I$(BUILD)/gen $(LDFLAGS) -o $@ $(FRONT_SRC) $(LIBCORE) \
-	    $(call libflag,$(CAP_LIBDIR)) $(call libflag,$(SECCOMP_LIBDIR)) \
-	    $(foreach l,cap seccomp,$(call static_or_dyn,$(l))) -lpthread; \
-	fi
+	$(call link_c_program,$(FRONT_SRC))
 
 $(LUAC_STAMP): $(LUA_MOD) scripts/compile-lua
 	@mkdir -p $(dir $@)
