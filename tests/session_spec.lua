@@ -384,6 +384,15 @@ describe("sessions", function()
     assert.are_not.equal(0, status, out)
   end)
 
+  -- After a kill: the next corral call (ls) sweeps what is left, lists no such id, and
+  -- nothing the sandbox held (holdings) is left behind.
+  local function swept_without_trace(kid, k)
+    local out, status = h.corral("ls")
+    assert.are.equal(0, status, out)
+    assert.is_nil(out:find(kid, 1, true), out)
+    assert.are.same({}, left_of(k))
+  end
+
   it("a killed keeper takes its sandbox; the next corral call sweeps the rest", function()
     if not need_root() then return end
     local kid = id .. "-k"
@@ -396,10 +405,7 @@ describe("sessions", function()
     -- at once: any corral process of root's sweeps the same runtime directory
     assert.truthy(exists(k.socket), "nothing to sweep: the test proves nothing")
     assert.truthy(h.wait_for(function() return not exists("/proc/" .. k.init) end, 5), "the init outlived its keeper")
-    out, status = h.corral("ls")
-    assert.are.equal(0, status, out)
-    assert.is_nil(out:find(kid, 1, true), out)
-    assert.are.same({}, left_of(k))
+    swept_without_trace(kid, k)
   end)
 
   it("a sandbox whose init was killed is gone: exec exits 2 saying so, the keeper ends and leaves nothing", function()
@@ -424,10 +430,7 @@ describe("sessions", function()
     assert.are.equal(2, status, out)
     assert.matches("no live sandbox " .. kid:gsub("%p", "%%%0") .. ": its init has ended", out)
     assert.truthy(h.wait_for(function() return not exists("/proc/" .. k.keeper) end, 5), "the keeper lives on")
-    out, status = h.corral("ls")
-    assert.are.equal(0, status, out)
-    assert.is_nil(out:find(kid, 1, true), out)
-    assert.are.same({}, left_of(k))
+    swept_without_trace(kid, k)
   end)
 
   it("a keeper killed before the sandbox is ready: create exits 120 and says so, nothing live", function()
