@@ -408,6 +408,34 @@ describe("sessions", function()
     swept_without_trace(kid, k)
   end)
 
+  it("policy and rm whose keeper is killed before answering: exit 2 naming ID, never the flag; nothing left", function()
+    if not need_root() then return end
+    for _, cmd in ipairs({ { "policy", "--allow", "late.test:443" }, { "rm" } }) do
+      local kid, tmp = id .. "-u" .. cmd[1], h.tmpdir("unanswered")
+      defer(function() h.rmrf(tmp) end)
+      local out, status = h.corral("create", kid, "--allow", "early.test:443")
+      assert.are.equal(0, status, out)
+      defer(function() h.corral("rm", kid) end)
+      local k = holdings(kid)
+      -- control: the keeper answers the same request while it lives
+      out, status = h.corral("policy", kid, "--allow", "mid.test:443")
+      assert.are.equal(0, status, out)
+      -- the request waits at a stopped keeper, which is then killed
+      out = h.sh([[
+        k=$1 f=$2; shift 2; kill -STOP $k; "$@" >"$f" 2>&1 & pid=$!
+        sleep 0.3; kill -0 $pid && echo waiting; kill -KILL $k; wait $pid; echo $? >"$f.status"]],
+        tostring(k.keeper), tmp .. "/out", h.host, cmd[1], kid, table.unpack(cmd, 2))
+      assert.truthy(out:find("^waiting\n"), out) -- control: it was waiting on the keeper
+      out, status = h.read(tmp .. "/out"), tonumber(h.read(tmp .. "/out.status"))
+      assert.are.equal(2, status, out)
+      assert.truthy(out:find("corral " .. cmd[1] .. ": invalid_argument: ID: no live sandbox " .. kid
+        .. ": its keeper ended before it answered", 1, true), out)
+      assert.is_nil(out:find("--allow", 1, true), out)
+      assert.truthy(h.wait_for(function() return not exists("/proc/" .. k.init) end, 5), "the init outlived its keeper")
+      swept_without_trace(kid, k)
+    end
+  end)
+
   it("a sandbox whose init was killed is gone: exec exits 2 saying so, the keeper ends and leaves nothing", function()
     if not need_root() then return end
     local kid, tmp = id .. "-i", h.tmpdir("init-killed")

@@ -334,19 +334,21 @@ end
 -- @return[1] the result
 -- @return[2] nil
 -- @treturn[2] string the server's error, or why it could not be asked
+-- @treturn[2] string|nil "unanswered" when the server never answered (gone before or
+--   while it was asked, or silent past the timeout): nil for the server's own refusal
 function M.request(path, req, timeout)
   timeout = timeout or M.TIMEOUT
   local fd <close>, err = core.unix.connect(path, timeout)
-  if not fd then return nil, err end
+  if not fd then return nil, err, "unanswered" end
   local ok, serr = send_all(fd, encode(req))
-  if not ok then return nil, serr end
+  if not ok then return nil, serr, "unanswered" end
   local buf, deadline = "", core.clock.monotime() + timeout
   while not buf:find("\n", 1, true) do
     local left = deadline - core.clock.monotime()
-    if left <= 0 then return nil, path .. ": no answer within " .. timeout .. " s" end
+    if left <= 0 then return nil, path .. ": no answer within " .. timeout .. " s", "unanswered" end
     local data, rerr = core.sock.recv(fd, M.LINE_MAX, left)
-    if not data then return nil, rerr end
-    if data == "" then return nil, path .. ": closed without an answer" end
+    if not data then return nil, rerr, "unanswered" end
+    if data == "" then return nil, path .. ": closed without an answer", "unanswered" end
     buf = buf .. data
   end
   local answer = json().decode(buf:match("^[^\n]*"))

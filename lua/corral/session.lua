@@ -115,10 +115,14 @@ end
 -- @return[1] the result
 -- @return[2] nil
 -- @treturn[2] string why
+-- @treturn[2] string|nil "unanswered": the keeper was not there or never answered (not
+--   a refusal of the request)
 function M.request(id, req, timeout)
   local path, err = M.path(id)
   if not path then return nil, err end
-  if state_of(path) ~= "live" then return nil, "no live sandbox " .. id .. " (corral ls lists this user's)" end
+  if state_of(path) ~= "live" then
+    return nil, "no live sandbox " .. id .. " (corral ls lists this user's)", "unanswered"
+  end
   return control.request(path, req, timeout)
 end
 

@@ -274,6 +274,17 @@ local function no_live(id)
   return errors.invalid_argument("ID", "no live sandbox " .. id .. " (corral ls lists this user's)")
 end
 
+-- A request its keeper never answered, named by ID (never by a flag: the request was
+-- not refused): the keeper was killed meanwhile, its sandbox gone with it and what it
+-- left swept, or it is still there and silent.
+local function never_answered(id, why)
+  session.sweep()
+  if not session.live(id) then
+    return errors.invalid_argument("ID", "no live sandbox " .. id .. ": its keeper ended before it answered")
+  end
+  return id .. ": its keeper did not answer: " .. tostring(why)
+end
+
 -- Waits (2 s at most) for a keeper that answered rm to be gone, so that nothing of
 -- the session is left when rm returns.
 local function wait_gone(pid)
@@ -295,11 +306,15 @@ function M.rm(argv, cli)
     if ok and not session.live(id) then err = no_live(id) end
     if ok and not err then
       local info = session.request(id, { op = "info" })
+      local keeper = type(info) == "table" and math.tointeger(info.pid)
       -- the keeper answers once everything is released (a cgroup emptied, a plane closed)
-      local removed, rerr = session.request(id, { op = "rm" }, 30)
+      local removed, rerr, how = session.request(id, { op = "rm" }, 30)
       if removed then
-        wait_gone(type(info) == "table" and math.tointeger(info.pid))
+        wait_gone(keeper)
         io.write(id, "\n")
+      elseif how == "unanswered" then
+        wait_gone(keeper)
+        err = never_answered(id, rerr)
       else
         err = rerr
       end
@@ -331,7 +346,8 @@ function M.policy(argv, cli)
   local allow
   for _, step in ipairs({ { "allow", opts.allow }, { "revoke", opts.revoke } }) do
     for _, entry in ipairs(step[2]) do
-      local r, rerr = session.request(id, { op = step[1], entry = entry, cut = opts.cut or nil })
+      local r, rerr, how = session.request(id, { op = step[1], entry = entry, cut = opts.cut or nil })
+      if how == "unanswered" then return cli.fail("policy", never_answered(id, rerr)) end
       if not r then
         -- the keeper's refusal names the entry where it is about one entry
         return cli.fail("policy", errors.invalid_argument("--" .. step[1], tostring(rerr)))
