@@ -213,10 +213,44 @@ describe("corral receipts", function()
     assert.are.equal(2, status, out)
     assert.matches("%-%-receipt", out)
     assert.is_nil(io.open(dir .. "/no"))
+    -- an empty --receipt is refused before the command runs, not found unwritable after it
+    out, status = with_state(state, { "run", "--receipt", "", "--", "sh", "-c", "echo ran; touch /tmp/ran" })
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-receipt: empty", out)
+    assert.is_nil(out:find("ran", 1, true), out)
     -- control: the same run with a writable path writes a receipt that verifies
     out, status = with_state(state, { "run", "--receipt", dir .. "/ok.json", "--", "true" })
     assert.are.equal(0, status, out)
     out, status = with_state(state, { "verify", dir .. "/ok.json" })
+    assert.are.equal(0, status, out)
+  end)
+
+  it("verify reads only a regular file, bounded, as FILE and as --key: never another key in --key's place, " ..
+    "never a hang; control: the key's own file", function()
+    local r = dir .. "/bounded.json"
+    local out, status = with_state(state, { "run", "--receipt", r, "--", "true" })
+    assert.are.equal(0, status, out)
+    local fifo = dir .. "/fifo"
+    h.must("mkfifo " .. h.quote(fifo))
+    -- each would have been read as no key at all (then the caller's own key verifies it),
+    -- or forever (a FIFO's open waits for a writer; /dev/zero has no end)
+    for _, key in ipairs({ dir, fifo, "/dev/zero" }) do
+      out, status = with_state(state, { "verify", r, "--key", key })
+      assert.are.equal(2, status, key .. ": " .. out)
+      assert.truthy(out:find("invalid_argument: --key: " .. key .. ": not a regular file", 1, true), out)
+    end
+    for _, file in ipairs({ dir, fifo, "/dev/zero" }) do
+      out, status = with_state(state, { "verify", file })
+      assert.are.equal(2, status, file .. ": " .. out)
+      assert.truthy(out:find("invalid_argument: FILE: " .. file .. ": not a regular file", 1, true), out)
+    end
+    h.must("truncate -s 17M " .. h.quote(dir .. "/huge.json"))
+    out, status = with_state(state, { "verify", dir .. "/huge.json" })
+    assert.are.equal(2, status, out)
+    assert.matches("larger than 16777216 bytes", out)
+    -- control: the public key printed by corral key, in a file of its own
+    h.write(dir .. "/own.pub", with_state(state, { "key" }):match("%-%-%-%-%-BEGIN.-END PUBLIC KEY%-%-%-%-%-\n"))
+    out, status = with_state(state, { "verify", r, "--key", dir .. "/own.pub" })
     assert.are.equal(0, status, out)
   end)
 end)

@@ -408,6 +408,51 @@ static int l_read(lua_State *L)
     return 1;
 }
 
+/* fs.read_regular(path, max) → the whole file, or nil, msg, errno: a file a user names
+ * (a receipt, a public key), read only when it is a regular file of at most max bytes.
+ * Opened without blocking (a FIFO's open would wait for a writer) and checked on the fd
+ * it is read through; a directory, a device or a FIFO is EINVAL, a larger file EFBIG
+ * (never read whole: /dev/zero has no end). */
+static int l_read_regular(lua_State *L)
+{
+    const char *path = corral_checkpath(L, 1);
+    lua_Integer max = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, max >= 0, 2, "must be 0 or more");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) return corral_pushfail(L, path, errno);
+    struct stat st;
+    int err = fstat(fd, &st) < 0     ? errno
+              : !S_ISREG(st.st_mode) ? EINVAL
+              : st.st_size > max     ? EFBIG
+                                     : 0;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (lua_Integer total = 0; err == 0;) {
+        char chunk[16384];
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) err = errno;
+        if (n <= 0) break;
+        if ((total += n) > max)
+            err = EFBIG; /* it grew since the fstat */
+        else
+            luaL_addlstring(&b, chunk, (size_t)n);
+    }
+    close(fd);
+    if (err == EINVAL || err == EFBIG) {
+        lua_pushnil(L);
+        if (err == EINVAL)
+            lua_pushfstring(L, "%s: not a regular file", path);
+        else
+            lua_pushfstring(L, "%s: larger than %I bytes", path, max);
+        lua_pushinteger(L, err);
+        return 3;
+    }
+    if (err) return corral_pushfail(L, path, err);
+    luaL_pushresult(&b);
+    return 1;
+}
+
 int corral_open_fs(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"mkdir", l_mkdir},
@@ -425,6 +470,7 @@ int corral_open_fs(lua_State *L)
                                    {"mkdtemp", l_mkdtemp},
                                    {"readlink", l_readlink},
                                    {"read", l_read},
+                                   {"read_regular", l_read_regular},
                                    {"mark", l_mark},
                                    {"marked", l_marked},
                                    {"open_private", l_open_private},

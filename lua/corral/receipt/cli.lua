@@ -3,6 +3,7 @@
 --
 -- Registered by corral.cli; nothing here loads until one of them runs.
 -- @module corral.receipt.cli
+local core = require "corral.core"
 local errors = require "corral.errors"
 
 local M = {}
@@ -176,14 +177,16 @@ function M.verify(argv, cli)
   local opts, rest = cli.parse(argv, M.VERIFY_SPEC)
   if not opts then return cli.fail("verify", rest) end
   if #rest ~= 1 then return cli.fail("verify", errors.invalid_argument("FILE", "exactly one receipt is needed")) end
+  local receipt = require "corral.receipt"
   local pem
   if opts.key then
-    local f, ferr = io.open(opts.key)
-    if not f then return cli.fail("verify", errors.invalid_argument("--key", tostring(ferr))) end
-    pem = f:read("a")
-    f:close()
+    -- never nil once --key is given: a key that cannot be read is refused, not replaced
+    -- by this caller's own
+    local kerr
+    pem, kerr = core.fs.read_regular(opts.key, receipt.KEY_MAX)
+    if not pem then return cli.fail("verify", errors.invalid_argument("--key", tostring(kerr))) end
   end
-  local statement, why, usage = require("corral.receipt").verify(rest[1], pem)
+  local statement, why, usage = receipt.verify(rest[1], pem)
   if not statement then
     if usage then return cli.fail("verify", errors.invalid_argument("FILE", shown(why))) end
     if errors.is(why) then return cli.fail("verify", why) end
@@ -200,10 +203,8 @@ function M.policy(argv, cli)
   if not opts then return cli.fail("policy", rest) end
   if not opts.canonical then return cli.fail("policy", errors.invalid_argument("--canonical", "is required")) end
   if #rest ~= 1 then return cli.fail("policy", errors.invalid_argument("FILE", "exactly one receipt is needed")) end
-  local f, ferr = io.open(rest[1])
-  if not f then return cli.fail("policy", errors.invalid_argument("FILE", tostring(ferr))) end
-  local text = f:read("a")
-  f:close()
+  local text, ferr = core.fs.read_regular(rest[1], require("corral.receipt").FILE_MAX)
+  if not text then return cli.fail("policy", errors.invalid_argument("FILE", tostring(ferr))) end
   local json = require "corral.json"
   local ok, env = pcall(json.decode, text)
   local sign = ok and type(env) == "table" and type(env.payload) == "string" and

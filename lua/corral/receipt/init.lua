@@ -14,6 +14,11 @@ local M = {}
 --- The predicate type of every corral receipt (its `kind` says run, step or census).
 M.PREDICATE_TYPE = "urn:corral:receipt:v1"
 
+--- The largest receipt `verify` reads (a census of every check is ~100 KiB), and the
+-- largest public key file: a named file is read only when it is regular and no larger.
+M.FILE_MAX = 16 * 1024 * 1024
+M.KEY_MAX = 64 * 1024
+
 local function read_line(path)
   local f = io.open(path)
   if not f then return nil end
@@ -94,6 +99,8 @@ end
 -- @tparam string path
 -- @treturn table `{key =, path =}`, or nil and an error (`argument` "receipt")
 function M.prepare(path)
+  -- checked before anything runs: an empty path is no file to write, found only at the end
+  if path == "" then return nil, errors.invalid_argument("receipt", "empty: give the path of a file to write") end
   local st = core.fs.lstat(path)
   if st and st.type ~= "file" then return nil, errors.invalid_argument("receipt", path .. ": not a regular file") end
   local dir = path:match("^(.*)/[^/]*$") or "."
@@ -189,10 +196,8 @@ end
 -- @treturn table the Statement and the key's fingerprint; or nil, why, and `usage` true
 --   when the file itself cannot be read as a receipt
 function M.verify(path, pem)
-  local f, ferr = io.open(path)
-  if not f then return nil, tostring(ferr), true end
-  local text = f:read("a")
-  f:close()
+  local text, ferr = core.fs.read_regular(path, M.FILE_MAX)
+  if not text then return nil, tostring(ferr), true end
   -- exactly one JSON document: nothing but white space after it
   local ok, envelope, pos = pcall(json.decode, text)
   if not ok or type(envelope) ~= "table" then return nil, path .. ": not JSON (a DSSE envelope)", true end
