@@ -192,6 +192,39 @@ describe("a disk of its own #root", function()
     assert.are.equal("kept\n", out)
   end)
 
+  it("a run a signal ends before its command starts leaves nothing it made; control: one undisturbed keeps them",
+    function()
+    -- SIGTERM the moment the new image appears (the run is making its disk: the command
+    -- cannot have started); a try whose signal landed later is not counted
+    local watch = [[
+import os, signal, subprocess, sys, time
+box, image = sys.argv[2], sys.argv[3]
+p = subprocess.Popen([sys.argv[1], "run", "--storage", box, "--disk", "16M", "--", "true"], stderr=subprocess.PIPE)
+deadline = time.monotonic() + 10
+while not os.path.exists(image) and p.poll() is None and time.monotonic() < deadline:
+    pass
+p.send_signal(signal.SIGTERM)
+err = p.communicate()[1].decode()
+print(p.returncode, "early" if "arrived before the command started" in err else "late", err.strip())
+]]
+    local early = 0
+    for try = 1, 8 do
+      local box, image = root .. "/s" .. try, root .. "/.s" .. try .. ".disk"
+      local out = h.capture({ "/usr/bin/python3", "-c", watch, h.host, box, image })
+      if out:find("^143 early") then
+        early = early + 1
+        assert.is_nil(core.fs.lstat(box), out)
+        assert.is_nil(core.fs.lstat(image), out)
+        assert.are.equal("", attached(image))
+      end
+    end
+    assert.truthy(early > 0, "no signal landed before the command started: the test proves nothing")
+    local out, rc = h.corral("run", "--storage", root .. "/kept", "--disk", "16M", "--", "true")
+    assert.are.equal(0, rc, out)
+    assert.are.equal("dir", core.fs.lstat(root .. "/kept").type)
+    assert.are.equal("file", core.fs.lstat(root .. "/.kept.disk").type)
+  end)
+
   it("refuses a root others may write, where anyone could swap two sandboxes' images; control: made sticky",
     function()
     assert(core.fs.chmod(root, tonumber("777", 8)))

@@ -73,6 +73,17 @@ local function acquire_workspace(sb, st)
   return true
 end
 
+--- Removes the storage directory and the disk image that `acquire` made (ones that were
+-- there before stay), once released: a sandbox refused or ended before any command ran
+-- in it leaves nothing it made. The directory only while it is empty, as it was made.
+-- @tparam table st the state `acquire` returned
+function M.remove_made(st)
+  local made = st.made or {}
+  if made.image then os.remove(made.image) end
+  if made.storage then os.remove(made.storage) end
+  st.made = nil
+end
+
 --- Creates the storage, the cgroup and the plane a sandbox asks for, and its disk.
 -- @tparam table sb
 -- @tparam[opt] table opts how the mechanism reaches the storage (corral.storage.prepare):
@@ -89,17 +100,16 @@ function M.acquire(sb, opts)
   local ok, lock, userns, made_storage = storage.prepare(sb, opts)
   if not ok then return nil, lock end
   local err, made_image
-  local st = { status = "provisioned", storage_lock = lock, storage_userns = userns, trees = trees }
-  -- a run refused before its command starts leaves nothing it made: the storage directory
-  -- and disk image made here are removed (ones that were there before stay)
+  local st = { status = "provisioned", storage_lock = lock, storage_userns = userns, trees = trees,
+    made = { storage = made_storage } }
   local function refuse(e)
     M.release(st)
-    if made_image then os.remove(require("corral.disk").image_path(sb)) end
-    if made_storage then os.remove(made_storage) end
+    M.remove_made(st)
     return nil, e
   end
   if sb.limits and sb.limits.disk then
     st.disk, err, made_image = require("corral.disk").acquire(sb, sandbox.host_id(sb))
+    st.made.image = made_image and require("corral.disk").image_path(sb) or nil
     if not st.disk then return refuse(err) end
   end
   if trees and sb.workspace_path then

@@ -128,6 +128,7 @@ function M.build(mech, spawn, storage, deliver, joins)
       if not out then return nil, errors.invalid_argument("output", "cannot open " .. opts.output) end
       opts = setmetatable({ stdout = out, stderr = out }, { __index = opts })
     end
+    st.spawned = true
     local proc, err, failed = spawn(sb, st, argv, opts)
     if out then out:close() end
     return proc, err, failed
@@ -236,6 +237,9 @@ function M.build(mech, spawn, storage, deliver, joins)
     local ok, err = resources.release(st)
     state[sb.id] = nil
     if not ok then return nil, err end
+    -- nothing ran in it (a signal before the command, a refusal at `ready`): what its
+    -- provision made goes too, as when the provision itself is refused
+    if not st.spawned then resources.remove_made(st) end
     return true
   end
 
