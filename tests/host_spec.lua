@@ -199,6 +199,32 @@ describe("corral host: lua.c command line", function()
     assert.truthy(err:find("init broke", 1, true))
   end)
 
+  it("a command a Ctrl-C interrupts before it takes SIGINT itself exits 130, as SIGINT's, never 1; " ..
+    "a script keeps lua.c's 1; control: the same command uninterrupted", function()
+    -- LUA_INIT busy for 1.5 s holds the command where the host's own Ctrl-C handler is armed
+    local interrupt = [[
+import os, signal, subprocess, sys, time
+env = dict(os.environ, LUA_INIT="local t = os.clock() + 1.5 while os.clock() < t do end")
+p = subprocess.Popen(sys.argv[2:], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+if sys.argv[1] == "interrupt":
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+out, err = p.communicate()
+print("rc=%d" % p.returncode)
+sys.stdout.write(out.decode() + err.decode())
+]]
+    local function attempt(how, ...)
+      return h.capture({ "/usr/bin/python3", "-c", interrupt, how, HOST, ... })
+    end
+    local out = attempt("interrupt", "resolve", "sh")
+    assert.truthy(out:find("^rc=130\n"), out)
+    assert.truthy(out:find("interrupted!", 1, true), out)
+    out = attempt("interrupt", "-e", "print('ran')")
+    assert.truthy(out:find("^rc=1\n"), out)
+    out = attempt("wait", "resolve", "sh")
+    assert.truthy(out:find("^rc=0\n"), out)
+  end)
+
   it("-E also ignores LUA_PATH", function()
     local env = module_env("hostmod2", "return 7\n")
     local out, _, code = run(env .. Q .. " -l hostmod2 -e 'print(hostmod2)'")

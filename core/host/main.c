@@ -143,12 +143,17 @@ static void print_version(void)
     fflush(stdout);
 }
 
-/* Runs inside the interrupted chunk, where raising is safe; the signal handler is not. */
+/* Set once a Ctrl-C has interrupted a chunk. */
+static volatile sig_atomic_t interrupted;
+
+/* Runs inside the interrupted chunk, where raising is safe; the signal handler is not.
+ * The error carries no position: it is the user's Ctrl-C, not a line of corral's. */
 static void interrupt_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     lua_sethook(L, NULL, 0, 0);
-    luaL_error(L, "interrupted!");
+    lua_pushliteral(L, "interrupted!");
+    lua_error(L);
 }
 
 /* SA_RESETHAND makes a second Ctrl-C kill the process, as in lua.c, if the chunk never
@@ -156,7 +161,16 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
 static void on_sigint_running(int sig)
 {
     (void)sig;
+    interrupted = 1;
     lua_sethook(signal_L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* A command that a Ctrl-C interrupted before it took SIGINT itself (its clean-up ran as
+ * the error unwound it) exits as one SIGINT ended, 128 + 2, never with 1 as if it had
+ * failed; a script keeps lua.c's 1. */
+static int command_exit(int status)
+{
+    return interrupted ? 128 + SIGINT : status;
 }
 
 static int message_handler(lua_State *L)
@@ -615,7 +629,7 @@ static int pmain(lua_State *L)
         setup_host(L, argv[0]);
         lua_gc(L, LUA_GCRESTART);
         lua_gc(L, LUA_GCGEN, 0, 0);
-        return push_exit(L, run_module_main(L, "corral.runtime.cli", argc, argv));
+        return push_exit(L, command_exit(run_module_main(L, "corral.runtime.cli", argc, argv)));
     }
     if ((args & ARGS_ERROR) && !wants) {
         print_usage(argv[script]);
@@ -636,15 +650,15 @@ static int pmain(lua_State *L)
     if (wants == 'h') {
         char help_name[] = "help";
         char *help_argv[] = {argv[0], help_name, NULL};
-        return push_exit(L, run_command(L, 2, help_argv));
+        return push_exit(L, command_exit(run_command(L, 2, help_argv)));
     }
 
     if (script == 1 && argv[1][0] != '-' && is_command(L, argv[1], &failed)) {
         create_arg_table(L, argv, argc, 0);
-        if (handle_luainit(L) != LUA_OK) return push_exit(L, EXIT_FAILURE);
-        return push_exit(L, run_command(L, argc, argv));
+        if (handle_luainit(L) != LUA_OK) return push_exit(L, command_exit(EXIT_FAILURE));
+        return push_exit(L, command_exit(run_command(L, argc, argv)));
     }
-    if (failed) return push_exit(L, EXIT_FAILURE);
+    if (failed) return push_exit(L, command_exit(EXIT_FAILURE));
 
     create_arg_table(L, argv, argc, script);
     if (!(args & ARGS_NOENV) && handle_luainit(L) != LUA_OK) return push_exit(L, EXIT_FAILURE);
