@@ -56,6 +56,8 @@ describe("corral receipts", function()
     assert.matches("valid +run receipt", out)
     assert.matches("limits +memory 268435456", out)
     assert.matches("exit +3 %(exited%)", out)
+    -- the gate is the host's probe's evidence, said as such (not this run's ids)
+    assert.matches("gate +user_namespaces held when this host was probed", out)
     local env = envelope(r)
     local bad = dir .. "/bad.json"
 

@@ -110,7 +110,9 @@ local function run_words(p, row)
   row("command", command_words(p.argv))
   row("mechanism", said(p.mechanism))
   for _, g in ipairs(p.gate or {}) do
-    row("gate", string.format("%s %s: %s", g.capability, g.holds and "held" or "ABSENT", said(g.detail)))
+    -- the probe's evidence for the host, not a measurement of this run (its ids are the root row's)
+    row("gate", string.format("%s %s when this host was probed%s: %s", g.capability, g.holds and "held" or "ABSENT",
+      g.probed_at and " (" .. said(g.probed_at) .. ")" or "", said(g.detail)))
   end
   local plan = pol.root_plan or {}
   local binds = {}
