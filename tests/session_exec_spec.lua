@@ -16,6 +16,7 @@ describe("corral exec's arguments", function()
   local cases = {
     { { "--", "true" }, "ID", { "nobox", "--", "true" } },
     { { "bad/id", "--", "true" }, "ID", { "good.id-1", "--", "true" } },
+    { { "a..b", "--", "true" }, "ID", { "a.b", "--", "true" } },
     { { "nobox" }, "the command", { "nobox", "true" } },
     { { "nobox", "--" }, "the command", { "nobox", "--", "true" } },
     { { "nobox", "--env", "--", "true" }, "--env", { "nobox", "--env", "A=", "--", "true" } },

@@ -199,10 +199,35 @@ describe("sessions", function()
     local out, status = h.corral("create", "no/slash")
     assert.are.equal(2, status, out)
     assert.matches("ID", out)
+    -- a "..", which no sandbox id holds: refused as ID's, never as an --id the user never gave
+    out, status = h.corral("create", "a..b")
+    assert.are.equal(2, status, out)
+    assert.truthy(out:find("invalid_argument: ID: \"a..b\": 1 to 63", 1, true), out)
     -- control: the same id with good flags is made (and removed)
     out, status = h.corral("create", bad, "--memory", "64M")
     assert.are.equal(0, status, out)
     assert.are.equal(0, select(2, h.corral("rm", bad)))
+  end)
+
+  it("two creates of one ID at once: one is made, the other refused as an ID live already (2), nothing left",
+    function()
+    if not need_root() then return end
+    local twin = id .. "-twin"
+    local out = h.sh([[
+      "$1" create "$2" 2>&1 & a=$!; "$1" create "$2" 2>&1 & b=$!
+      wait $a; sa=$?; wait $b; echo "statuses $sa $? $(( sa + $? ))"]], h.host, twin)
+    defer(function() h.corral("rm", twin) end)
+    -- one 0 and one 2, in either order
+    assert.truthy(out:find("statuses [02] [02] 2\n"), out)
+    assert.truthy(out:find("corral create: invalid_argument: ID: " .. twin .. " is live already", 1, true), out)
+    -- the loser's own words, asked the same way once the winner is live (control: the same refusal)
+    local again, status = h.corral("create", twin)
+    assert.are.equal(2, status, again)
+    assert.truthy(again:find("ID: " .. twin .. " is live already", 1, true), again)
+    out, status = h.corral("rm", twin)
+    assert.are.equal(0, status, out)
+    out = h.corral("ls")
+    assert.is_nil(out:find(twin, 1, true), out)
   end)
 
   it("execs share state: /tmp, /storage and a background process; exit status returned", function()

@@ -171,7 +171,7 @@ static int parse_args(struct exec_args *a, int argc, char **argv)
     if (a->id == NULL) return usage_error("ID", "missing; " USAGE_HINT);
     if (!corral_session_id_valid(a->id))
         return usage_error("ID", "not a sandbox id (a letter or digit, then letters, digits, "
-                                 "_ . -; at most 63)");
+                                 "_ . -; at most 63; no '..')");
     if (a->ncmd == 0) return usage_error("the command", "missing after --; " USAGE_HINT);
     return 0;
 }

@@ -19,7 +19,8 @@ static int id_char(char c, int first)
 int corral_session_id_valid(const char *id)
 {
     size_t n = strlen(id);
-    if (n == 0 || n > SESSION_ID_MAX) return 0;
+    /* no "..": a sandbox's id never holds one (corral.sandbox), nor a path made of it */
+    if (n == 0 || n > SESSION_ID_MAX || strstr(id, "..") != NULL) return 0;
     for (size_t i = 0; i < n; i++)
         if (!id_char(id[i], i == 0)) return 0;
     return 1;

@@ -43,6 +43,7 @@ static void push_errno_constants(lua_State *L)
         {"ENOSPC", ENOSPC},
         {"ENOBUFS", ENOBUFS},
         {"EDQUOT", EDQUOT},
+        {"EADDRINUSE", EADDRINUSE},
     };
     lua_createtable(L, 0, (int)(sizeof names / sizeof names[0]));
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -284,6 +284,7 @@ Server.__close = Server.close
 -- @treturn[1] table the registration (`path`, `close`; a to-be-closed value)
 -- @return[2] nil
 -- @treturn[2] string why nothing was registered (the run goes on without it)
+-- @treturn[2] integer the errno, where one says why (EADDRINUSE: the path is bound)
 function M.serve(ops, opts)
   opts = opts or {}
   local dir, err = M.dir()
@@ -295,9 +296,9 @@ function M.serve(ops, opts)
     path = string.format("%s/%d-%d.sock", dir, core.proc.getpid(), serial)
     os.remove(path) -- a pid's earlier life, killed before its sweep could tell it was gone
   end
-  local fd
-  fd, err = core.unix.listen(path, tonumber("600", 8))
-  if not fd then return nil, err end
+  local fd, errno
+  fd, err, errno = core.unix.listen(path, tonumber("600", 8))
+  if not fd then return nil, err, errno end
   local self = setmetatable({ fd = fd, path = path, clients = {}, ops = ops, fds_max = opts.fds_max }, Server)
   require("corral.egress.loop").add(self)
   return self

@@ -25,9 +25,10 @@ M.ID_MAX = 63
 -- @return[2] nil
 -- @treturn[2] table invalid_argument naming ID
 function M.check_id(id)
-  if type(id) ~= "string" or #id > M.ID_MAX or not id:match(M.ID_PATTERN) then
+  -- no "..": the sandbox's own id (corral.sandbox) never holds one
+  if type(id) ~= "string" or #id > M.ID_MAX or not id:match(M.ID_PATTERN) or id:find("..", 1, true) then
     return nil, errors.invalid_argument("ID", string.format("%q: 1 to %d of A-Z a-z 0-9 _ . -, starting with a "
-      .. "letter or digit", tostring(id), M.ID_MAX))
+      .. "letter or digit, without '..'", tostring(id), M.ID_MAX))
   end
   return id
 end

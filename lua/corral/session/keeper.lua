@@ -106,10 +106,15 @@ local function keep(run, corral, plan, id, path, ready)
   end
   local session = { id = id, mech = mech, sb = sandbox.sb, execs = execs,
     init = with_init and mech.process_of(sandbox.sb) or nil }
-  local server <close>, lerr = require("corral.control").serve(session_ops(session, corral, plan.mech, sandbox.sb),
-    { path = path, fds_max = 3 })
+  local server <close>, lerr, lerrno = require("corral.control").serve(session_ops(session, corral, plan.mech,
+    sandbox.sb), { path = path, fds_max = 3 })
   if not server then
-    return nil, require("corral.errors").cannot_enforce("control_socket", path .. ": " .. tostring(lerr))
+    local errors = require "corral.errors"
+    -- another create of the same ID bound it first: that ID is live, as create's own check says
+    if lerrno == core.errno.EADDRINUSE then
+      return nil, errors.invalid_argument("ID", id .. " is live already (corral rm " .. id .. ")")
+    end
+    return nil, errors.cannot_enforce("control_socket", path .. ": " .. tostring(lerr))
   end
   local _, service = corral.address(plan.mech, sandbox.sb)
   ready({ ok = true, result = { id = id, pid = core.proc.getpid(), service = service } })
