@@ -142,6 +142,22 @@ describe("corral exec into a live sandbox", function()
     assert.truthy(out:find("corral exec: ", 1, true), out)
   end)
 
+  it("passes arguments, --env values and --cwd byte for byte, UTF-8 or not (found by an adversarial pass)",
+    function()
+    -- bytes no UTF-8 holds (0xff, a lone 0xe9, a truncated sequence) and, as the control,
+    -- valid UTF-8: each must reach the command as it was given, never re-encoded
+    local odd, valid = "a\255z\226\130", "\195\169"
+    local out, status = exec("--env", "X=\233", "--env", "Y=" .. valid, "--",
+      "sh", "-c", 'printf %s "$1|$X|$Y|" | od -An -tx1 | tr -d " \n"', "x", odd)
+    assert.are.equal(0, status, out)
+    assert.are.equal("61ff7ae2827ce97cc3a97c", out)
+    out, status = exec("--", "mkdir", "-p", "/tmp/\255dir")
+    assert.are.equal(0, status, out)
+    out, status = exec("--cwd", "/tmp/\255dir", "--", "sh", "-c", "pwd | od -An -tx1 | tr -d ' \n'")
+    assert.are.equal(0, status, out)
+    assert.are.equal("2f746d702fff6469720a", out) -- "/tmp/\255dir\n"
+  end)
+
   it("forwards SIGTERM to the command, which sees it; its death by it is 143", function()
     local out = h.sh([[
       f=$(mktemp); "$1" exec "$2" -- sh -c 'trap "echo got-term; trap - TERM; kill -TERM \$\$" TERM

@@ -88,7 +88,8 @@ static void add_u00(struct corral_textbuf *b, unsigned char c)
     corral_textbuf_add(b, esc, sizeof esc);
 }
 
-void corral_json_add_string(struct corral_textbuf *b, const char *s, size_t n)
+/* raw_invalid: a byte that is no part of valid UTF-8 goes as itself, else as \u00XX */
+static void add_string(struct corral_textbuf *b, const char *s, size_t n, int raw_invalid)
 {
     const unsigned char *u = (const unsigned char *)s;
     corral_textbuf_add(b, "\"", 1);
@@ -129,7 +130,10 @@ void corral_json_add_string(struct corral_textbuf *b, const char *s, size_t n)
             i++;
         } else {
             size_t len = utf8_sequence(u + i, n - i);
-            if (len == 0) {
+            if (len == 0 && raw_invalid) {
+                corral_textbuf_add(b, s + i, 1);
+                i++;
+            } else if (len == 0) {
                 add_u00(b, c);
                 i++;
             } else {
@@ -139,6 +143,16 @@ void corral_json_add_string(struct corral_textbuf *b, const char *s, size_t n)
         }
     }
     corral_textbuf_add(b, "\"", 1);
+}
+
+void corral_json_add_string(struct corral_textbuf *b, const char *s, size_t n)
+{
+    add_string(b, s, n, 0);
+}
+
+void corral_json_add_bytes(struct corral_textbuf *b, const char *s, size_t n)
+{
+    add_string(b, s, n, 1);
 }
 
 /* ---- the reader ---------------------------------------------------------------------- */

@@ -26,8 +26,14 @@ void corral_textbuf_add(struct corral_textbuf *b, const char *s, size_t n);
 void corral_textbuf_addstr(struct corral_textbuf *b, const char *s);
 void corral_textbuf_free(struct corral_textbuf *b);
 
-/* Appends s (n bytes) as a quoted JSON string. */
+/* Appends s (n bytes) as a quoted JSON string: a byte that is no part of valid UTF-8 as
+ * \u00XX (strict JSON, but it reads back as U+00XX, another byte sequence). */
 void corral_json_add_string(struct corral_textbuf *b, const char *s, size_t n);
+
+/* The same, with such a byte written as itself: not strict JSON, but a reader that copies
+ * what is not an escape (the keeper's) gets s back byte for byte, as a command's
+ * arguments and environment must be (a file name need not be UTF-8). */
+void corral_json_add_bytes(struct corral_textbuf *b, const char *s, size_t n);
 
 /* A value of one member of a JSON object, as corral_json_member finds it. */
 enum corral_json_type {

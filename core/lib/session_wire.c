@@ -39,7 +39,7 @@ static void add_string_or_null(struct corral_textbuf *b, const char *s)
     if (s == NULL)
         corral_textbuf_addstr(b, "null");
     else
-        corral_json_add_string(b, s, strlen(s));
+        corral_json_add_bytes(b, s, strlen(s));
 }
 
 void corral_session_exec_line(struct corral_textbuf *b, const struct corral_exec_request *r)
@@ -48,14 +48,14 @@ void corral_session_exec_line(struct corral_textbuf *b, const struct corral_exec
     corral_textbuf_addstr(b, "{\"op\":\"exec\",\"argv\":[");
     for (int i = 0; i < r->argc; i++) {
         if (i > 0) corral_textbuf_add(b, ",", 1);
-        corral_json_add_string(b, r->argv[i], strlen(r->argv[i]));
+        corral_json_add_bytes(b, r->argv[i], strlen(r->argv[i]));
     }
     corral_textbuf_addstr(b, "],\"env\":{");
     for (int i = 0; i < r->nenv; i++) {
         if (i > 0) corral_textbuf_add(b, ",", 1);
-        corral_json_add_string(b, r->env_names[i], strlen(r->env_names[i]));
+        corral_json_add_bytes(b, r->env_names[i], strlen(r->env_names[i]));
         corral_textbuf_add(b, ":", 1);
-        corral_json_add_string(b, r->env_values[i], strlen(r->env_values[i]));
+        corral_json_add_bytes(b, r->env_values[i], strlen(r->env_values[i]));
     }
     corral_textbuf_addstr(b, "},\"cwd\":");
     add_string_or_null(b, r->cwd);

@@ -42,6 +42,15 @@ static void test_escape(void)
     CHECK(escapes_to("a\xffz", 3, "\"a\\u00ffz\""));
 }
 
+/* corral_json_add_bytes: the same escapes, but an invalid byte goes as itself */
+static void test_bytes(void)
+{
+    struct corral_textbuf b = {0};
+    corral_json_add_bytes(&b, "a\xff\xe2\x82\"\n\xc3\xa9", 8);
+    CHECK(!b.failed && strcmp(b.data, "\"a\xff\xe2\x82\\\"\\n\xc3\xa9\"") == 0);
+    corral_textbuf_free(&b);
+}
+
 /* Every byte 0-255 once and a few hostile mixes: what is written reads back as one
  * valid string whose member is found. */
 static void test_round_trip(void)
@@ -152,6 +161,7 @@ static void test_unescape(void)
 int main(void)
 {
     test_escape();
+    test_bytes();
     test_round_trip();
     test_members();
     test_malformed();
