@@ -356,6 +356,30 @@ describe("corral exec whose keeper is killed", function()
     h.corral("ls") -- sweeps what the killed keeper left on disk
   end)
 
+  it("a signal before a stuck keeper starts the command ends the exec with that signal's status; " ..
+    "the command never runs (found by an adversarial pass)", function()
+    local ID = "exec-spec-g-" .. core_pid()
+    local keeper = create(ID)
+    local out = h.sh([[
+      kill -STOP $3; f=$(mktemp)
+      "$1" exec "$2" -- sh -c 'sleep 0.3; touch /tmp/ran' >"$f" 2>&1 & pid=$!
+      sleep 0.3; kill -0 $pid && echo waiting; kill -INT $pid
+      i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
+      kill -0 $pid 2>/dev/null && echo hung; kill -CONT $3; wait $pid; echo "status=$?"; cat "$f"; rm -f "$f"]],
+      h.host, ID, keeper)
+    assert.truthy(out:find("^waiting\n"), out) -- control: the client was waiting on the keeper
+    assert.is_nil(out:find("hung", 1, true), out)
+    assert.truthy(out:find("status=130\n", 1, true), out)
+    assert.truthy(out:find("corral exec: signal 2 arrived before the keeper of " .. ID .. " started the command", 1,
+      true), out)
+    -- the keeper, continued, serves the next exec (control) and never ran the abandoned one
+    os.execute("sleep 0.8")
+    local check, status = h.corral("exec", ID, "--", "sh", "-c", "test -e /tmp/ran && echo ran || echo not-ran")
+    assert.are.equal(0, status, check)
+    assert.are.equal("not-ran\n", check)
+    h.corral("rm", ID)
+  end)
+
   it("under the command: exits 137, the command having died with its sandbox, and says why", function()
     local ID = "exec-spec-k-" .. core_pid()
     local keeper = create(ID)

@@ -265,15 +265,26 @@ static void forward_signal(struct session *s, int sig)
     if (n > 0) send(s->sock, line, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-static void read_signals(struct session *s)
+/* The signals that came: forwarded once the command has started; before that, one ends
+ * the exec (the exit status of that signal), as it would any command still starting:
+ * the connection closes, and a command the keeper starts meanwhile is killed with its
+ * tree (docs/sessions.md). -1 to go on, else the exit status. */
+static int read_signals(struct session *s)
 {
     struct signalfd_siginfo si;
     while (read(s->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        if (si.ssi_signo == SIGWINCH)
-            session_tty_winch(&s->term);
-        else
+        if (si.ssi_signo == SIGWINCH) {
+            if (s->started) session_tty_winch(&s->term);
+        } else if (s->started) {
             forward_signal(s, (int)si.ssi_signo);
+        } else {
+            fprintf(stderr,
+                    PROG ": signal %d arrived before the keeper of %s started the command\n",
+                    (int)si.ssi_signo, s->id);
+            return 128 + (int)si.ssi_signo;
+        }
     }
+    return -1;
 }
 
 static int protocol_error(struct session *s, const char *what)
@@ -363,7 +374,7 @@ static int serve(struct session *s)
         struct pollfd p[4];
         int n = 0;
         p[n++] = (struct pollfd){s->sock, POLLIN, 0};
-        if (s->started) p[n++] = (struct pollfd){s->sigfd, POLLIN, 0};
+        p[n++] = (struct pollfd){s->sigfd, POLLIN, 0};
         int relay = n;
         if (s->started) n += session_tty_pollfds(&s->term, p + n);
         if (poll(p, (nfds_t)n, -1) < 0) {
@@ -371,7 +382,10 @@ static int serve(struct session *s)
             return protocol_error(s, "could not be waited on");
         }
         if (s->started) session_tty_relay(&s->term, p + relay, n - relay);
-        if (s->started && p[1].revents) read_signals(s);
+        if (p[1].revents) {
+            int status = read_signals(s);
+            if (status >= 0) return status;
+        }
         if (p[0].revents) {
             int status = read_answers(s);
             if (status >= 0) return status;
