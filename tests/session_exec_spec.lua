@@ -158,6 +158,21 @@ describe("corral exec into a live sandbox", function()
     assert.are.equal("2f746d702fff6469720a", out) -- "/tmp/\255dir\n"
   end)
 
+  it("a command and --env longer than a keeper reads are refused naming CMD (2), never sent; " ..
+    "control: 30,000 bytes pass", function()
+    -- one argument of 70,000 bytes: over what a keeper reads, under what one argument may be
+    local long = string.rep("a", 70000)
+    for _, args in ipairs({ { "--env", "X=" .. long, "--", "true" }, { "--", "true", long } }) do
+      local out, status = exec(table.unpack(args))
+      assert.are.equal(2, status, out)
+      assert.truthy(out:find("corral exec: invalid_argument: CMD: the command, --env and --cwd take", 1, true), out)
+      assert.truthy(out:find("bytes as a request; a keeper reads at most 65536", 1, true), out)
+    end
+    local out, status = exec("--", "sh", "-c", 'echo ${#1}', "x", string.rep("a", 30000))
+    assert.are.equal(0, status, out)
+    assert.are.equal("30000\n", out)
+  end)
+
   it("forwards SIGTERM to the command, which sees it; its death by it is 143", function()
     local out = h.sh([[
       f=$(mktemp); "$1" exec "$2" -- sh -c 'trap "echo got-term; trap - TERM; kill -TERM \$\$" TERM
@@ -341,12 +356,13 @@ describe("corral exec whose keeper is killed", function()
   it("while it sends the request: exits 120 and says so, never 1 (found by the soak)", function()
     local ID = "exec-spec-q-" .. core_pid()
     local keeper = create(ID)
-    -- a request larger than the socket's buffer: the client is still sending it when the
-    -- stopped keeper is killed, so its send fails rather than its wait for an answer
+    -- strace holds the client's send for 0.8 s after its connect: the stopped keeper is
+    -- killed meanwhile, so the send fails rather than the wait for an answer
     local out = h.sh([[
-      kill -STOP $3; f=$(mktemp); big=$(head -c 100000 /dev/zero | tr '\0' x)
-      "$1" exec "$2" -- sh -c 'echo ran' "$big" "$big" "$big" "$big" "$big" >"$f" 2>&1 & pid=$!
-      sleep 0.3; kill -0 $pid && echo waiting; kill -KILL $3; wait $pid; echo "status=$?"; cat "$f"; rm -f "$f"]],
+      kill -STOP $3; f=$(mktemp)
+      strace -o /dev/null -e trace=sendmsg -e inject=sendmsg:delay_enter=800000 \
+        "$1" exec "$2" -- sh -c 'echo ran' >"$f" 2>&1 & pid=$!
+      sleep 0.4; kill -0 $pid && echo waiting; kill -KILL $3; wait $pid; echo "status=$?"; cat "$f"; rm -f "$f"]],
       h.host, ID, keeper)
     assert.truthy(out:find("^waiting\n"), out) -- control: the client was held in its send
     assert.truthy(out:find("status=120\n", 1, true), out)

@@ -235,6 +235,14 @@ static int send_request(int sock, const struct exec_args *a)
         corral_textbuf_free(&line);
         return -ENOMEM;
     }
+    if (line.len > CORRAL_SESSION_REQUEST_MAX) {
+        fprintf(stderr,
+                PROG ": invalid_argument: CMD: the command, --env and --cwd take %zu bytes as a "
+                     "request; a keeper reads at most %d\n",
+                line.len, CORRAL_SESSION_REQUEST_MAX);
+        corral_textbuf_free(&line);
+        return -E2BIG;
+    }
     static const int std_fds[3] = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO};
     ssize_t n = corral_unix_send_fds(sock, line.data, line.len, std_fds, a->tty ? 0 : 3);
     int err = n < 0 ? (int)n : 0;
@@ -426,7 +434,7 @@ static int run_session(const struct exec_args *a)
         status = -s->sock;
         s->sock = -1;
     } else if ((status = send_request(s->sock, a)) < 0) {
-        status = request_unsent(s, -status);
+        status = status == -E2BIG ? CORRAL_EXIT_USAGE : request_unsent(s, -status);
     } else {
         status = serve(s);
     }

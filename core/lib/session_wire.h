@@ -32,6 +32,10 @@ struct corral_exec_request {
 /* Appends the request's one line, '\n' included. The caller checks b->failed. */
 void corral_session_exec_line(struct corral_textbuf *b, const struct corral_exec_request *r);
 
+/* The longest request line a keeper reads (corral.control's LINE_MAX), its newline
+ * included: an exec whose command and --env take more is refused before it is sent. */
+#define CORRAL_SESSION_REQUEST_MAX 65536
+
 /* {"op":"signal","signal":sig}\n into out (cap bytes). Returns its length, or
  * -ENAMETOOLONG when it does not fit. */
 int corral_session_signal_line(char *out, size_t cap, int sig);

@@ -210,7 +210,8 @@ function Server:read(c)
     if not send_all(c.fd, text) or c.last then return self:drop(c) end
   end
   if #c.buf > M.LINE_MAX then
-    send_all(c.fd, encode({ ok = false, error = "request longer than " .. M.LINE_MAX .. " bytes" }))
+    -- status: what an exec's client exits with for it (docs/sessions.md), a bad argument
+    send_all(c.fd, encode({ ok = false, error = "request longer than " .. M.LINE_MAX .. " bytes", status = 2 }))
     self:drop(c)
   end
 end
