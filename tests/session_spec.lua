@@ -500,6 +500,34 @@ describe("sessions", function()
     assert.are.equal(0, status, out)
   end)
 
+  it("create interrupted before its sandbox is ready exits 128+N and leaves nothing live, at one signal or two; " ..
+    "control: the same create undisturbed", function()
+    if not need_root() then return end
+    local slow = "tests/fixtures/mechanisms/slow_keeper.lua"
+    for _, case in ipairs({ { "INT", 130, 1 }, { "TERM", 143, 1 }, { "INT", 130, 2 } }) do
+      local sid = id .. "-sig" .. case[1]:lower() .. case[3]
+      defer(function() h.corral("rm", sid) end)
+      local kills = string.rep("kill -" .. case[1] .. " $pid; sleep 0.1; ", case[3])
+      local out = h.sh([[
+        "$1" create "$2" --mechanism "$3" 2>&1 & pid=$!
+        sleep 0.5; ]] .. kills .. [[wait $pid; echo "status=$?"]], h.host, sid, slow)
+      assert.truthy(out:find("status=" .. case[2] .. "\n", 1, true), out)
+      -- twice: create gives up at once; either way the keeper, made or not, does not stay
+      if case[3] == 1 then
+        assert.truthy(out:find("signal " .. (case[2] - 128) .. " arrived before it was ready; nothing of it is left",
+          1, true), out)
+      end
+      os.execute("sleep 1.5")
+      out = h.corral("ls")
+      assert.is_nil(out:find(sid, 1, true), out)
+    end
+    local cid = id .. "-slow"
+    local out, status = h.corral("create", cid, "--mechanism", slow)
+    assert.are.equal(0, status, out)
+    defer(function() h.corral("rm", cid) end)
+    assert.truthy(h.corral("ls"):find(cid, 1, true))
+  end)
+
   it("ls counts a session's allowed and denied connections since create (attempt, then control)", function()
     if not need_root() then return end
     local cid = id .. "-c"

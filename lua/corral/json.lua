@@ -6,6 +6,8 @@
 -- sorted (numbers before strings).
 -- @module corral.json
 local found, dkjson = pcall(require, "dkjson")
+-- only a missing dkjson is named so: any other error (a Ctrl-C while it loads) is raised as it is
+if not found and not tostring(dkjson):find("module 'dkjson' not found", 1, true) then error(dkjson, 0) end
 if not found then error("JSON needs dkjson (Debian: lua-dkjson)", 0) end
 
 local M = { null = dkjson.null, decode = dkjson.decode }

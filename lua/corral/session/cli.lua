@@ -70,16 +70,37 @@ local function status_of(code)
   return 1
 end
 
--- What the keeper said on the ready pipe: one JSON line, or nothing once it is gone.
+-- The signals `corral create` holds while its keeper makes the sandbox.
+local HELD = { "INT", "TERM", "HUP" }
+
+-- What the keeper said on the ready pipe: one JSON line, or nothing once it is gone; and
+-- the first of HELD that arrived meanwhile. The wait goes on after one (the keeper says
+-- how far it got, so that create can undo it); a second ends it at once, and the keeper,
+-- finding nobody to tell, winds down by itself. HELD stay blocked until create exits: one
+-- that comes once the sandbox is ready is too late to undo it, and create ends as made.
 local function read_ready(fd)
-  local buf = ""
+  local json = require "corral.json" -- loaded first: nothing is interrupted while it loads
+  local sigfd = core.signal.fd(HELD)
+  local buf, sig = "", nil
   while not buf:find("\n", 1, true) do
-    local data = core.io.read(fd, 4096)
-    if not data or data == "" then break end
-    buf = buf .. data
+    local readable, again = false, false
+    for _, i in ipairs(core.io.poll({ fd, sigfd }, -1) or {}) do
+      if i == 1 then
+        readable = true
+      else
+        local n = core.signal.read(sigfd)
+        again = again or (sig ~= nil and n ~= nil)
+        sig = sig or n
+      end
+    end
+    if again then break end
+    local data = readable and core.io.read(fd, 4096)
+    if data == "" then break end
+    buf = buf .. (data or "")
   end
-  local ok, t = pcall(require("corral.json").decode, buf:match("^[^\n]*") or "")
-  return ok and type(t) == "table" and t or nil
+  sigfd:close()
+  local ok, t = pcall(json.decode, buf:match("^[^\n]*") or "")
+  return ok and type(t) == "table" and t or nil, sig
 end
 
 -- The checks `corral create` makes before anything is made: the id, the flags, the
@@ -124,8 +145,14 @@ function M.create(argv, cli)
     require("corral.session.keeper").run(p.run, p.plan, p.id, p.path, fd)
     core.proc.exit(0)
   end
-  local said = read_ready(fd)
+  local said, sig = read_ready(fd)
   fd:close()
+  if sig then
+    -- interrupted: what the keeper made is undone, and create ends as that signal would
+    if said and said.ok then session.request(p.id, { op = "rm" }, 30) end
+    io.stderr:write("corral create: ", p.id, ": signal ", sig, " arrived before it was ready; nothing of it is left\n")
+    return 128 + sig
+  end
   if not said then
     -- killed, or dead of a failure it could not report: the sandbox could not start
     io.stderr:write("corral create: ", p.id, ": the keeper ended before the sandbox was ready\n")

@@ -117,7 +117,9 @@ local function keep(run, corral, plan, id, path, ready)
     return nil, errors.cannot_enforce("control_socket", path .. ": " .. tostring(lerr))
   end
   local _, service = corral.address(plan.mech, sandbox.sb)
-  ready({ ok = true, result = { id = id, pid = core.proc.getpid(), service = service } })
+  if not ready({ ok = true, result = { id = id, pid = core.proc.getpid(), service = service } }) then
+    return nil, "corral create went away before its sandbox was ready"
+  end
   reports.ran = true
   return serve(session, held)
 end
@@ -132,11 +134,14 @@ end
 -- @param ready_fd the pipe `corral create` reads
 function M.run(run, plan, id, path, ready_fd)
   local told = false
+  -- false when `corral create` is no longer there to read it (killed or interrupted
+  -- before the sandbox was ready): nobody knows of this sandbox, which then winds down
   local function ready(t)
-    if told then return end
+    if told then return true end
     told = true
-    core.io.write(ready_fd, json.encode(t) .. "\n")
+    local written = core.io.write(ready_fd, json.encode(t) .. "\n")
     ready_fd:close()
+    return written ~= nil
   end
   -- An exec is born in the sandbox's pid namespace sharing this process's memory
   -- (core.spawn's join), its command line this one's until its exec: `corral create`'s
